@@ -1,0 +1,129 @@
+"""Certify an engine before the first rollout: refuse one that cannot be trained on.
+
+LESSONS.md: an endpoint that returns no token ids produces rollouts that look normal
+and carry nothing trainable. So we ask for exactly what capture needs, once, and name
+the request field or server flag that fixes whatever is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harbor_ray.capture.engine import Engine, EngineError
+
+_PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "noop",
+        "description": "Does nothing.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
+
+class CertificationError(Exception):
+    """The engine cannot serve capture; the message says what to change."""
+
+
+class Certification(BaseModel):
+    """What was learned about the engine; stored with every dataset made on it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(description="The engine's API root.")
+    served_model: str = Field(description="The model id requests are rewritten to.")
+    models: list[str] = Field(description="Every model id the engine lists at /v1/models.")
+    engine_version: str | None = Field(description="What /version reported, if anything.")
+    returns_token_ids: bool = Field(description="prompt_token_ids and token_ids came back.")
+    returns_logprobs: bool = Field(description="Per-token logprobs came back.")
+    tool_calling: bool = Field(description="tool_choice=auto was accepted.")
+    tool_calling_fix: str | None = Field(
+        description="What to change on the engine to enable tool calling, when it is off."
+    )
+
+
+async def certify(engine: Engine, url: str, *, model: str | None = None) -> Certification:
+    """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable."""
+    try:
+        listed = await engine.request("GET", "/v1/models")
+    except EngineError as exc:
+        raise CertificationError(f"cannot list models at {url}/v1/models: {exc.message}") from exc
+    models = [str(m.get("id")) for m in listed.get("data", []) if isinstance(m, dict)]
+    if model is None:
+        if not models:
+            raise CertificationError(f"{url}/v1/models lists no model; pass --model")
+        model = models[0]
+    elif models and model not in models:
+        raise CertificationError(f"model {model!r} is not served at {url}; it serves {models}")
+
+    probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
+             "return_token_ids": True, "logprobs": True}
+    try:
+        reply = await engine.request("POST", "/v1/chat/completions", probe)
+    except EngineError as exc:
+        raise CertificationError(f"probe completion failed: {exc.message}") from exc
+    problems = _capture_problems(reply)
+    if problems:
+        raise CertificationError(
+            f"engine at {url} cannot be used for training: " + "; ".join(problems)
+        )
+
+    tool_fix = await _tool_calling_fix(engine, model)
+    return Certification(
+        url=url,
+        served_model=model,
+        models=models,
+        engine_version=await _version(engine),
+        returns_token_ids=True,
+        returns_logprobs=True,
+        tool_calling=tool_fix is None,
+        tool_calling_fix=tool_fix,
+    )
+
+
+def _capture_problems(reply: dict[str, Any]) -> list[str]:
+    choices = reply.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    problems = []
+    prompt_ids = reply.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    if not isinstance(prompt_ids, list) or not prompt_ids:
+        problems.append(
+            "no prompt_token_ids in the reply (needs vLLM >= 0.10 honouring the request "
+            "field `return_token_ids: true`)"
+        )
+    if not isinstance(choice.get("token_ids"), list):
+        problems.append(
+            "no choices[0].token_ids in the reply (request field `return_token_ids: true` "
+            "was ignored: use a vLLM OpenAI server, not a generic OpenAI-compatible one)"
+        )
+    content = (choice.get("logprobs") or {}).get("content")
+    if not isinstance(content, list) or not content:
+        problems.append(
+            "no choices[0].logprobs.content in the reply (request field `logprobs: true` "
+            "was ignored; check the server does not disable logprobs, e.g. vLLM "
+            "`--max-logprobs 0`)"
+        )
+    return problems
+
+
+async def _tool_calling_fix(engine: Engine, model: str) -> str | None:
+    probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
+             "tools": [_TOOL], "tool_choice": "auto"}
+    try:
+        await engine.request("POST", "/v1/chat/completions", probe)
+    except EngineError as exc:
+        if "enable-auto-tool-choice" in exc.message or "tool-call-parser" in exc.message:
+            return ("start vLLM with --enable-auto-tool-choice --tool-call-parser <parser> "
+                    "(e.g. hermes); agents that use the text protocol (terminus-2) work without")
+        return f"tool calling failed: {exc.message}"
+    return None
+
+
+async def _version(engine: Engine) -> str | None:
+    try:
+        return str((await engine.request("GET", "/version")).get("version"))
+    except EngineError:
+        return None

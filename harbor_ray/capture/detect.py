@@ -1,0 +1,94 @@
+"""Which dialect and which kind of call a request is, decided before any parsing.
+
+Path first, then headers, then body shape (LESSONS.md: a misdetected route is parsed by
+the wrong translator). Google puts streaming in the URL (`:streamGenerateContent`,
+capital G), so paths are compared case-insensitively.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from harbor_ray.capture.dialects.base import DialectName
+
+CallKind = Literal["generate", "count_tokens", "models"]
+
+
+@dataclass(frozen=True)
+class Route:
+    dialect: DialectName
+    kind: CallKind
+    url_model: str | None = None
+    url_stream: bool = False
+
+
+_GOOGLE = re.compile(
+    r"^(?:/v1beta|/v1alpha|/v1)?/models/(?P<model>[^/:]+):(?P<method>[a-z]+)$", re.IGNORECASE
+)
+_GOOGLE_METHODS: dict[str, tuple[CallKind, bool]] = {
+    "generatecontent": ("generate", False),
+    "streamgeneratecontent": ("generate", True),
+    "counttokens": ("count_tokens", False),
+}
+_PATHS: dict[str, Route] = {
+    "/v1/chat/completions": Route("chat", "generate"),
+    "/chat/completions": Route("chat", "generate"),
+    "/v1/responses": Route("responses", "generate"),
+    "/responses": Route("responses", "generate"),
+    "/v1/responses/input_tokens": Route("responses", "count_tokens"),
+    "/v1/messages": Route("anthropic", "generate"),
+    "/messages": Route("anthropic", "generate"),
+    "/v1/messages/count_tokens": Route("anthropic", "count_tokens"),
+    "/messages/count_tokens": Route("anthropic", "count_tokens"),
+}
+_MODELS_PATHS = frozenset({"/v1/models", "/models", "/v1beta/models"})
+
+
+def detect(
+    path: str,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    body: Any = None,
+) -> Route | None:
+    """The route of a request, or None when nothing identifies it.
+
+    `body` is only consulted for paths that do not say the dialect themselves (a bare
+    POST to the proxy root); pass None when it has not been parsed.
+    """
+    clean = "/" + path.strip("/").lower() if path.strip("/") else "/"
+    google = _GOOGLE.match(path.rstrip("/"))
+    if google:
+        found = _GOOGLE_METHODS.get(google.group("method").lower())
+        if found is None:
+            return None
+        kind, stream = found
+        stream = stream or query.get("alt", "").lower() == "sse"
+        return Route("google", kind, url_model=google.group("model"), url_stream=stream)
+    if clean in _MODELS_PATHS:
+        dialect: DialectName = "google" if clean.startswith("/v1beta") else (
+            "anthropic" if _has_anthropic_header(headers) else "chat")
+        return Route(dialect, "models")
+    if clean in _PATHS:
+        return _PATHS[clean]
+    if clean in ("/", "/v1") and isinstance(body, dict):
+        return _from_body(body, headers)
+    return None
+
+
+def _has_anthropic_header(headers: Mapping[str, str]) -> bool:
+    return any(k.lower() == "anthropic-version" for k in headers)
+
+
+def _from_body(body: dict[str, Any], headers: Mapping[str, str]) -> Route | None:
+    if _has_anthropic_header(headers):
+        return Route("anthropic", "generate")
+    if "contents" in body:
+        return Route("google", "generate", url_model=body.get("model"))
+    if "input" in body or "instructions" in body:
+        return Route("responses", "generate")
+    if "messages" in body:
+        return Route("chat", "generate")
+    return None

@@ -1,0 +1,369 @@
+"""Anthropic Messages (`/v1/messages`): content blocks in, content blocks out.
+
+Requests are flattened into OpenAI chat messages for the engine. Exact prefix linking
+of turns needs the same history to give byte-identical messages every time, so every
+choice here is fixed: text parts are joined with "\\n" (as vLLM joins a chat message's
+text parts, so the same words reach the chat template whichever dialect carried them),
+tool inputs are re-serialised compactly in the key order the agent sent, and a user
+message's tool results come first, in order, because chat templates expect tool
+messages right after the assistant message that called the tools.
+
+Replies are content blocks (thinking, text, tool_use); a streamed reply is the full
+event sequence the real API sends, so the official SDK's accumulator rebuilds exactly
+the message `render` returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from harbor_ray.capture.completion import Completion, FinishReason
+from harbor_ray.capture.dialects.base import (
+    EngineCall,
+    ErrorKind,
+    ReplyContext,
+    RequestError,
+    require_dict,
+    require_list,
+)
+from harbor_ray.capture.dialects.chat import loads_arguments
+from harbor_ray.capture.sse import sse_event
+
+_JOIN = "\n"
+
+ERROR_TYPES: dict[ErrorKind, str] = {
+    "invalid_request": "invalid_request_error",
+    "authentication": "authentication_error",
+    "not_found": "not_found_error",
+    "too_large": "request_too_large",
+    "engine": "api_error",
+    "overloaded": "overloaded_error",
+}
+
+_STOP_REASONS: dict[FinishReason, str] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
+
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+# Earlier turns' reasoning is not part of the prompt: the real API strips it too, and
+# its signature is opaque to the engine.
+_DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+# Sampling fields copied to the engine body: Anthropic name -> chat name.
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
+
+
+class AnthropicDialect:
+    name = "anthropic"
+
+    def to_engine(
+        self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
+    ) -> EngineCall:
+        if require_dict(body, "request body").get("max_tokens") is None:
+            raise RequestError("max_tokens is required")
+        return _engine_call(body)
+
+    def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
+        return {
+            "id": ctx.response_id,
+            "type": "message",
+            "role": "assistant",
+            "model": ctx.model,
+            "content": _content(completion),
+            "stop_reason": _stop_reason(completion),
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": completion.prompt_tokens,
+                "output_tokens": completion.completion_tokens,
+            },
+        }
+
+    def render_stream(self, completion: Completion, ctx: ReplyContext) -> Iterator[bytes]:
+        # Derived from `render` so that a streamed and a plain reply can never disagree.
+        reply = self.render(completion, ctx)
+        start = {
+            **reply,
+            "content": [],
+            "stop_reason": None,
+            # Nothing is generated yet; message_delta carries the final count.
+            "usage": {"input_tokens": completion.prompt_tokens, "output_tokens": 0},
+        }
+        yield _event({"type": "message_start", "message": start})
+        yield _event({"type": "ping"})
+        for index, block in enumerate(reply["content"]):
+            empty, deltas = _block_events(block)
+            yield _event({"type": "content_block_start", "index": index, "content_block": empty})
+            for delta in deltas:
+                yield _event({"type": "content_block_delta", "index": index, "delta": delta})
+            yield _event({"type": "content_block_stop", "index": index})
+        yield _event({
+            "type": "message_delta",
+            "delta": {"stop_reason": reply["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": completion.completion_tokens},
+        })
+        yield _event({"type": "message_stop"})
+
+    def error_body(self, status: int, message: str, kind: ErrorKind) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": ERROR_TYPES[kind], "message": message}}
+
+    def error_event(self, status: int, message: str, kind: ErrorKind) -> bytes:
+        return sse_event(self.error_body(status, message, kind), event="error")
+
+    def count_tokens_reply(self, count: int) -> dict[str, Any]:
+        return {"input_tokens": count}
+
+
+def count_tokens_call(body: dict[str, Any]) -> EngineCall:
+    """The engine call for `/v1/messages/count_tokens`.
+
+    That route sends a Messages body without `max_tokens`; counting must tokenise the
+    prompt exactly as the real call would, so it shares the whole translation and only
+    drops the one requirement.
+    """
+    return _engine_call(require_dict(body, "request body"))
+
+
+def _engine_call(body: dict[str, Any]) -> EngineCall:
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("stream must be a boolean")
+
+    engine: dict[str, Any] = {"messages": _messages(body)}
+    if "tools" in body:
+        engine["tools"] = _tools(body["tools"])
+    if "tool_choice" in body:
+        engine.update(_tool_choice(body["tool_choice"]))
+    if body.get("max_tokens") is not None:
+        engine["max_tokens"] = _integer(body["max_tokens"], "max_tokens", minimum=1)
+    for name, engine_name in _SAMPLING.items():
+        if body.get(name) is not None:
+            check = _integer if name == "top_k" else _number
+            engine[engine_name] = check(body[name], name)
+    if body.get("stop_sequences") is not None:
+        engine["stop"] = [
+            _string(s, f"stop_sequences[{i}]")
+            for i, s in enumerate(require_list(body["stop_sequences"], "stop_sequences"))
+        ]
+    return EngineCall(body=engine, stream=stream, request_model=model)
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    system = body.get("system")
+    system = "" if system is None else _joined_text(system, "system")
+    if system:
+        out.append({"role": "system", "content": system})
+    messages = require_list(body.get("messages"), "messages")
+    if not messages:
+        raise RequestError("messages must not be empty")
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        role = require_dict(message, where).get("role")
+        blocks = _blocks(message.get("content"), f"{where}.content")
+        if role == "user":
+            out.extend(_user(blocks, f"{where}.content"))
+        elif role == "assistant":
+            out.append(_assistant(blocks, f"{where}.content"))
+        else:
+            raise RequestError(f"{where}.role must be 'user' or 'assistant'")
+    return out
+
+
+def _user(blocks: list[tuple[str, dict[str, Any]]], where: str) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for j, (kind, block) in enumerate(blocks):
+        if kind == "text":
+            texts.append(_block_text(block, f"{where}[{j}]"))
+        elif kind == "tool_result":
+            results.append(_tool_result(block, f"{where}[{j}]"))
+        else:
+            raise _unsupported(kind, f"{where}[{j}]", "user")
+    if texts or not results:
+        return [*results, {"role": "user", "content": _JOIN.join(texts)}]
+    return results
+
+
+def _assistant(blocks: list[tuple[str, dict[str, Any]]], where: str) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, (kind, block) in enumerate(blocks):
+        if kind == "text":
+            texts.append(_block_text(block, f"{where}[{j}]"))
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, f"{where}[{j}]"))
+        elif kind not in _DROPPED_BLOCKS:
+            raise _unsupported(kind, f"{where}[{j}]", "assistant")
+    if not calls:
+        return {"role": "assistant", "content": _JOIN.join(texts)}
+    return {"role": "assistant", "content": _JOIN.join(texts) if texts else None,
+            "tool_calls": calls}
+
+
+def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
+    arguments = require_dict(block.get("input"), f"{where}.input")
+    return {
+        "id": _string(block.get("id"), f"{where}.id"),
+        "type": "function",
+        "function": {
+            "name": _string(block.get("name"), f"{where}.name"),
+            # Compact, and in the agent's key order: that is the model's own order.
+            "arguments": json.dumps(arguments, separators=(",", ":"), ensure_ascii=False),
+        },
+    }
+
+
+def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
+    # A chat tool message has no error flag, and agents already say "error" in the
+    # result text; adding our own marker would put words in the prompt no agent wrote.
+    if not isinstance(block.get("is_error", False), bool):
+        raise RequestError(f"{where}.is_error must be a boolean")
+    content = block.get("content")
+    return {
+        "role": "tool",
+        "tool_call_id": _string(block.get("tool_use_id"), f"{where}.tool_use_id"),
+        "content": "" if content is None else _joined_text(content, f"{where}.content"),
+    }
+
+
+def _joined_text(content: Any, where: str) -> str:
+    """Content that may only hold text: a string, or text blocks joined."""
+    texts = []
+    for j, (kind, block) in enumerate(_blocks(content, where)):
+        if kind != "text":
+            raise _unsupported(kind, f"{where}[{j}]", "text-only")
+        texts.append(_block_text(block, f"{where}[{j}]"))
+    return _JOIN.join(texts)
+
+
+def _blocks(content: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """Content as (type, block) pairs; a plain string is one text block."""
+    if isinstance(content, str):
+        return [("text", {"type": "text", "text": content})]
+    if not isinstance(content, list):
+        raise RequestError(f"{where} must be a string or an array of content blocks")
+    pairs = []
+    for j, block in enumerate(content):
+        kind = require_dict(block, f"{where}[{j}]").get("type")
+        pairs.append((_string(kind, f"{where}[{j}].type"), block))
+    return pairs
+
+
+def _block_text(block: dict[str, Any], where: str) -> str:
+    return _string(block.get("text"), f"{where}.text")
+
+
+def _unsupported(kind: str, where: str, context: str) -> RequestError:
+    if kind in ("image", "document"):
+        return RequestError(f"{where}: {kind} blocks are not supported (the engine is text-only)")
+    return RequestError(f"{where}: block type {kind!r} is not supported in {context} content")
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    out = []
+    for i, tool in enumerate(require_list(value, "tools")):
+        where = f"tools[{i}]"
+        kind = require_dict(tool, where).get("type")
+        if kind not in (None, "custom"):
+            raise RequestError(
+                f"{where}: server tool {kind!r} (name {tool.get('name')!r}) is not supported; "
+                "only client tools with an input_schema"
+            )
+        function: dict[str, Any] = {"name": _string(tool.get("name"), f"{where}.name")}
+        if tool.get("description") is not None:
+            function["description"] = _string(tool["description"], f"{where}.description")
+        function["parameters"] = require_dict(tool.get("input_schema"), f"{where}.input_schema")
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(value: Any) -> dict[str, Any]:
+    """The chat fields for a tool_choice: `tool_choice`, and `parallel_tool_calls`."""
+    choice = require_dict(value, "tool_choice")
+    kind = choice.get("type")
+    out: dict[str, Any] = {}
+    if kind == "tool":
+        name = _string(choice.get("name"), "tool_choice.name")
+        out["tool_choice"] = {"type": "function", "function": {"name": name}}
+    elif kind in _TOOL_CHOICES:
+        out["tool_choice"] = _TOOL_CHOICES[kind]
+    else:
+        raise RequestError("tool_choice.type must be one of 'auto', 'any', 'tool', 'none'")
+    disable = choice.get("disable_parallel_tool_use")
+    if disable is not None:
+        if not isinstance(disable, bool):
+            raise RequestError("tool_choice.disable_parallel_tool_use must be a boolean")
+        out["parallel_tool_calls"] = not disable
+    return out
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{what} must be a string")
+    return value
+
+
+def _number(value: Any, what: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestError(f"{what} must be a number")
+    return value
+
+
+def _integer(value: Any, what: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RequestError(f"{what} must be an integer >= {minimum}")
+    return value
+
+
+def _content(completion: Completion) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if completion.reasoning:
+        # The engine signs nothing; an empty signature is what a client can echo back.
+        blocks.append({"type": "thinking", "thinking": completion.reasoning, "signature": ""})
+    if completion.text:
+        blocks.append({"type": "text", "text": completion.text})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name,
+         "input": loads_arguments(call.arguments)}
+        for call in completion.tool_calls
+    )
+    return blocks
+
+
+def _stop_reason(completion: Completion) -> str:
+    # An engine may say tool_calls without producing one; agents that see tool_use
+    # look for tool_use blocks to run, so with none the turn simply ended.
+    if completion.finish_reason == "tool_calls" and not completion.tool_calls:
+        return "end_turn"
+    return _STOP_REASONS[completion.finish_reason]
+
+
+def _block_events(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A rendered block as its stream form: the empty start block, then its deltas."""
+    kind = block["type"]
+    if kind == "text":
+        return {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"]}]
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}, [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
+    start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+    partial = json.dumps(block["input"], separators=(",", ":"), ensure_ascii=False)
+    return start, [{"type": "input_json_delta", "partial_json": partial}]
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return sse_event(data, event=data["type"])
+
+
+ANTHROPIC = AnthropicDialect()

@@ -1,0 +1,100 @@
+"""What every wire dialect provides, and the errors a translation may raise.
+
+A dialect is a stateless object with pure methods: it turns the agent's request into
+one OpenAI chat-completions body for the engine (`to_engine`), and the engine's parsed
+reply (`Completion`) back into the agent's wire format, as one JSON document
+(`render`) or as the dialect's real SSE event sequence (`render_stream`). It never
+sees HTTP objects, sockets or clocks: the app passes in what it needs (`ReplyContext`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from harbor_ray.capture.completion import Completion
+
+DialectName = Literal["chat", "responses", "anthropic", "google"]
+ErrorKind = Literal[
+    "invalid_request", "authentication", "not_found", "too_large", "engine", "overloaded"
+]
+
+
+class RequestError(Exception):
+    """The agent's request cannot be translated. Answered with a 4xx in its dialect."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """One engine request made from an agent's request.
+
+    `body` is an OpenAI chat-completions body: `messages` and, where the agent sent
+    them, `tools`, `tool_choice`, `max_tokens`, `temperature`, `top_p`, `stop`, `seed`,
+    and any other sampling fields. It carries no `model`, `stream` or capture fields:
+    `normalize.engine_body` adds those, so every dialect gets them right once.
+    """
+
+    body: dict[str, Any]
+    stream: bool
+    request_model: str
+
+
+@dataclass(frozen=True)
+class ReplyContext:
+    """Values the reply needs that the pure core must not make up itself."""
+
+    response_id: str
+    created: int  # unix seconds, supplied by the edge
+    model: str  # the model name the agent asked for, echoed back to it
+
+
+class Dialect(Protocol):
+    name: DialectName
+
+    def to_engine(
+        self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
+    ) -> EngineCall:
+        """Translate the agent's request. Raises RequestError on malformed input.
+
+        `url_model` / `url_stream` come from the route (Google puts both in the URL);
+        other dialects ignore them and read `model` / `stream` from the body.
+        """
+        ...
+
+    def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
+        """The non-streamed reply body."""
+        ...
+
+    def render_stream(self, completion: Completion, ctx: ReplyContext) -> Iterator[bytes]:
+        """The full SSE event sequence of a streamed reply (frames from `sse.sse_event`)."""
+        ...
+
+    def error_body(self, status: int, message: str, kind: ErrorKind) -> dict[str, Any]:
+        """The dialect's JSON error document."""
+        ...
+
+    def error_event(self, status: int, message: str, kind: ErrorKind) -> bytes:
+        """An error as an SSE frame, for failures after the stream's headers went out."""
+        ...
+
+    def count_tokens_reply(self, count: int) -> dict[str, Any]:
+        """The aux `count_tokens` / `countTokens` reply body (ignored where it has none)."""
+        ...
+
+
+def require_dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RequestError(f"{what} must be a JSON object")
+    return value
+
+
+def require_list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RequestError(f"{what} must be a JSON array")
+    return value

@@ -1,0 +1,493 @@
+"""Google generateContent (Gemini API): `contents` of parts in, GenerateContentResponse out.
+
+The model and streaming are named by the URL (`models/<model>:streamGenerateContent`),
+never by the body. Field names are accepted in camelCase and snake_case: the REST API's
+proto-JSON parser takes both, the google-genai SDK sends camelCase, hand-written agents
+often send snake_case. Both spellings of one field in one object is refused rather
+than guessed.
+
+Exact prefix linking needs the same history to give byte-identical engine messages, so
+every translation here is a pure function of the request:
+- the text parts of one content are concatenated with nothing between them, as the
+  SDK's own `.text` does; an agent that keeps a streamed reply as one part per chunk
+  then replays exactly the text the model produced;
+- thought parts are dropped (the engine's chat template decides how past reasoning
+  is shown);
+- a functionCall without an `id` gets one from its position (`call_<content>_<part>`)
+  and its functionResponse (matched by id, else by name in order) gets the same;
+- call arguments and function responses are written as compact JSON, keys in the
+  order the agent sent them.
+
+Accepted but ignored: `safetySettings`, `thinkingConfig`, and the JSON output modes
+(`responseMimeType`, `responseSchema`, `responseJsonSchema`): the engine is asked for a
+plain chat reply, and the recorded turn is still exactly what the model saw and wrote.
+Refused with a RequestError naming the field: media parts, code execution and other
+non-function tools, `cachedContent` (its text is invisible to the proxy) and
+`candidateCount` > 1 (each call must be one recorded turn).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from harbor_ray.capture.completion import Completion, FinishReason
+from harbor_ray.capture.dialects.base import (
+    EngineCall,
+    ErrorKind,
+    ReplyContext,
+    RequestError,
+    require_dict,
+    require_list,
+)
+from harbor_ray.capture.dialects.chat import loads_arguments
+from harbor_ray.capture.sse import sse_event
+
+# Keys of a Part that carry content the engine reads; exactly one per part.
+_PART_CONTENT = ("text", "functionCall", "functionResponse")
+# Keys of a Part that only annotate it. A thought signature is opaque to the engine.
+_PART_METADATA = frozenset(
+    {"thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution"}
+)
+
+# Gemini Schema keywords whose values are schemas themselves (the rest pass through).
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_SINGLE = ("items", "not", "additionalProperties")
+
+# generationConfig fields that become engine sampling fields: (engine name, integer?).
+_SAMPLING: dict[str, tuple[str, bool]] = {
+    "maxOutputTokens": ("max_tokens", True),
+    "temperature": ("temperature", False),
+    "topP": ("top_p", False),
+    # The SDK types topK as a float; the engine wants an integer.
+    "topK": ("top_k", True),
+    "seed": ("seed", True),
+    "presencePenalty": ("presence_penalty", False),
+    "frequencyPenalty": ("frequency_penalty", False),
+}
+
+_FINISH: dict[FinishReason, str] = {
+    "stop": "STOP",
+    "length": "MAX_TOKENS",
+    "tool_calls": "STOP",  # Gemini has no tool-call finish: the calls are the parts
+    "content_filter": "SAFETY",
+}
+
+_STATUS: dict[ErrorKind, str] = {
+    "invalid_request": "INVALID_ARGUMENT",
+    "authentication": "UNAUTHENTICATED",
+    "not_found": "NOT_FOUND",
+    "too_large": "INVALID_ARGUMENT",
+    "engine": "UNAVAILABLE",
+    "overloaded": "RESOURCE_EXHAUSTED",
+}
+
+_SNAKE = re.compile(r"_([a-z0-9])")
+
+
+class GoogleDialect:
+    name = "google"
+
+    def to_engine(
+        self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
+    ) -> EngineCall:
+        request = _camel(body, "request")
+        if "cachedContent" in request:
+            raise RequestError("cachedContent is not supported: the proxy cannot read its text")
+        messages = _system(request.get("systemInstruction")) + _messages(request.get("contents"))
+        engine: dict[str, Any] = {"messages": messages}
+        engine.update(_tools(request.get("tools"), request.get("toolConfig")))
+        engine.update(_sampling(request.get("generationConfig")))
+        return EngineCall(body=engine, stream=url_stream, request_model=url_model or "")
+
+    def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
+        parts = [part for group in _part_groups(completion) for part in group]
+        return _response(parts, ctx, completion)
+
+    def render_stream(self, completion: Completion, ctx: ReplyContext) -> Iterator[bytes]:
+        # One chunk per kind of part, function calls in a chunk of their own; the last
+        # chunk carries finishReason and usage, as Gemini's own streams end.
+        groups = _part_groups(completion)
+        for i, group in enumerate(groups):
+            final = completion if i == len(groups) - 1 else None
+            yield sse_event(_response(group, ctx, final))
+
+    def error_body(self, status: int, message: str, kind: ErrorKind) -> dict[str, Any]:
+        return {"error": {"code": status, "message": message, "status": _STATUS[kind]}}
+
+    def error_event(self, status: int, message: str, kind: ErrorKind) -> bytes:
+        # The SDK raises APIError on a stream chunk that starts with {"error":.
+        return sse_event(self.error_body(status, message, kind))
+
+    def count_tokens_reply(self, count: int) -> dict[str, Any]:
+        return {"totalTokens": count}
+
+
+GOOGLE = GoogleDialect()
+
+
+def count_tokens_call(body: dict[str, Any], url_model: str | None) -> EngineCall:
+    """The engine call whose prompt a `:countTokens` request asks to count.
+
+    The body is either a bare `{contents, ...}` or `{generateContentRequest: {...}}`;
+    both are translated exactly as generateContent would be, so the count matches the
+    prompt the engine would see.
+    """
+    request = _camel(body, "request")
+    inner = request.get("generateContentRequest")
+    if inner is None:
+        return GOOGLE.to_engine(request, url_model=url_model, url_stream=False)
+    if "contents" in request:
+        raise RequestError("send either contents or generateContentRequest, not both")
+    return GOOGLE.to_engine(
+        require_dict(inner, "generateContentRequest"), url_model=url_model, url_stream=False
+    )
+
+
+# ---- request -------------------------------------------------------------------------
+
+
+def _camel(value: Any, what: str) -> dict[str, Any]:
+    """One level of a Google object with every key in camelCase."""
+    out: dict[str, Any] = {}
+    for key, item in require_dict(value, what).items():
+        name = _SNAKE.sub(lambda m: m.group(1).upper(), key)
+        if name in out:
+            raise RequestError(f"{what} has the field {name} twice (camelCase and snake_case)")
+        out[name] = item
+    return out
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{what} must be a string")
+    return value
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{what} must be a non-empty string")
+    return value
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class _Call:
+    id: str | None
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class _Reply:
+    id: str | None
+    name: str
+    content: str
+
+
+_Part = str | _Call | _Reply
+
+
+def _part(value: Any, what: str) -> _Part | None:
+    """A part's content, or None for a part the engine never sees (thoughts, bare metadata)."""
+    part = _camel(value, what)
+    for key in part:
+        if key not in _PART_CONTENT and key not in _PART_METADATA:
+            raise RequestError(f"{what}.{key} is not supported: the engine takes text and "
+                               "function calls only")
+    present = [key for key in _PART_CONTENT if key in part]
+    if len(present) > 1:
+        raise RequestError(f"{what} must hold one of {', '.join(_PART_CONTENT)}, not several")
+    thought = part.get("thought", False)
+    if not isinstance(thought, bool):
+        raise RequestError(f"{what}.thought must be a boolean")
+    if thought or not present:
+        return None
+    key = present[0]
+    if key == "text":
+        return _text(part["text"], f"{what}.text")
+    body = _camel(part[key], f"{what}.{key}")
+    name = _name(body.get("name"), f"{what}.{key}.name")
+    call_id = body.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise RequestError(f"{what}.{key}.id must be a string")
+    if key == "functionCall":
+        args = require_dict(body.get("args", {}), f"{what}.functionCall.args")
+        return _Call(call_id or None, name, _compact(args))
+    response = require_dict(body.get("response"), f"{what}.functionResponse.response")
+    return _Reply(call_id or None, name, _compact(response))
+
+
+def _parts(content: dict[str, Any], what: str) -> list[tuple[int, _Part]]:
+    """The engine-visible parts of a content, each with its index in `parts`."""
+    parts = require_list(content.get("parts"), f"{what}.parts")
+    found = ((j, _part(p, f"{what}.parts[{j}]")) for j, p in enumerate(parts))
+    return [(j, part) for j, part in found if part is not None]
+
+
+def _system(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    texts = []
+    for j, part in _parts(_camel(value, "systemInstruction"), "systemInstruction"):
+        if not isinstance(part, str):
+            raise RequestError(f"systemInstruction.parts[{j}] must be a text part")
+        texts.append(part)
+    return [{"role": "system", "content": "".join(texts)}]
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    contents = require_list(value, "contents")
+    if not contents:
+        raise RequestError("contents must not be empty")
+    # Calls not yet answered, in order, for matching functionResponses that have no id.
+    pending: list[tuple[str, str]] = []
+    messages: list[dict[str, Any]] = []
+    for i, raw in enumerate(contents):
+        what = f"contents[{i}]"
+        content = _camel(raw, what)
+        # The API lets a lone content omit its role; it is then the user's. "function"
+        # is the role older Gemini clients put on function responses.
+        role = content.get("role", "user")
+        parts = _parts(content, what)
+        if role == "model":
+            messages.append(_assistant(parts, i, what, pending))
+        elif role in ("user", "function"):
+            messages.extend(_user(parts, i, what, pending))
+        else:
+            raise RequestError(f"{what}.role must be 'user' or 'model'")
+    return messages
+
+
+def _assistant(
+    parts: list[tuple[int, _Part]], i: int, what: str, pending: list[tuple[str, str]]
+) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, part in parts:
+        if isinstance(part, _Reply):
+            raise RequestError(f"{what}.parts[{j}]: a functionResponse belongs to a user content")
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        call_id = part.id or f"call_{i}_{j}"
+        pending.append((call_id, part.name))
+        calls.append({"id": call_id, "type": "function",
+                      "function": {"name": part.name, "arguments": part.arguments}})
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(texts) if texts or not calls else None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _user(
+    parts: list[tuple[int, _Part]], i: int, what: str, pending: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Consecutive text parts become one user message; each response one tool message."""
+    messages: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for j, part in parts:
+        if isinstance(part, _Call):
+            raise RequestError(f"{what}.parts[{j}]: a functionCall belongs to a model content")
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if texts:
+            messages.append({"role": "user", "content": "".join(texts)})
+            texts = []
+        messages.append({"role": "tool", "tool_call_id": _answer(part, i, j, pending),
+                         "content": part.content})
+    if texts or not messages:
+        messages.append({"role": "user", "content": "".join(texts)})
+    return messages
+
+
+def _answer(reply: _Reply, i: int, j: int, pending: list[tuple[str, str]]) -> str:
+    """The id of the call a functionResponse answers, and that call marked answered.
+
+    A response that matches no earlier call (a history the agent trimmed) keeps its own
+    id, or one from its position, rather than failing the agent's loop.
+    """
+    for k, (call_id, name) in enumerate(pending):
+        if call_id == reply.id or (reply.id is None and name == reply.name):
+            del pending[k]
+            return call_id
+    return reply.id or f"call_{i}_{j}"
+
+
+def _tools(tools_value: Any, config_value: Any) -> dict[str, Any]:
+    functions: list[dict[str, Any]] = []
+    for i, raw in enumerate(require_list(tools_value or [], "tools")):
+        tool = _camel(raw, f"tools[{i}]")
+        for key in tool:
+            if key != "functionDeclarations":
+                raise RequestError(f"tools[{i}].{key} is not supported: only "
+                                   "functionDeclarations reach the engine")
+        declarations = require_list(tool.get("functionDeclarations", []),
+                                    f"tools[{i}].functionDeclarations")
+        for j, declaration in enumerate(declarations):
+            functions.append(_function(declaration, f"tools[{i}].functionDeclarations[{j}]"))
+    out: dict[str, Any] = {"tools": functions} if functions else {}
+    choice = _tool_choice(config_value)
+    if choice is not None:
+        out["tool_choice"] = choice
+    return out
+
+
+def _function(value: Any, what: str) -> dict[str, Any]:
+    declaration = _camel(value, what)
+    function: dict[str, Any] = {"name": _name(declaration.get("name"), f"{what}.name")}
+    if "description" in declaration:
+        function["description"] = _text(declaration["description"], f"{what}.description")
+    if "parameters" in declaration and "parametersJsonSchema" in declaration:
+        raise RequestError(f"{what} must give parameters or parametersJsonSchema, not both")
+    if "parameters" in declaration:
+        function["parameters"] = _json_schema(declaration["parameters"], f"{what}.parameters")
+    elif "parametersJsonSchema" in declaration:
+        # Already JSON Schema: passed on as written.
+        function["parameters"] = require_dict(
+            declaration["parametersJsonSchema"], f"{what}.parametersJsonSchema")
+    return {"type": "function", "function": function}
+
+
+def _json_schema(value: Any, what: str) -> dict[str, Any]:
+    """A Gemini Schema (OBJECT, STRING, nullable) as the JSON Schema the engine expects.
+
+    Only schema positions are converted: property names are the agent's own and kept.
+    """
+    schema = _camel(value, what)
+    out: dict[str, Any] = {}
+    for key, item in schema.items():
+        where = f"{what}.{key}"
+        if key == "type":
+            kind = _text(item, where).lower()
+            if kind != "type_unspecified":
+                out["type"] = kind
+        elif key in _SCHEMA_MAPS:
+            out[key] = {name: _json_schema(sub, f"{where}.{name}")
+                        for name, sub in require_dict(item, where).items()}
+        elif key in _SCHEMA_LISTS:
+            out[key] = [_json_schema(sub, f"{where}[{k}]")
+                        for k, sub in enumerate(require_list(item, where))]
+        elif key in _SCHEMA_SINGLE and isinstance(item, dict):
+            out[key] = _json_schema(item, where)
+        elif key != "nullable":
+            out[key] = item
+    nullable = schema.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise RequestError(f"{what}.nullable must be a boolean")
+    if nullable and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def _tool_choice(value: Any) -> str | dict[str, Any] | None:
+    if value is None:
+        return None
+    config = _camel(value, "toolConfig")
+    if config.get("functionCallingConfig") is None:
+        return None
+    what = "toolConfig.functionCallingConfig"
+    calling = _camel(config["functionCallingConfig"], what)
+    mode = _text(calling.get("mode", "MODE_UNSPECIFIED"), f"{what}.mode").upper()
+    names = require_list(calling.get("allowedFunctionNames", []), f"{what}.allowedFunctionNames")
+    for k, name in enumerate(names):
+        _text(name, f"{what}.allowedFunctionNames[{k}]")
+    if mode == "MODE_UNSPECIFIED":
+        return None
+    # VALIDATED is AUTO with constrained decoding of the calls, which the engine decides.
+    if mode in ("AUTO", "VALIDATED"):
+        return "auto"
+    if mode == "NONE":
+        return "none"
+    if mode == "ANY":
+        # OpenAI can force one named function; several allowed names can only be
+        # "some function", so the restriction to them is not passed on.
+        if len(names) == 1:
+            return {"type": "function", "function": {"name": names[0]}}
+        return "required"
+    raise RequestError(f"{what}.mode must be AUTO, ANY, NONE or VALIDATED")
+
+
+def _sampling(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    config = _camel(value, "generationConfig")
+    out: dict[str, Any] = {}
+    for key, (engine_key, integer) in _SAMPLING.items():
+        if config.get(key) is not None:
+            out[engine_key] = _number(config[key], f"generationConfig.{key}", integer)
+    if config.get("stopSequences") is not None:
+        stops = require_list(config["stopSequences"], "generationConfig.stopSequences")
+        out["stop"] = [_text(s, f"generationConfig.stopSequences[{k}]")
+                       for k, s in enumerate(stops)]
+    count = config.get("candidateCount")
+    if count is not None and _number(count, "generationConfig.candidateCount", True) > 1:
+        raise RequestError("generationConfig.candidateCount > 1 is not supported: each model "
+                           "call must be one recorded turn; send separate requests instead")
+    return out
+
+
+def _number(value: Any, what: str, integer: bool) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RequestError(f"{what} must be a number")
+    if not integer:
+        return value
+    if value != int(value):
+        raise RequestError(f"{what} must be an integer")
+    return int(value)
+
+
+# ---- response ------------------------------------------------------------------------
+
+
+def _part_groups(completion: Completion) -> list[list[dict[str, Any]]]:
+    """The reply's parts, grouped as they are streamed: thought, text, function calls.
+
+    A text part is always present unless the model only called functions, so a reply
+    has content even when the model wrote nothing.
+    """
+    groups: list[list[dict[str, Any]]] = []
+    if completion.reasoning:
+        groups.append([{"text": completion.reasoning, "thought": True}])
+    if completion.text or not completion.tool_calls:
+        groups.append([{"text": completion.text}])
+    if completion.tool_calls:
+        # Gemini's args is an object; invalid or non-object JSON is rendered as {}.
+        groups.append([
+            {"functionCall": {"id": call.id, "name": call.name,
+                              "args": loads_arguments(call.arguments)}}
+            for call in completion.tool_calls
+        ])
+    return groups
+
+
+def _response(
+    parts: list[dict[str, Any]], ctx: ReplyContext, final: Completion | None
+) -> dict[str, Any]:
+    """One GenerateContentResponse; `final` adds the finish reason and usage."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
+    if final is not None:
+        candidate["finishReason"] = _FINISH[final.finish_reason]
+    candidate["index"] = 0
+    response: dict[str, Any] = {"candidates": [candidate]}
+    if final is not None:
+        response["usageMetadata"] = {
+            "promptTokenCount": final.prompt_tokens,
+            "candidatesTokenCount": final.completion_tokens,
+            "totalTokenCount": final.prompt_tokens + final.completion_tokens,
+        }
+    response["modelVersion"] = ctx.model
+    response["responseId"] = ctx.response_id
+    return response

@@ -1,0 +1,158 @@
+"""The JSON export document of one capture session, and the records it was made from.
+
+One document holds everything needed to audit or retrain a rollout: every turn with its
+own full prompt ids (a reader never has to rebuild a prompt from a parent), the graph's
+verdict on each turn, the training sequences and the findings. `turns_from_export`
+inverts it exactly, so a stored document can be re-validated by a later version of the
+graph code: `build_export(turns_from_export(doc)) == doc` for a document made with the
+default counters.
+
+Missing logprobs are NaN in memory and null in JSON (JSON has no NaN). The record
+contract allows only NaN as a non-finite logprob; any other non-finite value would not
+be valid JSON either and is written as null too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from harbor_ray.capture.findings import Finding, is_trainable, validate
+from harbor_ray.capture.graph import Node, TrainingSequence, build_graph
+from harbor_ray.capture.turn import TurnRecord
+
+__all__ = ["SCHEMA_VERSION", "build_export", "turns_from_export"]
+
+# Bump on any change a reader of an older document would misread.
+SCHEMA_VERSION = 1
+
+
+def build_export(
+    turns: Sequence[TurnRecord],
+    *,
+    vocab_size: int | None = None,
+    engine_errors: int = 0,
+    budget_stops: int = 0,
+) -> dict[str, Any]:
+    """Link, validate and serialise one session's turns into a JSON-ready dict."""
+    graph = build_graph(turns)
+    findings = validate(
+        turns,
+        graph,
+        vocab_size=vocab_size,
+        engine_errors=engine_errors,
+        budget_stops=budget_stops,
+    )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "trainable": is_trainable(findings),
+        "counts": {
+            "turns": len(turns),
+            "roots": len(graph.roots),
+            "agent_roots": len(graph.agent_roots),
+            "sequences": len(graph.sequences),
+            "discarded": len(graph.discarded),
+            "engine_errors": engine_errors,
+            "budget_stops": budget_stops,
+        },
+        "turns": [
+            _turn_doc(turn, graph.nodes[turn.index])
+            for turn in sorted(turns, key=lambda t: t.index)
+        ],
+        "sequences": [_sequence_doc(s) for s in graph.sequences],
+        "findings": [_finding_doc(f) for f in findings],
+    }
+
+
+def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
+    """Rebuild the turn records a document was made from, ids and NaNs included."""
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"export schema_version {version!r} is not the supported {SCHEMA_VERSION}"
+        )
+    return [
+        TurnRecord(
+            index=int(t["index"]),
+            dialect=t["dialect"],
+            prompt_ids=_ids_from_json(t["prompt_ids"]),
+            token_ids=_ids_from_json(t["token_ids"]),
+            logprobs=_logprobs_from_json(t["logprobs"]),
+            finish_reason=t["finish_reason"],
+            request_messages=tuple(t["request_messages"]),
+            response_message=t["response_message"],
+            request_model=t["request_model"],
+            started_at=t["started_at"],
+            ended_at=t["ended_at"],
+            auxiliary=t["auxiliary"],
+        )
+        for t in doc["turns"]
+    ]
+
+
+def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
+    return {
+        "index": turn.index,
+        "dialect": turn.dialect,
+        "parent": node.parent,
+        "root": node.root,
+        "role": node.role.value,
+        "prompt_ids": _ids_to_json(turn.prompt_ids),
+        "token_ids": _ids_to_json(turn.token_ids),
+        "logprobs": _logprobs_to_json(turn.logprobs),
+        "finish_reason": turn.finish_reason,
+        "request_messages": list(turn.request_messages),
+        "response_message": turn.response_message,
+        "request_model": turn.request_model,
+        "started_at": turn.started_at,
+        "ended_at": turn.ended_at,
+        "auxiliary": turn.auxiliary,
+    }
+
+
+def _sequence_doc(sequence: TrainingSequence) -> dict[str, Any]:
+    return {
+        "root": sequence.root,
+        "leaf": sequence.leaf,
+        "turns": list(sequence.turns),
+        "role": sequence.role.value,
+        "input_ids": sequence.input_ids.tolist(),
+        "loss_mask": sequence.loss_mask.tolist(),
+        "logprobs": sequence.logprobs.tolist(),
+    }
+
+
+def _finding_doc(finding: Finding) -> dict[str, Any]:
+    return {
+        "code": finding.code.value,
+        "severity": finding.severity.value,
+        "message": finding.message,
+        "turn": finding.turn,
+    }
+
+
+def _ids_to_json(ids: np.ndarray | None) -> list[int] | None:
+    return None if ids is None else ids.tolist()
+
+
+def _ids_from_json(ids: list[int] | None) -> np.ndarray | None:
+    return None if ids is None else np.asarray(ids, dtype=np.int32)
+
+
+def _logprobs_to_json(logprobs: np.ndarray | None) -> list[float | None] | None:
+    if logprobs is None:
+        return None
+    values: list[float | None] = logprobs.tolist()
+    # Only the missing entries are touched; a reply has thousands of tokens.
+    for position in np.flatnonzero(~np.isfinite(logprobs)).tolist():
+        values[position] = None
+    return values
+
+
+def _logprobs_from_json(values: list[float | None] | None) -> np.ndarray | None:
+    if values is None:
+        return None
+    # numpy reads None as NaN in a float array; float32 values survive the float64 trip.
+    return np.array(values, dtype=np.float64).astype(np.float32)

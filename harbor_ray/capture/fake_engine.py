@@ -1,0 +1,173 @@
+"""A fake engine that answers exactly like vLLM's chat-completions, for fast tests.
+
+It renders the conversation with a ChatML-style template and a byte-level tokenizer
+(two special tokens, then one id per UTF-8 byte), so token ids behave like a real
+engine's: the next turn's prompt starts with this turn's prompt + sampled ids whenever
+the agent sends the reply back unchanged. Replies come from a script (a function of
+the messages), so tests can play any conversation, including tool calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from harbor_ray.capture.engine import EngineError, engine_status_error
+
+IM_START, IM_END = 1, 2
+_BYTE_OFFSET = 3
+VOCAB_SIZE = 256 + _BYTE_OFFSET
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    text: str = ""
+    tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()  # (name, arguments)
+    reasoning: str | None = None
+
+
+Script = Callable[[list[dict[str, Any]]], FakeReply]
+
+
+def echo_script(messages: list[dict[str, Any]]) -> FakeReply:
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    return FakeReply(text=f"echo: {_text(last.get('content')) if last else ''}")
+
+
+def encode(text: str) -> list[int]:
+    return [b + _BYTE_OFFSET for b in text.encode()]
+
+
+def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
+    ids: list[int] = []
+    for message in messages:
+        ids += [IM_START, *encode(f"{message.get('role')}\n{_render_content(message)}"), IM_END]
+        ids += encode("\n")
+    return [*ids, IM_START, *encode("assistant\n")]
+
+
+def _render_content(message: dict[str, Any]) -> str:
+    text = _text(message.get("content"))
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        text += f"<tool_call>{fn.get('name')} {fn.get('arguments')}</tool_call>"
+    return text
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def fake_logprob(position: int) -> float:
+    return -0.05 * (position % 7 + 1)
+
+
+@dataclass
+class FakeEngine:
+    """In-process engine: implements `Engine.request` without a socket."""
+
+    script: Script = echo_script
+    model: str = "fake-model"
+    delay_s: float = 0.0
+    token_ids: bool = True  # False imitates an engine without return_token_ids support
+    tool_calling: bool = True  # False imitates vLLM without --enable-auto-tool-choice
+    fail_with: int | None = None  # answer every generation with this HTTP status
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    cancelled: int = 0  # generations abandoned mid-way (the client went away)
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        if path == "/v1/models":
+            return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        if path == "/version":
+            return {"version": "fake"}
+        if path != "/v1/chat/completions" or body is None:
+            raise EngineError(f"fake engine has no route {method} {path}", 400)
+        return await self.complete(body)
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(body)
+        if self.delay_s:
+            try:
+                await asyncio.sleep(self.delay_s)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        if self.fail_with is not None:
+            raise engine_status_error(self.fail_with, "fake engine failure")
+        if body.get("tools") == []:
+            raise engine_status_error(400, "[] is too short - 'tools'")  # what vLLM says
+        if body.get("tool_choice") == "auto" and not self.tool_calling:
+            raise engine_status_error(400, '"auto" tool choice requires '
+                                      "--enable-auto-tool-choice and --tool-call-parser to be set")
+        messages = body.get("messages") or []
+        reply = self.script(messages)
+        prompt = render_prompt(messages)
+        sampled_text = reply.text + "".join(
+            f"<tool_call>{name} {json.dumps(args)}</tool_call>" for name, args in reply.tool_calls
+        )
+        sampled = [*encode(sampled_text), IM_END]
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        if isinstance(limit, int) and len(sampled) > limit:
+            sampled, finish = sampled[:limit], "length"
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": f"chatcmpl-tool-{len(self.calls)}-{i}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for i, (name, args) in enumerate(reply.tool_calls)
+            ]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [
+                {"token": str(t), "logprob": fake_logprob(i), "bytes": None, "top_logprobs": []}
+                for i, t in enumerate(sampled)
+            ]}
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-{len(self.calls)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": self.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(sampled),
+                      "total_tokens": len(prompt) + len(sampled)},
+        }
+        if self.token_ids and body.get("return_token_ids"):
+            out["prompt_token_ids"] = prompt
+            choice["token_ids"] = sampled
+        return out
+
+
+def fake_engine_app(engine: FakeEngine) -> Starlette:
+    """The fake served over HTTP, for certification tests and benchmarks."""
+
+    async def handle(request: Request) -> JSONResponse:
+        body = await request.json() if request.method == "POST" else None
+        try:
+            return JSONResponse(await engine.request(request.method, request.url.path, body))
+        except EngineError as exc:
+            return JSONResponse({"error": {"message": exc.message}}, status_code=exc.status)
+
+    return Starlette(routes=[
+        Route("/v1/models", handle, methods=["GET"]),
+        Route("/version", handle, methods=["GET"]),
+        Route("/v1/chat/completions", handle, methods=["POST"]),
+    ])
+
+

@@ -1,0 +1,294 @@
+"""Validation findings: what is wrong or notable about one session's captured turns.
+
+A bad capture is data, not a crash: every problem becomes a `Finding`, and any FATAL one
+makes the rollout untrainable (`ok` is false). Codes are a closed set with stable string
+values because they are written to datasets and filtered on by trainers.
+
+Each check exists because its absence once produced plausible but wrong training data
+(LESSONS.md): missing ids or logprobs, misaligned logprobs, a session with no model
+calls reported as a success, prefix links that silently split a conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from harbor_ray.capture.graph import Role, RolloutGraph, TrainingSequence
+from harbor_ray.capture.turn import TurnRecord
+
+__all__ = [
+    "POSITIVE_LOGPROB_TOLERANCE",
+    "Code",
+    "Finding",
+    "Severity",
+    "is_trainable",
+    "validate",
+]
+
+# A log-probability is <= 0. vLLM's log_softmax gives exactly <= 0 (the max term
+# contributes exp(0) = 1 to the normaliser), so anything above float32 noise is not a
+# logprob at all (a raw logit, a probability, a sign error) and poisons the
+# importance ratio a trainer computes from it.
+POSITIVE_LOGPROB_TOLERANCE = 1e-6
+
+
+class Severity(StrEnum):
+    FATAL = "fatal"  # the rollout must not be trained on
+    WARN = "warn"  # trainable, but some data is masked or suspicious
+    INFO = "info"  # worth counting, nothing wrong
+
+
+class Code(StrEnum):
+    NO_TURNS = "no_turns"
+    MISSING_PROMPT_IDS = "missing_prompt_ids"
+    MISSING_TOKEN_IDS = "missing_token_ids"
+    INVALID_TOKEN_ID = "invalid_token_id"
+    MISSING_LOGPROBS = "missing_logprobs"
+    LOGPROB_MISALIGNED = "logprob_misaligned"
+    POSITIVE_LOGPROB = "positive_logprob"
+    NOTHING_TRAINABLE = "nothing_trainable"
+    LENGTH_MISMATCH = "length_mismatch"
+    MULTIPLE_ROOTS = "multiple_roots"
+    DISCARDED_TURNS = "discarded_turns"
+    RETOKENIZATION_SPLIT = "retokenization_split"
+    EMPTY_COMPLETION = "empty_completion"
+    TRUNCATED = "truncated"
+    ENGINE_ERRORS = "engine_errors"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: Code
+    severity: Severity
+    message: str
+    turn: int | None = None
+
+
+def is_trainable(findings: Sequence[Finding]) -> bool:
+    """No FATAL finding. This is what a rollout's `ok` is made of."""
+    return all(f.severity is not Severity.FATAL for f in findings)
+
+
+def validate(
+    turns: Sequence[TurnRecord],
+    graph: RolloutGraph,
+    *,
+    vocab_size: int | None = None,
+    engine_errors: int = 0,
+    budget_stops: int = 0,
+) -> tuple[Finding, ...]:
+    """Check one session's turns and the graph built from them.
+
+    Findings come in a stable order: session-wide first, then per turn in index order,
+    then the graph's, then the counters passed in by the owner.
+    """
+    findings: list[Finding] = []
+    if not turns:
+        findings.append(Finding(Code.NO_TURNS, Severity.FATAL, "the session made no model calls"))
+    for turn in sorted(turns, key=lambda t: t.index):
+        findings.extend(_turn_findings(turn, vocab_size))
+    if turns:
+        findings.extend(_graph_findings(graph, {t.index: t for t in turns}))
+    if engine_errors > 0:
+        findings.append(
+            Finding(
+                Code.ENGINE_ERRORS,
+                Severity.WARN,
+                f"{engine_errors} model call(s) failed at the engine",
+            )
+        )
+    if budget_stops > 0:
+        findings.append(
+            Finding(
+                Code.BUDGET_EXHAUSTED,
+                Severity.INFO,
+                f"the model-call budget was spent; {budget_stops} call(s) got the budget stop",
+            )
+        )
+    return tuple(findings)
+
+
+def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding]:
+    i = turn.index
+    if turn.prompt_ids is None:
+        yield Finding(
+            Code.MISSING_PROMPT_IDS, Severity.FATAL, f"turn {i}: the engine sent no prompt ids", i
+        )
+    else:
+        yield from _invalid_ids(i, "prompt", turn.prompt_ids, vocab_size)
+
+    tokens = turn.token_ids
+    if tokens is None:
+        yield Finding(
+            Code.MISSING_TOKEN_IDS, Severity.FATAL, f"turn {i}: the engine sent no sampled ids", i
+        )
+    else:
+        yield from _invalid_ids(i, "sampled", tokens, vocab_size)
+        if len(tokens) == 0:
+            yield Finding(
+                Code.EMPTY_COMPLETION, Severity.WARN, f"turn {i}: the engine sampled no tokens", i
+            )
+
+    if turn.logprobs is None:
+        yield Finding(
+            Code.MISSING_LOGPROBS, Severity.FATAL, f"turn {i}: the engine sent no logprobs", i
+        )
+    elif tokens is not None and len(turn.logprobs) != len(tokens):
+        yield Finding(
+            Code.LOGPROB_MISALIGNED,
+            Severity.FATAL,
+            f"turn {i}: {len(turn.logprobs)} logprobs for {len(tokens)} sampled tokens",
+            i,
+        )
+    elif tokens is not None:
+        yield from _logprob_values(i, turn.logprobs)
+
+    if turn.finish_reason == "length":
+        yield Finding(Code.TRUNCATED, Severity.INFO, f"turn {i}: the reply hit the token limit", i)
+
+
+def _invalid_ids(i: int, what: str, ids: np.ndarray, vocab_size: int | None) -> Iterator[Finding]:
+    bad = ids < 0
+    if vocab_size is not None:
+        bad |= ids >= vocab_size
+    count = int(np.count_nonzero(bad))
+    if count:
+        first = int(np.argmax(bad))
+        bound = f"[0, {vocab_size})" if vocab_size is not None else "[0, inf)"
+        yield Finding(
+            Code.INVALID_TOKEN_ID,
+            Severity.FATAL,
+            f"turn {i}: {count} of {len(ids)} {what} ids are outside {bound} "
+            f"(first: {int(ids[first])} at position {first})",
+            i,
+        )
+
+
+def _logprob_values(i: int, logprobs: np.ndarray) -> Iterator[Finding]:
+    missing = int(np.count_nonzero(~np.isfinite(logprobs)))
+    n = len(logprobs)
+    if missing and missing == n:
+        # Every entry absent is an engine that did not return logprobs, as if the field
+        # were missing; masking all of it quietly would train on nothing from this turn.
+        yield Finding(
+            Code.MISSING_LOGPROBS,
+            Severity.FATAL,
+            f"turn {i}: none of {n} sampled tokens has a logprob",
+            i,
+        )
+    elif missing:
+        yield Finding(
+            Code.MISSING_LOGPROBS,
+            Severity.WARN,
+            f"turn {i}: {missing} of {n} sampled tokens have no logprob and are masked",
+            i,
+        )
+    positive = logprobs > POSITIVE_LOGPROB_TOLERANCE
+    count = int(np.count_nonzero(positive))
+    if count:
+        first = int(np.argmax(positive))
+        yield Finding(
+            Code.POSITIVE_LOGPROB,
+            Severity.FATAL,
+            f"turn {i}: {count} of {n} logprobs are positive "
+            f"(first: {float(logprobs[first])} at position {first})",
+            i,
+        )
+
+
+def _graph_findings(graph: RolloutGraph, by_index: Mapping[int, TurnRecord]) -> Iterator[Finding]:
+    for i, j in graph.retokenization_splits:
+        parent = graph.nodes[i].parent
+        linked_to = "starts a new root" if parent is None else f"links to turn {parent} instead"
+        yield Finding(
+            Code.RETOKENIZATION_SPLIT,
+            Severity.WARN,
+            f"turn {i}'s prompt starts with turn {j}'s prompt but not with its sampled ids "
+            f"(a re-tokenised reply or rewritten history); turn {i} {linked_to}",
+            i,
+        )
+    for sequence in graph.sequences:
+        problem = _sequence_problem(sequence, by_index)
+        if problem:
+            yield Finding(
+                Code.LENGTH_MISMATCH,
+                Severity.FATAL,
+                f"sequence to leaf {sequence.leaf}: {problem}",
+                sequence.leaf,
+            )
+    agent_roots = graph.agent_roots
+    if len(agent_roots) > 1:
+        yield Finding(
+            Code.MULTIPLE_ROOTS,
+            Severity.INFO,
+            f"{len(agent_roots)} agent roots (turns {_names(agent_roots)}); all are trained on",
+        )
+    if graph.discarded:
+        yield Finding(
+            Code.DISCARDED_TURNS,
+            Severity.INFO,
+            f"{len(graph.discarded)} abandoned retr{'y' if len(graph.discarded) == 1 else 'ies'}"
+            f" masked out (turns {_names(graph.discarded)})",
+        )
+    if not any(s.role is Role.AGENT and s.loss_mask.any() for s in graph.sequences):
+        yield Finding(
+            Code.NOTHING_TRAINABLE,
+            Severity.FATAL,
+            f"no agent sequence has a trainable token ({len(graph.sequences)} sequence(s), "
+            f"{len(graph.agent_roots)} agent root(s))",
+        )
+
+
+def _sequence_problem(sequence: TrainingSequence, by_index: Mapping[int, TurnRecord]) -> str:
+    """What breaks the sequence's layout, or "" when it holds.
+
+    Checked independently of how the graph built it: every array has one length, each
+    turn on the path has its prompt as a prefix and its sampled ids right after it, and
+    the mask covers sampled positions only.
+    """
+    n = len(sequence.input_ids)
+    if len(sequence.loss_mask) != n or len(sequence.logprobs) != n:
+        return (
+            f"input_ids has {n} entries, loss_mask {len(sequence.loss_mask)}, "
+            f"logprobs {len(sequence.logprobs)}"
+        )
+    sampled = np.zeros(n, dtype=bool)
+    mask = sequence.loss_mask.astype(bool)
+    end = 0
+    for index in sequence.turns:
+        turn = by_index.get(index)
+        if turn is None or turn.prompt_ids is None or turn.token_ids is None:
+            return f"turn {index} on its path has no ids"
+        start, end = len(turn.prompt_ids), len(turn.prompt_ids) + len(turn.token_ids)
+        if end > n or not (
+            np.array_equal(sequence.input_ids[:start], turn.prompt_ids)
+            and np.array_equal(sequence.input_ids[start:end], turn.token_ids)
+        ):
+            return f"turn {index}'s prompt and sampled ids are not a prefix at [0, {end})"
+        sampled[start:end] = True
+        trained = mask[start:end]
+        lp = turn.logprobs
+        if trained.any() and (
+            lp is None
+            or len(lp) != end - start
+            or not np.array_equal(sequence.logprobs[start:end][trained], lp[trained])
+        ):
+            return f"turn {index}'s logprobs are not at its sampled positions [{start}, {end})"
+    if end != n:
+        return f"the leaf's sampled ids end at {end}, the sequence at {n}"
+    outside = int(np.count_nonzero(mask & ~sampled))
+    if outside:
+        return f"{outside} masked-in position(s) hold no sampled token"
+    stray = int(np.count_nonzero(~mask & (sequence.logprobs != 0)))
+    if stray:
+        return f"{stray} masked-out position(s) carry a nonzero logprob"
+    return ""
+
+
+def _names(indices: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in indices)

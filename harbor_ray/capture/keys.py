@@ -1,0 +1,50 @@
+"""Session keys: minted unguessable, read from wherever each SDK puts its API key.
+
+The key names its session (`hr-<session id>-<secret>`) so that any proxy replica can
+find the session's owner without shared state; the secret carries 192 random bits and
+is checked by the owner, which stores only its hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+
+_PREFIX = "hr-"
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(8)
+
+
+def mint_key(session_id: str) -> str:
+    return f"{_PREFIX}{session_id}-{secrets.token_urlsafe(24)}"
+
+
+def key_digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def digest_matches(key: str, digest: bytes) -> bool:
+    return hmac.compare_digest(key_digest(key), digest)
+
+
+def session_of(key: str) -> str | None:
+    """The session id a key names, or None when it is not one of ours."""
+    if not key.startswith(_PREFIX):
+        return None
+    session_id, sep, secret = key[len(_PREFIX):].partition("-")
+    return session_id if sep and session_id and secret else None
+
+
+def extract_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The API key as OpenAI, Anthropic and Google clients send it (headers lower-case)."""
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    for name in ("x-api-key", "x-goog-api-key"):
+        if headers.get(name):
+            return headers[name].strip()
+    return query.get("key") or None

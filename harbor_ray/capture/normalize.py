@@ -1,0 +1,34 @@
+"""The one place that decides what the engine is asked, whatever the agent's dialect.
+
+LESSONS.md: some agents send `tools: []` once their loop has no tools left and vLLM
+answers 400, truncating the trajectory; the capture fields must always be requested,
+or a rollout looks normal and carries no token ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harbor_ray.capture.dialects.base import EngineCall, RequestError
+
+# Streaming is synthesised by the proxy, so the engine never streams.
+_DROPPED = ("stream", "stream_options", "model")
+
+
+def engine_body(call: EngineCall, served_model: str) -> dict[str, Any]:
+    """The exact chat-completions body sent to the engine for one agent call."""
+    body = {k: v for k, v in call.body.items() if k not in _DROPPED}
+    n = body.pop("n", 1)
+    if n not in (1, None):
+        raise RequestError(
+            f"n={n} is not supported: each model call must be one recorded turn; "
+            "send n separate requests instead"
+        )
+    if not body.get("tools"):
+        for key in ("tools", "tool_choice", "parallel_tool_calls"):
+            body.pop(key, None)
+    body["model"] = served_model
+    body["stream"] = False
+    body["return_token_ids"] = True
+    body["logprobs"] = True
+    return body

@@ -1,0 +1,109 @@
+"""Serving the capture app on a socket that is provably ours.
+
+LESSONS.md: a liveness probe that connected to whoever held the port, while the real
+bind error died on a background thread, produced 401s and rollouts with zero model
+calls. So the socket is bound here, in the caller's thread (a taken port fails loudly,
+at once), and readiness is confirmed by the app's own instance id, not by "something
+answered".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+
+
+class ServeError(Exception):
+    """The proxy cannot start; the message names the fix."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, admin_key: str | None) -> None:
+    """Session-management routes must not be open to the network."""
+    if admin_key is None and not is_loopback(host):
+        raise ServeError(
+            f"refusing to bind {host} without an admin key: anyone who can reach it could "
+            "mint and read sessions. Pass --admin-key, or bind 127.0.0.1."
+        )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot bind {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}"
+
+
+async def serve(
+    app: Starlette,
+    sock: socket.socket,
+    *,
+    on_ready: Callable[[str], Awaitable[None] | None] | None = None,
+    stop: asyncio.Event | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Run until signalled, cancelled or `stop` is set; call `on_ready(url)` once the app
+    answers as itself. Shutdown is graceful (lifespan end runs) and bounded."""
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    url = base_url(sock)
+    try:
+        await _wait_until_ours(url, app.state.instance_id, serving)
+        if on_ready is not None:
+            result = on_ready(url)
+            if asyncio.iscoroutine(result):
+                await result
+        if stop is None:
+            await serving
+        else:
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+    finally:
+        server.should_exit = True
+        if not serving.done():
+            await asyncio.wait({serving}, timeout=10)
+
+
+async def _wait_until_ours(url: str, instance_id: str, serving: asyncio.Task[None]) -> None:
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        for _ in range(200):
+            if serving.done():
+                serving.result()
+                raise ServeError("the server stopped before it became ready")
+            try:
+                reply = await client.get(f"{url}/health")
+                if reply.json().get("instance") == instance_id:
+                    return
+                raise ServeError(f"{url} is answered by another server")
+            except (httpx.TransportError, ValueError):
+                await asyncio.sleep(0.05)
+    raise ServeError(f"{url} did not become ready")

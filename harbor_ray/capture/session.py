@@ -1,0 +1,142 @@
+"""Where a capture session's records live, behind one small async interface.
+
+The app never assumes the session lives in its own process: the standalone proxy and
+`harbor-ray rollout` use `InMemorySessionStore`; the cluster gives each session to the
+Ray actor that owns its rollout. Every admitted call ends in exactly one `record` or
+`release`, so the budget counts model turns, not attempts that never reached the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from harbor_ray.capture.export import build_export
+
+from harbor_ray.capture.keys import (
+    digest_matches,
+    key_digest,
+    mint_key,
+    new_session_id,
+    session_of,
+)
+from harbor_ray.capture.turn import TurnRecord
+
+Counter = Literal["engine_error", "budget_stop"]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    key: str
+    budget: int | None
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    call_index: int  # the turn's index when admitted; -1 otherwise
+
+
+class SessionStore(Protocol):
+    async def create(self, *, budget: int | None = None) -> SessionInfo: ...
+
+    async def authenticate(self, key: str) -> str | None:
+        """The session id this key opens, or None."""
+        ...
+
+    async def admit(self, session_id: str) -> Admission:
+        """Atomically check the budget and reserve one call."""
+        ...
+
+    async def record(self, session_id: str, turn: TurnRecord) -> None: ...
+
+    async def release(self, session_id: str, counter: Counter | None = None) -> None:
+        """Give back an admitted call that produced no turn, counting why."""
+        ...
+
+    async def count(self, session_id: str, counter: Counter) -> None: ...
+
+    async def export(self, session_id: str) -> dict[str, Any] | None: ...
+
+    async def delete(self, session_id: str) -> bool: ...
+
+
+@dataclass
+class SessionState:
+    """One session's records; the owner (whichever process) holds exactly one of these."""
+
+    key_digest: bytes
+    budget: int | None
+    turns: list[TurnRecord] = field(default_factory=list)
+    admitted: int = 0
+    in_flight: int = 0
+    counters: dict[str, int] = field(default_factory=lambda: {"engine_error": 0, "budget_stop": 0})
+
+    def admit(self) -> Admission:
+        # No await between check and increment: atomic on the owner's event loop.
+        if self.budget is not None and len(self.turns) + self.in_flight >= self.budget:
+            self.counters["budget_stop"] += 1
+            return Admission(False, -1)
+        index = self.admitted
+        self.admitted += 1
+        self.in_flight += 1
+        return Admission(True, index)
+
+    def record(self, turn: TurnRecord) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        self.turns.append(turn)
+
+    def release(self, counter: Counter | None) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        if counter:
+            self.counters[counter] += 1
+
+    def export(self) -> dict[str, Any]:
+        return build_export(
+            sorted(self.turns, key=lambda t: t.index),
+            engine_errors=self.counters["engine_error"],
+            budget_stops=self.counters["budget_stop"],
+        )
+
+
+class InMemorySessionStore:
+    """All sessions in this process: for the standalone proxy and one-process rollouts."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, SessionState] = {}
+
+    async def create(self, *, budget: int | None = None) -> SessionInfo:
+        session_id = new_session_id()
+        key = mint_key(session_id)
+        self._sessions[session_id] = SessionState(key_digest=key_digest(key), budget=budget)
+        return SessionInfo(session_id, key, budget)
+
+    async def authenticate(self, key: str) -> str | None:
+        session_id = session_of(key)
+        state = self._sessions.get(session_id) if session_id else None
+        if state is None or not digest_matches(key, state.key_digest):
+            return None
+        return session_id
+
+    async def admit(self, session_id: str) -> Admission:
+        return self._sessions[session_id].admit()
+
+    async def record(self, session_id: str, turn: TurnRecord) -> None:
+        self._sessions[session_id].record(turn)
+
+    async def release(self, session_id: str, counter: Counter | None = None) -> None:
+        self._sessions[session_id].release(counter)
+
+    async def count(self, session_id: str, counter: Counter) -> None:
+        self._sessions[session_id].counters[counter] += 1
+
+    async def export(self, session_id: str) -> dict[str, Any] | None:
+        state = self._sessions.get(session_id)
+        return state.export() if state else None
+
+    async def delete(self, session_id: str) -> bool:
+        return self._sessions.pop(session_id, None) is not None
+
+    def session_ids(self) -> list[str]:
+        return list(self._sessions)

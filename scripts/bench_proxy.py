@@ -1,0 +1,176 @@
+"""What the capture proxy adds to a model call: latency (p50/p99) and throughput.
+
+One run measures, at each concurrency, the stub engine called directly and the same
+engine through the capture proxy (capture and recording on, one session per client),
+alternating, and prints the figures and their ratios. The stub engine, the proxy and
+this load generator each run in their own process, all on this machine's cores.
+
+    uv run python scripts/bench_proxy.py [--concurrency 1 64 512] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import statistics
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import uvicorn
+
+from harbor_ray.capture.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
+from harbor_ray.capture.server import base_url, bind
+from harbor_ray.capture.session import InMemorySessionStore
+
+PROMPT = [{"role": "system", "content": "You are a careful coding agent. " * 20},
+          {"role": "user", "content": "List the files in /app and explain each one."}]
+
+
+def run_engine(port: int, delay_s: float) -> None:
+    fake = FakeEngine(delay_s=delay_s)
+    uvicorn.run(fake_engine_app(fake), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False)
+
+
+def run_proxy(port: int, engine_url: str) -> None:
+    engine = HttpEngine(engine_url)
+    app = build_capture_app(InMemorySessionStore(), engine,
+                            CaptureSettings(served_model="fake-model"),
+                            on_shutdown=engine.aclose)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+@dataclass(frozen=True)
+class Figures:
+    p50_ms: float
+    p99_ms: float
+    calls_per_s: float
+    errors: int
+
+
+async def load(url: str, keys: list[str], seconds: float) -> Figures:
+    latencies: list[float] = []
+    errors = 0
+    body = {"model": "m", "messages": PROMPT, "max_tokens": 64}
+    deadline = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as client:
+
+        async def worker(key: str) -> None:
+            nonlocal errors
+            headers = {"authorization": f"Bearer {key}"}
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                async with client.post(f"{url}/v1/chat/completions", json=body,
+                                       headers=headers) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - start)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(k) for k in keys))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return Figures(
+        p50_ms=1000 * statistics.median(latencies),
+        p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        calls_per_s=len(latencies) / elapsed,
+        errors=errors,
+    )
+
+
+async def mint_sessions(proxy_url: str, n: int) -> list[str]:
+    async with aiohttp.ClientSession() as client:
+        keys = []
+        for _ in range(n):
+            async with client.post(f"{proxy_url}/sessions", json={}) as resp:
+                keys.append((await resp.json())["key"])
+        return keys
+
+
+async def wait_up(url: str) -> None:
+    async with aiohttp.ClientSession() as client:
+        for _ in range(300):
+            try:
+                async with client.get(f"{url}/v1/models") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def free_port() -> int:
+    sock = bind("127.0.0.1", 0)
+    port = int(base_url(sock).rsplit(":", 1)[1])
+    sock.close()
+    return port
+
+
+async def bench(concurrencies: list[int], seconds: float, delay_s: float, rounds: int) -> None:
+    engine_port, proxy_port = free_port(), free_port()
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    proxy_url = f"http://127.0.0.1:{proxy_port}"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=run_engine, args=(engine_port, delay_s), daemon=True),
+             ctx.Process(target=run_proxy, args=(proxy_port, engine_url), daemon=True)]
+    for p in procs:
+        p.start()
+    try:
+        await wait_up(engine_url)
+        await wait_up(proxy_url)
+        keys = await mint_sessions(proxy_url, max(concurrencies))
+        print(f"stub engine answers after {delay_s * 1000:.0f} ms; {seconds:.0f} s per "
+              f"measurement; {rounds} round(s), alternating direct/proxy; medians shown")
+        header = (f"{'conc':>5} | {'direct p50/p99 ms':>18} {'calls/s':>8} | "
+                  f"{'proxy p50/p99 ms':>18} {'calls/s':>8} | {'added p50/p99 ms':>17} | "
+                  f"{'p99 ratio':>9} {'thru ratio':>10} | errors")
+        print(header)
+        print("-" * len(header))
+        for c in concurrencies:
+            direct_runs, proxy_runs = [], []
+            for _ in range(rounds):
+                direct_runs.append(await load(engine_url, keys[:c], seconds))
+                proxy_runs.append(await load(proxy_url, keys[:c], seconds))
+            d, p = _median(direct_runs), _median(proxy_runs)
+            print(f"{c:>5} | {d.p50_ms:8.1f} / {d.p99_ms:7.1f} {d.calls_per_s:8.0f} | "
+                  f"{p.p50_ms:8.1f} / {p.p99_ms:7.1f} {p.calls_per_s:8.0f} | "
+                  f"{p.p50_ms - d.p50_ms:7.1f} / {p.p99_ms - d.p99_ms:7.1f} | "
+                  f"{p.p99_ms / d.p99_ms:9.2f} {p.calls_per_s / d.calls_per_s:10.2f} | "
+                  f"{d.errors + p.errors}")
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join(5)
+
+
+def _median(runs: list[Figures]) -> Figures:
+    return Figures(
+        p50_ms=statistics.median(r.p50_ms for r in runs),
+        p99_ms=statistics.median(r.p99_ms for r in runs),
+        calls_per_s=statistics.median(r.calls_per_s for r in runs),
+        errors=sum(r.errors for r in runs),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512],
+                        help="closed-loop clients (one session each) per measurement")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of a measurement")
+    parser.add_argument("--engine-delay-ms", type=float, default=20.0,
+                        help="how long the stub engine takes per call")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternating direct/proxy repetitions per concurrency")
+    args = parser.parse_args()
+    asyncio.run(bench(args.concurrency, args.seconds, args.engine_delay_ms / 1000, args.rounds))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+# Sourced by scripts/test and scripts/main: makes a fresh machine ready, idempotently.
+# Installs the Debian packages the sandbox needs, uv, and the locked environment with
+# the CPU engine (on CUDA machines run `uv sync --frozen --extra gpu` instead: README).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v tmux >/dev/null || missing+=(tmux)
+if ((${#missing[@]})); then
+  echo "bootstrap: installing ${missing[*]} (Debian packages)" >&2
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v uv >/dev/null; then
+  echo "bootstrap: installing uv from PyPI" >&2
+  python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
+  export PATH="$HOME/.local/bin:$PATH"
+fi
+
+# Harbor needs Python >= 3.12. Use the pyenv 3.12 interpreter; never let uv download one.
+find_python() {
+  if command -v pyenv >/dev/null && pyenv prefix 3.12.1 >/dev/null 2>&1; then
+    echo "$(pyenv prefix 3.12.1)/bin/python3.12"; return
+  fi
+  for candidate in "$HOME/.pyenv/versions/3.12.1/bin/python3.12" "$(command -v python3.12 || true)"; do
+    [ -n "$candidate" ] && [ -x "$candidate" ] && { echo "$candidate"; return; }
+  done
+  echo "bootstrap: no CPython 3.12 found; install it (e.g. 'pyenv install 3.12.1')" >&2
+  return 1
+}
+UV_PYTHON="$(find_python)"
+export UV_PYTHON UV_PYTHON_DOWNLOADS=never
+uv sync --frozen --extra cpu --quiet
+# Later `uv run` calls must not re-sync without the engine extra (uv has no default extras).
+export UV_NO_SYNC=1

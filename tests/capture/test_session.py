@@ -1,0 +1,55 @@
+import asyncio
+
+import numpy as np
+
+from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.turn import TurnRecord
+
+
+def turn(index: int) -> TurnRecord:
+    return TurnRecord(
+        index=index, dialect="chat",
+        prompt_ids=np.array([1, 2], dtype=np.int32), token_ids=np.array([3], dtype=np.int32),
+        logprobs=np.array([-0.1], dtype=np.float32), finish_reason="stop",
+    )
+
+
+async def test_keys_open_only_their_own_session() -> None:
+    store = InMemorySessionStore()
+    a, b = await store.create(), await store.create()
+    assert await store.authenticate(a.key) == a.session_id
+    assert await store.authenticate(b.key) == b.session_id
+    assert await store.authenticate(a.key + "x") is None
+    assert await store.authenticate(a.key.replace(a.session_id, b.session_id)) is None
+
+
+async def test_budget_counts_in_flight_calls_atomically() -> None:
+    store = InMemorySessionStore()
+    s = await store.create(budget=3)
+    admissions = await asyncio.gather(*(store.admit(s.session_id) for _ in range(10)))
+    admitted = [a.call_index for a in admissions if a.admitted]
+    assert admitted == [0, 1, 2]
+    doc = await store.export(s.session_id)
+    assert doc["counts"]["budget_stops"] == 7
+
+
+async def test_released_calls_give_budget_back_and_count_why() -> None:
+    store = InMemorySessionStore()
+    s = await store.create(budget=1)
+    first = await store.admit(s.session_id)
+    await store.release(s.session_id, "engine_error")
+    second = await store.admit(s.session_id)
+    assert first.admitted and second.admitted and second.call_index == 1
+    await store.record(s.session_id, turn(second.call_index))
+    assert not (await store.admit(s.session_id)).admitted
+    doc = await store.export(s.session_id)
+    assert doc["counts"]["engine_errors"] == 1 and len(doc["turns"]) == 1
+
+
+async def test_delete() -> None:
+    store = InMemorySessionStore()
+    s = await store.create()
+    assert await store.delete(s.session_id)
+    assert not await store.delete(s.session_id)
+    assert await store.export(s.session_id) is None
+    assert await store.authenticate(s.key) is None

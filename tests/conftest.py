@@ -1,0 +1,6 @@
+"""Test-wide settings. Harbor and LiteLLM must not try the network from tests."""
+
+import os
+
+os.environ.setdefault("HARBOR_TELEMETRY", "0")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
