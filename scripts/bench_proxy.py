@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -44,18 +45,31 @@ def run_proxy(port: int, engine_url: str) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True)
 class Figures:
     p50_ms: float
     p99_ms: float
     calls_per_s: float
     errors: int
+    calls: int
 
 
-async def load(url: str, keys: list[str], seconds: float) -> Figures:
+# Direct calls ask for the same capture fields the proxy asks for upstream, so both
+# paths cost the engine the same and the difference is the proxy alone.
+AGENT_BODY = {"model": "m", "messages": PROMPT, "max_tokens": 64}
+DIRECT_BODY = {**AGENT_BODY, "return_token_ids": True, "logprobs": True}
+
+
+async def load(url: str, keys: list[str], seconds: float, body: dict) -> Figures:
     latencies: list[float] = []
     errors = 0
-    body = {"model": "m", "messages": PROMPT, "max_tokens": 64}
     deadline = time.perf_counter() + seconds
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as client:
@@ -81,6 +95,7 @@ async def load(url: str, keys: list[str], seconds: float) -> Figures:
         p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
         calls_per_s=len(latencies) / elapsed,
         errors=errors,
+        calls=len(latencies),
     )
 
 
@@ -130,20 +145,23 @@ async def bench(concurrencies: list[int], seconds: float, delay_s: float, rounds
               f"measurement; {rounds} round(s), alternating direct/proxy; medians shown")
         header = (f"{'conc':>5} | {'direct p50/p99 ms':>18} {'calls/s':>8} | "
                   f"{'proxy p50/p99 ms':>18} {'calls/s':>8} | {'added p50/p99 ms':>17} | "
-                  f"{'p99 ratio':>9} {'thru ratio':>10} | errors")
+                  f"{'p99 ratio':>9} {'thru ratio':>10} | proxy CPU ms/call | errors")
         print(header)
         print("-" * len(header))
         for c in concurrencies:
-            direct_runs, proxy_runs = [], []
+            direct_runs, proxy_runs, cpu_per_call = [], [], []
             for _ in range(rounds):
-                direct_runs.append(await load(engine_url, keys[:c], seconds))
-                proxy_runs.append(await load(proxy_url, keys[:c], seconds))
+                direct_runs.append(await load(engine_url, keys[:c], seconds, DIRECT_BODY))
+                before = cpu_seconds(procs[1].pid)
+                proxy_runs.append(await load(proxy_url, keys[:c], seconds, AGENT_BODY))
+                cpu = cpu_seconds(procs[1].pid) - before
+                cpu_per_call.append(1000 * cpu / max(1, proxy_runs[-1].calls))
             d, p = _median(direct_runs), _median(proxy_runs)
             print(f"{c:>5} | {d.p50_ms:8.1f} / {d.p99_ms:7.1f} {d.calls_per_s:8.0f} | "
                   f"{p.p50_ms:8.1f} / {p.p99_ms:7.1f} {p.calls_per_s:8.0f} | "
                   f"{p.p50_ms - d.p50_ms:7.1f} / {p.p99_ms - d.p99_ms:7.1f} | "
                   f"{p.p99_ms / d.p99_ms:9.2f} {p.calls_per_s / d.calls_per_s:10.2f} | "
-                  f"{d.errors + p.errors}")
+                  f"{statistics.median(cpu_per_call):17.2f} | {d.errors + p.errors}")
     finally:
         for p in procs:
             p.terminate()
@@ -156,6 +174,7 @@ def _median(runs: list[Figures]) -> Figures:
         p99_ms=statistics.median(r.p99_ms for r in runs),
         calls_per_s=statistics.median(r.calls_per_s for r in runs),
         errors=sum(r.errors for r in runs),
+        calls=sum(r.calls for r in runs),
     )
 
 

@@ -26,9 +26,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from harbor_ray.capture.budget import budget_stop
@@ -39,6 +40,7 @@ from harbor_ray.capture.detect import detect
 from harbor_ray.capture.dialects import DIALECTS, Dialect
 from harbor_ray.capture.dialects.base import EngineCall, ErrorKind, ReplyContext, RequestError
 from harbor_ray.capture.engine import Engine, EngineError
+from harbor_ray.capture.fast_json import JSONResponse
 from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
 from harbor_ray.capture.normalize import engine_body
@@ -129,8 +131,8 @@ class _CaptureHandler:
         raw = await request.body()
         if raw:
             try:
-                body = json.loads(raw)
-            except json.JSONDecodeError:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
                 return JSONResponse({"error": "body must be JSON"}, status_code=400)
             if not isinstance(body, dict):
                 return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
@@ -230,8 +232,8 @@ class _CaptureHandler:
                 raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
             chunks.append(chunk)
         try:
-            body = json.loads(b"".join(chunks))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = orjson.loads(b"".join(chunks))
+        except orjson.JSONDecodeError as exc:
             raise _HttpError(
                 400, f"request body is not valid JSON: {exc}", "invalid_request"
             ) from exc

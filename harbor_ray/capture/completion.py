@@ -8,7 +8,6 @@ tokenises: the ids are vLLM's own (`return_token_ids: true`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -140,9 +139,17 @@ def _logprobs(block: Any) -> np.ndarray | None:
     content = block.get("content")
     if not isinstance(content, list):
         return None
-    out = np.full(len(content), np.nan, dtype=np.float32)
-    for i, entry in enumerate(content):
-        value = entry.get("logprob") if isinstance(entry, dict) else None
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            out[i] = value
+    values = [entry.get("logprob") if isinstance(entry, dict) else None for entry in content]
+    try:
+        # None becomes NaN here; the fast path for the vLLM shape.
+        out = np.array(values, dtype=np.float32)
+    except (TypeError, ValueError):
+        out = np.array(
+            [v if isinstance(v, int | float) and not isinstance(v, bool) else None
+             for v in values],
+            dtype=np.float32,
+        )
+    if out.ndim != 1:
+        return None
+    out[~np.isfinite(out)] = np.nan
     return out

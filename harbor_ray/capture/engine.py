@@ -11,10 +11,12 @@ agent should see: 502/503/504 (retryable) when the engine failed or is unreachab
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
+
+_JSON = {"content-type": "application/json"}
 
 
 class EngineError(Exception):
@@ -66,7 +68,7 @@ class HttpEngine:
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
                 connector=aiohttp.TCPConnector(limit=self._max_connections),
-                json_serialize=lambda o: json.dumps(o, separators=(",", ":")),
+                json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
 
@@ -74,8 +76,11 @@ class HttpEngine:
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         try:
-            async with self._client().request(method, self.root + path, json=body) as resp:
-                text = await resp.text()
+            data = orjson.dumps(body) if body is not None else None
+            async with self._client().request(
+                method, self.root + path, data=data, headers=_JSON if data else None
+            ) as resp:
+                raw = await resp.read()
                 status = resp.status
         except TimeoutError as exc:
             raise EngineError(f"engine timed out on {path}", 504) from exc
@@ -84,10 +89,10 @@ class HttpEngine:
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine request failed: {exc}", 502) from exc
         if status >= 400:
-            raise engine_status_error(status, _error_detail(text))
+            raise engine_status_error(status, _error_detail(raw))
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
             raise EngineError(f"engine answered non-JSON on {path}", 502) from exc
         if not isinstance(value, dict):
             raise EngineError(f"engine answered a non-object on {path}", 502)
@@ -100,10 +105,11 @@ class HttpEngine:
             await asyncio.sleep(0)
 
 
-def _error_detail(text: str) -> str:
+def _error_detail(raw: bytes) -> str:
+    text = raw.decode(errors="replace")
     try:
-        body = json.loads(text)
-    except json.JSONDecodeError:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return text[:300]
     if isinstance(body, dict):
         error = body.get("error", body)

@@ -70,9 +70,7 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
     """Rebuild the turn records a document was made from, ids and NaNs included."""
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ValueError(
-            f"export schema_version {version!r} is not the supported {SCHEMA_VERSION}"
-        )
+        raise ValueError(f"export schema_version {version!r} is not the supported {SCHEMA_VERSION}")
     return [
         TurnRecord(
             index=int(t["index"]),

@@ -17,10 +17,10 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from harbor_ray.capture.engine import EngineError, engine_status_error
+from harbor_ray.capture.fast_json import JSONResponse
 
 IM_START, IM_END = 1, 2
 _BYTE_OFFSET = 3

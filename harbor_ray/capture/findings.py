@@ -43,6 +43,8 @@ class Severity(StrEnum):
 
 
 class Code(StrEnum):
+    """What a finding is about. The values are part of the dataset schema: never rename."""
+
     NO_TURNS = "no_turns"
     MISSING_PROMPT_IDS = "missing_prompt_ids"
     MISSING_TOKEN_IDS = "missing_token_ids"
@@ -63,6 +65,8 @@ class Code(StrEnum):
 
 @dataclass(frozen=True)
 class Finding:
+    """One problem or fact. `turn` names the turn it is about; None when session-wide."""
+
     code: Code
     severity: Severity
     message: str

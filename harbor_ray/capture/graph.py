@@ -107,11 +107,11 @@ def build_graph(turns: Sequence[TurnRecord]) -> RolloutGraph:
     """
     by_index = _by_index(turns)
     linked = [t for t in by_index.values() if t.prompt_ids is not None and t.token_ids is not None]
-    linked_set = {t.index for t in linked}
+    linked_ids = [t.index for t in linked]  # ascending, like by_index
 
     parents = _parents(linked)
     children: dict[int, list[int]] = {t.index: [] for t in linked}
-    for child in sorted(parents):
+    for child in linked_ids:
         parent = parents[child]
         if parent is not None:
             children[parent].append(child)
@@ -125,12 +125,12 @@ def build_graph(turns: Sequence[TurnRecord]) -> RolloutGraph:
         root_of[turn.index] = turn.index if parent is None else root_of[parent]
         depth[turn.index] = 0 if parent is None else depth[parent] + 1
 
-    roots = tuple(i for i in sorted(linked_set) if parents[i] is None)
+    roots = tuple(i for i in linked_ids if parents[i] is None)
     discarded = _discarded(by_index, parents, children, roots)
 
     nodes: dict[int, Node] = {}
     for index, turn in by_index.items():
-        if index not in linked_set:
+        if index not in children:
             nodes[index] = Node(index, None, (), None, 0, _tree_role(turn))
             continue
         role = Role.DISCARDED if index in discarded else _tree_role(by_index[root_of[index]])
@@ -138,14 +138,14 @@ def build_graph(turns: Sequence[TurnRecord]) -> RolloutGraph:
             index, parents[index], tuple(children[index]), root_of[index], depth[index], role
         )
 
-    leaves = tuple(i for i in sorted(linked_set) if not children[i])
+    leaves = tuple(i for i in linked_ids if not children[i])
     return RolloutGraph(
         nodes=MappingProxyType(nodes),
         roots=roots,
         leaves=leaves,
-        forks=tuple(i for i in sorted(linked_set) if len(children[i]) > 1),
+        forks=tuple(i for i in linked_ids if len(children[i]) > 1),
         discarded=tuple(sorted(discarded)),
-        unlinked=tuple(i for i in by_index if i not in linked_set),
+        unlinked=tuple(i for i in by_index if i not in children),
         retokenization_splits=_retokenization_splits(linked, parents, by_index),
         sequences=tuple(_sequence(leaf, nodes, by_index) for leaf in leaves),
     )

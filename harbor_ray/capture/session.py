@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from harbor_ray.capture.export import build_export
-
 from harbor_ray.capture.keys import (
     digest_matches,
     key_digest,

@@ -170,7 +170,8 @@ def test_zero_and_float_noise_are_valid_logprobs() -> None:
 
 
 def test_empty_completion() -> None:
-    findings = check([*chain(2), turn(2, [1, 2, 3], [], [])])
+    t0, t1 = chain(2)
+    findings = check([t0, t1, follow(t1, 2, [5], [], [])])
     f = only(findings, Code.EMPTY_COMPLETION)
     assert (f.severity, f.turn) == (Severity.WARN, 2)
     assert is_trainable(findings)
@@ -195,28 +196,17 @@ def test_nothing_trainable_without_an_agent_sequence() -> None:
     assert not is_trainable(findings)
 
 
-def test_nothing_trainable_when_every_agent_token_is_masked() -> None:
-    # Each turn alone only warns; together nothing is left to train on.
-    t0 = turn(0, [1, 2], [3, 4], [NAN, -0.5])
-    t1 = follow(t0, 1, [5], [6, 7], [-0.5, NAN])
-    masked = validate([t0, t1], _masked_everywhere(build_graph([t0, t1])))
-    assert Code.NOTHING_TRAINABLE in codes(masked)
-    assert Code.NOTHING_TRAINABLE not in codes(check([t0, t1]))
+def test_nothing_trainable_when_no_agent_token_was_sampled() -> None:
+    # An empty reply alone only warns, and an auxiliary call's tokens do not count.
+    empty = turn(0, [1, 2], [], [])
+    aux = turn(1, [7, 8], [9], auxiliary=True)
+    findings = check([empty, aux])
+    assert codes(findings) == [Code.EMPTY_COMPLETION, Code.NOTHING_TRAINABLE]
 
 
-def _masked_everywhere(graph: RolloutGraph) -> RolloutGraph:
-    (sequence,) = graph.sequences
-    return with_sequence(
-        graph,
-        loss_mask=np.zeros_like(sequence.loss_mask),
-        logprobs=np.zeros_like(sequence.logprobs),
-    )
-
-
-def test_discarded_sequence_does_not_count_as_trainable() -> None:
-    # The only trainable tokens sit in a discarded retry; the kept attempt has none.
-    t0 = turn(0, [1, 2], [3], [NAN])
-    findings = check([t0, turn(1, [1, 2], [4], [NAN])])
+def test_a_discarded_sequence_does_not_count_as_trainable() -> None:
+    # The only trainable token sits in an abandoned attempt; the kept one sampled nothing.
+    findings = check([turn(0, [1, 2], [3]), turn(1, [1, 2], [], [])])
     assert Code.NOTHING_TRAINABLE in codes(findings)
 
 
@@ -241,19 +231,27 @@ def test_discarded_sequence_does_not_count_as_trainable() -> None:
         ),
         (
             lambda s: {"loss_mask": np.roll(s.loss_mask, -1), "logprobs": np.roll(s.logprobs, -1)},
-            "turn 0's logprobs are not at its sampled positions [2, 3)",
+            "turn 1's logprobs are not at its sampled positions [5, 7)",
         ),
         (
             lambda s: {"logprobs": np.where(s.loss_mask == 1, np.float32(-9), s.logprobs)},
             "turn 0's logprobs are not at its sampled positions [2, 3)",
         ),
         (
-            lambda s: {"logprobs": s.logprobs - np.float32(1)},
-            "5 masked-out position(s) carry a nonzero logprob",
+            lambda s: {"logprobs": np.where(s.loss_mask == 1, s.logprobs, np.float32(-1))},
+            "4 masked-out position(s) carry a nonzero logprob",
         ),
         (
             lambda s: {"loss_mask": s.loss_mask | np.uint8(1)},
-            "turn 0's logprobs are not at its sampled positions [2, 3)",
+            "4 masked-in position(s) hold no sampled token",
+        ),
+        (
+            lambda s: {
+                "input_ids": np.append(s.input_ids, np.int32(9)),
+                "loss_mask": np.append(s.loss_mask, np.uint8(0)),
+                "logprobs": np.append(s.logprobs, np.float32(0)),
+            },
+            "the leaf's sampled ids end at 7, the sequence at 8",
         ),
     ],
     ids=[
@@ -265,6 +263,7 @@ def test_discarded_sequence_does_not_count_as_trainable() -> None:
         "wrong values",
         "stray logprobs",
         "mask on prompt",
+        "trailing ids",
     ],
 )
 def test_length_mismatch_catches_a_broken_sequence(change, problem: str) -> None:
@@ -278,20 +277,6 @@ def test_length_mismatch_catches_a_broken_sequence(change, problem: str) -> None
     assert f.message == f"sequence to leaf 1: {problem}"
 
 
-def test_length_mismatch_catches_a_mask_outside_sampled_tokens() -> None:
-    # Consistent values on a prompt position still break the layout.
-    t0 = turn(0, [1, 2], [3])
-    graph = build_graph([t0])
-    (sequence,) = graph.sequences
-    mask = sequence.loss_mask.copy()
-    mask[0] = 1
-    logprobs = sequence.logprobs.copy()
-    logprobs[0] = -1.0
-    tampered = with_sequence(graph, loss_mask=mask, logprobs=logprobs)
-    f = only(validate([t0], tampered), Code.LENGTH_MISMATCH)
-    assert f.message == "sequence to leaf 0: 1 masked-in position(s) hold no sampled token"
-
-
 def test_length_mismatch_catches_a_short_sequence() -> None:
     t0 = turn(0, [1, 2], [3, 4])
     graph = build_graph([t0])
@@ -303,7 +288,10 @@ def test_length_mismatch_catches_a_short_sequence() -> None:
         logprobs=sequence.logprobs[:3],
     )
     f = only(validate([t0], tampered), Code.LENGTH_MISMATCH)
-    assert f.message == "sequence to leaf 0: turn 0's prompt and sampled ids are not a prefix at [0, 4)"
+    assert (
+        f.message
+        == "sequence to leaf 0: turn 0's prompt and sampled ids are not a prefix at [0, 4)"
+    )
 
 
 def test_multiple_agent_roots_are_reported() -> None:

@@ -166,11 +166,27 @@ def test_duplicate_index_is_refused() -> None:
         build_graph([turn(0, [1], [2]), turn(0, [3], [4])])
 
 
-def test_empty_replies_with_identical_prompts_do_not_form_a_cycle() -> None:
-    graph = build_graph([turn(1, [1, 2], []), turn(0, [1, 2], [])])
+def test_an_empty_reply_is_never_a_parent() -> None:
+    # The agent got nothing back and asked again; the retry is continued.
+    empty = turn(0, [1, 2], [], [])
+    retry = turn(1, [1, 2], [3])
+    onward = follow(retry, 2, [4], [5])
+    graph = build_graph([onward, retry, empty])
+    assert parents(graph) == {0: None, 1: None, 2: 1}
+    assert graph.discarded == (0,)
+
+
+def test_identical_empty_replies_do_not_adopt_each_other() -> None:
+    graph = build_graph([turn(1, [1, 2], [], []), turn(0, [1, 2], [], [])])
+    assert parents(graph) == {0: None, 1: None}
+    assert graph.discarded == (0,)
+
+
+def test_an_empty_reply_still_has_a_parent() -> None:
+    t0 = turn(0, [1, 2], [3])
+    graph = build_graph([t0, follow(t0, 1, [4], [], [])])
     assert parents(graph) == {0: None, 1: 0}
-    assert graph.roots == (0,)
-    assert graph.leaves == (1,)
+    assert graph.sequences[0].loss_mask.tolist() == [0, 0, 1, 0]
 
 
 def test_empty_graph() -> None:
@@ -379,14 +395,15 @@ def test_sequences_are_fresh_arrays() -> None:
 
 
 def reference_parents(turns: list[TurnRecord]) -> dict[int, int | None]:
-    """The parent rule spelled out on Python lists, O(n^2): longest full prefix, lowest index."""
+    """The parent rule on Python lists, O(n^2): longest full prefix of a non-empty reply,
+    lowest index among equals."""
     out: dict[int, int | None] = {}
     for t in turns:
         prompt = t.prompt_ids.tolist()
         best: tuple[int, int] | None = None
         for c in turns:
             f = full(c)
-            if c.index != t.index and len(f) <= len(prompt) and prompt[: len(f)] == f:
+            if len(c.token_ids) and len(f) <= len(prompt) and prompt[: len(f)] == f:
                 key = (-len(f), c.index)
                 best = key if best is None or key < best else best
         out[t.index] = None if best is None else best[1]
@@ -403,13 +420,13 @@ def random_session(rng: random.Random, n: int) -> list[TurnRecord]:
     for index in range(n):
         roll = rng.random()
         if not turns or roll < 0.1:
-            turns.append(turn(index, tokens(rng.randint(1, 3)), tokens(rng.randint(1, 3))))
+            turns.append(turn(index, tokens(rng.randint(1, 3)), tokens(rng.randint(0, 3))))
         elif roll < 0.3:
             twin = rng.choice(turns)
-            turns.append(turn(index, twin.prompt_ids.tolist(), tokens(rng.randint(1, 3))))
+            turns.append(turn(index, twin.prompt_ids.tolist(), tokens(rng.randint(0, 3))))
         else:
             base = rng.choice(turns)
-            turns.append(follow(base, index, tokens(rng.randint(0, 3)), tokens(rng.randint(1, 3))))
+            turns.append(follow(base, index, tokens(rng.randint(0, 3)), tokens(rng.randint(0, 3))))
     return turns
 
 
