@@ -22,6 +22,11 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
+@app.callback()
+def _root() -> None:
+    """harbor_ray: Harbor tasks as trainable RL environments, with exact token capture."""
+
+
 @app.command()
 def proxy(
     llm_url: Annotated[str, typer.Option(

@@ -171,3 +171,24 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
     ])
 
 
+
+
+def main() -> None:
+    """`python -m harbor_ray.capture.fake_engine --port N`: a stand-in engine for smoke
+    tests of the proxy and agents where no model can run."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--no-token-ids", action="store_true",
+                        help="imitate an engine that ignores return_token_ids")
+    args = parser.parse_args()
+    engine = FakeEngine(token_ids=not args.no_token_ids)
+    uvicorn.run(fake_engine_app(engine), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
