@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -44,7 +45,8 @@ from harbor_ray.capture.fast_json import JSONResponse
 from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
 from harbor_ray.capture.normalize import engine_body
-from harbor_ray.capture.session import SessionStore
+from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.session import SessionGrant, SessionStore
 from harbor_ray.capture.sse import KEEPALIVE
 from harbor_ray.capture.turn import TurnRecord
 
@@ -60,6 +62,15 @@ class CaptureSettings:
     max_body_bytes: int = 32 * 1024 * 1024
     keepalive_s: float = 10.0
     default_budget: int | None = None
+
+
+class SessionRequest(BaseModel):
+    """The body of `POST /sessions`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    budget: int | None = Field(None, ge=0, description="Model calls allowed; None: no limit.")
+    sampling: Sampling | None = Field(None, description="Imposed on every call.")
 
 
 class _HttpError(Exception):
@@ -127,23 +138,15 @@ class _CaptureHandler:
     async def admin_create(self, request: Request) -> Response:
         if denied := self._admin_denied(request):
             return denied
-        budget = self.settings.default_budget
-        raw = await request.body()
-        if raw:
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return JSONResponse({"error": "body must be JSON"}, status_code=400)
-            if not isinstance(body, dict):
-                return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
-            budget = body.get("budget", budget)
-            if budget is not None and (not isinstance(budget, int) or budget < 0):
-                return JSONResponse(
-                    {"error": "budget must be a non-negative integer"}, status_code=400
-                )
-        info = await self.store.create(budget=budget)
+        try:
+            spec = SessionRequest.model_validate_json(await request.body() or b"{}")
+        except ValidationError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
+        info = await self.store.create(budget=budget, sampling=spec.sampling)
         return JSONResponse(
-            {"session_id": info.session_id, "key": info.key, "budget": info.budget},
+            {"session_id": info.session_id, "key": info.key, "budget": info.budget,
+             "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None},
             status_code=201,
         )
 
@@ -178,12 +181,13 @@ class _CaptureHandler:
         if route.kind == "models":
             return JSONResponse(models_reply(route.dialect, self.settings.served_model))
         try:
-            session_id = await self._authenticate(request)
+            grant = await self._authenticate(request)
             body = await self._read_json(request)
             if route.kind == "count_tokens":
                 return JSONResponse(await self._count_tokens(dialect, route, body))
             call = dialect.to_engine(body, url_model=route.url_model, url_stream=route.url_stream)
-            payload = engine_body(call, self.settings.served_model)
+            payload = engine_body(call, self.settings.served_model, grant.sampling)
+            session_id = grant.session_id
         except _HttpError as exc:
             return _error(dialect, exc.status, exc.message, exc.kind)
         except RequestError as exc:
@@ -210,12 +214,12 @@ class _CaptureHandler:
             return _error(dialect, exc.status, exc.message, _engine_kind(exc))
         return self._reply(dialect, call, completion, ctx)
 
-    async def _authenticate(self, request: Request) -> str:
+    async def _authenticate(self, request: Request) -> SessionGrant:
         key = extract_key(request.headers, request.query_params)
-        session_id = await self.store.authenticate(key) if key else None
-        if session_id is None:
+        grant = await self.store.authenticate(key) if key else None
+        if grant is None:
             raise _HttpError(401, "invalid or missing session key", "authentication")
-        return session_id
+        return grant
 
     async def _read_json(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("content-type", "")

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from harbor_ray.capture.dialects.base import EngineCall, RequestError
+from harbor_ray.capture.sampling import Sampling
 
 # Streaming is synthesised by the proxy, so the engine never streams.
 _DROPPED = ("stream", "stream_options", "model")
 
 
-def engine_body(call: EngineCall, served_model: str) -> dict[str, Any]:
+def engine_body(
+    call: EngineCall, served_model: str, sampling: Sampling | None = None
+) -> dict[str, Any]:
     """The exact chat-completions body sent to the engine for one agent call."""
     body = {k: v for k, v in call.body.items() if k not in _DROPPED}
     n = body.pop("n", 1)
@@ -27,6 +30,8 @@ def engine_body(call: EngineCall, served_model: str) -> dict[str, Any]:
     if not body.get("tools"):
         for key in ("tools", "tool_choice", "parallel_tool_calls"):
             body.pop(key, None)
+    if sampling is not None:
+        sampling.apply(body)
     body["model"] = served_model
     body["stream"] = False
     body["return_token_ids"] = True

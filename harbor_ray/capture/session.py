@@ -19,6 +19,7 @@ from harbor_ray.capture.keys import (
     new_session_id,
     session_of,
 )
+from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.turn import TurnRecord
 
 Counter = Literal["engine_error", "budget_stop"]
@@ -29,6 +30,15 @@ class SessionInfo:
     session_id: str
     key: str
     budget: int | None
+    sampling: Sampling | None = None
+
+
+@dataclass(frozen=True)
+class SessionGrant:
+    """What a valid key opens: the session, and what every call in it must obey."""
+
+    session_id: str
+    sampling: Sampling | None = None
 
 
 @dataclass(frozen=True)
@@ -38,10 +48,12 @@ class Admission:
 
 
 class SessionStore(Protocol):
-    async def create(self, *, budget: int | None = None) -> SessionInfo: ...
+    async def create(
+        self, *, budget: int | None = None, sampling: Sampling | None = None
+    ) -> SessionInfo: ...
 
-    async def authenticate(self, key: str) -> str | None:
-        """The session id this key opens, or None."""
+    async def authenticate(self, key: str) -> SessionGrant | None:
+        """What this key opens, or None."""
         ...
 
     async def admit(self, session_id: str) -> Admission:
@@ -67,6 +79,7 @@ class SessionState:
 
     key_digest: bytes
     budget: int | None
+    sampling: Sampling | None = None
     turns: list[TurnRecord] = field(default_factory=list)
     admitted: int = 0
     in_flight: int = 0
@@ -105,18 +118,22 @@ class InMemorySessionStore:
     def __init__(self) -> None:
         self._sessions: dict[str, SessionState] = {}
 
-    async def create(self, *, budget: int | None = None) -> SessionInfo:
+    async def create(
+        self, *, budget: int | None = None, sampling: Sampling | None = None
+    ) -> SessionInfo:
         session_id = new_session_id()
         key = mint_key(session_id)
-        self._sessions[session_id] = SessionState(key_digest=key_digest(key), budget=budget)
-        return SessionInfo(session_id, key, budget)
+        self._sessions[session_id] = SessionState(
+            key_digest=key_digest(key), budget=budget, sampling=sampling
+        )
+        return SessionInfo(session_id, key, budget, sampling)
 
-    async def authenticate(self, key: str) -> str | None:
+    async def authenticate(self, key: str) -> SessionGrant | None:
         session_id = session_of(key)
         state = self._sessions.get(session_id) if session_id else None
-        if state is None or not digest_matches(key, state.key_digest):
+        if session_id is None or state is None or not digest_matches(key, state.key_digest):
             return None
-        return session_id
+        return SessionGrant(session_id, state.sampling)
 
     async def admit(self, session_id: str) -> Admission:
         return self._sessions[session_id].admit()

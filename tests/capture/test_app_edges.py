@@ -171,3 +171,15 @@ def test_client_disconnect_cancels_the_upstream_call(server: CaptureServer) -> N
     assert server.engine.cancelled == 1
     # The call was released, not recorded: the session can still use its budget.
     assert server.export(sid)["turns"] == []
+
+
+def test_session_sampling_is_imposed_on_every_call(server: CaptureServer) -> None:
+    reply = server.admin.post("/sessions", json={
+        "sampling": {"temperature": 1.0, "max_tokens": 7}})
+    assert reply.status_code == 201
+    assert reply.json()["sampling"] == {"temperature": 1.0, "max_tokens": 7}
+    key = reply.json()["key"]
+    post(server, CHAT, key, json={**GOOD[CHAT], "temperature": 0.0, "max_tokens": 100})
+    sent = server.engine.calls[0]
+    assert sent["temperature"] == 1.0 and sent["max_tokens"] == 7
+    assert server.admin.post("/sessions", json={"sampling": {"temp": 1}}).status_code == 400

@@ -2,6 +2,7 @@ import asyncio
 
 import numpy as np
 
+from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import InMemorySessionStore
 from harbor_ray.capture.turn import TurnRecord
 
@@ -17,10 +18,16 @@ def turn(index: int) -> TurnRecord:
 async def test_keys_open_only_their_own_session() -> None:
     store = InMemorySessionStore()
     a, b = await store.create(), await store.create()
-    assert await store.authenticate(a.key) == a.session_id
-    assert await store.authenticate(b.key) == b.session_id
+    assert (await store.authenticate(a.key)).session_id == a.session_id
+    assert (await store.authenticate(b.key)).session_id == b.session_id
     assert await store.authenticate(a.key + "x") is None
     assert await store.authenticate(a.key.replace(a.session_id, b.session_id)) is None
+
+
+async def test_the_grant_carries_the_sessions_sampling() -> None:
+    store = InMemorySessionStore()
+    s = await store.create(sampling=Sampling(temperature=0.7))
+    assert (await store.authenticate(s.key)).sampling == Sampling(temperature=0.7)
 
 
 async def test_budget_counts_in_flight_calls_atomically() -> None:
