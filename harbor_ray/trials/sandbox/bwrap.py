@@ -1,0 +1,332 @@
+"""A Harbor environment that runs each trial in a bubblewrap sandbox on this machine.
+
+For machines without a container engine (development, CI, laptops, training nodes):
+plug it in with `EnvironmentConfig(import_path="harbor_ray.trials.sandbox.bwrap:
+BwrapEnvironment", kwargs={...})`. Constructor kwargs: `share_network` (bool, see
+`shares_host_network`), `sandboxes_dir` (where the per-trial directories go; default the
+system temp dir) and `search_path` (PATH-style string used to find bwrap, nsenter and
+tmux; default this process's PATH).
+
+What a trial gets (layout.py): its own writable `/` in a per-trial host directory, so
+its /app (or the task's workdir), /tests, /logs, /solution, /installed-agent, /tmp and
+/root are its own; the host's /usr, /etc and /bin, /lib* read-only, so it runs the
+host's programs; no network unless allowed; one pid namespace whose teardown kills every
+process of the trial (runtime.py). The task's Dockerfile or image is not built: tasks
+must run on the host's userland.
+
+Every command runs as root inside the sandbox (the host uid running the trial, mapped
+1:1; root on our machines), without capabilities. Other users cannot be provided (the
+user namespace maps a single uid), so a task asking for one is refused rather than
+silently run as root.
+
+Files move in and out through `tar`/`cat` run inside the sandbox, never by copying on
+the host: the sandbox's files are written by the agent, and a host-side copy would
+follow a symlink it planted (say `/tests -> /usr/lib/...`) on the host, as the host's
+root. Inside, the same path resolves in the sandbox's view, where /usr is read-only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from harbor.environments.base import BaseEnvironment, ExecResult, transfer_tar_filter
+from harbor.environments.capabilities import (
+    EnvironmentCapabilities,
+    EnvironmentResourceCapabilities,
+)
+from harbor.environments.definition import COMPOSE_FILE_NAME, DOCKERFILE_NAME
+from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
+from harbor.models.trial.paths import TrialPaths
+
+from harbor_ray.trials.sandbox.layout import (
+    DEFAULT_WORKDIR,
+    SANDBOX_PATH,
+    Bind,
+    Layout,
+    remove_root,
+)
+from harbor_ray.trials.sandbox.preflight import find_problems, find_tools
+from harbor_ray.trials.sandbox.runtime import Sandbox, SandboxError
+
+__all__ = ["BwrapEnvironment", "shares_host_network"]
+
+ENVIRONMENT_TYPE = "bwrap"
+
+# What a command sees before the task's and the caller's variables: nothing from the
+# host process (it holds API keys and host-only paths). TMUX_TMPDIR points tmux at the
+# trial's own /tmp, so trials never share a tmux server.
+_BASE_ENV = {
+    "PATH": SANDBOX_PATH,
+    "HOME": "/root",
+    "USER": "root",
+    "LOGNAME": "root",
+    "LANG": "C.UTF-8",
+    "TMUX_TMPDIR": "/tmp",
+}
+_ROOT_USERS = (None, 0, "0", "root")
+
+
+def shares_host_network(
+    policy: NetworkPolicy, task_env_config: EnvironmentConfig, requested: bool
+) -> bool:
+    """Whether the sandbox joins the host's network namespace.
+
+    Harbor's policy defaults to public for every task that says nothing, and the host
+    network includes the host's loopback services (the capture proxy, Ray), so public
+    is taken only when asked for: by the task (`network_mode = "public"`, or the
+    deprecated `allow_internet = true`, in task.toml) or by the `share_network` kwarg.
+    A task that forbids the network is never overridden.
+    """
+    if policy.network_mode != NetworkMode.PUBLIC:
+        return False
+    return requested or "network_mode" in task_env_config.model_fields_set
+
+
+class BwrapEnvironment(BaseEnvironment):
+    """One trial's bubblewrap sandbox (see the module docstring)."""
+
+    def __init__(
+        self,
+        environment_dir: Path,
+        environment_name: str,
+        session_id: str,
+        trial_paths: TrialPaths,
+        task_env_config: EnvironmentConfig,
+        logger: logging.Logger | None = None,
+        *,
+        share_network: bool = False,
+        sandboxes_dir: str | Path | None = None,
+        search_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._share_network = share_network
+        self._sandboxes_dir = Path(sandboxes_dir) if sandboxes_dir is not None else None
+        self._search_path = search_path
+        self._sandbox: Sandbox | None = None
+        self._sandbox_dir: Path | None = None
+        super().__init__(
+            environment_dir=environment_dir,
+            environment_name=environment_name,
+            session_id=session_id,
+            trial_paths=trial_paths,
+            task_env_config=task_env_config,
+            logger=logger,
+            **kwargs,
+        )
+
+    @staticmethod
+    def type() -> str:
+        return ENVIRONMENT_TYPE
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        # mounted: Harbor's mounts (and, with auto_mounting, the trial's log dirs) are
+        # bound into the sandbox, so Harbor reads logs in place instead of downloading.
+        return EnvironmentCapabilities(disable_internet=True, mounted=True)
+
+    @classmethod
+    def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
+        # No CPU or memory limits are enforced; requests for them are refused by Harbor.
+        return EnvironmentResourceCapabilities(fractional_cpus=True)
+
+    @classmethod
+    def preflight(cls) -> None:
+        """Harbor's hook: SystemExit naming every missing piece (see preflight.py)."""
+        problems = find_problems()
+        if problems:
+            raise SystemExit("The bwrap sandbox cannot run here:\n" + "\n".join(problems))
+
+    @property
+    def sandbox_dir(self) -> Path | None:
+        """The host directory that is the sandbox's `/`, while it exists."""
+        return self._sandbox_dir
+
+    @property
+    def workdir(self) -> PurePosixPath:
+        workdir = self.task_env_config.workdir
+        return PurePosixPath(workdir) if workdir else DEFAULT_WORKDIR
+
+    def _validate_definition(self) -> None:
+        if (self.environment_dir / COMPOSE_FILE_NAME).exists():
+            raise ValueError(
+                f"{COMPOSE_FILE_NAME} tasks need a container engine: the bwrap sandbox "
+                "runs a single environment on the host's userland."
+            )
+        for mount in self._host_mounts:
+            if mount["type"] != "bind":
+                raise ValueError(
+                    f"The bwrap sandbox supports bind mounts only, not {mount['type']!r} "
+                    f"(target {mount['target']})."
+                )
+
+    def _layout(self, root: Path) -> Layout:
+        binds = tuple(
+            Bind(
+                source=Path(mount["source"]),
+                target=PurePosixPath(mount["target"]),
+                read_only=bool(mount.get("read_only")),
+            )
+            for mount in self._host_mounts
+        )
+        share = shares_host_network(self.network_policy, self.task_env_config, self._share_network)
+        return Layout(root=root, workdir=self.workdir, share_network=share, binds=binds)
+
+    async def start(self, force_build: bool) -> None:
+        if self._sandbox_dir is not None:
+            raise SandboxError("the sandbox was already started")
+        tools = find_tools(self._search_path)
+        if (self.environment_dir / DOCKERFILE_NAME).exists() or self.task_env_config.docker_image:
+            self.logger.warning(
+                "The bwrap sandbox does not build the task's Dockerfile or pull its "
+                "image; the task runs on the host's /usr."
+            )
+        if self._sandboxes_dir is not None:
+            self._sandboxes_dir.mkdir(parents=True, exist_ok=True)
+        prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", self.session_id)[:80] + "-"
+        self._sandbox_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=self._sandboxes_dir))
+        self._sandbox = Sandbox(tools, self._layout(self._sandbox_dir))
+        try:
+            await self._sandbox.start()
+            await self._upload_environment_dir_after_start()
+        except BaseException:
+            await self.stop(delete=True)
+            raise
+
+    async def stop(self, delete: bool) -> None:
+        """Kill every process of the trial, then remove its directory. Idempotent.
+
+        `delete=False` (Harbor's keep-for-debugging) keeps the directory, never the
+        processes.
+        """
+        sandbox, self._sandbox = self._sandbox, None
+        try:
+            if sandbox is not None:
+                await sandbox.stop()
+        finally:
+            if self._sandbox_dir is not None:
+                if delete:
+                    remove_root(self._sandbox_dir)
+                else:
+                    self.logger.info(f"Kept the sandbox's directory {self._sandbox_dir}")
+                self._sandbox_dir = None
+
+    def _running(self) -> Sandbox:
+        if self._sandbox is None:
+            raise SandboxError("the sandbox is not running")
+        return self._sandbox
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        """Run `bash -c command` (not a login shell, as Harbor's Docker environment does).
+
+        A timeout kills the command's process tree and raises `ExecTimeoutError`.
+        """
+        resolved = self._resolve_user(user)
+        if resolved not in _ROOT_USERS:
+            raise ValueError(
+                f"The bwrap sandbox runs every command as root; user {resolved!r} "
+                "cannot be provided (its user namespace maps a single uid)."
+            )
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            code = await self._running().run(
+                ["bash", "-c", command],
+                cwd=PurePosixPath(cwd) if cwd else self.workdir,
+                env={**_BASE_ENV, **(self._merge_env(env) or {})},
+                stdout=stdout,
+                stderr=stderr,
+                # 0 means no timeout, as for Harbor's Docker environment.
+                timeout_sec=timeout_sec or None,
+            )
+            return ExecResult(stdout=_text(stdout), stderr=_text(stderr), return_code=code)
+
+    async def _transfer(
+        self, script: str, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None
+    ) -> None:
+        """Run a file-transfer script inside, as root with the base environment only."""
+        with tempfile.TemporaryFile() as discard, tempfile.TemporaryFile() as stderr:
+            code = await self._running().run(
+                ["bash", "-c", f"set -e; {script}"],
+                cwd=PurePosixPath("/"),
+                env=_BASE_ENV,
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=stdout if stdout is not None else discard,
+                stderr=stderr,
+            )
+            if code != 0:
+                raise SandboxError(f"file transfer failed ({code}): {_text(stderr)}")
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        target = shlex.quote(target_path)
+        with open(source_path, "rb") as source:
+            await self._transfer(
+                f'mkdir -p -- "$(dirname -- {target})"; cat > {target}', stdin=source
+            )
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        """Copy the contents of `source_dir` into `target_dir` (created if missing)."""
+        target = shlex.quote(target_dir)
+        with tempfile.TemporaryFile() as archive:
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                tar.add(source_dir, arcname=".")
+            archive.seek(0)
+            await self._transfer(
+                f"mkdir -p -- {target}; tar -x --no-same-owner -C {target} -f -",
+                stdin=archive,
+            )
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        target = Path(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile() as content:
+            await self._transfer(f"cat -- {shlex.quote(source_path)}", stdout=content)
+            content.seek(0)
+            with open(target, "wb") as destination:
+                shutil.copyfileobj(content, destination)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        """Copy the contents of `source_dir` into `target_dir`, overwriting files.
+
+        Entries that would land outside `target_dir` on the host (absolute symlinks,
+        links climbing out) are left out, with a warning, rather than failing the copy.
+        """
+        target = Path(target_dir)
+        target.mkdir(parents=True, exist_ok=True)
+        skipped: list[str] = []
+
+        def keep_inside(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
+            try:
+                return transfer_tar_filter(member, destination)
+            except tarfile.FilterError:
+                skipped.append(member.name)
+                return None
+
+        with tempfile.TemporaryFile() as archive:
+            await self._transfer(f"tar -c -C {shlex.quote(source_dir)} -f - .", stdout=archive)
+            archive.seek(0)
+            with tarfile.open(fileobj=archive) as tar:
+                tar.extractall(target, filter=keep_inside)
+        if skipped:
+            self.logger.warning(
+                f"Left out of the download of {source_dir}, as they point outside it: {skipped}"
+            )
+
+
+def _text(output: IO[bytes]) -> str | None:
+    """A command's captured output; None when empty, as Harbor's Docker environment."""
+    output.seek(0)
+    data = output.read()
+    return data.decode(errors="replace") if data else None

@@ -1,0 +1,218 @@
+"""What a sandbox looks like, and the command lines that build it and enter it.
+
+Nothing here spawns a process: it lays out the per-trial host directory and builds argv
+lists, so the shape of the sandbox can be read (and tested) in one place.
+
+The sandbox's `/` is a per-trial host directory, writable. Everything Harbor and agents
+write (`/app`, `/tests`, `/logs`, `/solution`, `/installed-agent`, `/tmp`, `/root`, ...)
+therefore lands in that one directory, and removing it removes the trial. The host's
+system directories are bound read-only on top, so the sandbox runs the host's programs
+(bash, tmux, python) without being able to change them; top-level symlinks such as
+`/bin -> usr/bin` are copied from the host so merged-/usr and split layouts both work.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+__all__ = [
+    "DEFAULT_WORKDIR",
+    "DROP_PRIVILEGES",
+    "READY_LINE",
+    "SANDBOX_PATH",
+    "Bind",
+    "Layout",
+    "enter_argv",
+    "init_argv",
+    "prepare_root",
+    "remove_root",
+]
+
+# PATH for everything run inside. Set explicitly: the host's PATH points at host-only
+# places (pyenv shims, ~/.local/bin) that do not exist in the sandbox.
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Where commands run when the task names no workdir (Harbor's convention).
+DEFAULT_WORKDIR = PurePosixPath("/app")
+
+# Host directories that hold programs and their configuration. Each is bound read-only
+# when it is a directory on the host and recreated as the same symlink when it is one.
+_SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+# Host secrets readable by root. The sandbox's root is the host's root uid (mapped 1:1),
+# so the read-only /etc would otherwise hand them to every agent.
+_MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
+_MASKED_DIRS = ("/etc/ssh",)
+
+# Directories Harbor hard-codes or agents expect, created so that the first command
+# of a trial does not depend on who creates them.
+_TRIAL_DIRS = (
+    "tmp",
+    "var/tmp",
+    "root",
+    "home",
+    "run",
+    "logs/agent",
+    "logs/verifier",
+    "logs/artifacts",
+    "tests",
+    "solution",
+    "installed-agent",
+)
+_STICKY_DIRS = ("tmp", "var/tmp")
+
+# pid 1 of the sandbox. The kernel drops every signal sent to a namespace's pid 1 from
+# inside the namespace unless pid 1 handles it, so an agent's `kill -9 -1` or
+# `pkill sleep` cannot tear the sandbox down; only the host can (SIGKILL from outside).
+# bash reaps the orphans reparented to it (daemonised tmux servers, `cmd &` left behind).
+# The loop restarts the `sleep` child if an agent kills it. "ready" tells the host that
+# the mounts are in place and commands may enter.
+_INIT_SCRIPT = (
+    'trap "" HUP INT QUIT TERM; echo ready; exec </dev/null >/dev/null 2>&1; '
+    "while :; do sleep 86400 & wait; done"
+)
+READY_LINE = b"ready\n"
+
+# Commands entering the sandbox join its user namespace, where they would hold every
+# capability, enough to remount the read-only /usr writable. Drop them all, for good.
+DROP_PRIVILEGES = (
+    "/usr/bin/setpriv",
+    "--bounding-set=-all",
+    "--inh-caps=-all",
+    "--no-new-privs",
+    "--",
+)
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host directory made visible at `target` inside the sandbox."""
+
+    source: Path
+    target: PurePosixPath
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Everything that decides what one sandbox sees.
+
+    `root` is the per-trial host directory that becomes `/`; `binds` are the extra host
+    directories (Harbor's mounts) laid over it.
+    """
+
+    root: Path
+    workdir: PurePosixPath = DEFAULT_WORKDIR
+    share_network: bool = False
+    binds: tuple[Bind, ...] = ()
+
+
+def _host_system() -> tuple[list[str], dict[str, str]]:
+    """The host's system directories to bind, and its top-level symlinks to recreate."""
+    binds: list[str] = []
+    links: dict[str, str] = {}
+    for name in _SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():
+            links[name] = os.readlink(path)
+        elif path.is_dir():
+            binds.append(name)
+    return binds, links
+
+
+def prepare_root(layout: Layout) -> None:
+    """Create the skeleton of the sandbox's `/` inside `layout.root`.
+
+    bwrap refuses to create a symlink where one exists, so the host's top-level
+    symlinks are made here, once, rather than by `bwrap --symlink` on every start.
+    """
+    root = layout.root
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    _, links = _host_system()
+    for name, target in links.items():
+        link = root / name
+        if not link.is_symlink():
+            link.symlink_to(target)
+    workdir = layout.workdir.relative_to("/").as_posix()
+    for relative in (*_TRIAL_DIRS, workdir):
+        (root / relative).mkdir(parents=True, exist_ok=True)
+    for relative in _STICKY_DIRS:
+        (root / relative).chmod(0o1777)
+    (root / "root").chmod(0o700)
+
+
+def init_argv(
+    bwrap: str,
+    layout: Layout,
+    *,
+    info_fd: int | None = None,
+    command: Sequence[str] = ("/bin/bash", "-c", _INIT_SCRIPT),
+) -> list[str]:
+    """The bwrap command line for the sandbox's long-lived pid 1 (or a one-shot probe).
+
+    `--unshare-all` gives the sandbox its own user, pid, mount, network, ipc, uts and
+    cgroup namespaces; the network one holds only a loopback device, so there is no
+    network unless `share_network`. `--die-with-parent` takes the sandbox down with the
+    thread that started it; `--cap-drop ALL` leaves pid 1 without capabilities.
+    """
+    argv = [bwrap, "--unshare-all"]
+    if layout.share_network:
+        argv.append("--share-net")
+    argv += ["--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    argv += ["--bind", str(layout.root), "/"]
+    binds, _ = _host_system()
+    for name in binds:
+        argv += ["--ro-bind", f"/{name}", f"/{name}"]
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    for path in _MASKED_FILES:
+        if os.path.isfile(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    for path in _MASKED_DIRS:
+        if os.path.isdir(path):
+            argv += ["--tmpfs", path]
+    for bind in layout.binds:
+        flag = "--ro-bind" if bind.read_only else "--bind"
+        argv += [flag, str(bind.source), str(bind.target)]
+    return [*argv, "--", *command]
+
+
+def enter_argv(
+    nsenter: str, init_pid: int, cwd: PurePosixPath, command: Sequence[str]
+) -> list[str]:
+    """The command line that runs `command` inside the sandbox whose pid 1 is `init_pid`.
+
+    `nsenter --all` joins every namespace of pid 1, so all commands of a trial share one
+    filesystem view, one loopback network and one process tree: a tmux server started
+    by one command is there for the next. `--root`/`--wd` take pid 1's root; the working
+    directory is then set inside, because nsenter would resolve `--wd=DIR` on the host.
+    """
+    return [
+        nsenter,
+        "--all",
+        f"--target={init_pid}",
+        "--root",
+        "--wd",
+        "--",
+        *DROP_PRIVILEGES,
+        "/usr/bin/env",
+        f"--chdir={cwd}",
+        "--",
+        *command,
+    ]
+
+
+def remove_root(root: Path) -> None:
+    """Delete a sandbox's directory.
+
+    Run only once no process of the sandbox is left: its binds live in its own mount
+    namespace, so by then `root` holds plain files and the host's /usr is not below it.
+    `rmtree` never follows the symlinks an agent may have planted.
+    """
+    shutil.rmtree(root)

@@ -1,0 +1,219 @@
+"""A running sandbox: one long-lived bwrap per trial, and the commands that enter it.
+
+Why one bwrap that lives as long as the trial, instead of one bwrap per command: agents
+keep state between commands. terminus-2 starts a tmux server in one command and talks to
+it in the next; agents start servers in the background and query them later. Separate
+bwrap runs would each get their own pid namespace (the tmux server dies with the first),
+their own network namespace (a server on 127.0.0.1 is unreachable from the next command)
+and, without extra binds, their own /tmp. Here pid 1 of the sandbox is a tiny init
+started by bwrap, and every command joins its namespaces through `nsenter`.
+
+The pid namespace also makes teardown complete: when its pid 1 dies, the kernel kills
+every process in it, however it was started, daemonised or renamed. A scan of /proc for
+an env tag or a working directory would miss a process that cleared its environment or
+moved elsewhere; membership of a pid namespace cannot be left.
+
+Commands write their output to files, not pipes: a command that leaves a background
+process behind (`server &`) would otherwise hold the pipe open and make the caller wait
+for that process instead of the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import IO
+
+from harbor_ray.trials.sandbox.layout import (
+    READY_LINE,
+    SANDBOX_PATH,
+    Layout,
+    enter_argv,
+    init_argv,
+    prepare_root,
+)
+from harbor_ray.trials.sandbox.preflight import HostTools
+from harbor_ray.trials.sandbox.processes import kill_descendants, pids_in_pid_namespace
+
+__all__ = ["ExecTimeoutError", "Sandbox", "SandboxError"]
+
+# How long stop() waits for the kernel to finish killing the pid namespace.
+_TEARDOWN_TIMEOUT_SEC = 10.0
+_TEARDOWN_POLL_SEC = 0.02
+# How long a host-side process (bwrap, nsenter) gets to exit once its child is dead.
+_REAP_GRACE_SEC = 5.0
+
+_Stream = IO[bytes] | int
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not start, is not running, or left a process behind."""
+
+
+class ExecTimeoutError(RuntimeError):
+    """A command outlived its timeout; its process tree has been killed.
+
+    A RuntimeError, as Harbor's Docker environment raises, and deliberately not a
+    TimeoutError: Harbor reads a TimeoutError inside an agent's run as the agent's own
+    timeout.
+    """
+
+
+class Sandbox:
+    """The namespaces of one trial, held open by a pid 1, and a way to run commands in them.
+
+    The pid 1 dies with the thread that called `start()` (bwrap's `--die-with-parent`),
+    so start it from a thread that lives as long as the trial, e.g. the event loop's.
+    """
+
+    def __init__(self, tools: HostTools, layout: Layout) -> None:
+        self._tools = tools
+        self._layout = layout
+        self._bwrap: asyncio.subprocess.Process | None = None
+        self._init_pid: int | None = None
+        self._pid_namespace: int | None = None
+        self._commands: dict[int, asyncio.subprocess.Process] = {}
+
+    @property
+    def running(self) -> bool:
+        return (
+            self._init_pid is not None
+            and self._bwrap is not None
+            and self._bwrap.returncode is None
+        )
+
+    async def start(self) -> None:
+        """Lay out the root, start pid 1, and return once commands can enter."""
+        prepare_root(self._layout)
+        info_read, info_write = os.pipe()
+        try:
+            self._bwrap = await asyncio.create_subprocess_exec(
+                *init_argv(self._tools.bwrap, self._layout, info_fd=info_write),
+                pass_fds=(info_write,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={"PATH": SANDBOX_PATH},
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(info_read)
+            raise
+        finally:
+            os.close(info_write)
+        info = await _read_to_end(info_read)
+        assert self._bwrap.stdout is not None and self._bwrap.stderr is not None
+        ready = await self._bwrap.stdout.readline()
+        if not info or ready != READY_LINE:
+            code = await self._bwrap.wait()
+            stderr = (await self._bwrap.stderr.read()).decode(errors="replace").strip()
+            raise SandboxError(f"bwrap exited with {code} before the sandbox was up: {stderr}")
+        # bwrap reports its child, which is the sandbox's pid 1 (`--as-pid-1`).
+        details = json.loads(info)
+        self._init_pid = int(details["child-pid"])
+        self._pid_namespace = int(details["pid-namespace"])
+
+    async def run(
+        self,
+        command: Sequence[str],
+        *,
+        cwd: PurePosixPath,
+        env: Mapping[str, str],
+        stdin: _Stream = subprocess.DEVNULL,
+        stdout: _Stream,
+        stderr: _Stream,
+        timeout_sec: float | None = None,
+    ) -> int:
+        """Run `command` inside with exactly `env`; return its exit status.
+
+        On timeout or cancellation the command's whole process tree is killed before
+        `ExecTimeoutError` or the cancellation propagates.
+        """
+        if not self.running:
+            raise SandboxError("the sandbox is not running")
+        assert self._init_pid is not None
+        process = await asyncio.create_subprocess_exec(
+            *enter_argv(self._tools.nsenter, self._init_pid, cwd, command),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=dict(env),
+            start_new_session=True,
+        )
+        self._commands[process.pid] = process
+        try:
+            async with asyncio.timeout(timeout_sec):
+                return await process.wait()
+        except TimeoutError:
+            await _kill(process)
+            raise ExecTimeoutError(f"Command timed out after {timeout_sec} seconds") from None
+        except asyncio.CancelledError:
+            await _kill(process)
+            raise
+        finally:
+            del self._commands[process.pid]
+
+    async def stop(self) -> None:
+        """Kill every process of the sandbox and wait until none is left. Idempotent."""
+        if self._bwrap is None:
+            return
+        if self.running:
+            assert self._init_pid is not None
+            # SIGKILL from outside is the one signal pid 1 cannot ignore; its death makes
+            # the kernel kill everything else in the namespace.
+            os.kill(self._init_pid, signal.SIGKILL)
+        elif self._bwrap.returncode is None:
+            # A start that failed half-way: pid 1 is bwrap's child, not known to us yet.
+            kill_descendants(self._bwrap.pid)
+        # bwrap and the commands' nsenters each wait for their child in the sandbox, now
+        # dead, and exit. Waiting for them means no nsenter of ours is left to enter
+        # anything once stop() returns.
+        await asyncio.gather(*(_reap(p) for p in (self._bwrap, *self._commands.values())))
+        if self._pid_namespace is not None:
+            await _wait_until_empty(self._pid_namespace)
+        self._init_pid = None
+
+
+async def _read_to_end(fd: int) -> bytes:
+    """Read a pipe until EOF without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    try:
+        return await reader.read()
+    finally:
+        transport.close()
+
+
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill a command's tree inside the sandbox; its nsenter then exits by itself."""
+    kill_descendants(process.pid)
+    await _reap(process)
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    """Wait for a process that is about to exit; SIGKILL it if it does not in time."""
+    try:
+        async with asyncio.timeout(_REAP_GRACE_SEC):
+            await process.wait()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+
+async def _wait_until_empty(namespace: int) -> None:
+    deadline = time.monotonic() + _TEARDOWN_TIMEOUT_SEC
+    while survivors := pids_in_pid_namespace(namespace):
+        if time.monotonic() > deadline:
+            raise SandboxError(f"processes {survivors} survived the sandbox's teardown")
+        await asyncio.sleep(_TEARDOWN_POLL_SEC)
