@@ -1,0 +1,7 @@
+#!/bin/bash
+cat > /app/greet.sh <<'SCRIPT'
+# Defines the function greet. Use: source /app/greet.sh; greet NAME
+greet() {
+    printf 'Hello, %s!\n' "$1"
+}
+SCRIPT
