@@ -1,0 +1,117 @@
+"""Sandbox backends: which ones exist, which are usable here, and how to configure one.
+
+LESSONS.md: checking credentials alone reported a backend available that then failed at
+rollout time. A backend is usable only if its class imports, the SDK its Harbor extra
+names is installed, and Harbor's own preflight passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harbor.environments.factory import _ENVIRONMENT_REGISTRY
+from harbor.models.environment_type import EnvironmentType
+from harbor.models.trial.config import EnvironmentConfig
+
+LOCAL = "local"
+_LOCAL_IMPORT_PATH = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    usable: bool
+    reason: str  # why not usable, or what it is when usable
+
+
+class UnknownBackendError(ValueError):
+    pass
+
+
+def backend_names() -> list[str]:
+    """`local` first, then every type Harbor registers, in Harbor's order."""
+    return [LOCAL, *(t.value for t in _ENVIRONMENT_REGISTRY)]
+
+
+def environment_config(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvironmentConfig:
+    """The Harbor environment config of a backend, with per-rollout constructor kwargs."""
+    if name == LOCAL:
+        return EnvironmentConfig(import_path=_LOCAL_IMPORT_PATH, kwargs=dict(kwargs or {}))
+    try:
+        kind = EnvironmentType(name)
+    except ValueError:
+        raise UnknownBackendError(
+            f"unknown sandbox {name!r}; known: {', '.join(backend_names())}"
+        ) from None
+    return EnvironmentConfig(type=kind, kwargs=dict(kwargs or {}))
+
+
+def check_backend(name: str) -> BackendStatus:
+    """Import, SDK and preflight, in that order; the first failure is the reason."""
+    if name == LOCAL:
+        module, class_name = _LOCAL_IMPORT_PATH.split(":")
+        extra = None
+    else:
+        try:
+            entry = _ENVIRONMENT_REGISTRY[EnvironmentType(name)]
+        except (ValueError, KeyError):
+            return BackendStatus(name, False, "not a Harbor environment type")
+        module, class_name, extra = entry.module, entry.class_name, entry.pip_extra
+    missing = _missing_sdk(extra) if extra else []
+    if missing:
+        return BackendStatus(name, False, f"SDK not installed: {', '.join(missing)}")
+    try:
+        cls = getattr(importlib.import_module(module), class_name)
+    except Exception as exc:  # an import can fail in any way a vendor SDK likes
+        return BackendStatus(name, False, f"cannot import {class_name}: {exc}")
+    problem = _preflight_problem(cls)
+    if problem:
+        return BackendStatus(name, False, problem)
+    if name == LOCAL:
+        return BackendStatus(name, True, "bubblewrap sandbox on this machine")
+    return BackendStatus(name, True, "preflight passed")
+
+
+def check_backends() -> list[BackendStatus]:
+    return [check_backend(name) for name in backend_names()]
+
+
+def _preflight_problem(cls: Any) -> str | None:
+    # Preflights report by SystemExit (Harbor's convention) or by raising; some print.
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            cls.preflight()
+    except SystemExit as exc:
+        return _one_line(str(exc.code if exc.code is not None else printed.getvalue()))
+    except Exception as exc:
+        return _one_line(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def _missing_sdk(extra: str) -> list[str]:
+    """Distributions that harbor's `extra` requires and this environment lacks."""
+    requires = importlib.metadata.requires("harbor") or []
+    missing = []
+    for requirement in requires:
+        if f"extra == '{extra}'" not in requirement and f'extra == "{extra}"' not in requirement:
+            continue
+        match = re.match(r"[A-Za-z0-9._-]+", requirement)
+        if match is None:
+            continue
+        try:
+            importlib.metadata.version(match.group(0))
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(match.group(0))
+    return missing
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
