@@ -1,0 +1,75 @@
+"""The one record every rollout ends as, whatever happened to it.
+
+LESSONS.md: an exception that reaches a distributed trainer hangs every rank at the
+collective barrier, so a failed rollout is data: `ok` false, `error_type` from a closed
+set, `reward` None when the verifier never ran (never 0.0: that would teach the model
+that infrastructure failures are its fault).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorType(StrEnum):
+    """Where a rollout failed, named by the boundary crossed. Closed: add here, nowhere else."""
+
+    TASK_INVALID = "task_invalid"  # the task (or its pairing with the agent) is unusable
+    SANDBOX_START = "sandbox_start"  # the environment did not start
+    AGENT_SETUP = "agent_setup"  # the agent could not be installed / set up
+    AGENT_TIMEOUT = "agent_timeout"  # the agent ran past its own timeout
+    AGENT_ERROR = "agent_error"  # the agent crashed or gave up
+    VERIFIER_ERROR = "verifier_error"  # the verifier ran and failed (or timed out)
+    VERIFIER_MISSING = "verifier_missing"  # the verifier wrote no usable reward
+    REWARD_INVALID = "reward_invalid"  # rewards exist, but the key to train on is unusable
+    ENGINE_ERROR = "engine_error"  # the engine failed the agent's calls
+    CAPTURE_INVALID = "capture_invalid"  # a FATAL validation finding
+    NO_MODEL_CALLS = "no_model_calls"  # an agent that needs a model never called it
+    DEADLINE = "deadline"  # the rollout's overall deadline passed
+    CANCELLED = "cancelled"  # cancelled by the caller
+    INFRA_LOST = "infra_lost"  # the sandbox or the owner (actor, node) died
+    INTERNAL = "internal"  # a bug in harbor_ray itself; the message says where
+
+
+class FindingRecord(BaseModel):
+    """A finding as stored with the rollout (capture, reward and trial findings alike)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    severity: str = Field(description="fatal, warn or info (as the capture layer writes it).")
+    message: str
+    turn: int | None = None
+
+
+class RolloutResult(BaseModel):
+    """One rollout, as the driver, the JSON-lines output and the dataset see it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str
+    task: str
+    attempt: int = 0
+    agent: str
+    sandbox: str
+    model: str | None = Field(None, description="Served model id; None for agents without one.")
+    ok: bool = Field(description="Usable for training: no error, no fatal finding.")
+    reward: float | None = Field(description="The chosen scalar; None: the verifier never ran.")
+    reward_key: str | None = None
+    rewards: dict[str, float] = Field(
+        default_factory=dict, description="Every usable reward key, as the verifier wrote it."
+    )
+    error_type: ErrorType | None = None
+    error: str | None = None
+    findings: list[FindingRecord] = Field(default_factory=list)
+    capture: dict[str, Any] | None = Field(
+        None, description="The capture export document (turns, sequences, findings)."
+    )
+    model_calls: int = 0
+    timings: dict[str, float] = Field(
+        default_factory=dict, description="Seconds per phase (environment, agent, verifier...)."
+    )
+    trial_dir: str | None = None
