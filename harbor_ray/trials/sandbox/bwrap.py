@@ -3,9 +3,11 @@
 For machines without a container engine (development, CI, laptops, training nodes):
 plug it in with `EnvironmentConfig(import_path="harbor_ray.trials.sandbox.bwrap:
 BwrapEnvironment", kwargs={...})`. Constructor kwargs: `share_network` (bool, see
-`shares_host_network`), `sandboxes_dir` (where the per-trial directories go; default the
-system temp dir) and `search_path` (PATH-style string used to find bwrap, nsenter and
-tmux; default this process's PATH).
+`shares_host_network`), `forward` (`{sandbox port: "host:port"}`, JSON-friendly: host
+TCP addresses the sandbox reaches at 127.0.0.1:port without any other network, see
+forward.py and `forward_url`), `sandboxes_dir` (where the per-trial directories go;
+default the system temp dir) and `search_path` (PATH-style string used to find bwrap,
+nsenter and tmux; default this process's PATH).
 
 What a trial gets (layout.py): its own writable `/` in a per-trial host directory, so
 its /app (or the task's workdir), /tests, /logs, /solution, /installed-agent, /tmp and
@@ -34,6 +36,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -46,6 +49,7 @@ from harbor.environments.definition import COMPOSE_FILE_NAME, DOCKERFILE_NAME
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
+from harbor_ray.trials.sandbox.forward import Forwarding, parse_forwards
 from harbor_ray.trials.sandbox.layout import (
     DEFAULT_WORKDIR,
     SANDBOX_PATH,
@@ -103,11 +107,14 @@ class BwrapEnvironment(BaseEnvironment):
         logger: logging.Logger | None = None,
         *,
         share_network: bool = False,
+        forward: Mapping[int | str, str] | None = None,
         sandboxes_dir: str | Path | None = None,
         search_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         self._share_network = share_network
+        self._forwards = parse_forwards(forward or {})
+        self._forwarding: Forwarding | None = None
         self._sandboxes_dir = Path(sandboxes_dir) if sandboxes_dir is not None else None
         self._search_path = search_path
         self._sandbox: Sandbox | None = None
@@ -167,7 +174,23 @@ class BwrapEnvironment(BaseEnvironment):
                     f"(target {mount['target']})."
                 )
 
-    def _layout(self, root: Path) -> Layout:
+    @property
+    def _shares_network(self) -> bool:
+        return shares_host_network(self.network_policy, self.task_env_config, self._share_network)
+
+    def forward_url(self, port: int) -> str:
+        """The base URL at which commands inside reach the host address forwarded from `port`.
+
+        On the host's network (see `shares_host_network`) no relay is needed, and the
+        URL is the host address itself.
+        """
+        for forward in self._forwards:
+            if forward.port == port:
+                return forward.target_url if self._shares_network else forward.sandbox_url
+        forwarded = [forward.port for forward in self._forwards]
+        raise ValueError(f"sandbox port {port} is not forwarded (forwarded: {forwarded})")
+
+    def _layout(self, root: Path, extra_binds: tuple[Bind, ...]) -> Layout:
         binds = tuple(
             Bind(
                 source=Path(mount["source"]),
@@ -176,8 +199,12 @@ class BwrapEnvironment(BaseEnvironment):
             )
             for mount in self._host_mounts
         )
-        share = shares_host_network(self.network_policy, self.task_env_config, self._share_network)
-        return Layout(root=root, workdir=self.workdir, share_network=share, binds=binds)
+        return Layout(
+            root=root,
+            workdir=self.workdir,
+            share_network=self._shares_network,
+            binds=binds + extra_binds,
+        )
 
     async def start(self, force_build: bool) -> None:
         if self._sandbox_dir is not None:
@@ -192,25 +219,32 @@ class BwrapEnvironment(BaseEnvironment):
             self._sandboxes_dir.mkdir(parents=True, exist_ok=True)
         prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", self.session_id)[:80] + "-"
         self._sandbox_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=self._sandboxes_dir))
-        self._sandbox = Sandbox(tools, self._layout(self._sandbox_dir))
+        forwards = () if self._shares_network else self._forwards
+        self._forwarding = Forwarding(forwards, self.logger)
         try:
+            await self._forwarding.open()
+            self._sandbox = Sandbox(tools, self._layout(self._sandbox_dir, self._forwarding.binds))
             await self._sandbox.start()
+            await self._forwarding.start_inside(self._sandbox)
             await self._upload_environment_dir_after_start()
         except BaseException:
             await self.stop(delete=True)
             raise
 
     async def stop(self, delete: bool) -> None:
-        """Kill every process of the trial, then remove its directory. Idempotent.
+        """Kill every process of the trial, end its forwards, remove its directory. Idempotent.
 
         `delete=False` (Harbor's keep-for-debugging) keeps the directory, never the
         processes.
         """
         sandbox, self._sandbox = self._sandbox, None
+        forwarding, self._forwarding = self._forwarding, None
         try:
             if sandbox is not None:
                 await sandbox.stop()
         finally:
+            if forwarding is not None:
+                await forwarding.close()
             if self._sandbox_dir is not None:
                 if delete:
                     remove_root(self._sandbox_dir)

@@ -1,0 +1,203 @@
+"""Port forwards: a sandbox without network reaching chosen host TCP addresses.
+
+Agents installed in the sandbox (claude-code, codex, ...) must reach the capture proxy
+on the host, but sharing the host's network would hand them every host loopback service
+too (Ray, the proxy's admin side, other trials' servers). A forward gives them one
+address and nothing else:
+
+    agent -> 127.0.0.1:PORT    relay.py, inside the sandbox's own network namespace
+          -> /run/harbor-ray/PORT.sock   unix socket, host directory bound read-only
+          -> host half (`Forwarding`), an asyncio server in this process
+          -> the configured host address, e.g. 127.0.0.1:8765
+
+Why a unix socket: it is the one thing that crosses a network namespace without a
+network, and a file the sandbox can be shown (or not) like any other. Why the host half
+connects only to the address configured for that socket: the sandbox picks a socket,
+never a destination, so no byte it sends can choose where the host connects.
+
+Why the sockets live in a host directory of their own (in the system temp dir, short
+enough for a socket path; mode 0700, so no other host user connects), bound read-only at
+/run/harbor-ray, rather than in the sandbox's writable `/`: the agent cannot remove or
+replace them, and the host never removes anything by a path the agent could have turned
+into a symlink. The directory also holds the copy of relay.py that the sandbox runs, out
+of the agent's reach.
+
+Ports below 1024 cannot be forwarded: commands in the sandbox hold no capabilities, so
+the sandbox's relay may not bind them (start() fails and says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from harbor_ray.trials.sandbox import relay
+from harbor_ray.trials.sandbox.layout import SANDBOX_PATH, Bind
+from harbor_ray.trials.sandbox.runtime import ExecTimeoutError, Sandbox, SandboxError
+
+__all__ = ["SOCKET_DIR", "Forward", "Forwarding", "parse_forwards"]
+
+# Where the sandbox sees the sockets and the relay program.
+SOCKET_DIR = PurePosixPath("/run/harbor-ray")
+_RELAY_PROGRAM = "relay.py"
+# Starting the sandbox's relay is one short Python start-up; this only bounds a hang.
+_START_TIMEOUT_SEC = 30
+
+
+@dataclass(frozen=True)
+class Forward:
+    """127.0.0.1:`port` inside the sandbox leads to `host`:`target_port` on the host."""
+
+    port: int
+    host: str
+    target_port: int
+
+    @property
+    def socket_name(self) -> str:
+        return f"{self.port}.sock"
+
+    @property
+    def sandbox_url(self) -> str:
+        """The base URL at which commands in the sandbox reach the target."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def target_url(self) -> str:
+        """The target's own base URL, for a sandbox on the host's network."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.target_port}"
+
+
+def _port(value: int | str, what: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise ValueError(f"{what} must be a port number, got {value!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"{what} must be a port number, got {value!r}")
+    return port
+
+
+def parse_forwards(spec: Mapping[int | str, str]) -> tuple[Forward, ...]:
+    """Validate `{sandbox port: "host:port"}`; keys may be strings, as JSON makes them."""
+    forwards = []
+    for port, address in spec.items():
+        host, separator, target = str(address).rpartition(":")
+        if not separator or not host:
+            raise ValueError(f"forward target must be 'host:port', got {address!r}")
+        forwards.append(
+            Forward(
+                port=_port(port, "forwarded sandbox port"),
+                host=host.removeprefix("[").removesuffix("]"),
+                target_port=_port(target, f"port of forward target {address!r}"),
+            )
+        )
+    return tuple(sorted(forwards, key=lambda forward: forward.port))
+
+
+class Forwarding:
+    """The forwards of one sandbox: the host half, and the start of the sandbox's half.
+
+    Three phases, in the sandbox's own order: `open()` before the sandbox starts (its
+    directory must exist for bwrap to bind it; see `binds`), `start_inside()` once it
+    runs, `close()` after it stopped. With no forwards, every phase does nothing.
+    """
+
+    def __init__(self, forwards: Sequence[Forward], logger: logging.Logger) -> None:
+        self._forwards = tuple(forwards)
+        self._logger = logger
+        self._directory: Path | None = None
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def binds(self) -> tuple[Bind, ...]:
+        """What the sandbox must bind to see the sockets; () until `open()`."""
+        if self._directory is None:
+            return ()
+        return (Bind(source=self._directory, target=SOCKET_DIR, read_only=True),)
+
+    async def open(self) -> None:
+        """Create the socket directory and listen on one socket per forward."""
+        if not self._forwards:
+            return
+        self._directory = Path(tempfile.mkdtemp(prefix="harbor-ray-forward-"))
+        shutil.copyfile(relay.__file__, self._directory / _RELAY_PROGRAM)
+        for forward in self._forwards:
+            server = await asyncio.start_unix_server(
+                functools.partial(self._serve, forward),
+                path=self._directory / forward.socket_name,
+            )
+            self._servers.append(server)
+
+    async def _serve(
+        self, forward: Forward, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        # asyncio neither lists nor cancels a server's connections (before 3.13): close()
+        # needs them to end the long ones (SSE streams, keep-alive).
+        self._connections.add(task)
+        connect = functools.partial(asyncio.open_connection, forward.host, forward.target_port)
+        try:
+            await relay.relay(reader, writer, connect)
+        except OSError as exc:
+            self._logger.warning(
+                f"Forward from sandbox port {forward.port}: cannot connect to "
+                f"{forward.host}:{forward.target_port}: {exc}"
+            )
+        finally:
+            self._connections.discard(task)
+
+    async def start_inside(self, sandbox: Sandbox) -> None:
+        """Start the sandbox's relay; return once every forwarded port accepts connections.
+
+        `SandboxError` with the relay's own words if it cannot (a port below 1024, no
+        python3 in the sandbox).
+        """
+        if not self._forwards:
+            return
+        specs = [f"{forward.port}={SOCKET_DIR / forward.socket_name}" for forward in self._forwards]
+        ports = ", ".join(str(forward.port) for forward in self._forwards)
+        with tempfile.TemporaryFile() as output:
+            try:
+                code = await sandbox.run(
+                    ["python3", "-I", str(SOCKET_DIR / _RELAY_PROGRAM), *specs],
+                    cwd=PurePosixPath("/"),
+                    env={"PATH": SANDBOX_PATH},
+                    stdout=output,
+                    stderr=output,
+                    timeout_sec=_START_TIMEOUT_SEC,
+                )
+            except ExecTimeoutError:
+                raise SandboxError(
+                    f"the sandbox's relay for ports {ports} did not start within "
+                    f"{_START_TIMEOUT_SEC} seconds"
+                ) from None
+            if code != 0:
+                output.seek(0)
+                said = output.read().decode(errors="replace").strip()
+                raise SandboxError(
+                    f"the sandbox's relay for ports {ports} did not start ({code}): {said}"
+                )
+
+    async def close(self) -> None:
+        """Stop listening, end every relayed connection, remove the sockets. Idempotent."""
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        connections = list(self._connections)
+        for connection in connections:
+            connection.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        for server in servers:
+            await server.wait_closed()
+        directory, self._directory = self._directory, None
+        if directory is not None:
+            shutil.rmtree(directory)
