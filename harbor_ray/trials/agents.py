@@ -323,7 +323,7 @@ def _merge(wired: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _terminus_kwargs(
-    session_key: str, sampling: Sampling | None, context_window: int
+    session_key: str, sampling: Sampling | None, context_window: int, budget: int | None
 ) -> dict[str, Any]:
     max_tokens = sampling.max_tokens if sampling and sampling.max_tokens else context_window
     kwargs: dict[str, Any] = {
@@ -344,6 +344,11 @@ def _terminus_kwargs(
             "output_cost_per_token": 0.0,
         },
     }
+    if budget is not None:
+        # Past the budget the proxy answers with a terminal stop that terminus-2 cannot
+        # parse as an action, and it would ask again until its own turn limit: make that
+        # limit the budget (plus the completion confirmation).
+        kwargs["max_turns"] = budget + 1
     if sampling is not None and sampling.temperature is not None:
         # The proxy imposes it anyway; passing it keeps terminus-2's own record true.
         kwargs["temperature"] = sampling.temperature
@@ -359,6 +364,7 @@ def agent_config(
     sampling: Sampling | None = None,
     extra_kwargs: Mapping[str, Any] | None = None,
     context_window: int = DEFAULT_CONTEXT_WINDOW,
+    budget: int | None = None,
 ) -> AgentConfig:
     """The Harbor AgentConfig that sends this agent's model calls to the proxy with this key.
 
@@ -380,7 +386,7 @@ def agent_config(
     url = proxy.url(kind.runs) + kind.url_path
     model_name = kind.model_prefix + served_model
     if kind.channel == "litellm":
-        kwargs = _terminus_kwargs(session_key, sampling, context_window)
+        kwargs = _terminus_kwargs(session_key, sampling, context_window, budget)
         return AgentConfig(
             name=agent, model_name=model_name, base_url=url, kwargs=_merge(kwargs, extra)
         )

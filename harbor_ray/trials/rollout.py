@@ -125,6 +125,7 @@ def _trial_config(
             served_model=capture.served_model,
             sampling=spec.sampling,
             extra_kwargs=spec.agent_kwargs,
+            budget=spec.budget,
         )
     else:
         agent = AgentConfig(name=spec.agent, kwargs=dict(spec.agent_kwargs))

@@ -507,3 +507,12 @@ async def test_recording_environment_records_what_it_is_given(tmp_path: Path):
     with environment.scoped_exec_env({"A": "1"}):
         await environment.exec("true", env={"A": "0", "B": "2"})
     assert recorded.execs == [("true", {"A": "1", "B": "2"})]
+
+
+def test_terminus2_turn_limit_follows_the_budget() -> None:
+    proxy = ProxyEndpoint(host_url="http://127.0.0.1:1", sandbox_url="http://127.0.0.1:2")
+    config = agent_config("terminus-2", proxy=proxy, session_key="hr-a-b", served_model="m",
+                          budget=5)
+    assert config.kwargs["max_turns"] == 6
+    unlimited = agent_config("terminus-2", proxy=proxy, session_key="hr-a-b", served_model="m")
+    assert "max_turns" not in unlimited.kwargs
