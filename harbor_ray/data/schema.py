@@ -1,0 +1,149 @@
+"""The Arrow schemas of the three tables a run writes, and the one version they share.
+
+SCHEMA.md beside this file says what every column means; a test keeps the two in step.
+Each schema carries the version in its metadata too, so a lone Parquet file still says
+which version wrote it.
+
+Types are chosen for the trainer's hot path: token ids are int32 (every vocabulary in
+use fits), logprobs float32 (what the engine computes in), the loss mask uint8 (what
+`TrainingSequence` holds, so it is written without a cast). Lists use 32-bit offsets:
+one table holds one flush, far below 2**31 tokens.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = [
+    "COUNTS",
+    "FINDING",
+    "IDS",
+    "LOGPROBS",
+    "MASK",
+    "MESSAGE_COLUMNS",
+    "ROLLOUTS",
+    "SCHEMA_VERSION",
+    "SEQUENCES",
+    "TABLES",
+    "TURNS",
+    "list_of",
+    "versioned",
+]
+
+# Bump on any change a reader of an older dataset would misread: a column renamed,
+# retyped or given another meaning. Adding a nullable column is not such a change.
+SCHEMA_VERSION = 1
+
+_METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
+
+
+def list_of(value: pa.DataType) -> pa.ListType:
+    """A list type whose item is named as Parquet names it, so tables read back equal."""
+    return pa.list_(pa.field("element", value))
+
+
+IDS = list_of(pa.int32())
+LOGPROBS = list_of(pa.float32())
+MASK = list_of(pa.uint8())
+
+FINDING = pa.struct(
+    [
+        pa.field("code", pa.string(), nullable=False),
+        pa.field("severity", pa.string(), nullable=False),
+        pa.field("message", pa.string(), nullable=False),
+        pa.field("turn", pa.int32()),
+    ]
+)
+
+COUNTS = pa.struct(
+    [
+        pa.field("model_calls", pa.int32(), nullable=False),
+        pa.field("turns", pa.int32()),
+        pa.field("roots", pa.int32()),
+        pa.field("agent_roots", pa.int32()),
+        pa.field("sequences", pa.int32()),
+        pa.field("discarded", pa.int32()),
+        pa.field("engine_errors", pa.int32()),
+        pa.field("budget_stops", pa.int32()),
+    ]
+)
+
+
+def versioned(fields: list[pa.Field]) -> pa.Schema:
+    """A schema stamped with SCHEMA_VERSION."""
+    return pa.schema(fields, metadata=_METADATA)
+
+
+ROLLOUTS = versioned(
+    [
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("agent", pa.string(), nullable=False),
+        pa.field("sandbox", pa.string(), nullable=False),
+        pa.field("model", pa.string()),
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("error_type", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("reward", pa.float64()),
+        pa.field("reward_key", pa.string()),
+        pa.field("rewards", pa.map_(pa.string(), pa.float64()), nullable=False),
+        pa.field("findings", list_of(FINDING), nullable=False),
+        pa.field("counts", COUNTS, nullable=False),
+        pa.field("timings", pa.map_(pa.string(), pa.float64()), nullable=False),
+        pa.field("trial_dir", pa.string()),
+        pa.field("schema_version", pa.int32(), nullable=False),
+    ]
+)
+
+SEQUENCES = versioned(
+    [
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("sequence", pa.int32(), nullable=False),
+        pa.field("root", pa.int32(), nullable=False),
+        pa.field("leaf", pa.int32(), nullable=False),
+        pa.field("role", pa.string(), nullable=False),
+        pa.field("turns", IDS, nullable=False),
+        pa.field("input_ids", IDS, nullable=False),
+        pa.field("loss_mask", MASK, nullable=False),
+        pa.field("logprobs", LOGPROBS, nullable=False),
+        pa.field("reward", pa.float64()),
+        pa.field("ok", pa.bool_(), nullable=False),
+    ]
+)
+
+# Kept last and apart so that a token-only read (`columns=`) never decodes them.
+MESSAGE_COLUMNS = ("request_messages", "response_message")
+
+TURNS = versioned(
+    [
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("index", pa.int32(), nullable=False),
+        pa.field("parent", pa.int32()),
+        pa.field("root", pa.int32()),
+        pa.field("role", pa.string(), nullable=False),
+        pa.field("auxiliary", pa.bool_(), nullable=False),
+        pa.field("dialect", pa.string(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),
+        pa.field("request_model", pa.string(), nullable=False),
+        pa.field("started_at", pa.float64(), nullable=False),
+        pa.field("ended_at", pa.float64(), nullable=False),
+        pa.field("prompt_delta", IDS),
+        pa.field("token_ids", IDS),
+        pa.field("logprobs", LOGPROBS),
+        pa.field("reward", pa.float64()),
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field(MESSAGE_COLUMNS[0], pa.string(), nullable=False),
+        pa.field(MESSAGE_COLUMNS[1], pa.string(), nullable=False),
+    ]
+)
+
+# (directory, schema) in the order the writer commits a flush: a rollouts/ row is what
+# marks a rollout finished, so it is written after the rows it vouches for.
+TABLES: tuple[tuple[str, pa.Schema], ...] = (
+    ("sequences", SEQUENCES),
+    ("turns", TURNS),
+    ("rollouts", ROLLOUTS),
+)

@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from harbor_ray.capture.graph import build_graph
+from harbor_ray.data.encode import encode_rollout, encode_turns
+from harbor_ray.data.rebuild import turn_records
+from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
+from tests.capture.turns_factory import chain, full
+from tests.data.rollouts import (
+    SEQUENCE_FIELDS,
+    assert_same_table,
+    assert_same_turns,
+    broken_session,
+    dead_rollout,
+    rich_session,
+    rollout,
+    sequence_rows,
+)
+
+
+def encode(turns, **fields):
+    return encode_turns(
+        turns,
+        build_graph(turns),
+        rollout_id=fields.get("rollout_id", "r"),
+        task=fields.get("task", "t"),
+        reward=fields.get("reward", 1.0),
+        ok=fields.get("ok", True),
+    )
+
+
+def test_turns_decode_to_exactly_the_captured_records() -> None:
+    session = rich_session()
+    assert_same_turns(turn_records(encode(session).turns), session)
+
+
+def test_turns_without_ids_round_trip_as_missing() -> None:
+    session = broken_session()
+    tables = encode(session)
+    row = tables.turns.to_pylist()[-1]
+    assert (row["parent"], row["root"], row["prompt_delta"], row["token_ids"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert_same_turns(turn_records(tables.turns), session)
+
+
+def test_prompts_are_stored_as_deltas_from_the_parent() -> None:
+    session = rich_session()
+    rows = {r["index"]: r for r in encode(session).turns.to_pylist()}
+    by_index = {t.index: t for t in session}
+    for index, row in rows.items():
+        prompt = by_index[index].prompt_ids.tolist()
+        if row["parent"] is None:
+            assert row["prompt_delta"] == prompt
+        else:
+            assert row["prompt_delta"] == prompt[len(full(by_index[row["parent"]])) :]
+    assert rows[3]["prompt_delta"] == [5]
+    assert rows[7]["prompt_delta"] == [73]
+    assert rows[5]["prompt_delta"] == [1, 2, 3, 12, 4]  # a split root keeps its whole prompt
+
+
+def test_stored_prompt_ids_are_the_unique_tokens() -> None:
+    session = chain(30, reply_len=5, message_len=7)
+    stored = pa.compute.list_value_length(encode(session).turns["prompt_delta"])
+    # The system prompt once, then each call's new message: not the sum of the prompts.
+    assert pa.compute.sum(stored).as_py() == 3 + 29 * 7
+
+
+def test_sequences_are_the_graph_sequences() -> None:
+    session = rich_session()
+    sequences = encode(session).sequences
+    assert sequences.select(SEQUENCE_FIELDS).to_pylist() == sequence_rows(build_graph(session))
+    assert sequences["input_ids"].type.value_type == pa.int32()
+    assert sequences["loss_mask"].type.value_type == pa.uint8()
+    assert sequences["logprobs"].type.value_type == pa.float32()
+
+
+def test_rows_carry_the_rollouts_fields() -> None:
+    tables = encode(rich_session(), rollout_id="r7", task="fix-bug", reward=0.25, ok=False)
+    for table in (tables.turns, tables.sequences):
+        assert set(table["rollout_id"].to_pylist()) == {"r7"}
+        assert set(table["task"].to_pylist()) == {"fix-bug"}
+        assert set(table["reward"].to_pylist()) == {0.25}
+        assert set(table["ok"].to_pylist()) == {False}
+
+
+def test_tables_have_the_versioned_schemas() -> None:
+    encoded = encode_rollout(rollout("a1", rich_session()))
+    assert encoded.rollout.schema.equals(ROLLOUTS, check_metadata=True)
+    assert encoded.turns.schema.equals(TURNS, check_metadata=True)
+    assert encoded.sequences.schema.equals(SEQUENCES, check_metadata=True)
+
+
+def test_the_rollout_row() -> None:
+    result = rollout("a1", rich_session())
+    (row,) = encode_rollout(result).rollout.to_pylist()
+    assert row == {
+        "rollout_id": "a1",
+        "task": "task-a",
+        "attempt": 1,
+        "agent": "terminus-2",
+        "sandbox": "bwrap",
+        "model": "test-model",
+        "ok": True,
+        "error_type": None,
+        "error": None,
+        "reward": 1.0,
+        "reward_key": "reward",
+        "rewards": [("reward", 1.0), ("length", 3.0)],
+        "findings": [f.model_dump() for f in result.findings],
+        "counts": {"model_calls": 9, **result.capture["counts"]},
+        "timings": [("agent_execution", 9.5), ("total", 12.25)],
+        "trial_dir": "/trials/a1",
+        "schema_version": SCHEMA_VERSION,
+    }
+    assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (
+        row["findings"][3].items()
+    )
+
+
+def test_a_missing_reward_stays_null_and_zero_stays_zero() -> None:
+    missing = encode_rollout(rollout("a1", rich_session(), reward=None))
+    zero = encode_rollout(rollout("a2", rich_session(), reward=0.0))
+    for table in (missing.rollout, missing.sequences, missing.turns):
+        assert table["reward"].null_count == table.num_rows > 0
+    for table in (zero.rollout, zero.sequences, zero.turns):
+        assert table["reward"].null_count == 0
+        assert set(table["reward"].to_pylist()) == {0.0}
+
+
+def test_a_rollout_without_capture_still_has_its_row() -> None:
+    encoded = encode_rollout(dead_rollout("d1"))
+    (row,) = encoded.rollout.to_pylist()
+    assert (row["ok"], row["error_type"], row["reward"]) == (False, "sandbox_start", None)
+    # Unknown, not zero: there was no capture to count.
+    assert row["counts"] == dict.fromkeys(row["counts"], None) | {"model_calls": 0}
+    assert encoded.turns.num_rows == encoded.sequences.num_rows == 0
+    assert encoded.turns.schema.equals(TURNS, check_metadata=True)
+
+
+def test_encoding_from_numpy_equals_encoding_from_the_capture_document() -> None:
+    session = rich_session()
+    result = rollout("a1", session)
+    tokens = encode_turns(
+        session, build_graph(session), rollout_id="a1", task="task-a", reward=1.0, ok=True
+    )
+    from_numpy = encode_rollout(result, tokens)
+    from_document = encode_rollout(result)
+    assert_same_table(from_numpy.turns, from_document.turns)
+    assert_same_table(from_numpy.sequences, from_document.sequences)
+    assert_same_table(from_numpy.rollout, from_document.rollout)
+
+
+@pytest.mark.parametrize(
+    "other", [{"rollout_id": "x"}, {"task": "other"}, {"reward": None}, {"ok": False}]
+)
+def test_token_tables_that_disagree_with_the_result_are_refused(other) -> None:
+    session = rich_session()
+    agreeing = {"rollout_id": "a1", "task": "task-a", "reward": 1.0, "ok": True}
+    encode_rollout(rollout("a1", session), encode(session, **agreeing))
+    with pytest.raises(ValueError, match="given for"):
+        encode_rollout(rollout("a1", session), encode(session, **(agreeing | other)))
+
+
+def test_one_long_sequence_is_wrapped_without_a_copy() -> None:
+    session = chain(3)
+    graph = build_graph(session)
+    tables = encode_turns(session, graph, rollout_id="r", task="t", reward=None, ok=True)
+    values = tables.sequences["input_ids"].chunk(0).values
+    assert values.buffers()[1].address == graph.sequences[0].input_ids.ctypes.data
+    assert np.array_equal(values.to_numpy(), graph.sequences[0].input_ids)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+
+from harbor_ray.capture.graph import build_graph
+from harbor_ray.data.encode import encode_turns
+from harbor_ray.data.rebuild import rebuild_prompts
+from harbor_ray.data.trl import to_trl_records
+from tests.capture.turns_factory import chain, turn
+from tests.data.rollouts import broken_session, rich_session
+
+NAN = float("nan")
+
+
+def stored(turns, *, rollout_id: str = "r", reward: float | None = 1.0, ok: bool = True):
+    graph = build_graph(turns)
+    return encode_turns(
+        turns, graph, rollout_id=rollout_id, task="fix-bug", reward=reward, ok=ok
+    ).turns
+
+
+def by_turn(records) -> dict[int, dict]:
+    return {r["turn"]: r for r in records}
+
+
+def test_one_record_per_trainable_call_with_trls_keys() -> None:
+    session = rich_session()
+    records = by_turn(to_trl_records(stored(session)))
+    assert sorted(records) == [0, 2, 3, 4, 5, 6, 7, 8]  # turn 1 is an abandoned retry
+    for t in session:
+        if t.index in records:
+            record = records[t.index]
+            assert record["prompt_ids"] == t.prompt_ids.tolist()
+            assert record["completion_ids"] == t.token_ids.tolist()
+            assert len(record["logprobs"]) == len(record["env_mask"]) == len(t.token_ids)
+    assert records[3] == {
+        "prompt_ids": [1, 2, 3, 10, 11, 4, 21, 22, 5],
+        "completion_ids": [23, 24],
+        # The engine gave no logprob for the first token: 0.0 and masked, never NaN.
+        "logprobs": [0.0, -0.75],
+        "env_mask": [0, 1],
+        "reward": 1.0,
+        "rollout_id": "r",
+        "task": "fix-bug",
+        "turn": 3,
+        "role": "agent",
+    }
+    assert records[6]["role"] == "auxiliary"
+
+
+def test_masks_match_the_sequences_loss_mask() -> None:
+    session = rich_session()
+    graph = build_graph(session)
+    records = by_turn(to_trl_records(stored(session)))
+    for sequence in graph.sequences:
+        if sequence.role.value == "discarded":
+            continue
+        leaf = records[sequence.leaf]
+        tail = sequence.loss_mask[len(leaf["prompt_ids"]) :].tolist()
+        assert tail == leaf["env_mask"]
+        logprobs = sequence.logprobs[len(leaf["prompt_ids"]) :].tolist()
+        assert logprobs == leaf["logprobs"]
+
+
+def test_discarded_calls_on_request() -> None:
+    records = by_turn(to_trl_records(stored(rich_session()), include_discarded=True))
+    assert records[1]["role"] == "discarded"
+    assert records[1]["completion_ids"] == [20]
+
+
+def test_calls_without_ids_are_skipped_and_unusable_rollouts_on_request() -> None:
+    table = stored(broken_session(), ok=False)
+    assert to_trl_records(table) == []
+    assert sorted(by_turn(to_trl_records(table, only_ok=False))) == [0, 1, 2]
+
+
+def test_a_missing_reward_stays_none() -> None:
+    records = to_trl_records(stored(chain(2), reward=None))
+    assert [r["reward"] for r in records] == [None, None]
+
+
+def test_logprobs_absent_or_misaligned_train_nothing() -> None:
+    absent = turn(0, [1, 2], [3, 4], None)
+    misaligned = turn(1, [5], [6, 7], [-0.5])
+    records = by_turn(to_trl_records(stored([absent, misaligned]), only_ok=False))
+    for record in records.values():
+        assert record["logprobs"] == [0.0, 0.0]
+        assert record["env_mask"] == [0, 0]
+        assert not any(math.isnan(x) for x in record["logprobs"])
+
+
+def test_stored_and_rebuilt_tables_give_the_same_records() -> None:
+    table = pa.concat_tables([stored(rich_session(), rollout_id="a"), stored(chain(3))])
+    assert to_trl_records(table) == to_trl_records(rebuild_prompts(table))
