@@ -3,6 +3,7 @@ called by the official SDKs: every recorded turn holds exactly what the engine r
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import AsyncIterator
 
@@ -144,7 +145,7 @@ async def test_three_turn_conversation_is_captured_exactly(capture: LocalCapture
     doc = await capture.store.export(sid)
     assert_exact_turns(doc, 3)
     turns = doc["turns"]
-    for earlier, later in zip(turns, turns[1:], strict=False):
+    for earlier, later in itertools.pairwise(turns):
         # The engine's canonical prompt always extends the previous prompt...
         assert later["prompt_ids"][: len(earlier["prompt_ids"])] == earlier["prompt_ids"]
     splits = [f for f in doc["findings"] if f["code"] == "retokenization_split"]
