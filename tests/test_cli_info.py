@@ -1,0 +1,35 @@
+"""`harbor-ray info --json`: what this machine can run, as data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_info_json_lists_backends_agents_and_datasets(tmp_path) -> None:
+    broken = tmp_path / "broken-task"
+    broken.mkdir()
+    (broken / "task.toml").write_text("not = [valid")
+    done = subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", "info", "--json", "--dataset", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    sandboxes = {row["name"]: row for row in data["sandboxes"]}
+    assert sandboxes["local"]["usable"]
+    assert not sandboxes["docker"]["usable"] and sandboxes["docker"]["reason"]
+    assert {"e2b", "modal", "daytona", "runloop"} <= sandboxes.keys()
+    agents = {row["agent"]: row for row in data["agents"]}
+    assert agents["terminus-2"]["runs"] == "host" and agents["terminus-2"]["wired"]
+    assert agents["claude-code"]["runs"] == "sandbox"
+    assert not agents["oracle"]["needs_model"]
+    samples, mine = data["datasets"]
+    assert len(samples["tasks"]) == 7 and "hello-file" in samples["tasks"]
+    assert mine["tasks"] == [] and mine["problems"][0]["task"] == "broken-task"
+    assert data["engine"] is None
