@@ -25,10 +25,10 @@ from harbor_ray.capture.dialects.base import (
     ErrorKind,
     ReplyContext,
     RequestError,
+    loads_arguments,
     require_dict,
     require_list,
 )
-from harbor_ray.capture.dialects.chat import loads_arguments
 from harbor_ray.capture.sse import sse_event
 
 _JOIN = "\n"

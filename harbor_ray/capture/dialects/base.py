@@ -9,6 +9,7 @@ sees HTTP objects, sockets or clocks: the app passes in what it needs (`ReplyCon
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -98,3 +99,16 @@ def require_list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise RequestError(f"{what} must be a JSON array")
     return value
+
+
+def loads_arguments(arguments: str) -> dict[str, Any]:
+    """A tool call's JSON arguments as an object, for dialects whose wire wants one.
+
+    The model may write invalid JSON; those dialects' SDKs require an object, so we
+    answer with {} rather than fail the agent. The recorded token ids stay exact.
+    """
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -8,7 +8,6 @@ adds model, stream and capture fields.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,19 +140,6 @@ def _usage(completion: Completion) -> dict[str, int]:
         "completion_tokens": completion.completion_tokens,
         "total_tokens": completion.prompt_tokens + completion.completion_tokens,
     }
-
-
-def loads_arguments(arguments: str) -> dict[str, Any]:
-    """A tool call's JSON arguments as an object, for dialects whose wire wants one.
-
-    The model may write invalid JSON; those dialects' SDKs require an object, so we
-    answer with {} rather than fail the agent. The recorded token ids stay exact.
-    """
-    try:
-        value = json.loads(arguments) if arguments else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 CHAT = ChatDialect()
