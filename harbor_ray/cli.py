@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -354,6 +357,135 @@ def print_results(results) -> None:
     for r in results:
         if r.error:
             console.print(f"[dim]{r.task}#{r.attempt}: {r.error}[/dim]")
+
+
+@app.command()
+def sweep(
+    agent: Annotated[str, typer.Option(help="Agent name (see `harbor-ray info`).")],
+    dataset: Annotated[str, typer.Option(
+        help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or `samples`.")]
+        = "samples",
+    task: Annotated[list[str] | None, typer.Option(
+        help="Run only these tasks (repeatable). Default: every task.")] = None,
+    llm_url: Annotated[str | None, typer.Option(
+        help="Engine base URL. Agents that call a model need it or --engine; no default.")]
+        = None,
+    engine: Annotated[Path | None, typer.Option(
+        help="Instead of --llm-url: start the engine from this Serve YAML on the cluster "
+             "for the sweep, and stop it after.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Served model id (default: the first one the engine lists).")] = None,
+    sandbox: Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
+        = "local",
+    n: Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Rollouts at once (the only cap).")] = 8,
+    retries: Annotated[int, typer.Option(
+        help="Retries of a rollout lost to infrastructure (infra_lost, sandbox_start).")] = 1,
+    budget: Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")] = 20,
+    deadline: Annotated[float | None, typer.Option(
+        help="Seconds a rollout may take before it is cancelled; its actor is killed "
+             "--grace seconds later.")] = 900.0,
+    grace: Annotated[float, typer.Option(
+        help="Seconds past the deadline before the driver kills the rollout's actor.")] = 60.0,
+    temperature: Annotated[float | None, typer.Option(
+        help="Sampling temperature imposed on every model call.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="Cap on tokens sampled per model call.")] = None,
+    reward_key: Annotated[str | None, typer.Option(
+        help="Reward key to train on (default: the only key, else `reward`).")] = None,
+    name: Annotated[str, typer.Option(
+        help="Run name, part of every rollout id (<task>__<attempt>__<name>): rerunning "
+             "with the same name and --out resumes.")] = "sweep",
+    out: Annotated[Path, typer.Option(
+        help="Dataset directory (rollouts/, sequences/, turns/, trials/).")] = Path("sweep"),
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster to run on (e.g. `auto`). Default: start a local one.")] = None,
+) -> None:
+    """Run tasks x attempts as Ray actors, into a resumable Parquet dataset.
+
+    Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
+    2: could not start (bad flags, engine refused, sandbox unusable).
+    """
+    import ray
+
+    from harbor_ray.cluster.progress import live_progress, print_summary
+    from harbor_ray.cluster.sweep import SweepConfig, run_sweep_sync
+    from harbor_ray.trials.agents import UnknownAgentError, needs_model
+    from harbor_ray.trials.backends import check_backend
+    from harbor_ray.trials.datasets import DatasetError, resolve_dataset, select_tasks
+    from harbor_ray.trials.local_run import make_specs
+
+    try:
+        wants_model = needs_model(agent)
+        if llm_url is not None and engine is not None:
+            raise _StartError("give --llm-url or --engine, not both")
+        if wants_model and llm_url is None and engine is None:
+            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url, or --engine "
+                              "to start one (there is no default engine)")
+        report = resolve_dataset(dataset)
+        for problem in report.problems:
+            console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
+        tasks = select_tasks(report, task)
+        status = check_backend(sandbox)
+        if not status.usable:
+            raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
+        config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
+                             grace_s=grace, model=model)
+    except (_StartError, DatasetError, UnknownAgentError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(Exit.COULD_NOT_START) from exc
+
+    temp_dir = _start_ray(ray_address)
+    handle = None
+    try:
+        if wants_model and engine is not None:
+            handle = _start_engine(engine, ray_address or "auto", None)
+            llm_url = handle.url
+        certification = None
+        if wants_model:
+            try:
+                certification = asyncio.run(_certify(llm_url)).model_dump()
+            except CertificationError as exc:
+                console.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(Exit.COULD_NOT_START) from exc
+        config = dataclasses.replace(config, llm_url=llm_url if wants_model else None)
+        specs = make_specs(
+            tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
+            sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
+            reward_key=reward_key, run_id=name,
+        )
+        manifest = {
+            "run": name, "agent": agent, "sandbox": sandbox, "dataset": dataset,
+            "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
+            "retries": retries, "deadline_s": deadline, "grace_s": grace, "budget": budget,
+            "temperature": temperature, "max_tokens": max_tokens, "reward_key": reward_key,
+            "engine": certification,
+        }
+        with live_progress(console) as on_stats:
+            stats = run_sweep_sync(specs, config, manifest, on_stats=on_stats)
+    finally:
+        if handle is not None:
+            from harbor_ray.engine.lifecycle import engine_down
+
+            engine_down(handle.app_name)
+        if temp_dir is not None:
+            ray.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    print_summary(stats, config.out, console)
+    raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
+
+
+def _start_ray(address: str | None) -> str | None:
+    """Join `address`, or start a local Ray; returns the temp dir of a Ray started here."""
+    import ray
+
+    if address is not None:
+        ray.init(address=address, log_to_driver=False)
+        return None
+    # Ray's unix sockets live under its temp dir: keep the path short.
+    temp_dir = tempfile.mkdtemp(prefix="hr-", dir="/tmp")
+    ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
+    return temp_dir
 
 
 def main() -> None:

@@ -1,0 +1,241 @@
+"""The sweep driver: tasks x attempts as trial actors, into one resumable dataset.
+
+Used by `harbor-ray sweep` and by `jobs/sweep.py` (the `ray job submit` entry). What it
+guarantees:
+- at most `concurrency` rollouts at once, and nothing else caps them (actors ask for a
+  sliver of a CPU); the in-flight count is measured, queue time included, and its peak
+  is kept;
+- every rollout ends as one row: a rollout past `deadline + grace` is killed and written
+  as `deadline`, a dead actor as `infra_lost`; only infrastructure errors are retried;
+- rows are committed as they finish (one Parquet part per rollout), so a killed driver
+  loses only what was in flight, and a rerun with the same output skips finished ids;
+- the sweep's sandboxes live under OUT/sandboxes and are reaped at start and end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from harbor_ray.cluster.reaper import reap
+from harbor_ray.cluster.trial_actor import Work, start_trial_actor
+from harbor_ray.data.writer import DatasetWriter
+from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.trials.rollout import RolloutSpec
+
+RETRIED = frozenset({ErrorType.INFRA_LOST, ErrorType.SANDBOX_START})
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """How the driver runs rollouts; the specs say what each rollout is."""
+
+    out: Path
+    concurrency: int = 8
+    retries: int = 1
+    grace_s: float = 60.0
+    llm_url: str | None = None
+    model: str | None = None
+    actor_cpus: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.retries < 0:
+            raise ValueError("retries cannot be negative")
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        return self.out / "sandboxes"
+
+
+@dataclass
+class SweepStats:
+    """What the progress bar and the summary show; updated as rows arrive."""
+
+    total: int
+    skipped: int = 0
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    done: int = 0
+    ok: int = 0
+    rewards: list[float] = field(default_factory=list)
+    by_task: dict[str, Counter[str]] = field(default_factory=dict)
+    by_error: Counter[str] = field(default_factory=Counter)
+
+    def started(self) -> None:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+
+    def add(self, result: RolloutResult) -> None:
+        self.done += 1
+        self.ok += result.ok
+        if result.reward is not None:
+            self.rewards.append(result.reward)
+        outcome = "ok" if result.ok else (result.error_type or "failed")
+        self.by_task.setdefault(result.task, Counter())[str(outcome)] += 1
+        if result.error_type is not None:
+            self.by_error[str(result.error_type)] += 1
+
+    @property
+    def failed(self) -> int:
+        return self.done - self.ok
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    def per_minute(self, now: float) -> float:
+        return 60.0 * self.done / max(now - self.started_at, 1e-9)
+
+
+async def run_rollouts(
+    specs: Sequence[RolloutSpec],
+    config: SweepConfig,
+    stats: SweepStats,
+    on_result: Callable[[RolloutResult], None],
+    *,
+    work: Work | None = None,
+) -> None:
+    """Run every spec on its own actor, `config.concurrency` at once; rows to `on_result`
+    in the order they finish."""
+    gate = asyncio.Semaphore(config.concurrency)
+
+    async def one(spec: RolloutSpec) -> None:
+        async with gate:
+            result = await _with_retries(spec, config, stats, work)
+        stats.add(result)
+        on_result(result)
+
+    await asyncio.gather(*(one(spec) for spec in specs))
+
+
+async def _with_retries(
+    spec: RolloutSpec, config: SweepConfig, stats: SweepStats, work: Work | None
+) -> RolloutResult:
+    retry = 0
+    while True:
+        stats.started()
+        try:
+            result = await _on_actor(spec, config, retry, work)
+        finally:
+            stats.finished()
+        if result.error_type not in RETRIED or retry >= config.retries:
+            break
+        retry += 1
+    if retry:
+        result.findings.append(FindingRecord(
+            code="infra_retries", severity="info",
+            message=f"{retry} retries after infrastructure errors"))
+    return result
+
+
+async def _on_actor(
+    spec: RolloutSpec, config: SweepConfig, retry: int, work: Work | None
+) -> RolloutResult:
+    """One try on a fresh actor. The rollout's own deadline ends it gracefully; the hard
+    deadline (`deadline + grace`) kills the actor, for a rollout stuck past teardown."""
+    actor = start_trial_actor(spec, llm_url=config.llm_url, model=config.model,
+                              num_cpus=config.actor_cpus, retry=retry, work=work)
+    hard = None if spec.deadline_s is None else spec.deadline_s + config.grace_s
+    started = time.time()
+    try:
+        async with asyncio.timeout(hard):
+            result = await actor.run.remote()
+    except TimeoutError:
+        return failed_row(spec, ErrorType.DEADLINE,
+                          f"killed by the driver: no row {hard:g} s after the start "
+                          f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
+                          time.time() - started)
+    except RayActorError as exc:
+        return failed_row(spec, ErrorType.INFRA_LOST,
+                          f"the rollout's actor died: {_first_line(exc)}", time.time() - started)
+    finally:
+        ray.kill(actor, no_restart=True)
+    return result
+
+
+def failed_row(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float
+               ) -> RolloutResult:
+    """The row of a rollout whose actor never returned one."""
+    return RolloutResult(
+        rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
+        agent=spec.agent, sandbox=spec.sandbox, ok=False, reward=None,
+        error_type=error_type, error=error, timings={"total": seconds},
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def in_sweep_sandboxes(specs: Sequence[RolloutSpec], config: SweepConfig) -> list[RolloutSpec]:
+    """Local sandboxes go under the sweep's own directory, so the reaper knows what is its."""
+    return [
+        dataclasses.replace(spec, sandbox_kwargs={
+            **spec.sandbox_kwargs, "sandboxes_dir": str(config.sandboxes_dir)})
+        if spec.sandbox == LOCAL else spec
+        for spec in specs
+    ]
+
+
+async def sweep(
+    specs: Sequence[RolloutSpec],
+    config: SweepConfig,
+    manifest: Mapping[str, Any],
+    *,
+    on_stats: Callable[[SweepStats], None] | None = None,
+    work: Work | None = None,
+) -> SweepStats:
+    """Reap, skip what OUT already holds, run the rest into OUT, reap again.
+
+    `on_stats` is called after every row (and once at the start), e.g. for a progress bar.
+    """
+    reap(config.sandboxes_dir)
+    started = time.time()
+    writer = DatasetWriter(config.out, {**manifest, "started_at": started}, flush_rollouts=1)
+    finished = writer.finished_ids()
+    todo = [s for s in in_sweep_sandboxes(specs, config) if s.rollout_id not in finished]
+    stats = SweepStats(total=len(todo), skipped=len(specs) - len(todo), started_at=started)
+    notify = on_stats or (lambda _: None)
+    notify(stats)
+
+    def on_result(result: RolloutResult) -> None:
+        writer.add_result(result)
+        notify(stats)
+
+    try:
+        await run_rollouts(todo, config, stats, on_result, work=work)
+    finally:
+        stats.ended_at = time.time()
+        writer.close(stats.ended_at)
+        reap(config.sandboxes_dir)
+    return stats
+
+
+def run_sweep_sync(
+    specs: Sequence[RolloutSpec],
+    config: SweepConfig,
+    manifest: Mapping[str, Any],
+    *,
+    on_stats: Callable[[SweepStats], None] | None = None,
+    work: Work | None = None,
+) -> SweepStats:
+    """`sweep` for entry points without an event loop (Ray must already be initialised)."""
+    return asyncio.run(sweep(specs, config, manifest, on_stats=on_stats, work=work))

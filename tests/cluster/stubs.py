@@ -1,0 +1,30 @@
+"""Work functions for trial actors that need no Harbor (pickled by value into actors)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from harbor_ray.trials.result import RolloutResult
+from harbor_ray.trials.rollout import CaptureService, RolloutSpec
+
+
+def barrier_work(directory: str, expected: int, timeout_s: float):
+    """Each rollout checks in, then waits until `expected` have checked in (or gives up):
+    all of them return only if all of them ran at the same time."""
+
+    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+        started = time.time()
+        Path(directory, spec.rollout_id).touch()
+        while len(list(Path(directory).iterdir())) < expected:
+            if time.time() - started > timeout_s:
+                break
+            await asyncio.sleep(0.2)
+        return RolloutResult(
+            rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
+            agent=spec.agent, sandbox=spec.sandbox, ok=True, reward=1.0,
+            timings={"started_at": started, "ended_at": time.time()},
+        )
+
+    return work

@@ -1,0 +1,165 @@
+"""The sweep driver on a real local Ray, with real Harbor trials in the bwrap sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from harbor_ray.cluster import reaper
+from harbor_ray.cluster.sweep import SweepConfig, sweep
+from harbor_ray.cluster.trial_actor import NAMESPACE, actor_name
+from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from harbor_ray.trials.local_run import make_specs
+from tests.cluster import stubs
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "harbor_ray" / "samples" / "tasks"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stubs_by_value(ray_cluster: None):
+    ray.cloudpickle.register_pickle_by_value(stubs)
+
+
+def _slow_tasks(tmp_path: Path, seconds: int) -> Path:
+    """The samples plus `slow`, whose oracle solution sleeps `seconds`."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SAMPLES, tasks)
+    shutil.copytree(SAMPLES / "hello-file", tasks / "slow")
+    (tasks / "slow" / "solution" / "solve.sh").write_text(
+        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n")
+    return tasks
+
+
+def _specs(dataset: str | Path, out: Path, *, names=None, attempts=1, deadline=None,
+           agent="oracle", run_id="t"):
+    tasks = select_tasks(resolve_dataset(str(dataset)), names)
+    return make_specs(tasks, attempts, agent=agent, sandbox="local", trials_dir=out / "trials",
+                      deadline_s=deadline, run_id=run_id)
+
+
+def _rows(out: Path) -> list[dict]:
+    return pq.read_table(out / "rollouts").to_pylist()
+
+
+def _sandbox_leftovers(config: SweepConfig) -> tuple[list[Path], list[int]]:
+    root = config.sandboxes_dir
+    dirs = list(root.iterdir()) if root.exists() else []
+    return dirs, reaper._processes_naming(root.resolve())
+
+
+async def test_oracle_sweep_over_samples(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = SweepConfig(out=out, concurrency=7)
+    started = time.monotonic()
+    stats = await sweep(_specs("samples", out), config, {"agent": "oracle"})
+    print(f"oracle sweep: {time.monotonic() - started:.1f} s, peak {stats.peak_in_flight}")
+    rows = _rows(out)
+    assert len(rows) == 7 and stats.ok == 7
+    assert all(r["ok"] and r["reward"] == 1.0 for r in rows), rows
+    assert {r["rollout_id"] for r in rows} == {f"{t.name}__0__t" for t in
+                                              select_tasks(resolve_dataset("samples"), None)}
+    assert len(pq.read_table(out / "rollouts").to_pandas()) == 7
+    from harbor_ray.data.readers import read_rollouts
+
+    assert read_rollouts(out).count() == 7
+    assert _sandbox_leftovers(config) == ([], [])
+
+
+# One Ray worker process per actor: on 2 cores Ray starts roughly one every few
+# seconds, so the issue's 100 takes many minutes with this design (see the issue note);
+# this checks that nothing caps concurrency below the configured limit.
+CONCURRENT = 12
+
+
+async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path) -> None:
+    count = CONCURRENT
+    checked_in = tmp_path / "in"
+    checked_in.mkdir()
+    out = tmp_path / "out"
+    specs = _specs("samples", out, names=["hello-file"], attempts=count)
+    config = SweepConfig(out=out, concurrency=count)
+    stats = await sweep(specs, config, {}, work=stubs.barrier_work(str(checked_in), count, 900))
+    assert stats.peak_in_flight == count
+    rows = _rows(out)
+    assert len(rows) == count
+    # Every rollout was still running when the last one started.
+    timings = [dict(r["timings"]) for r in rows]
+    last_start = max(t["started_at"] for t in timings)
+    assert all(t["ended_at"] >= last_start for t in timings)
+    assert len(list(checked_in.iterdir())) == count
+
+
+async def test_rollout_past_its_deadline(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = SweepConfig(out=out, grace_s=30)
+    specs = _specs(_slow_tasks(tmp_path, 120), out, names=["slow"], deadline=8)
+    stats = await sweep(specs, config, {})
+    [row] = _rows(out)
+    assert row["error_type"] == "deadline" and not row["ok"] and row["reward"] is None
+    assert stats.by_error == {"deadline": 1}
+    assert _sandbox_leftovers(config) == ([], [])
+
+
+async def test_driver_kills_a_rollout_past_deadline_plus_grace(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = SweepConfig(out=out, grace_s=1)
+    specs = _specs("samples", out, names=["hello-file"], deadline=0.5)
+    work = stubs.barrier_work(str(tmp_path), 10**6, 60)  # never returns in time
+    await sweep(specs, config, {}, work=work)
+    [row] = _rows(out)
+    assert row["error_type"] == "deadline" and "killed" in row["error"]
+
+
+async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = SweepConfig(out=out, retries=0)
+    [spec] = _specs(_slow_tasks(tmp_path, 120), out, names=["slow"], deadline=300)
+    running = asyncio.create_task(sweep([spec], config, {}))
+    # Kill the actor once its sandbox exists, i.e. mid-rollout.
+    while not (config.sandboxes_dir.exists() and any(config.sandboxes_dir.iterdir())):
+        assert not running.done()
+        await asyncio.sleep(0.5)
+    ray.kill(ray.get_actor(actor_name(spec.rollout_id), namespace=NAMESPACE))
+    stats = await running
+    [row] = _rows(out)
+    assert row["error_type"] == "infra_lost" and row["reward"] is None
+    assert stats.failed == 1
+    assert _sandbox_leftovers(config) == ([], [])
+
+
+def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    tasks = _slow_tasks(tmp_path, 20)
+    argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "oracle",
+            "--dataset", str(tasks), "--out", str(out), "--concurrency", "2",
+            "--ray-address", ray.get_runtime_context().gcs_address]
+    first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list((out / "rollouts").glob("part-*"))) < 2:
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    written = {r["rollout_id"] for r in _rows(out)}
+    assert 2 <= len(written) < 8
+    second = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    ids = [r["rollout_id"] for r in _rows(out)]
+    assert len(ids) == len(set(ids)) == 8
+    assert written <= set(ids)
