@@ -23,7 +23,13 @@ from harbor.trial.trial import Trial
 
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import SessionInfo
-from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
+from harbor_ray.trials.agents import (
+    AgentNotWiredError,
+    ProxyEndpoint,
+    agent_config,
+    needs_model,
+    runs_in_sandbox,
+)
 from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import LOCAL, environment_config
 from harbor_ray.trials.datasets import TaskRef
@@ -96,13 +102,16 @@ async def _run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResu
     session = None
     if wants_model and capture is not None:
         session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+    doc = None
     try:
         trial_config = _trial_config(spec, capture, session)
         error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s)
+    except AgentNotWiredError as exc:
+        return _row(spec, capture, error_type=ErrorType.AGENT_SETUP, error=str(exc))
     finally:
-        # The session is read and dropped even when the trial was cancelled.
-        doc = await asyncio.shield(capture.close_session(session.session_id)) \
-            if session is not None and capture is not None else None
+        if session is not None and capture is not None:
+            # The session is read and dropped even when the trial was cancelled.
+            doc = await asyncio.shield(capture.close_session(session.session_id))
     trial_dir = spec.trials_dir / trial_config.trial_name
     return _judge(spec, capture, trial_result, error_type, error, doc, trial_dir)
 

@@ -163,3 +163,12 @@ def _all_cmdlines() -> list[str]:
         except OSError:
             continue
     return out
+
+
+async def test_an_agent_that_cannot_be_wired_is_an_agent_setup_row(
+    tmp_path: Path, fake_capture: tuple[FakeEngine, LocalCapture]
+) -> None:
+    _, capture = fake_capture
+    result = await run_rollout(spec(tmp_path, sample("hello-file"), "cursor-cli"), capture)
+    assert result.error_type == ErrorType.AGENT_SETUP and not result.ok
+    assert "cannot be wired" in result.error and result.reward is None
