@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from tests.processes import gone
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +36,13 @@ def test_failed_rollout_exits_one(tmp_path: Path) -> None:
     task = tmp_path / "slow"
     (hello,) = select_tasks(resolve_dataset("samples"), ["hello-file"])
     shutil.copytree(hello.path, task)
-    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 300\n")
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 303\n")
     done = rollout("--agent", "oracle", "--dataset", str(task), "--deadline", "5",
                    "--out", str(tmp_path / "out"))
     assert done.returncode == 1, done.stderr
     (row,) = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert row["error_type"] == "deadline" and row["reward"] is None
+    assert gone("sleep 303")
 
 
 @pytest.mark.parametrize(("args", "says"), [

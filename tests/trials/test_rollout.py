@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from harbor_ray.capture.local import LocalCapture, local_capture
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
 from harbor_ray.trials.result import ErrorType
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
+from tests.processes import all_cmdlines, gone
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def leftovers(tmp_path: Path) -> list[str]:
     """Sandbox directories and processes that outlived their rollout."""
     sandboxes = tmp_path / "sandboxes"
     dirs = [p.name for p in sandboxes.iterdir()] if sandboxes.exists() else []
-    return dirs + [cmdline for cmdline in _all_cmdlines() if str(sandboxes) in cmdline]
+    return dirs + [cmdline for cmdline in all_cmdlines() if str(sandboxes) in cmdline]
 
 
 async def test_oracle_needs_no_model_and_scores(tmp_path: Path) -> None:
@@ -124,51 +124,34 @@ async def test_engine_down_is_engine_error_not_zero_calls(
     assert result.reward is None
 
 
-def slow_task(tmp_path: Path) -> TaskRef:
-    """hello-file whose solution hangs in a command."""
+def slow_task(tmp_path: Path, seconds: int) -> TaskRef:
+    """hello-file whose solution hangs in a command (`sleep <seconds>`: each test its own
+    number, so that it finds its own process)."""
     root = tmp_path / "tasks" / "slow"
     shutil.copytree(sample("hello-file").path, root)
-    (root / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 300\n")
+    (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\nsleep {seconds}\n")
     (task,) = resolve_dataset(str(root)).tasks
     return task
 
 
 async def test_deadline_ends_as_a_row_and_leaves_nothing(tmp_path: Path) -> None:
-    result = await run_rollout(spec(tmp_path, slow_task(tmp_path), "oracle", deadline_s=8),
-                               None)
+    result = await run_rollout(spec(tmp_path, slow_task(tmp_path, 301), "oracle",
+                                    deadline_s=8), None)
     assert result.error_type == ErrorType.DEADLINE and not result.ok
     assert result.reward is None  # the verifier never ran: None, not 0.0
     assert leftovers(tmp_path) == []
+    assert gone("sleep 301")
 
 
 async def test_cancelling_mid_command_propagates_and_leaves_nothing(tmp_path: Path) -> None:
-    rollout = asyncio.create_task(run_rollout(spec(tmp_path, slow_task(tmp_path), "oracle"),
-                                              None))
+    rollout = asyncio.create_task(run_rollout(
+        spec(tmp_path, slow_task(tmp_path, 302), "oracle"), None))
     deadline = asyncio.get_running_loop().time() + 60
-    while not any("sleep 300" in p for p in _all_cmdlines()):
+    while not any("sleep 302" in p for p in all_cmdlines()):
         assert asyncio.get_running_loop().time() < deadline, "solution never started"
         await asyncio.sleep(0.2)
     rollout.cancel()
     with pytest.raises(asyncio.CancelledError):
         await rollout
     assert leftovers(tmp_path) == []
-    assert not any("sleep 300" in p for p in _all_cmdlines())
-
-
-def _all_cmdlines() -> list[str]:
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
-    return out
-
-
-async def test_an_agent_that_cannot_be_wired_is_an_agent_setup_row(
-    tmp_path: Path, fake_capture: tuple[FakeEngine, LocalCapture]
-) -> None:
-    _, capture = fake_capture
-    result = await run_rollout(spec(tmp_path, sample("hello-file"), "cursor-cli"), capture)
-    assert result.error_type == ErrorType.AGENT_SETUP and not result.ok
-    assert "cannot be wired" in result.error and result.reward is None
+    assert gone("sleep 302")
