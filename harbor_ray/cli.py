@@ -249,28 +249,9 @@ def rollout(
     Exit code 0: every rollout ok; 1: some rollouts failed (see the table);
     2: could not start (bad flags, engine refused, sandbox unusable).
     """
-    from harbor_ray.trials.agents import UnknownAgentError, needs_model
-    from harbor_ray.trials.backends import check_backend
-    from harbor_ray.trials.datasets import DatasetError, resolve_dataset, select_tasks
     from harbor_ray.trials.local_run import make_specs
 
-    try:
-        wants_model = needs_model(agent)
-        if llm_url is not None and engine is not None:
-            raise _StartError("give --llm-url or --engine, not both")
-        if wants_model and llm_url is None and engine is None:
-            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url, or --engine "
-                              "to start one (there is no default engine)")
-        report = resolve_dataset(dataset)
-        for problem in report.problems:
-            console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
-        tasks = select_tasks(report, task)
-        status = check_backend(sandbox)
-        if not status.usable:
-            raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
-    except (_StartError, DatasetError, UnknownAgentError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(Exit.COULD_NOT_START) from exc
+    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
 
     handle = None
     if wants_model and engine is not None:
@@ -300,6 +281,36 @@ def rollout(
 
 class _StartError(Exception):
     pass
+
+
+def _checked_run(
+    agent: str, llm_url: str | None, engine: Path | None, dataset: str,
+    task: list[str] | None, sandbox: str,
+) -> tuple[bool, list]:
+    """(whether the agent needs a model, the tasks): what `rollout` and `sweep` check
+    before starting anything. Exits 2 with the reason when a flag cannot work."""
+    from harbor_ray.trials.agents import UnknownAgentError, needs_model
+    from harbor_ray.trials.backends import check_backend
+    from harbor_ray.trials.datasets import DatasetError, resolve_dataset, select_tasks
+
+    try:
+        wants_model = needs_model(agent)
+        if llm_url is not None and engine is not None:
+            raise _StartError("give --llm-url or --engine, not both")
+        if wants_model and llm_url is None and engine is None:
+            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url, or --engine "
+                              "to start one (there is no default engine)")
+        report = resolve_dataset(dataset)
+        for problem in report.problems:
+            console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
+        tasks = select_tasks(report, task)
+        status = check_backend(sandbox)
+        if not status.usable:
+            raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
+    except (_StartError, DatasetError, UnknownAgentError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(Exit.COULD_NOT_START) from exc
+    return wants_model, tasks
 
 
 def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling | None
@@ -410,28 +421,13 @@ def sweep(
 
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.cluster.sweep import SweepConfig, run_sweep_sync
-    from harbor_ray.trials.agents import UnknownAgentError, needs_model
-    from harbor_ray.trials.backends import check_backend
-    from harbor_ray.trials.datasets import DatasetError, resolve_dataset, select_tasks
     from harbor_ray.trials.local_run import make_specs
 
+    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
     try:
-        wants_model = needs_model(agent)
-        if llm_url is not None and engine is not None:
-            raise _StartError("give --llm-url or --engine, not both")
-        if wants_model and llm_url is None and engine is None:
-            raise _StartError(f"agent {agent!r} calls a model: pass --llm-url, or --engine "
-                              "to start one (there is no default engine)")
-        report = resolve_dataset(dataset)
-        for problem in report.problems:
-            console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
-        tasks = select_tasks(report, task)
-        status = check_backend(sandbox)
-        if not status.usable:
-            raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
         config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
                              grace_s=grace, model=model)
-    except (_StartError, DatasetError, UnknownAgentError, ValueError) as exc:
+    except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(Exit.COULD_NOT_START) from exc
 
