@@ -211,6 +211,17 @@ class Exit:
     COULD_NOT_START = 2
 
 
+# Flags `rollout` and `sweep` share, declared once.
+TaskOption = Annotated[list[str] | None, typer.Option(
+    help="Run only these tasks (repeatable). Default: every task.")]
+LlmUrlOption = Annotated[str | None, typer.Option(
+    help="Engine base URL. Agents that call a model need it or --engine; no default.")]
+ModelOption = Annotated[str | None, typer.Option(
+    help="Served model id (default: the first one the engine lists).")]
+SandboxOption = Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
+AttemptsOption = Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")]
+
+
 @app.command()
 def rollout(
     agent: Annotated[str, typer.Option(help="Agent name (see `harbor-ray info`), e.g. "
@@ -218,19 +229,14 @@ def rollout(
     dataset: Annotated[str, typer.Option(
         help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or `samples` "
              "(the bundled sample tasks).")] = "samples",
-    task: Annotated[list[str] | None, typer.Option(
-        help="Run only these tasks (repeatable). Default: every task.")] = None,
-    llm_url: Annotated[str | None, typer.Option(
-        help="Engine base URL. Agents that call a model need it or --engine; no default.")]
-        = None,
+    task: TaskOption = None,
+    llm_url: LlmUrlOption = None,
     engine: Annotated[Path | None, typer.Option(
         help="Instead of --llm-url: start the engine from this Serve YAML on a local Ray "
              "for the run (e.g. serve_configs/engine_cpu.yaml), and stop it after.")] = None,
-    model: Annotated[str | None, typer.Option(
-        help="Served model id (default: the first one the engine lists).")] = None,
-    sandbox: Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
-        = "local",
-    n: Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")] = 1,
+    model: ModelOption = None,
+    sandbox: SandboxOption = "local",
+    n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once.")] = 1,
     budget: Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")] = 20,
     deadline: Annotated[float | None, typer.Option(
@@ -376,19 +382,14 @@ def sweep(
     dataset: Annotated[str, typer.Option(
         help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or `samples`.")]
         = "samples",
-    task: Annotated[list[str] | None, typer.Option(
-        help="Run only these tasks (repeatable). Default: every task.")] = None,
-    llm_url: Annotated[str | None, typer.Option(
-        help="Engine base URL. Agents that call a model need it or --engine; no default.")]
-        = None,
+    task: TaskOption = None,
+    llm_url: LlmUrlOption = None,
     engine: Annotated[Path | None, typer.Option(
         help="Instead of --llm-url: start the engine from this Serve YAML on the cluster "
              "for the sweep, and stop it after.")] = None,
-    model: Annotated[str | None, typer.Option(
-        help="Served model id (default: the first one the engine lists).")] = None,
-    sandbox: Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
-        = "local",
-    n: Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")] = 1,
+    model: ModelOption = None,
+    sandbox: SandboxOption = "local",
+    n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once (the only cap).")] = 8,
     retries: Annotated[int, typer.Option(
         help="Retries of a rollout lost to infrastructure (infra_lost, sandbox_start).")] = 1,
