@@ -149,7 +149,7 @@ def engine_up_command(
         help="Where the default model is prepared.")] = None,
 ) -> None:
     """Start the engine, wait until it answers, certify it, print the URL for --llm-url."""
-    handle = _start_engine(config, address, cache_dir)
+    handle, _ = _start_engine(config, address, cache_dir)
     print(handle.url)
     if address is None:
         console.print("engine running; Ctrl-C stops it")
@@ -176,8 +176,9 @@ def engine_down_command(
     console.print("engine stopped")
 
 
-def _start_engine(config: Path, address: str | None, cache_dir: Path | None):  # EngineHandle
-    """Start, wait (with progress) and certify; exit 2 with the reason when it fails."""
+def _start_engine(config: Path, address: str | None, cache_dir: Path | None, model=None):
+    """Start, wait (with progress) and certify; exit 2 with the reason when it fails.
+    Returns the EngineHandle and its Certification."""
     from harbor_ray.engine.lifecycle import EngineStartError, engine_up
     from harbor_ray.engine.model import ModelUnavailableError
 
@@ -185,20 +186,20 @@ def _start_engine(config: Path, address: str | None, cache_dir: Path | None):  #
         with console.status("starting the engine (a cold start takes minutes)") as status:
             handle = engine_up(config, ray_address=address, cache_dir=cache_dir,
                                progress=lambda msg: status.update(msg))
-        cert = asyncio.run(_certify(handle.url))
+        cert = asyncio.run(_certify(handle.url, model))
     except (EngineStartError, ModelUnavailableError, CertificationError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
     console.print(f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
                   f"{handle.url} (tool calling: "
                   f"{'yes' if cert.tool_calling else cert.tool_calling_fix})")
-    return handle
+    return handle, cert
 
 
-async def _certify(url: str):  # Certification
+async def _certify(url: str, model: str | None = None):  # Certification
     engine = HttpEngine(url)
     try:
-        return await certify(engine, engine.root)
+        return await certify(engine, engine.root, model=model)
     finally:
         await engine.aclose()
 
@@ -261,7 +262,7 @@ def rollout(
 
     handle = None
     if wants_model and engine is not None:
-        handle = _start_engine(engine, None, None)
+        handle, _ = _start_engine(engine, None, None)
         llm_url = handle.url
     out_dir = (out or Path("rollouts")).resolve()
     specs = make_specs(
@@ -412,8 +413,14 @@ def sweep(
         help="Dataset directory (rollouts/, sequences/, turns/, trials/).")] = Path("sweep"),
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster to run on (e.g. `auto`). Default: start a local one.")] = None,
+    proxy_replicas: Annotated[int, typer.Option(
+        help="Capture proxy replicas (a Ray Serve deployment) between agents and the "
+             "engine.")] = 2,
+    rollouts_per_host: Annotated[int, typer.Option(
+        help="Rollouts one host actor runs at once; hosts are started for --concurrency "
+             "slots. A host that dies fails (and retries) only its own rollouts.")] = 8,
 ) -> None:
-    """Run tasks x attempts as Ray actors, into a resumable Parquet dataset.
+    """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
     2: could not start (bad flags, engine refused, sandbox unusable).
@@ -427,25 +434,27 @@ def sweep(
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
     try:
         config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
-                             grace_s=grace, model=model)
+                             grace_s=grace, per_host=rollouts_per_host)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(Exit.COULD_NOT_START) from exc
 
     temp_dir = _start_ray(ray_address)
-    handle = None
+    handle = proxy = None
     try:
-        if wants_model and engine is not None:
-            handle = _start_engine(engine, ray_address or "auto", None)
-            llm_url = handle.url
         certification = None
-        if wants_model:
+        if wants_model and engine is not None:
+            handle, certification = _start_engine(engine, ray_address or "auto", None, model)
+            llm_url = handle.url
+        elif wants_model:
             try:
-                certification = asyncio.run(_certify(llm_url)).model_dump()
+                certification = asyncio.run(_certify(llm_url, model))
             except CertificationError as exc:
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(Exit.COULD_NOT_START) from exc
-        config = dataclasses.replace(config, llm_url=llm_url if wants_model else None)
+        if certification is not None:
+            proxy = _deploy_proxy(llm_url, certification.served_model, proxy_replicas)
+            config = dataclasses.replace(config, proxy=proxy)
         specs = make_specs(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
             sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
@@ -456,11 +465,17 @@ def sweep(
             "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
             "retries": retries, "deadline_s": deadline, "grace_s": grace, "budget": budget,
             "temperature": temperature, "max_tokens": max_tokens, "reward_key": reward_key,
-            "engine": certification,
+            "engine": certification.model_dump() if certification else None,
+            "proxy_replicas": proxy_replicas if certification else None,
+            "rollouts_per_host": rollouts_per_host,
         }
         with live_progress(console) as on_stats:
             stats = run_sweep_sync(specs, config, manifest, on_stats=on_stats)
     finally:
+        if proxy is not None:
+            from harbor_ray.cluster.proxy_deployment import remove_capture_proxy
+
+            remove_capture_proxy()
         if handle is not None:
             from harbor_ray.engine.lifecycle import engine_down
 
@@ -470,6 +485,16 @@ def sweep(
             shutil.rmtree(temp_dir, ignore_errors=True)
     print_summary(stats, config.out, console)
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
+
+
+def _deploy_proxy(llm_url: str, served_model: str, replicas: int):  # ProxyTarget
+    """Deploy the sweep's capture proxy replicas; where the agents reach them."""
+    from harbor_ray.cluster.host import ProxyTarget
+    from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy
+
+    with console.status(f"starting {replicas} capture proxy replicas"):
+        url = deploy_capture_proxy(llm_url, served_model, replicas=replicas)
+    return ProxyTarget(url=url, served_model=served_model)
 
 
 def _start_ray(address: str | None) -> str | None:

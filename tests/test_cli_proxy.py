@@ -5,48 +5,22 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from harbor_ray.capture.server import base_url, bind
-
-
-def free_port() -> int:
-    sock = bind("127.0.0.1", 0)
-    port = int(base_url(sock).rsplit(":", 1)[1])
-    sock.close()
-    return port
-
-
-def harbor_ray(*args: str) -> list[str]:
-    return [sys.executable, "-m", "harbor_ray.cli", *args]
-
-
-def wait_for(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not come up")
+from tests.fixtures.fake_engine import fake_engine_process, free_port, wait_for
 
 
 @pytest.fixture(scope="module")
 def fake_engine_url() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.fake_engine",
-                             "--port", str(port)])
-    try:
-        wait_for(f"http://127.0.0.1:{port}/v1/models")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with fake_engine_process() as url:
+        yield url
+
+
+def harbor_ray(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harbor_ray.cli", *args]
 
 
 def run_fails(*args: str) -> str:

@@ -9,7 +9,8 @@ serve any session.
 
 Failures, by where they happen, and what the agent sees (always in its own dialect):
   request     unreadable, oversized, wrong type, untranslatable -> 4xx, nothing recorded
-  session     unknown key -> 401; budget spent -> a terminal assistant message
+  session     unknown key, or the session ended (closed, owner gone) -> 401;
+              budget spent -> a terminal assistant message
   engine      unreachable / timeout / 5xx -> 503 / 504 / 502 (retryable), counted on the
               session; the engine rejected the request -> 400
 """
@@ -46,7 +47,7 @@ from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
 from harbor_ray.capture.normalize import engine_body
 from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import SessionGrant, SessionStore
+from harbor_ray.capture.session import SessionGone, SessionGrant, SessionStore
 from harbor_ray.capture.sse import KEEPALIVE
 from harbor_ray.capture.turn import TurnRecord
 
@@ -62,6 +63,10 @@ class CaptureSettings:
     max_body_bytes: int = 32 * 1024 * 1024
     keepalive_s: float = 10.0
     default_budget: int | None = None
+    # Off on cluster replicas: there, sessions are opened and exported by the actors
+    # that own them, and /sessions falls through to the model-call route (a 404; a
+    # DELETE, which that route does not take, a 405).
+    admin_routes: bool = True
 
 
 class SessionRequest(BaseModel):
@@ -94,12 +99,15 @@ def build_capture_app(
         # The instance id lets a launcher tell this server from another one on the port.
         return JSONResponse({"status": "ok", "instance": instance_id})
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
+    admin = [
         Route("/sessions", handler.admin_create, methods=["POST"]),
         Route("/sessions", handler.admin_list, methods=["GET"]),
         Route("/sessions/{session_id}/export", handler.admin_export, methods=["GET"]),
         Route("/sessions/{session_id}", handler.admin_delete, methods=["DELETE"]),
+    ]
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        *(admin if settings.admin_routes else []),
         Route("/{path:path}", handler.model_call, methods=["GET", "POST"]),
     ]
 
@@ -174,9 +182,10 @@ class _CaptureHandler:
     # ---- model calls --------------------------------------------------------------
 
     async def model_call(self, request: Request) -> Response:
-        route = detect(request.url.path, request.headers, request.query_params)
+        path = _route_path(request)
+        route = detect(path, request.headers, request.query_params)
         if route is None:
-            return _error(DIALECTS["chat"], 404, f"no route {request.url.path}", "not_found")
+            return _error(DIALECTS["chat"], 404, f"no route {path}", "not_found")
         dialect = DIALECTS[route.dialect]
         if route.kind == "models":
             return JSONResponse(models_reply(route.dialect, self.settings.served_model))
@@ -198,7 +207,10 @@ class _CaptureHandler:
             created=int(self.clock()),
             model=call.request_model or self.settings.served_model,
         )
-        admission = await self.store.admit(session_id)
+        try:
+            admission = await self.store.admit(session_id)
+        except SessionGone:
+            return _error(dialect, 401, "session has ended", "authentication")
         if not admission.admitted:
             return self._reply(dialect, call, budget_stop(), ctx)
         generation = self._generate(session_id, admission.call_index, route, call, payload)
@@ -336,6 +348,18 @@ class _CaptureHandler:
                 _iterate(frames), media_type="text/event-stream", headers=_SSE_HEADERS
             )
         return JSONResponse(dialect.render(completion, ctx))
+
+
+def _route_path(request: Request) -> str:
+    """The path below the app's mount point.
+
+    Mounted under a prefix (Ray Serve's route prefix, an ASGI `root_path`), the scope's
+    path is the full one, so `/capture/v1/messages` must be detected as `/v1/messages`.
+    """
+    path, root = request.url.path, request.scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("", "/"):
+        return path[len(root):] or "/"
+    return path
 
 
 async def _iterate(frames: Any) -> AsyncIterator[bytes]:

@@ -185,8 +185,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--no-token-ids", action="store_true",
                         help="imitate an engine that ignores return_token_ids")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="answer each generation after this long, like a real engine")
     args = parser.parse_args()
-    engine = FakeEngine(token_ids=not args.no_token_ids)
+    engine = FakeEngine(token_ids=not args.no_token_ids, delay_s=args.delay_ms / 1000)
     uvicorn.run(fake_engine_app(engine), host=args.host, port=args.port, log_level="warning")
 
 

@@ -15,8 +15,18 @@ from collections.abc import Mapping
 _PREFIX = "hr-"
 
 
-def new_session_id() -> str:
-    return secrets.token_hex(8)
+def new_session_id(owner: str | None = None) -> str:
+    """A fresh id; `<owner>.<random>` when an owner (letters and digits) mints it."""
+    if owner is not None and not owner.isalnum():
+        raise ValueError(f"owner must be letters and digits, not {owner!r}")
+    random = secrets.token_hex(8)
+    return random if owner is None else f"{owner}.{random}"
+
+
+def owner_of(session_id: str) -> str | None:
+    """The owner named in a session id, or None for an id minted without one."""
+    owner, sep, _ = session_id.partition(".")
+    return owner if sep and owner else None
 
 
 def mint_key(session_id: str) -> str:

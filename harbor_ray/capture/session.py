@@ -47,6 +47,14 @@ class Admission:
     call_index: int  # the turn's index when admitted; -1 otherwise
 
 
+class SessionGone(LookupError):
+    """The session ended (closed, or its owner died) after its key was accepted.
+
+    A replica's cached grant can outlive the session; admission is where it finds out,
+    and the agent gets a 401 rather than a 500.
+    """
+
+
 class SessionStore(Protocol):
     async def create(
         self, *, budget: int | None = None, sampling: Sampling | None = None
@@ -57,7 +65,7 @@ class SessionStore(Protocol):
         ...
 
     async def admit(self, session_id: str) -> Admission:
-        """Atomically check the budget and reserve one call."""
+        """Atomically check the budget and reserve one call; `SessionGone` if it ended."""
         ...
 
     async def record(self, session_id: str, turn: TurnRecord) -> None: ...
@@ -81,6 +89,7 @@ class SessionState:
     budget: int | None
     sampling: Sampling | None = None
     turns: list[TurnRecord] = field(default_factory=list)
+    recorded: set[int] = field(default_factory=set)
     admitted: int = 0
     in_flight: int = 0
     counters: dict[str, int] = field(default_factory=lambda: {"engine_error": 0, "budget_stop": 0})
@@ -96,6 +105,11 @@ class SessionState:
         return Admission(True, index)
 
     def record(self, turn: TurnRecord) -> None:
+        # Idempotent by admission index: a record delivered twice (a retried actor call)
+        # must not become two turns.
+        if turn.index in self.recorded:
+            return
+        self.recorded.add(turn.index)
         self.in_flight = max(0, self.in_flight - 1)
         self.turns.append(turn)
 
@@ -113,20 +127,26 @@ class SessionState:
 
 
 class InMemorySessionStore:
-    """All sessions in this process: for the standalone proxy and one-process rollouts."""
+    """All sessions in this process: for the standalone proxy, one-process rollouts, and
+    the cluster's session owners (`owner`, if given, prefixes every session id it mints
+    so that a stateless replica can find the owner from the key alone)."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: str | None = None) -> None:
         self._sessions: dict[str, SessionState] = {}
+        self._owner = owner
 
     async def create(
         self, *, budget: int | None = None, sampling: Sampling | None = None
     ) -> SessionInfo:
-        session_id = new_session_id()
+        session_id = new_session_id(self._owner)
         key = mint_key(session_id)
         self._sessions[session_id] = SessionState(
             key_digest=key_digest(key), budget=budget, sampling=sampling
         )
         return SessionInfo(session_id, key, budget, sampling)
+
+    def state(self, session_id: str) -> SessionState | None:
+        return self._sessions.get(session_id)
 
     async def authenticate(self, key: str) -> SessionGrant | None:
         session_id = session_of(key)
@@ -136,7 +156,10 @@ class InMemorySessionStore:
         return SessionGrant(session_id, state.sampling)
 
     async def admit(self, session_id: str) -> Admission:
-        return self._sessions[session_id].admit()
+        state = self._sessions.get(session_id)
+        if state is None:
+            raise SessionGone(session_id)
+        return state.admit()
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         self._sessions[session_id].record(turn)

@@ -1,12 +1,15 @@
-"""The sweep driver: tasks x attempts as trial actors, into one resumable dataset.
+"""The sweep driver: tasks x attempts on rollout hosts, into one resumable dataset.
 
 Used by `harbor-ray sweep` and by `jobs/sweep.py` (the `ray job submit` entry). What it
 guarantees:
-- at most `concurrency` rollouts at once, and nothing else caps them (actors ask for a
-  sliver of a CPU); the in-flight count is measured, queue time included, and its peak
-  is kept;
-- every rollout ends as one row: a rollout past `deadline + grace` is killed and written
-  as `deadline`, a dead actor as `infra_lost`; only infrastructure errors are retried;
+- at most `concurrency` rollouts at once, and nothing else caps them (hosts ask for a
+  sliver of a CPU and are started for as many slots as the concurrency needs); the
+  in-flight count is measured, queue time included, and its peak is kept;
+- every rollout ends as one row. A rollout ends itself at its deadline (its sandbox torn
+  down); one with no row `grace` seconds later is cancelled on its host, and if it
+  ignores that for another `grace`, its host is killed. Either way the row says
+  `deadline`. A rollout whose host died is `infra_lost`; only infrastructure errors are
+  retried;
 - rows are committed as they finish (one Parquet part per rollout), so a killed driver
   loses only what was in flight, and a rerun with the same output skips finished ids;
 - the sweep's sandboxes live under OUT/sandboxes and are reaped at start and end.
@@ -24,14 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
 
+from harbor_ray.cluster.host import ProxyTarget, Work
+from harbor_ray.cluster.pool import Host, HostPool
 from harbor_ray.cluster.reaper import reap
-from harbor_ray.cluster.trial_actor import Work, start_trial_actor
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
-from harbor_ray.trials.rollout import RolloutSpec
+from harbor_ray.trials.spec import RolloutSpec
 
 RETRIED = frozenset({ErrorType.INFRA_LOST, ErrorType.SANDBOX_START})
 
@@ -44,15 +48,17 @@ class SweepConfig:
     concurrency: int = 8
     retries: int = 1
     grace_s: float = 60.0
-    llm_url: str | None = None
-    model: str | None = None
-    actor_cpus: float = 0.01
+    proxy: ProxyTarget | None = None  # where agents call the model; None: no agent does
+    per_host: int = 8
+    host_cpus: float = 0.01
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if self.retries < 0:
             raise ValueError("retries cannot be negative")
+        if self.per_host < 1:
+            raise ValueError("rollouts per host must be at least 1")
 
     @property
     def sandboxes_dir(self) -> Path:
@@ -112,28 +118,35 @@ async def run_rollouts(
     *,
     work: Work | None = None,
 ) -> None:
-    """Run every spec on its own actor, `config.concurrency` at once; rows to `on_result`
-    in the order they finish."""
+    """Run every spec on the pool's hosts, `config.concurrency` at once; rows to
+    `on_result` in the order they finish."""
     gate = asyncio.Semaphore(config.concurrency)
+    pool = HostPool(per_host=config.per_host, proxy=config.proxy, num_cpus=config.host_cpus,
+                    work=work)
 
     async def one(spec: RolloutSpec) -> None:
         async with gate:
-            result = await _with_retries(spec, config, stats, work)
+            result = await _with_retries(spec, config, stats, pool)
         stats.add(result)
         on_result(result)
 
-    await asyncio.gather(*(one(spec) for spec in specs))
+    try:
+        await asyncio.gather(*(one(spec) for spec in specs))
+    finally:
+        pool.shutdown()
 
 
 async def _with_retries(
-    spec: RolloutSpec, config: SweepConfig, stats: SweepStats, work: Work | None
+    spec: RolloutSpec, config: SweepConfig, stats: SweepStats, pool: HostPool
 ) -> RolloutResult:
     retry = 0
     while True:
         stats.started()
+        host = pool.acquire()
         try:
-            result = await _on_actor(spec, config, retry, work)
+            result = await _on_host(spec, config, host, pool)
         finally:
+            pool.release(host)
             stats.finished()
         if result.error_type not in RETRIED or retry >= config.retries:
             break
@@ -145,29 +158,41 @@ async def _with_retries(
     return result
 
 
-async def _on_actor(
-    spec: RolloutSpec, config: SweepConfig, retry: int, work: Work | None
+async def _on_host(
+    spec: RolloutSpec, config: SweepConfig, host: Host, pool: HostPool
 ) -> RolloutResult:
-    """One try on a fresh actor. The rollout's own deadline ends it gracefully; the hard
-    deadline (`deadline + grace`) kills the actor, for a rollout stuck past teardown."""
-    actor = start_trial_actor(spec, llm_url=config.llm_url, model=config.model,
-                              num_cpus=config.actor_cpus, retry=retry, work=work)
+    """One try. Past `deadline + grace` the rollout is cancelled (Harbor tears its
+    sandbox down); one that ignores the cancellation for `grace` more costs its host."""
+    ref = host.handle.run.remote(spec)
     hard = None if spec.deadline_s is None else spec.deadline_s + config.grace_s
     started = time.time()
     try:
         async with asyncio.timeout(hard):
-            result = await actor.run.remote()
+            return await ref
     except TimeoutError:
+        how = await _cancel(ref, config.grace_s, host, pool)
         return failed_row(spec, ErrorType.DEADLINE,
-                          f"killed by the driver: no row {hard:g} s after the start "
+                          f"{how} by the driver: no row {hard:g} s after the start "
                           f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
                           time.time() - started)
     except RayActorError as exc:
+        pool.lost(host)
         return failed_row(spec, ErrorType.INFRA_LOST,
-                          f"the rollout's actor died: {_first_line(exc)}", time.time() - started)
-    finally:
-        ray.kill(actor, no_restart=True)
-    return result
+                          f"the rollout's host died: {_first_line(exc)}", time.time() - started)
+
+
+async def _cancel(ref: Any, grace_s: float, host: Host, pool: HostPool) -> str:
+    """Cancel a late rollout's task on its host; kill the host if that does not end it."""
+    ray.cancel(ref)
+    try:
+        async with asyncio.timeout(grace_s):
+            await ref
+    except TimeoutError:
+        pool.kill(host)
+        return "killed with its host"
+    except (TaskCancelledError, RayTaskError, RayActorError):
+        pass
+    return "cancelled"
 
 
 def failed_row(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float

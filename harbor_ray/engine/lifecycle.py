@@ -8,7 +8,8 @@ start takes minutes (vLLM compiles its graphs), so it reports progress while it 
 and removes a half-started application when it gives up.
 
 Serve's HTTP options are fixed when Serve first starts on a cluster: if it already
-runs, the YAML's (and `port`) are not applied and the returned URL assumes they were.
+runs, the YAML's (and `port`) are not applied, and the returned URL is where Serve
+actually listens.
 
 A local cluster started here lives as long as this process: a CLI that wants the engine
 to outlive the command must keep running, or connect to a cluster made by `ray start`.
@@ -34,6 +35,7 @@ from ray.serve.schema import ApplicationStatus, ServeApplicationSchema, ServeDep
 from harbor_ray.engine.config import EngineConfig
 from harbor_ray.engine.model import Progress, prepare_model
 from harbor_ray.engine.serve import build_engine_app
+from harbor_ray.serve_http import serve_http_base
 
 ENGINE_APP_NAME = "engine"
 
@@ -41,7 +43,6 @@ ENGINE_APP_NAME = "engine"
 # silently ignored, with `serve run` named as the way to get it.
 _DEPLOY_FIELDS = frozenset({"applications", "http_options", "proxy_location"})
 _APP_FIELDS = frozenset({"name", "route_prefix", "import_path", "args", "logging_config"})
-_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _FAILED = frozenset({ApplicationStatus.DEPLOY_FAILED, ApplicationStatus.UNHEALTHY})
 _HEARTBEAT_S = 30.0
 
@@ -96,7 +97,7 @@ def engine_up(
     if port is not None:
         http_options["port"] = port
     serve.start(http_options=http_options, proxy_location=deploy.proxy_location)
-    url = _base_url(http_options["host"], http_options["port"], app.route_prefix)
+    url = f"{serve_http_base(app.route_prefix)}/v1"
     serve.run_many(
         [
             RunTarget(
@@ -180,13 +181,6 @@ def _prepare(
 def _import_attr(import_path: str) -> Any:
     module, _, name = import_path.rpartition(":" if ":" in import_path else ".")
     return getattr(importlib.import_module(module), name)
-
-
-def _base_url(host: str, port: int, route_prefix: str | None) -> str:
-    # A wildcard bind accepts local connections; it is not an address to connect to.
-    host = "127.0.0.1" if host in _WILDCARD_HOSTS else host
-    prefix = (route_prefix or "/").rstrip("/")
-    return f"http://{host}:{port}{prefix}/v1"
 
 
 def _wait_until_serving(

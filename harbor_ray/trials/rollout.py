@@ -13,15 +13,14 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+from urllib.parse import urlsplit
 
 from harbor.models.trial.config import AgentConfig, TrialConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.trial import Trial
 
-from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import SessionInfo
 from harbor_ray.trials.agents import (
     AgentNotWiredError,
@@ -32,47 +31,13 @@ from harbor_ray.trials.agents import (
 )
 from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import LOCAL, environment_config
-from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.outcome import classify
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.rewards import findings_for, select_reward
+from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 # The port at which an agent inside the local sandbox finds the proxy (forwarded).
 SANDBOX_PROXY_PORT = 18080
-
-
-class CaptureService(Protocol):
-    """What a rollout needs of the capture layer: sessions, and the proxy's address."""
-
-    @property
-    def served_model(self) -> str: ...
-
-    @property
-    def host_url(self) -> str: ...
-
-    async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None
-    ) -> SessionInfo: ...
-
-    async def close_session(self, session_id: str) -> dict[str, Any] | None: ...
-
-
-@dataclass(frozen=True)
-class RolloutSpec:
-    """Everything one rollout needs, as plain data (it crosses process boundaries)."""
-
-    rollout_id: str
-    task: TaskRef
-    agent: str
-    trials_dir: Path
-    sandbox: str = LOCAL
-    attempt: int = 0
-    sampling: Sampling | None = None
-    budget: int | None = None
-    deadline_s: float | None = None
-    reward_key: str | None = None
-    agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 async def run_rollout(
@@ -123,8 +88,10 @@ def _trial_config(
     if session is not None and capture is not None:
         inside = runs_in_sandbox(spec.agent)
         if inside and spec.sandbox == LOCAL:
-            sandbox_kwargs["forward"] = {SANDBOX_PROXY_PORT: capture.host_url.split("//")[1]}
-            sandbox_url = f"http://127.0.0.1:{SANDBOX_PROXY_PORT}"
+            # The proxy may sit under a path (the cluster's deployment is at /capture).
+            url = urlsplit(capture.host_url)
+            sandbox_kwargs["forward"] = {SANDBOX_PROXY_PORT: url.netloc}
+            sandbox_url = f"http://127.0.0.1:{SANDBOX_PROXY_PORT}{url.path.rstrip('/')}"
         else:
             sandbox_url = capture.host_url
         agent = agent_config(

@@ -3,8 +3,6 @@ in front of the in-process fake engine. One per test session; tests swap the scr
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -13,8 +11,8 @@ import pytest
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.fake_engine import FakeEngine, echo_script
-from harbor_ray.capture.server import bind, serve
 from harbor_ray.capture.session import InMemorySessionStore
+from tests.fixtures.threaded import serve_in_thread
 
 ADMIN_KEY = "test-admin-key"
 
@@ -45,31 +43,12 @@ def capture_server() -> Iterator[CaptureServer]:
         CaptureSettings(served_model="fake-model", admin_key=ADMIN_KEY,
                         max_body_bytes=256 * 1024, keepalive_s=0.05),
     )
-    sock = bind("127.0.0.1", 0)
-    ready = threading.Event()
-    urls: list[str] = []
-    loop = asyncio.new_event_loop()
-
-    def on_ready(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    stop = asyncio.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(serve(app, sock, on_ready=on_ready, stop=stop))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(30), "capture server did not start"
-    admin = httpx.Client(base_url=urls[0], headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    try:
-        yield CaptureServer(urls[0], engine, admin)
-    finally:
-        admin.close()
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(15)
+    with serve_in_thread(app) as url:
+        admin = httpx.Client(base_url=url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        try:
+            yield CaptureServer(url, engine, admin)
+        finally:
+            admin.close()
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 import asyncio
 
 import numpy as np
+import pytest
 
 from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.session import InMemorySessionStore, SessionGone
 from harbor_ray.capture.turn import TurnRecord
 
 
@@ -60,3 +61,5 @@ async def test_delete() -> None:
     assert not await store.delete(s.session_id)
     assert await store.export(s.session_id) is None
     assert await store.authenticate(s.key) is None
+    with pytest.raises(SessionGone):
+        await store.admit(s.session_id)

@@ -1,4 +1,4 @@
-"""Work functions for trial actors that need no Harbor (pickled by value into actors)."""
+"""Work functions for rollout hosts that need no Harbor (pickled by value into actors)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import time
 from pathlib import Path
 
 from harbor_ray.trials.result import RolloutResult
-from harbor_ray.trials.rollout import CaptureService, RolloutSpec
+from harbor_ray.trials.spec import CaptureService, RolloutSpec
+
+
+def ok_row(spec: RolloutSpec, started: float) -> RolloutResult:
+    """A successful row that says when the work ran."""
+    return RolloutResult(
+        rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
+        agent=spec.agent, sandbox=spec.sandbox, ok=True, reward=1.0,
+        timings={"started_at": started, "ended_at": time.time()},
+    )
 
 
 def barrier_work(directory: str, expected: int, timeout_s: float):
@@ -21,10 +30,21 @@ def barrier_work(directory: str, expected: int, timeout_s: float):
             if time.time() - started > timeout_s:
                 break
             await asyncio.sleep(0.2)
-        return RolloutResult(
-            rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
-            agent=spec.agent, sandbox=spec.sandbox, ok=True, reward=1.0,
-            timings={"started_at": started, "ended_at": time.time()},
-        )
+        return ok_row(spec, started)
+
+    return work
+
+
+def deaf_work(block_task: str, seconds: float):
+    """`block_task` blocks its host's event loop (a rollout no cancellation reaches);
+    every other task waits a little and succeeds."""
+
+    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+        started = time.time()
+        if spec.task.name == block_task:
+            time.sleep(seconds)
+        else:
+            await asyncio.sleep(2)
+        return ok_row(spec, started)
 
     return work

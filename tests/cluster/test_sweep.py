@@ -16,8 +16,8 @@ import pytest
 import ray
 
 from harbor_ray.cluster import reaper
+from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.sweep import SweepConfig, sweep
-from harbor_ray.cluster.trial_actor import NAMESPACE, actor_name
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.local_run import make_specs
 from tests.cluster import stubs
@@ -84,13 +84,14 @@ async def test_oracle_sweep_over_samples(tmp_path: Path) -> None:
 CONCURRENT = 12
 
 
-async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path) -> None:
-    count = CONCURRENT
+@pytest.mark.parametrize(("count", "per_host"), [(CONCURRENT, 8), (100, 25)])
+async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path, count: int, per_host: int
+                                                    ) -> None:
     checked_in = tmp_path / "in"
     checked_in.mkdir()
     out = tmp_path / "out"
     specs = _specs("samples", out, names=["hello-file"], attempts=count)
-    config = SweepConfig(out=out, concurrency=count)
+    config = SweepConfig(out=out, concurrency=count, per_host=per_host)
     stats = await sweep(specs, config, {}, work=stubs.barrier_work(str(checked_in), count, 900))
     assert stats.peak_in_flight == count
     rows = _rows(out)
@@ -113,14 +114,33 @@ async def test_rollout_past_its_deadline(tmp_path: Path) -> None:
     assert _sandbox_leftovers(config) == ([], [])
 
 
-async def test_driver_kills_a_rollout_past_deadline_plus_grace(tmp_path: Path) -> None:
+async def test_driver_cancels_a_rollout_past_deadline_plus_grace(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = SweepConfig(out=out, grace_s=1)
     specs = _specs("samples", out, names=["hello-file"], deadline=0.5)
     work = stubs.barrier_work(str(tmp_path), 10**6, 60)  # never returns in time
+    started = time.monotonic()
     await sweep(specs, config, {}, work=work)
     [row] = _rows(out)
-    assert row["error_type"] == "deadline" and "killed" in row["error"]
+    assert row["error_type"] == "deadline" and "cancelled by the driver" in row["error"]
+    assert time.monotonic() - started < 30
+
+
+async def test_rollout_deaf_to_cancellation_costs_its_host_and_only_that(tmp_path: Path
+                                                                         ) -> None:
+    """A rollout that blocks its host's event loop cannot be cancelled: its host is killed,
+    and the other rollout on that host is retried elsewhere, not lost."""
+    out = tmp_path / "out"
+    config = SweepConfig(out=out, grace_s=2, concurrency=2, per_host=2, retries=1)
+    specs = (_specs("samples", out, names=["hello-file"], deadline=3)
+             + _specs("samples", out, names=["make-directory"]))
+    work = stubs.deaf_work(block_task="hello-file", seconds=120)
+    await sweep(specs, config, {}, work=work)
+    rows = {r["task"]: r for r in _rows(out)}
+    assert rows["hello-file"]["error_type"] == "deadline"
+    assert "killed with its host" in rows["hello-file"]["error"]
+    assert rows["make-directory"]["ok"], rows["make-directory"]
+    assert [f["code"] for f in rows["make-directory"]["findings"]] == ["infra_retries"]
 
 
 async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
@@ -132,7 +152,9 @@ async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
     while not (config.sandboxes_dir.exists() and any(config.sandboxes_dir.iterdir())):
         assert not running.done()
         await asyncio.sleep(0.5)
-    ray.kill(ray.get_actor(actor_name(spec.rollout_id), namespace=NAMESPACE))
+    [host] = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+              if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")]
+    ray.kill(ray.get_actor(host, namespace=NAMESPACE))
     stats = await running
     [row] = _rows(out)
     assert row["error_type"] == "infra_lost" and row["reward"] is None

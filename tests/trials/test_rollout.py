@@ -4,19 +4,19 @@ proxy in process (fake engine playing a scripted terminus-2), no Ray."""
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from harbor_ray.capture.fake_engine import FakeEngine, FakeReply
+from harbor_ray.capture.fake_engine import FakeEngine
 from harbor_ray.capture.local import LocalCapture, local_capture
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
 from harbor_ray.trials.result import ErrorType
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
 from tests.processes import all_cmdlines, gone
+from tests.trials.scripts import terminus_script
 
 pytestmark = pytest.mark.integration
 
@@ -30,23 +30,6 @@ def spec(tmp_path: Path, task: TaskRef, agent: str, **kwargs) -> RolloutSpec:
     kwargs.setdefault("sandbox_kwargs", {"sandboxes_dir": str(tmp_path / "sandboxes")})
     return RolloutSpec(rollout_id=f"{task.name}-{agent}", task=task, agent=agent,
                        trials_dir=tmp_path / "trials", **kwargs)
-
-
-def terminus_script(keystrokes: str):
-    """terminus-2's JSON protocol: act once, then claim completion twice (it confirms)."""
-
-    def script(messages: list[dict]) -> FakeReply:
-        acted = sum(1 for m in messages if m.get("role") == "assistant")
-        if acted == 0:
-            reply = {"analysis": "Empty directory.", "plan": "Write the file.",
-                     "commands": [{"keystrokes": keystrokes, "duration": 0.5}],
-                     "task_complete": False}
-        else:
-            reply = {"analysis": "Done.", "plan": "Finish.", "commands": [],
-                     "task_complete": True}
-        return FakeReply(text=json.dumps(reply))
-
-    return script
 
 
 @pytest.fixture

@@ -1,0 +1,81 @@
+"""The driver's rollout hosts: enough to hold `concurrency` rollouts, replaced when lost.
+
+A rollout takes a slot on the least-loaded live host; hosts start when a slot is first
+needed (never more than `ceil(concurrency / per_host)` alive), and a host that died or
+was killed is dropped, its rollouts already failed, and a fresh one takes its place.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from harbor_ray.cluster.host import ProxyTarget, Work, start_host
+
+
+@dataclass
+class Host:
+    name: str
+    handle: Any  # ActorHandle
+    running: int = 0
+    alive: bool = True
+
+
+class HostPool:
+    """Hosts for one sweep; names are unique to it, so sweeps can share a cluster."""
+
+    def __init__(
+        self,
+        *,
+        per_host: int,
+        proxy: ProxyTarget | None,
+        num_cpus: float,
+        work: Work | None = None,
+    ) -> None:
+        if per_host < 1:
+            raise ValueError("rollouts per host must be at least 1")
+        self._per_host = per_host
+        self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
+        self._prefix = secrets.token_hex(4)
+        self._started = 0
+        self._hosts: list[Host] = []
+
+    @property
+    def hosts(self) -> list[Host]:
+        """The live hosts."""
+        return [h for h in self._hosts if h.alive]
+
+    def acquire(self) -> Host:
+        """A slot for one rollout. The caller bounds the rollouts in flight, so there is
+        always a live host with room or room for a new host."""
+        open_hosts = [h for h in self.hosts if h.running < self._per_host]
+        host = min(open_hosts, key=lambda h: h.running) if open_hosts else self._start()
+        host.running += 1
+        return host
+
+    def release(self, host: Host) -> None:
+        host.running -= 1
+
+    def lost(self, host: Host) -> None:
+        """The host died (its rollouts fail on their own): never place anything on it."""
+        host.alive = False
+
+    def kill(self, host: Host) -> None:
+        """End a host that no longer answers (a rollout ignored its cancellation)."""
+        self.lost(host)
+        ray.kill(host.handle, no_restart=True)
+
+    def shutdown(self) -> None:
+        for host in self.hosts:
+            self.kill(host)
+
+    def _start(self) -> Host:
+        name = f"{self._prefix}h{self._started}"
+        self._started += 1
+        host = Host(name, start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
+                                     work=self._work))
+        self._hosts.append(host)
+        return host

@@ -1,0 +1,85 @@
+"""A stub agent for sweeps: drives the capture proxy like an agent, without Harbor.
+
+For benchmarks and fault tests of the cluster's serving layer, where a real agent's
+minutes in a sandbox would only hide what is measured. It runs as a rollout's work on a
+host: opens the session, makes chat calls through the proxy (each prompt extends the
+previous one, as an agent's does), retries a call the way SDKs do when a replica fails,
+and closes the session. Its row is ok only if every call got an answer and each answer
+is among the recorded turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+
+from harbor_ray.cluster.host import Work
+from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.trials.spec import CaptureService, RolloutSpec
+
+_RETRYABLE = frozenset({404, 500, 502, 503, 504})  # a replica restarting answers 404/5xx
+
+
+def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: int = 8,
+               backoff_s: float = 0.5) -> Work:
+    """Work that makes `calls` chat calls, `think_s` apart."""
+
+    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+        assert capture is not None, "the stub agent calls a model: the sweep needs a proxy"
+        started = time.time()
+        session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        messages = [{"role": "user", "content": f"task {spec.rollout_id}: begin"}]
+        answers: list[str] = []
+        retried = 0
+        try:
+            async with aiohttp.ClientSession(
+                    headers={"authorization": f"Bearer {session.key}"}) as http:
+                for step in range(calls):
+                    body = {"model": capture.served_model, "messages": messages,
+                            "max_tokens": max_tokens}
+                    answer, tries = await _call(http, f"{capture.host_url}/v1/chat/completions",
+                                                body, retries, backoff_s)
+                    retried += tries
+                    if answer is None:
+                        break
+                    answers.append(answer)
+                    messages += [{"role": "assistant", "content": answer},
+                                 {"role": "user", "content": f"step {step} done"}]
+                    await asyncio.sleep(think_s)
+        finally:
+            doc = await capture.close_session(session.session_id)
+        recorded = [t["response_message"].get("content") for t in (doc or {}).get("turns", [])]
+        missing = sum(1 for a in answers if a not in recorded)
+        ok = len(answers) == calls and missing == 0
+        return RolloutResult(
+            rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
+            agent=spec.agent, sandbox=spec.sandbox, ok=ok, reward=1.0 if ok else 0.0,
+            error_type=None if ok else ErrorType.AGENT_ERROR,
+            error=None if ok else (f"{len(answers)}/{calls} calls answered, {missing} answers "
+                                   "not recorded"),
+            findings=[FindingRecord(code="stub_retries", severity="info",
+                                    message=f"{retried} calls retried")] if retried else [],
+            model=capture.served_model, capture=doc, model_calls=len(recorded),
+            timings={"total": time.time() - started},
+        )
+
+    return work
+
+
+async def _call(http: aiohttp.ClientSession, url: str, body: dict, retries: int,
+                backoff_s: float) -> tuple[str | None, int]:
+    """The answer's text and how many retries it took; None if every try failed."""
+    for attempt in range(retries + 1):
+        try:
+            async with http.post(url, json=body) as reply:
+                if reply.status == 200:
+                    data = await reply.json()
+                    return data["choices"][0]["message"]["content"], attempt
+                if reply.status not in _RETRYABLE:
+                    return None, attempt
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(backoff_s)
+    return None, retries

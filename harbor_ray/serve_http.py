@@ -1,0 +1,26 @@
+"""Where Ray Serve's HTTP proxy actually listens, for URLs handed to clients.
+
+Serve's HTTP options are fixed when Serve first starts on a cluster; a later
+`serve.start(http_options=...)` keeps the running ones. So the engine's and the capture
+proxy's URLs are built from what Serve reports, never from the options asked for.
+"""
+
+from __future__ import annotations
+
+from ray.serve.context import _get_global_client
+from ray.serve.schema import ServeInstanceDetails
+
+# A wildcard bind accepts local connections; it is not an address to connect to.
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+def serve_details() -> ServeInstanceDetails:
+    """Serve's own description of itself: HTTP options, applications, replicas."""
+    return ServeInstanceDetails(**_get_global_client().get_serve_details())
+
+
+def serve_http_base(route_prefix: str | None = None) -> str:
+    """`http://host:port<prefix>` of the running Serve, without a trailing slash."""
+    options = serve_details().http_options
+    host = "127.0.0.1" if options.host in _WILDCARD_HOSTS else options.host
+    return f"http://{host}:{options.port}{(route_prefix or '/').rstrip('/')}"

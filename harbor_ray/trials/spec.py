@@ -1,0 +1,51 @@
+"""What a rollout is, as plain data, and what it needs of the capture layer.
+
+Kept apart from `rollout`, which runs Harbor trials: the cluster passes specs between
+processes and hosts rollouts, and needs only this much of a rollout's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.session import SessionInfo
+from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.datasets import TaskRef
+
+
+class CaptureService(Protocol):
+    """What a rollout needs of the capture layer: sessions, and the proxy's address."""
+
+    @property
+    def served_model(self) -> str: ...
+
+    @property
+    def host_url(self) -> str: ...
+
+    async def open_session(
+        self, *, budget: int | None, sampling: Sampling | None
+    ) -> SessionInfo: ...
+
+    async def close_session(self, session_id: str) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """Everything one rollout needs, as plain data (it crosses process boundaries)."""
+
+    rollout_id: str
+    task: TaskRef
+    agent: str
+    trials_dir: Path
+    sandbox: str = LOCAL
+    attempt: int = 0
+    sampling: Sampling | None = None
+    budget: int | None = None
+    deadline_s: float | None = None
+    reward_key: str | None = None
+    agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)

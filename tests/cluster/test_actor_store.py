@@ -1,0 +1,140 @@
+"""`ActorSessionStore` against real owner actors on the session's local Ray, with the app
+in this process (no Serve): what a replica does when sessions end or owners die."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import ray
+
+from harbor_ray.capture.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.fake_engine import FakeEngine, render_prompt
+from harbor_ray.capture.keys import mint_key, new_session_id
+from harbor_ray.capture.session import SessionGone, SessionInfo
+from harbor_ray.cluster.actor_store import ActorSessionStore
+from harbor_ray.cluster.owner import start_session_owner
+from tests.capture.test_session import turn
+
+pytestmark = pytest.mark.integration
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _owner(ray_cluster: None) -> Iterator[Any]:
+    handle = start_session_owner(f"t{uuid.uuid4().hex[:8]}")
+    yield handle
+    ray.kill(handle)
+
+
+# One owner for the module (an actor takes seconds to start here); tests that kill
+# their owner get their own.
+owner = pytest.fixture(scope="module")(_owner)
+doomed_owner = pytest.fixture(_owner)
+
+
+@pytest.fixture
+async def proxy(ray_cluster: None) -> AsyncIterator[httpx.AsyncClient]:
+    app = build_capture_app(ActorSessionStore(), FakeEngine(),
+                            CaptureSettings(served_model="fake-model", admin_routes=False))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://proxy") as client:
+        yield client
+
+
+async def open_session(owner: Any, budget: int | None = None) -> SessionInfo:
+    return await owner.open.remote(budget=budget, sampling=None)
+
+
+def sdk(proxy: httpx.AsyncClient, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url="http://proxy/v1", api_key=key, http_client=proxy,
+                              max_retries=0)
+
+
+async def chat(proxy: httpx.AsyncClient, key: str) -> str:
+    reply = await sdk(proxy, key).chat.completions.create(model="m", messages=HELLO)
+    return reply.choices[0].message.content
+
+
+async def test_calls_are_admitted_and_recorded_on_the_owner(owner, proxy) -> None:
+    session = await open_session(owner)
+    assert await chat(proxy, session.key) == "echo: hello"
+    assert await chat(proxy, session.key) == "echo: hello"
+    doc = await owner.close.remote(session.session_id)
+    assert [t["index"] for t in doc["turns"]] == [0, 1]
+    assert doc["turns"][0]["prompt_ids"] == render_prompt(doc["turns"][0]["request_messages"])
+
+
+async def test_a_closed_session_ends_with_401(owner, proxy) -> None:
+    session = await open_session(owner)
+    await chat(proxy, session.key)  # the grant is now cached
+    await owner.close.remote(session.session_id)
+    with pytest.raises(openai.AuthenticationError, match="session has ended"):
+        await chat(proxy, session.key)
+    # That evicted the cached grant: the owner is asked again, and says no.
+    with pytest.raises(openai.AuthenticationError, match="invalid or missing session key"):
+        await chat(proxy, session.key)
+
+
+async def test_a_dead_owner_ends_its_sessions(doomed_owner, proxy) -> None:
+    session = await open_session(doomed_owner)
+    await chat(proxy, session.key)
+    ray.kill(doomed_owner)
+    with pytest.raises(openai.AuthenticationError, match="session has ended"):
+        await chat(proxy, session.key)
+    with pytest.raises(openai.AuthenticationError, match="invalid or missing session key"):
+        await chat(proxy, session.key)
+
+
+async def test_keys_that_open_nothing(owner) -> None:
+    store = ActorSessionStore()
+    session = await open_session(owner)
+    secret = session.key.rsplit("-", 1)[1]
+    assert (await store.authenticate(session.key)).session_id == session.session_id
+    for key in [
+        session.key[:-1] + ("A" if session.key[-1] != "A" else "B"),  # wrong secret
+        mint_key(session.session_id),  # a fresh secret for a real session
+        mint_key(new_session_id("nobodyhere")),  # no such owner actor
+        mint_key(new_session_id()),  # an id that names no owner
+        f"hr-{session.session_id}x-{secret}",  # a session the owner does not have
+        "sk-not-ours",
+    ]:
+        assert await store.authenticate(key) is None, key
+
+
+async def test_records_for_a_dead_owner_are_dropped_not_raised(doomed_owner) -> None:
+    store = ActorSessionStore()
+    session = await open_session(doomed_owner)
+    await store.authenticate(session.key)
+    admission = await store.admit(session.session_id)
+    ray.kill(doomed_owner)
+    await store.record(session.session_id, turn(admission.call_index))
+    await store.release(session.session_id, "engine_error")
+    with pytest.raises(SessionGone):
+        await store.admit(session.session_id)
+
+
+async def test_an_evicted_grant_still_reaches_its_owner(owner) -> None:
+    store = ActorSessionStore(max_sessions=2)
+    sessions = [await open_session(owner) for _ in range(3)]
+    for session in sessions:
+        assert await store.authenticate(session.key) is not None
+    assert store.cached_sessions() == 2
+    admission = await store.admit(sessions[0].session_id)  # the evicted one
+    await store.record(sessions[0].session_id, turn(admission.call_index))
+    doc = await owner.close.remote(sessions[0].session_id)
+    assert len(doc["turns"]) == 1
+
+
+async def test_replicas_neither_mint_nor_export() -> None:
+    store = ActorSessionStore()
+    with pytest.raises(NotImplementedError):
+        await store.create()
+    with pytest.raises(NotImplementedError):
+        await store.export("x.y")
+    with pytest.raises(NotImplementedError):
+        await store.delete("x.y")

@@ -1,0 +1,209 @@
+"""The capture proxy as a Ray Serve deployment, called by the official openai SDK.
+
+One deployment (2 replicas) per module, in front of the stub engine in its own process;
+sessions live in owner actors, as they do in a sweep. The last test kills a replica
+while calls are in flight: every reply an agent received is recorded, once; a call
+recorded just before its replica died is recorded again when the agent retries it (the
+same prompt under a new index: the engine was asked twice, and both turns are real).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import ray
+
+from harbor_ray.capture.budget import BUDGET_MESSAGE
+from harbor_ray.capture.fake_engine import IM_END, encode, render_prompt
+from harbor_ray.capture.keys import mint_key, new_session_id
+from harbor_ray.cluster.owner import start_session_owner
+from harbor_ray.cluster.proxy_deployment import (
+    deploy_capture_proxy,
+    remove_capture_proxy,
+    replica_actor_names,
+)
+from tests.fixtures.fake_engine import fake_engine_process, free_port
+
+pytestmark = pytest.mark.integration
+
+APP = "capture_test"
+# The engine takes a while, as a real one does, so that calls are in flight on both
+# replicas when one is killed.
+ENGINE_DELAY_MS = 50
+
+
+@pytest.fixture(scope="module")
+def proxy_url(ray_cluster: None) -> Iterator[str]:
+    with fake_engine_process("--delay-ms", str(ENGINE_DELAY_MS)) as engine_url:
+        url = deploy_capture_proxy(engine_url, "fake-model", replicas=2, app_name=APP,
+                                   route_prefix="/capture-test", http_port=free_port())
+        try:
+            yield url
+        finally:
+            remove_capture_proxy(APP)
+
+
+def new_owner() -> Any:
+    return start_session_owner(f"t{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(scope="module")
+def owner(ray_cluster: None) -> Iterator[Any]:
+    handle = new_owner()
+    yield handle
+    ray.kill(handle)
+
+
+async def open_session(owner: Any, budget: int | None = None) -> tuple[str, str]:
+    info = await owner.open.remote(budget=budget, sampling=None)
+    return info.session_id, info.key
+
+
+def client(proxy_url: str, key: str, retries: int = 0) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=retries,
+                              timeout=30)
+
+
+async def ask(sdk: openai.AsyncOpenAI, content: str, *, stream: bool = False) -> str:
+    messages = [{"role": "user", "content": content}]
+    if not stream:
+        reply = await sdk.chat.completions.create(model="m", messages=messages)
+        return reply.choices[0].message.content
+    chunks = await sdk.chat.completions.create(model="m", messages=messages, stream=True)
+    return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+
+
+def assert_turns_hold_engine_ids(doc: dict, replies: list[str]) -> None:
+    assert [t["response_message"]["content"] for t in doc["turns"]] == replies
+    for turn, reply in zip(doc["turns"], replies, strict=True):
+        assert turn["prompt_ids"] == render_prompt(turn["request_messages"])
+        assert turn["token_ids"] == [*encode(reply), IM_END]
+        assert len(turn["logprobs"]) == len(turn["token_ids"])
+
+
+async def test_chat_and_streamed_chat_are_recorded_once_each(proxy_url: str, owner: Any) -> None:
+    sid, key = await open_session(owner)
+    sdk = client(proxy_url, key)
+    assert await ask(sdk, "one") == "echo: one"
+    assert await ask(sdk, "two", stream=True) == "echo: two"
+    doc = await owner.close.remote(sid)
+    assert_turns_hold_engine_ids(doc, ["echo: one", "echo: two"])
+    assert [t["index"] for t in doc["turns"]] == [0, 1]
+
+
+async def test_keys_that_open_nothing_get_401(proxy_url: str, owner: Any) -> None:
+    sid, _ = await open_session(owner)
+    wrong_secret = mint_key(sid)
+    for bad in [mint_key(new_session_id("nobodyhere")), "sk-not-ours", wrong_secret]:
+        with pytest.raises(openai.AuthenticationError):
+            await ask(client(proxy_url, bad), "x")
+    assert (await owner.close.remote(sid))["turns"] == []
+
+
+async def test_a_killed_owner_ends_its_sessions_with_401(proxy_url: str) -> None:
+    doomed = new_owner()
+    _, key = await open_session(doomed)
+    sdk = client(proxy_url, key)
+    await ask(sdk, "before")
+    ray.kill(doomed)
+    # Twice: whichever replica answers (one has the grant cached, one may not).
+    for _ in range(2):
+        with pytest.raises(openai.AuthenticationError):
+            await ask(sdk, "after")
+
+
+async def test_past_the_budget_the_agent_is_told_to_stop_and_nothing_is_recorded(
+    proxy_url: str, owner: Any
+) -> None:
+    sid, key = await open_session(owner, budget=1)
+    sdk = client(proxy_url, key)
+    assert await ask(sdk, "one") == "echo: one"
+    assert await ask(sdk, "two") == BUDGET_MESSAGE
+    assert await ask(sdk, "three", stream=True) == BUDGET_MESSAGE
+    doc = await owner.close.remote(sid)
+    assert_turns_hold_engine_ids(doc, ["echo: one"])
+    assert doc["counts"]["budget_stops"] == 2
+
+
+AGENTS, CALLS, KILL_AFTER = 6, 8, 10
+
+
+async def test_a_replica_killed_mid_call_loses_no_reply(
+    proxy_url: str, owner: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    sessions = [await open_session(owner) for _ in range(AGENTS)]
+    received: list[list[str]] = [[] for _ in sessions]
+    asked_again = 0
+    replicas = {name: ray.get_actor(name, namespace="serve") for name in replica_actor_names(APP)}
+
+    async def agent(n: int, key: str) -> None:
+        nonlocal asked_again
+        # The SDK retries 5xx and lost connections itself; a stream cut after its 200
+        # surfaces mid-iteration instead, and a careful agent asks again.
+        sdk = client(proxy_url, key, retries=6)
+        for i in range(CALLS):
+            content = f"agent {n} call {i}"
+            for _ in range(3):
+                try:
+                    assert await ask(sdk, content, stream=i % 2 == 1) == f"echo: {content}"
+                    break
+                except (openai.APIError, httpx.HTTPError):
+                    asked_again += 1
+            else:
+                raise AssertionError(f"{content} never answered")
+            received[n].append(content)
+
+    async def killer() -> tuple[str, int, float]:
+        while sum(map(len, received)) < KILL_AFTER:
+            await asyncio.sleep(0.01)
+        # Serve's router may send most calls to one replica: kill one that has calls.
+        while True:
+            ongoing = {name: await actor.get_num_ongoing_requests.remote()
+                       for name, actor in replicas.items()}
+            name = max(ongoing, key=ongoing.__getitem__)
+            if ongoing[name]:
+                ray.kill(replicas[name], no_restart=True)
+                return name, ongoing[name], time.monotonic()
+            await asyncio.sleep(0.005)
+
+    with caplog.at_level(logging.INFO, logger="openai"):
+        (victim, in_flight, killed_at), *_ = await asyncio.gather(
+            killer(), *(agent(n, key) for n, (_, key) in enumerate(sessions)))
+    sdk_retries = sum("Retrying request" in r.getMessage() for r in caplog.records)
+
+    duplicates: Counter[str] = Counter()
+    for (sid, _), got in zip(sessions, received, strict=True):
+        doc = await owner.close.remote(sid)
+        indices = [t["index"] for t in doc["turns"]]
+        prompts = Counter(t["request_messages"][-1]["content"] for t in doc["turns"])
+        assert len(indices) == len(set(indices)), "a turn index recorded twice"
+        assert set(prompts) == set(got), "a reply the agent received was not recorded"
+        # A prompt recorded twice: the call was recorded, then its reply died with the
+        # replica, and the agent's retry was recorded again (a new admission, new index).
+        duplicates += prompts - Counter(set(prompts))
+
+    replaced = _wait_for_replacement(APP, victim, timeout_s=60)
+    print(f"\nreplica killed with {in_flight} calls in flight: SDK retries {sdk_retries}, "
+          f"streams asked again {asked_again}, turns recorded twice {dict(duplicates)}, "
+          f"replacement running {replaced - killed_at:.1f} s after the kill")
+    assert sdk_retries + asked_again > 0, "the kill hit no call in flight"
+
+
+def _wait_for_replacement(app: str, victim: str, timeout_s: float) -> float:
+    """When Serve runs 2 replicas again, the killed one not among them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        names = replica_actor_names(app)
+        if len(names) == 2 and victim not in names:
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"Serve did not replace {victim}: {names}"
+        time.sleep(0.2)

@@ -1,0 +1,142 @@
+"""Sweeps whose agent calls a model: terminus-2 in the bwrap sandbox, through the capture
+proxy deployment (stateless Serve replicas) to a scripted stub engine and to the real
+engine, with every session held by the rollout's host."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from harbor_ray.capture.certify import certify
+from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
+from harbor_ray.capture.sampling import Sampling
+from harbor_ray.cluster.host import ProxyTarget
+from harbor_ray.cluster.proxy_deployment import (
+    deploy_capture_proxy,
+    remove_capture_proxy,
+    replica_actor_names,
+)
+from harbor_ray.cluster.stub_agent import chat_agent
+from harbor_ray.cluster.sweep import SweepConfig, sweep
+from harbor_ray.data.readers import read_sequences
+from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from harbor_ray.trials.local_run import make_specs
+from tests.fixtures.threaded import serve_in_thread
+from tests.trials.scripts import terminus_script
+
+pytestmark = pytest.mark.integration
+
+INFRA = {"infra_lost", "internal", "engine_error", "sandbox_start", "agent_setup"}
+
+
+async def _proxy_for(llm_url: str) -> ProxyTarget:
+    """Certify once, as the sweep's entry points do, then deploy the replicas."""
+    engine = HttpEngine(llm_url)
+    try:
+        served_model = (await certify(engine, engine.root)).served_model
+    finally:
+        await engine.aclose()
+    return ProxyTarget(deploy_capture_proxy(llm_url, served_model, replicas=2), served_model)
+
+
+@pytest.fixture(scope="module")
+def echo_engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
+    engine = FakeEngine()
+    with serve_in_thread(fake_engine_app(engine)) as url:
+        yield engine, f"{url}/v1"
+
+
+@pytest.fixture(scope="module")
+def scripted_engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
+    engine = FakeEngine(script=terminus_script("echo hello > /app/hello.txt\n"))
+    with serve_in_thread(fake_engine_app(engine)) as url:
+        yield engine, f"{url}/v1"
+
+
+def _specs(out: Path, names: list[str], attempts: int, **kwargs):
+    tasks = select_tasks(resolve_dataset("samples"), names)
+    return make_specs(tasks, attempts, agent="terminus-2", sandbox="local",
+                      trials_dir=out / "trials", run_id="cap", **kwargs)
+
+
+async def test_terminus2_sweep_through_the_deployment(
+    tmp_path: Path, scripted_engine: tuple[FakeEngine, str]
+) -> None:
+    engine, llm_url = scripted_engine
+    proxy = await _proxy_for(llm_url)
+    engine.calls.clear()  # certification's probes
+    out = tmp_path / "out"
+    try:
+        stats = await sweep(_specs(out, ["hello-file"], 2, budget=6, deadline_s=300),
+                            SweepConfig(out=out, concurrency=2, proxy=proxy), {})
+    finally:
+        remove_capture_proxy()
+    rows = pq.read_table(out / "rollouts").to_pylist()
+    assert [(r["ok"], r["reward"]) for r in rows] == [(True, 1.0), (True, 1.0)], rows
+    assert stats.peak_in_flight == 2
+    # Every call the engine answered is one recorded turn, none lost or doubled.
+    assert sum(r["counts"]["model_calls"] for r in rows) == len(engine.calls) >= 4
+    turns = pq.read_table(out / "turns").to_pylist()
+    assert len(turns) == len(engine.calls)
+    sequences = read_sequences(out).take_all()
+    assert {s["rollout_id"] for s in sequences} == {r["rollout_id"] for r in rows}
+    assert all(sum(s["loss_mask"]) > 0 for s in sequences)
+
+
+async def test_real_engine_sweep_through_the_deployment(tmp_path: Path, engine_url: str
+                                                        ) -> None:
+    """SmolLM2 rarely solves a task; what must hold is the capture: every row has
+    the model's own turns, and nothing failed in the infrastructure."""
+    proxy = await _proxy_for(engine_url)
+    out = tmp_path / "out"
+    try:
+        await sweep(_specs(out, ["hello-file"], 2, budget=2, deadline_s=600,
+                           sampling=Sampling(max_tokens=48, temperature=0.7)),
+                    SweepConfig(out=out, concurrency=2, proxy=proxy), {})
+    finally:
+        remove_capture_proxy()
+    rows = pq.read_table(out / "rollouts").to_pylist()
+    assert len(rows) == 2
+    for row in rows:
+        assert row["error_type"] not in INFRA, row
+        assert row["counts"]["model_calls"] >= 1, row
+    turns = pq.read_table(out / "turns").to_pylist()
+    assert len(turns) == sum(r["counts"]["model_calls"] for r in rows)
+    assert all(len(t["token_ids"]) >= 1 for t in turns)
+
+
+async def test_replica_killed_mid_sweep_loses_nothing(
+    tmp_path: Path, echo_engine: tuple[FakeEngine, str]
+) -> None:
+    """Agents retry what a dying replica dropped; the owners hold every answered turn."""
+    engine, llm_url = echo_engine
+    proxy = await _proxy_for(llm_url)
+    out = tmp_path / "out"
+    calls, count = 6, 16
+    specs = _specs(out, ["hello-file"], count)
+    config = SweepConfig(out=out, concurrency=8, proxy=proxy, retries=0)
+    engine.calls.clear()
+    try:
+        running = asyncio.create_task(
+            sweep(specs, config, {}, work=chat_agent(calls, think_s=0.3)))
+        while len(engine.calls) < 20:
+            assert not running.done()
+            await asyncio.sleep(0.05)
+        victim = replica_actor_names()[0]
+        ray.kill(ray.get_actor(victim, namespace="serve"))
+        stats = await running
+    finally:
+        remove_capture_proxy()
+    rows = pq.read_table(out / "rollouts").to_pylist()
+    assert stats.ok == len(rows) == count, [r["error"] for r in rows if not r["ok"]]
+    # Each answer the agents saw is a recorded turn (the stub agent checks its own), and
+    # every recorded turn reached the dataset.
+    recorded = sum(r["counts"]["model_calls"] for r in rows)
+    assert recorded >= calls * count
+    assert len(pq.read_table(out / "turns")) == recorded
