@@ -419,6 +419,10 @@ def sweep(
     rollouts_per_host: Annotated[int, typer.Option(
         help="Rollouts one host actor runs at once; hosts are started for --concurrency "
              "slots. A host that dies fails (and retries) only its own rollouts.")] = 8,
+    ingress: Annotated[str, typer.Option(
+        help="How agents reach the proxy replicas: `direct` (a relay in each host to the "
+             "replicas' own sockets on its node; fastest) or `serve` (Serve's HTTP proxy; "
+             "for replicas on other nodes).")] = "direct",
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -433,6 +437,8 @@ def sweep(
 
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
     try:
+        if ingress not in ("direct", "serve"):
+            raise ValueError(f"--ingress must be `direct` or `serve`, not {ingress!r}")
         config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
                              grace_s=grace, per_host=rollouts_per_host)
     except ValueError as exc:
@@ -453,7 +459,8 @@ def sweep(
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(Exit.COULD_NOT_START) from exc
         if certification is not None:
-            proxy = _deploy_proxy(llm_url, certification.served_model, proxy_replicas)
+            proxy = _deploy_proxy(llm_url, certification.served_model, proxy_replicas,
+                                  ingress)
             config = dataclasses.replace(config, proxy=proxy)
         specs = make_specs(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
@@ -467,6 +474,7 @@ def sweep(
             "temperature": temperature, "max_tokens": max_tokens, "reward_key": reward_key,
             "engine": certification.model_dump() if certification else None,
             "proxy_replicas": proxy_replicas if certification else None,
+            "ingress": ingress if certification else None,
             "rollouts_per_host": rollouts_per_host,
         }
         with live_progress(console) as on_stats:
@@ -487,14 +495,15 @@ def sweep(
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
 
 
-def _deploy_proxy(llm_url: str, served_model: str, replicas: int):  # ProxyTarget
+def _deploy_proxy(llm_url: str, served_model: str, replicas: int, ingress: str
+                  ):  # ProxyTarget
     """Deploy the sweep's capture proxy replicas; where the agents reach them."""
     from harbor_ray.cluster.host import ProxyTarget
     from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy
 
     with console.status(f"starting {replicas} capture proxy replicas"):
         url = deploy_capture_proxy(llm_url, served_model, replicas=replicas)
-    return ProxyTarget(url=url, served_model=served_model)
+    return ProxyTarget(url=url, served_model=served_model, ingress=ingress)
 
 
 def _start_ray(address: str | None) -> str | None:

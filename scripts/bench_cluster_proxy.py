@@ -1,20 +1,23 @@
 """What the capture proxy adds as a Ray Serve deployment: latency (p50/p99) and calls/s.
 
-The cluster path of a model call: agent -> Serve's HTTP proxy -> a CaptureProxy replica
--> admit on the session's owner actor -> the stub engine -> record on the owner (awaited
-before the reply) -> agent. One run measures, at each concurrency, the stub engine
-called directly and the same engine through the deployment (one session per client,
-all owned by one owner actor), alternating, and prints the figures and their ratios,
-with the CPU the cluster's processes (Serve proxy, replicas, owner) burn per call and
-the bare owner round trip that admit and record each cost.
+The cluster path of a model call: agent -> ingress -> a CaptureProxy replica -> admit on
+the session's owner -> the stub engine -> record on the owner (awaited before the reply)
+-> agent. Two ingresses are compared: `serve`, Serve's shared HTTP proxy (the route
+prefix), and `direct`, the rollout host's relay spliced to the replicas' own sockets
+(what sweeps use). The owner is a rollout host, as in a sweep, so the relay's CPU and
+the owner's are one process. One run measures, at each concurrency, the stub engine
+called directly and the same engine through each ingress (one session per client),
+alternating, and prints the figures and their ratios, with the CPU the cluster's
+processes (Serve proxy, replicas, host) burn per call and the bare owner round trip that
+admit and record each cost.
 
     .venv/bin/python scripts/bench_cluster_proxy.py [--concurrency 1 64 512] \\
-        [--seconds 10] [--replicas 2] [--ray-address auto]
+        [--ingress serve direct] [--seconds 10] [--replicas 2] [--ray-address auto]
 
 Run it with the venv's python, not `uv run` (Ray would start its workers through uv).
-With `RAY_SERVE_ENABLE_HA_PROXY=1` in the environment (and a local cluster), agents
-reach the replicas through Serve's bundled HAProxy instead of its Python HTTP proxy
-(whose CPU is then still listed, but idle; HAProxy's own is not counted).
+With `RAY_SERVE_ENABLE_HA_PROXY=1` in the environment (and a local cluster), the `serve`
+ingress goes through Serve's bundled HAProxy instead of its Python HTTP proxy (whose CPU
+is then still listed, but idle; HAProxy's own is not counted).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from bench_proxy import (
     wait_up,
 )
 
-from harbor_ray.cluster.owner import start_session_owner
+from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from harbor_ray.serve_http import serve_details
 
@@ -56,7 +59,7 @@ def _pid(_actor: Any) -> int:
 
 
 def cluster_pids(owner: Any) -> dict[str, int]:
-    """The processes a proxied call runs through, by role (Serve proxy, replicas, owner)."""
+    """The processes a proxied call runs through, by role (Serve proxy, replicas, host)."""
     details = serve_details()
     actors = {f"serve proxy {node[:6]}": ray.get_actor(p.actor_name, namespace="serve")
               for node, p in details.proxies.items()}
@@ -64,7 +67,7 @@ def cluster_pids(owner: Any) -> dict[str, int]:
         for replica in deployment.replicas:
             actors[f"replica {replica.replica_id}"] = ray.get_actor(
                 replica.actor_name, namespace="serve")
-    actors["owner"] = owner
+    actors["host"] = owner
     return {role: ray.get(actor.__ray_call__.remote(_pid)) for role, actor in actors.items()}
 
 
@@ -91,14 +94,14 @@ async def owner_round_trip(owner: Any, session_id: str, concurrency: int,
     )
 
 
-async def bench(args: argparse.Namespace, proxy_url: str, engine_url: str, owner: Any,
+async def bench(args: argparse.Namespace, urls: dict[str, str], engine_url: str, owner: Any,
                 keys: list[str], session_id: str) -> None:
     pids = cluster_pids(owner)
     print(f"stub engine answers after {args.engine_delay_ms:.0f} ms; {args.replicas} "
           f"replica(s); {args.seconds:.0f} s per measurement; {args.rounds} round(s), "
-          f"alternating direct/proxy; medians shown")
+          f"alternating direct engine / each ingress; medians shown")
     print(f"cluster processes measured for CPU: {', '.join(sorted(pids))}")
-    header = (f"{'conc':>5} | {'direct p50/p99 ms':>18} {'calls/s':>8} | "
+    header = (f"{'conc':>5} {'ingress':>7} | {'engine p50/p99 ms':>18} {'calls/s':>8} | "
               f"{'proxy p50/p99 ms':>18} {'calls/s':>8} | {'added p50/p99 ms':>17} | "
               f"{'p99 ratio':>9} {'thru ratio':>10} | cluster CPU ms/call | owner RTT p50/p99 "
               f"| errors")
@@ -106,28 +109,35 @@ async def bench(args: argparse.Namespace, proxy_url: str, engine_url: str, owner
     print("-" * len(header))
     breakdown = []
     for c in args.concurrency:
-        direct_runs, proxy_runs = [], []
-        cpu_ms: dict[str, list[float]] = {role: [] for role in pids}
+        direct_runs: list[Figures] = []
+        proxy_runs: dict[str, list[Figures]] = {ingress: [] for ingress in urls}
+        cpu_ms: dict[str, dict[str, list[float]]] = {
+            ingress: {role: [] for role in pids} for ingress in urls}
         for _ in range(args.rounds):
             direct_runs.append(await load(engine_url, keys[:c], args.seconds, DIRECT_BODY))
-            before = {role: cpu_seconds(pid) for role, pid in pids.items()}
-            proxy_runs.append(await load(proxy_url, keys[:c], args.seconds, AGENT_BODY))
-            for role, pid in pids.items():
-                spent = cpu_seconds(pid) - before[role]
-                cpu_ms[role].append(1000 * spent / max(1, proxy_runs[-1].calls))
-        per_role = {role: statistics.median(v) for role, v in cpu_ms.items()}
-        breakdown.append((c, per_role))
+            for ingress, url in urls.items():
+                before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+                run = await load(url, keys[:c], args.seconds, AGENT_BODY)
+                proxy_runs[ingress].append(run)
+                for role, pid in pids.items():
+                    spent = cpu_seconds(pid) - before[role]
+                    cpu_ms[ingress][role].append(1000 * spent / max(1, run.calls))
         rtt = await owner_round_trip(owner, session_id, c, min(args.seconds, 3.0))
-        d, p = _median(direct_runs), _median(proxy_runs)
-        print(f"{c:>5} | {d.p50_ms:8.1f} / {d.p99_ms:7.1f} {d.calls_per_s:8.0f} | "
-              f"{p.p50_ms:8.1f} / {p.p99_ms:7.1f} {p.calls_per_s:8.0f} | "
-              f"{p.p50_ms - d.p50_ms:7.1f} / {p.p99_ms - d.p99_ms:7.1f} | "
-              f"{p.p99_ms / d.p99_ms:9.2f} {p.calls_per_s / d.calls_per_s:10.2f} | "
-              f"{sum(per_role.values()):19.2f} | {rtt.p50_ms:7.2f} / {rtt.p99_ms:6.2f} "
-              f"| {d.errors + p.errors}")
+        d = _median(direct_runs)
+        for ingress in urls:
+            per_role = {role: statistics.median(v) for role, v in cpu_ms[ingress].items()}
+            breakdown.append((c, ingress, per_role))
+            p = _median(proxy_runs[ingress])
+            print(f"{c:>5} {ingress:>7} | {d.p50_ms:8.1f} / {d.p99_ms:7.1f} "
+                  f"{d.calls_per_s:8.0f} | {p.p50_ms:8.1f} / {p.p99_ms:7.1f} "
+                  f"{p.calls_per_s:8.0f} | {p.p50_ms - d.p50_ms:7.1f} / "
+                  f"{p.p99_ms - d.p99_ms:7.1f} | {p.p99_ms / d.p99_ms:9.2f} "
+                  f"{p.calls_per_s / d.calls_per_s:10.2f} | {sum(per_role.values()):19.2f} | "
+                  f"{rtt.p50_ms:7.2f} / {rtt.p99_ms:6.2f} | {d.errors + p.errors}")
     print("\ncluster CPU ms per proxied call, by process:")
-    for c, per_role in breakdown:
-        print(f"{c:>5} | " + ", ".join(f"{role} {ms:.2f}" for role, ms in sorted(per_role.items())))
+    for c, ingress, per_role in breakdown:
+        print(f"{c:>5} {ingress:>7} | "
+              + ", ".join(f"{role} {ms:.2f}" for role, ms in sorted(per_role.items())))
 
 
 def main() -> None:
@@ -141,6 +151,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating direct/proxy repetitions per concurrency")
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--ingress", nargs="+", choices=["serve", "direct"],
+                        default=["serve", "direct"],
+                        help="serve: Serve's HTTP proxy; direct: the host's relay")
     parser.add_argument("--ray-address", default=None,
                         help="join this cluster (e.g. auto) instead of starting a local one")
     args = parser.parse_args()
@@ -156,20 +169,27 @@ def main() -> None:
     engine = mp.get_context("spawn").Process(
         target=run_engine, args=(engine_port, args.engine_delay_ms / 1000), daemon=True)
     engine.start()
-    owner = start_session_owner(f"bench{uuid.uuid4().hex[:6]}")
+    owner = None
     try:
         asyncio.run(wait_up(engine_url))
-        proxy_url = deploy_capture_proxy(engine_url, "fake-model", replicas=args.replicas,
+        serve_url = deploy_capture_proxy(engine_url, "fake-model", replicas=args.replicas,
                                          app_name=APP, route_prefix="/capture-bench",
                                          http_port=free_port())
-        asyncio.run(wait_up(proxy_url))
+        # A rollout host without rollouts: it owns the sessions and runs the relay.
+        owner = start_host(f"bench{uuid.uuid4().hex[:6]}", num_cpus=0,
+                           proxy=ProxyTarget(serve_url, "fake-model", app=APP))
+        urls = {"serve": serve_url, "direct": ray.get(owner.capture_url.remote())}
+        urls = {ingress: urls[ingress] for ingress in args.ingress}
+        for url in urls.values():
+            asyncio.run(wait_up(url))
         sessions = ray.get([owner.open.remote(budget=None, sampling=None)
                             for _ in range(max(args.concurrency))])
         keys = [s.key for s in sessions]
-        asyncio.run(bench(args, proxy_url, engine_url, owner, keys, sessions[0].session_id))
+        asyncio.run(bench(args, urls, engine_url, owner, keys, sessions[0].session_id))
     finally:
         remove_capture_proxy(APP)
-        ray.kill(owner)
+        if owner is not None:
+            ray.kill(owner)
         engine.terminate()
         engine.join(5)
 

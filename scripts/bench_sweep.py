@@ -85,7 +85,7 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
     return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
             "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
             "wall_s": wall, "per_min": 60 * count / wall,
-            "calls_per_s": count * args.calls / wall}
+            "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error)}
 
 
 def main() -> None:
@@ -98,6 +98,8 @@ def main() -> None:
                         help="seconds the stub agent waits between calls")
     parser.add_argument("--delay-ms", type=float, default=50.0, help="stub engine latency")
     parser.add_argument("--replicas", type=int, default=2, help="capture proxy replicas")
+    parser.add_argument("--ingress", choices=["direct", "serve"], default="direct",
+                        help="agents reach the replicas via their host's relay or Serve")
     parser.add_argument("--per-host", type=int, default=None,
                         help="rollouts per host (default: enough for --max-hosts hosts)")
     parser.add_argument("--max-hosts", type=int, default=20)
@@ -115,7 +117,8 @@ def main() -> None:
     try:
         served_model = asyncio.run(_certified(llm_url))
         proxy = ProxyTarget(deploy_capture_proxy(llm_url, served_model,
-                                                 replicas=args.replicas), served_model)
+                                                 replicas=args.replicas), served_model,
+                            ingress=args.ingress)
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as out_root:
             for concurrency in args.concurrency:
                 row = asyncio.run(one_level(concurrency, args, proxy, Path(out_root)))
@@ -126,7 +129,8 @@ def main() -> None:
         engine.terminate()
         ray.shutdown()
     print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "
-          f"{args.delay_ms:g} ms, {args.replicas} proxy replicas, {args.waves} waves")
+          f"{args.delay_ms:g} ms, {args.replicas} proxy replicas ({args.ingress} ingress), "
+          f"{args.waves} waves")
     print("| concurrency | rollouts | ok | hosts | peak in flight | wall s | rollouts/min "
           "| model calls/s | vs c=first |")
     print("|---|---|---|---|---|---|---|---|---|")

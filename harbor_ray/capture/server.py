@@ -68,10 +68,12 @@ async def serve(
     on_ready: Callable[[str], Awaitable[None] | None] | None = None,
     stop: asyncio.Event | None = None,
     log_level: str = "warning",
+    lifespan: str = "on",
 ) -> None:
     """Run until signalled, cancelled or `stop` is set; call `on_ready(url)` once the app
-    answers as itself. Shutdown is graceful (lifespan end runs) and bounded."""
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on")
+    answers as itself. Shutdown is graceful (lifespan end runs, unless `lifespan` is
+    "off" because another server runs the same app's) and bounded."""
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan=lifespan)
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     url = base_url(sock)

@@ -13,19 +13,28 @@ design needs of an actor per rollout:
 - a host that dies takes only its own rollouts with it: each becomes an `infra_lost`
   row (retried by the driver); their bwrap sandboxes die with the host
   (`--die-with-parent`) and the reaper removes their directories.
+
+A host also runs its agents' way to the capture proxy: a relay (balancer.py) on its own
+loopback port that splices each connection to a replica's direct socket, so that model
+calls skip Serve's shared HTTP proxy (PERF.md). `ProxyTarget.ingress="serve"` keeps
+agents on Serve's route instead (for comparison, or where replicas run on other nodes:
+their direct sockets are loopback-only).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import ray
 
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import SessionInfo
+from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
+from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.result import RolloutResult
 from harbor_ray.trials.rollout import run_rollout
@@ -43,10 +52,16 @@ Work = Callable[[RolloutSpec, CaptureService | None], Awaitable[RolloutResult]]
 
 @dataclass(frozen=True)
 class ProxyTarget:
-    """Where agents reach the capture proxy, and the model it serves (certified once)."""
+    """Where agents reach the capture proxy, and the model it serves (certified once).
+
+    `url` is the proxy's Serve route; with `ingress="direct"` agents use their host's
+    relay to the replicas of Serve application `app` instead.
+    """
 
     url: str
     served_model: str
+    ingress: Literal["direct", "serve"] = "direct"
+    app: str = CAPTURE_APP_NAME
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class _HostCapture:
 
     owner: SessionOwner
     target: ProxyTarget
+    url: str
 
     @property
     def served_model(self) -> str:
@@ -62,7 +78,7 @@ class _HostCapture:
 
     @property
     def host_url(self) -> str:
-        return self.target.url
+        return self.url
 
     async def open_session(self, *, budget: int | None, sampling: Sampling | None
                            ) -> SessionInfo:
@@ -77,14 +93,34 @@ class RolloutHost(SessionOwner):
 
     def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None) -> None:
         super().__init__(name)
-        self._capture = None if proxy is None else _HostCapture(self, proxy)
+        self._proxy = proxy
+        self._capture: _HostCapture | None = None
+        self._relay: Relay | None = None
+        self._starting = asyncio.Lock()
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
         self._work = work or run_rollout
 
     async def run(self, spec: RolloutSpec) -> RolloutResult:
         """The rollout's row; like `run_rollout`, never raises but for cancellation."""
-        capture = self._capture if needs_model(spec.agent) else None
+        capture = await self._capture_service() if needs_model(spec.agent) else None
         return await self._work(spec, capture)
+
+    async def capture_url(self) -> str | None:
+        """The proxy URL this host's agents use (its relay's, with direct ingress)."""
+        capture = await self._capture_service()
+        return None if capture is None else capture.url
+
+    async def _capture_service(self) -> _HostCapture | None:
+        # The relay listens in this actor's event loop, so it starts with the first call.
+        async with self._starting:
+            if self._capture is None and self._proxy is not None:
+                url = self._proxy.url
+                if self._proxy.ingress == "direct":
+                    registry = RegistryReader(self._proxy.app)
+                    self._relay = Relay(registry.entries, registry.remove)
+                    url = await self._relay.start()
+                self._capture = _HostCapture(self, self._proxy, url)
+        return self._capture
 
     def sessions(self) -> int:
         return len(self.store.session_ids())

@@ -1,17 +1,26 @@
 """The capture proxy as a stateless Ray Serve deployment (ARCHITECTURE.md property 1).
 
 Replicas hold no session: each key leads to the actor that owns its session
-(`ActorSessionStore`), so any replica serves any session, and Serve's health checks and
-restarts are all the failover there is. A replica killed mid-call loses nothing that
-the agent was told: a turn is recorded on its owner before the reply leaves, and the
-agent's retry lands on another replica.
+(`ActorSessionStore`), so any replica serves any session: Serve's health checks and
+restarts, and the hosts' relays skipping dead replicas, are all the failover there is. A
+replica killed mid-call loses nothing that the agent was told: a turn is recorded on its
+owner before the reply leaves, and the agent's retry lands on another replica.
 
-Agents reach the replicas through Serve's HTTP proxy under a route prefix
-(`http://127.0.0.1:<port>/capture/v1`). That hop is the expensive part (PERF.md).
-scripts/bench_cluster_proxy.py measured, capture on, 2 replicas, on a busy 2-core VM:
-+23 ms p50 at 1 client and 80-100 calls/s at 64 through Serve's Python proxy (~19 ms of
-CPU per call across proxy, replicas and owner); with RAY_SERVE_ENABLE_HA_PROXY=1 (no
-code change) +12 ms and ~240 calls/s.
+Two ingresses reach the same app in each replica:
+- direct (what hosts give agents): each replica serves the app at the root of its own
+  loopback socket and registers it (direct_ingress.py, replica_registry.py); each
+  rollout host runs a relay that spreads connections over the registered replicas
+  (balancer.py);
+- Serve's HTTP proxy under a route prefix (`http://127.0.0.1:<port>/capture/v1`), kept
+  as the fallback. It is the expensive hop (PERF.md): scripts/bench_cluster_proxy.py
+  measured, capture on, 2 replicas, on a busy 2-core VM, +23 ms p50 at 1 client and
+  80-100 calls/s at 64 (~19 ms of CPU per call across proxy, replicas and owner); with
+  RAY_SERVE_ENABLE_HA_PROXY=1 (no code change) +12 ms and ~240 calls/s.
+In one run of both on an overloaded VM (load 7-11), direct took about a third of the
+CPU per call (7-8 vs 20 ms at 64 clients), added 10-13 ms instead of 28-35 at 1 client,
+and carried 130-200 calls/s instead of ~72 at 64. The relay costs no measurable CPU (the
+host's was the same with either ingress): what remains is the replicas' and the owner's
+admit/record round trips.
 """
 
 from __future__ import annotations
@@ -25,9 +34,10 @@ from starlette.applications import Starlette
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
+from harbor_ray.cluster.direct_ingress import DirectIngress
+from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
 from harbor_ray.serve_http import serve_details, serve_http_base
 
-CAPTURE_APP_NAME = "capture"
 CAPTURE_ROUTE_PREFIX = "/capture"
 # A replica's calls mostly wait on the engine, so one replica holds many at once. Below
 # the offered concurrency Serve queues without bound and throughput collapses
@@ -51,6 +61,7 @@ class CaptureProxy:
         *,
         keepalive_s: float | None = None,
         max_body_bytes: int | None = None,
+        app_name: str = CAPTURE_APP_NAME,
     ) -> None:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
@@ -59,12 +70,30 @@ class CaptureProxy:
             **{name: value for name, value in overrides.items() if value is not None},
         )
         self._engine = HttpEngine(llm_url)
+        self._app_name = app_name
+        self._direct: DirectIngress | None = None
 
-    def __serve_build_asgi_app__(self) -> Starlette:
-        # Serve calls this after the constructor, inside the replica's event loop.
-        return build_capture_app(
-            ActorSessionStore(), self._engine, self._settings, on_shutdown=self._engine.aclose
+    async def __serve_build_asgi_app__(self) -> Starlette:
+        # Serve calls this after the constructor, inside the replica's event loop, and
+        # runs the app's lifespan itself (so the direct socket runs without one).
+        app = build_capture_app(
+            ActorSessionStore(), self._engine, self._settings, on_shutdown=self._shutdown
         )
+        self._direct = await DirectIngress.start(
+            app, ensure_registry(self._app_name),
+            serve.get_replica_context().replica_id.to_full_id_str())
+        return app
+
+    def check_health(self) -> None:
+        if self._direct is not None:
+            self._direct.check()
+
+    async def _shutdown(self) -> None:
+        # At the app's lifespan end, when Serve stops the replica: calls through Serve
+        # are drained by then, direct ones are waited for here, then the engine closes.
+        if self._direct is not None:
+            await self._direct.stop()
+        await self._engine.aclose()
 
 
 def deploy_capture_proxy(
@@ -80,8 +109,9 @@ def deploy_capture_proxy(
     keepalive_s: float | None = None,
     max_body_bytes: int | None = None,
 ) -> str:
-    """Deploy (or update) the proxy and wait until it runs; return the base URL agents
-    use, without `/v1` (e.g. `http://127.0.0.1:8000/capture`).
+    """Deploy (or update) the proxy and wait until it runs; return the base URL of its
+    Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
+    replicas directly through the app's registry (`ProxyTarget(app=app_name)`).
 
     Serve is started on `http_port` (Serve's default when None) unless it already runs,
     in which case its own port is used. `num_cpus` is small so that replicas never wait
@@ -89,6 +119,7 @@ def deploy_capture_proxy(
     override `CaptureSettings`' defaults.
     """
     ensure_serve(http_port)
+    ensure_registry(app_name)
     deployment = CaptureProxy.options(
         num_replicas=replicas,
         max_ongoing_requests=max_ongoing_requests,
@@ -96,7 +127,8 @@ def deploy_capture_proxy(
     )
     serve.run(
         deployment.bind(
-            llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes
+            llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
+            app_name=app_name,
         ),
         name=app_name,
         route_prefix=route_prefix,
@@ -105,9 +137,11 @@ def deploy_capture_proxy(
 
 
 def remove_capture_proxy(app_name: str = CAPTURE_APP_NAME) -> None:
-    """Delete the proxy application (and wait for its replicas to stop); Serve stays up."""
+    """Delete the proxy application (and wait for its replicas to stop) and its
+    registry; Serve stays up."""
     if app_name in serve.status().applications:
         serve.delete(app_name)
+    remove_registry(app_name)
 
 
 def ensure_serve(http_port: int | None = None) -> None:

@@ -1,10 +1,12 @@
 """The capture proxy as a Ray Serve deployment, called by the official openai SDK.
 
 One deployment (2 replicas) per module, in front of the stub engine in its own process;
-sessions live in owner actors, as they do in a sweep. The last test kills a replica
-while calls are in flight: every reply an agent received is recorded, once; a call
-recorded just before its replica died is recorded again when the agent retries it (the
-same prompt under a new index: the engine was asked twice, and both turns are real).
+sessions live in owner actors, as they do in a sweep. Agents reach the replicas through
+Serve's route or, as in a sweep, through a rollout host's relay to the replicas' own
+sockets. The last tests kill a replica while calls are in flight, through either
+ingress: every reply an agent received is recorded, once; a call recorded just before
+its replica died is recorded again when the agent retries it (the same prompt under a
+new index: the engine was asked twice, and both turns are real).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,12 +28,14 @@ import ray
 from harbor_ray.capture.budget import BUDGET_MESSAGE
 from harbor_ray.capture.fake_engine import IM_END, encode, render_prompt
 from harbor_ray.capture.keys import mint_key, new_session_id
+from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.owner import start_session_owner
 from harbor_ray.cluster.proxy_deployment import (
     deploy_capture_proxy,
     remove_capture_proxy,
     replica_actor_names,
 )
+from harbor_ray.cluster.replica_registry import ReplicaEntry, registry_name
 from tests.fixtures.fake_engine import fake_engine_process, free_port
 
 pytestmark = pytest.mark.integration
@@ -61,6 +66,34 @@ def owner(ray_cluster: None) -> Iterator[Any]:
     handle = new_owner()
     yield handle
     ray.kill(handle)
+
+
+def new_host() -> Any:
+    """A rollout host (no rollouts here): it owns sessions and runs the relay."""
+    return start_host(f"t{uuid.uuid4().hex[:8]}", num_cpus=0,
+                      proxy=ProxyTarget("unused-serve-url", "fake-model", app=APP))
+
+
+@pytest.fixture(scope="module")
+def host(proxy_url: str) -> Iterator[Any]:
+    handle = new_host()
+    yield handle
+    ray.kill(handle)
+
+
+@dataclass(frozen=True)
+class Ingress:
+    kind: str
+    url: str
+    owner: Any
+
+
+@pytest.fixture(params=["serve", "direct"])
+def ingress(request: pytest.FixtureRequest, proxy_url: str, owner: Any, host: Any) -> Ingress:
+    """Where agents of either ingress call, and who owns their sessions."""
+    if request.param == "serve":
+        return Ingress("serve", proxy_url, owner)
+    return Ingress("direct", ray.get(host.capture_url.remote()), host)
 
 
 async def open_session(owner: Any, budget: int | None = None) -> tuple[str, str]:
@@ -137,9 +170,43 @@ async def test_past_the_budget_the_agent_is_told_to_stop_and_nothing_is_recorded
 AGENTS, CALLS, KILL_AFTER = 6, 8, 10
 
 
+async def test_through_a_hosts_relay_calls_are_recorded_on_the_host(host: Any) -> None:
+    relay_url = await host.capture_url.remote()
+    assert relay_url.startswith("http://127.0.0.1:")
+    sid, key = await open_session(host)
+    # A fresh SDK client per call: a new connection each time, spread over the replicas.
+    assert await ask(client(relay_url, key), "one") == "echo: one"
+    assert await ask(client(relay_url, key), "two", stream=True) == "echo: two"
+    doc = await host.close.remote(sid)
+    assert_turns_hold_engine_ids(doc, ["echo: one", "echo: two"])
+
+
+async def test_stale_registry_entries_are_skipped_and_removed(proxy_url: str) -> None:
+    registry = ray.get_actor(registry_name(APP), namespace="harbor_ray")
+    live = await registry.entries.remote()
+    assert len(live) == 2
+    node = live[0].node
+    nobody = ReplicaEntry("dead-replica", f"http://127.0.0.1:{free_port()}", "gone", node)
+    # A live socket that is not the instance registered: a port taken over since.
+    impostor = ReplicaEntry("reused-port", live[0].url, "another-instance", node)
+    for entry in (nobody, impostor):
+        await registry.register.remote(entry)
+    fresh = new_host()
+    try:
+        relay_url = await fresh.capture_url.remote()
+        sid, key = await open_session(fresh)
+        for n in range(4):
+            assert await ask(client(relay_url, key), f"call {n}") == f"echo: call {n}"
+        assert len((await fresh.close.remote(sid))["turns"]) == 4
+    finally:
+        ray.kill(fresh)
+    assert sorted(await registry.entries.remote(), key=str) == sorted(live, key=str)
+
+
 async def test_a_replica_killed_mid_call_loses_no_reply(
-    proxy_url: str, owner: Any, caplog: pytest.LogCaptureFixture
+    ingress: Ingress, caplog: pytest.LogCaptureFixture
 ) -> None:
+    proxy_url, owner = ingress.url, ingress.owner
     sessions = [await open_session(owner) for _ in range(AGENTS)]
     received: list[list[str]] = [[] for _ in sessions]
     asked_again = 0
@@ -165,6 +232,12 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
     async def killer() -> tuple[str, int, float]:
         while sum(map(len, received)) < KILL_AFTER:
             await asyncio.sleep(0.01)
+        if ingress.kind == "direct":
+            # Through the relay: connections alternate over the replicas, and Serve
+            # does not count direct calls; either replica has calls in flight.
+            name = next(iter(replicas))
+            ray.kill(replicas[name], no_restart=True)
+            return name, -1, time.monotonic()
         # Serve's router may send most calls to one replica: kill one that has calls.
         while True:
             ongoing = {name: await actor.get_num_ongoing_requests.remote()
@@ -192,8 +265,9 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
         duplicates += prompts - Counter(set(prompts))
 
     replaced = _wait_for_replacement(APP, victim, timeout_s=60)
-    print(f"\nreplica killed with {in_flight} calls in flight: SDK retries {sdk_retries}, "
-          f"streams asked again {asked_again}, turns recorded twice {dict(duplicates)}, "
+    print(f"\n{ingress.kind}: replica killed with {in_flight} calls in flight (-1: not "
+          f"counted): SDK retries {sdk_retries}, streams asked again {asked_again}, "
+          f"turns recorded twice {dict(duplicates)}, "
           f"replacement running {replaced - killed_at:.1f} s after the kill")
     assert sdk_retries + asked_again > 0, "the kill hit no call in flight"
 

@@ -5,12 +5,17 @@ engine, with every session held by the rollout's host."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pyarrow.parquet as pq
 import pytest
 import ray
+from ray import serve
 
 from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import HttpEngine
@@ -32,17 +37,20 @@ from tests.trials.scripts import terminus_script
 
 pytestmark = pytest.mark.integration
 
+ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"infra_lost", "internal", "engine_error", "sandbox_start", "agent_setup"}
 
 
-async def _proxy_for(llm_url: str) -> ProxyTarget:
+async def _proxy_for(llm_url: str, ingress: Literal["direct", "serve"] = "direct"
+                     ) -> ProxyTarget:
     """Certify once, as the sweep's entry points do, then deploy the replicas."""
     engine = HttpEngine(llm_url)
     try:
         served_model = (await certify(engine, engine.root)).served_model
     finally:
         await engine.aclose()
-    return ProxyTarget(deploy_capture_proxy(llm_url, served_model, replicas=2), served_model)
+    return ProxyTarget(deploy_capture_proxy(llm_url, served_model, replicas=2), served_model,
+                       ingress=ingress)
 
 
 @pytest.fixture(scope="module")
@@ -111,12 +119,14 @@ async def test_real_engine_sweep_through_the_deployment(tmp_path: Path, engine_u
     assert all(len(t["token_ids"]) >= 1 for t in turns)
 
 
+@pytest.mark.parametrize("ingress", ["direct", "serve"])
 async def test_replica_killed_mid_sweep_loses_nothing(
-    tmp_path: Path, echo_engine: tuple[FakeEngine, str]
+    tmp_path: Path, echo_engine: tuple[FakeEngine, str], ingress: Literal["direct", "serve"]
 ) -> None:
-    """Agents retry what a dying replica dropped; the owners hold every answered turn."""
+    """Agents retry what a dying replica dropped (through their host's relay, or Serve's
+    route); the owners hold every answered turn."""
     engine, llm_url = echo_engine
-    proxy = await _proxy_for(llm_url)
+    proxy = await _proxy_for(llm_url, ingress)
     out = tmp_path / "out"
     calls, count = 6, 16
     specs = _specs(out, ["hello-file"], count)
@@ -140,3 +150,29 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     recorded = sum(r["counts"]["model_calls"] for r in rows)
     assert recorded >= calls * count
     assert len(pq.read_table(out / "turns")) == recorded
+
+
+def test_sweep_command_certifies_once_and_stores_it(
+    tmp_path: Path, scripted_engine: tuple[FakeEngine, str]
+) -> None:
+    """The entry point users run: certify, deploy the proxy, sweep, remove the proxy, and
+    keep the certification in the manifest."""
+    engine, llm_url = scripted_engine
+    out = tmp_path / "out"
+    argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "terminus-2",
+            "--llm-url", llm_url, "--task", "hello-file", "-n", "2", "--budget", "6",
+            "--out", str(out), "--name", "cli",
+            "--ray-address", ray.get_runtime_context().gcs_address]
+    engine.calls.clear()
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "hello-file" in done.stderr and str(out) in done.stderr  # the summary
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["engine"]["served_model"] and manifest["engine"]["returns_token_ids"]
+    assert manifest["proxy_replicas"] == 2 and manifest["ended_at"] is not None
+    rows = pq.read_table(out / "rollouts").to_pylist()
+    assert [r["ok"] for r in rows] == [True, True]
+    # One certification (its probes) plus the agents' calls, which are all recorded.
+    probes = len(engine.calls) - sum(r["counts"]["model_calls"] for r in rows)
+    assert 1 <= probes <= 3
+    assert "capture" not in serve.status().applications
