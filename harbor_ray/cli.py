@@ -221,6 +221,13 @@ ModelOption = Annotated[str | None, typer.Option(
     help="Served model id (default: the first one the engine lists).")]
 SandboxOption = Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
 AttemptsOption = Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")]
+BudgetOption = Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")]
+TemperatureOption = Annotated[float | None, typer.Option(
+    help="Sampling temperature imposed on every model call.")]
+MaxTokensOption = Annotated[int | None, typer.Option(
+    help="Cap on tokens sampled per model call.")]
+RewardKeyOption = Annotated[str | None, typer.Option(
+    help="Reward key to train on (default: the only key, else `reward`).")]
 
 
 @app.command()
@@ -239,15 +246,12 @@ def rollout(
     sandbox: SandboxOption = "local",
     n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once.")] = 1,
-    budget: Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")] = 20,
+    budget: BudgetOption = 20,
     deadline: Annotated[float | None, typer.Option(
         help="Seconds a rollout may take in all before it is cancelled.")] = 900.0,
-    temperature: Annotated[float | None, typer.Option(
-        help="Sampling temperature imposed on every model call.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(
-        help="Cap on tokens sampled per model call.")] = None,
-    reward_key: Annotated[str | None, typer.Option(
-        help="Reward key to train on (default: the only key, else `reward`).")] = None,
+    temperature: TemperatureOption = None,
+    max_tokens: MaxTokensOption = None,
+    reward_key: RewardKeyOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Directory for results.jsonl (one RolloutResult per line) and trials/.")] = None,
 ) -> None:
@@ -394,18 +398,15 @@ def sweep(
     concurrency: Annotated[int, typer.Option(help="Rollouts at once (the only cap).")] = 8,
     retries: Annotated[int, typer.Option(
         help="Retries of a rollout lost to infrastructure (infra_lost, sandbox_start).")] = 1,
-    budget: Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")] = 20,
+    budget: BudgetOption = 20,
     deadline: Annotated[float | None, typer.Option(
         help="Seconds a rollout may take before it is cancelled; its actor is killed "
              "--grace seconds later.")] = 900.0,
     grace: Annotated[float, typer.Option(
         help="Seconds past the deadline before the driver kills the rollout's actor.")] = 60.0,
-    temperature: Annotated[float | None, typer.Option(
-        help="Sampling temperature imposed on every model call.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(
-        help="Cap on tokens sampled per model call.")] = None,
-    reward_key: Annotated[str | None, typer.Option(
-        help="Reward key to train on (default: the only key, else `reward`).")] = None,
+    temperature: TemperatureOption = None,
+    max_tokens: MaxTokensOption = None,
+    reward_key: RewardKeyOption = None,
     name: Annotated[str, typer.Option(
         help="Run name, part of every rollout id (<task>__<attempt>__<name>): rerunning "
              "with the same name and --out resumes.")] = "sweep",
@@ -432,7 +433,8 @@ def sweep(
     import ray
 
     from harbor_ray.cluster.progress import live_progress, print_summary
-    from harbor_ray.cluster.sweep import SweepConfig, run_sweep_sync
+    from harbor_ray.cluster.sweep import SweepConfig
+    from harbor_ray.cluster.sweep import sweep as run_sweep
     from harbor_ray.trials.local_run import make_specs
 
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
@@ -478,7 +480,7 @@ def sweep(
             "rollouts_per_host": rollouts_per_host,
         }
         with live_progress(console) as on_stats:
-            stats = run_sweep_sync(specs, config, manifest, on_stats=on_stats)
+            stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
     finally:
         if proxy is not None:
             from harbor_ray.cluster.proxy_deployment import remove_capture_proxy

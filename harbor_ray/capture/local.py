@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.certify import Certification, certify
+from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import Engine
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.server import bind, serve
@@ -23,15 +23,13 @@ from harbor_ray.capture.session import InMemorySessionStore, SessionInfo
 
 @dataclass(frozen=True)
 class LocalCapture:
-    """A running in-process proxy; implements what a rollout needs of a capture service."""
+    """What a rollout needs of a capture service, when its sessions live in this process:
+    here the in-process proxy's store; in the cluster, the rollout host's (its agents
+    then call the proxy replicas, which ask the host)."""
 
     store: InMemorySessionStore
-    certification: Certification
+    served_model: str
     host_url: str
-
-    @property
-    def served_model(self) -> str:
-        return self.certification.served_model
 
     async def open_session(
         self, *, budget: int | None, sampling: Sampling | None
@@ -40,9 +38,7 @@ class LocalCapture:
 
     async def close_session(self, session_id: str) -> dict[str, Any] | None:
         """The session's export, after which the session is gone."""
-        doc = await self.store.export(session_id)
-        await self.store.delete(session_id)
-        return doc
+        return await self.store.close(session_id)
 
 
 @contextlib.asynccontextmanager
@@ -61,7 +57,7 @@ async def local_capture(
     if serving in done:
         serving.result()  # raises why it stopped
     try:
-        yield LocalCapture(store, certification, ready.result())
+        yield LocalCapture(store, certification.served_model, ready.result())
     finally:
         stop.set()
         await serving

@@ -177,5 +177,10 @@ class InMemorySessionStore:
     async def delete(self, session_id: str) -> bool:
         return self._sessions.pop(session_id, None) is not None
 
+    async def close(self, session_id: str) -> dict[str, Any] | None:
+        """The session's export, after which the session is gone (None if unknown)."""
+        state = self._sessions.pop(session_id, None)
+        return state.export() if state else None
+
     def session_ids(self) -> list[str]:
         return list(self._sessions)

@@ -30,8 +30,7 @@ from typing import Any, Literal
 
 import ray
 
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import SessionInfo
+from harbor_ray.capture.local import LocalCapture
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
@@ -64,37 +63,13 @@ class ProxyTarget:
     app: str = CAPTURE_APP_NAME
 
 
-@dataclass(frozen=True)
-class _HostCapture:
-    """A rollout's capture service inside a host: sessions held here, calls via the proxy."""
-
-    owner: SessionOwner
-    target: ProxyTarget
-    url: str
-
-    @property
-    def served_model(self) -> str:
-        return self.target.served_model
-
-    @property
-    def host_url(self) -> str:
-        return self.url
-
-    async def open_session(self, *, budget: int | None, sampling: Sampling | None
-                           ) -> SessionInfo:
-        return await self.owner.open(budget=budget, sampling=sampling)
-
-    async def close_session(self, session_id: str) -> dict[str, Any] | None:
-        return await self.owner.close(session_id)
-
-
 class RolloutHost(SessionOwner):
     """Runs rollouts (`run`); as their sessions' owner, answers the proxy replicas."""
 
     def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None) -> None:
         super().__init__(name)
         self._proxy = proxy
-        self._capture: _HostCapture | None = None
+        self._capture: LocalCapture | None = None
         self._relay: Relay | None = None
         self._starting = asyncio.Lock()
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
@@ -108,9 +83,9 @@ class RolloutHost(SessionOwner):
     async def capture_url(self) -> str | None:
         """The proxy URL this host's agents use (its relay's, with direct ingress)."""
         capture = await self._capture_service()
-        return None if capture is None else capture.url
+        return None if capture is None else capture.host_url
 
-    async def _capture_service(self) -> _HostCapture | None:
+    async def _capture_service(self) -> LocalCapture | None:
         # The relay listens in this actor's event loop, so it starts with the first call.
         async with self._starting:
             if self._capture is None and self._proxy is not None:
@@ -119,11 +94,8 @@ class RolloutHost(SessionOwner):
                     registry = RegistryReader(self._proxy.app)
                     self._relay = Relay(registry.entries, registry.remove)
                     url = await self._relay.start()
-                self._capture = _HostCapture(self, self._proxy, url)
+                self._capture = LocalCapture(self.store, self._proxy.served_model, url)
         return self._capture
-
-    def sessions(self) -> int:
-        return len(self.store.session_ids())
 
 
 def start_host(

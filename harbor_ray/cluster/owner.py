@@ -35,9 +35,7 @@ class SessionOwner:
 
     async def close(self, session_id: str) -> dict[str, Any] | None:
         """The session's export, after which the session is gone."""
-        doc = await self.store.export(session_id)
-        await self.store.delete(session_id)
-        return doc
+        return await self.store.close(session_id)
 
     # What a replica calls, each one actor round trip.
 

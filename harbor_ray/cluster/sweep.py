@@ -253,14 +253,3 @@ async def sweep(
         reap(config.sandboxes_dir)
     return stats
 
-
-def run_sweep_sync(
-    specs: Sequence[RolloutSpec],
-    config: SweepConfig,
-    manifest: Mapping[str, Any],
-    *,
-    on_stats: Callable[[SweepStats], None] | None = None,
-    work: Work | None = None,
-) -> SweepStats:
-    """`sweep` for entry points without an event loop (Ray must already be initialised)."""
-    return asyncio.run(sweep(specs, config, manifest, on_stats=on_stats, work=work))

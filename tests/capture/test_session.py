@@ -63,3 +63,14 @@ async def test_delete() -> None:
     assert await store.authenticate(s.key) is None
     with pytest.raises(SessionGone):
         await store.admit(s.session_id)
+
+
+async def test_close_exports_then_forgets_the_session() -> None:
+    store = InMemorySessionStore()
+    s = await store.create()
+    await store.admit(s.session_id)
+    await store.record(s.session_id, turn(0))
+    doc = await store.close(s.session_id)
+    assert len(doc["turns"]) == 1
+    assert await store.authenticate(s.key) is None
+    assert await store.close(s.session_id) is None
