@@ -20,6 +20,7 @@ from harbor_ray.cluster.host import ProxyTarget, Work, start_host
 class Host:
     name: str
     handle: Any  # ActorHandle
+    ready: Any  # ObjectRef: resolves once the actor runs (raises if it never will)
     running: int = 0
     alive: bool = True
 
@@ -75,7 +76,8 @@ class HostPool:
     def _start(self) -> Host:
         name = f"{self._prefix}h{self._started}"
         self._started += 1
-        host = Host(name, start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                                     work=self._work))
+        handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
+                            work=self._work)
+        host = Host(name, handle, handle.__ray_ready__.remote())
         self._hosts.append(host)
         return host

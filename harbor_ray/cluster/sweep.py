@@ -51,6 +51,7 @@ class SweepConfig:
     proxy: ProxyTarget | None = None  # where agents call the model; None: no agent does
     per_host: int = 8
     host_cpus: float = 0.01
+    host_start_s: float = 600.0  # a host not running by then is lost (and retried)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -162,10 +163,23 @@ async def _on_host(
     spec: RolloutSpec, config: SweepConfig, host: Host, pool: HostPool
 ) -> RolloutResult:
     """One try. Past `deadline + grace` the rollout is cancelled (Harbor tears its
-    sandbox down); one that ignores the cancellation for `grace` more costs its host."""
+    sandbox down); one that ignores the cancellation for `grace` more costs its host.
+
+    The clock starts once the host runs: the rollout's own deadline is measured there, and
+    a host's start (seconds on a loaded node) must not count against it."""
+    started = time.time()
+    try:
+        async with asyncio.timeout(config.host_start_s):
+            await host.ready
+    except TimeoutError:
+        pool.kill(host)
+        return failed_row(spec, ErrorType.INFRA_LOST,
+                          f"the rollout's host did not start in {config.host_start_s:g} s",
+                          time.time() - started)
+    except RayActorError as exc:
+        return _host_died(spec, host, pool, exc, started)
     ref = host.handle.run.remote(spec)
     hard = None if spec.deadline_s is None else spec.deadline_s + config.grace_s
-    started = time.time()
     try:
         async with asyncio.timeout(hard):
             return await ref
@@ -176,9 +190,14 @@ async def _on_host(
                           f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
                           time.time() - started)
     except RayActorError as exc:
-        pool.lost(host)
-        return failed_row(spec, ErrorType.INFRA_LOST,
-                          f"the rollout's host died: {_first_line(exc)}", time.time() - started)
+        return _host_died(spec, host, pool, exc, started)
+
+
+def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
+               started: float) -> RolloutResult:
+    pool.lost(host)
+    return failed_row(spec, ErrorType.INFRA_LOST,
+                      f"the rollout's host died: {_first_line(exc)}", time.time() - started)
 
 
 async def _cancel(ref: Any, grace_s: float, host: Host, pool: HostPool) -> str:

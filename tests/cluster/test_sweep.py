@@ -143,6 +143,55 @@ async def test_rollout_deaf_to_cancellation_costs_its_host_and_only_that(tmp_pat
     assert [f["code"] for f in rows["make-directory"]["findings"]] == ["infra_retries"]
 
 
+@ray.remote
+class _CpuHolder:
+    """Holds CPUs so that a host asking for any cannot start until it is killed."""
+
+    def ping(self) -> None:
+        return None
+
+
+def _hold_all_free_cpus():
+    holder = _CpuHolder.options(num_cpus=ray.available_resources()["CPU"]).remote()
+    ray.get(holder.ping.remote())
+    return holder
+
+
+async def test_a_slow_host_start_does_not_count_against_the_deadline(tmp_path: Path
+                                                                    ) -> None:
+    """The driver's clock starts when the host runs: a host that takes longer to start
+    than deadline + grace (a loaded node) still runs its rollout, which is not late."""
+    out = tmp_path / "out"
+    holder = _hold_all_free_cpus()
+    config = SweepConfig(out=out, grace_s=1, concurrency=1, host_cpus=0.5, retries=0)
+    specs = _specs("samples", out, names=["hello-file"], deadline=3)
+    running = asyncio.create_task(
+        sweep(specs, config, {}, work=stubs.deaf_work(block_task="", seconds=0)))
+    await asyncio.sleep(6)  # past deadline + grace, the host still waiting for a CPU
+    assert not running.done()
+    ray.kill(holder)
+    await running
+    [row] = _rows(out)
+    assert row["ok"], row
+
+
+async def test_a_host_that_cannot_start_is_infra_lost(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    holder = _hold_all_free_cpus()
+    try:
+        config = SweepConfig(out=out, concurrency=1, host_cpus=0.5, retries=1,
+                             host_start_s=2)
+        specs = _specs("samples", out, names=["hello-file"], deadline=60)
+        stats = await sweep(specs, config, {}, work=stubs.deaf_work(block_task="", seconds=0))
+    finally:
+        ray.kill(holder)
+    [row] = _rows(out)
+    assert row["error_type"] == "infra_lost"
+    assert "did not start in 2 s" in row["error"]
+    assert [f["code"] for f in row["findings"]] == ["infra_retries"]
+    assert stats.failed == 1
+
+
 async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = SweepConfig(out=out, retries=0)
