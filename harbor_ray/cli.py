@@ -17,7 +17,7 @@ from rich.console import Console
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.certify import CertificationError, certify
 from harbor_ray.capture.engine import HttpEngine
-from harbor_ray.capture.server import ServeError, bind, check_exposure, serve
+from harbor_ray.capture.server import ServeError, bind, check_exposure, run_server, serve
 from harbor_ray.capture.session import InMemorySessionStore
 
 app = typer.Typer(
@@ -59,7 +59,7 @@ def proxy(
     try:
         check_exposure(host, admin_key)
         sock = bind(host, port)
-        asyncio.run(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb))
+        run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb))
     except (ServeError, CertificationError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

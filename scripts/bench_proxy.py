@@ -24,7 +24,7 @@ import uvicorn
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
-from harbor_ray.capture.server import base_url, bind
+from harbor_ray.capture.server import base_url, bind, run_server, serve
 from harbor_ray.capture.session import InMemorySessionStore
 
 PROMPT = [{"role": "system", "content": "You are a careful coding agent. " * 20},
@@ -38,11 +38,12 @@ def run_engine(port: int, delay_s: float) -> None:
 
 
 def run_proxy(port: int, engine_url: str) -> None:
+    """The proxy as `harbor-ray proxy` serves it (its own socket, uvicorn settings)."""
     engine = HttpEngine(engine_url)
     app = build_capture_app(InMemorySessionStore(), engine,
                             CaptureSettings(served_model="fake-model"),
                             on_shutdown=engine.aclose)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    run_server(serve(app, bind("127.0.0.1", port)))
 
 
 def cpu_seconds(pid: int) -> float:

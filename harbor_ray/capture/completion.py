@@ -8,6 +8,7 @@ tokenises: the ids are vLLM's own (`return_token_ids: true`).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -119,18 +120,20 @@ def _ids_array(values: Any) -> np.ndarray | None:
     if not isinstance(values, list):
         return None
     try:
-        ids = np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        # Keep the length; mark what is not an integer as -1 so validation names it.
-        ids = np.array(
-            [v if isinstance(v, int) and not isinstance(v, bool) and abs(v) <= _INT32_MAX else -1
-             for v in values],
-            dtype=np.int64,
+        # array('i') takes only ints that fit int32 and is about twice as fast as
+        # np.array(values, int64) on a reply's few hundred ids (this is per model call);
+        # np.array would also truncate a float id silently.
+        ids = np.frombuffer(array("i", values), dtype=np.int32)
+    except (TypeError, OverflowError):
+        # Keep the length; mark what is not an int32 id as -1 so validation names it.
+        return np.array(
+            [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT32_MAX
+             else -1 for v in values],
+            dtype=np.int32,
         )
-    if ids.ndim != 1:
-        return None
-    ids[(ids < 0) | (ids > _INT32_MAX)] = -1
-    return ids.astype(np.int32)
+    if (ids < 0).any():
+        ids = np.where(ids < 0, -1, ids).astype(np.int32)
+    return ids
 
 
 def _logprobs(block: Any) -> np.ndarray | None:

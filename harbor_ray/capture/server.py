@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import httpx
 import uvicorn
-from starlette.applications import Starlette
+import uvloop
+
+from harbor_ray.capture.app import CaptureApp
 
 
 class ServeError(Exception):
@@ -62,7 +65,7 @@ def base_url(sock: socket.socket) -> str:
 
 
 async def serve(
-    app: Starlette,
+    app: CaptureApp,
     sock: socket.socket,
     *,
     on_ready: Callable[[str], Awaitable[None] | None] | None = None,
@@ -73,7 +76,10 @@ async def serve(
     """Run until signalled, cancelled or `stop` is set; call `on_ready(url)` once the app
     answers as itself. Shutdown is graceful (lifespan end runs, unless `lifespan` is
     "off" because another server runs the same app's) and bounded."""
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan=lifespan)
+    # No proxy-headers middleware: nothing here reads the client's address, and it
+    # would run on every model call.
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan=lifespan,
+                            proxy_headers=False)
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     url = base_url(sock)
@@ -93,6 +99,13 @@ async def serve(
         server.should_exit = True
         if not serving.done():
             await asyncio.wait({serving}, timeout=10)
+
+
+def run_server[T](main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run` on uvloop, for a process that serves the proxy: the stdlib loop
+    costs measurably more CPU per call (Ray's actors, hence Serve replicas, use uvloop
+    already)."""
+    return asyncio.run(main, loop_factory=uvloop.new_event_loop)
 
 
 async def _wait_until_ours(url: str, instance_id: str, serving: asyncio.Task[None]) -> None:

@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 import ray
-from starlette.applications import Starlette
 
+from harbor_ray.capture.app import CaptureApp
 from harbor_ray.capture.server import bind, serve
 from harbor_ray.cluster.replica_registry import ReplicaEntry
 
@@ -28,7 +28,7 @@ class DirectIngress:
         self._registry, self.entry = registry, entry
 
     @classmethod
-    async def start(cls, app: Starlette, registry: Any, replica_id: str) -> DirectIngress:
+    async def start(cls, app: CaptureApp, registry: Any, replica_id: str) -> DirectIngress:
         """Serve `app` (whose lifespan Serve runs) and register it with `registry`."""
         stop = asyncio.Event()
         ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -29,9 +29,8 @@ from typing import Any
 
 from ray import serve
 from ray.serve.context import _get_global_client
-from starlette.applications import Starlette
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
@@ -73,7 +72,7 @@ class CaptureProxy:
         self._app_name = app_name
         self._direct: DirectIngress | None = None
 
-    async def __serve_build_asgi_app__(self) -> Starlette:
+    async def __serve_build_asgi_app__(self) -> CaptureApp:
         # Serve calls this after the constructor, inside the replica's event loop, and
         # runs the app's lifespan itself (so the direct socket runs without one).
         app = build_capture_app(

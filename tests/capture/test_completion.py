@@ -44,6 +44,14 @@ def test_bad_values_are_marked_not_dropped() -> None:
     assert np.isnan(lp[0]) and lp[1] == -1.0 and np.isnan(lp[2])
 
 
+def test_a_float_id_is_marked_not_truncated() -> None:
+    reply = vllm_reply(token_ids=[5, 7.9])
+    reply["prompt_token_ids"] = [1, -2]
+    c = parse_engine_reply(reply)
+    assert c.token_ids.tolist() == [5, -1]
+    assert c.prompt_ids.tolist() == [1, -1]
+
+
 def test_tool_calls_and_reasoning() -> None:
     c = parse_engine_reply(vllm_reply(
         message={"role": "assistant", "content": None, "reasoning_content": "think",
