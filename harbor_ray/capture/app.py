@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -232,7 +233,7 @@ class _CaptureHandler:
             return _error(dialect, exc.status, exc.message, "invalid_request")
 
         ctx = ReplyContext(
-            response_id=f"hr-{uuid.uuid4().hex}",
+            response_id=f"hr-{secrets.token_hex(16)}",
             created=int(self.clock()),
             model=call.request_model or self.settings.served_model,
         )

@@ -154,5 +154,7 @@ def _logprobs(block: Any) -> np.ndarray | None:
         )
     if out.ndim != 1:
         return None
-    out[~np.isfinite(out)] = np.nan
+    finite = np.isfinite(out)
+    if not finite.all():
+        out[~finite] = np.nan
     return out

@@ -1,7 +1,8 @@
 """The inference engine behind a one-method seam, and the real HTTP client for it.
 
-The hot path uses aiohttp: PERF.md measured httpx's AsyncClient collapsing to ~200
-calls/s at 64 concurrent on these machines while aiohttp sustained ~2,000+.
+The hot path uses `Http1Pool` (http1.py): PERF.md measured httpx's AsyncClient
+collapsing to ~200 calls/s at 64 concurrent on these machines, and aiohttp's client,
+which sustains ~2,000+, still cost ~220 us CPU per call against ~50 us for the pool.
 
 Errors from the engine side form one family, `EngineError`, carrying the status the
 agent should see: 502/503/504 (retryable) when the engine failed or is unreachable,
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-import aiohttp
 import orjson
+
+from harbor_ray.capture.http1 import ConnectError, Http1Error, Http1Pool, Http1Timeout
 
 _JSON = {"content-type": "application/json"}
 
@@ -52,41 +54,39 @@ def api_root(url: str) -> str:
 
 
 class HttpEngine:
-    """A pooled aiohttp client. The session is created on first use, inside the loop
-    that serves requests, and closed by `aclose` (the app's lifespan)."""
+    """The engine over HTTP, through a keep-alive pool (`Http1Pool`) made on first use
+    inside the loop that serves requests (a pool never outlives its loop) and closed by
+    `aclose` (the app's lifespan)."""
 
     def __init__(
         self, url: str, *, timeout_s: float = 600.0, max_connections: int = 1024
     ) -> None:
         self.root = api_root(url)
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-            )
-        return self._session
+    def _connections(self) -> Http1Pool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._loop is not loop:
+            self._pool = Http1Pool(self.root, max_connections=self._max_connections,
+                                   timeout_s=self._timeout_s)
+            self._loop = loop
+        return self._pool
 
     async def request(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        data = orjson.dumps(body) if body is not None else None
         try:
-            data = orjson.dumps(body) if body is not None else None
-            async with self._client().request(
-                method, self.root + path, data=data, headers=_JSON if data else None
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except TimeoutError as exc:
+            status, raw = await self._connections().request(
+                method, path, data, _JSON if data is not None else None)
+        except Http1Timeout as exc:
             raise EngineError(f"engine timed out on {path}", 504) from exc
-        except aiohttp.ClientConnectionError as exc:
+        except ConnectError as exc:
             raise EngineError(f"engine unreachable at {self.root}: {exc}", 503) from exc
-        except aiohttp.ClientError as exc:
+        except Http1Error as exc:
             raise EngineError(f"engine request failed: {exc}", 502) from exc
         if status >= 400:
             raise engine_status_error(status, _error_detail(raw))
@@ -99,10 +99,9 @@ class HttpEngine:
         return value
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            # Let aiohttp's connector finish closing transports before the loop ends.
-            await asyncio.sleep(0)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
 
 
 def _error_detail(raw: bytes) -> str:

@@ -47,7 +47,7 @@ MAX_ONGOING_REQUESTS = 2_000
 @serve.deployment
 @serve.ingress()
 class CaptureProxy:
-    """One replica: the capture app over an aiohttp engine client and owner actors.
+    """One replica: the capture app over the engine's HTTP client and owner actors.
 
     The engine is certified once by whoever deploys this (it passes `served_model`);
     replicas do not certify, so a restarted replica serves at once.
