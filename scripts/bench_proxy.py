@@ -71,7 +71,7 @@ AGENT_BODY = {"model": "m", "messages": PROMPT, "max_tokens": 64}
 DIRECT_BODY = {**AGENT_BODY, "return_token_ids": True, "logprobs": True}
 
 
-async def load(url: str, keys: list[str], seconds: float, body: dict, client: str
+async def load(url: str, keys: list[str], seconds: float, body: dict, client: str = "http1"
                ) -> Figures:
     latencies: list[float] = []
     errors = 0
