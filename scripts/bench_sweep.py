@@ -98,8 +98,9 @@ def main() -> None:
                         help="seconds the stub agent waits between calls")
     parser.add_argument("--delay-ms", type=float, default=50.0, help="stub engine latency")
     parser.add_argument("--replicas", type=int, default=2, help="capture proxy replicas")
-    parser.add_argument("--ingress", choices=["direct", "serve"], default="direct",
-                        help="agents reach the replicas via their host's relay or Serve")
+    parser.add_argument("--ingress", choices=["direct", "serve", "host"], default="direct",
+                        help="agents reach the replicas via their host's relay or Serve, "
+                             "or the hosts serve the proxy themselves (no replicas)")
     parser.add_argument("--per-host", type=int, default=None,
                         help="rollouts per host (default: enough for --max-hosts hosts)")
     parser.add_argument("--max-hosts", type=int, default=20)
@@ -116,16 +117,17 @@ def main() -> None:
     rows = []
     try:
         served_model = asyncio.run(_certified(llm_url))
-        proxy = ProxyTarget(deploy_capture_proxy(llm_url, served_model,
-                                                 replicas=args.replicas), served_model,
-                            ingress=args.ingress)
+        url = llm_url if args.ingress == "host" else deploy_capture_proxy(
+            llm_url, served_model, replicas=args.replicas)
+        proxy = ProxyTarget(url, served_model, ingress=args.ingress)
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as out_root:
             for concurrency in args.concurrency:
                 row = asyncio.run(one_level(concurrency, args, proxy, Path(out_root)))
                 rows.append(row)
                 print(f"c={concurrency}: {row}", flush=True)
     finally:
-        remove_capture_proxy()
+        if args.ingress != "host":
+            remove_capture_proxy()
         engine.terminate()
         ray.shutdown()
     print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "

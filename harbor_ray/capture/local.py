@@ -47,8 +47,18 @@ async def local_capture(
 ) -> AsyncIterator[LocalCapture]:
     """Certify `engine`, serve the proxy on a free loopback port, stop it on exit."""
     certification = await certify(engine, url, model=model)
-    store = InMemorySessionStore()
-    app = build_capture_app(store, engine, CaptureSettings(served_model=certification.served_model))
+    async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
+                             host=host) as capture:
+        yield capture
+
+
+@contextlib.asynccontextmanager
+async def serve_capture(
+    store: InMemorySessionStore, engine: Engine, served_model: str, *, host: str = "127.0.0.1"
+) -> AsyncIterator[LocalCapture]:
+    """Serve the proxy over `store` on a free port of `host` (the engine certified
+    already), in the running loop; stop it on exit."""
+    app = build_capture_app(store, engine, CaptureSettings(served_model=served_model))
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
@@ -57,7 +67,7 @@ async def local_capture(
     if serving in done:
         serving.result()  # raises why it stopped
     try:
-        yield LocalCapture(store, certification.served_model, ready.result())
+        yield LocalCapture(store, served_model, ready.result())
     finally:
         stop.set()
         await serving

@@ -14,23 +14,31 @@ design needs of an actor per rollout:
   row (retried by the driver); their bwrap sandboxes die with the host
   (`--die-with-parent`) and the reaper removes their directories.
 
-A host also runs its agents' way to the capture proxy: a relay (balancer.py) on its own
-loopback port that splices each connection to a replica's direct socket, so that model
-calls skip Serve's shared HTTP proxy (PERF.md). `ProxyTarget.ingress="serve"` keeps
-agents on Serve's route instead (for comparison, or where replicas run on other nodes:
-their direct sockets are loopback-only).
+A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
+- `direct`: a relay (balancer.py) on its own loopback port that splices each connection
+  to a replica's direct socket, so that model calls skip Serve's shared HTTP proxy
+  (PERF.md);
+- `serve`: Serve's route (for comparison, or where replicas run on other nodes: their
+  direct sockets are loopback-only);
+- `host`: no replicas; the host serves the capture app itself, over the sessions it
+  owns, and calls the engine. Admit and record are then calls within the process, not
+  actor round trips (~1 ms CPU each on these machines, PERF.md), so a model call costs
+  the cluster about a tenth of the CPU; what it gives up is the deployment's own
+  replicas (health checks, scaling apart from the hosts).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import ray
 
-from harbor_ray.capture.local import LocalCapture
+from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.local import LocalCapture, serve_capture
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
@@ -54,12 +62,13 @@ class ProxyTarget:
     """Where agents reach the capture proxy, and the model it serves (certified once).
 
     `url` is the proxy's Serve route; with `ingress="direct"` agents use their host's
-    relay to the replicas of Serve application `app` instead.
+    relay to the replicas of Serve application `app` instead. With `ingress="host"`,
+    `url` is the engine's, and each host serves the capture app itself.
     """
 
     url: str
     served_model: str
-    ingress: Literal["direct", "serve"] = "direct"
+    ingress: Literal["direct", "serve", "host"] = "direct"
     app: str = CAPTURE_APP_NAME
 
 
@@ -71,6 +80,8 @@ class RolloutHost(SessionOwner):
         self._proxy = proxy
         self._capture: LocalCapture | None = None
         self._relay: Relay | None = None
+        # What the capture service runs on; it lives as long as the host.
+        self._serving = contextlib.AsyncExitStack()
         self._starting = asyncio.Lock()
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
         self._work = work or run_rollout
@@ -89,13 +100,21 @@ class RolloutHost(SessionOwner):
         # The relay listens in this actor's event loop, so it starts with the first call.
         async with self._starting:
             if self._capture is None and self._proxy is not None:
-                url = self._proxy.url
-                if self._proxy.ingress == "direct":
-                    registry = RegistryReader(self._proxy.app)
-                    self._relay = Relay(registry.entries, registry.remove)
-                    url = await self._relay.start()
-                self._capture = LocalCapture(self.store, self._proxy.served_model, url)
+                self._capture = await self._start_capture(self._proxy)
         return self._capture
+
+    async def _start_capture(self, proxy: ProxyTarget) -> LocalCapture:
+        if proxy.ingress == "host":
+            engine = HttpEngine(proxy.url)
+            self._serving.push_async_callback(engine.aclose)
+            return await self._serving.enter_async_context(
+                serve_capture(self.store, engine, proxy.served_model))
+        url = proxy.url
+        if proxy.ingress == "direct":
+            registry = RegistryReader(proxy.app)
+            self._relay = Relay(registry.entries, registry.remove)
+            url = await self._relay.start()
+        return LocalCapture(self.store, proxy.served_model, url)
 
 
 def start_host(

@@ -41,16 +41,26 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"infra_lost", "internal", "engine_error", "sandbox_start", "agent_setup"}
 
 
-async def _proxy_for(llm_url: str, ingress: Literal["direct", "serve"] = "direct"
-                     ) -> ProxyTarget:
-    """Certify once, as the sweep's entry points do, then deploy the replicas."""
+Ingress = Literal["direct", "serve", "host"]
+
+
+async def _proxy_for(llm_url: str, ingress: Ingress = "direct") -> ProxyTarget:
+    """Certify once, as the sweep's entry points do, then deploy the replicas (none for
+    `host` ingress: the hosts serve the proxy)."""
     engine = HttpEngine(llm_url)
     try:
         served_model = (await certify(engine, engine.root)).served_model
     finally:
         await engine.aclose()
+    if ingress == "host":
+        return ProxyTarget(llm_url, served_model, ingress="host")
     return ProxyTarget(deploy_capture_proxy(llm_url, served_model, replicas=2), served_model,
                        ingress=ingress)
+
+
+def _remove(proxy: ProxyTarget) -> None:
+    if proxy.ingress != "host":
+        remove_capture_proxy()
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +83,19 @@ def _specs(out: Path, names: list[str], attempts: int, **kwargs):
                       trials_dir=out / "trials", run_id="cap", **kwargs)
 
 
+@pytest.mark.parametrize("ingress", ["direct", "host"])
 async def test_terminus2_sweep_through_the_deployment(
-    tmp_path: Path, scripted_engine: tuple[FakeEngine, str]
+    tmp_path: Path, scripted_engine: tuple[FakeEngine, str], ingress: Ingress
 ) -> None:
     engine, llm_url = scripted_engine
-    proxy = await _proxy_for(llm_url)
+    proxy = await _proxy_for(llm_url, ingress)
     engine.calls.clear()  # certification's probes
     out = tmp_path / "out"
     try:
         stats = await sweep(_specs(out, ["hello-file"], 2, budget=6, deadline_s=300),
                             SweepConfig(out=out, concurrency=2, proxy=proxy), {})
     finally:
-        remove_capture_proxy()
+        _remove(proxy)
     rows = pq.read_table(out / "rollouts").to_pylist()
     assert [(r["ok"], r["reward"]) for r in rows] == [(True, 1.0), (True, 1.0)], rows
     assert stats.peak_in_flight == 2
@@ -97,18 +108,19 @@ async def test_terminus2_sweep_through_the_deployment(
     assert all(sum(s["loss_mask"]) > 0 for s in sequences)
 
 
-async def test_real_engine_sweep_through_the_deployment(tmp_path: Path, engine_url: str
-                                                        ) -> None:
+@pytest.mark.parametrize("ingress", ["direct", "host"])
+async def test_real_engine_sweep_through_the_deployment(tmp_path: Path, engine_url: str,
+                                                        ingress: Ingress) -> None:
     """SmolLM2 rarely solves a task; what must hold is the capture: every row has
     the model's own turns, and nothing failed in the infrastructure."""
-    proxy = await _proxy_for(engine_url)
+    proxy = await _proxy_for(engine_url, ingress)
     out = tmp_path / "out"
     try:
         await sweep(_specs(out, ["hello-file"], 2, budget=2, deadline_s=600,
                            sampling=Sampling(max_tokens=48, temperature=0.7)),
                     SweepConfig(out=out, concurrency=2, proxy=proxy), {})
     finally:
-        remove_capture_proxy()
+        _remove(proxy)
     rows = pq.read_table(out / "rollouts").to_pylist()
     assert len(rows) == 2
     for row in rows:
@@ -152,16 +164,18 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     assert len(pq.read_table(out / "turns")) == recorded
 
 
+@pytest.mark.parametrize(("ingress", "replicas"), [("direct", 2), ("host", None)])
 def test_sweep_command_certifies_once_and_stores_it(
-    tmp_path: Path, scripted_engine: tuple[FakeEngine, str]
+    tmp_path: Path, scripted_engine: tuple[FakeEngine, str], ingress: Ingress,
+    replicas: int | None,
 ) -> None:
-    """The entry point users run: certify, deploy the proxy, sweep, remove the proxy, and
-    keep the certification in the manifest."""
+    """The entry point users run: certify, deploy the proxy (unless the hosts serve it),
+    sweep, remove the proxy, and keep the certification in the manifest."""
     engine, llm_url = scripted_engine
     out = tmp_path / "out"
     argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "terminus-2",
             "--llm-url", llm_url, "--task", "hello-file", "-n", "2", "--budget", "6",
-            "--out", str(out), "--name", "cli",
+            "--out", str(out), "--name", "cli", "--ingress", ingress,
             "--ray-address", ray.get_runtime_context().gcs_address]
     engine.calls.clear()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -169,7 +183,8 @@ def test_sweep_command_certifies_once_and_stores_it(
     assert "hello-file" in done.stderr and str(out) in done.stderr  # the summary
     manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["engine"]["served_model"] and manifest["engine"]["returns_token_ids"]
-    assert manifest["proxy_replicas"] == 2 and manifest["ended_at"] is not None
+    assert manifest["ingress"] == ingress and manifest["proxy_replicas"] == replicas
+    assert manifest["ended_at"] is not None
     rows = pq.read_table(out / "rollouts").to_pylist()
     assert [r["ok"] for r in rows] == [True, True]
     # One certification (its probes) plus the agents' calls, which are all recorded.
