@@ -4,15 +4,16 @@ The cluster path of a model call: agent -> ingress -> a CaptureProxy replica -> 
 the session's owner -> the stub engine -> record on the owner (awaited before the reply)
 -> agent. Two ingresses are compared: `serve`, Serve's shared HTTP proxy (the route
 prefix), and `direct`, the rollout host's relay spliced to the replicas' own sockets
-(what sweeps use). The owner is a rollout host, as in a sweep, so the relay's CPU and
-the owner's are one process. One run measures, at each concurrency, the stub engine
+(what sweeps use by default). A third, `host`, has no replicas: a rollout host serves the
+capture app for its own sessions (`sweep --ingress host`). The owner is a rollout host,
+as in a sweep, so the relay's CPU and the owner's are one process. One run measures, at each concurrency, the stub engine
 called directly and the same engine through each ingress (one session per client),
 alternating, and prints the figures and their ratios, with the CPU the cluster's
 processes (Serve proxy, replicas, host) burn per call and the bare owner round trip that
 admit and record each cost.
 
     .venv/bin/python scripts/bench_cluster_proxy.py [--concurrency 1 64 512] \\
-        [--ingress serve direct] [--seconds 10] [--replicas 2] [--ray-address auto]
+        [--ingress serve direct host] [--seconds 10] [--replicas 2] [--ray-address auto]
 
 Run it with the venv's python, not `uv run` (Ray would start its workers through uv).
 With `RAY_SERVE_ENABLE_HA_PROXY=1` in the environment (and a local cluster), the `serve`
@@ -58,8 +59,9 @@ def _pid(_actor: Any) -> int:
     return os.getpid()
 
 
-def cluster_pids(owner: Any) -> dict[str, int]:
-    """The processes a proxied call runs through, by role (Serve proxy, replicas, host)."""
+def cluster_pids(owner: Any, capturing_host: Any | None) -> dict[str, int]:
+    """The processes a proxied call runs through, by role (Serve proxy, replicas, host,
+    and the host that serves the proxy itself, for `host` ingress)."""
     details = serve_details()
     actors = {f"serve proxy {node[:6]}": ray.get_actor(p.actor_name, namespace="serve")
               for node, p in details.proxies.items()}
@@ -68,6 +70,8 @@ def cluster_pids(owner: Any) -> dict[str, int]:
             actors[f"replica {replica.replica_id}"] = ray.get_actor(
                 replica.actor_name, namespace="serve")
     actors["host"] = owner
+    if capturing_host is not None:
+        actors["capturing host"] = capturing_host
     return {role: ray.get(actor.__ray_call__.remote(_pid)) for role, actor in actors.items()}
 
 
@@ -94,9 +98,12 @@ async def owner_round_trip(owner: Any, session_id: str, concurrency: int,
     )
 
 
-async def bench(args: argparse.Namespace, urls: dict[str, str], engine_url: str, owner: Any,
-                keys: list[str], session_id: str) -> None:
-    pids = cluster_pids(owner)
+async def bench(args: argparse.Namespace, targets: dict[str, tuple[str, list[str]]],
+                engine_url: str, owner: Any, capturing_host: Any | None, session_id: str
+                ) -> None:
+    """`targets`: per ingress, its URL and the keys of sessions its sessions' owner made."""
+    pids = cluster_pids(owner, capturing_host)
+    keys = next(iter(targets.values()))[1]
     print(f"stub engine answers after {args.engine_delay_ms:.0f} ms; {args.replicas} "
           f"replica(s); {args.seconds:.0f} s per measurement; {args.rounds} round(s), "
           f"alternating direct engine / each ingress; medians shown")
@@ -110,21 +117,21 @@ async def bench(args: argparse.Namespace, urls: dict[str, str], engine_url: str,
     breakdown = []
     for c in args.concurrency:
         direct_runs: list[Figures] = []
-        proxy_runs: dict[str, list[Figures]] = {ingress: [] for ingress in urls}
+        proxy_runs: dict[str, list[Figures]] = {ingress: [] for ingress in targets}
         cpu_ms: dict[str, dict[str, list[float]]] = {
-            ingress: {role: [] for role in pids} for ingress in urls}
+            ingress: {role: [] for role in pids} for ingress in targets}
         for _ in range(args.rounds):
             direct_runs.append(await load(engine_url, keys[:c], args.seconds, DIRECT_BODY))
-            for ingress, url in urls.items():
+            for ingress, (url, ingress_keys) in targets.items():
                 before = {role: cpu_seconds(pid) for role, pid in pids.items()}
-                run = await load(url, keys[:c], args.seconds, AGENT_BODY)
+                run = await load(url, ingress_keys[:c], args.seconds, AGENT_BODY)
                 proxy_runs[ingress].append(run)
                 for role, pid in pids.items():
                     spent = cpu_seconds(pid) - before[role]
                     cpu_ms[ingress][role].append(1000 * spent / max(1, run.calls))
         rtt = await owner_round_trip(owner, session_id, c, min(args.seconds, 3.0))
         d = _median(direct_runs)
-        for ingress in urls:
+        for ingress in targets:
             per_role = {role: statistics.median(v) for role, v in cpu_ms[ingress].items()}
             breakdown.append((c, ingress, per_role))
             p = _median(proxy_runs[ingress])
@@ -140,6 +147,10 @@ async def bench(args: argparse.Namespace, urls: dict[str, str], engine_url: str,
               + ", ".join(f"{role} {ms:.2f}" for role, ms in sorted(per_role.items())))
 
 
+def _sessions(host: Any, count: int) -> list[Any]:
+    return ray.get([host.open.remote(budget=None, sampling=None) for _ in range(count)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64],
@@ -151,9 +162,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating direct/proxy repetitions per concurrency")
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--ingress", nargs="+", choices=["serve", "direct"],
-                        default=["serve", "direct"],
-                        help="serve: Serve's HTTP proxy; direct: the host's relay")
+    parser.add_argument("--ingress", nargs="+", choices=["serve", "direct", "host"],
+                        default=["serve", "direct", "host"],
+                        help="serve: Serve's HTTP proxy; direct: the host's relay; host: "
+                             "a host serving the proxy itself (no replicas)")
     parser.add_argument("--ray-address", default=None,
                         help="join this cluster (e.g. auto) instead of starting a local one")
     args = parser.parse_args()
@@ -169,7 +181,7 @@ def main() -> None:
     engine = mp.get_context("spawn").Process(
         target=run_engine, args=(engine_port, args.engine_delay_ms / 1000), daemon=True)
     engine.start()
-    owner = None
+    owner = capturing_host = None
     try:
         asyncio.run(wait_up(engine_url))
         serve_url = deploy_capture_proxy(engine_url, "fake-model", replicas=args.replicas,
@@ -178,18 +190,26 @@ def main() -> None:
         # A rollout host without rollouts: it owns the sessions and runs the relay.
         owner = start_host(f"bench{uuid.uuid4().hex[:6]}", num_cpus=0,
                            proxy=ProxyTarget(serve_url, "fake-model", app=APP))
-        urls = {"serve": serve_url, "direct": ray.get(owner.capture_url.remote())}
-        urls = {ingress: urls[ingress] for ingress in args.ingress}
-        for url in urls.values():
+        sessions = _sessions(owner, max(args.concurrency))
+        targets = {"serve": (serve_url, sessions),
+                   "direct": (ray.get(owner.capture_url.remote()), sessions)}
+        if "host" in args.ingress:
+            capturing_host = start_host(f"bench{uuid.uuid4().hex[:6]}", num_cpus=0,
+                                        proxy=ProxyTarget(engine_url, "fake-model",
+                                                          ingress="host"))
+            targets["host"] = (ray.get(capturing_host.capture_url.remote()),
+                               _sessions(capturing_host, max(args.concurrency)))
+        targets = {ingress: (url, [s.key for s in opened])
+                   for ingress, (url, opened) in targets.items() if ingress in args.ingress}
+        for url, _ in targets.values():
             asyncio.run(wait_up(url))
-        sessions = ray.get([owner.open.remote(budget=None, sampling=None)
-                            for _ in range(max(args.concurrency))])
-        keys = [s.key for s in sessions]
-        asyncio.run(bench(args, urls, engine_url, owner, keys, sessions[0].session_id))
+        asyncio.run(bench(args, targets, engine_url, owner, capturing_host,
+                          sessions[0].session_id))
     finally:
         remove_capture_proxy(APP)
-        if owner is not None:
-            ray.kill(owner)
+        for host in (owner, capturing_host):
+            if host is not None:
+                ray.kill(host)
         engine.terminate()
         engine.join(5)
 
