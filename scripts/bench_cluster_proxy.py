@@ -6,11 +6,11 @@ the session's owner -> the stub engine -> record on the owner (awaited before th
 prefix), and `direct`, the rollout host's relay spliced to the replicas' own sockets
 (what sweeps use by default). A third, `host`, has no replicas: a rollout host serves the
 capture app for its own sessions (`sweep --ingress host`). The owner is a rollout host,
-as in a sweep, so the relay's CPU and the owner's are one process. One run measures, at each concurrency, the stub engine
-called directly and the same engine through each ingress (one session per client),
-alternating, and prints the figures and their ratios, with the CPU the cluster's
-processes (Serve proxy, replicas, host) burn per call and the bare owner round trip that
-admit and record each cost.
+as in a sweep, so the relay's CPU and the owner's are one process. One run measures, at
+each concurrency, the stub engine called directly and the same engine through each
+ingress (one session per client), alternating, and prints the figures and their ratios,
+with the CPU the cluster's processes (Serve proxy, replicas, hosts) burn per call and
+the bare owner round trip that admit and record each cost.
 
     .venv/bin/python scripts/bench_cluster_proxy.py [--concurrency 1 64 512] \\
         [--ingress serve direct host] [--seconds 10] [--replicas 2] [--ray-address auto]
