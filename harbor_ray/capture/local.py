@@ -57,8 +57,13 @@ async def serve_capture(
     store: InMemorySessionStore, engine: Engine, served_model: str, *, host: str = "127.0.0.1"
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
-    already), in the running loop; stop it on exit."""
-    app = build_capture_app(store, engine, CaptureSettings(served_model=served_model))
+    already), in the running loop; stop it on exit.
+
+    Sessions are opened and closed through `LocalCapture`, in this process, so the app
+    has no admin routes: the agents it serves must not list, mint, read or delete
+    sessions (their neighbours' included)."""
+    app = build_capture_app(store, engine,
+                            CaptureSettings(served_model=served_model, admin_routes=False))
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()

@@ -1,0 +1,30 @@
+"""The in-process proxy (`harbor-ray rollout`, and each rollout host with host ingress)."""
+
+from __future__ import annotations
+
+import httpx
+
+from harbor_ray.capture.fake_engine import FakeEngine
+from harbor_ray.capture.local import local_capture
+
+HELLO = {"messages": [{"role": "user", "content": "hello"}]}
+
+
+async def test_agents_cannot_reach_the_sessions_of_others() -> None:
+    """The agents' only way in is the model routes with their own key: no listing,
+    minting, reading or deleting sessions over HTTP."""
+    async with local_capture(FakeEngine(), "in-process") as capture:
+        mine = await capture.open_session(budget=None, sampling=None)
+        theirs = await capture.open_session(budget=None, sampling=None)
+        async with httpx.AsyncClient(base_url=capture.host_url) as http:
+            assert (await http.get("/sessions")).status_code == 404
+            assert (await http.post("/sessions", json={})).status_code == 404
+            export = await http.get(f"/sessions/{theirs.session_id}/export")
+            assert export.status_code == 404
+            delete = await http.delete(f"/sessions/{theirs.session_id}")
+            assert delete.status_code == 405
+            reply = await http.post("/v1/chat/completions", json=HELLO,
+                                    headers={"authorization": f"Bearer {mine.key}"})
+            assert reply.status_code == 200, reply.text
+        assert capture.store.state(theirs.session_id) is not None
+        assert len((await capture.close_session(mine.session_id))["turns"]) == 1
