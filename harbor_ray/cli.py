@@ -434,6 +434,7 @@ def sweep(
     """
     import ray
 
+    from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.cluster.sweep import SweepConfig
     from harbor_ray.cluster.sweep import sweep as run_sweep
@@ -463,8 +464,9 @@ def sweep(
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(Exit.COULD_NOT_START) from exc
         if certification is not None:
-            proxy = _deploy_proxy(llm_url, certification.served_model, proxy_replicas,
-                                  ingress)
+            with console.status(f"setting up the capture proxy ({ingress} ingress)"):
+                proxy = start_capture_proxy(llm_url, certification.served_model,
+                                            ingress=ingress, replicas=proxy_replicas)
             config = dataclasses.replace(config, proxy=proxy)
         specs = make_specs(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
@@ -484,10 +486,8 @@ def sweep(
         with live_progress(console) as on_stats:
             stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
     finally:
-        if proxy is not None and proxy.ingress != "host":
-            from harbor_ray.cluster.proxy_deployment import remove_capture_proxy
-
-            remove_capture_proxy()
+        if proxy is not None:
+            stop_capture_proxy(proxy)
         if handle is not None:
             from harbor_ray.engine.lifecycle import engine_down
 
@@ -497,20 +497,6 @@ def sweep(
             shutil.rmtree(temp_dir, ignore_errors=True)
     print_summary(stats, config.out, console)
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
-
-
-def _deploy_proxy(llm_url: str, served_model: str, replicas: int, ingress: str
-                  ):  # ProxyTarget
-    """Deploy the sweep's capture proxy replicas; where the agents reach them. With
-    `host` ingress there are none: the hosts serve the proxy and call the engine."""
-    from harbor_ray.cluster.host import ProxyTarget
-    from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy
-
-    if ingress == "host":
-        return ProxyTarget(url=llm_url, served_model=served_model, ingress="host")
-    with console.status(f"starting {replicas} capture proxy replicas"):
-        url = deploy_capture_proxy(llm_url, served_model, replicas=replicas)
-    return ProxyTarget(url=url, served_model=served_model, ingress=ingress)
 
 
 def _start_ray(address: str | None) -> str | None:

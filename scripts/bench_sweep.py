@@ -31,10 +31,7 @@ import ray
 from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.cluster.host import ProxyTarget
-from harbor_ray.cluster.proxy_deployment import (
-    deploy_capture_proxy,
-    remove_capture_proxy,
-)
+from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
@@ -115,19 +112,19 @@ def main() -> None:
         ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
     engine, llm_url = start_engine(args.delay_ms)
     rows = []
+    proxy = None
     try:
         served_model = asyncio.run(_certified(llm_url))
-        url = llm_url if args.ingress == "host" else deploy_capture_proxy(
-            llm_url, served_model, replicas=args.replicas)
-        proxy = ProxyTarget(url, served_model, ingress=args.ingress)
+        proxy = start_capture_proxy(llm_url, served_model, ingress=args.ingress,
+                                    replicas=args.replicas)
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as out_root:
             for concurrency in args.concurrency:
                 row = asyncio.run(one_level(concurrency, args, proxy, Path(out_root)))
                 rows.append(row)
                 print(f"c={concurrency}: {row}", flush=True)
     finally:
-        if args.ingress != "host":
-            remove_capture_proxy()
+        if proxy is not None:
+            stop_capture_proxy(proxy)
         engine.terminate()
         ray.shutdown()
     print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "

@@ -131,8 +131,7 @@ def _ids_array(values: Any) -> np.ndarray | None:
              else -1 for v in values],
             dtype=np.int32,
         )
-    if (ids < 0).any():
-        ids = np.where(ids < 0, -1, ids).astype(np.int32)
+    ids[ids < 0] = -1  # the buffer is array's own, so writable
     return ids
 
 

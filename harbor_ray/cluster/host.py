@@ -54,6 +54,7 @@ HOST_ENV = {"HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 # admit/record calls for their sessions. Ray's default for async actors is 1,000.
 _MAX_CALLS = 100_000
 
+Ingress = Literal["direct", "serve", "host"]
 Work = Callable[[RolloutSpec, CaptureService | None], Awaitable[RolloutResult]]
 
 
@@ -68,7 +69,7 @@ class ProxyTarget:
 
     url: str
     served_model: str
-    ingress: Literal["direct", "serve", "host"] = "direct"
+    ingress: Ingress = "direct"
     app: str = CAPTURE_APP_NAME
 
 
@@ -80,7 +81,8 @@ class RolloutHost(SessionOwner):
         self._proxy = proxy
         self._capture: LocalCapture | None = None
         self._relay: Relay | None = None
-        # What the capture service runs on; it lives as long as the host.
+        # Holds the proxy a host serves with host ingress. Never exited: a host ends by
+        # being killed, and its server and engine connections with it.
         self._serving = contextlib.AsyncExitStack()
         self._starting = asyncio.Lock()
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
@@ -105,10 +107,8 @@ class RolloutHost(SessionOwner):
 
     async def _start_capture(self, proxy: ProxyTarget) -> LocalCapture:
         if proxy.ingress == "host":
-            engine = HttpEngine(proxy.url)
-            self._serving.push_async_callback(engine.aclose)
             return await self._serving.enter_async_context(
-                serve_capture(self.store, engine, proxy.served_model))
+                serve_capture(self.store, HttpEngine(proxy.url), proxy.served_model))
         url = proxy.url
         if proxy.ingress == "direct":
             registry = RegistryReader(proxy.app)

@@ -21,12 +21,9 @@ from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
 from harbor_ray.capture.sampling import Sampling
-from harbor_ray.cluster.host import ProxyTarget
-from harbor_ray.cluster.proxy_deployment import (
-    deploy_capture_proxy,
-    remove_capture_proxy,
-    replica_actor_names,
-)
+from harbor_ray.cluster.host import Ingress, ProxyTarget
+from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
+from harbor_ray.cluster.proxy_deployment import remove_capture_proxy, replica_actor_names
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.readers import read_sequences
@@ -41,9 +38,6 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"infra_lost", "internal", "engine_error", "sandbox_start", "agent_setup"}
 
 
-Ingress = Literal["direct", "serve", "host"]
-
-
 async def _proxy_for(llm_url: str, ingress: Ingress = "direct") -> ProxyTarget:
     """Certify once, as the sweep's entry points do, then deploy the replicas (none for
     `host` ingress: the hosts serve the proxy)."""
@@ -52,15 +46,7 @@ async def _proxy_for(llm_url: str, ingress: Ingress = "direct") -> ProxyTarget:
         served_model = (await certify(engine, engine.root)).served_model
     finally:
         await engine.aclose()
-    if ingress == "host":
-        return ProxyTarget(llm_url, served_model, ingress="host")
-    return ProxyTarget(deploy_capture_proxy(llm_url, served_model, replicas=2), served_model,
-                       ingress=ingress)
-
-
-def _remove(proxy: ProxyTarget) -> None:
-    if proxy.ingress != "host":
-        remove_capture_proxy()
+    return start_capture_proxy(llm_url, served_model, ingress=ingress, replicas=2)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +81,7 @@ async def test_terminus2_sweep_through_the_deployment(
         stats = await sweep(_specs(out, ["hello-file"], 2, budget=6, deadline_s=300),
                             SweepConfig(out=out, concurrency=2, proxy=proxy), {})
     finally:
-        _remove(proxy)
+        stop_capture_proxy(proxy)
     rows = pq.read_table(out / "rollouts").to_pylist()
     assert [(r["ok"], r["reward"]) for r in rows] == [(True, 1.0), (True, 1.0)], rows
     assert stats.peak_in_flight == 2
@@ -120,7 +106,7 @@ async def test_real_engine_sweep_through_the_deployment(tmp_path: Path, engine_u
                            sampling=Sampling(max_tokens=48, temperature=0.7)),
                     SweepConfig(out=out, concurrency=2, proxy=proxy), {})
     finally:
-        _remove(proxy)
+        stop_capture_proxy(proxy)
     rows = pq.read_table(out / "rollouts").to_pylist()
     assert len(rows) == 2
     for row in rows:

@@ -1,0 +1,26 @@
+"""What a sweep sets up, and takes down, so that its agents reach the capture proxy.
+
+One place decides what each ingress needs: `direct` and `serve` reach the proxy's
+replicas, which are deployed for the sweep and removed after it; `host` needs none (each
+rollout host serves the proxy for its own sessions and calls the engine itself).
+"""
+
+from __future__ import annotations
+
+from harbor_ray.cluster.host import Ingress, ProxyTarget
+from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
+
+
+def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
+                        replicas: int) -> ProxyTarget:
+    """Deploy the replicas the ingress needs (none for `host`); where agents reach them."""
+    if ingress == "host":
+        return ProxyTarget(url=llm_url, served_model=served_model, ingress="host")
+    url = deploy_capture_proxy(llm_url, served_model, replicas=replicas)
+    return ProxyTarget(url=url, served_model=served_model, ingress=ingress)
+
+
+def stop_capture_proxy(proxy: ProxyTarget) -> None:
+    """Remove what `start_capture_proxy` deployed."""
+    if proxy.ingress != "host":
+        remove_capture_proxy()
