@@ -23,8 +23,10 @@ _RETRYABLE = frozenset({404, 500, 502, 503, 504})  # a replica restarting answer
 
 
 def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: int = 8,
-               backoff_s: float = 0.5) -> Work:
-    """Work that makes `calls` chat calls, `think_s` apart."""
+               backoff_s: float = 0.5, call_timeout_s: float = 60.0) -> Work:
+    """Work that makes `calls` chat calls, `think_s` apart. A call with no answer in
+    `call_timeout_s` is retried, as SDKs do: a request a dying replica held may never
+    be answered."""
 
     async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
         assert capture is not None, "the stub agent calls a model: the sweep needs a proxy"
@@ -35,7 +37,8 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
         retried = 0
         try:
             async with aiohttp.ClientSession(
-                    headers={"authorization": f"Bearer {session.key}"}) as http:
+                    headers={"authorization": f"Bearer {session.key}"},
+                    timeout=aiohttp.ClientTimeout(total=call_timeout_s)) as http:
                 for step in range(calls):
                     body = {"model": capture.served_model, "messages": messages,
                             "max_tokens": max_tokens}
@@ -79,7 +82,7 @@ async def _call(http: aiohttp.ClientSession, url: str, body: dict, retries: int,
                     return data["choices"][0]["message"]["content"], attempt
                 if reply.status not in _RETRYABLE:
                     return None, attempt
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):
             pass
         await asyncio.sleep(backoff_s)
     return None, retries

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
+from ray.exceptions import RayActorError, RayTaskError
 
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.pool import Host, HostPool
@@ -179,18 +179,29 @@ async def _on_host(
     except RayActorError as exc:
         return _host_died(spec, host, pool, exc, started)
     ref = host.handle.run.remote(spec)
-    hard = None if spec.deadline_s is None else spec.deadline_s + config.grace_s
+    # Only the driver's own clock makes a row `deadline`: a TimeoutError the rollout
+    # raised arrives as a RayTaskError that is also a TimeoutError.
+    running = asyncio.ensure_future(ref)
+    if spec.deadline_s is not None:
+        hard = spec.deadline_s + config.grace_s
+        await asyncio.wait({running}, timeout=hard)
+        if not running.done():
+            how = await _cancel(ref, running, config.grace_s, host, pool)
+            return failed_row(spec, ErrorType.DEADLINE,
+                              f"{how} by the driver: no row {hard:g} s after the start "
+                              f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
+                              time.time() - started)
     try:
-        async with asyncio.timeout(hard):
-            return await ref
-    except TimeoutError:
-        how = await _cancel(ref, config.grace_s, host, pool)
-        return failed_row(spec, ErrorType.DEADLINE,
-                          f"{how} by the driver: no row {hard:g} s after the start "
-                          f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
-                          time.time() - started)
+        return await running
     except RayActorError as exc:
         return _host_died(spec, host, pool, exc, started)
+    except RayTaskError as exc:
+        # A host's `run` returns a row whatever the rollout did; this is a bug in the
+        # work it ran, which must still end as one row, not end the sweep.
+        cause = exc.cause if exc.cause is not None else exc
+        return failed_row(spec, ErrorType.INTERNAL,
+                          f"the rollout raised {type(cause).__name__}: {_first_line(cause)}",
+                          time.time() - started)
 
 
 def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
@@ -200,17 +211,17 @@ def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError
                       f"the rollout's host died: {_first_line(exc)}", time.time() - started)
 
 
-async def _cancel(ref: Any, grace_s: float, host: Host, pool: HostPool) -> str:
+async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
+                  pool: HostPool) -> str:
     """Cancel a late rollout's task on its host; kill the host if that does not end it."""
     ray.cancel(ref)
-    try:
-        async with asyncio.timeout(grace_s):
-            await ref
-    except TimeoutError:
+    await asyncio.wait({running}, timeout=grace_s)
+    if not running.done():
+        running.cancel()
         pool.kill(host)
         return "killed with its host"
-    except (TaskCancelledError, RayTaskError, RayActorError):
-        pass
+    if not running.cancelled():
+        running.exception()  # retrieved: a cancelled rollout's error is expected
     return "cancelled"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from pathlib import Path
 
@@ -45,6 +46,20 @@ def deaf_work(block_task: str, seconds: float):
             time.sleep(seconds)
         else:
             await asyncio.sleep(2)
+        return ok_row(spec, started)
+
+    return work
+
+
+def raising_work(errors: dict[str, str]):
+    """Each task named in `errors` raises that builtin exception (a bug in the work, or an
+    agent library's own timeout); every other task succeeds."""
+
+    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+        started = time.time()
+        name = errors.get(spec.task.name)
+        if name is not None:
+            raise getattr(builtins, name)(f"raised by {spec.task.name}")
         return ok_row(spec, started)
 
     return work

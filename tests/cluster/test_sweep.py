@@ -143,6 +143,26 @@ async def test_rollout_deaf_to_cancellation_costs_its_host_and_only_that(tmp_pat
     assert [f["code"] for f in rows["make-directory"]["findings"]] == ["infra_retries"]
 
 
+async def test_a_rollout_that_raises_is_one_internal_row(tmp_path: Path) -> None:
+    """A TimeoutError raised inside a rollout with no deadline is not the driver's deadline
+    (the old driver took it for one and crashed formatting the missing deadline), and any
+    other exception costs its row, not the sweep."""
+    out = tmp_path / "out"
+    config = SweepConfig(out=out, concurrency=3, retries=1)
+    specs = _specs("samples", out, names=["hello-file", "make-directory", "count-words"])
+    work = stubs.raising_work({"hello-file": "TimeoutError", "make-directory": "ValueError"})
+    stats = await sweep(specs, config, {}, work=work)
+    rows = {r["task"]: r for r in _rows(out)}
+    assert rows["hello-file"]["error_type"] == "internal"
+    assert rows["hello-file"]["error"] == (
+        "the rollout raised TimeoutError: raised by hello-file")
+    assert rows["make-directory"]["error_type"] == "internal"
+    assert "ValueError: raised by make-directory" in rows["make-directory"]["error"]
+    assert rows["count-words"]["ok"]
+    assert not rows["hello-file"]["findings"]  # an internal error is not retried
+    assert stats.by_error == {"internal": 2}
+
+
 @ray.remote
 class _CpuHolder:
     """Holds CPUs so that a host asking for any cannot start until it is killed."""

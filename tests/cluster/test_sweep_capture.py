@@ -132,7 +132,7 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     engine.calls.clear()
     try:
         running = asyncio.create_task(
-            sweep(specs, config, {}, work=chat_agent(calls, think_s=0.3)))
+            sweep(specs, config, {}, work=chat_agent(calls, think_s=0.3, call_timeout_s=20)))
         while len(engine.calls) < 20:
             assert not running.done()
             await asyncio.sleep(0.05)
