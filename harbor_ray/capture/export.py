@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
 from harbor_ray.capture.findings import Finding, is_trainable, validate
 from harbor_ray.capture.graph import Node, TrainingSequence, build_graph
@@ -79,8 +80,8 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             token_ids=_ids_from_json(t["token_ids"]),
             logprobs=_logprobs_from_json(t["logprobs"]),
             finish_reason=t["finish_reason"],
-            request_messages=tuple(t["request_messages"]),
-            response_message=t["response_message"],
+            request_messages_json=orjson.dumps(t["request_messages"]),
+            response_message_json=orjson.dumps(t["response_message"]),
             request_model=t["request_model"],
             started_at=t["started_at"],
             ended_at=t["ended_at"],
@@ -101,8 +102,8 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "token_ids": _ids_to_json(turn.token_ids),
         "logprobs": _logprobs_to_json(turn.logprobs),
         "finish_reason": turn.finish_reason,
-        "request_messages": list(turn.request_messages),
-        "response_message": turn.response_message,
+        "request_messages": orjson.loads(turn.request_messages_json),
+        "response_message": orjson.loads(turn.response_message_json),
         "request_model": turn.request_model,
         "started_at": turn.started_at,
         "ended_at": turn.ended_at,

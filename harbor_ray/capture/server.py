@@ -20,6 +20,7 @@ import uvicorn
 import uvloop
 
 from harbor_ray.capture.app import CaptureApp
+from harbor_ray.capture.heap import freeze_startup_heap
 
 
 class ServeError(Exception):
@@ -108,7 +109,8 @@ async def serve(
 def run_server[T](main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run` on uvloop, for a process that serves the proxy: the stdlib loop
     costs measurably more CPU per call (Ray's actors, hence Serve replicas, use uvloop
-    already)."""
+    already). What the process imported is frozen first (`freeze_startup_heap`)."""
+    freeze_startup_heap()
     return asyncio.run(main, loop_factory=uvloop.new_event_loop)
 
 

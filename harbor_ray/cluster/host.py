@@ -38,6 +38,7 @@ from typing import Any, Literal
 import ray
 
 from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.heap import freeze_startup_heap
 from harbor_ray.capture.local import LocalCapture, serve_capture
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
@@ -103,6 +104,8 @@ class RolloutHost(SessionOwner):
         async with self._starting:
             if self._capture is None and self._proxy is not None:
                 self._capture = await self._start_capture(self._proxy)
+                # Before its first session: this host now serves model calls.
+                freeze_startup_heap()
         return self._capture
 
     async def _start_capture(self, proxy: ProxyTarget) -> LocalCapture:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from harbor_ray.capture.export import turns_from_export
@@ -164,8 +163,8 @@ def _turns_table(
         "logprobs": _list_array([t.logprobs for t in ordered], LOGPROBS),
         "reward": [reward] * n,
         "ok": [ok] * n,
-        "request_messages": [orjson.dumps(list(t.request_messages)).decode() for t in ordered],
-        "response_message": [orjson.dumps(t.response_message).decode() for t in ordered],
+        "request_messages": [t.request_messages_json.decode() for t in ordered],
+        "response_message": [t.response_message_json.decode() for t in ordered],
     }
     return pa.Table.from_pydict(columns, schema=TURNS)
 

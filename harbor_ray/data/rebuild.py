@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from harbor_ray.capture.turn import TurnRecord
@@ -90,8 +89,8 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             token_ids=_array(turns["token_ids"][row], np.int32),
             logprobs=_array(turns["logprobs"][row], np.float32),
             finish_reason=rows["finish_reason"][row],
-            request_messages=tuple(orjson.loads(rows["request_messages"][row])),
-            response_message=orjson.loads(rows["response_message"][row]),
+            request_messages_json=rows["request_messages"][row].encode(),
+            response_message_json=rows["response_message"][row].encode(),
             request_model=rows["request_model"][row],
             started_at=rows["started_at"][row],
             ended_at=rows["ended_at"][row],

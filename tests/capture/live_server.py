@@ -22,6 +22,7 @@ class CaptureServer:
     url: str
     engine: FakeEngine
     admin: httpx.Client
+    store: InMemorySessionStore
 
     def new_session(self, budget: int | None = None) -> tuple[str, str]:
         reply = self.admin.post("/sessions", json={"budget": budget})
@@ -37,16 +38,16 @@ class CaptureServer:
 
 @pytest.fixture(scope="session")
 def capture_server() -> Iterator[CaptureServer]:
-    engine = FakeEngine()
+    engine, store = FakeEngine(), InMemorySessionStore()
     app = build_capture_app(
-        InMemorySessionStore(), engine,
+        store, engine,
         CaptureSettings(served_model="fake-model", admin_key=ADMIN_KEY,
                         max_body_bytes=256 * 1024, keepalive_s=0.05),
     )
     with serve_in_thread(app) as url:
         admin = httpx.Client(base_url=url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
         try:
-            yield CaptureServer(url, engine, admin)
+            yield CaptureServer(url, engine, admin, store)
         finally:
             admin.close()
 

@@ -7,6 +7,8 @@ the engine's own ids.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 
 import anthropic
@@ -63,6 +65,22 @@ def test_openai_chat(server: CaptureServer) -> None:
     assert server.engine.calls[0]["model"] == "fake-model"  # rewritten to the served id
     doc = assert_one_turn_per_call(server, sid, 1)
     assert doc["turns"][0]["dialect"] == "chat"
+
+
+def test_a_recorded_turn_leaves_the_collector_one_object(server: CaptureServer) -> None:
+    """A session keeps every turn for the rollout's life; anything in a turn that the
+    garbage collector tracks is walked by every full pass while it lives (the old record
+    kept its messages as dicts and its ids on array/memoryview chains: 7+ objects)."""
+    sid, key = server.new_session()
+    openai_client(server, key).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    [turn] = server.store.state(sid).turns
+    values = [getattr(turn, f.name) for f in dataclasses.fields(turn)]
+    assert [v for v in values if gc.is_tracked(v)] == []
+    assert turn.prompt_ids.base is None and turn.token_ids.base is None
+    assert turn.logprobs.base is None
+    assert json.loads(turn.request_messages_json) == [{"role": "user", "content": "hi"}]
+    assert json.loads(turn.response_message_json)["content"] == "echo: hi"
 
 
 def test_openai_chat_stream(server: CaptureServer) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from types import EllipsisType
 
 import numpy as np
+import orjson
 
 from harbor_ray.capture.turn import TurnRecord
 
@@ -44,8 +45,8 @@ def turn(
         token_ids=None if tokens is None else np.asarray(tokens, dtype=np.int32),
         logprobs=None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
         finish_reason=finish_reason,
-        request_messages=({"role": "user", "content": f"call {index}"},),
-        response_message={"role": "assistant", "content": f"reply {index}"},
+        request_messages_json=orjson.dumps([{"role": "user", "content": f"call {index}"}]),
+        response_message_json=orjson.dumps({"role": "assistant", "content": f"reply {index}"}),
         request_model="test-model",
         started_at=float(index),
         ended_at=index + 0.5,

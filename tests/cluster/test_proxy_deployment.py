@@ -203,6 +203,21 @@ async def test_stale_registry_entries_are_skipped_and_removed(proxy_url: str) ->
     assert sorted(await registry.entries.remote(), key=str) == sorted(live, key=str)
 
 
+def test_serving_actors_froze_their_startup_heap(proxy_url: str, host: Any) -> None:
+    """Replicas and hosts serve model calls in a process holding ~100k startup objects;
+    unfrozen, every full garbage collection walks them all (30 ms) while calls wait.
+    Serve freezes its replicas itself (RAY_SERVE_FREEZE_GC_ON_STARTUP); hosts do it."""
+    ray.get(host.capture_url.remote())  # a host freezes once its capture runs
+
+    def frozen(_actor: Any) -> int:
+        import gc
+        return gc.get_freeze_count()
+
+    replicas = [ray.get_actor(name, namespace="serve") for name in replica_actor_names(APP)]
+    counts = ray.get([actor.__ray_call__.remote(frozen) for actor in [host, *replicas]])
+    assert len(counts) >= 2 and min(counts) > 10_000, counts
+
+
 async def test_a_replica_killed_mid_call_loses_no_reply(
     ingress: Ingress, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from harbor_ray.capture.export import build_export
@@ -42,15 +43,15 @@ def rich_session() -> list[TurnRecord]:
     # Messages as agents send them: nested, non-ASCII, tool calls.
     onward = dataclasses.replace(
         onward,
-        request_messages=(
+        request_messages_json=orjson.dumps([
             {"role": "system", "content": "Du bist ein Agent. ✓"},
             {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'},
-        ),
-        response_message={
+        ]),
+        response_message_json=orjson.dumps({
             "role": "assistant",
             "content": None,
             "tool_calls": [{"id": "c2", "function": {"name": "ls", "arguments": "{}"}}],
-        },
+        }),
     )
     return [onward, t0, retry, kept, fork, split, aux, early, late]
 
