@@ -320,14 +320,14 @@ class _CaptureHandler:
             reply = await self.engine.request("POST", "/v1/chat/completions", payload)
             completion = parse_engine_reply(reply)
         except EngineError:
-            await self.store.release(session_id, "engine_error")
+            await self.store.release(session_id, index, "engine_error")
             raise
         except EngineReplyError as exc:
-            await self.store.release(session_id, "engine_error")
+            await self.store.release(session_id, index, "engine_error")
             raise EngineError(f"engine reply unusable: {exc}", 502) from exc
         except BaseException:
             # Cancelled (client went away) or a bug: the call produced no turn.
-            await asyncio.shield(self.store.release(session_id))
+            await asyncio.shield(self.store.release(session_id, index))
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
         await self.store.record(session_id, TurnRecord(

@@ -3,7 +3,8 @@
 The app never assumes the session lives in its own process: the standalone proxy and
 `harbor-ray rollout` use `InMemorySessionStore`; the cluster gives each session to the
 Ray actor that owns its rollout. Every admitted call ends in exactly one `record` or
-`release`, so the budget counts model turns, not attempts that never reached the model.
+`release` (or, if the process that admitted it died first, is given back by the owner),
+so the budget counts model turns, not attempts that never reached the model.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ class SessionStore(Protocol):
 
     async def record(self, session_id: str, turn: TurnRecord) -> None: ...
 
-    async def release(self, session_id: str, counter: Counter | None = None) -> None:
-        """Give back an admitted call that produced no turn, counting why."""
+    async def release(self, session_id: str, index: int, counter: Counter | None = None
+                      ) -> None:
+        """Give back admitted call `index`, which produced no turn, counting why."""
         ...
 
     async def count(self, session_id: str, counter: Counter) -> None: ...
@@ -91,17 +93,23 @@ class SessionState:
     turns: list[TurnRecord] = field(default_factory=list)
     recorded: set[int] = field(default_factory=set)
     admitted: int = 0
-    in_flight: int = 0
+    # Admitted calls with no record or release yet, by index: who holds each (a proxy
+    # process other than this one, by a name its edge can check), None for this process.
+    in_flight: dict[int, str | None] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: {"engine_error": 0, "budget_stop": 0})
 
-    def admit(self) -> Admission:
+    def full(self) -> bool:
+        """Whether the budget is taken: by turns, and by calls still in flight."""
+        return self.budget is not None and len(self.turns) + len(self.in_flight) >= self.budget
+
+    def admit(self, holder: str | None = None) -> Admission:
         # No await between check and increment: atomic on the owner's event loop.
-        if self.budget is not None and len(self.turns) + self.in_flight >= self.budget:
+        if self.full():
             self.counters["budget_stop"] += 1
             return Admission(False, -1)
         index = self.admitted
         self.admitted += 1
-        self.in_flight += 1
+        self.in_flight[index] = holder
         return Admission(True, index)
 
     def record(self, turn: TurnRecord) -> None:
@@ -110,13 +118,25 @@ class SessionState:
         if turn.index in self.recorded:
             return
         self.recorded.add(turn.index)
-        self.in_flight = max(0, self.in_flight - 1)
+        self.in_flight.pop(turn.index, None)
         self.turns.append(turn)
 
-    def release(self, counter: Counter | None) -> None:
-        self.in_flight = max(0, self.in_flight - 1)
+    def release(self, index: int, counter: Counter | None) -> None:
+        self.in_flight.pop(index, None)
         if counter:
             self.counters[counter] += 1
+
+    def holders(self) -> set[str]:
+        """The other processes holding this session's calls in flight."""
+        return {h for h in self.in_flight.values() if h is not None}
+
+    def drop_holder(self, holder: str) -> int:
+        """Give back the calls a holder took and can no longer end (it died between admit
+        and record): without this, each one costs the session a call of its budget."""
+        dropped = [index for index, h in self.in_flight.items() if h == holder]
+        for index in dropped:
+            del self.in_flight[index]
+        return len(dropped)
 
     def export(self) -> dict[str, Any]:
         return build_export(
@@ -155,17 +175,18 @@ class InMemorySessionStore:
             return None
         return SessionGrant(session_id, state.sampling)
 
-    async def admit(self, session_id: str) -> Admission:
+    async def admit(self, session_id: str, holder: str | None = None) -> Admission:
         state = self._sessions.get(session_id)
         if state is None:
             raise SessionGone(session_id)
-        return state.admit()
+        return state.admit(holder)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         self._sessions[session_id].record(turn)
 
-    async def release(self, session_id: str, counter: Counter | None = None) -> None:
-        self._sessions[session_id].release(counter)
+    async def release(self, session_id: str, index: int, counter: Counter | None = None
+                      ) -> None:
+        self._sessions[session_id].release(index, counter)
 
     async def count(self, session_id: str, counter: Counter) -> None:
         self._sessions[session_id].counters[counter] += 1

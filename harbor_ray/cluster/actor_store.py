@@ -90,9 +90,12 @@ class ActorSessionStore:
 
     def __init__(
         self, *, namespace: str = NAMESPACE, max_sessions: int = 100_000,
-        max_owners: int = 10_000,
+        max_owners: int = 10_000, holder: str | None = None,
     ) -> None:
+        """`holder` names this process to owners (`owner.actor_holder()`), so that an
+        owner can give back the calls it admitted here if this process dies mid-call."""
         self._namespace = namespace
+        self._holder = holder
         self._sessions: _Lru[str, _Entry] = _Lru(max_sessions)
         self._owners: _Lru[str, ActorHandle] = _Lru(max_owners)
 
@@ -112,7 +115,7 @@ class ActorSessionStore:
     async def admit(self, session_id: str) -> Admission:
         try:
             owner = await self._owner_of(session_id)
-            return await owner.admit.remote(session_id)
+            return await owner.admit.remote(session_id, self._holder)
         except _OWNER_GONE as exc:
             self._forget(session_id, exc)
             raise SessionGone(session_id) from exc
@@ -120,9 +123,10 @@ class ActorSessionStore:
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         await self._deliver(session_id, "record", lambda o: o.record.remote(session_id, turn))
 
-    async def release(self, session_id: str, counter: Counter | None = None) -> None:
+    async def release(self, session_id: str, index: int, counter: Counter | None = None
+                      ) -> None:
         await self._deliver(
-            session_id, "release", lambda o: o.release.remote(session_id, counter)
+            session_id, "release", lambda o: o.release.remote(session_id, index, counter)
         )
 
     async def count(self, session_id: str, counter: Counter) -> None:

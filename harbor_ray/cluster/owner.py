@@ -7,15 +7,18 @@ actor embeds one `SessionOwner` and exposes its methods as its own.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import Admission, Counter, InMemorySessionStore, SessionInfo
 from harbor_ray.capture.turn import TurnRecord
 
 NAMESPACE = "harbor_ray"
+_PING_S = 10.0  # an actor that does not answer this fast is busy, not known dead
 
 
 def owner_actor_name(owner: str) -> str:
@@ -45,17 +48,53 @@ class SessionOwner:
         state = self.store.state(session_id)
         return None if state is None else (state.key_digest, state.sampling)
 
-    async def admit(self, session_id: str) -> Admission:
-        return await self.store.admit(session_id)
+    async def admit(self, session_id: str, holder: str | None = None) -> Admission:
+        """Admit a call that `holder` (a replica, see `actor_holder`) will end.
+
+        A replica killed between admit and record never ends its calls; when they are
+        all that stands between the session and its budget, the dead holders' calls are
+        given back, so an agent whose call was retried elsewhere loses no budget."""
+        state = self.store.state(session_id)
+        if state is not None and state.full():
+            for holder_gone in [h for h in state.holders() if not await _actor_alive(h)]:
+                state.drop_holder(holder_gone)
+        return await self.store.admit(session_id, holder)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         await self.store.record(session_id, turn)
 
-    async def release(self, session_id: str, counter: Counter | None = None) -> None:
-        await self.store.release(session_id, counter)
+    async def release(self, session_id: str, index: int, counter: Counter | None = None
+                      ) -> None:
+        await self.store.release(session_id, index, counter)
 
     async def count(self, session_id: str, counter: Counter) -> None:
         await self.store.count(session_id, counter)
+
+
+def actor_holder(namespace: str) -> str | None:
+    """How an owner can find this actor again (`namespace/name`), if it is a named one
+    (Serve's replicas are). The caller names the namespace: Ray tells an actor its job's
+    namespace, not the one its name lives in."""
+    context = ray.get_runtime_context()
+    name = context.get_actor_name() if context.get_actor_id() else None
+    return f"{namespace}/{name}" if name else None
+
+
+async def _actor_alive(holder: str) -> bool:
+    """Whether the holder still runs. Unsure counts as alive: giving back a live call
+    would let the session run past its budget."""
+    namespace, name = holder.split("/", 1)
+    try:
+        # get_actor blocks on the GCS. A dead actor's name is free again (ValueError),
+        # unless this process looked it up before: then it may return the cached handle
+        # of the dead actor, which only a call reveals.
+        handle = await asyncio.to_thread(ray.get_actor, name, namespace=namespace)
+        await asyncio.wait_for(handle.__ray_ready__.remote(), timeout=_PING_S)
+    except (ValueError, RayActorError):
+        return False
+    except TimeoutError:
+        pass  # busy, not known dead
+    return True
 
 
 def start_session_owner(owner: str, *, num_cpus: float = 0.0) -> Any:  # ActorHandle

@@ -34,6 +34,7 @@ from harbor_ray.capture.app import CaptureApp, CaptureSettings, build_capture_ap
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
+from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
 from harbor_ray.serve_http import serve_details, serve_http_base
 
@@ -42,6 +43,9 @@ CAPTURE_ROUTE_PREFIX = "/capture"
 # the offered concurrency Serve queues without bound and throughput collapses
 # (PERF.md), so replicas x this must cover every agent that may call at the same time.
 MAX_ONGOING_REQUESTS = 2_000
+
+# Where Serve names its replica actors.
+SERVE_NAMESPACE = "serve"
 
 
 @serve.deployment
@@ -76,7 +80,9 @@ class CaptureProxy:
         # Serve calls this after the constructor, inside the replica's event loop, and
         # runs the app's lifespan itself (so the direct socket runs without one).
         app = build_capture_app(
-            ActorSessionStore(), self._engine, self._settings, on_shutdown=self._shutdown
+            ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)), self._engine,
+            self._settings,
+            on_shutdown=self._shutdown,
         )
         self._direct = await DirectIngress.start(
             app, ensure_registry(self._app_name),
@@ -158,7 +164,7 @@ def ensure_serve(http_port: int | None = None) -> None:
 
 
 def replica_actor_names(app_name: str = CAPTURE_APP_NAME) -> list[str]:
-    """The proxy's running replica actors (namespace "serve"), e.g. to kill one."""
+    """The proxy's running replica actors (in `SERVE_NAMESPACE`), e.g. to kill one."""
     app = serve_details().applications.get(app_name)
     if app is None:
         return []

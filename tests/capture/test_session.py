@@ -45,13 +45,39 @@ async def test_released_calls_give_budget_back_and_count_why() -> None:
     store = InMemorySessionStore()
     s = await store.create(budget=1)
     first = await store.admit(s.session_id)
-    await store.release(s.session_id, "engine_error")
+    await store.release(s.session_id, first.call_index, "engine_error")
     second = await store.admit(s.session_id)
     assert first.admitted and second.admitted and second.call_index == 1
     await store.record(s.session_id, turn(second.call_index))
     assert not (await store.admit(s.session_id)).admitted
     doc = await store.export(s.session_id)
     assert doc["counts"]["engine_errors"] == 1 and len(doc["turns"]) == 1
+
+
+async def test_a_release_delivered_twice_gives_back_one_call() -> None:
+    """Release names its call: the old count-based release, delivered twice (a retried
+    actor call), gave back a call still in flight, and the budget was overrun."""
+    store = InMemorySessionStore()
+    s = await store.create(budget=2)
+    first, _ = await store.admit(s.session_id), await store.admit(s.session_id)
+    await store.release(s.session_id, first.call_index)
+    await store.release(s.session_id, first.call_index)
+    assert (await store.admit(s.session_id)).admitted
+    assert not (await store.admit(s.session_id)).admitted
+
+
+async def test_calls_of_a_dead_holder_are_given_back() -> None:
+    store = InMemorySessionStore()
+    s = await store.create(budget=3)
+    state = store.state(s.session_id)
+    await store.admit(s.session_id, "serve/replica-a")
+    await store.admit(s.session_id, "serve/replica-a")
+    local = await store.admit(s.session_id)  # this process's own: never dropped
+    assert state.full() and state.holders() == {"serve/replica-a"}
+    assert state.drop_holder("serve/replica-a") == 2
+    assert not state.full() and state.holders() == set()
+    await store.record(s.session_id, turn(local.call_index))
+    assert [(await store.admit(s.session_id)).admitted for _ in range(3)] == [True, True, False]
 
 
 async def test_delete() -> None:

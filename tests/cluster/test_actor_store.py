@@ -3,6 +3,7 @@ in this process (no Serve): what a replica does when sessions end or owners die.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from harbor_ray.capture.fake_engine import FakeEngine, render_prompt
 from harbor_ray.capture.keys import mint_key, new_session_id
 from harbor_ray.capture.session import SessionGone, SessionInfo
 from harbor_ray.cluster.actor_store import ActorSessionStore
-from harbor_ray.cluster.owner import start_session_owner
+from harbor_ray.cluster.owner import NAMESPACE, actor_holder, start_session_owner
 from tests.capture.test_session import turn
 
 pytestmark = pytest.mark.integration
@@ -113,7 +114,7 @@ async def test_records_for_a_dead_owner_are_dropped_not_raised(doomed_owner) -> 
     admission = await store.admit(session.session_id)
     ray.kill(doomed_owner)
     await store.record(session.session_id, turn(admission.call_index))
-    await store.release(session.session_id, "engine_error")
+    await store.release(session.session_id, admission.call_index, "engine_error")
     with pytest.raises(SessionGone):
         await store.admit(session.session_id)
 
@@ -128,6 +129,25 @@ async def test_an_evicted_grant_still_reaches_its_owner(owner) -> None:
     await store.record(sessions[0].session_id, turn(admission.call_index))
     doc = await owner.close.remote(sessions[0].session_id)
     assert len(doc["turns"]) == 1
+
+
+async def test_an_owner_gives_back_the_calls_of_a_holder_that_died(owner, doomed_owner
+                                                                   ) -> None:
+    """A replica killed between admit and record never ends its call. Once such calls are
+    all that stand between the session and its budget, the owner gives them back."""
+    session = await open_session(owner, budget=1)
+    holder = await doomed_owner.__ray_call__.remote(lambda _: actor_holder(NAMESPACE))
+    assert holder.startswith(f"{NAMESPACE}/sessions-")  # as a replica names itself
+    assert (await owner.admit.remote(session.session_id, holder)).admitted
+    assert not (await owner.admit.remote(session.session_id, holder)).admitted  # alive
+    ray.kill(doomed_owner)
+    for _ in range(100):  # until the cluster knows it is dead
+        if (await owner.admit.remote(session.session_id, None)).admitted:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the dead holder's call was never given back")
+    assert not (await owner.admit.remote(session.session_id, None)).admitted
 
 
 async def test_replicas_neither_mint_nor_export() -> None:

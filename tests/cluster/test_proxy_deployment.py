@@ -29,8 +29,9 @@ from harbor_ray.capture.budget import BUDGET_MESSAGE
 from harbor_ray.capture.fake_engine import IM_END, encode, render_prompt
 from harbor_ray.capture.keys import mint_key, new_session_id
 from harbor_ray.cluster.host import ProxyTarget, start_host
-from harbor_ray.cluster.owner import start_session_owner
+from harbor_ray.cluster.owner import actor_holder, start_session_owner
 from harbor_ray.cluster.proxy_deployment import (
+    SERVE_NAMESPACE,
     deploy_capture_proxy,
     remove_capture_proxy,
     replica_actor_names,
@@ -168,6 +169,7 @@ async def test_past_the_budget_the_agent_is_told_to_stop_and_nothing_is_recorded
 
 
 AGENTS, CALLS, KILL_AFTER = 6, 8, 10
+BUDGET = CALLS + 3  # room for the retries a kill causes
 
 
 async def test_through_a_hosts_relay_calls_are_recorded_on_the_host(host: Any) -> None:
@@ -203,6 +205,19 @@ async def test_stale_registry_entries_are_skipped_and_removed(proxy_url: str) ->
     assert sorted(await registry.entries.remote(), key=str) == sorted(live, key=str)
 
 
+async def test_an_owner_finds_a_live_replica_that_holds_a_call(proxy_url: str, owner: Any
+                                                               ) -> None:
+    """A replica names itself to owners so that they can tell whether it still lives; a
+    live one's calls in flight keep their place in the budget."""
+    name = replica_actor_names(APP)[0]
+    replica = ray.get_actor(name, namespace=SERVE_NAMESPACE)
+    holder = await replica.__ray_call__.remote(lambda _: actor_holder(SERVE_NAMESPACE))
+    assert holder == f"{SERVE_NAMESPACE}/{name}"
+    sid, _ = await open_session(owner, budget=1)
+    assert (await owner.admit.remote(sid, holder)).admitted
+    assert not (await owner.admit.remote(sid, None)).admitted
+
+
 def test_serving_actors_froze_their_startup_heap(proxy_url: str, host: Any) -> None:
     """Replicas and hosts serve model calls in a process holding ~100k startup objects;
     unfrozen, every full garbage collection walks them all (30 ms) while calls wait.
@@ -222,7 +237,7 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
     ingress: Ingress, caplog: pytest.LogCaptureFixture
 ) -> None:
     proxy_url, owner = ingress.url, ingress.owner
-    sessions = [await open_session(owner) for _ in range(AGENTS)]
+    sessions = [await open_session(owner, budget=BUDGET) for _ in range(AGENTS)]
     received: list[list[str]] = [[] for _ in sessions]
     asked_again = 0
     replicas = {name: ray.get_actor(name, namespace="serve") for name in replica_actor_names(APP)}
@@ -268,12 +283,22 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
             killer(), *(agent(n, key) for n, (_, key) in enumerate(sessions)))
     sdk_retries = sum("Retrying request" in r.getMessage() for r in caplog.records)
 
+    # Each agent spends the rest of its budget: every call of it becomes a turn, those the
+    # dead replica admitted and never ended included (the old owner kept them).
+    for _, key in sessions:
+        sdk = client(proxy_url, key, retries=6)
+        for _ in range(BUDGET + 1):
+            if await ask(sdk, "fill") == BUDGET_MESSAGE:
+                break
+
     duplicates: Counter[str] = Counter()
     for (sid, _), got in zip(sessions, received, strict=True):
         doc = await owner.close.remote(sid)
         indices = [t["index"] for t in doc["turns"]]
         prompts = Counter(t["request_messages"][-1]["content"] for t in doc["turns"])
         assert len(indices) == len(set(indices)), "a turn index recorded twice"
+        assert len(indices) == BUDGET, "the budget lost calls that were never recorded"
+        del prompts["fill"]
         assert set(prompts) == set(got), "a reply the agent received was not recorded"
         # A prompt recorded twice: the call was recorded, then its reply died with the
         # replica, and the agent's retry was recorded again (a new admission, new index).
