@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
@@ -434,6 +434,7 @@ def sweep(
     """
     import ray
 
+    from harbor_ray.cluster.host import Ingress
     from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.cluster.sweep import SweepConfig
@@ -442,8 +443,9 @@ def sweep(
 
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
     try:
-        if ingress not in ("direct", "serve", "host"):
-            raise ValueError(f"--ingress must be `direct`, `serve` or `host`, not {ingress!r}")
+        if ingress not in get_args(Ingress):
+            raise ValueError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
+                             f"not {ingress!r}")
         config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
                              grace_s=grace, per_host=rollouts_per_host)
     except ValueError as exc:

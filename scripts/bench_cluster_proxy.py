@@ -31,7 +31,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from typing import Any
+from typing import Any, get_args
 
 import ray
 
@@ -48,7 +48,7 @@ from bench_proxy import (
     wait_up,
 )
 
-from harbor_ray.cluster.host import ProxyTarget, start_host
+from harbor_ray.cluster.host import Ingress, ProxyTarget, start_host
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from harbor_ray.serve_http import serve_details
 
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating direct/proxy repetitions per concurrency")
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--ingress", nargs="+", choices=["serve", "direct", "host"],
+    parser.add_argument("--ingress", nargs="+", choices=get_args(Ingress),
                         default=["serve", "direct", "host"],
                         help="serve: Serve's HTTP proxy; direct: the host's relay; host: "
                              "a host serving the proxy itself (no replicas)")

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import get_args
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
@@ -30,7 +31,7 @@ import ray
 
 from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import HttpEngine
-from harbor_ray.cluster.host import ProxyTarget
+from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
@@ -95,7 +96,7 @@ def main() -> None:
                         help="seconds the stub agent waits between calls")
     parser.add_argument("--delay-ms", type=float, default=50.0, help="stub engine latency")
     parser.add_argument("--replicas", type=int, default=2, help="capture proxy replicas")
-    parser.add_argument("--ingress", choices=["direct", "serve", "host"], default="direct",
+    parser.add_argument("--ingress", choices=get_args(Ingress), default="direct",
                         help="agents reach the replicas via their host's relay or Serve, "
                              "or the hosts serve the proxy themselves (no replicas)")
     parser.add_argument("--per-host", type=int, default=None,

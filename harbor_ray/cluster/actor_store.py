@@ -92,7 +92,7 @@ class ActorSessionStore:
         self, *, namespace: str = NAMESPACE, max_sessions: int = 100_000,
         max_owners: int = 10_000, holder: str | None = None,
     ) -> None:
-        """`holder` names this process to owners (`owner.actor_holder()`), so that an
+        """`holder` names this process to owners (`owner.actor_holder`), so that an
         owner can give back the calls it admitted here if this process dies mid-call."""
         self._namespace = namespace
         self._holder = holder
