@@ -253,7 +253,8 @@ def rollout(
     max_tokens: MaxTokensOption = None,
     reward_key: RewardKeyOption = None,
     out: Annotated[Path | None, typer.Option(
-        help="Directory for results.jsonl (one RolloutResult per line) and trials/.")] = None,
+        help="Directory for results.jsonl (a rollout per line: its row, and the capture's "
+             "export document under `capture`) and trials/.")] = None,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -285,9 +286,9 @@ def rollout(
             from harbor_ray.engine.lifecycle import engine_down
 
             engine_down(handle.app_name)
-    print_results(results)
+    print_results([r.result for r in results])
     console.print(f"results: {out_dir / 'results.jsonl'}")
-    raise typer.Exit(Exit.ALL_OK if all(r.ok for r in results) else Exit.SOME_FAILED)
+    raise typer.Exit(Exit.ALL_OK if all(r.result.ok for r in results) else Exit.SOME_FAILED)
 
 
 class _StartError(Exception):
@@ -333,9 +334,11 @@ def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling
 
 
 async def _rollouts(specs, llm_url, model, concurrency, out_dir):
+    import orjson
     from rich.progress import Progress
 
     from harbor_ray.capture.local import local_capture
+    from harbor_ray.data.rebuild import export_document
     from harbor_ray.trials.local_run import run_many
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -343,8 +346,10 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir):
     with Progress(console=console) as progress:
         bar = progress.add_task("rollouts", total=len(specs))
 
-        def done(result) -> None:
-            sink.write(result.model_dump_json() + "\n")
+        def done(record) -> None:
+            row = record.result.model_dump(mode="json")
+            sink.write(orjson.dumps({**row, "capture": export_document(record)}).decode()
+                       + "\n")
             sink.flush()
             progress.advance(bar)
 

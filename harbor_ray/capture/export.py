@@ -1,8 +1,11 @@
-"""The JSON export document of one capture session, and the records it was made from.
+"""The JSON export document of one capture session: a view of its `ClosedCapture`.
 
-One document holds everything needed to audit or retrain a rollout: every turn with its
-own full prompt ids (a reader never has to rebuild a prompt from a parent), the graph's
-verdict on each turn, the training sequences and the findings. `turns_from_export`
+The document is rendered on demand (the admin export route, `harbor-ray rollout`'s
+results.jsonl) from the same closed record the dataset is encoded from; it is not what
+travels between processes. One document holds everything needed to audit or retrain a
+rollout: every turn with its own full prompt ids (a reader never has to rebuild a prompt
+from a parent), the graph's verdict on each turn, the training sequences and the
+findings. `turns_from_export`
 inverts it exactly, so a stored document can be re-validated by a later version of the
 graph code: `build_export(turns_from_export(doc)) == doc` for a document made with the
 default counters.
@@ -14,17 +17,19 @@ be valid JSON either and is written as null too.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 
-from harbor_ray.capture.findings import Finding, is_trainable, validate
-from harbor_ray.capture.graph import Node, TrainingSequence, build_graph
+from harbor_ray.capture.findings import Finding
+from harbor_ray.capture.graph import Node, TrainingSequence
+from harbor_ray.capture.record import ClosedCapture, close_capture
 from harbor_ray.capture.turn import TurnRecord
 
-__all__ = ["SCHEMA_VERSION", "build_export", "turns_from_export"]
+__all__ = ["SCHEMA_VERSION", "build_export", "render_export", "turns_from_export"]
 
 # Bump on any change a reader of an older document would misread.
 SCHEMA_VERSION = 1
@@ -37,33 +42,21 @@ def build_export(
     engine_errors: int = 0,
     budget_stops: int = 0,
 ) -> dict[str, Any]:
-    """Link, validate and serialise one session's turns into a JSON-ready dict."""
-    graph = build_graph(turns)
-    findings = validate(
-        turns,
-        graph,
-        vocab_size=vocab_size,
-        engine_errors=engine_errors,
-        budget_stops=budget_stops,
-    )
+    """Link, validate and render one session's turns (`close_capture`, then the view)."""
+    return render_export(close_capture(
+        turns, vocab_size=vocab_size, engine_errors=engine_errors, budget_stops=budget_stops))
+
+
+def render_export(capture: ClosedCapture) -> dict[str, Any]:
+    """The JSON-ready document of a closed session."""
+    graph = capture.graph
     return {
         "schema_version": SCHEMA_VERSION,
-        "trainable": is_trainable(findings),
-        "counts": {
-            "turns": len(turns),
-            "roots": len(graph.roots),
-            "agent_roots": len(graph.agent_roots),
-            "sequences": len(graph.sequences),
-            "discarded": len(graph.discarded),
-            "engine_errors": engine_errors,
-            "budget_stops": budget_stops,
-        },
-        "turns": [
-            _turn_doc(turn, graph.nodes[turn.index])
-            for turn in sorted(turns, key=lambda t: t.index)
-        ],
+        "trainable": capture.trainable,
+        "counts": dataclasses.asdict(capture.counts),
+        "turns": [_turn_doc(turn, graph.nodes[turn.index]) for turn in capture.turns],
         "sequences": [_sequence_doc(s) for s in graph.sequences],
-        "findings": [_finding_doc(f) for f in findings],
+        "findings": [_finding_doc(f) for f in capture.findings],
     }
 
 

@@ -11,11 +11,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import Engine
+from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.server import bind, serve
 from harbor_ray.capture.session import InMemorySessionStore, SessionInfo
@@ -36,8 +36,8 @@ class LocalCapture:
     ) -> SessionInfo:
         return await self.store.create(budget=budget, sampling=sampling)
 
-    async def close_session(self, session_id: str) -> dict[str, Any] | None:
-        """The session's export, after which the session is gone."""
+    async def close_session(self, session_id: str) -> ClosedCapture | None:
+        """The session's closed record, after which the session is gone."""
         return await self.store.close(session_id)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from harbor_ray.capture.export import build_export
+from harbor_ray.capture.export import render_export
 from harbor_ray.capture.keys import (
     digest_matches,
     key_digest,
@@ -20,6 +20,7 @@ from harbor_ray.capture.keys import (
     new_session_id,
     session_of,
 )
+from harbor_ray.capture.record import ClosedCapture, close_capture
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.turn import TurnRecord
 
@@ -138,9 +139,10 @@ class SessionState:
             del self.in_flight[index]
         return len(dropped)
 
-    def export(self) -> dict[str, Any]:
-        return build_export(
-            sorted(self.turns, key=lambda t: t.index),
+    def close(self) -> ClosedCapture:
+        """The session's closed record: its graph built once, from the turns held here."""
+        return close_capture(
+            self.turns,
             engine_errors=self.counters["engine_error"],
             budget_stops=self.counters["budget_stop"],
         )
@@ -192,16 +194,17 @@ class InMemorySessionStore:
         self._sessions[session_id].counters[counter] += 1
 
     async def export(self, session_id: str) -> dict[str, Any] | None:
+        """The session's export document, rendered now; the session stays open."""
         state = self._sessions.get(session_id)
-        return state.export() if state else None
+        return render_export(state.close()) if state else None
 
     async def delete(self, session_id: str) -> bool:
         return self._sessions.pop(session_id, None) is not None
 
-    async def close(self, session_id: str) -> dict[str, Any] | None:
-        """The session's export, after which the session is gone (None if unknown)."""
+    async def close(self, session_id: str) -> ClosedCapture | None:
+        """The session's closed record, after which the session is gone (None if unknown)."""
         state = self._sessions.pop(session_id, None)
-        return state.export() if state else None
+        return state.close() if state else None
 
     def session_ids(self) -> list[str]:
         return list(self._sessions)

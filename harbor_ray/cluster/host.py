@@ -43,8 +43,8 @@ from harbor_ray.capture.local import LocalCapture, serve_capture
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
+from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.agents import needs_model
-from harbor_ray.trials.result import RolloutResult
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
@@ -56,7 +56,7 @@ HOST_ENV = {"HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 _MAX_CALLS = 100_000
 
 Ingress = Literal["direct", "serve", "host"]
-Work = Callable[[RolloutSpec, CaptureService | None], Awaitable[RolloutResult]]
+Work = Callable[[RolloutSpec, CaptureService | None], Awaitable[RolloutRecord]]
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,9 @@ class RolloutHost(SessionOwner):
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
         self._work = work or run_rollout
 
-    async def run(self, spec: RolloutSpec) -> RolloutResult:
-        """The rollout's row; like `run_rollout`, never raises but for cancellation."""
+    async def run(self, spec: RolloutSpec) -> RolloutRecord:
+        """The rollout's record, encoded here where its session lived; like
+        `run_rollout`, never raises but for cancellation."""
         capture = await self._capture_service() if needs_model(spec.agent) else None
         return await self._work(spec, capture)
 

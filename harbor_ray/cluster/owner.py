@@ -13,6 +13,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import Admission, Counter, InMemorySessionStore, SessionInfo
 from harbor_ray.capture.turn import TurnRecord
@@ -36,8 +37,8 @@ class SessionOwner:
     async def open(self, *, budget: int | None, sampling: Sampling | None) -> SessionInfo:
         return await self.store.create(budget=budget, sampling=sampling)
 
-    async def close(self, session_id: str) -> dict[str, Any] | None:
-        """The session's export, after which the session is gone."""
+    async def close(self, session_id: str) -> ClosedCapture | None:
+        """The session's closed record, after which the session is gone."""
         return await self.store.close(session_id)
 
     # What a replica calls, each one actor round trip.

@@ -14,8 +14,10 @@ import asyncio
 import time
 
 import aiohttp
+import orjson
 
 from harbor_ray.cluster.host import Work
+from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
@@ -28,7 +30,7 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
     `call_timeout_s` is retried, as SDKs do: a request a dying replica held may never
     be answered."""
 
-    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
         assert capture is not None, "the stub agent calls a model: the sweep needs a proxy"
         started = time.time()
         session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
@@ -52,11 +54,12 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
                                  {"role": "user", "content": f"step {step} done"}]
                     await asyncio.sleep(think_s)
         finally:
-            doc = await capture.close_session(session.session_id)
-        recorded = [t["response_message"].get("content") for t in (doc or {}).get("turns", [])]
+            closed = await capture.close_session(session.session_id)
+        turns = () if closed is None else closed.turns
+        recorded = [orjson.loads(t.response_message_json).get("content") for t in turns]
         missing = sum(1 for a in answers if a not in recorded)
         ok = len(answers) == calls and missing == 0
-        return RolloutResult(
+        return encode_record(RolloutResult(
             rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
             agent=spec.agent, sandbox=spec.sandbox, ok=ok, reward=1.0 if ok else 0.0,
             error_type=None if ok else ErrorType.AGENT_ERROR,
@@ -64,9 +67,9 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
                                    "not recorded"),
             findings=[FindingRecord(code="stub_retries", severity="info",
                                     message=f"{retried} calls retried")] if retried else [],
-            model=capture.served_model, capture=doc, model_calls=len(recorded),
-            timings={"total": time.time() - started},
-        )
+            model=capture.served_model, counts=None if closed is None else closed.counts,
+            model_calls=len(recorded), timings={"total": time.time() - started},
+        ), closed)
 
     return work
 

@@ -32,6 +32,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.pool import Host, HostPool
 from harbor_ray.cluster.reaper import reap
+from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
@@ -115,7 +116,7 @@ async def run_rollouts(
     specs: Sequence[RolloutSpec],
     config: SweepConfig,
     stats: SweepStats,
-    on_result: Callable[[RolloutResult], None],
+    on_result: Callable[[RolloutRecord], None],
     *,
     work: Work | None = None,
 ) -> None:
@@ -127,9 +128,9 @@ async def run_rollouts(
 
     async def one(spec: RolloutSpec) -> None:
         async with gate:
-            result = await _with_retries(spec, config, stats, pool)
-        stats.add(result)
-        on_result(result)
+            record = await _with_retries(spec, config, stats, pool)
+        stats.add(record.result)
+        on_result(record)
 
     try:
         await asyncio.gather(*(one(spec) for spec in specs))
@@ -139,29 +140,29 @@ async def run_rollouts(
 
 async def _with_retries(
     spec: RolloutSpec, config: SweepConfig, stats: SweepStats, pool: HostPool
-) -> RolloutResult:
+) -> RolloutRecord:
     retry = 0
     while True:
         stats.started()
         host = pool.acquire()
         try:
-            result = await _on_host(spec, config, host, pool)
+            record = await _on_host(spec, config, host, pool)
         finally:
             pool.release(host)
             stats.finished()
-        if result.error_type not in RETRIED or retry >= config.retries:
+        if record.result.error_type not in RETRIED or retry >= config.retries:
             break
         retry += 1
     if retry:
-        result.findings.append(FindingRecord(
+        record = with_findings(record, [FindingRecord(
             code="infra_retries", severity="info",
-            message=f"{retry} retries after infrastructure errors"))
-    return result
+            message=f"{retry} retries after infrastructure errors")])
+    return record
 
 
 async def _on_host(
     spec: RolloutSpec, config: SweepConfig, host: Host, pool: HostPool
-) -> RolloutResult:
+) -> RolloutRecord:
     """One try. Past `deadline + grace` the rollout is cancelled (Harbor tears its
     sandbox down); one that ignores the cancellation for `grace` more costs its host.
 
@@ -173,7 +174,7 @@ async def _on_host(
             await host.ready
     except TimeoutError:
         pool.kill(host)
-        return failed_row(spec, ErrorType.INFRA_LOST,
+        return failed_record(spec, ErrorType.INFRA_LOST,
                           f"the rollout's host did not start in {config.host_start_s:g} s",
                           time.time() - started)
     except RayActorError as exc:
@@ -187,7 +188,7 @@ async def _on_host(
         await asyncio.wait({running}, timeout=hard)
         if not running.done():
             how = await _cancel(ref, running, config.grace_s, host, pool)
-            return failed_row(spec, ErrorType.DEADLINE,
+            return failed_record(spec, ErrorType.DEADLINE,
                               f"{how} by the driver: no row {hard:g} s after the start "
                               f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
                               time.time() - started)
@@ -199,15 +200,15 @@ async def _on_host(
         # A host's `run` returns a row whatever the rollout did; this is a bug in the
         # work it ran, which must still end as one row, not end the sweep.
         cause = exc.cause if exc.cause is not None else exc
-        return failed_row(spec, ErrorType.INTERNAL,
+        return failed_record(spec, ErrorType.INTERNAL,
                           f"the rollout raised {type(cause).__name__}: {_first_line(cause)}",
                           time.time() - started)
 
 
 def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
-               started: float) -> RolloutResult:
+               started: float) -> RolloutRecord:
     pool.lost(host)
-    return failed_row(spec, ErrorType.INFRA_LOST,
+    return failed_record(spec, ErrorType.INFRA_LOST,
                       f"the rollout's host died: {_first_line(exc)}", time.time() - started)
 
 
@@ -225,14 +226,14 @@ async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
     return "cancelled"
 
 
-def failed_row(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float
-               ) -> RolloutResult:
-    """The row of a rollout whose actor never returned one."""
-    return RolloutResult(
+def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float
+               ) -> RolloutRecord:
+    """The record of a rollout whose host never returned one: a row, no tokens."""
+    return encode_record(RolloutResult(
         rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
         agent=spec.agent, sandbox=spec.sandbox, ok=False, reward=None,
         error_type=error_type, error=error, timings={"total": seconds},
-    )
+    ), None)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -271,8 +272,8 @@ async def sweep(
     notify = on_stats or (lambda _: None)
     notify(stats)
 
-    def on_result(result: RolloutResult) -> None:
-        writer.add_result(result)
+    def on_result(record: RolloutRecord) -> None:
+        writer.add(record)
         notify(stats)
 
     try:

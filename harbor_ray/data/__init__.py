@@ -1,10 +1,10 @@
 """harbor_ray's dataset: rollouts/, sequences/ and turns/ as Parquet (see SCHEMA.md).
 
-Writing (`DatasetWriter`, `encode_rollout`, `encode_turns`) is pure Arrow and Parquet;
-the Ray Data readers import Ray Data only when called.
+Writing (`DatasetWriter`, `encode_record`) is pure Arrow and Parquet; the Ray Data
+readers import Ray Data only when called.
 """
 
-from harbor_ray.data.encode import EncodedRollout, TokenTables, encode_rollout, encode_turns
+from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.readers import read_rollouts, read_sequences, read_turns
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import SCHEMA_VERSION
@@ -14,10 +14,8 @@ from harbor_ray.data.writer import DatasetWriter
 __all__ = [
     "SCHEMA_VERSION",
     "DatasetWriter",
-    "EncodedRollout",
-    "TokenTables",
-    "encode_rollout",
-    "encode_turns",
+    "RolloutRecord",
+    "encode_record",
     "read_rollouts",
     "read_sequences",
     "read_turns",

@@ -1,26 +1,27 @@
-"""Rollouts as Arrow tables: one row in rollouts/, its sequences, its turns.
+"""A finished rollout as Arrow tables: its rollouts/ row, its sequences, its turns.
 
-Two entry points, for the two places a rollout can be encoded:
-  - `encode_turns` works from the capture's own numpy arrays (`TurnRecord`s and the
-    `RolloutGraph` built from them). This is the hot path: the trial actor that owns the
-    session holds exactly these, and encoding there ships compact Arrow buffers to the
-    driver (prompts as deltas, no Python lists), so the driver only concatenates and
-    writes. No Python loop runs over tokens: ids are sliced and concatenated by numpy and
-    wrapped by Arrow without a copy where one array suffices.
-  - `encode_rollout` takes a finished `RolloutResult`. Given the actor's `TokenTables` it
-    only adds the rollouts/ row; without them it decodes the capture export document
-    (Python lists, so much slower) and encodes that.
+`encode_record` runs where the rollout's capture session ended (the rollout host, or
+the one process of `harbor-ray rollout`), from the `ClosedCapture` the session's owner
+built: the turns' own numpy arrays and the graph built from them once. The resulting
+`RolloutRecord` is what travels to the writer, which only concatenates and writes it.
+No Python loop runs over tokens: ids are sliced and concatenated by numpy and wrapped by
+Arrow without a copy where one array suffices.
 
 A turn's prompt is stored as the ids after its parent's prompt + sampled ids (the whole
 prompt for a root or an unlinked turn), because the graph links turns by exactly that
 prefix: the stored size is the rollout's unique tokens, not the sum of its prompts,
 which grows with the square of the number of turns. `rebuild.rebuild_prompts` inverts it.
 
+Between processes a record's tables travel as Arrow IPC streams compressed with zstd
+(`RolloutRecord.__reduce__`): uncompressed, the token ids of a long rollout are about
+twice their Parquet size, and Ray would copy all of it (docs/performance.md).
+
 Everything here is pure: no Ray, no I/O, no clock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from harbor_ray.capture.export import turns_from_export
 from harbor_ray.capture.graph import RolloutGraph, build_graph
+from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.turn import TurnRecord
 from harbor_ray.data.schema import (
     COUNTS,
@@ -41,99 +42,79 @@ from harbor_ray.data.schema import (
     SEQUENCES,
     TURNS,
 )
-from harbor_ray.trials.result import RolloutResult
+from harbor_ray.trials.result import FindingRecord, RolloutResult
 
-__all__ = ["EncodedRollout", "TokenTables", "encode_rollout", "encode_turns"]
+__all__ = ["RolloutRecord", "encode_record", "with_findings"]
 
-
-@dataclass(frozen=True)
-class TokenTables:
-    """A rollout's turns/ and sequences/ rows, with the rollout's fields they repeat."""
-
-    rollout_id: str
-    task: str
-    reward: float | None
-    ok: bool
-    turns: pa.Table
-    sequences: pa.Table
-
-    def rollout_fields(self) -> tuple[str, str, float | None, bool]:
-        return (self.rollout_id, self.task, self.reward, self.ok)
+# zstd at its fastest level: as small as the Parquet parts, a few ms per million ids.
+_WIRE_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 1))
+_NO_GRAPH = build_graph(())  # a rollout without a capture has no turns to link
 
 
-@dataclass(frozen=True)
-class EncodedRollout:
-    """Everything one rollout adds to a dataset: one rollouts/ row and its token rows."""
+@dataclass(frozen=True, eq=False)
+class RolloutRecord:
+    """Everything one finished rollout adds to a dataset, and the row it is made of.
 
-    rollout_id: str
+    `result` is the row's typed form (what progress and summaries read); `rollout`,
+    `sequences` and `turns` are its rows of the three tables, in their schemas.
+    """
+
+    result: RolloutResult
     rollout: pa.Table
     turns: pa.Table
     sequences: pa.Table
 
     @property
+    def rollout_id(self) -> str:
+        return self.result.rollout_id
+
+    @property
     def nbytes(self) -> int:
         return self.rollout.nbytes + self.turns.nbytes + self.sequences.nbytes
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (_from_wire, (self.result, *map(_to_wire, (self.rollout, self.turns,
+                                                           self.sequences))))
 
-def encode_turns(
-    turns: Sequence[TurnRecord],
-    graph: RolloutGraph,
-    *,
-    rollout_id: str,
-    task: str,
-    reward: float | None,
-    ok: bool,
-) -> TokenTables:
-    """Encode one session's turns and the training sequences of `graph` (built from them).
 
-    `reward` and `ok` are the rollout's, repeated on every row so that a trainer reading
+def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> RolloutRecord:
+    """Encode a finished rollout and the capture it was judged on (None: it has no
+    capture, and only a rollouts/ row).
+
+    `result`'s reward and ok are repeated on every token row, so that a trainer reading
     sequences/ or turns/ alone needs no join.
     """
-    ordered = sorted(turns, key=lambda t: t.index)
-    return TokenTables(
-        rollout_id=rollout_id,
-        task=task,
-        reward=reward,
-        ok=ok,
-        turns=_turns_table(ordered, graph, rollout_id, task, reward, ok),
-        sequences=_sequences_table(graph, rollout_id, task, reward, ok),
-    )
-
-
-def encode_rollout(result: RolloutResult, tokens: TokenTables | None = None) -> EncodedRollout:
-    """Encode a finished rollout; `tokens` are its turns as the trial actor encoded them.
-
-    Without `tokens`, the turns come from `result.capture` (none when there is no
-    capture: a failed rollout still gets its rollouts/ row). Raises ValueError when
-    `tokens` repeat other fields (id, task, reward, ok) than `result` has.
-    """
-    if tokens is None:
-        tokens = _tokens_from_capture(result)
-    expected = (result.rollout_id, result.task, result.reward, result.ok)
-    if tokens.rollout_fields() != expected:
-        raise ValueError(f"token tables encoded for {tokens.rollout_fields()} given for {expected}")
-    return EncodedRollout(
-        rollout_id=result.rollout_id,
+    turns, graph = (capture.turns, capture.graph) if capture else ((), _NO_GRAPH)
+    fields = (result.rollout_id, result.task, result.reward, result.ok)
+    return RolloutRecord(
+        result=result,
         rollout=_rollout_table(result),
-        turns=tokens.turns,
-        sequences=tokens.sequences,
+        turns=_turns_table(turns, graph, *fields),
+        sequences=_sequences_table(graph, *fields),
     )
 
 
-def _tokens_from_capture(result: RolloutResult) -> TokenTables:
-    turns = [] if result.capture is None else turns_from_export(result.capture)
-    return encode_turns(
-        turns,
-        build_graph(turns),
-        rollout_id=result.rollout_id,
-        task=result.task,
-        reward=result.reward,
-        ok=result.ok,
-    )
+def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> RolloutRecord:
+    """`record` with `findings` added to its row (token rows carry no findings), e.g. the
+    driver's count of retries."""
+    result = record.result.model_copy(update={"findings": [*record.result.findings, *findings]})
+    return dataclasses.replace(record, result=result, rollout=_rollout_table(result))
+
+
+def _to_wire(table: pa.Table) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_WIRE_OPTIONS) as stream:
+        stream.write_table(table)
+    return sink.getvalue()
+
+
+def _from_wire(result: RolloutResult, *tables: pa.Buffer) -> RolloutRecord:
+    rollout, turns, sequences = (pa.ipc.open_stream(t).read_all() for t in tables)
+    return RolloutRecord(result, rollout, turns, sequences)
 
 
 def _turns_table(
-    ordered: list[TurnRecord],
+    ordered: Sequence[TurnRecord],
     graph: RolloutGraph,
     rollout_id: str,
     task: str,
@@ -157,7 +138,8 @@ def _turns_table(
         "started_at": [t.started_at for t in ordered],
         "ended_at": [t.ended_at for t in ordered],
         "prompt_delta": _list_array(
-            [_prompt_delta(t, graph.nodes[t.index].parent, by_index) for t in ordered], IDS
+            [_prompt_delta(t, node.parent, by_index) for t, node in zip(ordered, nodes,
+                                                                        strict=True)], IDS
         ),
         "token_ids": _list_array([t.token_ids for t in ordered], IDS),
         "logprobs": _list_array([t.logprobs for t in ordered], LOGPROBS),
@@ -250,7 +232,7 @@ def _rollout_table(result: RolloutResult) -> pa.Table:
 
 def _counts(result: RolloutResult) -> dict[str, int | None]:
     """The capture's counts (None without a capture: unknown, not zero) and the call count."""
-    captured = {} if result.capture is None else result.capture["counts"]
+    captured = {} if result.counts is None else dataclasses.asdict(result.counts)
     counts = {name: captured.get(name) for name in COUNTS.names}
     counts["model_calls"] = result.model_calls
     return counts

@@ -15,14 +15,18 @@ loop runs over tokens.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from harbor_ray.capture.export import render_export
+from harbor_ray.capture.record import close_capture
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.schema import IDS
 
-__all__ = ["rebuild_prompts", "turn_records"]
+__all__ = ["export_document", "rebuild_prompts", "turn_records"]
 
 _MAX_LIST_VALUES = np.iinfo(np.int32).max
 
@@ -98,6 +102,17 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
         )
         for row in range(turns.num_rows)
     ]
+
+
+def export_document(record: RolloutRecord) -> dict[str, Any] | None:
+    """The capture export document of a rollout, rendered from its record's turns/ rows
+    (None for a rollout without a capture): e.g. `harbor-ray rollout`'s results.jsonl."""
+    counts = record.result.counts
+    if counts is None:
+        return None
+    closed = close_capture(turn_records(record.turns), engine_errors=counts.engine_errors,
+                           budget_stops=counts.budget_stops)
+    return render_export(closed)
 
 
 def _array(value: pa.ListScalar, dtype: type[np.generic]) -> np.ndarray | None:

@@ -28,9 +28,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harbor_ray.data.encode import EncodedRollout, encode_rollout
+from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.schema import SCHEMA_VERSION, TABLES
-from harbor_ray.trials.result import RolloutResult
 
 __all__ = ["MANIFEST", "PART_SUFFIX", "DatasetWriter", "parquet_options"]
 
@@ -64,7 +63,7 @@ class DatasetWriter:
         _discard_unfinished(self.root)
         self._manifest = _open_manifest(self.root, manifest)
         self._finished = _read_finished(self.root)
-        self._pending: list[EncodedRollout] = []
+        self._pending: list[RolloutRecord] = []
         self._pending_bytes = 0
         self._next_part = _next_part_number(self.root)
         # Two writers on one directory are a misuse, but must not overwrite each other.
@@ -75,7 +74,7 @@ class DatasetWriter:
         """Ids of the rollouts committed to disk (buffered ones are not finished yet)."""
         return set(self._finished)
 
-    def add(self, encoded: EncodedRollout) -> None:
+    def add(self, record: RolloutRecord) -> None:
         """Buffer one rollout; flush if a threshold is reached.
 
         Raises ValueError for a rollout id already finished or buffered: writing it twice
@@ -83,17 +82,13 @@ class DatasetWriter:
         """
         if self._closed:
             raise RuntimeError("the writer is closed")
-        rollout_id = encoded.rollout_id
+        rollout_id = record.rollout_id
         if rollout_id in self._finished or any(p.rollout_id == rollout_id for p in self._pending):
             raise ValueError(f"rollout {rollout_id!r} is already in the dataset")
-        self._pending.append(encoded)
-        self._pending_bytes += encoded.nbytes
+        self._pending.append(record)
+        self._pending_bytes += record.nbytes
         if len(self._pending) >= self.flush_rollouts or self._pending_bytes >= self.flush_bytes:
             self.flush()
-
-    def add_result(self, result: RolloutResult) -> None:
-        """Encode `result` from its capture document and buffer it (see `add`)."""
-        self.add(encode_rollout(result))
 
     def flush(self) -> None:
         """Commit the buffered rollouts: sequences/ and turns/ first, rollouts/ last."""

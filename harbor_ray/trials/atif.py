@@ -35,12 +35,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+import orjson
 from harbor.models.trajectories.content import ContentPart
 from harbor.models.trajectories.step import Step
 from harbor.models.trajectories.trajectory import Trajectory
 from pydantic import ValidationError
 
 from harbor_ray.capture.findings import Severity
+from harbor_ray.capture.graph import Role
+from harbor_ray.capture.record import ClosedCapture
+from harbor_ray.capture.turn import TurnRecord
 from harbor_ray.trials.result import FindingRecord
 
 __all__ = ["AtifCode", "cross_check"]
@@ -75,9 +80,9 @@ class _Call:
 
 
 def cross_check(
-    trajectory: Trajectory | Mapping[str, Any] | None, capture: Mapping[str, Any]
+    trajectory: Trajectory | Mapping[str, Any] | None, capture: ClosedCapture
 ) -> list[FindingRecord]:
-    """Findings from comparing `trajectory` with `capture` (a `build_export` document)."""
+    """Findings from comparing `trajectory` with the captured session."""
     if trajectory is None:
         return [_finding(AtifCode.ABSENT, Severity.INFO, "the agent wrote no ATIF trajectory")]
     try:
@@ -88,9 +93,9 @@ def cross_check(
         )
     except ValidationError as exc:
         return [_invalid(exc)]
-    turns = capture["turns"]
-    agent_turns = [_turn_call(t) for t in turns if t["role"] == "agent"]
-    auxiliary = sum(1 for t in turns if t["role"] == "auxiliary")
+    roles = [(turn, capture.graph.nodes[turn.index].role) for turn in capture.turns]
+    agent_turns = [_turn_call(turn) for turn, role in roles if role is Role.AGENT]
+    auxiliary = sum(1 for _, role in roles if role is Role.AUXILIARY)
     steps = _model_steps(parsed)
     findings = _count_findings(parsed, steps, len(agent_turns), auxiliary)
     if all((step.llm_call_count or 1) == 1 for step in steps):
@@ -273,12 +278,12 @@ def _step_call(step: Step) -> _Call:
     )
 
 
-def _turn_call(turn: Mapping[str, Any]) -> _Call:
+def _turn_call(turn: TurnRecord) -> _Call:
     return _Call(
-        where=turn["index"],
-        text=_reply_text(turn["response_message"].get("content")),
-        prompt_ids=_ids(turn["prompt_ids"]),
-        completion_ids=_ids(turn["token_ids"]),
+        where=turn.index,
+        text=_reply_text(orjson.loads(turn.response_message_json).get("content")),
+        prompt_ids=_ids(turn.prompt_ids),
+        completion_ids=_ids(turn.token_ids),
     )
 
 
@@ -297,7 +302,9 @@ def _normalise(text: str) -> str:
     return " ".join(text.split())
 
 
-def _ids(ids: Sequence[int] | None) -> tuple[int, ...] | None:
+def _ids(ids: Sequence[int] | np.ndarray | None) -> tuple[int, ...] | None:
+    if isinstance(ids, np.ndarray):
+        ids = ids.tolist()  # Python ints: tuples of numpy scalars compare ~10x slower
     return None if ids is None else tuple(ids)
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harbor_ray.capture.sampling import Sampling
+from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.datasets import TaskRef
-from harbor_ray.trials.result import RolloutResult
 from harbor_ray.trials.rollout import CaptureService, RolloutSpec, run_rollout
 
 
@@ -59,19 +59,19 @@ async def run_many(
     capture: CaptureService | None,
     *,
     concurrency: int,
-    on_result: Callable[[RolloutResult], None] | None = None,
-) -> list[RolloutResult]:
-    """Run every spec, at most `concurrency` at once; results in spec order."""
+    on_result: Callable[[RolloutRecord], None] | None = None,
+) -> list[RolloutRecord]:
+    """Run every spec, at most `concurrency` at once; records in spec order."""
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(spec: RolloutSpec) -> RolloutResult:
+    async def one(spec: RolloutSpec) -> RolloutRecord:
         async with gate:
-            result = await run_rollout(spec, capture)
+            record = await run_rollout(spec, capture)
         if on_result is not None:
-            on_result(result)
-        return result
+            on_result(record)
+        return record
 
     return list(await asyncio.gather(*(one(spec) for spec in specs)))
 

@@ -9,9 +9,10 @@ that infrastructure failures are its fault).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from harbor_ray.capture.record import CaptureCounts
 
 
 class ErrorType(StrEnum):
@@ -65,8 +66,8 @@ class RolloutResult(BaseModel):
     error_type: ErrorType | None = None
     error: str | None = None
     findings: list[FindingRecord] = Field(default_factory=list)
-    capture: dict[str, Any] | None = Field(
-        None, description="The capture export document (turns, sequences, findings)."
+    counts: CaptureCounts | None = Field(
+        None, description="The capture's counts; None without a capture (unknown, not 0)."
     )
     model_calls: int = 0
     timings: dict[str, float] = Field(

@@ -1,6 +1,8 @@
 """One rollout: a Harbor trial run with its agent wired to a capture session.
 
-`run_rollout` never raises (a failed rollout is a row, LESSONS.md), except that a
+`run_rollout` ends every rollout as one `RolloutRecord`: the row, and the token tables
+encoded here from the session's closed capture (its graph built once, by its owner).
+It never raises (a failed rollout is a row, LESSONS.md), except that a
 cancellation from the caller propagates: swallowing it would hide the caller's intent,
 and the trial's own teardown runs on the way out. Harbor objects stay at this edge;
 what is decided (the outcome, the reward, whether the row is usable) is decided by
@@ -21,7 +23,10 @@ from harbor.models.trial.config import AgentConfig, TrialConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.trial import Trial
 
+from harbor_ray.capture.findings import Finding
+from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.session import SessionInfo
+from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.trials.agents import (
     AgentNotWiredError,
     ProxyEndpoint,
@@ -45,40 +50,44 @@ async def run_rollout(
     capture: CaptureService | None,
     *,
     clock: Callable[[], float] = time.time,
-) -> RolloutResult:
-    """Run one rollout to its row. Only a cancellation from the caller escapes."""
+) -> RolloutRecord:
+    """Run one rollout to its record. Only a cancellation from the caller escapes."""
     started = clock()
+    closed: ClosedCapture | None = None
     try:
-        result = await _run(spec, capture)
+        result, closed = await _run(spec, capture)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug here must still end as a row
         result = _row(spec, capture, error_type=ErrorType.INTERNAL,
                       error=f"{type(exc).__name__}: {exc}")
     result.timings["total"] = clock() - started
-    return result
+    return encode_record(result, closed)
 
 
-async def _run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutResult:
+async def _run(
+    spec: RolloutSpec, capture: CaptureService | None
+) -> tuple[RolloutResult, ClosedCapture | None]:
     wants_model = needs_model(spec.agent)
     if wants_model and capture is None:
         return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR,
-                    error=f"agent {spec.agent!r} needs a model: give an engine (--llm-url)")
+                    error=f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
+                    ), None
     session = None
     if wants_model and capture is not None:
         session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
-    doc = None
+    closed = None
     try:
         trial_config = _trial_config(spec, capture, session)
         error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s)
     except AgentNotWiredError as exc:
-        return _row(spec, capture, error_type=ErrorType.AGENT_SETUP, error=str(exc))
+        return _row(spec, capture, error_type=ErrorType.AGENT_SETUP, error=str(exc)), None
     finally:
         if session is not None and capture is not None:
             # The session is read and dropped even when the trial was cancelled.
-            doc = await asyncio.shield(capture.close_session(session.session_id))
+            closed = await asyncio.shield(capture.close_session(session.session_id))
     trial_dir = spec.trials_dir / trial_config.trial_name
-    return _judge(spec, capture, trial_result, error_type, error, doc, trial_dir)
+    return _judge(spec, capture, trial_result, error_type, error, closed, trial_dir), closed
 
 
 def _trial_config(
@@ -133,7 +142,7 @@ def _judge(
     trial_result: Any,
     error_type: ErrorType | None,
     error: str | None,
-    doc: dict[str, Any] | None,
+    closed: ClosedCapture | None,
     trial_dir: Path,
 ) -> RolloutResult:
     findings: list[FindingRecord] = []
@@ -146,21 +155,22 @@ def _judge(
         findings += outcome.findings
     choice = select_reward(raw_rewards, key=spec.reward_key)
     findings += findings_for(choice)
-    if doc is not None:
-        findings += [FindingRecord(**f) for f in doc["findings"]]
-        findings += cross_check(_read_trajectory(trial_dir), doc)
-    model_calls = len(doc["turns"]) if doc else 0
-    engine_errors = doc["counts"]["engine_errors"] if doc else 0
+    if closed is not None:
+        findings += [_finding_record(f) for f in closed.findings]
+        findings += cross_check(_read_trajectory(trial_dir), closed)
+    model_calls = len(closed.turns) if closed else 0
+    engine_errors = closed.counts.engine_errors if closed else 0
     if error_type == ErrorType.AGENT_ERROR and engine_errors and not model_calls:
         # The agent gave up because every call it made failed at the engine.
         error_type = ErrorType.ENGINE_ERROR
         error = f"all {engine_errors} model calls failed at the engine; the agent said: {error}"
     if error_type is None:
-        error_type, error = _late_error(spec, choice.error, raw_rewards, doc, model_calls)
+        error_type, error = _late_error(spec, choice.error, raw_rewards, closed, model_calls)
     ok = error_type is None and not any(f.severity == "fatal" for f in findings)
     return _row(
         spec, capture, ok=ok, error_type=error_type, error=error, reward=choice.reward,
-        reward_key=choice.reward_key, rewards=choice.rewards, findings=findings, capture=doc,
+        reward_key=choice.reward_key, rewards=choice.rewards, findings=findings,
+        counts=None if closed is None else closed.counts,
         model_calls=model_calls, timings=timings,
         trial_dir=str(trial_dir) if trial_dir.exists() else None,
     )
@@ -170,7 +180,7 @@ def _late_error(
     spec: RolloutSpec,
     reward_error: str | None,
     raw_rewards: Mapping[str, Any] | None,
-    doc: dict[str, Any] | None,
+    closed: ClosedCapture | None,
     model_calls: int,
 ) -> tuple[ErrorType | None, str | None]:
     """Errors only visible once the trial ended cleanly, in the order a user fixes them."""
@@ -179,11 +189,11 @@ def _late_error(
     if reward_error is not None:
         return ErrorType.REWARD_INVALID, reward_error
     if needs_model(spec.agent) and model_calls == 0:
-        engine_errors = doc["counts"]["engine_errors"] if doc else 0
+        engine_errors = closed.counts.engine_errors if closed else 0
         if engine_errors:
             return ErrorType.ENGINE_ERROR, f"all {engine_errors} model calls failed at the engine"
         return ErrorType.NO_MODEL_CALLS, f"agent {spec.agent!r} made no model call"
-    if doc is not None and not doc["trainable"]:
+    if closed is not None and not closed.trainable:
         return ErrorType.CAPTURE_INVALID, "the capture has a fatal finding"
     return None, None
 
@@ -200,6 +210,11 @@ def _row(spec: RolloutSpec, service: CaptureService | None, **values: Any) -> Ro
         model=service.served_model if service is not None and needs_model(spec.agent) else None,
         **values,
     )
+
+
+def _finding_record(finding: Finding) -> FindingRecord:
+    return FindingRecord(code=finding.code.value, severity=finding.severity.value,
+                         message=finding.message, turn=finding.turn)
 
 
 def _read_reward_json(trial_dir: Path) -> dict[str, Any] | None:

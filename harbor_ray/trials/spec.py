@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.session import SessionInfo
 from harbor_ray.trials.backends import LOCAL
@@ -30,7 +31,7 @@ class CaptureService(Protocol):
         self, *, budget: int | None, sampling: Sampling | None
     ) -> SessionInfo: ...
 
-    async def close_session(self, session_id: str) -> dict[str, Any] | None: ...
+    async def close_session(self, session_id: str) -> ClosedCapture | None: ...
 
 
 @dataclass(frozen=True)

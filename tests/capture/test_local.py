@@ -27,4 +27,5 @@ async def test_agents_cannot_reach_the_sessions_of_others() -> None:
                                     headers={"authorization": f"Bearer {mine.key}"})
             assert reply.status_code == 200, reply.text
         assert capture.store.state(theirs.session_id) is not None
-        assert len((await capture.close_session(mine.session_id))["turns"]) == 1
+        closed = await capture.close_session(mine.session_id)
+        assert closed is not None and len(closed.turns) == 1

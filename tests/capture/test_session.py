@@ -91,12 +91,13 @@ async def test_delete() -> None:
         await store.admit(s.session_id)
 
 
-async def test_close_exports_then_forgets_the_session() -> None:
+async def test_close_gives_the_closed_record_then_forgets_the_session() -> None:
     store = InMemorySessionStore()
     s = await store.create()
     await store.admit(s.session_id)
     await store.record(s.session_id, turn(0))
-    doc = await store.close(s.session_id)
-    assert len(doc["turns"]) == 1
+    closed = await store.close(s.session_id)
+    assert closed is not None and [t.index for t in closed.turns] == [0]
+    assert closed.counts.turns == 1 and closed.graph.roots == (0,)
     assert await store.authenticate(s.key) is None
     assert await store.close(s.session_id) is None

@@ -14,6 +14,7 @@ import pytest
 import ray
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.export import render_export
 from harbor_ray.capture.fake_engine import FakeEngine, render_prompt
 from harbor_ray.capture.keys import mint_key, new_session_id
 from harbor_ray.capture.session import SessionGone, SessionInfo
@@ -65,7 +66,7 @@ async def test_calls_are_admitted_and_recorded_on_the_owner(owner, proxy) -> Non
     session = await open_session(owner)
     assert await chat(proxy, session.key) == "echo: hello"
     assert await chat(proxy, session.key) == "echo: hello"
-    doc = await owner.close.remote(session.session_id)
+    doc = render_export(await owner.close.remote(session.session_id))
     assert [t["index"] for t in doc["turns"]] == [0, 1]
     assert doc["turns"][0]["prompt_ids"] == render_prompt(doc["turns"][0]["request_messages"])
 
@@ -127,7 +128,7 @@ async def test_an_evicted_grant_still_reaches_its_owner(owner) -> None:
     assert store.cached_sessions() == 2
     admission = await store.admit(sessions[0].session_id)  # the evicted one
     await store.record(sessions[0].session_id, turn(admission.call_index))
-    doc = await owner.close.remote(sessions[0].session_id)
+    doc = render_export(await owner.close.remote(sessions[0].session_id))
     assert len(doc["turns"]) == 1
 
 

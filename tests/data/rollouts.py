@@ -13,9 +13,10 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from harbor_ray.capture.export import build_export
 from harbor_ray.capture.graph import RolloutGraph
+from harbor_ray.capture.record import close_capture
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from tests.capture.turns_factory import chain, follow, turn
 
@@ -61,12 +62,12 @@ def broken_session() -> list[TurnRecord]:
     return [*chain(3), turn(3, None, None)]
 
 
-def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> RolloutResult:
-    """A finished rollout with `turns` captured (None: no capture) and reward 1.0.
+def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> RolloutRecord:
+    """A finished rollout's record with `turns` captured (None: no capture), reward 1.0.
 
     `ok` follows the capture's verdict and the reward unless given.
     """
-    capture = None if turns is None else build_export(turns, engine_errors=1)
+    capture = None if turns is None else close_capture(turns, engine_errors=1)
     reward = fields.get("reward", 1.0)
     values: dict[str, Any] = {
         "rollout_id": rollout_id,
@@ -75,20 +76,32 @@ def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> R
         "agent": "terminus-2",
         "sandbox": "bwrap",
         "model": "test-model",
-        "ok": capture is not None and capture["trainable"] and reward is not None,
+        "ok": capture is not None and capture.trainable and reward is not None,
         "reward": reward,
         "reward_key": None if reward is None else "reward",
         "rewards": {} if reward is None else {"reward": reward, "length": 3.0},
-        "findings": [] if capture is None else [FindingRecord(**f) for f in capture["findings"]],
-        "capture": capture,
+        "findings": [] if capture is None else [
+            FindingRecord(code=f.code, severity=f.severity, message=f.message, turn=f.turn)
+            for f in capture.findings],
+        "counts": None if capture is None else capture.counts,
         "model_calls": 0 if turns is None else len(turns),
         "timings": {"agent_execution": 9.5, "total": 12.25},
         "trial_dir": f"/trials/{rollout_id}",
     }
-    return RolloutResult(**{**values, **fields})
+    return encode_record(RolloutResult(**{**values, **fields}), capture)
 
 
-def dead_rollout(rollout_id: str) -> RolloutResult:
+def encode(
+    turns: list[TurnRecord], *, rollout_id: str = "r", task: str = "t",
+    reward: float | None = 1.0, ok: bool = True,
+) -> RolloutRecord:
+    """The record of a rollout that captured `turns`, with the fields its token rows repeat."""
+    result = RolloutResult(rollout_id=rollout_id, task=task, agent="a", sandbox="s", ok=ok,
+                           reward=reward)
+    return encode_record(result, close_capture(turns))
+
+
+def dead_rollout(rollout_id: str) -> RolloutRecord:
     """A rollout whose sandbox never started: no capture, no reward."""
     return rollout(
         rollout_id,

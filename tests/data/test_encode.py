@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pyarrow as pa
-import pytest
 
 from harbor_ray.capture.graph import build_graph
-from harbor_ray.data.encode import encode_rollout, encode_turns
+from harbor_ray.capture.record import close_capture
+from harbor_ray.data.encode import encode_record, with_findings
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
+from harbor_ray.trials.result import FindingRecord, RolloutResult
 from tests.capture.turns_factory import chain, full
 from tests.data.rollouts import (
     SEQUENCE_FIELDS,
@@ -15,21 +18,11 @@ from tests.data.rollouts import (
     assert_same_turns,
     broken_session,
     dead_rollout,
+    encode,
     rich_session,
     rollout,
     sequence_rows,
 )
-
-
-def encode(turns, **fields):
-    return encode_turns(
-        turns,
-        build_graph(turns),
-        rollout_id=fields.get("rollout_id", "r"),
-        task=fields.get("task", "t"),
-        reward=fields.get("reward", 1.0),
-        ok=fields.get("ok", True),
-    )
 
 
 def test_turns_decode_to_exactly_the_captured_records() -> None:
@@ -91,15 +84,16 @@ def test_rows_carry_the_rollouts_fields() -> None:
 
 
 def test_tables_have_the_versioned_schemas() -> None:
-    encoded = encode_rollout(rollout("a1", rich_session()))
+    encoded = rollout("a1", rich_session())
     assert encoded.rollout.schema.equals(ROLLOUTS, check_metadata=True)
     assert encoded.turns.schema.equals(TURNS, check_metadata=True)
     assert encoded.sequences.schema.equals(SEQUENCES, check_metadata=True)
 
 
 def test_the_rollout_row() -> None:
-    result = rollout("a1", rich_session())
-    (row,) = encode_rollout(result).rollout.to_pylist()
+    record = rollout("a1", rich_session())
+    result = record.result
+    (row,) = record.rollout.to_pylist()
     assert row == {
         "rollout_id": "a1",
         "task": "task-a",
@@ -114,7 +108,8 @@ def test_the_rollout_row() -> None:
         "reward_key": "reward",
         "rewards": [("reward", 1.0), ("length", 3.0)],
         "findings": [f.model_dump() for f in result.findings],
-        "counts": {"model_calls": 9, **result.capture["counts"]},
+        "counts": {"model_calls": 9, "turns": 9, "roots": 4, "agent_roots": 3, "sequences": 6,
+                   "discarded": 1, "engine_errors": 1, "budget_stops": 0},
         "timings": [("agent_execution", 9.5), ("total", 12.25)],
         "trial_dir": "/trials/a1",
         "schema_version": SCHEMA_VERSION,
@@ -125,8 +120,8 @@ def test_the_rollout_row() -> None:
 
 
 def test_a_missing_reward_stays_null_and_zero_stays_zero() -> None:
-    missing = encode_rollout(rollout("a1", rich_session(), reward=None))
-    zero = encode_rollout(rollout("a2", rich_session(), reward=0.0))
+    missing = rollout("a1", rich_session(), reward=None)
+    zero = rollout("a2", rich_session(), reward=0.0)
     for table in (missing.rollout, missing.sequences, missing.turns):
         assert table["reward"].null_count == table.num_rows > 0
     for table in (zero.rollout, zero.sequences, zero.turns):
@@ -135,7 +130,7 @@ def test_a_missing_reward_stays_null_and_zero_stays_zero() -> None:
 
 
 def test_a_rollout_without_capture_still_has_its_row() -> None:
-    encoded = encode_rollout(dead_rollout("d1"))
+    encoded = dead_rollout("d1")
     (row,) = encoded.rollout.to_pylist()
     assert (row["ok"], row["error_type"], row["reward"]) == (False, "sandbox_start", None)
     # Unknown, not zero: there was no capture to count.
@@ -144,34 +139,33 @@ def test_a_rollout_without_capture_still_has_its_row() -> None:
     assert encoded.turns.schema.equals(TURNS, check_metadata=True)
 
 
-def test_encoding_from_numpy_equals_encoding_from_the_capture_document() -> None:
-    session = rich_session()
-    result = rollout("a1", session)
-    tokens = encode_turns(
-        session, build_graph(session), rollout_id="a1", task="task-a", reward=1.0, ok=True
-    )
-    from_numpy = encode_rollout(result, tokens)
-    from_document = encode_rollout(result)
-    assert_same_table(from_numpy.turns, from_document.turns)
-    assert_same_table(from_numpy.sequences, from_document.sequences)
-    assert_same_table(from_numpy.rollout, from_document.rollout)
+def test_a_record_crosses_processes_compressed_and_comes_back_exact() -> None:
+    record = rollout("a1", rich_session())
+    wire = pickle.dumps(record, protocol=5)
+    back = pickle.loads(wire)
+    assert back.result == record.result
+    for name in ("rollout", "turns", "sequences"):
+        assert_same_table(getattr(back, name), getattr(record, name))
+    long = encode(chain(40, reply_len=50, message_len=400))
+    # zstd on the wire: the ids' int32 bytes would otherwise travel as they are.
+    assert len(pickle.dumps(long, protocol=5)) < 0.5 * long.nbytes
 
 
-@pytest.mark.parametrize(
-    "other", [{"rollout_id": "x"}, {"task": "other"}, {"reward": None}, {"ok": False}]
-)
-def test_token_tables_that_disagree_with_the_result_are_refused(other) -> None:
-    session = rich_session()
-    agreeing = {"rollout_id": "a1", "task": "task-a", "reward": 1.0, "ok": True}
-    encode_rollout(rollout("a1", session), encode(session, **agreeing))
-    with pytest.raises(ValueError, match="given for"):
-        encode_rollout(rollout("a1", session), encode(session, **(agreeing | other)))
+def test_findings_added_later_reach_the_row_and_leave_the_tokens() -> None:
+    record = rollout("a1", rich_session())
+    extra = FindingRecord(code="infra_retries", severity="info", message="1 retries")
+    later = with_findings(record, [extra])
+    (row,) = later.rollout.to_pylist()
+    assert row["findings"][-1] == extra.model_dump()
+    assert later.result.findings[-1] == extra and record.result.findings[-1] != extra
+    assert later.turns is record.turns and later.sequences is record.sequences
 
 
 def test_one_long_sequence_is_wrapped_without_a_copy() -> None:
-    session = chain(3)
-    graph = build_graph(session)
-    tables = encode_turns(session, graph, rollout_id="r", task="t", reward=None, ok=True)
+    capture = close_capture(chain(3))
+    result = RolloutResult(rollout_id="r", task="t", agent="a", sandbox="s", ok=True,
+                           reward=None)
+    tables = encode_record(result, capture)
     values = tables.sequences["input_ids"].chunk(0).values
-    assert values.buffers()[1].address == graph.sequences[0].input_ids.ctypes.data
-    assert np.array_equal(values.to_numpy(), graph.sequences[0].input_ids)
+    assert values.buffers()[1].address == capture.graph.sequences[0].input_ids.ctypes.data
+    assert np.array_equal(values.to_numpy(), capture.graph.sequences[0].input_ids)

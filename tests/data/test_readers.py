@@ -69,8 +69,8 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     writer = DatasetWriter(out, {"model": "test-model"}, flush_rollouts=2)
     for rollout_id, session in SESSIONS.items():
         reward = None if rollout_id == "a2" else 1.0
-        writer.add_result(rollout(rollout_id, session(), reward=reward))
-    writer.add_result(dead_rollout("d1"))
+        writer.add(rollout(rollout_id, session(), reward=reward))
+    writer.add(dead_rollout("d1"))
     writer.close(ended_at=None)
     return out
 
@@ -126,6 +126,6 @@ def test_read_turns_leaves_the_messages_out_unless_asked(
 
 def test_an_empty_table_reads_as_an_empty_dataset(tmp_path: Path) -> None:
     writer = DatasetWriter(tmp_path, {})
-    writer.add_result(dead_rollout("d1"))
+    writer.add(dead_rollout("d1"))
     writer.close(ended_at=None)
     assert read_turns(tmp_path).count() == 0

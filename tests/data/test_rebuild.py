@@ -5,18 +5,15 @@ import random
 import pyarrow as pa
 import pytest
 
-from harbor_ray.capture.graph import build_graph
 from harbor_ray.data import rebuild
-from harbor_ray.data.encode import encode_turns
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import TURNS
 from tests.capture.turns_factory import chain
-from tests.data.rollouts import assert_same_table, assert_same_turns, rich_session
+from tests.data.rollouts import assert_same_table, assert_same_turns, encode, rich_session
 
 
 def stored(turns, rollout_id: str = "r") -> pa.Table:
-    graph = build_graph(turns)
-    return encode_turns(turns, graph, rollout_id=rollout_id, task="t", reward=None, ok=True).turns
+    return encode(turns, rollout_id=rollout_id, reward=None).turns
 
 
 def prompts_by_turn(table: pa.Table) -> dict[tuple[str, int], list[int] | None]:

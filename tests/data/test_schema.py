@@ -66,10 +66,8 @@ def test_the_public_surface() -> None:
         [
             "SCHEMA_VERSION",
             "DatasetWriter",
-            "EncodedRollout",
-            "TokenTables",
-            "encode_rollout",
-            "encode_turns",
+            "RolloutRecord",
+            "encode_record",
             "read_rollouts",
             "read_sequences",
             "read_turns",

@@ -5,20 +5,16 @@ import math
 import pyarrow as pa
 
 from harbor_ray.capture.graph import build_graph
-from harbor_ray.data.encode import encode_turns
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.trl import to_trl_records
 from tests.capture.turns_factory import chain, turn
-from tests.data.rollouts import broken_session, rich_session
+from tests.data.rollouts import broken_session, encode, rich_session
 
 NAN = float("nan")
 
 
 def stored(turns, *, rollout_id: str = "r", reward: float | None = 1.0, ok: bool = True):
-    graph = build_graph(turns)
-    return encode_turns(
-        turns, graph, rollout_id=rollout_id, task="fix-bug", reward=reward, ok=ok
-    ).turns
+    return encode(turns, rollout_id=rollout_id, task="fix-bug", reward=reward, ok=ok).turns
 
 
 def by_turn(records) -> dict[int, dict]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -11,7 +12,6 @@ import pytest
 
 from harbor_ray.capture.graph import build_graph
 from harbor_ray.data import writer as writer_module
-from harbor_ray.data.encode import encode_rollout
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, TABLES
 from harbor_ray.data.writer import DatasetWriter
@@ -72,7 +72,7 @@ def out(tmp_path: Path) -> Path:
 def written(out: Path) -> Path:
     writer = DatasetWriter(out, MANIFEST, flush_rollouts=2)
     for result in results():
-        writer.add_result(result)
+        writer.add(result)
     writer.close(ended_at="2026-01-01T01:00:00Z")
     return out
 
@@ -169,41 +169,41 @@ def test_a_directory_of_another_schema_version_is_refused(written: Path) -> None
 
 def test_rollouts_are_buffered_until_a_flush(out: Path) -> None:
     writer = DatasetWriter(out, MANIFEST, flush_rollouts=3)
-    writer.add_result(rollout("a1", chain(2)))
-    writer.add_result(rollout("a2", chain(2)))
+    writer.add(rollout("a1", chain(2)))
+    writer.add(rollout("a2", chain(2)))
     assert writer.finished_ids() == set()
     assert list((out / "rollouts").iterdir()) == []
-    writer.add_result(rollout("a3", chain(2)))
+    writer.add(rollout("a3", chain(2)))
     assert writer.finished_ids() == {"a1", "a2", "a3"}
-    writer.add_result(rollout("a4", chain(2)))
+    writer.add(rollout("a4", chain(2)))
     writer.flush()
     assert DatasetWriter(out, MANIFEST).finished_ids() == {"a1", "a2", "a3", "a4"}
 
 
 def test_a_large_rollout_flushes_by_size(out: Path) -> None:
     writer = DatasetWriter(out, MANIFEST, flush_bytes=1)
-    writer.add_result(rollout("a1", chain(2)))
+    writer.add(rollout("a1", chain(2)))
     assert writer.finished_ids() == {"a1"}
 
 
 def test_a_rollout_is_written_once(out: Path) -> None:
     writer = DatasetWriter(out, MANIFEST, flush_rollouts=2)
-    writer.add_result(rollout("a1", chain(2)))
+    writer.add(rollout("a1", chain(2)))
     with pytest.raises(ValueError, match="'a1' is already"):
-        writer.add_result(rollout("a1", chain(2)))  # buffered
+        writer.add(rollout("a1", chain(2)))  # buffered
     writer.flush()
     with pytest.raises(ValueError, match="'a1' is already"):
-        writer.add_result(rollout("a1", chain(2)))  # on disk
+        writer.add(rollout("a1", chain(2)))  # on disk
     writer.close(ended_at=None)
     with pytest.raises(RuntimeError, match="closed"):
-        writer.add_result(rollout("a2", chain(2)))
+        writer.add(rollout("a2", chain(2)))
 
 
 def test_rows_of_another_schema_are_refused(out: Path) -> None:
     writer = DatasetWriter(out, MANIFEST)
-    encoded = encode_rollout(rollout("a1", chain(2)))
+    encoded = rollout("a1", chain(2))
     stray = encoded.turns.replace_schema_metadata({b"harbor_ray.schema_version": b"0"})
-    writer.add(type(encoded)(encoded.rollout_id, encoded.rollout, stray, encoded.sequences))
+    writer.add(dataclasses.replace(encoded, turns=stray))
     with pytest.raises(ValueError, match="schema version"):
         writer.flush()
 
@@ -229,11 +229,11 @@ def test_resume_after_a_crash_between_parts(
 ) -> None:
     first = DatasetWriter(out, MANIFEST, flush_rollouts=2)
     for result in (rollout("a1", rich_session()), rollout("b1", chain(3))):
-        first.add_result(result)
+        first.add(result)
     crash_before(dies_before, monkeypatch)
-    first.add_result(rollout("a2", rich_session()))
+    first.add(rollout("a2", rich_session()))
     with pytest.raises(Crash):
-        first.add_result(rollout("b2", chain(4)))
+        first.add(rollout("b2", chain(4)))
     monkeypatch.undo()
     # Rows of the dead flush are on disk, but the rollouts are not finished.
     assert rows_per_rollout(out, "sequences")["a2"] > 0
@@ -248,7 +248,7 @@ def test_resume_after_a_crash_between_parts(
     todo += [rollout("a2", rich_session()), rollout("b2", chain(4))]
     for result in todo:
         if result.rollout_id not in second.finished_ids():
-            second.add_result(result)
+            second.add(result)
     second.close(ended_at="later")
 
     assert sorted(DatasetWriter(out, MANIFEST).finished_ids()) == ["a1", "a2", "b1", "b2"]
@@ -261,7 +261,7 @@ def test_resume_after_a_crash_between_parts(
 
 
 def test_parquet_settings_hold_for_every_table(tmp_path: Path) -> None:
-    encoded = encode_rollout(rollout("a1", rich_session()))
+    encoded = rollout("a1", rich_session())
     tables = {"rollouts": encoded.rollout, "sequences": encoded.sequences, "turns": encoded.turns}
     for name, schema in TABLES:
         path = tmp_path / f"{name}.parquet"

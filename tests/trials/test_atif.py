@@ -1,4 +1,4 @@
-"""Cross-checking an agent's ATIF trajectory against the capture export of its calls."""
+"""Cross-checking an agent's ATIF trajectory against the captured session of its calls."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from typing import Any
 
 from harbor.models.trajectories.trajectory import Trajectory
 
-from harbor_ray.capture.export import build_export
+from harbor_ray.capture.record import ClosedCapture, close_capture
 from harbor_ray.capture.turn import TurnRecord
 from harbor_ray.trials.atif import cross_check
 from tests.capture.turns_factory import chain, follow, turn
 
 
-def capture(*turns: TurnRecord) -> dict[str, Any]:
-    return build_export(list(turns))
+def capture(*turns: TurnRecord) -> ClosedCapture:
+    return close_capture(turns)
 
 
 def trajectory(*steps: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -177,7 +177,8 @@ def test_discarded_retries_and_auxiliary_calls_are_not_the_agents_loop():
     second = follow(kept, 2, [14, 15], [16, 17])
     title = turn(3, [500, 501], [502], auxiliary=True)
     doc = capture(abandoned, kept, second, title)
-    assert [t["role"] for t in doc["turns"]] == ["discarded", "agent", "agent", "auxiliary"]
+    assert [n.role for n in doc.graph.nodes.values()] == [
+        "discarded", "agent", "agent", "auxiliary"]
     assert cross_check(trajectory(system(), with_tokens(kept), with_tokens(second)), doc) == []
 
 

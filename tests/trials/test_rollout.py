@@ -12,8 +12,9 @@ import pytest
 
 from harbor_ray.capture.fake_engine import FakeEngine
 from harbor_ray.capture.local import LocalCapture, local_capture
+from harbor_ray.data.rebuild import export_document
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
-from harbor_ray.trials.result import ErrorType
+from harbor_ray.trials.result import ErrorType, RolloutResult
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
 from tests.processes import all_cmdlines, gone
 from tests.trials.scripts import terminus_script
@@ -40,6 +41,10 @@ async def fake_capture() -> AsyncIterator[tuple[FakeEngine, LocalCapture]]:
         yield engine, capture
 
 
+async def result_of(rollout_spec: RolloutSpec, capture: LocalCapture | None) -> RolloutResult:
+    return (await run_rollout(rollout_spec, capture)).result
+
+
 def leftovers(tmp_path: Path) -> list[str]:
     """Sandbox directories and processes that outlived their rollout."""
     sandboxes = tmp_path / "sandboxes"
@@ -48,21 +53,21 @@ def leftovers(tmp_path: Path) -> list[str]:
 
 
 async def test_oracle_needs_no_model_and_scores(tmp_path: Path) -> None:
-    result = await run_rollout(spec(tmp_path, sample("hello-file"), "oracle"), None)
+    result = await result_of(spec(tmp_path, sample("hello-file"), "oracle"), None)
     assert result.ok, result
     assert result.reward == 1.0 and result.reward_key == "reward"
-    assert result.model_calls == 0 and result.capture is None and result.model is None
+    assert result.model_calls == 0 and result.counts is None and result.model is None
     assert result.error_type is None
     assert leftovers(tmp_path) == []
 
 
 async def test_nop_scores_zero_without_error(tmp_path: Path) -> None:
-    result = await run_rollout(spec(tmp_path, sample("hello-file"), "nop"), None)
+    result = await result_of(spec(tmp_path, sample("hello-file"), "nop"), None)
     assert result.reward == 0.0 and result.error_type is None and result.ok
 
 
 async def test_null_reward_key_is_dropped_and_named(tmp_path: Path) -> None:
-    result = await run_rollout(spec(tmp_path, sample("json-active-users"), "oracle"), None)
+    result = await result_of(spec(tmp_path, sample("json-active-users"), "oracle"), None)
     assert result.ok and result.reward == 1.0
     assert result.rewards == {"reward": 1.0}
     assert any(f.code == "reward_key_dropped" and "latency_bonus" in f.message
@@ -73,10 +78,11 @@ async def test_terminus2_through_the_proxy_solves_and_links(
     tmp_path: Path, fake_capture: tuple[FakeEngine, LocalCapture]
 ) -> None:
     engine, capture = fake_capture
-    result = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2"), capture)
+    record = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2"), capture)
+    result = record.result
     assert result.reward == 1.0, (result.error, result.findings)
     assert result.ok and result.model == "fake-model"
-    doc = result.capture
+    doc = export_document(record)
     assert result.model_calls == len(doc["turns"]) == len(engine.calls) == 3
     assert doc["counts"]["roots"] == 1 and doc["trainable"]
     assert [t["parent"] for t in doc["turns"]] == [None, 0, 1]
@@ -87,7 +93,7 @@ async def test_terminus2_through_the_proxy_solves_and_links(
 
 
 async def test_agent_that_needs_a_model_without_engine_is_a_row(tmp_path: Path) -> None:
-    result = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2"), None)
+    result = await result_of(spec(tmp_path, sample("hello-file"), "terminus-2"), None)
     assert not result.ok and result.error_type == ErrorType.ENGINE_ERROR
     assert "--llm-url" in result.error
 
@@ -97,12 +103,12 @@ async def test_engine_down_is_engine_error_not_zero_calls(
 ) -> None:
     engine, capture = fake_capture
     engine.fail_with = 500
-    result = await run_rollout(spec(tmp_path, sample("hello-file"), "terminus-2",
+    result = await result_of(spec(tmp_path, sample("hello-file"), "terminus-2",
                                     deadline_s=120), capture)
     assert not result.ok
     assert result.model_calls == 0
     assert result.error_type == ErrorType.ENGINE_ERROR, result.error
-    assert result.capture["counts"]["engine_errors"] >= 1
+    assert result.counts is not None and result.counts.engine_errors >= 1
     # Harbor runs no verifier after the agent failed: None, never a 0.0 the model earned.
     assert result.reward is None
 
@@ -118,7 +124,7 @@ def slow_task(tmp_path: Path, seconds: int) -> TaskRef:
 
 
 async def test_deadline_ends_as_a_row_and_leaves_nothing(tmp_path: Path) -> None:
-    result = await run_rollout(spec(tmp_path, slow_task(tmp_path, 301), "oracle",
+    result = await result_of(spec(tmp_path, slow_task(tmp_path, 301), "oracle",
                                     deadline_s=8), None)
     assert result.error_type == ErrorType.DEADLINE and not result.ok
     assert result.reward is None  # the verifier never ran: None, not 0.0

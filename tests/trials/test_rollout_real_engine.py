@@ -9,6 +9,7 @@ import pytest
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.capture.local import local_capture
 from harbor_ray.capture.sampling import Sampling
+from harbor_ray.data.rebuild import export_document
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
 
@@ -20,7 +21,7 @@ async def test_terminus2_full_rollout_on_smollm2(tmp_path: Path, engine_url: str
     engine = HttpEngine(engine_url)
     try:
         async with local_capture(engine, engine.root) as capture:
-            result = await run_rollout(RolloutSpec(
+            record = await run_rollout(RolloutSpec(
                 rollout_id="real-terminus", task=task, agent="terminus-2",
                 trials_dir=tmp_path / "trials", budget=3, deadline_s=900,
                 sampling=Sampling(temperature=0.7, max_tokens=48),
@@ -28,9 +29,10 @@ async def test_terminus2_full_rollout_on_smollm2(tmp_path: Path, engine_url: str
             ), capture)
     finally:
         await engine.aclose()
+    result = record.result
     assert result.reward is not None, (result.error_type, result.error)
     assert result.model == capture.served_model
-    doc = result.capture
+    doc = export_document(record)
     assert 1 <= result.model_calls <= 3
     assert doc["counts"]["turns"] == result.model_calls
     trainable = [s for s in doc["sequences"] if s["role"] == "agent" and any(s["loss_mask"])]

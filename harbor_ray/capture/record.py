@@ -1,0 +1,75 @@
+"""A closed capture session: its turns, the graph built from them once, and the verdict.
+
+This is what a session's owner hands on when the session ends (`close_capture`). Every
+later view of the session reads this one record: the rollout's findings and counts, the
+Arrow token tables of the dataset (`data.encode`), the JSON export document
+(`export.render_export`). So the graph is built once per session, where the turns
+live, and nothing downstream re-derives it from a serialised copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harbor_ray.capture.findings import Finding, is_trainable, validate
+from harbor_ray.capture.graph import RolloutGraph, build_graph
+from harbor_ray.capture.turn import TurnRecord
+
+__all__ = ["CaptureCounts", "ClosedCapture", "close_capture"]
+
+
+@dataclass(frozen=True)
+class CaptureCounts:
+    """How many of each thing the session holds (the `counts` of a rollouts/ row)."""
+
+    turns: int
+    roots: int
+    agent_roots: int
+    sequences: int
+    discarded: int
+    engine_errors: int
+    budget_stops: int
+
+
+@dataclass(frozen=True, eq=False)
+class ClosedCapture:
+    """One ended session: `turns` in index order, their graph, counts and findings."""
+
+    turns: tuple[TurnRecord, ...]
+    graph: RolloutGraph
+    counts: CaptureCounts
+    findings: tuple[Finding, ...]
+
+    @property
+    def trainable(self) -> bool:
+        return is_trainable(self.findings)
+
+
+def close_capture(
+    turns: Sequence[TurnRecord],
+    *,
+    vocab_size: int | None = None,
+    engine_errors: int = 0,
+    budget_stops: int = 0,
+) -> ClosedCapture:
+    """Link and validate one session's turns (any order) into its closed record."""
+    ordered = tuple(sorted(turns, key=lambda t: t.index))
+    graph = build_graph(ordered)
+    findings = validate(
+        ordered,
+        graph,
+        vocab_size=vocab_size,
+        engine_errors=engine_errors,
+        budget_stops=budget_stops,
+    )
+    counts = CaptureCounts(
+        turns=len(ordered),
+        roots=len(graph.roots),
+        agent_roots=len(graph.agent_roots),
+        sequences=len(graph.sequences),
+        discarded=len(graph.discarded),
+        engine_errors=engine_errors,
+        budget_stops=budget_stops,
+    )
+    return ClosedCapture(ordered, graph, counts, findings)
