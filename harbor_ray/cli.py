@@ -425,6 +425,10 @@ def sweep(
     rollouts_per_host: Annotated[int, typer.Option(
         help="Rollouts one host actor runs at once; hosts are started for --concurrency "
              "slots. A host that dies fails (and retries) only its own rollouts.")] = 8,
+    commit_every: Annotated[float, typer.Option(
+        help="Seconds between commits of finished rows to --out (one Parquet part per "
+             "table per commit; 0: a commit per rollout). A driver killed in between "
+             "loses only the rows since the last commit; a rerun redoes them.")] = 2.0,
     ingress: Annotated[str, typer.Option(
         help="How agents reach the capture proxy: `direct` (a relay in each host to the "
              "replicas' own sockets on its node), `serve` (Serve's HTTP proxy; for "
@@ -452,7 +456,8 @@ def sweep(
             raise ValueError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
                              f"not {ingress!r}")
         config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
-                             grace_s=grace, per_host=rollouts_per_host)
+                             grace_s=grace, per_host=rollouts_per_host,
+                             commit_s=commit_every)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(Exit.COULD_NOT_START) from exc
@@ -488,7 +493,7 @@ def sweep(
             "engine": certification.model_dump() if certification else None,
             "proxy_replicas": proxy_replicas if certification and ingress != "host" else None,
             "ingress": ingress if certification else None,
-            "rollouts_per_host": rollouts_per_host,
+            "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
         }
         with live_progress(console) as on_stats:
             stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))

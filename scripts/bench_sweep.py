@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from typing import get_args
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
+import pyarrow.parquet as pq
 import ray
 
 from harbor_ray.capture.certify import certify
@@ -76,14 +78,45 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
                        trials_dir=out / "trials", run_id=f"bench{concurrency}")
     per_host = args.per_host or max(8, math.ceil(concurrency / args.max_hosts))
     config = SweepConfig(out=out, concurrency=concurrency, per_host=per_host, proxy=proxy,
-                         retries=0)
+                         retries=0, commit_s=args.commit_s)
     started = time.perf_counter()
+    wall_start = time.time()
     stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think))
     wall = time.perf_counter() - started
     return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
             "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
             "wall_s": wall, "per_min": 60 * count / wall,
-            "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error)}
+            "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error),
+            **breakdown(out, wall_start, wall, concurrency, stats.write_s)}
+
+
+def breakdown(out: Path, wall_start: float, wall: float, concurrency: int,
+              write_s: float) -> dict[str, float]:
+    """Where the wall time went, from the rows' own marks (the stub agent's) and the
+    commit times of their parts."""
+    rows = pq.read_table(out / "rollouts", columns=["rollout_id", "timings"]).to_pylist()
+    marks = [dict(r["timings"]) for r in rows]
+    starts = sorted(m["started_at"] - wall_start for m in marks)
+    committed = {}
+    for part in (out / "rollouts").glob("part-*.parquet"):
+        for rid in pq.read_table(part, columns=["rollout_id"])["rollout_id"].to_pylist():
+            committed[rid] = part.stat().st_mtime
+    lag = [committed[r["rollout_id"]] - m["ended_at"] for r, m in zip(rows, marks, strict=True)]
+    startup = starts[min(concurrency, len(starts)) - 1]  # until every slot had begun once
+    work = statistics.median(m["total"] for m in marks)
+    after = wall - startup
+    ended_after = sum(1 for m in marks if m["ended_at"] - wall_start >= startup)
+    return {
+        "first_work_s": starts[0], "startup_s": startup,
+        "open_ms": 1e3 * statistics.median(m["open"] for m in marks),
+        "calls_s": statistics.median(m["calls"] for m in marks),
+        "close_ms": 1e3 * statistics.median(m["close"] for m in marks),
+        "last_start_s": starts[-1], "last_end_s": max(m["ended_at"] for m in marks) - wall_start,
+        "work_s": work, "return_to_commit_ms": 1e3 * statistics.median(lag),
+        "write_ms_per_rollout": 1e3 * write_s / len(rows),
+        "after_startup_per_min": 60 * ended_after / max(after, 1e-9),
+        "ideal_per_min": concurrency * 60 / work,
+    }
 
 
 def main() -> None:
@@ -102,6 +135,8 @@ def main() -> None:
     parser.add_argument("--per-host", type=int, default=None,
                         help="rollouts per host (default: enough for --max-hosts hosts)")
     parser.add_argument("--max-hosts", type=int, default=20)
+    parser.add_argument("--commit-s", type=float, default=SweepConfig.commit_s,
+                        help="seconds between the driver's commits (0: one per rollout)")
     parser.add_argument("--ray-address", default=None)
     args = parser.parse_args()
 

@@ -43,7 +43,7 @@ from harbor_ray.capture.local import LocalCapture, serve_capture
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
-from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.encode import RolloutRecord, warm_up
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
@@ -88,6 +88,7 @@ class RolloutHost(SessionOwner):
         self._starting = asyncio.Lock()
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
         self._work = work or run_rollout
+        warm_up()  # before the host counts as started: its rollouts' loop must not stall
 
     async def run(self, spec: RolloutSpec) -> RolloutRecord:
         """The rollout's record, encoded here where its session lived; like

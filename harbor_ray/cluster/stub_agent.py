@@ -34,6 +34,7 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
         assert capture is not None, "the stub agent calls a model: the sweep needs a proxy"
         started = time.time()
         session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        opened = time.time()
         messages = [{"role": "user", "content": f"task {spec.rollout_id}: begin"}]
         answers: list[str] = []
         retried = 0
@@ -54,6 +55,7 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
                                  {"role": "user", "content": f"step {step} done"}]
                     await asyncio.sleep(think_s)
         finally:
+            called = time.time()
             closed = await capture.close_session(session.session_id)
         turns = () if closed is None else closed.turns
         recorded = [orjson.loads(t.response_message_json).get("content") for t in turns]
@@ -68,7 +70,11 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
             findings=[FindingRecord(code="stub_retries", severity="info",
                                     message=f"{retried} calls retried")] if retried else [],
             model=capture.served_model, counts=None if closed is None else closed.counts,
-            model_calls=len(recorded), timings={"total": time.time() - started},
+            model_calls=len(recorded),
+            # Wall-clock marks too, so a benchmark can place the work in the sweep's time.
+            timings={"open": opened - started, "calls": called - opened,
+                     "close": time.time() - called, "total": time.time() - started,
+                     "started_at": started, "ended_at": time.time()},
         ), closed)
 
     return work

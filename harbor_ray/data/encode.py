@@ -44,7 +44,7 @@ from harbor_ray.data.schema import (
 )
 from harbor_ray.trials.result import FindingRecord, RolloutResult
 
-__all__ = ["RolloutRecord", "encode_record", "with_findings"]
+__all__ = ["RolloutRecord", "encode_record", "warm_up", "with_findings"]
 
 # zstd at its fastest level: as small as the Parquet parts, a few ms per million ids.
 _WIRE_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 1))
@@ -92,6 +92,14 @@ def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> Rollo
         turns=_turns_table(turns, graph, *fields),
         sequences=_sequences_table(graph, *fields),
     )
+
+
+def warm_up() -> None:
+    """Pay this process's one-off cost of encoding now: Arrow imports pandas on its first
+    conversion of Python values (over a second here), which would otherwise stall the
+    event loop of a host's first finished rollout, and every rollout waiting on it."""
+    _rollout_table(RolloutResult(rollout_id="", task="", agent="", sandbox="", ok=False,
+                                 reward=None))
 
 
 def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> RolloutRecord:

@@ -254,3 +254,18 @@ def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
     ids = [r["rollout_id"] for r in _rows(out)]
     assert len(ids) == len(set(ids)) == 8
     assert written <= set(ids)
+
+
+@pytest.mark.parametrize(("commit_s", "parts"), [(0, 6), (600, 1)])
+async def test_rows_are_committed_per_interval(tmp_path: Path, commit_s: float, parts: int
+                                               ) -> None:
+    out = tmp_path / "out"
+    specs = _specs("samples", out, names=["hello-file"], attempts=6)
+    config = SweepConfig(out=out, concurrency=6, commit_s=commit_s)
+    stats = await sweep(specs, config, {}, work=stubs.raising_work({}))
+    assert stats.ok == 6
+    for table in ("rollouts", "sequences", "turns"):
+        committed = list((out / table).glob("part-*.parquet"))
+        # Token-less rows make no sequences/ or turns/ parts.
+        assert len(committed) == (parts if table == "rollouts" else 0), table
+    assert sorted(r["rollout_id"] for r in _rows(out)) == sorted(s.rollout_id for s in specs)
