@@ -1,32 +1,33 @@
-"""Exact prefix relations among a session's turns, each turn's ids read once.
+"""Exact prefix relations among a session's turns, from one trie of their ids.
 
 The turns' full sequences (prompt + sampled ids) go into a compacted trie: a node is a
 token sequence, an edge a run of tokens, and every turn's prompt and full sequence end
-on a node. "A is a prefix of B" is then "A's node is an ancestor of B's", answered from
-the tree's shape with no token compared; that is how the parent, the same-prompt classes
-and the re-tokenisation splits are all read off one structure.
+on a node. "A is a prefix of B" is then "A's node is B's or above it", answered from the
+tree's shape with no token compared; parents, same-prompt classes and re-tokenisation
+splits are all read off it that way.
 
-Building it is exact, not probabilistic: a turn is placed by comparing its own ids with
-ids already in the trie, token for token (numpy), never by hash. Sequences go in
-longest first, so every node's *witness* (the first sequence placed through it) is the
-longest sequence through it. A new sequence therefore follows one witness as far as it
-agrees with it in a single vectorised comparison, jumps to that depth along the
-witness's nodes by bisection, and only compares again where it leaves that witness for
-another branch. Comparisons stop at the first difference (chunks of growing size), so
-each of a turn's ids is compared about once, whatever the forks, retries, duplicates or
-arrival order; the Python work is a few steps per branch point a turn passes.
+Exact, not probabilistic: a sequence is placed by comparing its ids with ids already in
+the trie token for token (numpy), never by hash. Invariant: sequences go in longest
+first, so each node's *witness*, the first sequence placed through it, is a longest
+sequence through it, and the nodes one sequence witnesses form one downward run along
+it. A new sequence follows a witness as far as the two agree in one vectorised
+comparison, jumps to that depth along the witness's run by bisection, and compares
+again only where it leaves that witness for another branch. Comparisons run in chunks
+growing `_GROWTH` times from `_FIRST_CHUNK` and stop at the chunk holding the first
+difference, so placing a sequence compares at most about `_GROWTH` times its length
+plus a first chunk per branch point it passes, and in an agent's conversation (long
+agreements, short divergences) about its length once; forks, retries, duplicates and
+arrival order add Python steps, not comparisons.
 
-What cannot be avoided: each turn holds its own copy of its whole prompt, and any
-exact check has to read every token of it (a token left unread could differ), so the
-cost grows with the prompts summed over the turns, at the speed numpy compares memory.
-Everything beyond that one read (parents, classes, splits) costs a few Python steps
-per turn and per reported split.
+What cannot be avoided: each turn holds its own copy of its whole prompt, and an exact
+check must read every token of it (one left unread could differ), so the build grows
+with the prompts summed over the turns, at the speed numpy compares memory. Beyond that
+read, everything costs Python steps per turn, per trie node and per reported split.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,7 @@ __all__ = ["Links", "link", "prompt_ids", "token_ids"]
 
 # Token comparisons start on this many tokens and grow 8x per step, so a mismatch near
 # the start costs little and an equal run of millions costs a handful of numpy calls.
-_FIRST_CHUNK = 1 << 14
+_FIRST_CHUNK = 1 << 16
 _GROWTH = 8
 
 
@@ -101,9 +102,10 @@ def link(linked: Sequence[TurnRecord]) -> Links:
     for pos, node in enumerate(trie.prompt_node):
         parent = parent_pos[pos]
         reach = 0 if parent is None else trie.depth[trie.full_node[parent]]
-        # Every prompt that is a proper prefix of this one ends on an ancestor. A visited
-        # turn that is no split sampled nothing: with a reply, its full sequence would be
-        # a longer candidate parent than the parent found.
+        # Every prompt that is a proper prefix of this one ends above its node. A turn
+        # the walk visits that is not a split sampled nothing (with a reply, its full
+        # sequence would be a longer candidate parent than the one found), so the walk
+        # costs the splits it reports plus such turns.
         at = above[node]
         while at is not None and trie.depth[at] >= reach:
             for other in prompts_at[at]:
@@ -121,10 +123,10 @@ def link(linked: Sequence[TurnRecord]) -> Links:
 class _Trie:
     """The compacted trie of the turns' full sequences, with every prompt's end a node.
 
-    Nodes are parallel lists. `witness[v]` is the position (in `linked`) of the turn
-    whose full sequence was placed through v first, hence a longest one; the nodes
-    witnessed by one turn form one downward run along its sequence (`_run_depths`,
-    `_run_nodes`, by depth), which lets a placement jump along it by bisection.
+    Nodes are parallel lists; node 0 is the empty sequence. `witness[v]` is the position
+    (in `linked`) of the turn whose full sequence was placed through v first, hence a
+    longest one; the nodes one turn witnesses form one downward run along its sequence
+    (`_run_depths`, `_run_nodes`, by depth), ending where it ends.
     """
 
     def __init__(self, linked: Sequence[TurnRecord]) -> None:
@@ -141,36 +143,55 @@ class _Trie:
         self.full_node = [0] * len(linked)
         # Longest first: what makes each node's witness a longest sequence through it.
         for pos in sorted(range(len(linked)), key=lambda p: -self._length[p]):
-            prompt_len = len(self._prompts[pos])
-            node = self._descend(0, 0, pos, prompt_len)
-            self.prompt_node[pos] = node
-            self.full_node[pos] = self._descend(node, prompt_len, pos, self._length[pos])
+            self._place(pos)
 
-    def _descend(self, node: int, depth: int, seq: int, goal: int) -> int:
-        """The node at depth `goal` on `seq`'s path, from `node` at `depth` on it.
+    def _place(self, seq: int) -> None:
+        """Put `seq`'s full sequence in, with nodes where its prompt and it end.
 
-        Creates what is missing: a leaf where `seq` leaves the trie, a split where it
-        ends or diverges inside an edge.
+        Follows one witness per step as far as it agrees with it; creates what is
+        missing: a leaf where `seq` leaves the trie, a split where it ends or parts from
+        its witness inside an edge.
         """
+        stop, goal = len(self._prompts[seq]), self._length[seq]
+        node = depth = 0
+        if stop == 0:
+            self.prompt_node[seq] = 0
         while depth < goal:
             child = self.kids[node].get(self._token(seq, depth))
             if child is None:
-                return self._leaf(node, depth, seq, goal)
+                if depth < stop:
+                    node = self._leaf(node, depth, seq, stop)
+                    self.prompt_node[seq] = node
+                    depth = stop
+                if depth < goal:
+                    node = self._leaf(node, depth, seq, goal)
+                break
             witness = self.witness[child]
             # `seq` is no longer than the witness (placed longest first), so the witness
             # covers everything up to `goal`; both share the token at `depth`.
             agree = self._agree(seq, witness, depth + 1, goal)
-            if agree < self.depth[child]:
-                node = self._split(node, child, agree)
-            else:
-                # Deepest node of the witness's run no deeper than where they part.
-                depths, nodes = self._run_depths[witness], self._run_nodes[witness]
-                k = bisect.bisect_right(depths, agree) - 1
-                node = nodes[k]
-                if depths[k] < agree:
-                    node = self._split(node, nodes[k + 1], agree)
+            if depth < stop <= agree:
+                node = self._on_witness(node, child, stop)
+                self.prompt_node[seq] = node
+                depth = stop
+                if agree == stop:
+                    continue
+                child = self.kids[node][self._token(witness, stop)]
+            node = self._on_witness(node, child, agree)
             depth = agree
-        return node
+        self.full_node[seq] = node
+
+    def _on_witness(self, node: int, child: int, depth: int) -> int:
+        """The node at `depth` on the path of `child`'s witness, below `node` (its parent)."""
+        if depth < self.depth[child]:
+            return self._split(node, child, depth)
+        # Deepest node of the witness's run no deeper than `depth`.
+        witness = self.witness[child]
+        depths, nodes = self._run_depths[witness], self._run_nodes[witness]
+        k = bisect.bisect_right(depths, depth) - 1
+        if depths[k] < depth:
+            return self._split(nodes[k], nodes[k + 1], depth)
+        return nodes[k]
 
     def _leaf(self, node: int, depth: int, seq: int, goal: int) -> int:
         leaf = self._node(goal, node, seq)
@@ -208,13 +229,19 @@ class _Trie:
 
     def _agree(self, a: int, b: int, lo: int, hi: int) -> int:
         """The first depth in [lo, hi) where sequences a and b differ, else hi."""
-        # Cut where either passes from prompt to sampled ids: each piece is one slice.
-        bounds = (len(self._prompts[a]), len(self._prompts[b]))
-        cuts = sorted({lo, hi, *(x for x in bounds if lo < x < hi)})
-        for start, end in itertools.pairwise(cuts):
+        bound_a, bound_b = len(self._prompts[a]), len(self._prompts[b])
+        start = lo
+        while start < hi:
+            # Up to where either passes from prompt to sampled ids: one slice each.
+            end = hi
+            if start < bound_a < end:
+                end = bound_a
+            if start < bound_b < end:
+                end = bound_b
             same = _common_prefix(self._slice(a, start, end), self._slice(b, start, end))
             if same < end - start:
                 return start + same
+            start = end
         return hi
 
     def _slice(self, seq: int, start: int, end: int) -> np.ndarray:
@@ -230,7 +257,6 @@ class _Shape:
 
     def __init__(self, trie: _Trie) -> None:
         count = len(trie.depth)
-        self._kids = trie.kids
         self.order: list[int] = []  # preorder: every node after its ancestors
         self._enter = [0] * count
         self._leave = [0] * count
