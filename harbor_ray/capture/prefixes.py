@@ -296,8 +296,10 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     while start < n:
         end = min(n, start + step)
         differ = a[start:end] != b[start:end]
-        if differ.any():
-            return start + int(differ.argmax())
+        # argmax finds the first True (0 when none): one C call, no `any` wrapper.
+        first = int(differ.argmax())
+        if differ[first]:
+            return start + first
         start, step = end, step * _GROWTH
     return n
 
