@@ -13,13 +13,15 @@ arrivals. Each leaf yields one training sequence (root to leaf) whose loss mask 
 exactly the tokens the engine sampled with a logprob.
 
 Speed matters (a 50-turn rollout must build in a few ms). Linking (`prefixes.link`) is
-exact, never by hash: every turn's ids are compared token for token, about once each,
-against a trie of the turns' sequences, from which parents, same-prompt classes and
-re-tokenisation splits are read without comparing again; forks, retries, duplicates and
-arrival order add Python steps, not comparisons. The one cost that grows with the
-prompts summed over the turns rather than with the unique tokens is that single read:
-each turn carries its own copy of its prompt, and an exact check cannot skip a token of
-it. Each training sequence is a fresh array, so sequences cost their own lengths.
+exact, never by hash: every turn's ids are compared token for token against a trie of
+the turns' sequences, about once each in an agent's conversation and within a constant
+factor in any case (see `prefixes`); parents, same-prompt classes and re-tokenisation
+splits are then read off the trie without comparing again, so forks, retries,
+duplicates and arrival order add Python steps, not comparisons. The one cost that grows
+with the prompts summed over the turns rather than with the unique tokens is that
+single read: each turn carries its own copy of its prompt, and an exact check cannot
+skip a token of it. Each training sequence is a fresh array, so sequences cost their
+own lengths.
 """
 
 from __future__ import annotations
