@@ -2,7 +2,11 @@
 
 (1) Closing the session (graph build + validation) and Arrow encoding of one synthetic
     50-turn rollout, from the turns' own numpy arrays, as the rollout's host does it,
-    median over repeats, against the 5 ms target for graph + encode.
+    median over repeats, against the 5 ms target for graph + encode. Then the graph
+    build alone on both readings and on one where every reply reaches the next prompt
+    re-rendered (nothing links: 50 roots and a split for each pair of turns), beside what
+    reading every prompt once costs: each turn holds its own copy of its prompt, so no
+    exact prefix check that reads the turns can take less.
 (2) Bytes of turns/ on disk per unique token (prompt deltas + sampled ids) against their
     raw int32 size (target <= 1.2x), with and without the logprob column.
 (3) The path production takes, through a real local Ray: an actor holding the turns in
@@ -57,8 +61,12 @@ TARGET_PATH = 2.0
 TARGET_WIRE = 1.3
 
 
-def synthetic_rollout(growth: int, seed: int = 0) -> list[TurnRecord]:
-    """A linear agent loop whose prompt grows by `growth` tokens per call."""
+def synthetic_rollout(growth: int, seed: int = 0, rerendered: bool = False) -> list[TurnRecord]:
+    """A linear agent loop whose prompt grows by `growth` tokens per call.
+
+    `rerendered`: the next prompt holds each reply with its last token changed, as when
+    a chat template renders the history differently from what was sampled.
+    """
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, VOCAB, growth, dtype=np.int32)
     turns = []
@@ -80,7 +88,10 @@ def synthetic_rollout(growth: int, seed: int = 0) -> list[TurnRecord]:
             )
         )
         message = rng.integers(0, VOCAB, growth - REPLY, dtype=np.int32)
-        prompt = np.concatenate((prompt, sampled, message))
+        rendered = sampled.copy()
+        if rerendered:
+            rendered[-1] = (rendered[-1] + 1) % VOCAB
+        prompt = np.concatenate((prompt, rendered, message))
     return turns
 
 
@@ -116,6 +127,16 @@ def speed(name: str, turns: list[TurnRecord], repeats: int) -> None:
         f"{summed:>11,d}: graph {graph_ms:6.2f} ms + encode {encode_ms:5.2f} ms "
         f"({verdict} the {TARGET_MS:g} ms target); validation {validate_ms:5.2f} ms; "
         f"close + encode {total_ms:6.2f} ms"
+    )
+
+
+def graph_alone(name: str, turns: list[TurnRecord], repeats: int) -> None:
+    graph = build_graph(turns)
+    graph_ms = median_ms(lambda: build_graph(turns), repeats)
+    read_ms = median_ms(lambda: [t.prompt_ids.max() for t in turns], repeats)
+    print(
+        f"  {name:19s} graph alone {graph_ms:6.2f} ms ({len(graph.roots)} roots, "
+        f"{len(graph.retokenization_splits)} splits); reading every prompt once {read_ms:6.2f} ms"
     )
 
 
@@ -234,6 +255,10 @@ def main() -> None:
           f"median of {args.repeats}:")
     for name, turns in shapes.items():
         speed(name, turns, args.repeats)
+    for name, turns in shapes.items():
+        graph_alone(name, turns, args.repeats)
+    rerendered = synthetic_rollout(growth=growths["summed"], rerendered=True)
+    graph_alone("summed, re-rendered", rerendered, args.repeats)
     print(
         "(2) turns/ on disk per unique token (prompt deltas + sampled ids), zstd level 1, "
         "ids PLAIN, logprobs BYTE_STREAM_SPLIT:"

@@ -12,14 +12,20 @@ graph is therefore a function of the set of turns: a late ancestor adopts earlie
 arrivals. Each leaf yields one training sequence (root to leaf) whose loss mask covers
 exactly the tokens the engine sampled with a logprob.
 
-Speed matters (a 50-turn rollout of ~2.4M prompt tokens must link in a few ms), so
-candidate parents are bucketed by length and probed on a few tokens before a single
-vectorised comparison; there is no loop over tokens in Python.
+Speed matters (a 50-turn rollout must build in a few ms). Linking (`prefixes.link`) is
+exact, never by hash: every turn's ids are compared token for token against a trie of
+the turns' sequences, about once each in an agent's conversation and within a constant
+factor in any case (see `prefixes`); parents, same-prompt classes and re-tokenisation
+splits are then read off the trie without comparing again, so forks, retries,
+duplicates and arrival order add Python steps, not comparisons. The one cost that grows
+with the prompts summed over the turns rather than with the unique tokens is that
+single read: each turn carries its own copy of its prompt, and an exact check cannot
+skip a token of it. Each training sequence is a fresh array, so sequences cost their
+own lengths.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,9 +33,10 @@ from types import MappingProxyType
 
 import numpy as np
 
+from harbor_ray.capture.prefixes import Links, link, prompt_ids, token_ids
 from harbor_ray.capture.turn import TurnRecord
 
-__all__ = ["Node", "Role", "RolloutGraph", "TrainingSequence", "build_graph"]
+__all__ = ["Node", "Role", "RolloutGraph", "TrainingSequence", "assemble", "build_graph"]
 
 
 class Role(StrEnum):
@@ -81,7 +88,7 @@ class RolloutGraph:
     nobody's parent and yield no sequence (validation reports them).
     `retokenization_splits` holds pairs (i, j): turn i's prompt extends turn j's prompt
     but not turn j's sampled ids, past the point where i is linked (see
-    `_retokenization_splits`).
+    `prefixes.link`).
     """
 
     nodes: Mapping[int, Node]
@@ -107,26 +114,34 @@ def build_graph(turns: Sequence[TurnRecord]) -> RolloutGraph:
     """
     by_index = _by_index(turns)
     linked = [t for t in by_index.values() if t.prompt_ids is not None and t.token_ids is not None]
-    linked_ids = [t.index for t in linked]  # ascending, like by_index
+    return assemble(by_index, link(linked))
 
-    parents = _parents(linked)
-    children: dict[int, list[int]] = {t.index: [] for t in linked}
+
+def assemble(by_index: Mapping[int, TurnRecord], links: Links) -> RolloutGraph:
+    """The graph of `by_index` (ascending indices) given how its linked turns relate.
+
+    `links` covers exactly the turns with prompt and sampled ids; the rest are unlinked.
+    """
+    linked_ids = list(links.parents)
+    linked_ids.sort()
+    parents = links.parents
+    children: dict[int, list[int]] = {i: [] for i in linked_ids}
     for child in linked_ids:
         parent = parents[child]
         if parent is not None:
             children[parent].append(child)
 
-    # A parent's prompt is strictly shorter than its child's (see `_parents`).
-    order = sorted(linked, key=lambda t: len(_prompt(t)))
+    # A parent's prompt is strictly shorter than its child's (see `link`).
+    order = sorted(linked_ids, key=lambda i: len(prompt_ids(by_index[i])))
     root_of: dict[int, int] = {}
     depth: dict[int, int] = {}
-    for turn in order:
-        parent = parents[turn.index]
-        root_of[turn.index] = turn.index if parent is None else root_of[parent]
-        depth[turn.index] = 0 if parent is None else depth[parent] + 1
+    for index in order:
+        parent = parents[index]
+        root_of[index] = index if parent is None else root_of[parent]
+        depth[index] = 0 if parent is None else depth[parent] + 1
 
     roots = tuple(i for i in linked_ids if parents[i] is None)
-    discarded = _discarded(by_index, parents, children, roots)
+    discarded = _discarded(links.prompt_class, children, roots)
 
     nodes: dict[int, Node] = {}
     for index, turn in by_index.items():
@@ -146,7 +161,7 @@ def build_graph(turns: Sequence[TurnRecord]) -> RolloutGraph:
         forks=tuple(i for i in linked_ids if len(children[i]) > 1),
         discarded=tuple(sorted(discarded)),
         unlinked=tuple(i for i in by_index if i not in children),
-        retokenization_splits=_retokenization_splits(linked, parents, by_index),
+        retokenization_splits=links.retokenization_splits,
         sequences=tuple(_sequence(leaf, nodes, by_index) for leaf in leaves),
     )
 
@@ -160,69 +175,8 @@ def _by_index(turns: Sequence[TurnRecord]) -> dict[int, TurnRecord]:
     return dict(sorted(by_index.items()))
 
 
-def _full_len(turn: TurnRecord) -> int:
-    assert turn.prompt_ids is not None and turn.token_ids is not None
-    return len(turn.prompt_ids) + len(turn.token_ids)
-
-
-def _starts_with(seq: np.ndarray, head: np.ndarray, tail: np.ndarray | None = None) -> bool:
-    """Whether `seq` begins with `head` (+ `tail`), without concatenating anything.
-
-    A few probe tokens reject most candidates before the one vectorised comparison.
-    """
-    n = len(head)
-    m = 0 if tail is None else len(tail)
-    if n + m > len(seq):
-        return False
-    if m:
-        assert tail is not None
-        if seq[n + m - 1] != tail[-1] or seq[n] != tail[0]:
-            return False
-    if n and (seq[n - 1] != head[-1] or seq[0] != head[0] or seq[n // 2] != head[n // 2]):
-        return False
-    # Slices of equal length compared directly: np.array_equal's checks double the cost.
-    if m and not (seq[n : n + m] == tail).all():
-        return False
-    return bool((seq[:n] == head).all())
-
-
-def _parents(linked: list[TurnRecord]) -> dict[int, int | None]:
-    """Each linked turn's parent: the longest full sequence that prefixes its prompt.
-
-    Candidates are visited longest first and, within one length, lowest index first, so
-    the first exact match is the answer. A turn that sampled nothing is never a parent:
-    its full sequence is just its prompt, so it would adopt its own retries (and two
-    such turns each other). Without it, a parent's prompt is strictly shorter than its
-    child's, so the links cannot form a cycle.
-    """
-    by_length: dict[int, list[TurnRecord]] = {}
-    for turn in sorted(linked, key=lambda t: t.index):
-        if len(_tokens(turn)):
-            by_length.setdefault(_full_len(turn), []).append(turn)
-    lengths = sorted(by_length)
-
-    parents: dict[int, int | None] = {}
-    for turn in linked:
-        prompt = _prompt(turn)
-        parents[turn.index] = None
-        for k in range(bisect.bisect_right(lengths, len(prompt)) - 1, -1, -1):
-            match = _first_prefix(prompt, by_length[lengths[k]])
-            if match is not None:
-                parents[turn.index] = match
-                break
-    return parents
-
-
-def _first_prefix(prompt: np.ndarray, candidates: list[TurnRecord]) -> int | None:
-    for candidate in candidates:
-        if _starts_with(prompt, _prompt(candidate), candidate.token_ids):
-            return candidate.index
-    return None
-
-
 def _discarded(
-    by_index: Mapping[int, TurnRecord],
-    parents: Mapping[int, int | None],
+    prompt_class: Mapping[int, int],
     children: Mapping[int, list[int]],
     roots: tuple[int, ...],
 ) -> frozenset[int]:
@@ -234,74 +188,16 @@ def _discarded(
     sibling_groups = [roots, *(tuple(c) for c in children.values() if len(c) > 1)]
     discarded: set[int] = set()
     for siblings in sibling_groups:
-        for same_prompt in _same_prompt_classes(siblings, by_index):
-            if len(same_prompt) < 2:
+        same_prompt: dict[int, list[int]] = {}
+        for index in siblings:
+            same_prompt.setdefault(prompt_class[index], []).append(index)
+        for retries in same_prompt.values():
+            if len(retries) < 2:
                 continue
-            continued = [i for i in same_prompt if children[i]]
-            kept = set(continued) if continued else {max(same_prompt)}
-            discarded.update(i for i in same_prompt if i not in kept)
+            continued = [i for i in retries if children[i]]
+            kept = set(continued) if continued else {max(retries)}
+            discarded.update(i for i in retries if i not in kept)
     return frozenset(discarded)
-
-
-def _same_prompt_classes(
-    siblings: tuple[int, ...], by_index: Mapping[int, TurnRecord]
-) -> list[list[int]]:
-    classes: list[list[int]] = []
-    for index in siblings:
-        prompt = by_index[index].prompt_ids
-        assert prompt is not None
-        for cls in classes:
-            other = by_index[cls[0]].prompt_ids
-            assert other is not None
-            if len(other) == len(prompt) and _starts_with(prompt, other):
-                cls.append(index)
-                break
-        else:
-            classes.append([index])
-    return classes
-
-
-def _retokenization_splits(
-    linked: list[TurnRecord],
-    parents: Mapping[int, int | None],
-    by_index: Mapping[int, TurnRecord],
-) -> tuple[tuple[int, int], ...]:
-    """Pairs (i, j) where turn i continued turn j's prompt but not j's sampled ids.
-
-    Detokenising and re-tokenising a reply can change its ids (ENGINE.md), so the next
-    prompt holds j's prompt and a different rendering of j's reply. Exact linking then
-    attaches i higher up: to no parent (a new root) when j was the first call, otherwise
-    to an earlier ancestor, beside j. Only j whose prompt reaches at least as far as i's
-    parent's full sequence count: a shorter one is an older retry that i's own ancestry
-    already explains. The same shape arises when an agent rewrites its history (drops a
-    reply); validation reports either way.
-    """
-    by_prompt_len = sorted(linked, key=lambda t: (len(_prompt(t)), t.index))
-    prompt_lens = [len(_prompt(t)) for t in by_prompt_len]
-
-    splits: list[tuple[int, int]] = []
-    for turn in sorted(linked, key=lambda t: t.index):
-        prompt = _prompt(turn)
-        parent = parents[turn.index]
-        reach = 0 if parent is None else _full_len(by_index[parent])
-        lo = bisect.bisect_left(prompt_lens, reach)
-        hi = bisect.bisect_left(prompt_lens, len(prompt))
-        for other in by_prompt_len[lo:hi]:
-            if _starts_with(prompt, _prompt(other)) and not _starts_with(
-                prompt, _prompt(other), other.token_ids
-            ):
-                splits.append((turn.index, other.index))
-    return tuple(sorted(splits))
-
-
-def _prompt(turn: TurnRecord) -> np.ndarray:
-    assert turn.prompt_ids is not None
-    return turn.prompt_ids
-
-
-def _tokens(turn: TurnRecord) -> np.ndarray:
-    assert turn.token_ids is not None
-    return turn.token_ids
 
 
 def _tree_role(root: TurnRecord) -> Role:
@@ -343,12 +239,12 @@ def _place(path: list[TurnRecord], loss_mask: np.ndarray, logprobs: np.ndarray) 
     Absent or misaligned logprobs leave a turn's tokens masked (validation is FATAL).
     All turns are placed with one scatter, not one numpy call per turn.
     """
-    aligned = [t for t in path if t.logprobs is not None and len(t.logprobs) == len(_tokens(t))]
+    aligned = [t for t in path if t.logprobs is not None and len(t.logprobs) == len(token_ids(t))]
     if not aligned:
         return
     values = np.concatenate([t.logprobs for t in aligned if t.logprobs is not None])
-    lengths = np.array([len(_tokens(t)) for t in aligned])
-    starts = np.array([len(_prompt(t)) for t in aligned])
+    lengths = np.array([len(token_ids(t)) for t in aligned])
+    starts = np.array([len(prompt_ids(t)) for t in aligned])
     # Value k of turn t lands at start(t) + k: shift a running count by each turn's offset.
     shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
     positions = np.arange(len(values)) + shift
