@@ -14,10 +14,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! command -v uv >/dev/null; then
-  echo "bootstrap: installing uv from PyPI" >&2
-  python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
+# A `uv` on PATH may not run: a pyenv shim for a uv pip-installed into another Python
+# version says "pyenv: uv: command not found". So a uv counts only if it runs, and the
+# one a previous bootstrap installed (~/.local/bin) is looked for before installing.
+uv_runs() { uv --version >/dev/null 2>&1; }
+if ! uv_runs; then
   export PATH="$HOME/.local/bin:$PATH"
+  if ! uv_runs; then
+    echo "bootstrap: installing uv from PyPI" >&2
+    python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
+    if command -v pyenv >/dev/null; then pyenv rehash; fi
+    uv_runs || { echo "bootstrap: uv was installed but does not run" >&2; exit 1; }
+  fi
 fi
 
 # Harbor needs Python >= 3.12. Use the pyenv 3.12 interpreter; never let uv download one.

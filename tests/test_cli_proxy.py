@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -29,10 +30,11 @@ def run_fails(*args: str) -> str:
     return " ".join(done.stderr.split())
 
 
-def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
+@contextlib.contextmanager
+def proxy_process(*args: str) -> Iterator[tuple[int, list[str]]]:
+    """`harbor-ray proxy ARGS` on a free port; yields (port, its output until ready)."""
     port = free_port()
-    proc = subprocess.Popen(harbor_ray("proxy", "--llm-url", fake_engine_url,
-                                       "--port", str(port), "--budget", "3"),
+    proc = subprocess.Popen(harbor_ray("proxy", "--port", str(port), *args),
                             stderr=subprocess.PIPE, text=True)
     try:
         lines = []
@@ -40,19 +42,48 @@ def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
             lines.append(line)
             if "ready at" in line:
                 break
+        assert proc.poll() is None, lines
+        yield port, lines
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def chat(url: str, key: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
+                      json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
+    with proxy_process("--llm-url", fake_engine_url, "--budget", "3") as (port, lines):
         assert any("engine certified: fake-model" in line for line in lines), lines
         url = f"http://127.0.0.1:{port}"
         session = httpx.post(f"{url}/sessions").json()
         assert session["budget"] == 3
-        reply = httpx.post(f"{url}/v1/chat/completions",
-                           headers={"authorization": f"Bearer {session['key']}"},
-                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-        assert reply.json()["choices"][0]["message"]["content"] == "echo: hi"
+        assert chat(url, session["key"]).json()["choices"][0]["message"]["content"] == (
+            "echo: hi")
         doc = httpx.get(f"{url}/sessions/{session['session_id']}/export").json()
         assert len(doc["turns"]) == 1 and doc["trainable"]
-    finally:
-        proc.terminate()
-        proc.wait(10)
+
+
+def test_off_loopback_the_session_routes_need_the_admin_key(fake_engine_url: str) -> None:
+    admin = {"authorization": "Bearer the-admin-key"}
+    with proxy_process("--llm-url", fake_engine_url, "--host", "0.0.0.0",
+                       "--admin-key", "the-admin-key") as (port, _):
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.post(f"{url}/sessions").status_code == 401
+        assert httpx.post(f"{url}/sessions", headers={"authorization": "Bearer x"}
+                          ).status_code == 401
+        session = httpx.post(f"{url}/sessions", headers=admin).json()
+        # Model calls take the session's own key, which opens nothing else.
+        assert chat(url, session["key"]).status_code == 200
+        export = f"{url}/sessions/{session['session_id']}/export"
+        assert httpx.get(export, headers={"authorization": f"Bearer {session['key']}"}
+                         ).status_code == 401
+        assert len(httpx.get(export, headers=admin).json()["turns"]) == 1
+        assert httpx.get(f"{url}/sessions").status_code == 401
+        assert httpx.get(f"{url}/sessions", headers=admin).json() == {
+            "sessions": [session["session_id"]]}
 
 
 def test_refuses_non_loopback_without_admin_key(fake_engine_url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,14 +12,16 @@ from pathlib import Path
 import pytest
 
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from tests.fake_docker import path_with_docker
 from tests.processes import gone
 
 pytestmark = pytest.mark.integration
 
 
-def rollout(*args: str) -> subprocess.CompletedProcess[str]:
+def rollout(*args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harbor_ray.cli", "rollout", *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_oracle_rollouts_all_ok(tmp_path: Path) -> None:
@@ -53,6 +56,8 @@ def test_failed_rollout_exits_one(tmp_path: Path) -> None:
     (["--agent", "oracle", "--dataset", "https://example.com/x.git"], "network"),
 ])
 def test_could_not_start_exits_two(tmp_path: Path, args: list[str], says: str) -> None:
-    done = rollout(*args, "--out", str(tmp_path))
+    # A docker CLI without a daemon, whatever this machine has.
+    env = {**os.environ, "PATH": path_with_docker(tmp_path / "bin", daemon=False)}
+    done = rollout(*args, "--out", str(tmp_path), env=env)
     assert done.returncode == 2, done.stderr
     assert says in " ".join(done.stderr.split())

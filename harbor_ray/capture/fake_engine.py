@@ -84,6 +84,7 @@ class FakeEngine:
     token_ids: bool = True  # False imitates an engine without return_token_ids support
     tool_calling: bool = True  # False imitates vLLM without --enable-auto-tool-choice
     fail_with: int | None = None  # answer every generation with this HTTP status
+    tokenize: bool = True  # False imitates an engine without vLLM's /tokenize
     calls: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0  # generations abandoned mid-way (the client went away)
 
@@ -94,6 +95,10 @@ class FakeEngine:
             return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
         if path == "/version":
             return {"version": "fake"}
+        if path == "/tokenize" and self.tokenize and body is not None:
+            # vLLM's reply for chat messages: the prompt the next generation would see.
+            tokens = render_prompt(body.get("messages") or [])
+            return {"count": len(tokens), "max_model_len": 8192, "tokens": tokens}
         if path != "/v1/chat/completions" or body is None:
             raise EngineError(f"fake engine has no route {method} {path}", 400)
         return await self.complete(body)
@@ -168,6 +173,7 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
         Route("/v1/models", handle, methods=["GET"]),
         Route("/version", handle, methods=["GET"]),
         Route("/v1/chat/completions", handle, methods=["POST"]),
+        Route("/tokenize", handle, methods=["POST"]),
     ])
 
 

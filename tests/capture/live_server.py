@@ -57,6 +57,7 @@ def server(capture_server: CaptureServer) -> Iterator[CaptureServer]:
     """The shared server with the fake engine reset to its defaults for this test."""
     engine = capture_server.engine
     engine.script, engine.delay_s, engine.fail_with = echo_script, 0.0, None
+    engine.tokenize = True
     engine.cancelled = 0
     engine.calls.clear()
     yield capture_server

@@ -12,11 +12,13 @@ import gc
 import json
 
 import anthropic
+import httpx
 import openai
 import pytest
 from google import genai
 from google.genai import types as gtypes
 
+from harbor_ray.capture.budget import BUDGET_MESSAGE
 from harbor_ray.capture.fake_engine import FakeReply, render_prompt
 from tests.capture.live_server import CaptureServer
 
@@ -171,6 +173,21 @@ def test_openai_responses_tool_call(server: CaptureServer) -> None:
     assert_one_turn_per_call(server, sid, 1)
 
 
+def test_openai_responses_input_tokens_is_the_engines_count_and_not_a_turn(
+    server: CaptureServer,
+) -> None:
+    sid, key = server.new_session()
+    client = openai_client(server, key)
+    counted = client.responses.input_tokens.count(
+        model="m", input="how long is this?", instructions="be nice")
+    assert counted.object == "response.input_tokens"
+    assert server.export(sid)["turns"] == [] and server.engine.calls == []
+    reply = client.responses.create(model="m", input="how long is this?", instructions="be nice")
+    assert counted.input_tokens == reply.usage.input_tokens
+    assert counted.input_tokens == len(render_prompt(server.engine.calls[0]["messages"]))
+    assert len(server.export(sid)["turns"]) == 1
+
+
 # ---- Anthropic Messages -------------------------------------------------------------
 
 
@@ -212,14 +229,31 @@ def test_anthropic_stream_text(server: CaptureServer) -> None:
     assert_one_turn_per_call(server, sid, 1)
 
 
-def test_anthropic_count_tokens_is_not_a_turn(server: CaptureServer) -> None:
+def test_anthropic_count_tokens_is_the_engines_count_and_not_a_turn(
+    server: CaptureServer,
+) -> None:
+    sid, key = server.new_session()
+    client = anthropic_client(server, key)
+    request = {"model": "claude-x", "system": "be brief",
+               "messages": [{"role": "user", "content": "count me please"}]}
+    counted = client.messages.count_tokens(**request)
+    assert server.export(sid)["turns"] == [] and server.engine.calls == []
+    # The count is the engine's tokenisation of the very prompt the call itself sends.
+    reply = client.messages.create(max_tokens=64, **request)
+    assert counted.input_tokens == reply.usage.input_tokens
+    assert counted.input_tokens == len(render_prompt(server.engine.calls[0]["messages"]))
+    assert len(server.export(sid)["turns"]) == 1
+
+
+def test_count_tokens_without_the_engines_tokenizer_is_estimated(
+    server: CaptureServer,
+) -> None:
+    server.engine.tokenize = False  # an engine without vLLM's /tokenize
     sid, key = server.new_session()
     counted = anthropic_client(server, key).messages.count_tokens(
-        model="claude-x", messages=[{"role": "user", "content": "count me please"}]
-    )
+        model="claude-x", messages=[{"role": "user", "content": "count me please"}])
     assert counted.input_tokens > 0
-    assert server.export(sid)["turns"] == []
-    assert server.engine.calls == []
+    assert server.export(sid)["turns"] == [] and server.engine.calls == []
 
 
 # ---- Google generateContent ---------------------------------------------------------
@@ -268,12 +302,26 @@ def test_google_function_call(server: CaptureServer) -> None:
     assert_one_turn_per_call(server, sid, 1)
 
 
-def test_google_count_tokens_is_not_a_turn(server: CaptureServer) -> None:
+def test_google_count_tokens_is_the_engines_count_and_not_a_turn(
+    server: CaptureServer,
+) -> None:
     sid, key = server.new_session()
     client = google_client(server, key)
+    config = gtypes.GenerateContentConfig(system_instruction="sys")
     counted = client.models.count_tokens(model="gemini-x", contents="abc")
-    assert counted.total_tokens and counted.total_tokens > 0
-    assert server.export(sid)["turns"] == []
+    assert server.export(sid)["turns"] == [] and server.engine.calls == []
+    reply = client.models.generate_content(model="gemini-x", contents="abc")
+    assert counted.total_tokens == reply.usage_metadata.prompt_token_count
+    assert counted.total_tokens == len(render_prompt(server.engine.calls[0]["messages"]))
+    # The wrapped form, which carries the system instruction, counts it too.
+    wrapped = httpx.post(
+        f"{server.url}/v1beta/models/gemini-x:countTokens", headers={"x-goog-api-key": key},
+        json={"generateContentRequest": {
+            "model": "models/gemini-x", "contents": [{"role": "user", "parts": [{"text": "abc"}]}],
+            "systemInstruction": {"parts": [{"text": "sys"}]}}})
+    with_system = client.models.generate_content(model="gemini-x", contents="abc", config=config)
+    assert wrapped.json() == {"totalTokens": with_system.usage_metadata.prompt_token_count}
+    assert len(server.export(sid)["turns"]) == 2
 
 
 # ---- Session edges, through the SDKs -------------------------------------------------
@@ -303,28 +351,45 @@ def test_one_sessions_key_cannot_read_another(server: CaptureServer) -> None:
             model="m", messages=[{"role": "user", "content": "x"}])
 
 
+def _reply_text(server: CaptureServer, key: str, dialect: str, stream: bool) -> str:
+    """The text one model call in `dialect` gets back, through that dialect's SDK."""
+    msgs = [{"role": "user", "content": "x"}]
+    if dialect == "chat":
+        chat = openai_client(server, key).chat.completions
+        if stream:
+            chunks = list(chat.create(model="m", messages=msgs, stream=True))
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return chat.create(model="m", messages=msgs).choices[0].message.content
+    if dialect == "responses":
+        responses = openai_client(server, key).responses
+        if stream:
+            with responses.stream(model="m", input="x") as events:
+                return events.get_final_response().output_text
+        return responses.create(model="m", input="x").output_text
+    if dialect == "anthropic":
+        messages = anthropic_client(server, key).messages
+        if stream:
+            with messages.stream(model="m", max_tokens=5, messages=msgs) as events:
+                return events.get_final_message().content[0].text
+        return messages.create(model="m", max_tokens=5, messages=msgs).content[0].text
+    client = google_client(server, key)  # kept: a dropped client closes its connections
+    if stream:
+        return "".join(c.text or "" for c in client.models.generate_content_stream(
+            model="m", contents="x"))
+    return client.models.generate_content(model="m", contents="x").text
+
+
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic", "google"])
 def test_budget_stop_is_terminal_nonempty_and_unrecorded(
-    server: CaptureServer, stream: bool
+    server: CaptureServer, dialect: str, stream: bool
 ) -> None:
     sid, key = server.new_session(budget=1)
-    client = openai_client(server, key)
-    msgs = [{"role": "user", "content": "x"}]
-    client.chat.completions.create(model="m", messages=msgs)
-    if stream:
-        chunks = list(client.chat.completions.create(model="m", messages=msgs, stream=True))
-        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    else:
-        text = client.chat.completions.create(model="m", messages=msgs).choices[0].message.content
-    assert "budget" in text
-    with anthropic_client(server, key).messages.stream(
-        model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
-    ) as s:
-        assert "budget" in s.get_final_message().content[0].text
-    gclient = google_client(server, key)
-    assert "budget" in gclient.models.generate_content(model="m", contents="x").text
+    assert _reply_text(server, key, dialect, stream) == "echo: x"
+    assert _reply_text(server, key, dialect, stream) == BUDGET_MESSAGE
+    assert len(server.engine.calls) == 1
     doc = assert_one_turn_per_call(server, sid, 1)
-    assert doc["counts"]["budget_stops"] == 3
+    assert doc["counts"]["budget_stops"] == 1
 
 
 def test_engine_failure_is_retryable_and_counted(server: CaptureServer) -> None:

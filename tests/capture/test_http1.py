@@ -420,8 +420,9 @@ async def test_cancelled_requests_close_their_connection_and_free_their_slot() -
     async with raw_served(answer_unless_hang) as (url, tally):
         pool = Http1Pool(url, max_connections=2, timeout_s=5)
         hung = [asyncio.create_task(pool.request("GET", "/hang")) for _ in range(2)]
-        while tally.requests < 2:
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            while tally.requests < 2:
+                await asyncio.sleep(0.01)
         for task in hung:
             task.cancel()
         await asyncio.gather(*hung, return_exceptions=True)

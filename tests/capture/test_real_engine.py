@@ -18,6 +18,7 @@ from harbor_ray.capture.certify import CertificationError, certify
 from harbor_ray.capture.engine import HttpEngine
 from harbor_ray.capture.local import LocalCapture, local_capture
 from harbor_ray.capture.sampling import Sampling
+from tests.fixtures.recording_engine import RecordingEngine, assert_turns_are_the_engines
 
 pytestmark = pytest.mark.integration
 
@@ -26,13 +27,25 @@ SAMPLING = Sampling(temperature=0.0, max_tokens=12)
 
 
 @pytest.fixture(scope="module")
-async def capture(engine_url: str) -> AsyncIterator[LocalCapture]:
+async def recorder(engine_url: str) -> AsyncIterator[RecordingEngine]:
     engine = HttpEngine(engine_url)
     try:
-        async with local_capture(engine, engine.root) as running:
-            yield running
+        yield RecordingEngine(engine)
     finally:
         await engine.aclose()
+
+
+@pytest.fixture(scope="module")
+async def module_capture(recorder: RecordingEngine) -> AsyncIterator[LocalCapture]:
+    async with local_capture(recorder, recorder.inner.root) as running:
+        yield running
+
+
+@pytest.fixture
+def capture(module_capture: LocalCapture, recorder: RecordingEngine) -> LocalCapture:
+    """The module's proxy, with only this test's generations kept by `recorder`."""
+    recorder.generations.clear()
+    return module_capture
 
 
 async def session(capture: LocalCapture) -> tuple[str, str]:
@@ -40,11 +53,13 @@ async def session(capture: LocalCapture) -> tuple[str, str]:
     return info.session_id, info.key
 
 
-def assert_exact_turns(doc: dict, calls: int) -> None:
+def assert_exact_turns(doc: dict, recorder: RecordingEngine, calls: int) -> None:
+    """One turn per call, each exactly the engine's own reply to it."""
     assert len(doc["turns"]) == calls
-    for turn in doc["turns"]:
-        assert turn["prompt_ids"] and turn["token_ids"]
-        assert len(turn["logprobs"]) == len(turn["token_ids"]) <= SAMPLING.max_tokens
+    assert_turns_are_the_engines(doc["turns"], recorder.generations)
+    for turn, (sent, _) in zip(doc["turns"], recorder.generations, strict=True):
+        assert sent["temperature"] == SAMPLING.temperature  # the session's, imposed
+        assert 0 < len(turn["token_ids"]) <= SAMPLING.max_tokens
         assert all(lp is not None and math.isfinite(lp) and lp <= 0 for lp in turn["logprobs"])
 
 
@@ -79,7 +94,8 @@ async def test_a_server_without_token_ids_is_refused() -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_openai_chat_and_responses(capture: LocalCapture, stream: bool) -> None:
+async def test_openai_chat_and_responses(capture: LocalCapture, recorder: RecordingEngine,
+                                         stream: bool) -> None:
     sid, key = await session(capture)
     client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=key, max_retries=0)
     messages = [{"role": "user", "content": "What is 2+2?"}]
@@ -97,11 +113,13 @@ async def test_openai_chat_and_responses(capture: LocalCapture, stream: bool) ->
     assert chat_text.strip() and responses_text.strip()
     # Greedy and the same prompt: both dialects reached the same model the same way.
     assert chat_text == responses_text
-    assert_exact_turns(await capture.store.export(sid), 2)
+    assert_exact_turns(await capture.store.export(sid), recorder, 2)
+    assert chat_text == recorder.generations[0][1]["choices"][0]["message"]["content"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_anthropic_messages(capture: LocalCapture, stream: bool) -> None:
+async def test_anthropic_messages(capture: LocalCapture, recorder: RecordingEngine,
+                                  stream: bool) -> None:
     sid, key = await session(capture)
     client = anthropic.AsyncAnthropic(base_url=capture.host_url, api_key=key, max_retries=0)
     kwargs = {"model": "claude-any", "max_tokens": 64,
@@ -112,12 +130,17 @@ async def test_anthropic_messages(capture: LocalCapture, stream: bool) -> None:
     else:
         message = await client.messages.create(**kwargs)
     assert message.content[0].text.strip()
-    assert message.stop_reason in ("end_turn", "max_tokens")
-    assert_exact_turns(await capture.store.export(sid), 1)
+    assert_exact_turns(await capture.store.export(sid), recorder, 1)
+    [(_, reply)] = recorder.generations
+    [choice] = reply["choices"]
+    assert message.content[0].text == choice["message"]["content"]
+    assert message.stop_reason == {"stop": "end_turn", "length": "max_tokens"}[
+        choice["finish_reason"]]
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_google_generate_content(capture: LocalCapture, stream: bool) -> None:
+async def test_google_generate_content(capture: LocalCapture, recorder: RecordingEngine,
+                                       stream: bool) -> None:
     sid, key = await session(capture)
     client = genai.Client(api_key=key, http_options=gtypes.HttpOptions(
         base_url=capture.host_url, retry_options=None))
@@ -129,31 +152,37 @@ async def test_google_generate_content(capture: LocalCapture, stream: bool) -> N
         text = (await client.aio.models.generate_content(
             model="gemini-any", contents="Name a fruit.")).text
     assert text.strip()
-    assert_exact_turns(await capture.store.export(sid), 1)
+    assert_exact_turns(await capture.store.export(sid), recorder, 1)
+    assert text == recorder.generations[0][1]["choices"][0]["message"]["content"]
 
 
-async def test_three_turn_conversation_is_captured_exactly(capture: LocalCapture) -> None:
+async def test_three_turn_conversation_is_captured_exactly(
+    capture: LocalCapture, recorder: RecordingEngine
+) -> None:
     sid, key = await session(capture)
     client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=key, max_retries=0)
     messages: list[dict] = [{"role": "system", "content": "You are brief."}]
-    replies = []
     for question in ("What is 2+2?", "And 3+3?", "And 4+4?"):
         messages.append({"role": "user", "content": question})
         reply = await client.chat.completions.create(model="any", messages=messages)
-        replies.append(reply)
         messages.append({"role": "assistant", "content": reply.choices[0].message.content})
     doc = await capture.store.export(sid)
-    assert_exact_turns(doc, 3)
+    assert_exact_turns(doc, recorder, 3)
     turns = doc["turns"]
+    # Which way the graph must go follows from the engine's own ids: a reply sent back as
+    # text either came back as the very ids sampled (the next prompt extends the whole
+    # previous call) or re-tokenised otherwise (it extends only the previous prompt).
+    continued = []
     for earlier, later in itertools.pairwise(turns):
-        # The engine's canonical prompt always extends the previous prompt...
+        full = earlier["prompt_ids"] + earlier["token_ids"]
         assert later["prompt_ids"][: len(earlier["prompt_ids"])] == earlier["prompt_ids"]
-    splits = [f for f in doc["findings"] if f["code"] == "retokenization_split"]
-    if doc["counts"]["roots"] == 1:
-        # ...and where the reply re-tokenised to the same ids, one root holds it all.
+        continued.append(later["prompt_ids"][: len(full)] == full)
+    splits = [f["turn"] for f in doc["findings"] if f["code"] == "retokenization_split"]
+    assert splits == [k + 1 for k, linked in enumerate(continued) if not linked]
+    for k, linked in enumerate(continued):
+        if linked:
+            assert turns[k + 1]["parent"] == k
+    if all(continued):
         (sequence,) = doc["sequences"]
         assert sequence["input_ids"] == turns[-1]["prompt_ids"] + turns[-1]["token_ids"]
-        assert not splits
-    else:
-        # Where it did not, the split is reported, never silently glued together.
-        assert splits, doc["findings"]
+    print(f"three turns: each reply continued the previous call: {continued}")

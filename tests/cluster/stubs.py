@@ -21,9 +21,10 @@ def ok_row(spec: RolloutSpec, started: float) -> RolloutRecord:
     ), None)
 
 
-def barrier_work(directory: str, expected: int, timeout_s: float):
-    """Each rollout checks in, then waits until `expected` have checked in (or gives up):
-    all of them return only if all of them ran at the same time."""
+def barrier_work(directory: str, expected: int, timeout_s: float, hold_s: float = 0.0):
+    """Each rollout checks in, then waits until `expected` have checked in (or gives up),
+    then holds for `hold_s`: the first `expected` return only if they ran at the same
+    time. Rows say when each ran (`started_at`, `ended_at`)."""
 
     async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
         started = time.time()
@@ -32,8 +33,40 @@ def barrier_work(directory: str, expected: int, timeout_s: float):
             if time.time() - started > timeout_s:
                 break
             await asyncio.sleep(0.2)
+        await asyncio.sleep(hold_s)
         return ok_row(spec, started)
 
+    return work
+
+
+def peak_running(rows: list[dict]) -> int:
+    """The most rollouts whose work ran at one moment, from their rows' own timestamps
+    (an end and a start at the same instant do not overlap)."""
+    events = sorted(
+        (t[key], delta) for t in (dict(r["timings"]) for r in rows)
+        for key, delta in (("started_at", 1), ("ended_at", -1)))
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+class SlowToStart:
+    """`work` that a host can take only once `gate` exists: a host is given its work when
+    it is created, and unpickling this waits for the gate, so the host does not start
+    before it (a node too busy to start it, made deterministic)."""
+
+    def __init__(self, gate: str, work) -> None:
+        self.gate, self.work = gate, work
+
+    def __reduce__(self):
+        return _once_open, (self.gate, self.work)
+
+
+def _once_open(gate: str, work):
+    while not Path(gate).exists():
+        time.sleep(0.1)
     return work
 
 

@@ -261,6 +261,10 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
             received[n].append(content)
 
     async def killer() -> tuple[str, int, float]:
+        async with asyncio.timeout(120):
+            return await kill_one_in_use()
+
+    async def kill_one_in_use() -> tuple[str, int, float]:
         while sum(map(len, received)) < KILL_AFTER:
             await asyncio.sleep(0.01)
         if ingress.kind == "direct":

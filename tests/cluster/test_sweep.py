@@ -92,15 +92,28 @@ async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path, count: int, 
     out = tmp_path / "out"
     specs = _specs("samples", out, names=["hello-file"], attempts=count)
     config = SweepConfig(out=out, concurrency=count, per_host=per_host)
-    stats = await sweep(specs, config, {}, work=stubs.barrier_work(str(checked_in), count, 900))
-    assert stats.peak_in_flight == count
+    await sweep(specs, config, {}, work=stubs.barrier_work(str(checked_in), count, 900))
     rows = _rows(out)
     assert len(rows) == count
-    # Every rollout was still running when the last one started.
-    timings = [dict(r["timings"]) for r in rows]
-    last_start = max(t["started_at"] for t in timings)
-    assert all(t["ended_at"] >= last_start for t in timings)
+    # Measured where the work ran: every rollout was running when the last one started.
+    assert stubs.peak_running(rows) == count
     assert len(list(checked_in.iterdir())) == count
+
+
+async def test_no_more_rollouts_run_than_the_concurrency(tmp_path: Path) -> None:
+    """With more rollouts than slots, the hosts run exactly `concurrency` at once: the
+    first wave waits until it is complete, and every rollout holds its slot a while."""
+    checked_in = tmp_path / "in"
+    checked_in.mkdir()
+    out = tmp_path / "out"
+    concurrency, count = 4, 12
+    specs = _specs("samples", out, names=["hello-file"], attempts=count)
+    config = SweepConfig(out=out, concurrency=concurrency, per_host=2)
+    work = stubs.barrier_work(str(checked_in), concurrency, 300, hold_s=1.0)
+    stats = await sweep(specs, config, {}, work=work)
+    rows = _rows(out)
+    assert len(rows) == count and stats.ok == count
+    assert stubs.peak_running(rows) == concurrency
 
 
 async def test_rollout_past_its_deadline(tmp_path: Path) -> None:
@@ -163,33 +176,19 @@ async def test_a_rollout_that_raises_is_one_internal_row(tmp_path: Path) -> None
     assert stats.by_error == {"internal": 2}
 
 
-@ray.remote
-class _CpuHolder:
-    """Holds CPUs so that a host asking for any cannot start until it is killed."""
-
-    def ping(self) -> None:
-        return None
-
-
-def _hold_all_free_cpus():
-    holder = _CpuHolder.options(num_cpus=ray.available_resources()["CPU"]).remote()
-    ray.get(holder.ping.remote())
-    return holder
-
-
 async def test_a_slow_host_start_does_not_count_against_the_deadline(tmp_path: Path
                                                                     ) -> None:
     """The driver's clock starts when the host runs: a host that takes longer to start
     than deadline + grace (a loaded node) still runs its rollout, which is not late."""
     out = tmp_path / "out"
-    holder = _hold_all_free_cpus()
-    config = SweepConfig(out=out, grace_s=1, concurrency=1, host_cpus=0.5, retries=0)
+    gate = tmp_path / "gate"
+    config = SweepConfig(out=out, grace_s=1, concurrency=1, retries=0)
     specs = _specs("samples", out, names=["hello-file"], deadline=3)
-    running = asyncio.create_task(
-        sweep(specs, config, {}, work=stubs.deaf_work(block_task="", seconds=0)))
-    await asyncio.sleep(6)  # past deadline + grace, the host still waiting for a CPU
+    work = stubs.SlowToStart(str(gate), stubs.deaf_work(block_task="", seconds=0))
+    running = asyncio.create_task(sweep(specs, config, {}, work=work))
+    await asyncio.sleep(6)  # past deadline + grace, the host still starting
     assert not running.done()
-    ray.kill(holder)
+    gate.touch()
     await running
     [row] = _rows(out)
     assert row["ok"], row
@@ -197,14 +196,12 @@ async def test_a_slow_host_start_does_not_count_against_the_deadline(tmp_path: P
 
 async def test_a_host_that_cannot_start_is_infra_lost(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    holder = _hold_all_free_cpus()
-    try:
-        config = SweepConfig(out=out, concurrency=1, host_cpus=0.5, retries=1,
-                             host_start_s=2)
-        specs = _specs("samples", out, names=["hello-file"], deadline=60)
-        stats = await sweep(specs, config, {}, work=stubs.deaf_work(block_task="", seconds=0))
-    finally:
-        ray.kill(holder)
+    # More CPUs than the whole cluster has: no node can ever place the host.
+    infeasible = ray.cluster_resources()["CPU"] + 1
+    config = SweepConfig(out=out, concurrency=1, host_cpus=infeasible, retries=1,
+                         host_start_s=2)
+    specs = _specs("samples", out, names=["hello-file"], deadline=60)
+    stats = await sweep(specs, config, {}, work=stubs.deaf_work(block_task="", seconds=0))
     [row] = _rows(out)
     assert row["error_type"] == "infra_lost"
     assert "did not start in 2 s" in row["error"]
@@ -218,9 +215,10 @@ async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
     [spec] = _specs(_slow_tasks(tmp_path, 120), out, names=["slow"], deadline=300)
     running = asyncio.create_task(sweep([spec], config, {}))
     # Kill the actor once its sandbox exists, i.e. mid-rollout.
-    while not (config.sandboxes_dir.exists() and any(config.sandboxes_dir.iterdir())):
-        assert not running.done()
-        await asyncio.sleep(0.5)
+    async with asyncio.timeout(240):
+        while not (config.sandboxes_dir.exists() and any(config.sandboxes_dir.iterdir())):
+            assert not running.done()
+            await asyncio.sleep(0.5)
     [host] = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
               if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")]
     ray.kill(ray.get_actor(host, namespace=NAMESPACE))
@@ -269,3 +267,22 @@ async def test_rows_are_committed_per_interval(tmp_path: Path, commit_s: float, 
         # Token-less rows make no sequences/ or turns/ parts.
         assert len(committed) == (parts if table == "rollouts" else 0), table
     assert sorted(r["rollout_id"] for r in _rows(out)) == sorted(s.rollout_id for s in specs)
+
+
+def test_sweep_command_exits_one_when_some_rollouts_fail(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SAMPLES / "hello-file", tasks / "hello-file")
+    shutil.copytree(SAMPLES / "hello-file", tasks / "no-reward")
+    (tasks / "no-reward" / "tests" / "test.sh").write_text("#!/bin/bash\nexit 0\n")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", "sweep", "--agent", "oracle",
+         "--dataset", str(tasks), "--out", str(out), "--concurrency", "2",
+         "--ray-address", ray.get_runtime_context().gcs_address],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "verifier_missing" in done.stderr  # the summary's failures by error type
+    rows = {r["task"]: r for r in _rows(out)}
+    assert rows["hello-file"]["ok"] and rows["hello-file"]["reward"] == 1.0
+    assert not rows["no-reward"]["ok"]
+    assert rows["no-reward"]["error_type"] == "verifier_missing"

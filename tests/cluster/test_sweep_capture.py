@@ -133,9 +133,10 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     try:
         running = asyncio.create_task(
             sweep(specs, config, {}, work=chat_agent(calls, think_s=0.3, call_timeout_s=20)))
-        while len(engine.calls) < 20:
-            assert not running.done()
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout(240):  # a sweep that stalls fails here, not hangs
+            while len(engine.calls) < 20:
+                assert not running.done()
+                await asyncio.sleep(0.05)
         victim = replica_actor_names()[0]
         ray.kill(ray.get_actor(victim, namespace="serve"))
         stats = await running

@@ -43,16 +43,25 @@ def test_engine_serves_its_model_at_the_handle_url(engine: EngineHandle) -> None
 
 
 def test_reply_carries_token_ids_and_aligned_logprobs(engine: EngineHandle) -> None:
-    reply = _chat(engine)
+    reply = _chat(engine, top_logprobs=3)
     prompt_ids = reply["prompt_token_ids"]
     (choice,) = reply["choices"]
     token_ids = choice["token_ids"]
-    logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+    entries = choice["logprobs"]["content"]
     assert prompt_ids and all(isinstance(i, int) for i in prompt_ids)
     assert 0 < len(token_ids) <= 8
-    assert len(logprobs) == len(token_ids)
-    assert all(math.isfinite(lp) and lp <= 0 for lp in logprobs)
-    assert choice["message"]["content"]
+    # The engine's own counts agree with the ids it returned, one logprob per sampled id.
+    assert reply["usage"]["prompt_tokens"] == len(prompt_ids)
+    assert reply["usage"]["completion_tokens"] == len(token_ids) == len(entries)
+    for entry in entries:
+        # Greedy: each sampled token is the most likely one, and its logprob is the top one.
+        best = entry["top_logprobs"][0]
+        assert math.isfinite(entry["logprob"]) and entry["logprob"] <= 0
+        assert entry["token"] == best["token"]
+        assert entry["logprob"] == pytest.approx(best["logprob"], abs=1e-4)
+        assert all(other["logprob"] <= best["logprob"] for other in entry["top_logprobs"])
+    assert "".join(entry["token"] for entry in entries).startswith(
+        choice["message"]["content"].rstrip())
 
 
 def test_prompt_is_the_prepared_chatml_template(
@@ -69,3 +78,6 @@ def test_prompt_is_the_prepared_chatml_template(
 def test_greedy_replies_repeat(engine: EngineHandle) -> None:
     first, second = _chat(engine), _chat(engine)
     assert first["choices"][0]["token_ids"] == second["choices"][0]["token_ids"]
+    logprobs = [[e["logprob"] for e in reply["choices"][0]["logprobs"]["content"]]
+                for reply in (first, second)]
+    assert logprobs[0] == pytest.approx(logprobs[1], abs=1e-3)

@@ -1,11 +1,15 @@
+from pathlib import Path
+
 import pytest
 
 from harbor_ray.trials.backends import (
+    BackendStatus,
     UnknownBackendError,
     backend_names,
     check_backend,
     environment_config,
 )
+from tests.fake_docker import path_with_docker
 
 
 def test_every_harbor_type_is_listed_after_local() -> None:
@@ -25,9 +29,21 @@ def test_local_sandbox_unusable_without_bwrap(monkeypatch: pytest.MonkeyPatch) -
     assert not status.usable and "bubblewrap" in status.reason
 
 
-def test_docker_is_unusable_without_a_daemon() -> None:
+@pytest.mark.parametrize(("daemon", "usable", "reason"), [
+    (False, False, "Docker daemon is not running. Please start Docker and try again."),
+    (True, True, "preflight passed"),
+])
+def test_docker_is_usable_exactly_when_its_daemon_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, daemon: bool, usable: bool, reason: str
+) -> None:
+    monkeypatch.setenv("PATH", path_with_docker(tmp_path, daemon=daemon))
+    assert check_backend("docker") == BackendStatus("docker", usable, reason)
+
+
+def test_docker_is_unusable_without_its_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
     status = check_backend("docker")
-    assert not status.usable and "Docker" in status.reason
+    assert not status.usable and status.reason.startswith("Docker is not installed")
 
 
 @pytest.mark.parametrize(("name", "variable"), [("e2b", "E2B_API_KEY"),

@@ -12,6 +12,7 @@ from harbor_ray.capture.sampling import Sampling
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
+from tests.fixtures.recording_engine import RecordingEngine, assert_turns_are_the_engines
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +20,10 @@ pytestmark = pytest.mark.integration
 async def test_terminus2_full_rollout_on_smollm2(tmp_path: Path, engine_url: str) -> None:
     (task,) = select_tasks(resolve_dataset("samples"), ["hello-file"])
     engine = HttpEngine(engine_url)
+    recorder = RecordingEngine(engine)
     try:
-        async with local_capture(engine, engine.root) as capture:
+        async with local_capture(recorder, engine.root) as capture:
+            recorder.generations.clear()  # the certification's probes
             record = await run_rollout(RolloutSpec(
                 rollout_id="real-terminus", task=task, agent="terminus-2",
                 trials_dir=tmp_path / "trials", budget=3, deadline_s=900,
@@ -37,7 +40,10 @@ async def test_terminus2_full_rollout_on_smollm2(tmp_path: Path, engine_url: str
     assert doc["counts"]["turns"] == result.model_calls
     trainable = [s for s in doc["sequences"] if s["role"] == "agent" and any(s["loss_mask"])]
     assert trainable, doc["findings"]
+    # Every turn is exactly the engine's reply to the call terminus-2 made.
+    assert_turns_are_the_engines(doc["turns"], recorder.generations)
+    for sent, _ in recorder.generations:
+        assert sent["temperature"] == 0.7 and sent["max_tokens"] <= 48
     for turn in doc["turns"]:
-        assert turn["prompt_ids"] and turn["token_ids"]
-        assert len(turn["logprobs"]) == len(turn["token_ids"]) <= 48
+        assert 0 < len(turn["token_ids"]) <= 48
         assert all(lp is not None and lp <= 0 for lp in turn["logprobs"])
