@@ -51,8 +51,9 @@ class Admission:
 class SessionGone(LookupError):
     """The session ended (closed, or its owner died) after its key was accepted.
 
-    A replica's cached grant can outlive the session; admission is where it finds out,
-    and the agent gets a 401 rather than a 500.
+    A replica's cached grant can outlive the session, and a session can end while one
+    of its calls runs: admission, record and release find out, and the agent gets a 401
+    rather than a 500.
     """
 
 
