@@ -16,7 +16,7 @@ from rich.console import Console
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.certify import CertificationError, certify
-from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.capture.server import ServeError, bind, check_exposure, run_server, serve
 from harbor_ray.capture.session import InMemorySessionStore
 
@@ -26,6 +26,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console(stderr=True)
+
+
+# Declared once for every command that calls the engine (`proxy`, `rollout`, `sweep`).
+EngineTimeoutOption = Annotated[float, typer.Option(
+    "--engine-timeout", min=0.001,
+    help="Seconds one engine call may take; past it the agent gets a 504 (retryable) and "
+         "the call's budget slot is given back.")]
 
 
 @app.callback()
@@ -49,6 +56,7 @@ def proxy(
         help="Served model id to use (default: the first one the engine lists).")] = None,
     max_body_mb: Annotated[float, typer.Option(
         help="Largest request body accepted, in MiB (larger gets 413).")] = 32.0,
+    engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -59,7 +67,8 @@ def proxy(
     try:
         check_exposure(host, admin_key)
         sock = bind(host, port)
-        run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb))
+        run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
+                                engine_timeout))
     except (ServeError, CertificationError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -69,9 +78,9 @@ def proxy(
 
 async def _serve_proxy(
     sock, llm_url: str, admin_key: str | None, budget: int | None, model: str | None,
-    max_body_mb: float,
+    max_body_mb: float, engine_timeout: float,
 ) -> None:
-    engine = HttpEngine(llm_url)
+    engine = HttpEngine(llm_url, timeout_s=engine_timeout)
     try:
         cert = await certify(engine, engine.root, model=model)
     except BaseException:
@@ -255,6 +264,7 @@ def rollout(
     out: Annotated[Path | None, typer.Option(
         help="Directory for results.jsonl (a rollout per line: its row, and the capture's "
              "export document under `capture`) and trials/.")] = None,
+    engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -277,7 +287,7 @@ def rollout(
     )
     try:
         results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
-                                        concurrency, out_dir))
+                                        concurrency, out_dir, engine_timeout))
     except CertificationError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(Exit.COULD_NOT_START) from exc
@@ -333,7 +343,7 @@ def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling
     return Sampling(temperature=temperature, max_tokens=max_tokens)
 
 
-async def _rollouts(specs, llm_url, model, concurrency, out_dir):
+async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout):
     import orjson
     from rich.progress import Progress
 
@@ -356,7 +366,7 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir):
         try:
             if llm_url is None:
                 return await run_many(specs, None, concurrency=concurrency, on_result=done)
-            engine = HttpEngine(llm_url)
+            engine = HttpEngine(llm_url, timeout_s=engine_timeout)
             try:
                 async with local_capture(engine, engine.root, model=model) as capture:
                     return await run_many(specs, capture, concurrency=concurrency,
@@ -435,6 +445,7 @@ def sweep(
              "replicas on other nodes), or `host` (no replicas: each rollout host serves "
              "the proxy for its own sessions; about a tenth of the CPU per model call, "
              "no actor calls on the hot path).")] = "direct",
+    engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -478,7 +489,8 @@ def sweep(
         if certification is not None:
             with console.status(f"setting up the capture proxy ({ingress} ingress)"):
                 proxy = start_capture_proxy(llm_url, certification.served_model,
-                                            ingress=ingress, replicas=proxy_replicas)
+                                            ingress=ingress, replicas=proxy_replicas,
+                                            engine_timeout_s=engine_timeout)
             config = dataclasses.replace(config, proxy=proxy)
         specs = make_specs(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
@@ -494,6 +506,7 @@ def sweep(
             "proxy_replicas": proxy_replicas if certification and ingress != "host" else None,
             "ingress": ingress if certification else None,
             "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
+            "engine_timeout_s": engine_timeout,
         }
         with live_progress(console) as on_stats:
             stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))

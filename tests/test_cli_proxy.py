@@ -119,3 +119,19 @@ def test_refuses_an_engine_without_token_ids() -> None:
 def test_llm_url_is_required() -> None:
     done = subprocess.run(harbor_ray("proxy"), capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "--llm-url" in done.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["proxy", "--port", "0"],
+    ["rollout", "--agent", "terminus-2", "--task", "hello-file"],
+])
+def test_engine_timeout_is_a_flag(command: list[str], tmp_path) -> None:
+    """An engine slower than --engine-timeout fails certification at once, not after the
+    default 600 s: the flag reaches the engine client."""
+    with fake_engine_process("--delay-ms", "5000") as slow_url:
+        args = [*command, "--llm-url", slow_url, "--engine-timeout", "0.3"]
+        if command[0] == "rollout":
+            args += ["--out", str(tmp_path)]
+        done = subprocess.run(harbor_ray(*args), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "timed out" in done.stderr, done.stderr

@@ -8,11 +8,17 @@ behind `SessionStore`, so the app holds no per-session state and any replica can
 serve any session.
 
 Failures, by where they happen, and what the agent sees (always in its own dialect):
-  request     unreadable, oversized, wrong type, untranslatable -> 4xx, nothing recorded
-  session     unknown key, or the session ended (closed, owner gone) -> 401;
-              budget spent -> a terminal assistant message
-  engine      unreachable / timeout / 5xx -> 503 / 504 / 502 (retryable), counted on the
-              session; the engine rejected the request -> 400
+  request     head (URL, headers) too large -> 414 / 431 before anything else; unreadable,
+              oversized, wrong type, untranslatable, not encodable for the engine (nested
+              too deeply, an integer out of range) -> 4xx; nothing recorded
+  session     unknown key, or the session ended (closed, deleted, owner gone), even while
+              the call ran -> 401; budget spent -> a terminal assistant message
+  engine      unreachable / timeout / 5xx -> 503 / 504 / 502, too busy (429) -> 429, all
+              retryable and counted on the session; the engine rejected the request -> 400
+  client      gone before its reply was handed to the server -> the engine call is
+              cancelled, its budget slot given back, nothing recorded (a turn recorded
+              just before is withdrawn); a call is delivered once its reply's last byte
+              was handed to the server
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import secrets
 import time
 import uuid
@@ -31,16 +36,16 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harbor_ray.capture.budget import budget_stop
 from harbor_ray.capture.completion import Completion, EngineReplyError, parse_engine_reply
 from harbor_ray.capture.count_tokens import count_call
 from harbor_ray.capture.detect import Route as CallRoute
-from harbor_ray.capture.detect import detect
+from harbor_ray.capture.detect import answering_dialect, detect
 from harbor_ray.capture.dialects import DIALECTS, Dialect
 from harbor_ray.capture.dialects.base import EngineCall, ErrorKind, ReplyContext, RequestError
 from harbor_ray.capture.engine import Engine, EngineError
@@ -48,7 +53,7 @@ from harbor_ray.capture.fast_json import JSONResponse
 from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
 from harbor_ray.capture.normalize import engine_body
-from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.sampling import INT64_MAX, Sampling
 from harbor_ray.capture.session import SessionGone, SessionGrant, SessionStore
 from harbor_ray.capture.sse import KEEPALIVE
 from harbor_ray.capture.turn import TurnRecord
@@ -63,6 +68,11 @@ class CaptureSettings:
     served_model: str
     admin_key: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
+    # The request head: the URL (path and query), and the request line and headers
+    # together. The servers of this package refuse a larger one while reading it
+    # (server.py); the app checks again for servers that do not (Serve's HTTP proxy).
+    max_url_bytes: int = 16 * 1024
+    max_header_bytes: int = 64 * 1024
     keepalive_s: float = 10.0
     default_budget: int | None = None
     # Off on cluster replicas: there, sessions are opened and exported by the actors
@@ -76,13 +86,18 @@ class SessionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    budget: int | None = Field(None, ge=0, description="Model calls allowed; None: no limit.")
+    budget: int | None = Field(None, ge=0, le=INT64_MAX,
+                               description="Model calls allowed; None: no limit.")
     sampling: Sampling | None = Field(None, description="Imposed on every call.")
 
 
 class _HttpError(Exception):
     def __init__(self, status: int, message: str, kind: ErrorKind) -> None:
         self.status, self.message, self.kind = status, message, kind
+
+
+class _ClientGone(Exception):
+    """The client disconnected while its request was being read."""
 
 
 def build_capture_app(
@@ -138,15 +153,42 @@ class CaptureApp:
                  ) -> None:
         self._handler, self._router, self._admin_routes = handler, router, admin_routes
         self.state = router.state
+        self.settings = handler.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in ("GET", "POST"):
+        if scope["type"] == "http":
             path = _route_path(scope)
-            if path != "/health" and not (self._admin_routes and _is_admin(path)):
-                response = await self._handler.model_call(Request(scope, receive), path)
+            response: ASGIApp | None = _head_refused(scope, path, self.settings)
+            if response is None and path != "/health" and not (
+                    self._admin_routes and _is_admin(path)):
+                if scope["method"] in ("GET", "POST"):
+                    response = await self._handler.model_call(Request(scope, receive), path)
+                else:
+                    response = _error(_dialect_for(path, scope), 405,
+                                      f"method {scope['method']} is not allowed on {path}",
+                                      "invalid_request")
+            if response is not None:
                 await response(scope, receive, send)
                 return
         await self._router(scope, receive, send)
+
+
+def _head_refused(scope: Scope, path: str, settings: CaptureSettings) -> Response | None:
+    """414 / 431 for a request head past the limits, before authentication."""
+    url = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+    if url > settings.max_url_bytes:
+        return _error(_dialect_for(path, scope), 414,
+                      f"the URL exceeds {settings.max_url_bytes} bytes", "too_large")
+    head = url + sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+    if head > settings.max_header_bytes:
+        return _error(_dialect_for(path, scope), 431,
+                      f"the request headers exceed {settings.max_header_bytes} bytes",
+                      "too_large")
+    return None
+
+
+def _dialect_for(path: str, scope: Scope) -> Dialect:
+    return DIALECTS[answering_dialect(path, Request(scope).headers)]
 
 
 def _is_admin(path: str) -> bool:
@@ -178,7 +220,11 @@ class _CaptureHandler:
         if denied := self._admin_denied(request):
             return denied
         try:
-            spec = SessionRequest.model_validate_json(await request.body() or b"{}")
+            spec = SessionRequest.model_validate_json(await self._read_body(request) or b"{}")
+        except _ClientGone:
+            return _NOTHING
+        except _HttpError as exc:
+            return JSONResponse({"error": exc.message}, status_code=exc.status)
         except ValidationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
@@ -212,10 +258,11 @@ class _CaptureHandler:
 
     # ---- model calls --------------------------------------------------------------
 
-    async def model_call(self, request: Request, path: str) -> Response:
+    async def model_call(self, request: Request, path: str) -> ASGIApp:
         route = detect(path, request.headers, request.query_params)
         if route is None:
-            return _error(DIALECTS["chat"], 404, f"no route {path}", "not_found")
+            return _error(DIALECTS[answering_dialect(path, request.headers)], 404,
+                          f"no route {path}", "not_found")
         dialect = DIALECTS[route.dialect]
         if route.kind == "models":
             return JSONResponse(models_reply(route.dialect, self.settings.served_model))
@@ -226,11 +273,17 @@ class _CaptureHandler:
                 return JSONResponse(await self._count_tokens(dialect, route, body))
             call = dialect.to_engine(body, url_model=route.url_model, url_stream=route.url_stream)
             payload = engine_body(call, self.settings.served_model, grant.sampling)
-            session_id = grant.session_id
+            messages_json = _encodable(payload)
+        except _ClientGone:
+            return _NOTHING
         except _HttpError as exc:
             return _error(dialect, exc.status, exc.message, exc.kind)
         except RequestError as exc:
             return _error(dialect, exc.status, exc.message, "invalid_request")
+        except RecursionError:
+            # A translator walking a nested value (a tool's schema) that JSON's own depth
+            # limit let through.
+            return _error(dialect, 400, "request nested too deeply", "invalid_request")
 
         ctx = ReplyContext(
             response_id=f"hr-{secrets.token_hex(16)}",
@@ -238,23 +291,17 @@ class _CaptureHandler:
             model=call.request_model or self.settings.served_model,
         )
         try:
-            admission = await self.store.admit(session_id)
+            admission = await self.store.admit(grant.session_id)
         except SessionGone:
-            return _error(dialect, 401, "session has ended", "authentication")
+            return _session_ended(dialect)
         if not admission.admitted:
             return self._reply(dialect, call, budget_stop(), ctx)
-        generation = self._generate(session_id, admission.call_index, route, call, payload)
+        admitted = _Admitted(grant.session_id, admission.call_index, route, call, payload,
+                             messages_json)
         if call.stream:
-            return StreamingResponse(
-                self._stream(dialect, generation, ctx),
-                media_type="text/event-stream",
-                headers=_SSE_HEADERS,
-            )
-        try:
-            completion = await generation
-        except EngineError as exc:
-            return _error(dialect, exc.status, exc.message, _engine_kind(exc))
-        return self._reply(dialect, call, completion, ctx)
+            return _Stream(self._stream(dialect, admitted, ctx),
+                           media_type="text/event-stream", headers=_SSE_HEADERS)
+        return _Delivery(self, dialect, admitted, ctx)
 
     async def _authenticate(self, request: Request) -> SessionGrant:
         key = extract_key(request.headers, request.query_params)
@@ -263,22 +310,31 @@ class _CaptureHandler:
             raise _HttpError(401, "invalid or missing session key", "authentication")
         return grant
 
-    async def _read_json(self, request: Request) -> dict[str, Any]:
-        content_type = request.headers.get("content-type", "")
-        if content_type.split(";")[0].strip().lower() != "application/json":
-            raise _HttpError(415, "content-type must be application/json", "invalid_request")
+    async def _read_body(self, request: Request) -> bytes:
+        """The whole body, refused (413) past the limit before more of it is read."""
         limit = self.settings.max_body_bytes
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
-            chunks.append(chunk)
         try:
-            body = orjson.loads(b"".join(chunks))
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+                chunks.append(chunk)
+        except ClientDisconnect as exc:
+            # Clients leave mid-body routinely (a cancelled call); nobody is left to answer.
+            raise _ClientGone from exc
+        return b"".join(chunks)
+
+    async def _read_json(self, request: Request) -> dict[str, Any]:
+        content_type = request.headers.get("content-type", "")
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            raise _HttpError(415, "content-type must be application/json", "invalid_request")
+        raw = await self._read_body(request)
+        try:
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise _HttpError(
                 400, f"request body is not valid JSON: {exc}", "invalid_request"
@@ -291,10 +347,11 @@ class _CaptureHandler:
         self, dialect: Dialect, route: CallRoute, body: dict[str, Any]
     ) -> dict[str, Any]:
         call = count_call(route, body)
-        count = await self._engine_count(engine_body(call, self.settings.served_model))
+        payload = engine_body(call, self.settings.served_model)
+        count = await self._engine_count(payload, _encodable(payload))
         return dialect.count_tokens_reply(count)
 
-    async def _engine_count(self, payload: dict[str, Any]) -> int:
+    async def _engine_count(self, payload: dict[str, Any], messages_json: bytes) -> int:
         """Ask the engine to count (vLLM's /tokenize); estimate if it cannot.
 
         The count is advisory (agents use it to manage context), never recorded.
@@ -304,20 +361,15 @@ class _CaptureHandler:
             reply = await self.engine.request("POST", "/tokenize", request)
             return int(reply["count"])
         except (EngineError, KeyError, TypeError, ValueError):
-            return max(1, len(json.dumps(payload["messages"])) // 4)
+            return max(1, len(messages_json) // 4)
 
-    async def _generate(
-        self,
-        session_id: str,
-        index: int,
-        route: CallRoute,
-        call: EngineCall,
-        payload: dict[str, Any],
-    ) -> Completion:
-        """One engine call; every admitted call ends in exactly one record or release."""
+    async def _complete(self, admitted: _Admitted) -> _EngineReply:
+        """The engine's answer to an admitted call. Every admitted call ends in exactly one
+        record or release: here the release of one that produced nothing."""
+        session_id, index = admitted.session_id, admitted.index
         started = self.clock()
         try:
-            reply = await self.engine.request("POST", "/v1/chat/completions", payload)
+            reply = await self.engine.request("POST", "/v1/chat/completions", admitted.payload)
             completion = parse_engine_reply(reply)
         except EngineError:
             await self.store.release(session_id, index, "engine_error")
@@ -327,31 +379,55 @@ class _CaptureHandler:
             raise EngineError(f"engine reply unusable: {exc}", 502) from exc
         except BaseException:
             # Cancelled (client went away) or a bug: the call produced no turn.
-            await asyncio.shield(self.store.release(session_id, index))
+            await self._withdraw(admitted)
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
-        await self.store.record(session_id, TurnRecord(
-            index=index,
-            dialect=route.dialect,
+        return _EngineReply(completion, message, started)
+
+    async def _record(self, admitted: _Admitted, reply: _EngineReply) -> None:
+        """Keep the turn (before its reply leaves: a replica killed after answering must
+        not take the turn with it); `SessionGone` if the session ended meanwhile."""
+        completion = reply.completion
+        await self.store.record(admitted.session_id, TurnRecord(
+            index=admitted.index,
+            dialect=admitted.route.dialect,
             prompt_ids=completion.prompt_ids,
             token_ids=completion.token_ids,
             logprobs=completion.logprobs,
             finish_reason=completion.raw_finish_reason or completion.finish_reason,
-            request_messages_json=orjson.dumps(payload["messages"]),
-            response_message_json=orjson.dumps(message),
-            request_model=call.request_model,
-            started_at=started,
+            request_messages_json=admitted.messages_json,
+            response_message_json=orjson.dumps(reply.message),
+            request_model=admitted.call.request_model,
+            started_at=reply.started,
             ended_at=self.clock(),
         ))
-        return completion
+
+    async def _withdraw(self, admitted: _Admitted) -> None:
+        """Give back a call whose reply no agent received (and its turn, if recorded),
+        whatever cancels the caller meanwhile; a session that ended has nothing to give."""
+        with contextlib.suppress(SessionGone):
+            await asyncio.shield(self.store.release(admitted.session_id, admitted.index))
+
+    async def _generate(self, admitted: _Admitted) -> Completion:
+        reply = await self._complete(admitted)
+        try:
+            await self._record(admitted, reply)
+        except SessionGone:
+            raise
+        except BaseException:
+            # Cancelled mid-record (the client left): the record may still land.
+            await self._withdraw(admitted)
+            raise
+        return reply.completion
 
     async def _stream(
         self,
         dialect: Dialect,
-        generation: Any,
+        admitted: _Admitted,
         ctx: ReplyContext,
     ) -> AsyncIterator[bytes]:
-        task = asyncio.ensure_future(generation)
+        task = asyncio.ensure_future(self._generate(admitted))
+        delivered = False
         try:
             while not task.done():
                 done, _ = await asyncio.wait({task}, timeout=self.settings.keepalive_s)
@@ -362,12 +438,21 @@ class _CaptureHandler:
             except EngineError as exc:
                 yield dialect.error_event(exc.status, exc.message, _engine_kind(exc))
                 return
+            except SessionGone:
+                yield dialect.error_event(401, _SESSION_ENDED, "authentication")
+                return
             for frame in dialect.render_stream(completion, ctx):
                 yield frame
+            # Asked for more after the last frame: the server took the whole stream.
+            delivered = True
         finally:
-            # The client disconnected while the engine worked: stop the upstream call.
             if not task.done():
+                # The client disconnected while the engine worked: stop the upstream call
+                # (which gives its slot back).
                 task.cancel()
+            elif not delivered and not task.cancelled() and task.exception() is None:
+                # Recorded, but the stream was cut before its end reached the server.
+                await self._withdraw(admitted)
 
     def _reply(
         self, dialect: Dialect, call: EngineCall, completion: Completion, ctx: ReplyContext
@@ -378,6 +463,133 @@ class _CaptureHandler:
                 _iterate(frames), media_type="text/event-stream", headers=_SSE_HEADERS
             )
         return JSONResponse(dialect.render(completion, ctx))
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A model call that holds a slot of its session's budget."""
+
+    session_id: str
+    index: int
+    route: CallRoute
+    call: EngineCall
+    payload: dict[str, Any]
+    messages_json: bytes  # the payload's messages, encoded once for the record
+
+
+@dataclass(frozen=True)
+class _EngineReply:
+    completion: Completion
+    message: dict[str, Any]  # the engine reply's message, as recorded
+    started: float
+
+
+class _Stream(StreamingResponse):
+    """A streamed answer whose generator is closed as soon as the response ends, however
+    it ends, so that a stream cut by a disconnect gives its call back at once rather
+    than whenever the abandoned generator is collected."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except (ClientDisconnect, OSError):
+            pass  # nobody left to tell (servers of ASGI 2.4 raise these for a closed socket)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+class _Delivery:
+    """The non-streamed answer to an admitted call, as an ASGI response: the engine call
+    races the client's disconnect, and the turn counts only if the reply reaches the
+    server while the client is there.
+
+    Order: engine reply, record, send. A client gone before the reply is cancelled at
+    the engine and its slot given back; one gone while the turn was recorded (a round
+    trip to the session's owner in the cluster), or whose reply the server would not
+    take (ASGI servers raise OSError for a closed connection), has the turn withdrawn.
+    A disconnect after the server took the reply is not seen: like TCP, the proxy cannot
+    tell it from a delivered one.
+    """
+
+    def __init__(self, handler: _CaptureHandler, dialect: Dialect, admitted: _Admitted,
+                 ctx: ReplyContext) -> None:
+        self._handler, self._dialect, self._admitted, self._ctx = handler, dialect, admitted, ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler, admitted = self._handler, self._admitted
+        work = asyncio.ensure_future(handler._complete(admitted))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        recording = delivered = False
+        try:
+            done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if gone in done and not _left(gone):
+                await asyncio.wait({work})  # the server cannot tell: the engine alone decides
+            if _left(gone):
+                work.cancel()
+                await asyncio.wait({work})
+                if not work.cancelled() and work.exception() is None:
+                    await handler._withdraw(admitted)  # finished as the client left
+                return
+            try:
+                reply = work.result()
+                recording = True
+                await handler._record(admitted, reply)
+            except EngineError as exc:
+                response = _error(self._dialect, exc.status, exc.message, _engine_kind(exc))
+            except SessionGone:
+                recording = False  # nothing was kept
+                response = _session_ended(self._dialect)
+            else:
+                if _left(gone):
+                    return  # left while the turn was recorded: withdrawn below
+                response = JSONResponse(self._dialect.render(reply.completion, self._ctx))
+            await response(scope, receive, send)
+            delivered = True
+        except OSError:
+            pass  # the server could not send it: the client is gone
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+            if recording and not delivered:
+                await handler._withdraw(admitted)
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone (its request body was read before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _left(gone: asyncio.Future[None]) -> bool:
+    """Whether `_disconnected` saw the client go (not whether it failed)."""
+    return gone.done() and not gone.cancelled() and gone.exception() is None
+
+
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer to a client that has gone: none."""
+
+
+_NOTHING: ASGIApp = _nothing
+_SESSION_ENDED = "session has ended"
+
+
+def _session_ended(dialect: Dialect) -> Response:
+    return _error(dialect, 401, _SESSION_ENDED, "authentication")
+
+
+def _encodable(payload: dict[str, Any]) -> bytes:
+    """The payload's messages encoded (the record keeps them), once the whole payload is
+    known to encode: JSON parses 1024 levels deep and integers of any size, the engine
+    client's encoder only 254 levels and 64 bits. Refused here, before the call is
+    admitted, rather than failing mid-call (a 500, or a stream cut after its 200)."""
+    try:
+        messages = orjson.dumps(payload["messages"])
+        orjson.dumps({k: v for k, v in payload.items() if k != "messages"})
+    except orjson.JSONEncodeError as exc:
+        raise _HttpError(400, f"request cannot be forwarded: {exc} (nested too deeply, or "
+                              "an integer beyond 64 bits)", "invalid_request") from exc
+    return messages
 
 
 def _route_path(scope: Scope) -> str:
@@ -400,6 +612,8 @@ async def _iterate(frames: Any) -> AsyncIterator[bytes]:
 def _engine_kind(exc: EngineError) -> ErrorKind:
     if exc.status == 503:
         return "overloaded"
+    if exc.status == 429:
+        return "rate_limited"
     return "engine" if exc.status >= 500 else "invalid_request"
 
 

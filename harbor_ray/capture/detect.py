@@ -78,6 +78,18 @@ def detect(
     return None
 
 
+def answering_dialect(path: str, headers: Mapping[str, str]) -> DialectName:
+    """The dialect to answer a request in when `detect` finds no call we serve (an
+    unknown Google method, a method the route does not take): the caller's SDK reads
+    errors only in its own shape."""
+    clean = path.lower()
+    if _GOOGLE.match(path.rstrip("/")) or clean.startswith(("/v1beta/", "/v1alpha/")):
+        return "google"
+    if "/messages" in clean or _has_anthropic_header(headers):
+        return "anthropic"
+    return "responses" if "/responses" in clean else "chat"
+
+
 def _has_anthropic_header(headers: Mapping[str, str]) -> bool:
     return any(k.lower() == "anthropic-version" for k in headers)
 

@@ -6,7 +6,8 @@ which sustains ~2,000+, still cost ~220 us CPU per call against ~50 us for the p
 
 Errors from the engine side form one family, `EngineError`, carrying the status the
 agent should see: 502/503/504 (retryable) when the engine failed or is unreachable,
-400 when the engine rejected the request itself (retrying would not help).
+429 (retryable) when the engine is too busy, 400 when it rejected the request itself
+(retrying would not help).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class EngineError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.status >= 500
+        return self.status >= 500 or self.status == 429
 
 
 class Engine(Protocol):
@@ -42,9 +43,14 @@ class Engine(Protocol):
 
 def engine_status_error(status: int, detail: str) -> EngineError:
     """The error for an engine that answered `status`: its 5xx is the agent's 502
-    (retry), its 4xx the agent's 400 (the request itself was refused; retrying won't help).
+    (retry), its 429 the agent's 429 (too busy now: retry later), any other 4xx the
+    agent's 400 (the request itself was refused; retrying won't help).
     """
-    return EngineError(f"engine answered {status}: {detail}", 502 if status >= 500 else 400)
+    agent_status = 502 if status >= 500 else 429 if status == 429 else 400
+    return EngineError(f"engine answered {status}: {detail}", agent_status)
+
+
+DEFAULT_ENGINE_TIMEOUT_S = 600.0
 
 
 def api_root(url: str) -> str:
@@ -59,7 +65,8 @@ class HttpEngine:
     `aclose` (the app's lifespan)."""
 
     def __init__(
-        self, url: str, *, timeout_s: float = 600.0, max_connections: int = 1024
+        self, url: str, *, timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+        max_connections: int = 1024,
     ) -> None:
         self.root = api_root(url)
         self._timeout_s = timeout_s

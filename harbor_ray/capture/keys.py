@@ -52,9 +52,11 @@ def session_of(key: str) -> str | None:
 def extract_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The API key as OpenAI, Anthropic and Google clients send it (headers lower-case)."""
     auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip() or None
+    # An empty `Bearer ` (an SDK with no OpenAI key set) must not hide a key sent the
+    # other ways.
+    if auth[:7].lower() == "bearer " and auth[7:].strip():
+        return auth[7:].strip()
     for name in ("x-api-key", "x-goog-api-key"):
-        if headers.get(name):
+        if headers.get(name, "").strip():
             return headers[name].strip()
     return query.get("key") or None

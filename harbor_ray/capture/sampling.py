@@ -15,14 +15,23 @@ _REPLACED = ("temperature", "top_p", "top_k", "seed")
 _LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
 
 
+# What the engine request's encoder (and the engine) take: a 64-bit signed integer.
+INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
 class Sampling(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Bounded, so that every value accepted can be sent to the engine and shown back.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     temperature: float | None = Field(None, ge=0, description="Replaces the agent's value.")
     top_p: float | None = Field(None, gt=0, le=1, description="Replaces the agent's value.")
-    top_k: int | None = Field(None, description="Replaces the agent's value (-1: off).")
-    seed: int | None = Field(None, description="Replaces the agent's value.")
-    max_tokens: int | None = Field(None, gt=0, description="Caps the agent's max tokens.")
+    top_k: int | None = Field(None, ge=-1, le=INT64_MAX,
+                              description="Replaces the agent's value (-1: off).")
+    seed: int | None = Field(None, ge=_INT64_MIN, le=INT64_MAX,
+                             description="Replaces the agent's value.")
+    max_tokens: int | None = Field(None, gt=0, le=INT64_MAX,
+                                   description="Caps the agent's max tokens.")
 
     def apply(self, body: dict[str, Any]) -> None:
         """Impose these settings on an engine request body, in place."""

@@ -20,6 +20,7 @@ import uvicorn
 import uvloop
 
 from harbor_ray.capture.app import CaptureApp
+from harbor_ray.capture.head_limit import bounded_protocol
 from harbor_ray.capture.heap import freeze_startup_heap
 
 
@@ -81,11 +82,7 @@ async def serve(
     """Run until signalled, cancelled or `stop` is set; call `on_ready(url)` once the app
     answers as itself. Shutdown is graceful (lifespan end runs, unless `lifespan` is
     "off" because another server runs the same app's) and bounded."""
-    # No proxy-headers middleware: nothing here reads the client's address, and it
-    # would run on every model call.
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan=lifespan,
-                            proxy_headers=False)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app, log_level=log_level, lifespan=lifespan))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     url = base_url(sock)
     try:
@@ -104,6 +101,19 @@ async def serve(
         server.should_exit = True
         if not serving.done():
             await asyncio.wait({serving}, timeout=10)
+
+
+def server_config(app: CaptureApp, *, log_level: str = "warning", lifespan: str = "on"
+                  ) -> uvicorn.Config:
+    """How every server of the capture app runs: its request heads bounded by the app's
+    settings while they are read (head_limit.py)."""
+    settings = app.settings
+    # No proxy-headers middleware: nothing here reads the client's address, and it
+    # would run on every model call.
+    return uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan=lifespan, proxy_headers=False,
+        http=bounded_protocol(settings.max_url_bytes, settings.max_header_bytes),  # type: ignore[arg-type]
+    )
 
 
 def run_server[T](main: Coroutine[Any, Any, T]) -> T:

@@ -52,8 +52,9 @@ class Admission:
 class SessionGone(LookupError):
     """The session ended (closed, or its owner died) after its key was accepted.
 
-    A replica's cached grant can outlive the session; admission is where it finds out,
-    and the agent gets a 401 rather than a 500.
+    A replica's cached grant can outlive the session, and a session can end while one
+    of its calls runs: admission, record and release find out, and the agent gets a 401
+    rather than a 500.
     """
 
 
@@ -70,11 +71,14 @@ class SessionStore(Protocol):
         """Atomically check the budget and reserve one call; `SessionGone` if it ended."""
         ...
 
-    async def record(self, session_id: str, turn: TurnRecord) -> None: ...
+    async def record(self, session_id: str, turn: TurnRecord) -> None:
+        """Keep the turn of admitted call `turn.index`; `SessionGone` if it ended."""
+        ...
 
     async def release(self, session_id: str, index: int, counter: Counter | None = None
                       ) -> None:
-        """Give back admitted call `index`, which produced no turn, counting why."""
+        """Give back admitted call `index`, which produced no turn (or whose recorded turn
+        was never delivered: it is withdrawn), counting why."""
         ...
 
     async def count(self, session_id: str, counter: Counter) -> None: ...
@@ -124,6 +128,11 @@ class SessionState:
 
     def release(self, index: int, counter: Counter | None) -> None:
         self.in_flight.pop(index, None)
+        if index in self.recorded:
+            # Recorded, then its reply never reached the agent (it left before the reply
+            # was handed over): the turn is withdrawn and its budget given back. The index
+            # stays in `recorded`, so a late duplicate of the record cannot restore it.
+            self.turns = [t for t in self.turns if t.index != index]
         if counter:
             self.counters[counter] += 1
 
@@ -178,20 +187,25 @@ class InMemorySessionStore:
         return SessionGrant(session_id, state.sampling)
 
     async def admit(self, session_id: str, holder: str | None = None) -> Admission:
-        state = self._sessions.get(session_id)
-        if state is None:
-            raise SessionGone(session_id)
-        return state.admit(holder)
+        return self._live(session_id).admit(holder)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
-        self._sessions[session_id].record(turn)
+        self._live(session_id).record(turn)
 
     async def release(self, session_id: str, index: int, counter: Counter | None = None
                       ) -> None:
-        self._sessions[session_id].release(index, counter)
+        self._live(session_id).release(index, counter)
 
     async def count(self, session_id: str, counter: Counter) -> None:
-        self._sessions[session_id].counters[counter] += 1
+        self._live(session_id).counters[counter] += 1
+
+    def _live(self, session_id: str) -> SessionState:
+        # A session can be deleted (or closed) while one of its calls runs: that call
+        # then ends in `SessionGone` (the agent's 401), not a KeyError (a 500).
+        state = self._sessions.get(session_id)
+        if state is None:
+            raise SessionGone(session_id)
+        return state
 
     async def export(self, session_id: str) -> dict[str, Any] | None:
         """The session's export document, rendered now; the session stays open."""

@@ -9,9 +9,9 @@ records are one actor round trip each (~2 ms on these machines, PERF.md).
 must not take the turn with it. The cost of that is one round trip per call, measured
 by scripts/bench_cluster_proxy.py.
 
-A session whose owner is gone is over: authentication fails (401), admission raises
-`SessionGone` (401 too), and records or releases for it are dropped with a log line,
-since the rollout they belong to is lost with its owner anyway.
+A session whose owner is gone, or that its owner closed, is over: authentication fails
+(401), and admission, records and releases raise `SessionGone` (401 too): a reply whose
+turn could not be recorded is not delivered.
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ class ActorSessionStore:
             await send(await self._owner_of(session_id))
         except _OWNER_GONE as exc:
             self._forget(session_id, exc)
-            _log.warning("%s for session %s dropped: %s", what, session_id, exc)
+            _log.info("%s for session %s refused: %s", what, session_id, exc)
+            raise SessionGone(session_id) from exc
 
     def _forget(self, session_id: str, exc: BaseException) -> None:
         self._sessions.pop(session_id)

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import ray
 
-from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.capture.heap import freeze_startup_heap
 from harbor_ray.capture.local import LocalCapture, serve_capture
 from harbor_ray.cluster.balancer import Relay
@@ -72,6 +72,9 @@ class ProxyTarget:
     served_model: str
     ingress: Ingress = "direct"
     app: str = CAPTURE_APP_NAME
+    # How long one engine call may take, wherever the proxy runs (the replicas are
+    # deployed with it; with host ingress the hosts call the engine themselves).
+    engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
 
 
 class RolloutHost(SessionOwner):
@@ -113,7 +116,8 @@ class RolloutHost(SessionOwner):
     async def _start_capture(self, proxy: ProxyTarget) -> LocalCapture:
         if proxy.ingress == "host":
             return await self._serving.enter_async_context(
-                serve_capture(self.store, HttpEngine(proxy.url), proxy.served_model))
+                serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
+                              proxy.served_model))
         url = proxy.url
         if proxy.ingress == "direct":
             registry = RegistryReader(proxy.app)

@@ -7,17 +7,22 @@ rollout host serves the proxy for its own sessions and calls the engine itself).
 
 from __future__ import annotations
 
+from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
-                        replicas: int) -> ProxyTarget:
+                        replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
+                        ) -> ProxyTarget:
     """Deploy the replicas the ingress needs (none for `host`); where agents reach them."""
     if ingress == "host":
-        return ProxyTarget(url=llm_url, served_model=served_model, ingress="host")
-    url = deploy_capture_proxy(llm_url, served_model, replicas=replicas)
-    return ProxyTarget(url=url, served_model=served_model, ingress=ingress)
+        return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
+                           engine_timeout_s=engine_timeout_s)
+    url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
+                               engine_timeout_s=engine_timeout_s)
+    return ProxyTarget(url=url, served_model=served_model, ingress=ingress,
+                       engine_timeout_s=engine_timeout_s)
 
 
 def stop_capture_proxy(proxy: ProxyTarget) -> None:

@@ -31,7 +31,7 @@ from ray import serve
 from ray.serve.context import _get_global_client
 
 from harbor_ray.capture.app import CaptureApp, CaptureSettings, build_capture_app
-from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.owner import actor_holder
@@ -65,6 +65,7 @@ class CaptureProxy:
         keepalive_s: float | None = None,
         max_body_bytes: int | None = None,
         app_name: str = CAPTURE_APP_NAME,
+        engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
     ) -> None:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
@@ -72,7 +73,7 @@ class CaptureProxy:
             admin_routes=False,
             **{name: value for name, value in overrides.items() if value is not None},
         )
-        self._engine = HttpEngine(llm_url)
+        self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)
         self._app_name = app_name
         self._direct: DirectIngress | None = None
 
@@ -113,6 +114,7 @@ def deploy_capture_proxy(
     http_port: int | None = None,
     keepalive_s: float | None = None,
     max_body_bytes: int | None = None,
+    engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -121,7 +123,7 @@ def deploy_capture_proxy(
     Serve is started on `http_port` (Serve's default when None) unless it already runs,
     in which case its own port is used. `num_cpus` is small so that replicas never wait
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
-    override `CaptureSettings`' defaults.
+    override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call.
     """
     ensure_serve(http_port)
     ensure_registry(app_name)
@@ -133,7 +135,7 @@ def deploy_capture_proxy(
     serve.run(
         deployment.bind(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
-            app_name=app_name,
+            app_name=app_name, engine_timeout_s=engine_timeout_s,
         ),
         name=app_name,
         route_prefix=route_prefix,

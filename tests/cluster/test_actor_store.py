@@ -108,16 +108,35 @@ async def test_keys_that_open_nothing(owner) -> None:
         assert await store.authenticate(key) is None, key
 
 
-async def test_records_for_a_dead_owner_are_dropped_not_raised(doomed_owner) -> None:
+async def test_records_for_a_dead_owner_raise_session_gone(doomed_owner) -> None:
+    """A reply whose turn could not be kept is not delivered: the agent gets a 401."""
     store = ActorSessionStore()
     session = await open_session(doomed_owner)
     await store.authenticate(session.key)
     admission = await store.admit(session.session_id)
     ray.kill(doomed_owner)
-    await store.record(session.session_id, turn(admission.call_index))
-    await store.release(session.session_id, admission.call_index, "engine_error")
+    with pytest.raises(SessionGone):
+        await store.record(session.session_id, turn(admission.call_index))
+    with pytest.raises(SessionGone):
+        await store.release(session.session_id, admission.call_index, "engine_error")
     with pytest.raises(SessionGone):
         await store.admit(session.session_id)
+
+
+async def test_a_session_closed_while_its_call_runs_gets_401(owner) -> None:
+    """The owner closes the session (its rollout ended) while a replica's call runs."""
+    engine = FakeEngine(delay_s=0.5)
+    app = build_capture_app(ActorSessionStore(), engine,
+                            CaptureSettings(served_model="fake-model", admin_routes=False))
+    session = await open_session(owner)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://proxy") as proxy:
+        calling = asyncio.ensure_future(chat(proxy, session.key))
+        while not engine.calls:
+            await asyncio.sleep(0.01)
+        await owner.close.remote(session.session_id)
+        with pytest.raises(openai.AuthenticationError, match="session has ended"):
+            await calling
 
 
 async def test_an_evicted_grant_still_reaches_its_owner(owner) -> None:

@@ -27,7 +27,10 @@ from harbor_ray.capture.dialects.base import (
     RequestError,
     loads_arguments,
     require_dict,
+    require_integer,
     require_list,
+    require_number,
+    require_string,
 )
 from harbor_ray.capture.sse import sse_event
 
@@ -40,6 +43,7 @@ ERROR_TYPES: dict[ErrorKind, str] = {
     "too_large": "request_too_large",
     "engine": "api_error",
     "overloaded": "overloaded_error",
+    "rate_limited": "rate_limit_error",
 }
 
 _STOP_REASONS: dict[FinishReason, str] = {
@@ -143,14 +147,14 @@ def _engine_call(body: dict[str, Any]) -> EngineCall:
     if "tool_choice" in body:
         engine.update(_tool_choice(body["tool_choice"]))
     if body.get("max_tokens") is not None:
-        engine["max_tokens"] = _integer(body["max_tokens"], "max_tokens", minimum=1)
+        engine["max_tokens"] = require_integer(body["max_tokens"], "max_tokens", minimum=1)
     for name, engine_name in _SAMPLING.items():
         if body.get(name) is not None:
-            check = _integer if name == "top_k" else _number
+            check = require_integer if name == "top_k" else require_number
             engine[engine_name] = check(body[name], name)
     if body.get("stop_sequences") is not None:
         engine["stop"] = [
-            _string(s, f"stop_sequences[{i}]")
+            require_string(s, f"stop_sequences[{i}]")
             for i, s in enumerate(require_list(body["stop_sequences"], "stop_sequences"))
         ]
     return EngineCall(body=engine, stream=stream, request_model=model)
@@ -212,10 +216,10 @@ def _assistant(blocks: list[tuple[str, dict[str, Any]]], where: str) -> dict[str
 def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
     arguments = require_dict(block.get("input"), f"{where}.input")
     return {
-        "id": _string(block.get("id"), f"{where}.id"),
+        "id": require_string(block.get("id"), f"{where}.id"),
         "type": "function",
         "function": {
-            "name": _string(block.get("name"), f"{where}.name"),
+            "name": require_string(block.get("name"), f"{where}.name"),
             # Compact, and in the agent's key order: that is the model's own order.
             "arguments": json.dumps(arguments, separators=(",", ":"), ensure_ascii=False),
         },
@@ -230,7 +234,7 @@ def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
     content = block.get("content")
     return {
         "role": "tool",
-        "tool_call_id": _string(block.get("tool_use_id"), f"{where}.tool_use_id"),
+        "tool_call_id": require_string(block.get("tool_use_id"), f"{where}.tool_use_id"),
         "content": "" if content is None else _joined_text(content, f"{where}.content"),
     }
 
@@ -254,12 +258,12 @@ def _blocks(content: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
     pairs = []
     for j, block in enumerate(content):
         kind = require_dict(block, f"{where}[{j}]").get("type")
-        pairs.append((_string(kind, f"{where}[{j}].type"), block))
+        pairs.append((require_string(kind, f"{where}[{j}].type"), block))
     return pairs
 
 
 def _block_text(block: dict[str, Any], where: str) -> str:
-    return _string(block.get("text"), f"{where}.text")
+    return require_string(block.get("text"), f"{where}.text")
 
 
 def _unsupported(kind: str, where: str, context: str) -> RequestError:
@@ -278,9 +282,9 @@ def _tools(value: Any) -> list[dict[str, Any]]:
                 f"{where}: server tool {kind!r} (name {tool.get('name')!r}) is not supported; "
                 "only client tools with an input_schema"
             )
-        function: dict[str, Any] = {"name": _string(tool.get("name"), f"{where}.name")}
+        function: dict[str, Any] = {"name": require_string(tool.get("name"), f"{where}.name")}
         if tool.get("description") is not None:
-            function["description"] = _string(tool["description"], f"{where}.description")
+            function["description"] = require_string(tool["description"], f"{where}.description")
         function["parameters"] = require_dict(tool.get("input_schema"), f"{where}.input_schema")
         out.append({"type": "function", "function": function})
     return out
@@ -292,7 +296,7 @@ def _tool_choice(value: Any) -> dict[str, Any]:
     kind = choice.get("type")
     out: dict[str, Any] = {}
     if kind == "tool":
-        name = _string(choice.get("name"), "tool_choice.name")
+        name = require_string(choice.get("name"), "tool_choice.name")
         out["tool_choice"] = {"type": "function", "function": {"name": name}}
     elif kind in _TOOL_CHOICES:
         out["tool_choice"] = _TOOL_CHOICES[kind]
@@ -304,24 +308,6 @@ def _tool_choice(value: Any) -> dict[str, Any]:
             raise RequestError("tool_choice.disable_parallel_tool_use must be a boolean")
         out["parallel_tool_calls"] = not disable
     return out
-
-
-def _string(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise RequestError(f"{what} must be a string")
-    return value
-
-
-def _number(value: Any, what: str) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RequestError(f"{what} must be a number")
-    return value
-
-
-def _integer(value: Any, what: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise RequestError(f"{what} must be an integer >= {minimum}")
-    return value
 
 
 def _content(completion: Completion) -> list[dict[str, Any]]:

@@ -18,7 +18,8 @@ from harbor_ray.capture.completion import Completion
 
 DialectName = Literal["chat", "responses", "anthropic", "google"]
 ErrorKind = Literal[
-    "invalid_request", "authentication", "not_found", "too_large", "engine", "overloaded"
+    "invalid_request", "authentication", "not_found", "too_large", "engine", "overloaded",
+    "rate_limited",
 ]
 
 
@@ -98,6 +99,25 @@ def require_dict(value: Any, what: str) -> dict[str, Any]:
 def require_list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise RequestError(f"{what} must be a JSON array")
+    return value
+
+
+def require_string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{what} must be a string")
+    return value
+
+
+def require_number(value: Any, what: str) -> int | float:
+    # bool is an int subclass; `true` is never a valid temperature or token count.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestError(f"{what} must be a number")
+    return value
+
+
+def require_integer(value: Any, what: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RequestError(f"{what} must be an integer >= {minimum}")
     return value
 
 

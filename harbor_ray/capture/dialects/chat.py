@@ -19,7 +19,10 @@ from harbor_ray.capture.dialects.base import (
     ReplyContext,
     RequestError,
     require_dict,
+    require_integer,
     require_list,
+    require_number,
+    require_string,
 )
 from harbor_ray.capture.sse import sse_event
 
@@ -35,6 +38,7 @@ ERROR_TYPES: dict[ErrorKind, str] = {
     "too_large": "invalid_request_error",
     "engine": "server_error",
     "overloaded": "rate_limit_error",
+    "rate_limited": "rate_limit_error",
 }
 
 
@@ -53,17 +57,16 @@ class ChatDialect:
         if not messages:
             raise RequestError("messages must not be empty")
         for i, message in enumerate(messages):
-            message = require_dict(message, f"messages[{i}]")
-            role = message.get("role")
-            if not isinstance(role, str) or role not in _ROLES:
-                raise RequestError(f"messages[{i}].role must be one of {sorted(_ROLES)}")
-        stream = body.get("stream", False)
+            _check_message(require_dict(message, f"messages[{i}]"), f"messages[{i}]")
+        stream = body.get("stream")
+        stream = False if stream is None else stream  # OpenAI takes null for false
         if not isinstance(stream, bool):
             raise RequestError("stream must be a boolean")
         model = body.get("model", "")
         if not isinstance(model, str):
             raise RequestError("model must be a string")
         rest = {k: v for k, v in body.items() if k not in _PROXY_FIELDS}
+        _check_fields(rest)
         return EngineCall(body={"messages": messages, **rest}, stream=stream, request_model=model)
 
     def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
@@ -124,6 +127,72 @@ class ChatDialect:
 
     def count_tokens_reply(self, count: int) -> dict[str, Any]:
         return {"object": "token_count", "input_tokens": count}
+
+
+# The fields the engine reads whose type is known: checked here, so that a wrong one is
+# refused as the other dialects refuse theirs (a 4xx, nothing recorded) instead of being
+# forwarded, and recorded when the engine lets it pass. Null is OpenAI's "not set".
+_NUMBERS = ("temperature", "top_p", "frequency_penalty", "presence_penalty",
+            "repetition_penalty", "min_p")
+_INTEGERS = {"max_tokens": 1, "max_completion_tokens": 1, "n": 1, "top_logprobs": 0,
+             "top_k": -1, "seed": -(2**63)}  # name -> smallest value
+_TOOL_CHOICES = frozenset({"auto", "none", "required"})
+
+
+def _check_fields(body: dict[str, Any]) -> None:
+    for name in _NUMBERS:
+        if body.get(name) is not None:
+            require_number(body[name], name)
+    for name, minimum in _INTEGERS.items():
+        if body.get(name) is not None:
+            require_integer(body[name], name, minimum)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        for i, item in enumerate(require_list(stop, "stop")):
+            require_string(item, f"stop[{i}]")
+    if body.get("tools") is not None:
+        for i, tool in enumerate(require_list(body["tools"], "tools")):
+            _check_tool(require_dict(tool, f"tools[{i}]"), f"tools[{i}]")
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in _TOOL_CHOICES:
+        if not isinstance(choice, dict) or choice.get("type") != "function":
+            raise RequestError(f"tool_choice must be one of {sorted(_TOOL_CHOICES)} or "
+                               '{"type": "function", "function": {"name": ...}}')
+        require_string(require_dict(choice.get("function"), "tool_choice.function").get(
+            "name"), "tool_choice.function.name")
+    if body.get("parallel_tool_calls") is not None and not isinstance(
+            body["parallel_tool_calls"], bool):
+        raise RequestError("parallel_tool_calls must be a boolean")
+    if body.get("response_format") is not None:
+        require_dict(body["response_format"], "response_format")
+
+
+def _check_tool(tool: dict[str, Any], where: str) -> None:
+    if tool.get("type") != "function":
+        raise RequestError(f"{where}.type must be 'function'")
+    function = require_dict(tool.get("function"), f"{where}.function")
+    require_string(function.get("name"), f"{where}.function.name")
+    if function.get("parameters") is not None:
+        require_dict(function["parameters"], f"{where}.function.parameters")
+
+
+def _check_message(message: dict[str, Any], where: str) -> None:
+    role = message.get("role")
+    if not isinstance(role, str) or role not in _ROLES:
+        raise RequestError(f"{where}.role must be one of {sorted(_ROLES)}")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        for j, part in enumerate(require_list(content, f"{where}.content")):
+            require_string(require_dict(part, f"{where}.content[{j}]").get("type"),
+                           f"{where}.content[{j}].type")
+    if message.get("tool_calls") is not None:
+        for j, call in enumerate(require_list(message["tool_calls"], f"{where}.tool_calls")):
+            function = require_dict(require_dict(call, f"{where}.tool_calls[{j}]").get(
+                "function"), f"{where}.tool_calls[{j}].function")
+            require_string(function.get("name"), f"{where}.tool_calls[{j}].function.name")
+    for name in ("name", "tool_call_id"):
+        if message.get(name) is not None:
+            require_string(message[name], f"{where}.{name}")
 
 
 def _tool_calls(completion: Completion) -> list[dict[str, Any]]:

@@ -85,6 +85,7 @@ _STATUS: dict[ErrorKind, str] = {
     "too_large": "INVALID_ARGUMENT",
     "engine": "UNAVAILABLE",
     "overloaded": "RESOURCE_EXHAUSTED",
+    "rate_limited": "RESOURCE_EXHAUSTED",
 }
 
 _SNAKE = re.compile(r"_([a-z0-9])")

@@ -56,7 +56,8 @@ class ResponsesDialect:
                     f"{field} is not supported: this proxy keeps no response state; "
                     "send the full conversation in input"
                 )
-        stream = body.get("stream", False)
+        stream = body.get("stream")
+        stream = False if stream is None else stream  # OpenAI takes null for false
         if not isinstance(stream, bool):
             raise RequestError("stream must be a boolean")
         model = body.get("model", "")
