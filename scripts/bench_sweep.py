@@ -3,11 +3,14 @@ proxy deployment, with a stub agent and a stub engine, so that what is measured 
 cluster's own overhead.
 
 The stub agent (harbor_ray.cluster.stub_agent, run on the hosts like a real rollout)
-makes `--calls` chat calls through the proxy replicas to the stub engine, `--think`
-seconds apart; its row, turns and sequences are written to Parquet like any other.
-At each concurrency C the sweep runs `--waves` x C rollouts; the figures are wall-clock
-rollouts/min, model calls/s through the proxy, and the in-flight peak the driver
-measured.
+makes `--calls` chat calls through the proxy to the stub engine, `--think` seconds
+apart; its row, turns and sequences are written to Parquet like any other. At each
+concurrency C the sweep runs `--waves` x C rollouts; the figures are wall-clock
+rollouts/min, model calls/s through the proxy, the in-flight peak the driver measured,
+and where the time went: host start-up (until every slot had begun a rollout), then
+rollouts/min from there on against C x 60 / the work's own median seconds (the ratio),
+and per rollout the session's open and close, the work, the time from the work's end to
+its row's commit, and the driver's time in the writer.
 
     .venv/bin/python scripts/bench_sweep.py [--concurrency 10 100 1000] [--calls 3]
 """
@@ -123,7 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--waves", type=int, default=2, help="rollouts = waves x concurrency")
+    parser.add_argument("--waves", type=int, default=3, help="rollouts = waves x concurrency")
     parser.add_argument("--calls", type=int, default=3, help="model calls per rollout")
     parser.add_argument("--think", type=float, default=0.5,
                         help="seconds the stub agent waits between calls")
@@ -165,15 +168,23 @@ def main() -> None:
         ray.shutdown()
     print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "
           f"{args.delay_ms:g} ms, {args.replicas} proxy replicas ({args.ingress} ingress), "
-          f"{args.waves} waves")
+          f"{args.waves} waves, a commit every {args.commit_s:g} s")
     print("| concurrency | rollouts | ok | hosts | peak in flight | wall s | rollouts/min "
-          "| model calls/s | vs c=first |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    base = rows[0]["per_min"] if rows else 1
+          "| model calls/s | host start-up s | after start-up /min | C x 60 / work s "
+          "| ratio (target >= 0.5) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        ratio = r["after_startup_per_min"] / r["ideal_per_min"]
         print(f"| {r['concurrency']} | {r['rollouts']} | {r['ok']} | {r['hosts']} | "
               f"{r['peak']} | {r['wall_s']:.1f} | {r['per_min']:.0f} | "
-              f"{r['calls_per_s']:.1f} | {r['per_min'] / base:.1f}x |")
+              f"{r['calls_per_s']:.1f} | {r['startup_s']:.1f} | "
+              f"{r['after_startup_per_min']:.0f} | {r['ideal_per_min']:.0f} | {ratio:.2f} |")
+    print("\nper rollout, medians: | concurrency | session open ms | the work s | session "
+          "close ms | return to commit ms | writer ms |")
+    for r in rows:
+        print(f"| {r['concurrency']} | {r['open_ms']:.2f} | {r['work_s']:.2f} | "
+              f"{r['close_ms']:.2f} | {r['return_to_commit_ms']:.0f} | "
+              f"{r['write_ms_per_rollout']:.2f} |")
 
 
 if __name__ == "__main__":
