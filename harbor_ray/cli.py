@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated, NoReturn, get_args
 
 import typer
 from rich.console import Console
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.certify import CertificationError, certify
+from harbor_ray.capture.certify import CertificationError, certify, certify_url
 from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.capture.server import ServeError, bind, check_exposure, run_server, serve
 from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.switches import set_switches
 
 app = typer.Typer(
     help="harbor_ray: Harbor tasks as trainable RL environments, with exact token capture.",
@@ -70,8 +69,7 @@ def proxy(
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
                                 engine_timeout))
     except (ServeError, CertificationError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        _could_not_start(exc)
     except KeyboardInterrupt:
         pass
 
@@ -142,8 +140,7 @@ def model_prepare(
     try:
         path = prepare_model(cache_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
     except ModelUnavailableError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        _could_not_start(exc)
     print(path)
 
 
@@ -195,26 +192,17 @@ def _start_engine(config: Path, address: str | None, cache_dir: Path | None, mod
         with console.status("starting the engine (a cold start takes minutes)") as status:
             handle = engine_up(config, ray_address=address, cache_dir=cache_dir,
                                progress=lambda msg: status.update(msg))
-        cert = asyncio.run(_certify(handle.url, model))
+        cert = asyncio.run(certify_url(handle.url, model))
     except (EngineStartError, ModelUnavailableError, CertificationError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        _could_not_start(exc)
     console.print(f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
                   f"{handle.url} (tool calling: "
                   f"{'yes' if cert.tool_calling else cert.tool_calling_fix})")
     return handle, cert
 
 
-async def _certify(url: str, model: str | None = None):  # Certification
-    engine = HttpEngine(url)
-    try:
-        return await certify(engine, engine.root, model=model)
-    finally:
-        await engine.aclose()
-
-
 class Exit:
-    """Exit codes of `harbor-ray rollout` (and later `sweep`)."""
+    """Exit codes of `harbor-ray rollout` and `harbor-ray sweep`."""
 
     ALL_OK = 0
     SOME_FAILED = 1
@@ -271,7 +259,7 @@ def rollout(
     Exit code 0: every rollout ok; 1: some rollouts failed (see the table);
     2: could not start (bad flags, engine refused, sandbox unusable).
     """
-    from harbor_ray.trials.local_run import make_specs
+    from harbor_ray.trials.spec import make_specs
 
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
 
@@ -289,8 +277,7 @@ def rollout(
         results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
                                         concurrency, out_dir, engine_timeout))
     except CertificationError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(Exit.COULD_NOT_START) from exc
+        _could_not_start(exc)
     finally:
         if handle is not None:
             from harbor_ray.engine.lifecycle import engine_down
@@ -330,8 +317,7 @@ def _checked_run(
         if not status.usable:
             raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
     except (_StartError, DatasetError, UnknownAgentError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(Exit.COULD_NOT_START) from exc
+        _could_not_start(exc)
     return wants_model, tasks
 
 
@@ -415,10 +401,13 @@ def sweep(
         help="Retries of a rollout lost to infrastructure (infra_lost, sandbox_start).")] = 1,
     budget: BudgetOption = 20,
     deadline: Annotated[float | None, typer.Option(
-        help="Seconds a rollout may take before it is cancelled; its actor is killed "
-             "--grace seconds later.")] = 900.0,
+        help="Seconds a rollout may take: then it ends itself (row `deadline`, sandbox "
+             "torn down). One with no row --grace seconds later is cancelled on its host; "
+             "one deaf to that for another --grace costs its host (its neighbours are "
+             "retried).")] = 900.0,
     grace: Annotated[float, typer.Option(
-        help="Seconds past the deadline before the driver kills the rollout's actor.")] = 60.0,
+        help="Seconds past the deadline before the driver cancels a rollout on its host, "
+             "and again before it kills a host that ignored the cancellation.")] = 60.0,
     temperature: TemperatureOption = None,
     max_tokens: MaxTokensOption = None,
     reward_key: RewardKeyOption = None,
@@ -452,14 +441,11 @@ def sweep(
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
     2: could not start (bad flags, engine refused, sandbox unusable).
     """
-    import ray
-
     from harbor_ray.cluster.host import Ingress
-    from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.cluster.sweep import SweepConfig
     from harbor_ray.cluster.sweep import sweep as run_sweep
-    from harbor_ray.trials.local_run import make_specs
+    from harbor_ray.trials.spec import make_specs
 
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
     try:
@@ -470,82 +456,65 @@ def sweep(
                              grace_s=grace, per_host=rollouts_per_host,
                              commit_s=commit_every)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(Exit.COULD_NOT_START) from exc
+        _could_not_start(exc)
 
-    temp_dir = _start_ray(ray_address)
-    handle = proxy = None
-    try:
-        certification = None
-        if wants_model and engine is not None:
-            handle, certification = _start_engine(engine, ray_address or "auto", None, model)
-            llm_url = handle.url
-        elif wants_model:
-            try:
-                certification = asyncio.run(_certify(llm_url, model))
-            except CertificationError as exc:
-                console.print(f"[red]error:[/red] {exc}")
-                raise typer.Exit(Exit.COULD_NOT_START) from exc
+    from harbor_ray.cluster.setup import ClusterSpec, running_cluster
+    from harbor_ray.engine.model import ModelUnavailableError
+
+    starting_errors: tuple[type[BaseException], ...] = (
+        ModelUnavailableError, CertificationError, OSError)
+    if engine is not None:  # Ray Serve LLM is a heavy import: only when an engine starts
+        from harbor_ray.engine.lifecycle import EngineStartError
+
+        starting_errors += (EngineStartError,)
+
+    cluster = ClusterSpec(
+        ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
+        ingress=ingress, proxy_replicas=proxy_replicas,  # type: ignore[arg-type]
+        engine_timeout_s=engine_timeout, wants_model=wants_model)
+    with contextlib.ExitStack() as stack:
+        try:
+            with console.status("starting") as status:
+                running = stack.enter_context(running_cluster(cluster, progress=status.update))
+        except starting_errors as exc:
+            _could_not_start(exc)
+        certification = running.certification
         if certification is not None:
-            with console.status(f"setting up the capture proxy ({ingress} ingress)"):
-                proxy = start_capture_proxy(llm_url, certification.served_model,
-                                            ingress=ingress, replicas=proxy_replicas,
-                                            engine_timeout_s=engine_timeout)
-            config = dataclasses.replace(config, proxy=proxy)
+            console.print(f"engine: {certification.served_model} (tool calling: "
+                          f"{'yes' if certification.tool_calling else 'no'})")
+        config = dataclasses.replace(config, proxy=running.proxy)
         specs = make_specs(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
-            sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
-            reward_key=reward_key, run_id=name,
+            sampling=_sampling(temperature, max_tokens), budget=budget,
+            deadline_s=deadline, reward_key=reward_key, run_id=name,
         )
         manifest = {
             "run": name, "agent": agent, "sandbox": sandbox, "dataset": dataset,
             "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
-            "retries": retries, "deadline_s": deadline, "grace_s": grace, "budget": budget,
-            "temperature": temperature, "max_tokens": max_tokens, "reward_key": reward_key,
+            "retries": retries, "deadline_s": deadline, "grace_s": grace,
+            "budget": budget, "temperature": temperature, "max_tokens": max_tokens,
+            "reward_key": reward_key,
             "engine": certification.model_dump() if certification else None,
-            "proxy_replicas": proxy_replicas if certification and ingress != "host" else None,
+            "proxy_replicas": (proxy_replicas if certification and ingress != "host"
+                               else None),
             "ingress": ingress if certification else None,
             "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
             "engine_timeout_s": engine_timeout,
         }
         with live_progress(console) as on_stats:
             stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
-    finally:
-        if proxy is not None:
-            stop_capture_proxy(proxy)
-        if handle is not None:
-            from harbor_ray.engine.lifecycle import engine_down
-
-            engine_down(handle.app_name)
-        if temp_dir is not None:
-            ray.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
     print_summary(stats, config.out, console)
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
 
 
-def _start_ray(address: str | None) -> str | None:
-    """Join `address`, or start a local Ray; returns the temp dir of a Ray started here."""
-    import ray
-
-    if address is not None:
-        ray.init(address=address, log_to_driver=False)
-        return None
-    # Ray's unix sockets live under its temp dir: keep the path short.
-    temp_dir = tempfile.mkdtemp(prefix="hr-", dir="/tmp")
-    ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
-    return temp_dir
+def _could_not_start(reason: BaseException) -> NoReturn:
+    """Say why the command could not start, and exit with `Exit.COULD_NOT_START`."""
+    console.print(f"[red]error:[/red] {reason}")
+    raise typer.Exit(Exit.COULD_NOT_START) from reason
 
 
 def main() -> None:
-    # Harbor and LiteLLM would otherwise reach for the network at import (telemetry, the
-    # model cost map); this deployment has none. Set once, at the entry point.
-    os.environ.setdefault("HARBOR_TELEMETRY", "0")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    # Under `uv run`, Ray would start every worker with `uv run` in an uploaded copy of
-    # the working dir, re-resolving the environment without the engine extra; workers
-    # must use this process's interpreter and venv.
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    set_switches()
     app()
 
 

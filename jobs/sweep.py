@@ -8,16 +8,15 @@ job runs in a temporary copy of its working dir, where a relative one would land
 import os
 import sys
 
-# Entry-point switches, set before Ray or Harbor are imported (see harbor_ray.cli.main):
-# workers must use this interpreter rather than `uv run`, and Harbor/LiteLLM must not
-# reach for the network at import.
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-os.environ.setdefault("HARBOR_TELEMETRY", "0")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from harbor_ray.switches import set_switches
+
+set_switches()  # before Ray or Harbor is imported
 # Job logs are not a terminal: without a width, rich wraps the progress line at 80.
 os.environ.setdefault("COLUMNS", "120")
 
-from harbor_ray.cli import app
+import typer  # noqa: E402
+
+from harbor_ray.cli import app  # noqa: E402
 
 
 def _out(argv: list[str]) -> str | None:
@@ -36,9 +35,9 @@ def main(argv: list[str]) -> None:
         print("error: pass --out as an absolute path: a job runs in a temporary copy of "
               "its working dir, where a relative one would land", file=sys.stderr)
         sys.exit(2)
-    address = [] if any(a.startswith("--ray-address") for a in argv) else ["--ray-address",
-                                                                          "auto"]
-    app(["sweep", *address, *argv])
+    # The cluster the job runs on, unless --ray-address says otherwise.
+    typer.main.get_command(app).main(["sweep", *argv], prog_name="jobs/sweep.py",
+                                     default_map={"sweep": {"ray_address": "auto"}})
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ logprob, 1% of them NaN (the engine gave none).
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import statistics
 import tempfile
@@ -49,6 +48,7 @@ from harbor_ray.capture.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.writer import DatasetWriter
+from harbor_ray.switches import set_switches
 from harbor_ray.trials.result import RolloutResult
 
 TURNS = 50
@@ -268,7 +268,7 @@ def main() -> None:
     if args.ray_repeats:
         import ray
 
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        set_switches()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         print(f"(3) host -> record -> Ray -> writer -> Parquet on disk, median of "
               f"{args.ray_repeats}:")

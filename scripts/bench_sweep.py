@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -28,8 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import get_args
-
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import pyarrow.parquet as pq
 import ray
@@ -40,8 +37,9 @@ from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
+from harbor_ray.switches import set_switches
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
-from harbor_ray.trials.local_run import make_specs
+from harbor_ray.trials.spec import make_specs
 
 
 def start_engine(delay_ms: float) -> tuple[subprocess.Popen, str]:
@@ -142,6 +140,7 @@ def main() -> None:
                         help="seconds between the driver's commits (0: one per rollout)")
     parser.add_argument("--ray-address", default=None)
     args = parser.parse_args()
+    set_switches()  # before Ray starts
 
     temp_dir = None
     if args.ray_address:

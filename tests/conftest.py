@@ -1,12 +1,9 @@
-"""Test-wide settings. Harbor and LiteLLM must not try the network from tests."""
+"""Test-wide settings: the entry-point switches (Harbor and LiteLLM must not try the
+network, Ray workers must not run through `uv run`), and the shared engine fixtures."""
 
-import os
+from harbor_ray.switches import set_switches
 
-os.environ.setdefault("HARBOR_TELEMETRY", "0")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# Ray would start workers through `uv run` in a copy of the working dir when the tests
-# themselves run under `uv run` (see harbor_ray.cli.main).
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+set_switches()
 
 # The real engine (one per test session) and its Ray cluster.
 pytest_plugins = ["tests.fixtures.engine"]

@@ -1,6 +1,6 @@
 """The reply an agent gets once its session's model-call budget is spent.
 
-LESSONS.md: an empty or non-SSE stop was retried 281 times in one rollout. So the stop
+docs/lessons.md: an empty or non-SSE stop was retried 281 times in one rollout. So the stop
 is a terminal, non-empty assistant message, rendered by the caller's own dialect
 (streamed when it streams), and it is never recorded as a model turn.
 """

@@ -1,6 +1,6 @@
 """Certify an engine before the first rollout: refuse one that cannot be trained on.
 
-LESSONS.md: an endpoint that returns no token ids produces rollouts that look normal
+docs/lessons.md: an endpoint that returns no token ids produces rollouts that look normal
 and carry nothing trainable. So we ask for exactly what capture needs, once, and name
 the request field or server flag that fixes whatever is missing.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harbor_ray.capture.engine import Engine, EngineError
+from harbor_ray.capture.engine import Engine, EngineError, HttpEngine
 
 _PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]
 _TOOL = {
@@ -82,6 +82,15 @@ async def certify(engine: Engine, url: str, *, model: str | None = None) -> Cert
         tool_calling=tool_fix is None,
         tool_calling_fix=tool_fix,
     )
+
+
+async def certify_url(url: str, model: str | None = None) -> Certification:
+    """Certify the engine at `url` over HTTP, with a client of its own."""
+    engine = HttpEngine(url)
+    try:
+        return await certify(engine, engine.root, model=model)
+    finally:
+        await engine.aclose()
 
 
 def _capture_problems(reply: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """Which dialect and which kind of call a request is, decided before any parsing.
 
-Path first, then headers, then body shape (LESSONS.md: a misdetected route is parsed by
+Path first, then headers, then body shape (docs/lessons.md: a misdetected route is parsed by
 the wrong translator). Google puts streaming in the URL (`:streamGenerateContent`,
 capital G), so paths are compared case-insensitively.
 """

@@ -1,8 +1,8 @@
 """The inference engine behind a one-method seam, and the real HTTP client for it.
 
-The hot path uses `Http1Pool` (http1.py): PERF.md measured httpx's AsyncClient
-collapsing to ~200 calls/s at 64 concurrent on these machines, and aiohttp's client,
-which sustains ~2,000+, still cost ~220 us CPU per call against ~50 us for the pool.
+The hot path uses `Http1Pool` (http1.py): httpx's AsyncClient collapses under
+concurrency, and aiohttp's client, which holds up, still costs several times the pool's
+CPU per call (docs/performance.md, "The engine client").
 
 Errors from the engine side form one family, `EngineError`, carrying the status the
 agent should see: 502/503/504 (retryable) when the engine failed or is unreachable,

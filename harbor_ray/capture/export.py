@@ -29,10 +29,10 @@ from harbor_ray.capture.graph import Node, TrainingSequence
 from harbor_ray.capture.record import ClosedCapture, close_capture
 from harbor_ray.capture.turn import TurnRecord
 
-__all__ = ["SCHEMA_VERSION", "build_export", "render_export", "turns_from_export"]
+__all__ = ["EXPORT_VERSION", "build_export", "render_export", "turns_from_export"]
 
 # Bump on any change a reader of an older document would misread.
-SCHEMA_VERSION = 1
+EXPORT_VERSION = 1
 
 
 def build_export(
@@ -51,7 +51,7 @@ def render_export(capture: ClosedCapture) -> dict[str, Any]:
     """The JSON-ready document of a closed session."""
     graph = capture.graph
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": EXPORT_VERSION,
         "trainable": capture.trainable,
         "counts": dataclasses.asdict(capture.counts),
         "turns": [_turn_doc(turn, graph.nodes[turn.index]) for turn in capture.turns],
@@ -63,8 +63,8 @@ def render_export(capture: ClosedCapture) -> dict[str, Any]:
 def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
     """Rebuild the turn records a document was made from, ids and NaNs included."""
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"export schema_version {version!r} is not the supported {SCHEMA_VERSION}")
+    if version != EXPORT_VERSION:
+        raise ValueError(f"export schema_version {version!r} is not the supported {EXPORT_VERSION}")
     return [
         TurnRecord(
             index=int(t["index"]),

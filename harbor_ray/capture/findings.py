@@ -5,7 +5,7 @@ makes the rollout untrainable (`ok` is false). Codes are a closed set with stabl
 values because they are written to datasets and filtered on by trainers.
 
 Each check exists because its absence once produced plausible but wrong training data
-(LESSONS.md): missing ids or logprobs, misaligned logprobs, a session with no model
+(docs/lessons.md): missing ids or logprobs, misaligned logprobs, a session with no model
 calls reported as a success, prefix links that silently split a conversation.
 """
 

@@ -3,7 +3,7 @@
 Turns link by exact token prefix, never by message content or arrival order: turn k+1's
 prompt is the engine's own tokenisation of everything before it, so a call whose prompt
 begins with another call's prompt + sampled ids continued that call. Re-rendering the
-conversation offline drifted on every model family tried (LESSONS.md, Tokens), which is
+conversation offline drifted on every model family tried (docs/lessons.md, Tokens), which is
 why nothing here looks at text.
 
 The parent of a turn is the turn whose full sequence (prompt + sampled ids) is the longest

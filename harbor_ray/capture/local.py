@@ -1,8 +1,9 @@
-"""The capture proxy inside the current process: for `harbor-ray rollout` and tests.
+"""The capture proxy inside the current process, over sessions this process owns:
+`harbor-ray rollout`, rollout hosts with `--ingress host`, and tests.
 
-ARCHITECTURE.md property 3: one rollout runs end to end in one process (an in-memory
-session store, the proxy on a loopback port) so that when it works and the cluster
-does not, the fault is known to be in the serving layer.
+One rollout runs end to end in one process (an in-memory session store, the proxy on a
+loopback port), so that when it works and the cluster does not, the fault is known to
+be in the serving layer (docs/architecture.md, property 3).
 """
 
 from __future__ import annotations

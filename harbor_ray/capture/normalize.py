@@ -1,6 +1,6 @@
 """The one place that decides what the engine is asked, whatever the agent's dialect.
 
-LESSONS.md: some agents send `tools: []` once their loop has no tools left and vLLM
+docs/lessons.md: some agents send `tools: []` once their loop has no tools left and vLLM
 answers 400, truncating the trajectory; the capture fields must always be requested,
 or a rollout looks normal and carries no token ids.
 """

@@ -1,6 +1,6 @@
 """Serving the capture app on a socket that is provably ours.
 
-LESSONS.md: a liveness probe that connected to whoever held the port, while the real
+docs/lessons.md: a liveness probe that connected to whoever held the port, while the real
 bind error died on a background thread, produced 401s and rollouts with zero model
 calls. So the socket is bound here, in the caller's thread (a taken port fails loudly,
 at once), and readiness is confirmed by the app's own instance id, not by "something

@@ -1,1 +1,3 @@
-"""The Ray layer: one actor per rollout, the sweep driver that runs them, the reaper."""
+"""The Ray layer: rollout hosts (several rollouts each, owning their capture sessions),
+the sweep driver that runs them, the capture proxy deployment and its ingresses, the
+reaper."""

@@ -1,9 +1,9 @@
 """`SessionStore` for a stateless proxy replica: every session lives in its owner actor.
 
-ARCHITECTURE.md property 1. The key names the session and the session id names its
+docs/architecture.md property 1. The key names the session and the session id names its
 owner, so a replica needs no shared state: it asks the owner once for the key's digest
 (and the session's sampling), caches that, and checks later keys itself. Admission and
-records are one actor round trip each (~2 ms on these machines, PERF.md).
+records are one actor round trip each (docs/performance.md, "Ingress").
 
 `record` is awaited before the agent gets its reply: a replica killed after answering
 must not take the turn with it. The cost of that is one round trip per call, measured

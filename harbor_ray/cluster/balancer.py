@@ -2,7 +2,7 @@
 
 Agents in a rollout host call the proxy at this relay's loopback URL; each connection
 they open is spliced, byte for byte, to one live replica's own socket (round-robin), so
-the hot path skips Serve's shared HTTP proxy (PERF.md). No HTTP is parsed here: a
+the hot path skips Serve's shared HTTP proxy (docs/performance.md). No HTTP is parsed here: a
 keep-alive connection stays on its replica, and a replica that dies takes its
 connections with it; the agent's retry opens a new connection, which goes to a replica
 that accepts it (refusing replicas are dropped on the spot and reported as dead).

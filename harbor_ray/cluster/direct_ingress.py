@@ -1,6 +1,6 @@
 """A proxy replica's own loopback socket, registered where relays find it.
 
-Serve's shared HTTP proxy costs more per call than the whole capture budget (PERF.md),
+Serve's shared HTTP proxy costs more per call than the whole capture budget (docs/performance.md),
 so each replica also serves its app on 127.0.0.1:<free port> with plain uvicorn, in the
 replica's own event loop (the app's engine client and owner handles live there), and
 registers the socket once the app answers on it as itself. Serve still places, restarts

@@ -1,9 +1,8 @@
 """`RolloutHost`: a Ray actor that runs several rollouts and owns their capture sessions.
 
-Why a host rather than one actor per rollout: a Ray worker process costs ~150 MB and
-~2.5 s of start-up on these machines (measured: 30 one-rollout actors took 100 s and
-4.7 GB before the first rollout ended), so 100 concurrent rollouts would need 15 GB and
-minutes of start-up, and 1,000 could not run at all. A host runs its rollouts as
+Why a host rather than one actor per rollout: every Ray worker process costs its own
+memory and seconds of start-up (docs/performance.md), so one per rollout makes a
+thousand concurrent rollouts impossible on a small cluster. A host runs its rollouts as
 asyncio tasks (a rollout mostly waits on its sandbox and the engine) and keeps what the
 design needs of an actor per rollout:
 - the owner holds the data: each session lives in the host that runs its rollout, and
@@ -17,13 +16,13 @@ design needs of an actor per rollout:
 A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
 - `direct`: a relay (balancer.py) on its own loopback port that splices each connection
   to a replica's direct socket, so that model calls skip Serve's shared HTTP proxy
-  (PERF.md);
+  (docs/performance.md);
 - `serve`: Serve's route (for comparison, or where replicas run on other nodes: their
   direct sockets are loopback-only);
 - `host`: no replicas; the host serves the capture app itself, over the sessions it
   owns, and calls the engine. Admit and record are then calls within the process, not
-  actor round trips (~1 ms CPU each on these machines, PERF.md), so a model call costs
-  the cluster about a tenth of the CPU; what it gives up is the deployment's own
+  actor round trips, so a model call costs the cluster several times less CPU
+  (docs/performance.md); what it gives up is the deployment's own
   replicas (health checks, scaling apart from the hosts).
 """
 
@@ -44,13 +43,11 @@ from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
 from harbor_ray.data.encode import RolloutRecord, warm_up
+from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
-# Harbor and LiteLLM reach for the network at import unless told not to; hosts are
-# fresh processes, so they are told through their runtime env, not the driver's.
-HOST_ENV = {"HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 # Method calls a host serves at once: its rollouts' `run`s plus the proxy replicas'
 # admit/record calls for their sessions. Ray's default for async actors is 1,000.
 _MAX_CALLS = 100_000
@@ -137,6 +134,6 @@ def start_host(
         num_cpus=num_cpus,
         max_restarts=0,
         max_concurrency=_MAX_CALLS,
-        runtime_env={"env_vars": HOST_ENV},
+        runtime_env={"env_vars": WORKER_ENV},
     )
     return remote.remote(name, proxy, work)

@@ -1,6 +1,6 @@
 """The session owner: what a stateless proxy replica asks of the actor that holds a session.
 
-ARCHITECTURE.md property 1. The actor that runs a rollout mints its session (so the key
+docs/architecture.md property 1. The actor that runs a rollout mints its session (so the key
 names the owner) and keeps the records; replicas call these methods on it by name. An
 actor embeds one `SessionOwner` and exposes its methods as its own.
 """

@@ -1,4 +1,4 @@
-"""The capture proxy as a stateless Ray Serve deployment (ARCHITECTURE.md property 1).
+"""The capture proxy as a stateless Ray Serve deployment (docs/architecture.md property 1).
 
 Replicas hold no session: each key leads to the actor that owns its session
 (`ActorSessionStore`), so any replica serves any session: Serve's health checks and
@@ -12,7 +12,7 @@ Two ingresses reach the same app in each replica:
   rollout host runs a relay that spreads connections over the registered replicas
   (balancer.py);
 - Serve's HTTP proxy under a route prefix (`http://127.0.0.1:<port>/capture/v1`), kept
-  as the fallback. It is the expensive hop (PERF.md): scripts/bench_cluster_proxy.py
+  as the fallback. It is the expensive hop (docs/performance.md): scripts/bench_cluster_proxy.py
   measured, capture on, 2 replicas, on a busy 2-core VM, +23 ms p50 at 1 client and
   80-100 calls/s at 64 (~19 ms of CPU per call across proxy, replicas and owner); with
   RAY_SERVE_ENABLE_HA_PROXY=1 (no code change) +12 ms and ~240 calls/s.
@@ -41,7 +41,7 @@ from harbor_ray.serve_http import serve_details, serve_http_base
 CAPTURE_ROUTE_PREFIX = "/capture"
 # A replica's calls mostly wait on the engine, so one replica holds many at once. Below
 # the offered concurrency Serve queues without bound and throughput collapses
-# (PERF.md), so replicas x this must cover every agent that may call at the same time.
+# (docs/performance.md), so replicas x this must cover every agent that may call at the same time.
 MAX_ONGOING_REQUESTS = 2_000
 
 # Where Serve names its replica actors.

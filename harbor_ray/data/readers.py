@@ -9,8 +9,8 @@ and memory for one part's deltas plus one rollout's rebuilt prompts. (Grouping a
 table on every read and took minutes to start on a small dataset here.) A part that
 broke the rule would fail loudly in `rebuild_prompts`, never yield a wrong prompt.
 
-Ray Data (and pandas, which it needs) is imported on the first read, not with this
-package: trial actors and the driver import the writer and must not pay for it.
+Ray Data is imported on the first read, not with this package: rollout hosts and the
+driver import the encoder and the writer and must not pay for it.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class EngineConfig(BaseModel):
         default="auto",
         description=(
             "Precision vLLM computes in. `auto` follows the checkpoint. On CPUs without "
-            "native bf16, float32 is faster for batched work (ENGINE.md)."
+            "native bf16, float32 is faster for batched work (docs/performance.md)."
         ),
     )
     max_model_len: int | None = Field(

@@ -41,7 +41,7 @@ _MARKER = "harbor_ray_model.json"
 _PARTIAL_PREFIX = ".partial-"
 
 # The GGUF's Q4_1 blocks de-quantise exactly into float32, and this CPU has no native
-# bf16: ENGINE.md measured float32 at 74 / 140 tok/s against bfloat16's 44 / 56 at 8 / 32
+# bf16: docs/performance.md measured float32 at 74 / 140 tok/s against bfloat16's 44 / 56 at 8 / 32
 # concurrent streams. The price is a 540 MB directory instead of 270 MB; a GPU engine
 # can still serve it in bfloat16 through vLLM's `dtype`.
 _SAVED_DTYPE = "float32"

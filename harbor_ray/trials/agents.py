@@ -4,7 +4,7 @@ Every model call a rollout's agent makes must reach the capture proxy with that 
 session key, and nothing else. `agent_config()` turns (agent name, proxy, key, served
 model) into the Harbor `AgentConfig` for that one rollout. It is pure: no network, no
 `os.environ`, no process-global state. The key travels only inside the returned config, so
-concurrent rollouts with different keys cannot see each other's credentials (LESSONS.md:
+concurrent rollouts with different keys cannot see each other's credentials (docs/lessons.md:
 per-agent credentials passed explicitly).
 
 Harbor 0.25 resolves an agent's endpoint through a connection layer

@@ -1,6 +1,6 @@
 """Sandbox backends: which ones exist, which are usable here, and how to configure one.
 
-LESSONS.md: checking credentials alone reported a backend available that then failed at
+docs/lessons.md: checking credentials alone reported a backend available that then failed at
 rollout time. A backend is usable only if its class imports, the SDK its Harbor extra
 names is installed, and Harbor's own preflight passes.
 """

@@ -21,7 +21,7 @@ type is set, so the row is not `ok`: a timed-out trajectory is truncated, and a 
 a truncated trajectory is not the grade of the policy's own ending.
 
 Harbor refuses a whole `reward.json` when any one value is not a finite number
-(`VerifierOutputParseError`). LESSONS.md asks for the opposite: judge each key on its
+(`VerifierOutputParseError`). docs/lessons.md asks for the opposite: judge each key on its
 own. So the caller may pass the file's parsed contents (`reward_file`); when Harbor
 refused the file and those contents are a dict, they become the raw rewards and
 `rewards.select_reward` decides key by key. This module does no I/O.

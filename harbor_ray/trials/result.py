@@ -1,6 +1,6 @@
 """The one record every rollout ends as, whatever happened to it.
 
-LESSONS.md: an exception that reaches a distributed trainer hangs every rank at the
+docs/lessons.md: an exception that reaches a distributed trainer hangs every rank at the
 collective barrier, so a failed rollout is data: `ok` false, `error_type` from a closed
 set, `reward` None when the verifier never ran (never 0.0: that would teach the model
 that infrastructure failures are its fault).

@@ -1,6 +1,6 @@
 """Choosing the one reward a rollout is trained on, from the verifier's rewards as written.
 
-Rewards are forwarded, never recomputed (LESSONS.md, "Rollouts and rewards"): the
+Rewards are forwarded, never recomputed (docs/lessons.md, "Rollouts and rewards"): the
 verifier's dict travels verbatim, and this module only decides which keys are usable
 numbers and which one is the scalar.
 

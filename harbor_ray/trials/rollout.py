@@ -2,7 +2,7 @@
 
 `run_rollout` ends every rollout as one `RolloutRecord`: the row, and the token tables
 encoded here from the session's closed capture (its graph built once, by its owner).
-It never raises (a failed rollout is a row, LESSONS.md), except that a
+It never raises (a failed rollout is a row, docs/lessons.md), except that a
 cancellation from the caller propagates: swallowing it would hide the caller's intent,
 and the trial's own teardown runs on the way out. Harbor objects stay at this edge;
 what is decided (the outcome, the reward, whether the row is usable) is decided by
@@ -127,7 +127,7 @@ async def _run_trial(
     config: TrialConfig, deadline_s: float | None
 ) -> tuple[ErrorType | None, str | None, Any]:
     """Run the Harbor trial in this event loop (never a nested `asyncio.run`: that
-    cancelled Harbor's shielded teardown and leaked sandboxes, LESSONS.md)."""
+    cancelled Harbor's shielded teardown and leaked sandboxes, docs/lessons.md)."""
     try:
         async with asyncio.timeout(deadline_s):
             trial = await Trial.create(config)
@@ -219,7 +219,7 @@ def _finding_record(finding: Finding) -> FindingRecord:
 
 def _read_reward_json(trial_dir: Path) -> dict[str, Any] | None:
     """The verifier's raw reward.json: Harbor refuses the whole file for one null value,
-    while rewards are judged key by key (LESSONS.md)."""
+    while rewards are judged key by key (docs/lessons.md)."""
     return _read_json(trial_dir / "verifier" / "reward.json")
 
 

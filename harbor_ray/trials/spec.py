@@ -6,7 +6,8 @@ processes and hosts rollouts, and needs only this much of a rollout's shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,3 +51,38 @@ class RolloutSpec:
     reward_key: str | None = None
     agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
     sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def make_specs(
+    tasks: Sequence[TaskRef],
+    attempts: int,
+    *,
+    agent: str,
+    sandbox: str,
+    trials_dir: Path,
+    sampling: Sampling | None = None,
+    budget: int | None = None,
+    deadline_s: float | None = None,
+    reward_key: str | None = None,
+    agent_kwargs: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> list[RolloutSpec]:
+    """tasks x attempts, in task order then attempt order (the documented output order)."""
+    run_id = run_id or uuid.uuid4().hex[:8]
+    return [
+        RolloutSpec(
+            rollout_id=f"{task.name}__{attempt}__{run_id}",
+            task=task,
+            agent=agent,
+            sandbox=sandbox,
+            attempt=attempt,
+            trials_dir=trials_dir,
+            sampling=sampling,
+            budget=budget,
+            deadline_s=deadline_s,
+            reward_key=reward_key,
+            agent_kwargs=agent_kwargs or {},
+        )
+        for task in tasks
+        for attempt in range(attempts)
+    ]

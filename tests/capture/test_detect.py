@@ -11,7 +11,7 @@ from harbor_ray.capture.detect import Route, detect
     ("/v1/messages/count_tokens", Route("anthropic", "count_tokens")),
     ("/v1beta/models/gemini-2.5:generateContent", Route("google", "generate", "gemini-2.5")),
     ("/v1beta/models/g:streamGenerateContent", Route("google", "generate", "g", True)),
-    # LESSONS.md: capital G; compared case-insensitively, streaming is still detected.
+    # docs/lessons.md: capital G; compared case-insensitively, streaming is still detected.
     ("/v1beta/models/g:STREAMGENERATECONTENT", Route("google", "generate", "g", True)),
     ("/models/g:generateContent", Route("google", "generate", "g")),
     ("/v1beta/models/g:countTokens", Route("google", "count_tokens", "g")),

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harbor_ray.capture.export import SCHEMA_VERSION, build_export, turns_from_export
+from harbor_ray.capture.export import EXPORT_VERSION, build_export, turns_from_export
 from harbor_ray.capture.turn import TurnRecord
 from tests.capture.turns_factory import VOCAB, chain, follow, full, shuffled, turn
 
@@ -30,7 +30,7 @@ def through_json(doc: dict) -> dict:
 
 def test_document_shape_and_values() -> None:
     doc = build_export(session(), vocab_size=VOCAB, engine_errors=1, budget_stops=2)
-    assert doc["schema_version"] == SCHEMA_VERSION
+    assert doc["schema_version"] == EXPORT_VERSION
     assert doc["trainable"] is True
     assert doc["counts"] == {
         "turns": 5,
@@ -198,6 +198,6 @@ def test_fatal_finding_clears_trainable() -> None:
 
 def test_unknown_schema_version_is_refused() -> None:
     doc = build_export(chain(1))
-    doc["schema_version"] = SCHEMA_VERSION + 1
+    doc["schema_version"] = EXPORT_VERSION + 1
     with pytest.raises(ValueError, match="schema_version"):
         turns_from_export(doc)

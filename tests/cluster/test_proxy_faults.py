@@ -18,6 +18,7 @@ import pytest
 import ray
 
 from harbor_ray.capture.budget import BUDGET_MESSAGE
+from harbor_ray.capture.export import render_export
 from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
 from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
@@ -105,7 +106,7 @@ async def test_a_client_gone_before_its_reply_costs_no_turn_and_no_budget(
     # Its slot was given back: the session's one call is still there.
     assert await ask(ingress.url, info.key) == "echo: hi"
     assert await ask(ingress.url, info.key) == BUDGET_MESSAGE
-    doc = await ingress.owner.close.remote(info.session_id)
+    doc = render_export(await ingress.owner.close.remote(info.session_id))
     assert [t["response_message"]["content"] for t in doc["turns"]] == ["echo: hi"]
 
 

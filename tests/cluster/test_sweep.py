@@ -19,7 +19,7 @@ from harbor_ray.cluster import reaper
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
-from harbor_ray.trials.local_run import make_specs
+from harbor_ray.trials.spec import make_specs
 from tests.cluster import stubs
 
 pytestmark = pytest.mark.integration

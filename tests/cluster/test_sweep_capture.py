@@ -28,7 +28,7 @@ from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.readers import read_sequences
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
-from harbor_ray.trials.local_run import make_specs
+from harbor_ray.trials.spec import make_specs
 from tests.fixtures.threaded import serve_in_thread
 from tests.trials.scripts import terminus_script
 

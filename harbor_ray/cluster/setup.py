@@ -1,0 +1,93 @@
+"""What runs around a sweep's rollouts, as one context manager: Ray, the engine, its
+certification and the capture proxy, taken down in reverse order on the way out.
+
+`harbor-ray sweep` and `jobs/sweep.py` are thin shells over it (flags in, a summary
+out); the online service is meant to reuse it. Nothing here prints: progress goes to
+the caller's callback, failures are raised (`EngineStartError`, `ModelUnavailableError`,
+`CertificationError`) for the caller to report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from harbor_ray.capture.certify import Certification, certify_url
+from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S
+from harbor_ray.cluster.host import Ingress, ProxyTarget
+from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
+
+__all__ = ["ClusterSpec", "RunningCluster", "running_cluster"]
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where rollouts run and how their agents reach a model."""
+
+    ray_address: str | None = None  # None: a local Ray started for the run, then stopped
+    llm_url: str | None = None  # an engine already running, or:
+    engine_config: Path | None = None  # a Serve YAML started on the cluster for the run
+    model: str | None = None  # the served model id; None: the first the engine lists
+    ingress: Ingress = "direct"
+    proxy_replicas: int = 2
+    engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
+    wants_model: bool = True  # False: no engine, no proxy (agents such as oracle)
+
+
+@dataclass(frozen=True)
+class RunningCluster:
+    proxy: ProxyTarget | None  # where agents call the model; None when none does
+    certification: Certification | None
+
+
+@contextlib.contextmanager
+def running_cluster(
+    spec: ClusterSpec, *, progress: Callable[[str], None] = lambda _: None
+) -> Iterator[RunningCluster]:
+    """Join or start Ray; start or certify the engine; deploy the proxy; yield them."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_ray(spec.ray_address))
+        certification = None
+        proxy = None
+        if spec.wants_model:
+            url = spec.llm_url
+            if spec.engine_config is not None:
+                from harbor_ray.engine.lifecycle import engine_down, engine_up
+
+                handle = engine_up(spec.engine_config, ray_address=spec.ray_address or "auto",
+                                   progress=progress)
+                stack.callback(engine_down, handle.app_name)
+                url = handle.url
+            if url is None:
+                raise ValueError("an agent that calls a model needs llm_url or engine_config")
+            certification = asyncio.run(certify_url(url, spec.model))
+            progress(f"setting up the capture proxy ({spec.ingress} ingress)")
+            proxy = start_capture_proxy(url, certification.served_model, ingress=spec.ingress,
+                                        replicas=spec.proxy_replicas,
+                                        engine_timeout_s=spec.engine_timeout_s)
+            stack.callback(stop_capture_proxy, proxy)
+        yield RunningCluster(proxy, certification)
+
+
+@contextlib.contextmanager
+def _ray(address: str | None) -> Iterator[None]:
+    """Join `address`; or start a local Ray for the run and remove it after."""
+    if address is not None:
+        ray.init(address=address, log_to_driver=False)
+        yield
+        return
+    # Ray's unix sockets live under its temp dir: keep the path short.
+    temp_dir = tempfile.mkdtemp(prefix="hr-", dir="/tmp")
+    ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
