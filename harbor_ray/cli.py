@@ -90,8 +90,8 @@ async def _serve_proxy(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
     )
-    capture = build_capture_app(InMemorySessionStore(), engine, settings,
-                                on_shutdown=engine.aclose)
+    store = InMemorySessionStore()
+    capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
 
     def ready(url: str) -> None:
         console.print(f"capture proxy ready at [bold]{url}[/bold]")

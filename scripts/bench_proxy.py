@@ -45,9 +45,9 @@ def run_engine(port: int, delay_s: float) -> None:
 def run_proxy(port: int, engine_url: str) -> None:
     """The proxy as `harbor-ray proxy` serves it (its own socket, uvicorn settings)."""
     engine = HttpEngine(engine_url)
-    app = build_capture_app(InMemorySessionStore(), engine,
-                            CaptureSettings(served_model="fake-model"),
-                            on_shutdown=engine.aclose)
+    store = InMemorySessionStore()
+    app = build_capture_app(store, engine, CaptureSettings(served_model="fake-model"),
+                            admin=store, on_shutdown=engine.aclose)
     run_server(serve(app, bind("127.0.0.1", port)))
 
 

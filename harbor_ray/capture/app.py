@@ -4,8 +4,9 @@ It is a boundary, not a brain. For each model call: authenticate the session key
 translate the agent's dialect, ask the session's owner to admit the call (budget),
 forward one non-streamed request to the engine, hand the record to the owner, and
 answer in the agent's dialect (a synthetic SSE stream when it streams). Sessions live
-behind `SessionStore`, so the app holds no per-session state and any replica can
-serve any session.
+behind a `CallStore`, so the app holds no per-session state and any replica can
+serve any session. Only an app given an `AdminStore` (where the sessions live) has
+the admin routes that open, list, export and delete them.
 
 Failures, by where they happen, and what the agent sees (always in its own dialect):
   request     head (URL, headers) too large -> 414 / 431 before anything else; unreadable,
@@ -54,7 +55,7 @@ from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
 from harbor_ray.capture.normalize import engine_body
 from harbor_ray.capture.sampling import INT64_MAX, Sampling
-from harbor_ray.capture.session import SessionGone, SessionGrant, SessionStore
+from harbor_ray.capture.session import AdminStore, CallStore, SessionGone, SessionGrant
 from harbor_ray.capture.sse import KEEPALIVE
 from harbor_ray.capture.turn import TurnRecord
 
@@ -75,10 +76,6 @@ class CaptureSettings:
     max_header_bytes: int = 64 * 1024
     keepalive_s: float = 10.0
     default_budget: int | None = None
-    # Off on cluster replicas: there, sessions are opened and exported by the actors
-    # that own them, and /sessions falls through to the model-call route (a 404; a
-    # DELETE, which that route does not take, a 405).
-    admin_routes: bool = True
 
 
 class SessionRequest(BaseModel):
@@ -101,14 +98,20 @@ class _ClientGone(Exception):
 
 
 def build_capture_app(
-    store: SessionStore,
+    store: CallStore,
     engine: Engine,
     settings: CaptureSettings,
     *,
+    admin: AdminStore | None = None,
     clock: Callable[[], float] = time.time,
     on_shutdown: Callable[[], Any] | None = None,
 ) -> CaptureApp:
-    """The ASGI app. `on_shutdown` (e.g. closing the engine client) runs at lifespan end."""
+    """The ASGI app. `on_shutdown` (e.g. closing the engine client) runs at lifespan end.
+
+    Without `admin` (cluster replicas, whose sessions their owner actors open and
+    export; `serve_capture`, whose caller does) there are no admin routes: /sessions
+    falls through to the model-call route (a 404; a DELETE, which that route does not
+    take, a 405)."""
     handler = _CaptureHandler(store, engine, settings, clock)
     instance_id = uuid.uuid4().hex
 
@@ -116,19 +119,14 @@ def build_capture_app(
         # The instance id lets a launcher tell this server from another one on the port.
         return JSONResponse({"status": "ok", "instance": instance_id})
 
-    admin = [
-        Route("/sessions", handler.admin_create, methods=["POST"]),
-        Route("/sessions", handler.admin_list, methods=["GET"]),
-        Route("/sessions/{session_id}/export", handler.admin_export, methods=["GET"]),
-        Route("/sessions/{session_id}", handler.admin_delete, methods=["DELETE"]),
-    ]
+    admin_routes = [] if admin is None else _AdminRoutes(admin, settings).routes()
 
     async def model_call(request: Request) -> Response:
         return await handler.model_call(request, _route_path(request.scope))
 
     routes = [
         Route("/health", health, methods=["GET"]),
-        *(admin if settings.admin_routes else []),
+        *admin_routes,
         Route("/{path:path}", model_call, methods=["GET", "POST"]),
     ]
 
@@ -140,7 +138,7 @@ def build_capture_app(
 
     router = Starlette(routes=routes, lifespan=lifespan)
     router.state.instance_id = instance_id
-    return CaptureApp(handler, router, admin_routes=settings.admin_routes)
+    return CaptureApp(handler, router, admin_routes=bool(admin_routes))
 
 
 class CaptureApp:
@@ -195,19 +193,21 @@ def _is_admin(path: str) -> bool:
     return path == "/sessions" or path.startswith("/sessions/")
 
 
-class _CaptureHandler:
-    def __init__(
-        self,
-        store: SessionStore,
-        engine: Engine,
-        settings: CaptureSettings,
-        clock: Callable[[], float],
-    ) -> None:
-        self.store, self.engine, self.settings, self.clock = store, engine, settings, clock
+class _AdminRoutes:
+    """Opening, listing, exporting and deleting sessions, over the store that holds them."""
 
-    # ---- admin routes -------------------------------------------------------------
+    def __init__(self, admin: AdminStore, settings: CaptureSettings) -> None:
+        self.admin, self.settings = admin, settings
 
-    def _admin_denied(self, request: Request) -> Response | None:
+    def routes(self) -> list[Route]:
+        return [
+            Route("/sessions", self.create_session, methods=["POST"]),
+            Route("/sessions", self.list_sessions, methods=["GET"]),
+            Route("/sessions/{session_id}/export", self.export_session, methods=["GET"]),
+            Route("/sessions/{session_id}", self.delete_session, methods=["DELETE"]),
+        ]
+
+    def _denied(self, request: Request) -> Response | None:
         expected = self.settings.admin_key
         if expected is None:
             return None
@@ -216,11 +216,12 @@ class _CaptureHandler:
             return None
         return JSONResponse({"error": "admin key required"}, status_code=401)
 
-    async def admin_create(self, request: Request) -> Response:
-        if denied := self._admin_denied(request):
+    async def create_session(self, request: Request) -> Response:
+        if denied := self._denied(request):
             return denied
         try:
-            spec = SessionRequest.model_validate_json(await self._read_body(request) or b"{}")
+            body = await _read_body(request, self.settings.max_body_bytes)
+            spec = SessionRequest.model_validate_json(body or b"{}")
         except _ClientGone:
             return _NOTHING
         except _HttpError as exc:
@@ -228,33 +229,43 @@ class _CaptureHandler:
         except ValidationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
-        info = await self.store.create(budget=budget, sampling=spec.sampling)
+        info = await self.admin.create(budget=budget, sampling=spec.sampling)
         return JSONResponse(
             {"session_id": info.session_id, "key": info.key, "budget": info.budget,
              "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None},
             status_code=201,
         )
 
-    async def admin_list(self, request: Request) -> Response:
-        if denied := self._admin_denied(request):
+    async def list_sessions(self, request: Request) -> Response:
+        if denied := self._denied(request):
             return denied
-        ids = getattr(self.store, "session_ids", None)
-        return JSONResponse({"sessions": ids() if ids else []})
+        return JSONResponse({"sessions": self.admin.session_ids()})
 
-    async def admin_export(self, request: Request) -> Response:
-        if denied := self._admin_denied(request):
+    async def export_session(self, request: Request) -> Response:
+        if denied := self._denied(request):
             return denied
-        doc = await self.store.export(request.path_params["session_id"])
+        doc = await self.admin.export(request.path_params["session_id"])
         if doc is None:
             return JSONResponse({"error": "no such session"}, status_code=404)
         return JSONResponse(doc)
 
-    async def admin_delete(self, request: Request) -> Response:
-        if denied := self._admin_denied(request):
+    async def delete_session(self, request: Request) -> Response:
+        if denied := self._denied(request):
             return denied
-        if not await self.store.delete(request.path_params["session_id"]):
+        if not await self.admin.delete(request.path_params["session_id"]):
             return JSONResponse({"error": "no such session"}, status_code=404)
         return Response(status_code=204)
+
+
+class _CaptureHandler:
+    def __init__(
+        self,
+        store: CallStore,
+        engine: Engine,
+        settings: CaptureSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store, self.engine, self.settings, self.clock = store, engine, settings, clock
 
     # ---- model calls --------------------------------------------------------------
 
@@ -310,29 +321,11 @@ class _CaptureHandler:
             raise _HttpError(401, "invalid or missing session key", "authentication")
         return grant
 
-    async def _read_body(self, request: Request) -> bytes:
-        """The whole body, refused (413) past the limit before more of it is read."""
-        limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
-        chunks, size = [], 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
-                chunks.append(chunk)
-        except ClientDisconnect as exc:
-            # Clients leave mid-body routinely (a cancelled call); nobody is left to answer.
-            raise _ClientGone from exc
-        return b"".join(chunks)
-
     async def _read_json(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("content-type", "")
         if content_type.split(";")[0].strip().lower() != "application/json":
             raise _HttpError(415, "content-type must be application/json", "invalid_request")
-        raw = await self._read_body(request)
+        raw = await _read_body(request, self.settings.max_body_bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -553,6 +546,24 @@ class _Delivery:
                 work.cancel()
             if recording and not delivered:
                 await handler._withdraw(admitted)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refused (413) past the limit before more of it is read."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+            chunks.append(chunk)
+    except ClientDisconnect as exc:
+        # Clients leave mid-body routinely (a cancelled call); nobody is left to answer.
+        raise _ClientGone from exc
+    return b"".join(chunks)
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -63,8 +63,7 @@ async def serve_capture(
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
-    app = build_capture_app(store, engine,
-                            CaptureSettings(served_model=served_model, admin_routes=False))
+    app = build_capture_app(store, engine, CaptureSettings(served_model=served_model))
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()

@@ -1,6 +1,8 @@
-"""Where a capture session's records live, behind one small async interface.
+"""Where a capture session's records live, behind two small async interfaces.
 
-The app never assumes the session lives in its own process: the standalone proxy and
+`CallStore` is what serving a model call needs; `AdminStore` opens, reads and ends
+sessions, which only the process holding them can do. The app never assumes the
+session lives in its own process: the standalone proxy and
 `harbor-ray rollout` use `InMemorySessionStore`; the cluster gives each session to the
 Ray actor that owns its rollout. Every admitted call ends in exactly one `record` or
 `release` (or, if the process that admitted it died first, is given back by the owner),
@@ -58,10 +60,8 @@ class SessionGone(LookupError):
     """
 
 
-class SessionStore(Protocol):
-    async def create(
-        self, *, budget: int | None = None, sampling: Sampling | None = None
-    ) -> SessionInfo: ...
+class CallStore(Protocol):
+    """What serving a model call needs of a session: all any proxy replica can do."""
 
     async def authenticate(self, key: str) -> SessionGrant | None:
         """What this key opens, or None."""
@@ -81,11 +81,24 @@ class SessionStore(Protocol):
         was never delivered: it is withdrawn), counting why."""
         ...
 
-    async def count(self, session_id: str, counter: Counter) -> None: ...
 
-    async def export(self, session_id: str) -> dict[str, Any] | None: ...
+class AdminStore(Protocol):
+    """Opening, reading and ending sessions: only where the sessions live (the admin
+    routes of a proxy that holds them)."""
 
-    async def delete(self, session_id: str) -> bool: ...
+    async def create(
+        self, *, budget: int | None = None, sampling: Sampling | None = None
+    ) -> SessionInfo: ...
+
+    async def export(self, session_id: str) -> dict[str, Any] | None:
+        """The session's export document, or None if there is no such session."""
+        ...
+
+    async def delete(self, session_id: str) -> bool:
+        """End the session; False if there was none."""
+        ...
+
+    def session_ids(self) -> list[str]: ...
 
 
 @dataclass
@@ -158,9 +171,10 @@ class SessionState:
 
 
 class InMemorySessionStore:
-    """All sessions in this process: for the standalone proxy, one-process rollouts, and
-    the cluster's session owners (`owner`, if given, prefixes every session id it mints
-    so that a stateless replica can find the owner from the key alone)."""
+    """All sessions in this process, both a `CallStore` and an `AdminStore`: for the
+    standalone proxy, one-process rollouts, and the cluster's session owners (`owner`,
+    if given, prefixes every session id it mints so that a stateless replica can find
+    the owner from the key alone)."""
 
     def __init__(self, owner: str | None = None) -> None:
         self._sessions: dict[str, SessionState] = {}
@@ -195,9 +209,6 @@ class InMemorySessionStore:
     async def release(self, session_id: str, index: int, counter: Counter | None = None
                       ) -> None:
         self._live(session_id).release(index, counter)
-
-    async def count(self, session_id: str, counter: Counter) -> None:
-        self._live(session_id).counters[counter] += 1
 
     def _live(self, session_id: str) -> SessionState:
         # A session can be deleted (or closed) while one of its calls runs: that call

@@ -1,4 +1,4 @@
-"""`SessionStore` for a stateless proxy replica: every session lives in its owner actor.
+"""`CallStore` for a stateless proxy replica: every session lives in its owner actor.
 
 docs/architecture.md property 1. The key names the session and the session id names its
 owner, so a replica needs no shared state: it asks the owner once for the key's digest
@@ -28,14 +28,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
 from harbor_ray.capture.keys import digest_matches, owner_of, session_of
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import (
-    Admission,
-    Counter,
-    SessionGone,
-    SessionGrant,
-    SessionInfo,
-)
+from harbor_ray.capture.session import Admission, Counter, SessionGone, SessionGrant
 from harbor_ray.capture.turn import TurnRecord
 from harbor_ray.cluster.owner import NAMESPACE, owner_actor_name
 
@@ -82,10 +75,10 @@ class _Entry:
 
 
 class ActorSessionStore:
-    """The model-call half of `SessionStore`, against owner actors found by name.
+    """A `CallStore` against owner actors found by name.
 
-    Sessions are opened and exported by their owners, so `create`, `export` and
-    `delete` are refused here (the app runs with `admin_routes=False`).
+    Not an `AdminStore`: sessions are opened and exported by their owners, so a
+    replica's app has no admin routes.
     """
 
     def __init__(
@@ -128,20 +121,6 @@ class ActorSessionStore:
         await self._deliver(
             session_id, "release", lambda o: o.release.remote(session_id, index, counter)
         )
-
-    async def count(self, session_id: str, counter: Counter) -> None:
-        await self._deliver(session_id, "count", lambda o: o.count.remote(session_id, counter))
-
-    async def create(
-        self, *, budget: int | None = None, sampling: Sampling | None = None
-    ) -> SessionInfo:
-        raise NotImplementedError("sessions are opened by their owner actor, not a replica")
-
-    async def export(self, session_id: str) -> dict[str, Any] | None:
-        raise NotImplementedError("sessions are exported by their owner actor, not a replica")
-
-    async def delete(self, session_id: str) -> bool:
-        raise NotImplementedError("sessions are closed by their owner actor, not a replica")
 
     # ---- owners -----------------------------------------------------------------
 

@@ -68,9 +68,6 @@ class SessionOwner:
                       ) -> None:
         await self.store.release(session_id, index, counter)
 
-    async def count(self, session_id: str, counter: Counter) -> None:
-        await self.store.count(session_id, counter)
-
 
 def actor_holder(namespace: str) -> str | None:
     """How an owner can find this actor again (`namespace/name`), if it is a named one

@@ -70,7 +70,6 @@ class CaptureProxy:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
             served_model=served_model,
-            admin_routes=False,
             **{name: value for name, value in overrides.items() if value is not None},
         )
         self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)

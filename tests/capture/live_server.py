@@ -43,6 +43,7 @@ def capture_server() -> Iterator[CaptureServer]:
         store, engine,
         CaptureSettings(served_model="fake-model", admin_key=ADMIN_KEY,
                         max_body_bytes=256 * 1024, keepalive_s=0.05),
+        admin=store,
     )
     with serve_in_thread(app) as url:
         admin = httpx.Client(base_url=url, headers={"authorization": f"Bearer {ADMIN_KEY}"})

@@ -20,8 +20,10 @@ PREFIX = "/capture"
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-def mounted(store: InMemorySessionStore, engine: FakeEngine, **settings) -> httpx.AsyncClient:
-    app = build_capture_app(store, engine, CaptureSettings(served_model="fake-model", **settings))
+def mounted(store: InMemorySessionStore, engine: FakeEngine, admin: InMemorySessionStore | None
+            ) -> httpx.AsyncClient:
+    app = build_capture_app(store, engine, CaptureSettings(served_model="fake-model"),
+                            admin=admin)
     transport = httpx.ASGITransport(app=app, root_path=PREFIX)
     return httpx.AsyncClient(transport=transport, base_url="http://proxy")
 
@@ -29,7 +31,7 @@ def mounted(store: InMemorySessionStore, engine: FakeEngine, **settings) -> http
 @pytest.fixture
 async def client() -> AsyncIterator[tuple[httpx.AsyncClient, InMemorySessionStore, FakeEngine]]:
     store, engine = InMemorySessionStore(), FakeEngine()
-    async with mounted(store, engine) as http:
+    async with mounted(store, engine, admin=store) as http:
         yield http, store, engine
 
 
@@ -64,7 +66,7 @@ async def test_paths_in_the_url_are_read_below_the_prefix(client) -> None:
 async def test_without_admin_routes_sessions_cannot_be_minted_or_read() -> None:
     store, engine = InMemorySessionStore(), FakeEngine()
     session = await store.create()
-    async with mounted(store, engine, admin_routes=False) as http:
+    async with mounted(store, engine, admin=None) as http:
         for method, path in [("POST", "/sessions"), ("GET", "/sessions"),
                              ("GET", f"/sessions/{session.session_id}/export")]:
             reply = await http.request(method, PREFIX + path, json={})

@@ -42,7 +42,7 @@ doomed_owner = pytest.fixture(_owner)
 @pytest.fixture
 async def proxy(ray_cluster: None) -> AsyncIterator[httpx.AsyncClient]:
     app = build_capture_app(ActorSessionStore(), FakeEngine(),
-                            CaptureSettings(served_model="fake-model", admin_routes=False))
+                            CaptureSettings(served_model="fake-model"))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://proxy") as client:
         yield client
@@ -127,7 +127,7 @@ async def test_a_session_closed_while_its_call_runs_gets_401(owner) -> None:
     """The owner closes the session (its rollout ended) while a replica's call runs."""
     engine = FakeEngine(delay_s=0.5)
     app = build_capture_app(ActorSessionStore(), engine,
-                            CaptureSettings(served_model="fake-model", admin_routes=False))
+                            CaptureSettings(served_model="fake-model"))
     session = await open_session(owner)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://proxy") as proxy:
@@ -169,12 +169,3 @@ async def test_an_owner_gives_back_the_calls_of_a_holder_that_died(owner, doomed
         raise AssertionError("the dead holder's call was never given back")
     assert not (await owner.admit.remote(session.session_id, None)).admitted
 
-
-async def test_replicas_neither_mint_nor_export() -> None:
-    store = ActorSessionStore()
-    with pytest.raises(NotImplementedError):
-        await store.create()
-    with pytest.raises(NotImplementedError):
-        await store.export("x.y")
-    with pytest.raises(NotImplementedError):
-        await store.delete("x.y")
