@@ -4,6 +4,7 @@ in this process (no Serve): what a replica does when sessions end or owners die.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import openai
 import pytest
 import ray
+from ray.exceptions import RayActorError
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.export import render_export
@@ -31,6 +33,22 @@ def _owner(ray_cluster: None) -> Iterator[Any]:
     handle = start_session_owner(f"t{uuid.uuid4().hex[:8]}")
     yield handle
     ray.kill(handle)
+
+
+async def kill_and_wait(handle: Any, timeout_s: float = 60.0) -> None:
+    """Kill an actor and return once a call to it fails: `ray.kill` only asks, and on a
+    loaded machine the actor may still answer for a while."""
+    ray.kill(handle)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            await asyncio.wait_for(handle.__ray_ready__.remote(), timeout=5)
+        except RayActorError:
+            return
+        except TimeoutError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the actor still answers {timeout_s:g} s after ray.kill")
 
 
 # One owner for the module (an actor takes seconds to start here); tests that kill
@@ -85,7 +103,7 @@ async def test_a_closed_session_ends_with_401(owner, proxy) -> None:
 async def test_a_dead_owner_ends_its_sessions(doomed_owner, proxy) -> None:
     session = await open_session(doomed_owner)
     await chat(proxy, session.key)
-    ray.kill(doomed_owner)
+    await kill_and_wait(doomed_owner)
     with pytest.raises(openai.AuthenticationError, match="session has ended"):
         await chat(proxy, session.key)
     with pytest.raises(openai.AuthenticationError, match="invalid or missing session key"):
@@ -114,7 +132,7 @@ async def test_records_for_a_dead_owner_raise_session_gone(doomed_owner) -> None
     session = await open_session(doomed_owner)
     await store.authenticate(session.key)
     admission = await store.admit(session.session_id)
-    ray.kill(doomed_owner)
+    await kill_and_wait(doomed_owner)
     with pytest.raises(SessionGone):
         await store.record(session.session_id, turn(admission.call_index))
     with pytest.raises(SessionGone):
