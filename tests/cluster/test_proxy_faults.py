@@ -19,11 +19,11 @@ import ray
 
 from harbor_ray.capture.budget import BUDGET_MESSAGE
 from harbor_ray.capture.export import render_export
-from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
+from harbor_ray.capture.fake_engine import FakeEngine
 from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from tests.fixtures.fake_engine import free_port
-from tests.fixtures.threaded import serve_in_thread
+from tests.fixtures.threaded import fake_engine_in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +33,8 @@ HELLO = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
-    fake = FakeEngine()
-    with serve_in_thread(fake_engine_app(fake)) as url:
-        yield fake, f"{url}/v1"
+    with fake_engine_in_thread(FakeEngine()) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

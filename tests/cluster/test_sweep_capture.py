@@ -19,7 +19,7 @@ from ray import serve
 
 from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import HttpEngine
-from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
+from harbor_ray.capture.fake_engine import FakeEngine
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
@@ -29,7 +29,7 @@ from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.readers import read_sequences
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
-from tests.fixtures.threaded import serve_in_thread
+from tests.fixtures.threaded import fake_engine_in_thread
 from tests.trials.scripts import terminus_script
 
 pytestmark = pytest.mark.integration
@@ -51,16 +51,15 @@ async def _proxy_for(llm_url: str, ingress: Ingress = "direct") -> ProxyTarget:
 
 @pytest.fixture(scope="module")
 def echo_engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
-    engine = FakeEngine()
-    with serve_in_thread(fake_engine_app(engine)) as url:
-        yield engine, f"{url}/v1"
+    with fake_engine_in_thread(FakeEngine()) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
 def scripted_engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
-    engine = FakeEngine(script=terminus_script("echo hello > /app/hello.txt\n"))
-    with serve_in_thread(fake_engine_app(engine)) as url:
-        yield engine, f"{url}/v1"
+    script = terminus_script("echo hello > /app/hello.txt\n")
+    with fake_engine_in_thread(FakeEngine(script=script)) as served:
+        yield served
 
 
 def _specs(out: Path, names: list[str], attempts: int, **kwargs):
