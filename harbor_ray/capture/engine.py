@@ -17,20 +17,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from harbor_ray.capture.http1 import ConnectError, Http1Error, Http1Pool, Http1Timeout
+from harbor_ray.capture.http1 import Http1Pool
+from harbor_ray.errors import ConnectError, EngineError, Http1Error, Http1Timeout
 
 _JSON = {"content-type": "application/json"}
-
-
-class EngineError(Exception):
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-    @property
-    def retryable(self) -> bool:
-        return self.status >= 500 or self.status == 429
 
 
 class Engine(Protocol):

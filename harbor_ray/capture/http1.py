@@ -22,24 +22,10 @@ from urllib.parse import urlsplit
 
 import httptools
 
-
-class Http1Error(Exception):
-    """Base of this client's errors; the caller maps each kind to its own status."""
+from harbor_ray.errors import ConnectError, EngineCallError, Http1Timeout, ProtocolError
 
 
-class ConnectError(Http1Error):
-    """No connection could be made: refused, unreachable, DNS or the TLS handshake."""
-
-
-class Http1Timeout(Http1Error):
-    """The whole request, waiting for a free connection included, exceeded `timeout_s`."""
-
-
-class ProtocolError(Http1Error):
-    """The origin answered bytes that are not HTTP/1.1, or dropped the connection mid-answer."""
-
-
-class _Stale(Exception):
+class _Stale(EngineCallError):
     """The connection closed before any byte of the answer. On a reused connection that is
     the server having closed it while idle (a race with its keep-alive timeout), so the
     request can be sent again on a fresh one."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harbor_ray.capture.dialects.base import EngineCall, RequestError
+from harbor_ray.capture.dialects.base import EngineCall
 from harbor_ray.capture.sampling import Sampling
+from harbor_ray.errors import RequestError
 
 # Streaming is synthesised by the proxy, so the engine never streams.
 _DROPPED = ("stream", "stream_options", "model")

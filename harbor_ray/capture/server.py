@@ -22,10 +22,7 @@ import uvloop
 from harbor_ray.capture.app import CaptureApp
 from harbor_ray.capture.head_limit import bounded_protocol
 from harbor_ray.capture.heap import freeze_startup_heap
-
-
-class ServeError(Exception):
-    """The proxy cannot start; the message names the fix."""
+from harbor_ray.errors import ServeError
 
 
 def is_loopback(host: str) -> bool:

@@ -25,6 +25,7 @@ from harbor_ray.capture.keys import (
 from harbor_ray.capture.record import ClosedCapture, close_capture
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.errors import SessionGone
 
 Counter = Literal["engine_error", "budget_stop"]
 
@@ -49,15 +50,6 @@ class SessionGrant:
 class Admission:
     admitted: bool
     call_index: int  # the turn's index when admitted; -1 otherwise
-
-
-class SessionGone(LookupError):
-    """The session ended (closed, or its owner died) after its key was accepted.
-
-    A replica's cached grant can outlive the session, and a session can end while one
-    of its calls runs: admission, record and release find out, and the agent gets a 401
-    rather than a 500.
-    """
 
 
 class CallStore(Protocol):

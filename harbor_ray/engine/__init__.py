@@ -7,12 +7,12 @@ vLLM, so import them from their modules when needed.
 
 from harbor_ray.engine.model import (
     MODEL_NAME,
-    ModelUnavailableError,
     Progress,
     default_cache_dir,
     default_model_dir,
     prepare_model,
 )
+from harbor_ray.errors import ModelUnavailableError
 
 __all__ = [
     "MODEL_NAME",

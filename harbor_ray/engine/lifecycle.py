@@ -35,6 +35,7 @@ from ray.serve.schema import ApplicationStatus, ServeApplicationSchema, ServeDep
 from harbor_ray.engine.config import EngineConfig
 from harbor_ray.engine.model import Progress, prepare_model
 from harbor_ray.engine.serve import build_engine_app
+from harbor_ray.errors import EngineStartError
 from harbor_ray.serve_http import serve_http_base
 
 ENGINE_APP_NAME = "engine"
@@ -45,10 +46,6 @@ _DEPLOY_FIELDS = frozenset({"applications", "http_options", "proxy_location"})
 _APP_FIELDS = frozenset({"name", "route_prefix", "import_path", "args", "logging_config"})
 _FAILED = frozenset({ApplicationStatus.DEPLOY_FAILED, ApplicationStatus.UNHEALTHY})
 _HEARTBEAT_S = 30.0
-
-
-class EngineStartError(RuntimeError):
-    """The engine application could not be started or did not become ready."""
 
 
 @dataclass(frozen=True)

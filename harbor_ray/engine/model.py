@@ -30,6 +30,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from harbor_ray.errors import ModelUnavailableError
+
 Progress = Callable[[str], None]
 """Receives one human-readable line per step of a long operation."""
 
@@ -47,10 +49,6 @@ _PARTIAL_PREFIX = ".partial-"
 _SAVED_DTYPE = "float32"
 _CHECK_PROMPT = "What is 2+2?"
 _CHECK_TOKENS = 8
-
-
-class ModelUnavailableError(RuntimeError):
-    """The default model cannot be prepared on this installation."""
 
 
 @dataclass(frozen=True)

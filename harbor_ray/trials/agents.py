@@ -52,6 +52,7 @@ from harbor.models.trial.config import AgentConfig
 
 from harbor_ray.capture.dialects.base import DialectName
 from harbor_ray.capture.sampling import Sampling
+from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
 
 __all__ = [
     "AGENTS",
@@ -97,14 +98,6 @@ _CONNECTION_KWARGS = frozenset({
 })
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ACP_SHORTHAND = "acp:"
-
-
-class UnknownAgentError(ValueError):
-    """Not a Harbor agent name, not an import path."""
-
-
-class AgentNotWiredError(ValueError):
-    """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
 
 
 @dataclass(frozen=True)

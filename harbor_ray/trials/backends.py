@@ -20,6 +20,8 @@ from harbor.environments.factory import _ENVIRONMENT_REGISTRY
 from harbor.models.environment_type import EnvironmentType
 from harbor.models.trial.config import EnvironmentConfig
 
+from harbor_ray.errors import UnknownBackendError
+
 LOCAL = "local"
 _LOCAL_IMPORT_PATH = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
 
@@ -29,10 +31,6 @@ class BackendStatus:
     name: str
     usable: bool
     reason: str  # why not usable, or what it is when usable
-
-
-class UnknownBackendError(ValueError):
-    pass
 
 
 def backend_names() -> list[str]:

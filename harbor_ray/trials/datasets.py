@@ -40,6 +40,8 @@ from harbor.models.task.task import Task
 from harbor.registry.client.base import resolve_version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harbor_ray.errors import DatasetError
+
 __all__ = [
     "SAMPLES_SPECS",
     "DatasetError",
@@ -54,10 +56,6 @@ SAMPLES_SPECS = frozenset({"samples", "harbor_ray:samples"})
 
 _REGISTRY_SUFFIX = ".json"
 _NEEDS_NETWORK = "needs the network, which this deployment does not have"
-
-
-class DatasetError(ValueError):
-    """A spec that names no usable dataset, or a selection of tasks it does not hold."""
 
 
 class TaskRef(BaseModel):

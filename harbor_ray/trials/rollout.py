@@ -27,13 +27,8 @@ from harbor_ray.capture.findings import Finding
 from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.session import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.trials.agents import (
-    AgentNotWiredError,
-    ProxyEndpoint,
-    agent_config,
-    needs_model,
-    runs_in_sandbox,
-)
+from harbor_ray.errors import AgentNotWiredError
+from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import LOCAL, environment_config
 from harbor_ray.trials.outcome import classify

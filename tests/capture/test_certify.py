@@ -1,7 +1,8 @@
 import pytest
 
-from harbor_ray.capture.certify import CertificationError, certify
+from harbor_ray.capture.certify import certify
 from harbor_ray.capture.fake_engine import FakeEngine
+from harbor_ray.errors import CertificationError
 
 
 async def test_certifies_an_engine_that_returns_ids_and_logprobs() -> None:

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from harbor_ray.capture.completion import EngineReplyError, parse_engine_reply
+from harbor_ray.capture.completion import parse_engine_reply
+from harbor_ray.errors import EngineReplyError
 
 
 def vllm_reply(**choice_extra) -> dict:

@@ -18,8 +18,9 @@ import pytest
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.session import InMemorySessionStore, SessionGone
+from harbor_ray.capture.session import InMemorySessionStore
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.errors import SessionGone
 from tests.capture.asgi_client import call
 from tests.capture.live_server import CaptureServer
 from tests.capture.test_session import turn

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 import uvicorn
 
-from harbor_ray.capture.certify import CertificationError, certify
-from harbor_ray.capture.engine import EngineError, HttpEngine, api_root
+from harbor_ray.capture.certify import certify
+from harbor_ray.capture.engine import HttpEngine, api_root
 from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
 from harbor_ray.capture.server import base_url, bind
+from harbor_ray.errors import CertificationError, EngineError
 
 
 async def served(fake: FakeEngine) -> AsyncIterator[str]:

@@ -1,7 +1,8 @@
 import pytest
 
-from harbor_ray.capture.dialects.base import EngineCall, RequestError
+from harbor_ray.capture.dialects.base import EngineCall
 from harbor_ray.capture.normalize import engine_body
+from harbor_ray.errors import RequestError
 
 
 def call(**body) -> EngineCall:

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import InMemorySessionStore, SessionGone
+from harbor_ray.capture.session import InMemorySessionStore
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.errors import SessionGone
 
 
 def turn(index: int) -> TurnRecord:

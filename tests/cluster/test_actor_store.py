@@ -19,9 +19,10 @@ from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.export import render_export
 from harbor_ray.capture.fake_engine import FakeEngine, render_prompt
 from harbor_ray.capture.keys import mint_key, new_session_id
-from harbor_ray.capture.session import SessionGone, SessionInfo
+from harbor_ray.capture.session import SessionInfo
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.owner import NAMESPACE, actor_holder, start_session_owner
+from harbor_ray.errors import SessionGone
 from tests.capture.test_session import turn
 
 pytestmark = pytest.mark.integration

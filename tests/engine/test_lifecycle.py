@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harbor_ray.engine.lifecycle import EngineStartError, engine_up
+from harbor_ray.engine.lifecycle import engine_up
+from harbor_ray.errors import EngineStartError
 
 APP = {
     "name": "engine",

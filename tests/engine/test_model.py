@@ -18,12 +18,8 @@ from safetensors import safe_open
 from transformers import AutoTokenizer
 
 from harbor_ray.engine import model
-from harbor_ray.engine.model import (
-    ModelUnavailableError,
-    default_cache_dir,
-    default_model_dir,
-    prepare_model,
-)
+from harbor_ray.engine.model import default_cache_dir, default_model_dir, prepare_model
+from harbor_ray.errors import ModelUnavailableError
 
 MARKER = "harbor_ray_model.json"
 

@@ -31,12 +31,11 @@ from harbor.models.trial.config import AgentConfig
 from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.capture.sampling import Sampling
+from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
 from harbor_ray.trials.agents import (
     AGENTS,
     DEFAULT_CONTEXT_WINDOW,
-    AgentNotWiredError,
     ProxyEndpoint,
-    UnknownAgentError,
     agent_config,
     describe_agents,
     needs_model,

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
+from harbor_ray.errors import UnknownBackendError
 from harbor_ray.trials.backends import (
     BackendStatus,
-    UnknownBackendError,
     backend_names,
     check_backend,
     environment_config,

@@ -23,14 +23,8 @@ from harbor.models.trial.config import EnvironmentConfig as TrialEnvironmentConf
 from harbor.models.trial.paths import TrialPaths
 from harbor.trial.trial import Trial
 
-from harbor_ray.trials.sandbox import (
-    BwrapEnvironment,
-    ExecTimeoutError,
-    SandboxError,
-    SandboxUnavailableError,
-    find_problems,
-    shares_host_network,
-)
+from harbor_ray.errors import ExecTimeoutError, SandboxError, SandboxUnavailableError
+from harbor_ray.trials.sandbox import BwrapEnvironment, find_problems, shares_host_network
 from harbor_ray.trials.sandbox.processes import pids_in_pid_namespace
 
 IMPORT_PATH = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"

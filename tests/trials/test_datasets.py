@@ -11,8 +11,8 @@ import pytest
 from harbor.models.task.config import NetworkMode
 from pydantic import ValidationError
 
+from harbor_ray.errors import DatasetError
 from harbor_ray.trials.datasets import (
-    DatasetError,
     DatasetReport,
     TaskProblem,
     TaskRef,

@@ -22,7 +22,8 @@ import pytest
 from harbor.environments.base import ExecResult
 from harbor.models.trial.config import EnvironmentConfig as TrialEnvironmentConfig
 
-from harbor_ray.trials.sandbox import BwrapEnvironment, SandboxError
+from harbor_ray.errors import SandboxError
+from harbor_ray.trials.sandbox import BwrapEnvironment
 from harbor_ray.trials.sandbox.forward import Forward, parse_forwards
 from harbor_ray.trials.sandbox.processes import pid_namespace
 from tests.trials.test_bwrap_sandbox import (

@@ -24,7 +24,6 @@ from harbor_ray.capture.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
-    RequestError,
     loads_arguments,
     require_dict,
     require_integer,
@@ -33,6 +32,7 @@ from harbor_ray.capture.dialects.base import (
     require_string,
 )
 from harbor_ray.capture.sse import sse_event
+from harbor_ray.errors import RequestError
 
 _JOIN = "\n"
 

@@ -15,21 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from harbor_ray.capture.completion import Completion
+from harbor_ray.errors import RequestError
 
 DialectName = Literal["chat", "responses", "anthropic", "google"]
 ErrorKind = Literal[
     "invalid_request", "authentication", "not_found", "too_large", "engine", "overloaded",
     "rate_limited",
 ]
-
-
-class RequestError(Exception):
-    """The agent's request cannot be translated. Answered with a 4xx in its dialect."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
 
 
 @dataclass(frozen=True)

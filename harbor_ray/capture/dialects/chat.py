@@ -17,7 +17,6 @@ from harbor_ray.capture.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
-    RequestError,
     require_dict,
     require_integer,
     require_list,
@@ -25,6 +24,7 @@ from harbor_ray.capture.dialects.base import (
     require_string,
 )
 from harbor_ray.capture.sse import sse_event
+from harbor_ray.errors import RequestError
 
 # Fields the proxy decides itself; everything else is a sampling setting the engine reads.
 _PROXY_FIELDS = frozenset({"model", "stream", "stream_options", "messages"})

@@ -40,12 +40,12 @@ from harbor_ray.capture.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
-    RequestError,
     loads_arguments,
     require_dict,
     require_list,
 )
 from harbor_ray.capture.sse import sse_event
+from harbor_ray.errors import RequestError
 
 # Keys of a Part that carry content the engine reads; exactly one per part.
 _PART_CONTENT = ("text", "functionCall", "functionResponse")

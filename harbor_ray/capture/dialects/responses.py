@@ -23,12 +23,12 @@ from harbor_ray.capture.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
-    RequestError,
     require_dict,
     require_list,
 )
 from harbor_ray.capture.dialects.chat import openai_error_body
 from harbor_ray.capture.sse import sse_event
+from harbor_ray.errors import RequestError
 
 # vLLM itself joins a message's text parts with a newline when it flattens them for the
 # chat template; joining the same way keeps what the model sees unchanged.

@@ -5,9 +5,9 @@
 `find_problems()` says what this machine lacks to run it.
 """
 
+from harbor_ray.errors import ExecTimeoutError, SandboxError, SandboxUnavailableError
 from harbor_ray.trials.sandbox.bwrap import BwrapEnvironment, shares_host_network
-from harbor_ray.trials.sandbox.preflight import SandboxUnavailableError, find_problems
-from harbor_ray.trials.sandbox.runtime import ExecTimeoutError, SandboxError
+from harbor_ray.trials.sandbox.preflight import find_problems
 
 __all__ = [
     "BwrapEnvironment",

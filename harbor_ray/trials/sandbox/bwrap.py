@@ -49,6 +49,7 @@ from harbor.environments.definition import COMPOSE_FILE_NAME, DOCKERFILE_NAME
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
+from harbor_ray.errors import SandboxError
 from harbor_ray.trials.sandbox.forward import Forwarding, parse_forwards
 from harbor_ray.trials.sandbox.layout import (
     DEFAULT_WORKDIR,
@@ -58,7 +59,7 @@ from harbor_ray.trials.sandbox.layout import (
     remove_root,
 )
 from harbor_ray.trials.sandbox.preflight import find_problems, find_tools
-from harbor_ray.trials.sandbox.runtime import Sandbox, SandboxError
+from harbor_ray.trials.sandbox.runtime import Sandbox
 
 __all__ = ["BwrapEnvironment", "shares_host_network"]
 

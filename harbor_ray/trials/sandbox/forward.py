@@ -37,9 +37,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from harbor_ray.errors import ExecTimeoutError, SandboxError
 from harbor_ray.trials.sandbox import relay
 from harbor_ray.trials.sandbox.layout import SANDBOX_PATH, Bind
-from harbor_ray.trials.sandbox.runtime import ExecTimeoutError, Sandbox, SandboxError
+from harbor_ray.trials.sandbox.runtime import Sandbox
 
 __all__ = ["SOCKET_DIR", "Forward", "Forwarding", "parse_forwards"]
 

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harbor_ray.errors import SandboxUnavailableError
 from harbor_ray.trials.sandbox.layout import DROP_PRIVILEGES, Layout, init_argv, prepare_root
 
 __all__ = ["HostTools", "SandboxUnavailableError", "find_problems", "find_tools"]
@@ -31,10 +32,6 @@ _PROBE_COMMAND = (
     f"echo {_PROBE_MARKER}",
 )
 _PROBE_TIMEOUT_SEC = 30
-
-
-class SandboxUnavailableError(RuntimeError):
-    """This machine cannot run the sandbox; the message lists every reason."""
 
 
 @dataclass(frozen=True)

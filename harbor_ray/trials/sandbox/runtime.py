@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import IO
 
+from harbor_ray.errors import ExecTimeoutError, SandboxError
 from harbor_ray.trials.sandbox.layout import (
     READY_LINE,
     SANDBOX_PATH,
@@ -51,19 +52,6 @@ _TEARDOWN_POLL_SEC = 0.02
 _REAP_GRACE_SEC = 5.0
 
 _Stream = IO[bytes] | int
-
-
-class SandboxError(RuntimeError):
-    """The sandbox could not start, is not running, or left a process behind."""
-
-
-class ExecTimeoutError(RuntimeError):
-    """A command outlived its timeout; its process tree has been killed.
-
-    A RuntimeError, as Harbor's Docker environment raises, and deliberately not a
-    TimeoutError: Harbor reads a TimeoutError inside an agent's run as the agent's own
-    timeout.
-    """
 
 
 class Sandbox:

@@ -17,7 +17,8 @@ from pydantic import TypeAdapter
 
 from harbor_ray.capture.completion import Completion, ToolCall
 from harbor_ray.capture.dialects.anthropic import ANTHROPIC, count_tokens_call
-from harbor_ray.capture.dialects.base import ErrorKind, ReplyContext, RequestError
+from harbor_ray.capture.dialects.base import ErrorKind, ReplyContext
+from harbor_ray.errors import RequestError
 
 CTX = ReplyContext(response_id="msg_0001", created=1_700_000_000, model="claude-test")
 EVENT = TypeAdapter(RawMessageStreamEvent)

@@ -1,0 +1,180 @@
+"""Every exception harbor_ray raises on purpose, in one tree named by the boundary that
+failed. A class keeps the stdlib base it had (in parentheses), since callers catch it by
+that base: an owner's `SessionGone` reaches a replica through Ray and is caught there as a
+`LookupError`, and an `ExecTimeoutError` is the `RuntimeError` Harbor's own Docker
+environment raises. The few private classes are signals that never leave their module;
+they are defined there and drawn here.
+
+HarborRayError                           harbor_ray refused or failed something
+├── CaptureError                         the capture proxy (harbor_ray.capture)
+│   ├── AgentCallError                   an agent's call cannot be served as sent
+│   │   ├── RequestError                 not translatable; a 4xx in the agent's dialect
+│   │   ├── SessionGone (LookupError)    the session ended after its key was accepted
+│   │   ├── _HttpError                   a refused call and its status (capture.app)
+│   │   └── _ClientGone                  the agent left mid-request (capture.app)
+│   ├── EngineCallError                  the proxy's call to the engine failed
+│   │   ├── EngineError                  an error status, or no answer at all
+│   │   ├── EngineReplyError (ValueError)  a 200 that is not a usable chat completion
+│   │   ├── Http1Error                   the engine client's transport failed
+│   │   │   ├── ConnectError             no connection: refused, unreachable, DNS, TLS
+│   │   │   ├── Http1Timeout             the whole request exceeded its timeout
+│   │   │   └── ProtocolError            bytes that are not HTTP/1.1, or cut mid-answer
+│   │   └── _Stale                       a reused connection closed idle (capture.http1)
+│   ├── CertificationError               the engine cannot serve capture
+│   └── ServeError                       the proxy cannot start
+├── TrialError                           a Harbor trial cannot be set up (harbor_ray.trials)
+│   ├── DatasetError (ValueError)        no usable dataset, or tasks it does not hold
+│   ├── AgentError                       the agent cannot be run through the proxy
+│   │   ├── UnknownAgentError (ValueError)  not a Harbor agent name, not an import path
+│   │   └── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   └── BackendError                     the sandbox backend
+│       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
+│       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
+│       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
+│       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
+├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
+│   ├── ModelUnavailableError (RuntimeError)  the default model cannot be prepared here
+│   └── EngineStartError (RuntimeError)  the engine did not start or become ready
+└── _StartError                          rollout/sweep flags that cannot work (cli)
+"""
+
+
+class HarborRayError(Exception):
+    """Root of every exception harbor_ray raises on purpose."""
+
+
+# --- the capture proxy -------------------------------------------------------------------
+
+
+class CaptureError(HarborRayError):
+    """The capture proxy refused or failed a call, or cannot start."""
+
+
+class AgentCallError(CaptureError):
+    """An agent's call cannot be served as sent; the agent is answered, not the engine."""
+
+
+class RequestError(AgentCallError):
+    """The agent's request cannot be translated. Answered with a 4xx in its dialect."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class SessionGone(AgentCallError, LookupError):
+    """The session ended (closed, or its owner died) after its key was accepted.
+
+    A replica's cached grant can outlive the session, and a session can end while one
+    of its calls runs: admission, record and release find out, and the agent gets a 401
+    rather than a 500.
+    """
+
+
+class EngineCallError(CaptureError):
+    """The proxy's call to the engine failed."""
+
+
+class EngineError(EngineCallError):
+    """The engine answered an error status, or could not be reached (`status` says which)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.status >= 500 or self.status == 429
+
+
+class EngineReplyError(EngineCallError, ValueError):
+    """The engine answered 200 with a body that is not a usable chat completion."""
+
+
+class Http1Error(EngineCallError):
+    """Base of the engine client's errors; the caller maps each kind to its own status."""
+
+
+class ConnectError(Http1Error):
+    """No connection could be made: refused, unreachable, DNS or the TLS handshake."""
+
+
+class Http1Timeout(Http1Error):
+    """The whole request, waiting for a free connection included, exceeded `timeout_s`."""
+
+
+class ProtocolError(Http1Error):
+    """The origin answered bytes that are not HTTP/1.1, or dropped the connection mid-answer."""
+
+
+class CertificationError(CaptureError):
+    """The engine cannot serve capture; the message says what to change."""
+
+
+class ServeError(CaptureError):
+    """The proxy cannot start; the message names the fix."""
+
+
+# --- Harbor trials -----------------------------------------------------------------------
+
+
+class TrialError(HarborRayError):
+    """A Harbor trial cannot be set up: its dataset, agent or sandbox backend."""
+
+
+class DatasetError(TrialError, ValueError):
+    """A spec that names no usable dataset, or a selection of tasks it does not hold."""
+
+
+class AgentError(TrialError):
+    """The agent cannot be run through the capture proxy."""
+
+
+class UnknownAgentError(AgentError, ValueError):
+    """Not a Harbor agent name, not an import path."""
+
+
+class AgentNotWiredError(AgentError, ValueError):
+    """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
+
+
+class BackendError(TrialError):
+    """The sandbox backend is unknown, unusable on this machine, or failed."""
+
+
+class UnknownBackendError(BackendError, ValueError):
+    """Not a sandbox backend harbor_ray or Harbor knows."""
+
+
+class SandboxUnavailableError(BackendError, RuntimeError):
+    """This machine cannot run the sandbox; the message lists every reason."""
+
+
+class SandboxError(BackendError, RuntimeError):
+    """The sandbox could not start, is not running, or left a process behind."""
+
+
+class ExecTimeoutError(BackendError, RuntimeError):
+    """A command outlived its timeout; its process tree has been killed.
+
+    A RuntimeError, as Harbor's Docker environment raises, and deliberately not a
+    TimeoutError: Harbor reads a TimeoutError inside an agent's run as the agent's own
+    timeout.
+    """
+
+
+# --- the engine harbor_ray starts itself --------------------------------------------------
+
+
+class EngineSetupError(HarborRayError):
+    """The engine harbor_ray starts itself could not be made or started."""
+
+
+class ModelUnavailableError(EngineSetupError, RuntimeError):
+    """The default model cannot be prepared on this installation."""
+
+
+class EngineStartError(EngineSetupError, RuntimeError):
+    """The engine application could not be started or did not become ready."""

@@ -1,0 +1,92 @@
+"""One error hierarchy: every exception class harbor_ray defines hangs under
+`HarborRayError`, and the tree drawn in `harbor_ray.errors`' docstring is that hierarchy
+(names, parents and stdlib bases), so neither can drift from the other."""
+
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import harbor_ray
+import harbor_ray.errors
+from harbor_ray.errors import HarborRayError
+
+_PACKAGE = Path(harbor_ray.__file__).parent
+
+# One tree line: the connectors give the depth; then the name, its stdlib bases in
+# parentheses, and its meaning.
+_LINE = re.compile(
+    r"^(?P<indent>(?:│   |    )*)(?P<branch>[├└]── )?"
+    r"(?P<name>_?[A-Z]\w*)(?: \((?P<bases>[\w, ]+)\))?  +\S"
+)
+
+
+def _module_names() -> list[str]:
+    """Every module of the package, namespace subpackages (capture) included; the
+    bundled sample tasks are task content, not harbor_ray code."""
+    names = []
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        parts = path.relative_to(_PACKAGE.parent).with_suffix("").parts
+        if "samples" in parts:
+            continue
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def _defined_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for module_name in _module_names():
+        module = importlib.import_module(module_name)
+        for obj in vars(module).values():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException)
+                    and obj.__module__ == module_name):
+                assert found.get(obj.__name__, obj) is obj, f"two classes named {obj.__name__}"
+                found[obj.__name__] = obj
+    return found
+
+
+def _drawn_tree() -> dict[str, tuple[str | None, tuple[str, ...]]]:
+    """name -> (parent in the tree, stdlib bases named after it)."""
+    lines = (harbor_ray.errors.__doc__ or "").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("HarborRayError"))
+    margin = lines[start].index("HarborRayError")
+    tree: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    path: list[str] = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        match = _LINE.match(line[margin:])
+        assert match, f"not a tree line: {line!r}"
+        depth = len(match["indent"]) // 4 + (1 if match["branch"] else 0)
+        assert depth <= len(path), f"{match['name']} is drawn below nothing"
+        del path[depth:]
+        bases = tuple(b.strip() for b in (match["bases"] or "").split(","))
+        tree[match["name"]] = (path[-1] if path else None, tuple(b for b in bases if b))
+        path.append(match["name"])
+    return tree
+
+
+def test_module_walk_finds_the_classes_of_namespace_subpackages():
+    found = _defined_exceptions()
+    assert {"SessionGone", "RequestError", "SandboxError", "DatasetError"} <= set(found)
+
+
+def test_every_exception_class_derives_from_harbor_ray_error():
+    outside = sorted(name for name, cls in _defined_exceptions().items()
+                     if not issubclass(cls, HarborRayError))
+    assert outside == []
+
+
+def test_the_docstring_tree_is_the_hierarchy():
+    found = _defined_exceptions()
+    tree = _drawn_tree()
+    assert sorted(tree) == sorted(found)
+    for name, (parent, stdlib) in tree.items():
+        cls = found[name]
+        family = [b.__name__ for b in cls.__bases__ if issubclass(b, HarborRayError)]
+        others = tuple(b.__name__ for b in cls.__bases__ if not issubclass(b, HarborRayError))
+        if cls is HarborRayError:
+            assert (parent, others) == (None, ("Exception",))
+        else:
+            assert family == [parent], f"{name} is drawn under {parent}, derives from {family}"
+            assert stdlib == others, f"{name} is drawn with bases {stdlib}, has {others}"
