@@ -14,9 +14,9 @@ from rich.console import Console
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.certify import certify, certify_url
-from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.capture.server import bind, check_exposure, run_server, serve
 from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.errors import CertificationError, EngineSetupError, HarborRayError, ServeError
 from harbor_ray.switches import set_switches
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import ray
 
 from harbor_ray.capture.certify import certify
-from harbor_ray.capture.engine import HttpEngine
+from harbor_ray.capture.upstream import HttpEngine
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.stub_agent import chat_agent

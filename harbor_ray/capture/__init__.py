@@ -7,7 +7,7 @@ dialects), `detect`, `normalize`, `sampling`, `completion`, `turn` (one recorded
 closed session), `export` (its JSON view), `budget`, `count_tokens`, `keys`, `sse`,
 `models_list`.
 
-Edge: `app` (the Starlette proxy), `engine` and `http1` (the engine client), `certify`,
+Edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine client), `certify`,
 `session` (session stores), `server`, `local` (the proxy in this process), `heap`,
 `fast_json`, `head_limit`, `fake_engine` (a stand-in engine for tests and benchmarks).
 """

@@ -49,7 +49,6 @@ from harbor_ray.capture.detect import Route as CallRoute
 from harbor_ray.capture.detect import answering_dialect, detect
 from harbor_ray.capture.dialects import DIALECTS, Dialect
 from harbor_ray.capture.dialects.base import EngineCall, ErrorKind, ReplyContext
-from harbor_ray.capture.engine import Engine
 from harbor_ray.capture.fast_json import JSONResponse
 from harbor_ray.capture.keys import extract_key
 from harbor_ray.capture.models_list import models_reply
@@ -58,6 +57,7 @@ from harbor_ray.capture.sampling import INT64_MAX, Sampling
 from harbor_ray.capture.session import AdminStore, CallStore, SessionGrant
 from harbor_ray.capture.sse import KEEPALIVE
 from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.upstream import Engine
 from harbor_ray.errors import (
     AgentCallError,
     EngineError,

@@ -19,8 +19,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
-from harbor_ray.capture.engine import engine_status_error
 from harbor_ray.capture.fast_json import JSONResponse
+from harbor_ray.capture.upstream import engine_status_error
 from harbor_ray.errors import EngineError
 
 IM_START, IM_END = 1, 2

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from harbor_ray.capture.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.certify import certify
-from harbor_ray.capture.engine import Engine
 from harbor_ray.capture.record import ClosedCapture
 from harbor_ray.capture.sampling import Sampling
 from harbor_ray.capture.server import bind, serve
 from harbor_ray.capture.session import InMemorySessionStore, SessionInfo
+from harbor_ray.capture.upstream import Engine
 
 
 @dataclass(frozen=True)

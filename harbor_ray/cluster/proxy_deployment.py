@@ -31,7 +31,7 @@ from ray import serve
 from ray.serve.context import _get_global_client
 
 from harbor_ray.capture.app import CaptureApp, CaptureSettings, build_capture_app
-from harbor_ray.capture.engine import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.owner import actor_holder

@@ -28,7 +28,7 @@ async def test_unknown_model_refused() -> None:
 
 
 async def test_unreachable_engine_refused() -> None:
-    from harbor_ray.capture.engine import HttpEngine
+    from harbor_ray.capture.upstream import HttpEngine
 
     engine = HttpEngine("http://127.0.0.1:9/v1", timeout_s=2)
     try:

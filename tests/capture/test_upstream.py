@@ -9,9 +9,9 @@ import pytest
 import uvicorn
 
 from harbor_ray.capture.certify import certify
-from harbor_ray.capture.engine import HttpEngine, api_root
 from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
 from harbor_ray.capture.server import base_url, bind
+from harbor_ray.capture.upstream import HttpEngine, api_root
 from harbor_ray.errors import CertificationError, EngineError
 
 
