@@ -12,11 +12,11 @@ from typing import Annotated, NoReturn, get_args
 import typer
 from rich.console import Console
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.certify import certify, certify_url
-from harbor_ray.capture.server import bind, check_exposure, run_server, serve
-from harbor_ray.capture.session import InMemorySessionStore
-from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.certify import certify, certify_url
+from harbor_ray.capture.proxy.server import bind, check_exposure, run_server, serve
+from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.errors import CertificationError, EngineSetupError, HarborRayError, ServeError
 from harbor_ray.switches import set_switches
 
@@ -325,7 +325,7 @@ def _checked_run(
 
 
 def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling | None
-    from harbor_ray.capture.sampling import Sampling
+    from harbor_ray.capture.core.sampling import Sampling
 
     if temperature is None and max_tokens is None:
         return None
@@ -336,7 +336,7 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout)
     import orjson
     from rich.progress import Progress
 
-    from harbor_ray.capture.local import local_capture
+    from harbor_ray.capture.proxy.local import local_capture
     from harbor_ray.data.rebuild import export_document
     from harbor_ray.trials.local_run import run_many
 

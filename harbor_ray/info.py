@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.trials.agents import describe_agents
 from harbor_ray.trials.backends import check_backends

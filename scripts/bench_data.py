@@ -40,11 +40,11 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harbor_ray.capture.findings import validate
-from harbor_ray.capture.graph import build_graph
-from harbor_ray.capture.record import ClosedCapture, close_capture
-from harbor_ray.capture.session import InMemorySessionStore
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.findings import validate
+from harbor_ray.capture.core.graph import build_graph
+from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.writer import DatasetWriter

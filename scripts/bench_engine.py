@@ -21,8 +21,8 @@ from pathlib import Path
 
 import aiohttp
 
-from harbor_ray.capture.local import local_capture
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.proxy.local import local_capture
+from harbor_ray.capture.proxy.upstream import HttpEngine
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,12 +25,12 @@ import aiohttp
 import orjson
 import uvicorn
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
-from harbor_ray.capture.http1 import Http1Pool
-from harbor_ray.capture.server import base_url, bind, run_server, serve
-from harbor_ray.capture.session import InMemorySessionStore
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, fake_engine_app
+from harbor_ray.capture.proxy.http1 import Http1Pool
+from harbor_ray.capture.proxy.server import base_url, bind, run_server, serve
+from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.upstream import HttpEngine
 
 PROMPT = [{"role": "system", "content": "You are a careful coding agent. " * 20},
           {"role": "user", "content": "List the files in /app and explain each one."}]

@@ -31,8 +31,8 @@ from typing import get_args
 import pyarrow.parquet as pq
 import ray
 
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.stub_agent import chat_agent
@@ -44,7 +44,7 @@ from harbor_ray.trials.spec import make_specs
 
 def start_engine(delay_ms: float) -> tuple[subprocess.Popen, str]:
     sock_port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.fake_engine",
+    proc = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
                              "--port", str(sock_port), "--delay-ms", str(delay_ms)])
     return proc, f"http://127.0.0.1:{sock_port}/v1"
 

@@ -105,7 +105,7 @@ def test_refuses_a_port_another_process_owns(fake_engine_url: str) -> None:
 
 def test_refuses_an_engine_without_token_ids() -> None:
     port = free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.fake_engine",
+    engine = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
                                "--port", str(port), "--no-token-ids"])
     try:
         wait_for(f"http://127.0.0.1:{port}/v1/models")

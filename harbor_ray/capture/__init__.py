@@ -1,22 +1,23 @@
 """The capture layer: what agents send, what the engine saw and sampled, and the verdict.
 
-Core (pure: no Ray, no HTTP stack, no Harbor, no clock; `CORE` lists the modules, and a
-test imports them in a fresh interpreter to hold that line): `dialects/` (the four wire
-dialects), `detect`, `normalize`, `sampling`, `completion`, `turn` (one recorded call),
+`core/` (pure: no Ray, no HTTP stack, no Harbor, no clock; `CORE` lists its modules,
+and a test imports them in a fresh interpreter to hold that line): `dialects/` (the four
+wire dialects), `detect`, `normalize`, `sampling`, `completion`, `turn` (one recorded call),
 `prefixes` and `graph` (exact prefix linking), `findings` (validation), `record` (a
 closed session), `export` (its JSON view), `budget`, `count_tokens`, `keys`, `sse`,
 `models_list`.
 
-Edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine client), `certify`,
-`session` (session stores), `server`, `local` (the proxy in this process), `heap`,
-`fast_json`, `head_limit`, `fake_engine` (a stand-in engine for tests and benchmarks).
+`proxy/`, the edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine
+client), `certify`, `session` (session stores), `server`, `local` (the proxy in this
+process), `heap`, `fast_json`, `head_limit`, `fake_engine` (a stand-in engine for tests
+and benchmarks).
 """
 
-from harbor_ray.capture.findings import Code, Finding, Severity
-from harbor_ray.capture.graph import Role, RolloutGraph, TrainingSequence, build_graph
-from harbor_ray.capture.record import CaptureCounts, ClosedCapture, close_capture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.findings import Code, Finding, Severity
+from harbor_ray.capture.core.graph import Role, RolloutGraph, TrainingSequence, build_graph
+from harbor_ray.capture.core.record import CaptureCounts, ClosedCapture, close_capture
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.turn import TurnRecord
 
 CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",

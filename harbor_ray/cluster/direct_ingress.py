@@ -14,8 +14,8 @@ from typing import Any
 
 import ray
 
-from harbor_ray.capture.app import CaptureApp
-from harbor_ray.capture.server import bind, serve
+from harbor_ray.capture.proxy.app import CaptureApp
+from harbor_ray.capture.proxy.server import bind, serve
 from harbor_ray.cluster.replica_registry import ReplicaEntry
 
 

@@ -36,9 +36,9 @@ from typing import Any, Literal
 
 import ray
 
-from harbor_ray.capture.heap import freeze_startup_heap
-from harbor_ray.capture.local import LocalCapture, serve_capture
-from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.capture.proxy.heap import freeze_startup_heap
+from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader

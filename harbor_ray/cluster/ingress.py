@@ -7,7 +7,7 @@ rollout host serves the proxy for its own sessions and calls the engine itself).
 
 from __future__ import annotations
 
-from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 

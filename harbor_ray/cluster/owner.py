@@ -13,10 +13,10 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from harbor_ray.capture.record import ClosedCapture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import Admission, Counter, InMemorySessionStore, SessionInfo
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.record import ClosedCapture
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.session import Admission, Counter, InMemorySessionStore, SessionInfo
 
 NAMESPACE = "harbor_ray"
 _PING_S = 10.0  # an actor that does not answer this fast is busy, not known dead

@@ -30,8 +30,8 @@ from typing import Any
 from ray import serve
 from ray.serve.context import _get_global_client
 
-from harbor_ray.capture.app import CaptureApp, CaptureSettings, build_capture_app
-from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.owner import actor_holder

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import ray
 
-from harbor_ray.capture.certify import Certification, certify_url
-from harbor_ray.capture.upstream import DEFAULT_ENGINE_TIMEOUT_S
+from harbor_ray.capture.proxy.certify import Certification, certify_url
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 

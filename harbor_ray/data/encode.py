@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from harbor_ray.capture.graph import RolloutGraph, build_graph
-from harbor_ray.capture.record import ClosedCapture
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.graph import RolloutGraph, build_graph
+from harbor_ray.capture.core.record import ClosedCapture
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.schema import (
     COUNTS,
     IDS,

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from harbor_ray.capture.export import render_export
-from harbor_ray.capture.record import close_capture
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.record import close_capture
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.schema import IDS
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harbor_ray.capture.graph import Role
+from harbor_ray.capture.core.graph import Role
 from harbor_ray.data.rebuild import rebuild_prompts
 
 __all__ = ["to_trl_records"]

@@ -50,8 +50,8 @@ from urllib.parse import urlsplit
 from harbor.models.model_api_format import ModelApiFormat
 from harbor.models.trial.config import AgentConfig
 
-from harbor_ray.capture.dialects.base import DialectName
-from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.core.dialects.base import DialectName
+from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
 
 __all__ = [

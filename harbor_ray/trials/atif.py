@@ -42,10 +42,10 @@ from harbor.models.trajectories.step import Step
 from harbor.models.trajectories.trajectory import Trajectory
 from pydantic import ValidationError
 
-from harbor_ray.capture.findings import Severity
-from harbor_ray.capture.graph import Role
-from harbor_ray.capture.record import ClosedCapture
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.findings import Severity
+from harbor_ray.capture.core.graph import Role
+from harbor_ray.capture.core.record import ClosedCapture
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.trials.result import FindingRecord
 
 __all__ = ["AtifCode", "cross_check"]

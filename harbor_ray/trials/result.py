@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harbor_ray.capture.record import CaptureCounts
+from harbor_ray.capture.core.record import CaptureCounts
 
 
 class ErrorType(StrEnum):

@@ -34,7 +34,7 @@ from enum import StrEnum
 from numbers import Real
 from typing import Any
 
-from harbor_ray.capture.findings import Severity
+from harbor_ray.capture.core.findings import Severity
 from harbor_ray.trials.result import FindingRecord
 
 __all__ = ["REWARD_KEY", "RewardChoice", "RewardCode", "findings_for", "select_reward"]

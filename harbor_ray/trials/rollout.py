@@ -23,9 +23,9 @@ from harbor.models.trial.config import AgentConfig, TrialConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.trial import Trial
 
-from harbor_ray.capture.findings import Finding
-from harbor_ray.capture.record import ClosedCapture
-from harbor_ray.capture.session import SessionInfo
+from harbor_ray.capture.core.findings import Finding
+from harbor_ray.capture.core.record import ClosedCapture
+from harbor_ray.capture.proxy.session import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.errors import AgentNotWiredError
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox

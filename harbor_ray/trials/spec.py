@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harbor_ray.capture.record import ClosedCapture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import SessionInfo
+from harbor_ray.capture.core.record import ClosedCapture
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.session import SessionInfo
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.datasets import TaskRef
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from harbor_ray.capture.app import CaptureApp
+from harbor_ray.capture.proxy.app import CaptureApp
 
 
 @dataclass

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harbor_ray.capture.graph import RolloutGraph, _by_index, assemble
-from harbor_ray.capture.prefixes import Links
-from harbor_ray.capture.prefixes import prompt_ids as _prompt
-from harbor_ray.capture.prefixes import token_ids as _tokens
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.graph import RolloutGraph, _by_index, assemble
+from harbor_ray.capture.core.prefixes import Links
+from harbor_ray.capture.core.prefixes import prompt_ids as _prompt
+from harbor_ray.capture.core.prefixes import token_ids as _tokens
+from harbor_ray.capture.core.turn import TurnRecord
 
 
 def build_graph_reference(turns: Sequence[TurnRecord]) -> RolloutGraph:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.fake_engine import FakeEngine, echo_script
-from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, echo_script
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from tests.fixtures.threaded import serve_in_thread
 
 ADMIN_KEY = "test-admin-key"

@@ -12,9 +12,9 @@ import httpx
 import openai
 import pytest
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.fake_engine import FakeEngine, render_prompt
-from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, render_prompt
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 
 PREFIX = "/capture"
 HELLO = [{"role": "user", "content": "hello"}]

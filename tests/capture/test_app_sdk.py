@@ -18,8 +18,8 @@ import pytest
 from google import genai
 from google.genai import types as gtypes
 
-from harbor_ray.capture.budget import BUDGET_MESSAGE
-from harbor_ray.capture.fake_engine import FakeReply, render_prompt
+from harbor_ray.capture.core.budget import BUDGET_MESSAGE
+from harbor_ray.capture.proxy.fake_engine import FakeReply, render_prompt
 from tests.capture.live_server import CaptureServer
 
 WEATHER_TOOL_ARGS = {"city": "Paris", "unit": "celsius"}

@@ -1,7 +1,7 @@
 import pytest
 
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.errors import CertificationError
 
 
@@ -28,7 +28,7 @@ async def test_unknown_model_refused() -> None:
 
 
 async def test_unreachable_engine_refused() -> None:
-    from harbor_ray.capture.upstream import HttpEngine
+    from harbor_ray.capture.proxy.upstream import HttpEngine
 
     engine = HttpEngine("http://127.0.0.1:9/v1", timeout_s=2)
     try:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from harbor_ray.capture.completion import parse_engine_reply
+from harbor_ray.capture.core.completion import parse_engine_reply
 from harbor_ray.errors import EngineReplyError
 
 

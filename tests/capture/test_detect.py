@@ -1,6 +1,6 @@
 import pytest
 
-from harbor_ray.capture.detect import Route, detect
+from harbor_ray.capture.core.detect import Route, detect
 
 
 @pytest.mark.parametrize(("path", "expected"), [

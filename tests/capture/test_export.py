@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from harbor_ray.capture.export import EXPORT_VERSION, build_export, turns_from_export
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.export import EXPORT_VERSION, build_export, turns_from_export
+from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.turns_factory import VOCAB, chain, follow, full, shuffled, turn
 
 NAN = float("nan")

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harbor_ray.capture.findings import (
+from harbor_ray.capture.core.findings import (
     POSITIVE_LOGPROB_TOLERANCE,
     Code,
     Finding,
@@ -13,8 +13,8 @@ from harbor_ray.capture.findings import (
     is_trainable,
     validate,
 )
-from harbor_ray.capture.graph import RolloutGraph, build_graph
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.graph import RolloutGraph, build_graph
+from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.turns_factory import VOCAB, chain, follow, turn
 
 NAN = float("nan")

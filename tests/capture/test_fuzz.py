@@ -17,9 +17,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from tests.capture.asgi_client import call
 from tests.capture.test_disconnect import CALLS, STREAMS, error_message
 from tests.capture.test_hostile_input import with_deep_tool

@@ -6,8 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from harbor_ray.capture.graph import Node, Role, RolloutGraph, build_graph
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.graph import Node, Role, RolloutGraph, build_graph
+from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.turns_factory import chain, follow, full, shuffled, turn
 
 

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harbor_ray.capture import prefixes
-from harbor_ray.capture.graph import build_graph
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core import prefixes
+from harbor_ray.capture.core.graph import build_graph
+from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.graph_reference import build_graph_reference
 from tests.capture.test_graph import signature
 from tests.capture.turns_factory import full, turn

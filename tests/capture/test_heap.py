@@ -8,8 +8,8 @@ import sys
 
 PROBE = """
 import gc
-import harbor_ray.capture.app  # a serving process's imports
-from harbor_ray.capture.heap import freeze_startup_heap
+import harbor_ray.capture.proxy.app  # a serving process's imports
+from harbor_ray.capture.proxy.heap import freeze_startup_heap
 
 before = len(gc.get_objects())
 freeze_startup_heap()

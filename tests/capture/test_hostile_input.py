@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.session import InMemorySessionStore
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from tests.capture.asgi_client import call
 from tests.capture.live_server import CaptureServer
 from tests.capture.test_disconnect import CALLS, STREAMS, error_message

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from harbor_ray.capture.http1 import Http1Pool
-from harbor_ray.capture.server import base_url, bind
+from harbor_ray.capture.proxy.http1 import Http1Pool
+from harbor_ray.capture.proxy.server import base_url, bind
 from harbor_ray.errors import ConnectError, Http1Timeout, ProtocolError
 
 JSON = {"Content-Type": "application/json"}

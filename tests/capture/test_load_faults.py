@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.session import InMemorySessionStore
-from harbor_ray.capture.turn import TurnRecord
-from harbor_ray.capture.upstream import engine_status_error
+from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.upstream import engine_status_error
 from tests.capture.asgi_client import Exchange, call
 
 CALLS, BUDGET = 400, 150

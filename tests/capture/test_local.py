@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.local import local_capture
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.local import local_capture
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}
 

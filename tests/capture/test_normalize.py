@@ -1,7 +1,7 @@
 import pytest
 
-from harbor_ray.capture.dialects.base import EngineCall
-from harbor_ray.capture.normalize import engine_body
+from harbor_ray.capture.core.dialects.base import EngineCall
+from harbor_ray.capture.core.normalize import engine_body
 from harbor_ray.errors import RequestError
 
 

@@ -14,10 +14,10 @@ import pytest
 from google import genai
 from google.genai import types as gtypes
 
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.local import LocalCapture, local_capture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.local import LocalCapture, local_capture
+from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError
 from tests.fixtures.recording_engine import RecordingEngine, assert_turns_are_the_engines
 

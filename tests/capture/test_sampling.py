@@ -1,9 +1,9 @@
 import pytest
 from pydantic import ValidationError
 
-from harbor_ray.capture.dialects.base import EngineCall
-from harbor_ray.capture.normalize import engine_body
-from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.core.dialects.base import EngineCall
+from harbor_ray.capture.core.normalize import engine_body
+from harbor_ray.capture.core.sampling import Sampling
 
 
 def body_with(sampling: Sampling | None, **agent) -> dict:

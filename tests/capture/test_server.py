@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from harbor_ray.capture.server import base_url, bind
+from harbor_ray.capture.proxy.server import base_url, bind
 
 
 def test_accepted_connections_do_not_wait_for_nagle() -> None:

@@ -3,9 +3,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.session import InMemorySessionStore
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.errors import SessionGone
 
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 import uvicorn
 
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.fake_engine import FakeEngine, fake_engine_app
-from harbor_ray.capture.server import base_url, bind
-from harbor_ray.capture.upstream import HttpEngine, api_root
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, fake_engine_app
+from harbor_ray.capture.proxy.server import base_url, bind
+from harbor_ray.capture.proxy.upstream import HttpEngine, api_root
 from harbor_ray.errors import CertificationError, EngineError
 
 

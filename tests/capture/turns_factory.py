@@ -17,7 +17,7 @@ from types import EllipsisType
 import numpy as np
 import orjson
 
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.turn import TurnRecord
 
 VOCAB = 1000
 

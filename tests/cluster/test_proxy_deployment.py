@@ -25,10 +25,10 @@ import openai
 import pytest
 import ray
 
-from harbor_ray.capture.budget import BUDGET_MESSAGE
-from harbor_ray.capture.export import render_export
-from harbor_ray.capture.fake_engine import IM_END, encode, render_prompt
-from harbor_ray.capture.keys import mint_key, new_session_id
+from harbor_ray.capture.core.budget import BUDGET_MESSAGE
+from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.keys import mint_key, new_session_id
+from harbor_ray.capture.proxy.fake_engine import IM_END, encode, render_prompt
 from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.owner import actor_holder, start_session_owner
 from harbor_ray.cluster.proxy_deployment import (

@@ -17,9 +17,9 @@ import openai
 import pytest
 import ray
 
-from harbor_ray.capture.budget import BUDGET_MESSAGE
-from harbor_ray.capture.export import render_export
-from harbor_ray.capture.fake_engine import FakeEngine
+from harbor_ray.capture.core.budget import BUDGET_MESSAGE
+from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from tests.fixtures.fake_engine import free_port

@@ -17,10 +17,10 @@ import pytest
 import ray
 from ray import serve
 
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.proxy_deployment import remove_capture_proxy, replica_actor_names

@@ -13,9 +13,9 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from harbor_ray.capture.graph import RolloutGraph
-from harbor_ray.capture.record import close_capture
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.graph import RolloutGraph
+from harbor_ray.capture.core.record import close_capture
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from tests.capture.turns_factory import chain, follow, turn

@@ -5,8 +5,8 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
-from harbor_ray.capture.graph import build_graph
-from harbor_ray.capture.record import close_capture
+from harbor_ray.capture.core.graph import build_graph
+from harbor_ray.capture.core.record import close_capture
 from harbor_ray.data.encode import encode_record, with_findings
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS

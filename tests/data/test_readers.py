@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 import ray
 
-from harbor_ray.capture.graph import build_graph
+from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.data.readers import read_rollouts, read_sequences, read_turns
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.schema import MESSAGE_COLUMNS

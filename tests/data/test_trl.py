@@ -4,7 +4,7 @@ import math
 
 import pyarrow as pa
 
-from harbor_ray.capture.graph import build_graph
+from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.trl import to_trl_records
 from tests.capture.turns_factory import chain, turn

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from harbor_ray.capture.graph import build_graph
+from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.data import writer as writer_module
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, TABLES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harbor_ray.capture.fake_engine import FakeReply
+from harbor_ray.capture.proxy.fake_engine import FakeReply
 
 
 def terminus_script(keystrokes: str):

@@ -30,7 +30,7 @@ from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.trial.config import AgentConfig
 from harbor.models.trial.paths import TrialPaths
 
-from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
 from harbor_ray.trials.agents import (
     AGENTS,

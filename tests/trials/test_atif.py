@@ -6,8 +6,8 @@ from typing import Any
 
 from harbor.models.trajectories.trajectory import Trajectory
 
-from harbor_ray.capture.record import ClosedCapture, close_capture
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.trials.atif import cross_check
 from tests.capture.turns_factory import chain, follow, turn
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harbor_ray.capture.fake_engine import FakeEngine
-from harbor_ray.capture.local import LocalCapture, local_capture
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.local import LocalCapture, local_capture
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
 from harbor_ray.trials.result import ErrorType, RolloutResult

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harbor_ray.capture.local import local_capture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.upstream import HttpEngine
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.local import local_capture
+from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout

@@ -15,9 +15,9 @@ from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 from pydantic import TypeAdapter
 
-from harbor_ray.capture.completion import Completion, ToolCall
-from harbor_ray.capture.dialects.anthropic import ANTHROPIC, count_tokens_call
-from harbor_ray.capture.dialects.base import ErrorKind, ReplyContext
+from harbor_ray.capture.core.completion import Completion, ToolCall
+from harbor_ray.capture.core.dialects.anthropic import ANTHROPIC, count_tokens_call
+from harbor_ray.capture.core.dialects.base import ErrorKind, ReplyContext
 from harbor_ray.errors import RequestError
 
 CTX = ReplyContext(response_id="msg_0001", created=1_700_000_000, model="claude-test")

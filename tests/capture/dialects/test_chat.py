@@ -3,9 +3,9 @@ import json
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from harbor_ray.capture.completion import Completion, ToolCall
-from harbor_ray.capture.dialects.base import ReplyContext, loads_arguments
-from harbor_ray.capture.dialects.chat import CHAT
+from harbor_ray.capture.core.completion import Completion, ToolCall
+from harbor_ray.capture.core.dialects.base import ReplyContext, loads_arguments
+from harbor_ray.capture.core.dialects.chat import CHAT
 from harbor_ray.errors import RequestError
 
 CTX = ReplyContext(response_id="r1", created=7, model="agent-model")

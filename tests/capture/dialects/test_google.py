@@ -17,9 +17,9 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from harbor_ray.capture.completion import Completion, ToolCall
-from harbor_ray.capture.dialects.base import ReplyContext
-from harbor_ray.capture.dialects.google import GOOGLE, count_tokens_call
+from harbor_ray.capture.core.completion import Completion, ToolCall
+from harbor_ray.capture.core.dialects.base import ReplyContext
+from harbor_ray.capture.core.dialects.google import GOOGLE, count_tokens_call
 from harbor_ray.errors import RequestError
 
 CTX = ReplyContext(response_id="resp-1", created=1_700_000_000, model="gemini-test")

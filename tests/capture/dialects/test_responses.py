@@ -11,9 +11,9 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from harbor_ray.capture.completion import Completion, ToolCall
-from harbor_ray.capture.dialects.base import ReplyContext
-from harbor_ray.capture.dialects.responses import RESPONSES
+from harbor_ray.capture.core.completion import Completion, ToolCall
+from harbor_ray.capture.core.dialects.base import ReplyContext
+from harbor_ray.capture.core.dialects.responses import RESPONSES
 from harbor_ray.errors import RequestError
 
 CTX = ReplyContext(response_id="resp_abc", created=1_700_000_000, model="agent-model")

@@ -19,8 +19,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
-from harbor_ray.capture.fast_json import JSONResponse
-from harbor_ray.capture.upstream import engine_status_error
+from harbor_ray.capture.proxy.fast_json import JSONResponse
+from harbor_ray.capture.proxy.upstream import engine_status_error
 from harbor_ray.errors import EngineError
 
 IM_START, IM_END = 1, 2
@@ -181,7 +181,7 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
 
 
 def main() -> None:
-    """`python -m harbor_ray.capture.fake_engine --port N`: a stand-in engine for smoke
+    """`python -m harbor_ray.capture.proxy.fake_engine --port N`: a stand-in engine for smoke
     tests of the proxy and agents where no model can run."""
     import argparse
 

@@ -14,17 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from harbor_ray.capture.export import render_export
-from harbor_ray.capture.keys import (
+from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.keys import (
     digest_matches,
     key_digest,
     mint_key,
     new_session_id,
     session_of,
 )
-from harbor_ray.capture.record import ClosedCapture, close_capture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import SessionGone
 
 Counter = Literal["engine_error", "budget_stop"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harbor_ray.capture.dialects.base import EngineCall
-from harbor_ray.capture.sampling import Sampling
+from harbor_ray.capture.core.dialects.base import EngineCall
+from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import RequestError
 
 # Streaming is synthesised by the proxy, so the engine never streams.

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from harbor_ray.capture.findings import Finding
-from harbor_ray.capture.graph import Node, TrainingSequence
-from harbor_ray.capture.record import ClosedCapture, close_capture
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.findings import Finding
+from harbor_ray.capture.core.graph import Node, TrainingSequence
+from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = ["EXPORT_VERSION", "build_export", "render_export", "turns_from_export"]
 

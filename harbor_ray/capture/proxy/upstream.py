@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from harbor_ray.capture.http1 import Http1Pool
+from harbor_ray.capture.proxy.http1 import Http1Pool
 from harbor_ray.errors import ConnectError, EngineError, Http1Error, Http1Timeout
 
 _JSON = {"content-type": "application/json"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harbor_ray.capture.detect import Route
-from harbor_ray.capture.dialects import DIALECTS, anthropic, google
-from harbor_ray.capture.dialects.base import EngineCall
+from harbor_ray.capture.core.detect import Route
+from harbor_ray.capture.core.dialects import DIALECTS, anthropic, google
+from harbor_ray.capture.core.dialects.base import EngineCall
 
 
 def count_call(route: Route, body: dict[str, Any]) -> EngineCall:

@@ -19,8 +19,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from harbor_ray.capture.completion import Completion, FinishReason
-from harbor_ray.capture.dialects.base import (
+from harbor_ray.capture.core.completion import Completion, FinishReason
+from harbor_ray.capture.core.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
@@ -31,7 +31,7 @@ from harbor_ray.capture.dialects.base import (
     require_number,
     require_string,
 )
-from harbor_ray.capture.sse import sse_event
+from harbor_ray.capture.core.sse import sse_event
 from harbor_ray.errors import RequestError
 
 _JOIN = "\n"

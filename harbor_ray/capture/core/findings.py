@@ -17,8 +17,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from harbor_ray.capture.graph import Role, RolloutGraph, TrainingSequence
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.graph import Role, RolloutGraph, TrainingSequence
+from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = [
     "POSITIVE_LOGPROB_TOLERANCE",

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harbor_ray.capture.upstream import Engine, HttpEngine
+from harbor_ray.capture.proxy.upstream import Engine, HttpEngine
 from harbor_ray.errors import CertificationError, EngineError
 
 _PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = ["Links", "link", "prompt_ids", "token_ids"]
 

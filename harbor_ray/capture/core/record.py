@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harbor_ray.capture.findings import Finding, is_trainable, validate
-from harbor_ray.capture.graph import RolloutGraph, build_graph
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.findings import Finding, is_trainable, validate
+from harbor_ray.capture.core.graph import RolloutGraph, build_graph
+from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = ["CaptureCounts", "ClosedCapture", "close_capture"]
 

@@ -19,9 +19,9 @@ import httpx
 import uvicorn
 import uvloop
 
-from harbor_ray.capture.app import CaptureApp
-from harbor_ray.capture.head_limit import bounded_protocol
-from harbor_ray.capture.heap import freeze_startup_heap
+from harbor_ray.capture.proxy.app import CaptureApp
+from harbor_ray.capture.proxy.head_limit import bounded_protocol
+from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.errors import ServeError
 
 

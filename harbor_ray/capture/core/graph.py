@@ -33,8 +33,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from harbor_ray.capture.prefixes import Links, link, prompt_ids, token_ids
-from harbor_ray.capture.turn import TurnRecord
+from harbor_ray.capture.core.prefixes import Links, link, prompt_ids, token_ids
+from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = ["Node", "Role", "RolloutGraph", "TrainingSequence", "assemble", "build_graph"]
 

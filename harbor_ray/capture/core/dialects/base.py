@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from harbor_ray.capture.completion import Completion
+from harbor_ray.capture.core.completion import Completion
 from harbor_ray.errors import RequestError
 
 DialectName = Literal["chat", "responses", "anthropic", "google"]

@@ -7,7 +7,7 @@ is a terminal, non-empty assistant message, rendered by the caller's own dialect
 
 from __future__ import annotations
 
-from harbor_ray.capture.completion import Completion
+from harbor_ray.capture.core.completion import Completion
 
 BUDGET_MESSAGE = (
     "The model-call budget for this session is spent, so no further model calls will be "

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harbor_ray.capture.dialects.base import DialectName
+from harbor_ray.capture.core.dialects.base import DialectName
 
 CallKind = Literal["generate", "count_tokens", "models"]
 

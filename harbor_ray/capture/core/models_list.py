@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harbor_ray.capture.dialects.base import DialectName
+from harbor_ray.capture.core.dialects.base import DialectName
 
 
 def models_reply(dialect: DialectName, served_model: str) -> dict[str, Any]:

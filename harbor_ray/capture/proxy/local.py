@@ -13,13 +13,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from harbor_ray.capture.app import CaptureSettings, build_capture_app
-from harbor_ray.capture.certify import certify
-from harbor_ray.capture.record import ClosedCapture
-from harbor_ray.capture.sampling import Sampling
-from harbor_ray.capture.server import bind, serve
-from harbor_ray.capture.session import InMemorySessionStore, SessionInfo
-from harbor_ray.capture.upstream import Engine
+from harbor_ray.capture.core.record import ClosedCapture
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.server import bind, serve
+from harbor_ray.capture.proxy.session import InMemorySessionStore, SessionInfo
+from harbor_ray.capture.proxy.upstream import Engine
 
 
 @dataclass(frozen=True)

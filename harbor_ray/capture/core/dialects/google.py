@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harbor_ray.capture.completion import Completion, FinishReason
-from harbor_ray.capture.dialects.base import (
+from harbor_ray.capture.core.completion import Completion, FinishReason
+from harbor_ray.capture.core.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
@@ -44,7 +44,7 @@ from harbor_ray.capture.dialects.base import (
     require_dict,
     require_list,
 )
-from harbor_ray.capture.sse import sse_event
+from harbor_ray.capture.core.sse import sse_event
 from harbor_ray.errors import RequestError
 
 # Keys of a Part that carry content the engine reads; exactly one per part.

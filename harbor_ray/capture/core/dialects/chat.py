@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from harbor_ray.capture.completion import Completion
-from harbor_ray.capture.dialects.base import (
+from harbor_ray.capture.core.completion import Completion
+from harbor_ray.capture.core.dialects.base import (
     DialectName,
     EngineCall,
     ErrorKind,
@@ -23,7 +23,7 @@ from harbor_ray.capture.dialects.base import (
     require_number,
     require_string,
 )
-from harbor_ray.capture.sse import sse_event
+from harbor_ray.capture.core.sse import sse_event
 from harbor_ray.errors import RequestError
 
 # Fields the proxy decides itself; everything else is a sampling setting the engine reads.

@@ -42,22 +42,22 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from harbor_ray.capture.budget import budget_stop
-from harbor_ray.capture.completion import Completion, parse_engine_reply
-from harbor_ray.capture.count_tokens import count_call
-from harbor_ray.capture.detect import Route as CallRoute
-from harbor_ray.capture.detect import answering_dialect, detect
-from harbor_ray.capture.dialects import DIALECTS, Dialect
-from harbor_ray.capture.dialects.base import EngineCall, ErrorKind, ReplyContext
-from harbor_ray.capture.fast_json import JSONResponse
-from harbor_ray.capture.keys import extract_key
-from harbor_ray.capture.models_list import models_reply
-from harbor_ray.capture.normalize import engine_body
-from harbor_ray.capture.sampling import INT64_MAX, Sampling
-from harbor_ray.capture.session import AdminStore, CallStore, SessionGrant
-from harbor_ray.capture.sse import KEEPALIVE
-from harbor_ray.capture.turn import TurnRecord
-from harbor_ray.capture.upstream import Engine
+from harbor_ray.capture.core.budget import budget_stop
+from harbor_ray.capture.core.completion import Completion, parse_engine_reply
+from harbor_ray.capture.core.count_tokens import count_call
+from harbor_ray.capture.core.detect import Route as CallRoute
+from harbor_ray.capture.core.detect import answering_dialect, detect
+from harbor_ray.capture.core.dialects import DIALECTS, Dialect
+from harbor_ray.capture.core.dialects.base import EngineCall, ErrorKind, ReplyContext
+from harbor_ray.capture.core.keys import extract_key
+from harbor_ray.capture.core.models_list import models_reply
+from harbor_ray.capture.core.normalize import engine_body
+from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
+from harbor_ray.capture.core.sse import KEEPALIVE
+from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.fast_json import JSONResponse
+from harbor_ray.capture.proxy.session import AdminStore, CallStore, SessionGrant
+from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import (
     AgentCallError,
     EngineError,

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from harbor_ray.capture.completion import Completion
-from harbor_ray.capture.dialects.base import (
+from harbor_ray.capture.core.completion import Completion
+from harbor_ray.capture.core.dialects.base import (
     DialectName,
     EngineCall,
     ErrorKind,
@@ -26,8 +26,8 @@ from harbor_ray.capture.dialects.base import (
     require_dict,
     require_list,
 )
-from harbor_ray.capture.dialects.chat import openai_error_body
-from harbor_ray.capture.sse import sse_event
+from harbor_ray.capture.core.dialects.chat import openai_error_body
+from harbor_ray.capture.core.sse import sse_event
 from harbor_ray.errors import RequestError
 
 # vLLM itself joins a message's text parts with a newline when it flattens them for the
