@@ -471,7 +471,7 @@ def sweep(
         try:
             with console.status("starting") as status:
                 running = stack.enter_context(running_cluster(cluster, progress=status.update))
-        except (EngineSetupError, CertificationError, OSError) as exc:
+        except (EngineSetupError, CertificationError, ServeError, OSError) as exc:
             _could_not_start(exc)
         certification = running.certification
         if certification is not None:

@@ -3,8 +3,8 @@ certification and the capture proxy, taken down in reverse order on the way out.
 
 `harbor-ray sweep` and `jobs/sweep.py` are thin shells over it (flags in, a summary
 out); the online service is meant to reuse it. Nothing here prints: progress goes to
-the caller's callback, failures are raised (`EngineStartError`, `ModelUnavailableError`,
-`CertificationError`) for the caller to report.
+the caller's callback, and failures are raised (`EngineSetupError`,
+`CertificationError`, `ServeError`) for the caller to report.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from harbor_ray.capture.proxy.certify import Certification, certify_url
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
+from harbor_ray.errors import ServeError
 
 __all__ = ["ClusterSpec", "RunningCluster", "running_cluster"]
 
@@ -69,9 +70,13 @@ def running_cluster(
                 raise ValueError("an agent that calls a model needs llm_url or engine_config")
             certification = asyncio.run(certify_url(url, spec.model))
             progress(f"setting up the capture proxy ({spec.ingress} ingress)")
-            proxy = start_capture_proxy(url, certification.served_model, ingress=spec.ingress,
-                                        replicas=spec.proxy_replicas,
-                                        engine_timeout_s=spec.engine_timeout_s)
+            try:
+                proxy = start_capture_proxy(
+                    url, certification.served_model, ingress=spec.ingress,
+                    replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s)
+            except RuntimeError as exc:  # Serve's own word for a deployment that failed
+                raise ServeError(f"the capture proxy's deployment did not start: {exc} "
+                                 "(the Ray logs of its replicas say why)") from exc
             stack.callback(stop_capture_proxy, proxy)
         yield RunningCluster(proxy, certification)
 
