@@ -88,7 +88,7 @@ class SweepStats:
     rewards: list[float] = field(default_factory=list)
     by_task: dict[str, Counter[str]] = field(default_factory=dict)
     by_error: Counter[str] = field(default_factory=Counter)
-    write_s: float = 0.0  # the driver's time in the dataset writer (encoding, commits)
+    write_s: float = 0.0  # the driver's time in the dataset writer (buffering, commits)
 
     def started(self) -> None:
         self.in_flight += 1
@@ -182,8 +182,8 @@ async def _on_host(
     except TimeoutError:
         pool.kill(host)
         return failed_record(spec, ErrorType.INFRA_LOST,
-                          f"the rollout's host did not start in {config.host_start_s:g} s",
-                          time.time() - started)
+                             f"the rollout's host did not start in {config.host_start_s:g} s",
+                             time.time() - started)
     except RayActorError as exc:
         return _host_died(spec, host, pool, exc, started)
     ref = host.handle.run.remote(spec)
@@ -196,9 +196,9 @@ async def _on_host(
         if not running.done():
             how = await _cancel(ref, running, config.grace_s, host, pool)
             return failed_record(spec, ErrorType.DEADLINE,
-                              f"{how} by the driver: no row {hard:g} s after the start "
-                              f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
-                              time.time() - started)
+                                 f"{how} by the driver: no row {hard:g} s after the start "
+                                 f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
+                                 time.time() - started)
     try:
         return await running
     except RayActorError as exc:
@@ -208,15 +208,15 @@ async def _on_host(
         # work it ran, which must still end as one row, not end the sweep.
         cause = exc.cause if exc.cause is not None else exc
         return failed_record(spec, ErrorType.INTERNAL,
-                          f"the rollout raised {type(cause).__name__}: {_first_line(cause)}",
-                          time.time() - started)
+                             f"the rollout raised {type(cause).__name__}: {_first_line(cause)}",
+                             time.time() - started)
 
 
 def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
                started: float) -> RolloutRecord:
     pool.lost(host)
     return failed_record(spec, ErrorType.INFRA_LOST,
-                      f"the rollout's host died: {_first_line(exc)}", time.time() - started)
+                         f"the rollout's host died: {_first_line(exc)}", time.time() - started)
 
 
 async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
