@@ -65,9 +65,8 @@ async def _run(
 ) -> tuple[RolloutResult, ClosedCapture | None]:
     wants_model = needs_model(spec.agent)
     if wants_model and capture is None:
-        return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR,
-                    error=f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
-                    ), None
+        error = f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
+        return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR, error=error), None
     session = None
     if wants_model and capture is not None:
         session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
