@@ -124,3 +124,15 @@ def loads_arguments(arguments: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def openai_stream_and_model(body: dict[str, Any]) -> tuple[bool, str]:
+    """`stream` and `model` of an OpenAI request (both APIs): OpenAI takes null for false."""
+    stream = body.get("stream")
+    stream = False if stream is None else stream
+    if not isinstance(stream, bool):
+        raise RequestError("stream must be a boolean")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string")
+    return stream, model

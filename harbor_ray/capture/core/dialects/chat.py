@@ -17,6 +17,7 @@ from harbor_ray.capture.core.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
+    openai_stream_and_model,
     require_dict,
     require_integer,
     require_list,
@@ -58,13 +59,7 @@ class ChatDialect:
             raise RequestError("messages must not be empty")
         for i, message in enumerate(messages):
             _check_message(require_dict(message, f"messages[{i}]"), f"messages[{i}]")
-        stream = body.get("stream")
-        stream = False if stream is None else stream  # OpenAI takes null for false
-        if not isinstance(stream, bool):
-            raise RequestError("stream must be a boolean")
-        model = body.get("model", "")
-        if not isinstance(model, str):
-            raise RequestError("model must be a string")
+        stream, model = openai_stream_and_model(body)
         rest = {k: v for k, v in body.items() if k not in _PROXY_FIELDS}
         _check_fields(rest)
         return EngineCall(body={"messages": messages, **rest}, stream=stream, request_model=model)

@@ -23,6 +23,7 @@ from harbor_ray.capture.core.dialects.base import (
     EngineCall,
     ErrorKind,
     ReplyContext,
+    openai_stream_and_model,
     require_dict,
     require_list,
 )
@@ -56,13 +57,7 @@ class ResponsesDialect:
                     f"{field} is not supported: this proxy keeps no response state; "
                     "send the full conversation in input"
                 )
-        stream = body.get("stream")
-        stream = False if stream is None else stream  # OpenAI takes null for false
-        if not isinstance(stream, bool):
-            raise RequestError("stream must be a boolean")
-        model = body.get("model", "")
-        if not isinstance(model, str):
-            raise RequestError("model must be a string")
+        stream, model = openai_stream_and_model(body)
 
         messages = _instructions(body.get("instructions")) + _messages(body.get("input"))
         if not messages:
