@@ -57,6 +57,7 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
         finally:
             called = time.time()
             closed = await capture.close_session(session.session_id)
+        closed_at = time.time()
         turns = () if closed is None else closed.turns
         recorded = [orjson.loads(t.response_message_json).get("content") for t in turns]
         missing = sum(1 for a in answers if a not in recorded)
@@ -73,8 +74,8 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
             model_calls=len(recorded),
             # Wall-clock marks too, so a benchmark can place the work in the sweep's time.
             timings={"open": opened - started, "calls": called - opened,
-                     "close": time.time() - called, "total": time.time() - started,
-                     "started_at": started, "ended_at": time.time()},
+                     "close": closed_at - called, "total": closed_at - started,
+                     "started_at": started, "ended_at": closed_at},
         ), closed)
 
     return work

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harbor_ray.capture.core.findings import Finding
 from harbor_ray.capture.core.record import CaptureCounts
 
 
@@ -44,6 +45,12 @@ class FindingRecord(BaseModel):
     severity: str = Field(description="fatal, warn or info (as the capture layer writes it).")
     message: str
     turn: int | None = None
+
+    @classmethod
+    def of(cls, finding: Finding) -> FindingRecord:
+        """A capture finding as the row stores it."""
+        return cls(code=finding.code.value, severity=finding.severity.value,
+                   message=finding.message, turn=finding.turn)
 
 
 class RolloutResult(BaseModel):

@@ -23,7 +23,6 @@ from harbor.models.trial.config import AgentConfig, TrialConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.trial import Trial
 
-from harbor_ray.capture.core.findings import Finding
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.proxy.session import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
@@ -150,7 +149,7 @@ def _judge(
     choice = select_reward(raw_rewards, key=spec.reward_key)
     findings += findings_for(choice)
     if closed is not None:
-        findings += [_finding_record(f) for f in closed.findings]
+        findings += [FindingRecord.of(f) for f in closed.findings]
         findings += cross_check(_read_trajectory(trial_dir), closed)
     model_calls = len(closed.turns) if closed else 0
     engine_errors = closed.counts.engine_errors if closed else 0
@@ -204,11 +203,6 @@ def _row(spec: RolloutSpec, service: CaptureService | None, **values: Any) -> Ro
         model=service.served_model if service is not None and needs_model(spec.agent) else None,
         **values,
     )
-
-
-def _finding_record(finding: Finding) -> FindingRecord:
-    return FindingRecord(code=finding.code.value, severity=finding.severity.value,
-                         message=finding.message, turn=finding.turn)
 
 
 def _read_reward_json(trial_dir: Path) -> dict[str, Any] | None:

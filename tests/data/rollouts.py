@@ -80,9 +80,7 @@ def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> R
         "reward": reward,
         "reward_key": None if reward is None else "reward",
         "rewards": {} if reward is None else {"reward": reward, "length": 3.0},
-        "findings": [] if capture is None else [
-            FindingRecord(code=f.code, severity=f.severity, message=f.message, turn=f.turn)
-            for f in capture.findings],
+        "findings": [] if capture is None else [FindingRecord.of(f) for f in capture.findings],
         "counts": None if capture is None else capture.counts,
         "model_calls": 0 if turns is None else len(turns),
         "timings": {"agent_execution": 9.5, "total": 12.25},
