@@ -231,7 +231,9 @@ async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
 
 def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    tasks = _slow_tasks(tmp_path, 20)
+    # The slow rollout must still be running when the driver is killed, even when the
+    # fast ones land in one commit (rows are committed every 2 s).
+    tasks = _slow_tasks(tmp_path, 60)
     argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "oracle",
             "--dataset", str(tasks), "--out", str(out), "--concurrency", "2",
             "--ray-address", ray.get_runtime_context().gcs_address]
