@@ -35,6 +35,9 @@ HarborRayError                           harbor_ray refused or failed something
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
 │   ├── ModelUnavailableError (RuntimeError)  the default model cannot be prepared here
 │   └── EngineStartError (RuntimeError)  the engine did not start or become ready
+├── WeightUpdateError                    an in-flight weight update cannot start
+│   ├── CheckpointError (ValueError)     not a checkpoint the served model can load
+│   └── WeightVersionError (ValueError)  the version does not increase
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
 
@@ -178,3 +181,18 @@ class ModelUnavailableError(EngineSetupError, RuntimeError):
 
 class EngineStartError(EngineSetupError, RuntimeError):
     """The engine application could not be started or did not become ready."""
+
+
+# --- in-flight weight updates (harbor_ray.engine.weights) --------------------------------
+
+
+class WeightUpdateError(HarborRayError):
+    """A weight update cannot start: nothing was changed on any replica."""
+
+
+class CheckpointError(WeightUpdateError, ValueError):
+    """The directory is not a safetensors checkpoint of the served model's tensors."""
+
+
+class WeightVersionError(WeightUpdateError, ValueError):
+    """The requested policy version is not above the one serving."""

@@ -1,0 +1,336 @@
+"""In-flight weight updates of a running engine: every replica switches, or none does.
+
+`WeightUpdater.update(path, version)` loads a checkpoint directory (Hugging Face layout,
+safetensors) into every replica of the engine without restarting it, in four steps run
+on all replicas at once, each bounded by its own timeout:
+
+  pause   stop scheduling, keeping in-flight requests queued with their state
+          (vLLM `mode="keep"`); new requests queue too
+  reload  the workers' `reload_weights(weights_path=...)`, through the replica's
+          `collective_rpc`
+  cache   drop the KV and prefix cache, in-flight requests' included: what was cached
+          was computed by the old weights, and a kept request recomputes its prefix
+          with the new ones when it resumes
+  resume  schedule again
+
+Only once every replica reloaded and dropped its cache is the new version the one
+serving. If any replica fails a step, the update fails as a whole: the previous
+checkpoint is reloaded on every replica that started reloading (a reload that fails
+part-way leaves a model half-loaded, so the failed replica needs it most), the cache is
+dropped again and the replicas resume on the old version. The result names each
+replica, the step it failed and why. A replica whose rollback fails too is left paused
+(`serving_version` None): resuming it would serve weights nobody can name.
+
+What is refused before the engine is touched raises instead: a version that does not
+increase (`WeightVersionError`) and a checkpoint whose tensors are not the served one's
+(`CheckpointError`, from `check_checkpoint`).
+
+This module knows the replicas only as `EngineReplica` (a name and a way to call a
+method of Ray Serve LLM's `LLMServer` on that one replica), so it runs without Ray;
+`harbor_ray.engine.replicas` gives the Serve-backed replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from harbor_ray.errors import CheckpointError, WeightUpdateError, WeightVersionError
+
+Step = Literal["pause", "reload", "cache", "resume", "rollback"]
+STEPS: tuple[Step, ...] = ("pause", "reload", "cache", "resume")
+
+# The longest error text kept per replica: a worker's traceback can be pages long.
+_ERROR_CHARS = 2000
+
+
+class EngineReplica(Protocol):
+    """One engine replica: `call` runs an `LLMServer` method on it and returns its result."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def call(self, method: str, /, **kwargs: Any) -> Any: ...
+
+
+ListReplicas = Callable[[], Awaitable[Sequence[EngineReplica]]]
+Call = tuple[str, Mapping[str, Any]]
+"""An LLMServer method and its keyword arguments."""
+
+
+@dataclass(frozen=True)
+class StepTimeouts:
+    """Seconds each step may take on one replica before that replica counts as failed.
+
+    Reloading reads the whole checkpoint; the other steps only wait for the scheduler."""
+
+    pause_s: float = 60.0
+    reload_s: float = 600.0
+    cache_s: float = 60.0
+    resume_s: float = 60.0
+
+    def of(self, step: Step) -> float:
+        return self.reload_s if step in ("reload", "rollback") else getattr(self, f"{step}_s")
+
+
+DEFAULT_TIMEOUTS = StepTimeouts()
+
+
+@dataclass(frozen=True)
+class ReplicaUpdate:
+    """What one replica did during an update."""
+
+    replica: str
+    serving_version: int | None
+    """The version its weights are after the update; None if no one can say (its
+    rollback failed too, and it was left paused)."""
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    """Wall seconds of each step it ran (`rollback` included when there was one)."""
+    failed_step: Step | None = None
+    error: str | None = None
+    """The first failure: a timeout or the replica's exception, as text."""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_step is None
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    """The answer to one `update`: ok only if every replica serves `requested_version`."""
+
+    path: str
+    requested_version: int
+    version: int
+    """The version serving after the update: the requested one if every replica took
+    its weights, else the previous one."""
+    replicas: tuple[ReplicaUpdate, ...]
+    step_seconds: Mapping[str, float]
+    """Wall seconds of each step across all replicas (they run it at once)."""
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.version == self.requested_version and all(r.ok for r in self.replicas)
+
+    @property
+    def failed(self) -> tuple[ReplicaUpdate, ...]:
+        return tuple(r for r in self.replicas if not r.ok)
+
+
+class _Replica:
+    """One replica's progress through an update."""
+
+    def __init__(self, replica: EngineReplica, timeouts: StepTimeouts) -> None:
+        self.replica = replica
+        self._timeouts = timeouts
+        self.seconds: dict[str, float] = {}
+        self.failed_step: Step | None = None
+        self.error: str | None = None
+        self.reloaded = False  # it started reloading, so its weights may have changed
+        self.known = True  # its weights are a known version
+
+    async def run(self, step: Step, call: Call) -> bool:
+        """Run `step` on the replica; False (and the failure kept) if it failed."""
+        method, kwargs = call
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.replica.call(method, **kwargs), self._timeouts.of(step))
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                text = f"timed out after {self._timeouts.of(step):g} s"
+            else:
+                text = f"{type(exc).__name__}: {exc}"
+            if self.failed_step is None:
+                self.failed_step, self.error = step, text[:_ERROR_CHARS]
+            return False
+        finally:
+            self.seconds[step] = time.perf_counter() - started
+        return True
+
+    def result(self, version: int) -> ReplicaUpdate:
+        return ReplicaUpdate(
+            replica=self.replica.name, serving_version=version if self.known else None,
+            seconds=dict(self.seconds), failed_step=self.failed_step, error=self.error)
+
+
+class WeightUpdater:
+    """Updates the weights of every replica of one engine, one update at a time.
+
+    `path` and `version` are what the engine serves now (for the engine as started:
+    its model directory and 0); the updater rolls back to them when an update fails.
+    """
+
+    def __init__(
+        self,
+        replicas: ListReplicas,
+        *,
+        path: str,
+        version: int = 0,
+        timeouts: StepTimeouts = DEFAULT_TIMEOUTS,
+        check: bool = True,
+    ) -> None:
+        self._list_replicas = replicas
+        self._path = path
+        self._version = version
+        self._timeouts = timeouts
+        self._check = check
+        self._lock = asyncio.Lock()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    async def update(self, path: str, version: int) -> WeightUpdate:
+        """Serve the weights in checkpoint directory `path` as `version` on every replica."""
+        async with self._lock:
+            if version <= self._version:
+                raise WeightVersionError(
+                    f"version {version} does not increase on the serving {self._version}")
+            if self._check:
+                await asyncio.to_thread(check_checkpoint, path, self._path)
+            replicas = list(await self._list_replicas())
+            if not replicas:
+                raise WeightUpdateError("the engine has no running replica to update")
+            started = time.perf_counter()
+            steps: dict[str, float] = {}
+            states = [_Replica(replica, self._timeouts) for replica in replicas]
+            took = await self._switch(states, path, steps)
+            if took:
+                self._path, self._version = path, version
+            return WeightUpdate(
+                path=path, requested_version=version, version=self._version,
+                replicas=tuple(state.result(self._version) for state in states),
+                step_seconds=steps, seconds=time.perf_counter() - started)
+
+    async def _switch(self, states: list[_Replica], path: str, steps: dict[str, float]) -> bool:
+        """Run the steps; True if every replica holds the new weights (resumed or not)."""
+        if await _step(steps, "pause", states, _PAUSE):
+            for state in states:
+                state.reloaded = True
+            took = (await _step(steps, "reload", states, _reload(path, self._timeouts))
+                    and await _step(steps, "cache", states, _CLEAR_CACHE))
+            if not took:
+                await self._roll_back(states, steps)
+        else:
+            took = False
+        # A replica whose pause failed may be paused all the same: resume it too.
+        await _step(steps, "resume", [s for s in states if s.known], _RESUME)
+        return took
+
+    async def _roll_back(self, states: list[_Replica], steps: dict[str, float]) -> None:
+        """The previous weights, and a clean cache, on every replica that began reloading."""
+        started = time.perf_counter()
+        touched = [state for state in states if state.reloaded]
+
+        async def restore(state: _Replica) -> None:
+            state.known = (await state.run("rollback", _reload(self._path, self._timeouts))
+                           and await state.run("rollback", _CLEAR_CACHE))
+
+        await asyncio.gather(*(restore(state) for state in touched))
+        steps["rollback"] = time.perf_counter() - started
+
+
+def _reload(path: str, timeouts: StepTimeouts) -> Call:
+    """LLMServer.collective_rpc arguments that reload every worker's weights from `path`."""
+    return "collective_rpc", {
+        "method": "reload_weights", "kwargs": {"weights_path": path},
+        # vLLM's own bound on the workers' answer, so it gives up when the updater does.
+        "timeout": timeouts.reload_s,
+    }
+
+
+# vLLM's default pause aborts in-flight requests and drops the cache at once; keep them,
+# and drop the cache once the new weights are in.
+_PAUSE: Call = ("pause", {"mode": "keep", "clear_cache": False})
+# Pausing again with clear_cache drops the KV cache of kept requests too (vLLM preempts
+# them); LLMServer.reset_prefix_cache does not, and fails silently while they hold blocks.
+_CLEAR_CACHE: Call = ("pause", {"mode": "keep", "clear_cache": True})
+_RESUME: Call = ("resume", {})
+
+
+async def _step(steps: dict[str, float], step: Step, states: Sequence[_Replica],
+                call: Call) -> bool:
+    """Run `step` on every replica in `states` at once; True if it succeeded on all."""
+    started = time.perf_counter()
+    done = await asyncio.gather(*(state.run(step, call) for state in states))
+    steps[step] = time.perf_counter() - started
+    return all(done)
+
+
+# --- checking a checkpoint before the engine sees it ------------------------------------
+
+
+def check_checkpoint(path: str, reference: str | None = None) -> dict[str, tuple[int, ...]]:
+    """The tensors (name -> shape) of the safetensors checkpoint directory `path`.
+
+    Raises CheckpointError if it is not a directory of readable safetensors files (a
+    header that does not parse, a file shorter than its header says), or if `reference`
+    is a local checkpoint directory whose tensor names and shapes differ. Reading only
+    the headers costs milliseconds, and refuses what would otherwise fail inside every
+    replica's reload, after the engine was paused.
+    """
+    tensors = _safetensors_shapes(Path(path))
+    if reference is not None and Path(reference).is_dir():
+        expected = _safetensors_shapes(Path(reference))
+        _compare(tensors, expected, path, reference)
+    return tensors
+
+
+def _safetensors_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a directory")
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{directory} holds no *.safetensors file")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        for name, shape in _header_shapes(file).items():
+            if name in shapes:
+                raise CheckpointError(f"{file}: tensor {name} is also in another file")
+            shapes[name] = shape
+    return shapes
+
+
+def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes from one safetensors file's header: an 8-byte little-endian length,
+    then that many bytes of JSON giving each tensor's dtype, shape and byte range."""
+    size = file.stat().st_size
+    try:
+        with file.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if 8 + length > size:
+                raise ValueError(f"header of {length} bytes in a {size}-byte file")
+            header = json.loads(f.read(length))
+        header.pop("__metadata__", None)
+        end = 8 + length + max((t["data_offsets"][1] for t in header.values()), default=0)
+        if end > size:
+            raise ValueError(f"tensors end at byte {end} of a {size}-byte file")
+        return {name: tuple(t["shape"]) for name, t in header.items()}
+    except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise CheckpointError(f"{file} is not a readable safetensors file: {exc}") from exc
+
+
+def _compare(tensors: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]],
+             path: str, reference: str) -> None:
+    missing = sorted(expected.keys() - tensors.keys())
+    extra = sorted(tensors.keys() - expected.keys())
+    reshaped = sorted(n for n in expected.keys() & tensors.keys() if tensors[n] != expected[n])
+    problems = [
+        f"{label} {names[:3]}{' ...' if len(names) > 3 else ''}"
+        for label, names in (("missing", missing), ("unexpected", extra), ("reshaped", reshaped))
+        if names
+    ]
+    if problems:
+        raise CheckpointError(
+            f"{path} does not match the served checkpoint {reference}: {'; '.join(problems)}")

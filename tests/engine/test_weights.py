@@ -1,0 +1,228 @@
+"""The weight updater's steps, timeouts and rollback, against replicas that only record
+calls (tests/engine/test_weights_engine.py runs it on the real engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from harbor_ray.engine.weights import StepTimeouts, WeightUpdater, check_checkpoint
+from harbor_ray.errors import CheckpointError, WeightUpdateError, WeightVersionError
+
+OLD, NEW = "/ckpt/old", "/ckpt/new"
+FAST = StepTimeouts(pause_s=0.2, reload_s=0.2, cache_s=0.2, resume_s=0.2)
+HANG = "hang"
+
+
+def _what(method: str, kwargs: dict[str, Any]) -> str:
+    """A call as the step it is: pause, cache, resume, or reload:<path>."""
+    if method == "collective_rpc":
+        assert kwargs["method"] == "reload_weights"
+        return f"reload:{kwargs['kwargs']['weights_path']}"
+    if method == "pause":
+        assert kwargs["mode"] == "keep"  # in-flight requests are never aborted
+        return "cache" if kwargs["clear_cache"] else "pause"
+    assert method == "resume"
+    return method
+
+
+class FakeReplica:
+    """Records each call in a shared log; `faults` makes a call raise, or hang."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]],
+                 faults: dict[str, BaseException | str] | None = None) -> None:
+        self.name = name
+        self._log = log
+        self._faults = faults or {}
+
+    async def call(self, method: str, /, **kwargs: Any) -> Any:
+        what = _what(method, kwargs)
+        self._log.append((self.name, what))
+        fault = self._faults.get(what)
+        if fault == HANG:
+            await asyncio.Event().wait()
+        elif isinstance(fault, BaseException):
+            raise fault
+        await asyncio.sleep(0)
+        return []
+
+
+def _updater(replicas: list[FakeReplica], **kwargs: Any) -> WeightUpdater:
+    async def listed() -> list[FakeReplica]:
+        return replicas
+
+    return WeightUpdater(listed, path=OLD, check=False, timeouts=FAST, **kwargs)
+
+
+def _calls(log: list[tuple[str, str]], name: str) -> list[str]:
+    return [what for who, what in log if who == name]
+
+
+async def test_every_replica_pauses_reloads_clears_and_resumes_in_order() -> None:
+    log: list[tuple[str, str]] = []
+    replicas = [FakeReplica(f"r{i}", log) for i in range(3)]
+    updater = _updater(replicas)
+    result = await updater.update(NEW, 1)
+    assert result.ok and result.version == updater.version == 1 and updater.path == NEW
+    for replica in replicas:
+        assert _calls(log, replica.name) == ["pause", f"reload:{NEW}", "cache", "resume"]
+    # A step starts on a replica only once every replica finished the one before.
+    steps = [what.split(":")[0] for _, what in log]
+    assert steps == sorted(steps, key=["pause", "reload", "cache", "resume"].index)
+    assert [(r.replica, r.serving_version) for r in result.replicas] == [
+        ("r0", 1), ("r1", 1), ("r2", 1)]
+    assert set(result.step_seconds) == {"pause", "reload", "cache", "resume"}
+    assert set(result.replicas[0].seconds) == {"pause", "reload", "cache", "resume"}
+
+
+@pytest.mark.parametrize("version", [0, -1])
+async def test_a_version_that_does_not_increase_is_refused_untouched(version: int) -> None:
+    log: list[tuple[str, str]] = []
+    updater = _updater([FakeReplica("r0", log)])
+    with pytest.raises(WeightVersionError):
+        await updater.update(NEW, version)
+    assert log == [] and updater.version == 0
+
+
+@pytest.mark.parametrize("fault", [RuntimeError("no such file"), HANG])
+async def test_a_failed_reload_rolls_every_replica_back(fault: BaseException | str) -> None:
+    log: list[tuple[str, str]] = []
+    replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {f"reload:{NEW}": fault}),
+                FakeReplica("r2", log)]
+    updater = _updater(replicas)
+    result = await updater.update(NEW, 1)
+    assert not result.ok and result.version == updater.version == 0 and updater.path == OLD
+    [failed] = result.failed
+    assert failed.replica == "r1" and failed.failed_step == "reload"
+    assert ("timed out" if fault == HANG else "RuntimeError: no such file") in failed.error
+    # The replica that failed may be half-loaded: it is rolled back with the others.
+    for replica in replicas:
+        assert _calls(log, replica.name) == [
+            "pause", f"reload:{NEW}", f"reload:{OLD}", "cache", "resume"]
+    assert all(r.serving_version == 0 for r in result.replicas)
+    assert "rollback" in result.step_seconds and "cache" not in result.step_seconds
+
+
+async def test_a_failed_pause_reloads_nothing_and_resumes_all() -> None:
+    log: list[tuple[str, str]] = []
+    replicas = [FakeReplica("r0", log, {"pause": HANG}), FakeReplica("r1", log)]
+    result = await _updater(replicas).update(NEW, 1)
+    assert not result.ok and result.version == 0
+    assert [(r.replica, r.failed_step) for r in result.replicas] == [("r0", "pause"), ("r1", None)]
+    for replica in replicas:
+        assert _calls(log, replica.name) == ["pause", "resume"]
+
+
+async def test_a_failed_cache_reset_rolls_back() -> None:
+    log: list[tuple[str, str]] = []
+    replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {"cache": RuntimeError("x")})]
+    result = await _updater(replicas).update(NEW, 1)
+    assert result.version == 0 and [r.replica for r in result.failed] == ["r1"]
+    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "cache", f"reload:{OLD}", "cache",
+                                 "resume"]
+
+
+async def test_a_replica_whose_rollback_fails_is_left_paused_and_unnamed() -> None:
+    log: list[tuple[str, str]] = []
+    broken = {f"reload:{NEW}": RuntimeError("bad"), f"reload:{OLD}": RuntimeError("worse")}
+    replicas = [FakeReplica("r0", log), FakeReplica("r1", log, broken)]
+    result = await _updater(replicas).update(NEW, 1)
+    assert [(r.replica, r.serving_version) for r in result.replicas] == [("r0", 0), ("r1", None)]
+    assert result.failed[0].error == "RuntimeError: bad"  # the first failure is the one kept
+    assert _calls(log, "r1") == ["pause", f"reload:{NEW}", f"reload:{OLD}"]
+    assert _calls(log, "r0")[-1] == "resume"
+
+
+async def test_a_failed_resume_keeps_the_new_version_and_says_so() -> None:
+    # Every replica holds the new weights by then: rolling back would change more.
+    log: list[tuple[str, str]] = []
+    replicas = [FakeReplica("r0", log, {"resume": RuntimeError("gone")}), FakeReplica("r1", log)]
+    updater = _updater(replicas)
+    result = await updater.update(NEW, 1)
+    assert updater.version == result.version == 1 and not result.ok
+    assert [(r.replica, r.failed_step) for r in result.failed] == [("r0", "resume")]
+
+
+async def test_updates_run_one_at_a_time() -> None:
+    log: list[tuple[str, str]] = []
+    updater = _updater([FakeReplica("r0", log)])
+    first, second = await asyncio.gather(updater.update(NEW, 1), updater.update(OLD, 2))
+    assert first.ok and second.ok and updater.version == 2
+    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "cache", "resume",
+                                 "pause", f"reload:{OLD}", "cache", "resume"]
+
+
+async def test_no_replica_is_an_error() -> None:
+    with pytest.raises(WeightUpdateError, match="no running replica"):
+        await _updater([]).update(NEW, 1)
+
+
+# --- checkpoints ----------------------------------------------------------------------
+
+
+def _checkpoint(directory: Path, shapes: dict[str, tuple[int, ...]]) -> Path:
+    directory.mkdir()
+    save_file({n: np.zeros(s, dtype=np.float32) for n, s in shapes.items()},
+              str(directory / "model.safetensors"))
+    return directory
+
+
+SHAPES = {"embed.weight": (4, 2), "norm.weight": (2,)}
+
+
+def test_a_checkpoint_with_the_served_tensors_passes(tmp_path: Path) -> None:
+    served = _checkpoint(tmp_path / "served", SHAPES)
+    new = _checkpoint(tmp_path / "new", SHAPES)
+    assert check_checkpoint(str(new), str(served)) == SHAPES
+
+
+@pytest.mark.parametrize(("shapes", "message"), [
+    ({"embed.weight": (4, 2)}, "missing"),
+    ({**SHAPES, "extra": (1,)}, "unexpected"),
+    ({"embed.weight": (4, 3), "norm.weight": (2,)}, "reshaped"),
+])
+def test_a_checkpoint_of_other_tensors_is_refused(
+    tmp_path: Path, shapes: dict[str, tuple[int, ...]], message: str
+) -> None:
+    served = _checkpoint(tmp_path / "served", SHAPES)
+    with pytest.raises(CheckpointError, match=message):
+        check_checkpoint(str(_checkpoint(tmp_path / "new", shapes)), str(served))
+
+
+def test_unreadable_checkpoints_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="not a directory"):
+        check_checkpoint(str(tmp_path / "absent"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
+        check_checkpoint(str(tmp_path / "empty"))
+    file = _checkpoint(tmp_path / "cut", SHAPES) / "model.safetensors"
+    file.write_bytes(file.read_bytes()[:-4])
+    with pytest.raises(CheckpointError, match="tensors end at byte"):
+        check_checkpoint(str(file.parent))
+    file.write_bytes((10**6).to_bytes(8, "little") + json.dumps({}).encode())
+    with pytest.raises(CheckpointError, match="header of"):
+        check_checkpoint(str(file.parent))
+    file.write_bytes((2).to_bytes(8, "little") + b"[]")
+    with pytest.raises(CheckpointError, match="not a readable"):
+        check_checkpoint(str(file.parent))
+
+
+async def test_the_updater_checks_before_touching_the_engine(tmp_path: Path) -> None:
+    served = _checkpoint(tmp_path / "served", SHAPES)
+    bad = _checkpoint(tmp_path / "bad", {"embed.weight": (4, 2)})
+    log: list[tuple[str, str]] = []
+
+    async def listed() -> list[FakeReplica]:
+        return [FakeReplica("r0", log)]
+
+    updater = WeightUpdater(listed, path=str(served))
+    with pytest.raises(CheckpointError):
+        await updater.update(str(bad), 1)
+    assert log == []
+    assert (await updater.update(str(_checkpoint(tmp_path / "good", SHAPES)), 1)).ok
