@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray.serve.llm import LLMConfig
 
 DEFAULT_MODEL_SOURCE = "default"
+WORKER_EXTENSION = "harbor_ray.engine.worker.WeightReloadExtension"
 
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
 # answers to one question.
@@ -123,6 +124,8 @@ def to_llm_config(config: EngineConfig, model_source: str) -> LLMConfig:
     engine_kwargs: dict[str, Any] = {
         "dtype": config.dtype,
         "tensor_parallel_size": config.tensor_parallel_size,
+        # The worker methods in-flight weight updates call (harbor_ray.engine.worker).
+        "worker_extension_cls": WORKER_EXTENSION,
         **config.engine_kwargs,
     }
     if config.max_model_len is not None:

@@ -21,6 +21,7 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve._private.constants import SERVE_NAMESPACE
 
 from harbor_ray.engine.weights import DEFAULT_TIMEOUTS, StepTimeouts, WeightUpdater
+from harbor_ray.engine.worker import RELOAD_METHOD
 from harbor_ray.errors import WeightUpdateError
 from harbor_ray.serve_http import serve_details
 
@@ -85,6 +86,7 @@ def serve_weight_updater(
     deployment: str | None = None,
     timeouts: StepTimeouts = DEFAULT_TIMEOUTS,
     check: bool = True,
+    reload_method: str = RELOAD_METHOD,
 ) -> WeightUpdater:
     """A `WeightUpdater` for the engine application `app_name` (as `harbor-ray engine up`
     names it, `engine`), serving checkpoint `path` as `version` now.
@@ -100,4 +102,5 @@ def serve_weight_updater(
         # Serve's controller and the GCS answer through blocking calls.
         return await asyncio.to_thread(running_replicas, app_name, name)
 
-    return WeightUpdater(replicas, path=path, version=version, timeouts=timeouts, check=check)
+    return WeightUpdater(replicas, path=path, version=version, timeouts=timeouts, check=check,
+                         reload_method=reload_method)

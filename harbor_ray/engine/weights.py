@@ -7,7 +7,8 @@ on all replicas at once, each bounded by its own timeout:
   pause   stop scheduling, keeping in-flight requests queued with their state
           (vLLM `mode="keep"`); new requests queue too
   reload  the workers' `reload_weights(weights_path=...)`, through the replica's
-          `collective_rpc`
+          `collective_rpc` (by default harbor_ray's `reload_weights_tied`, which also
+          refreshes a head tied to the embeddings: harbor_ray.engine.worker)
   cache   drop the KV and prefix cache, in-flight requests' included: what was cached
           was computed by the old weights, and a kept request recomputes its prefix
           with the new ones when it resumes
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from harbor_ray.engine.worker import RELOAD_METHOD
 from harbor_ray.errors import CheckpointError, WeightUpdateError, WeightVersionError
 
 Step = Literal["pause", "reload", "cache", "resume", "rollback"]
@@ -165,6 +167,8 @@ class WeightUpdater:
 
     `path` and `version` are what the engine serves now (for the engine as started:
     its model directory and 0); the updater rolls back to them when an update fails.
+    `reload_method` is the worker method that reloads: harbor_ray's engines have
+    `reload_weights_tied`; any other vLLM engine has `reload_weights`.
     """
 
     def __init__(
@@ -175,8 +179,10 @@ class WeightUpdater:
         version: int = 0,
         timeouts: StepTimeouts = DEFAULT_TIMEOUTS,
         check: bool = True,
+        reload_method: str = RELOAD_METHOD,
     ) -> None:
         self._list_replicas = replicas
+        self._reload_method = reload_method
         self._path = path
         self._version = version
         self._timeouts = timeouts
@@ -218,7 +224,7 @@ class WeightUpdater:
         if await _step(steps, "pause", states, _PAUSE):
             for state in states:
                 state.reloaded = True
-            took = (await _step(steps, "reload", states, _reload(path, self._timeouts))
+            took = (await _step(steps, "reload", states, self._reload(path))
                     and await _step(steps, "cache", states, _CLEAR_CACHE))
             if not took:
                 await self._roll_back(states, steps)
@@ -228,26 +234,25 @@ class WeightUpdater:
         await _step(steps, "resume", [s for s in states if s.known], _RESUME)
         return took
 
+    def _reload(self, path: str) -> Call:
+        """LLMServer.collective_rpc arguments that reload every worker's weights from `path`."""
+        return "collective_rpc", {
+            "method": self._reload_method, "kwargs": {"weights_path": path},
+            # vLLM's own bound on the workers' answer, so it gives up when the updater does.
+            "timeout": self._timeouts.reload_s,
+        }
+
     async def _roll_back(self, states: list[_Replica], steps: dict[str, float]) -> None:
         """The previous weights, and a clean cache, on every replica that began reloading."""
         started = time.perf_counter()
         touched = [state for state in states if state.reloaded]
 
         async def restore(state: _Replica) -> None:
-            state.known = (await state.run("rollback", _reload(self._path, self._timeouts))
+            state.known = (await state.run("rollback", self._reload(self._path))
                            and await state.run("rollback", _CLEAR_CACHE))
 
         await asyncio.gather(*(restore(state) for state in touched))
         steps["rollback"] = time.perf_counter() - started
-
-
-def _reload(path: str, timeouts: StepTimeouts) -> Call:
-    """LLMServer.collective_rpc arguments that reload every worker's weights from `path`."""
-    return "collective_rpc", {
-        "method": "reload_weights", "kwargs": {"weights_path": path},
-        # vLLM's own bound on the workers' answer, so it gives up when the updater does.
-        "timeout": timeouts.reload_s,
-    }
 
 
 # vLLM's default pause aborts in-flight requests and drops the cache at once; keep them,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import yaml
 from pydantic import ValidationError
 from ray.serve.schema import ServeDeploySchema
 
-from harbor_ray.engine.config import EngineConfig, to_llm_config
+from harbor_ray.engine.config import WORKER_EXTENSION, EngineConfig, to_llm_config
+from harbor_ray.engine.worker import RELOAD_METHOD
 
 SERVE_CONFIGS = Path(__file__).resolve().parents[2] / "serve_configs"
 
@@ -80,6 +82,13 @@ def test_gpu_yaml_asks_for_gpus_of_a_type() -> None:
     assert all(b["GPU"] == 1 and gpu_type in b for b in bundles)
     assert llm.engine_kwargs["tensor_parallel_size"] == 2
     assert llm.engine_kwargs["enable_auto_tool_choice"] is True
+
+
+def test_engines_carry_the_weight_reload_worker_methods() -> None:
+    llm = to_llm_config(EngineConfig(), "/m")
+    assert llm.engine_kwargs["worker_extension_cls"] == WORKER_EXTENSION
+    module, name = WORKER_EXTENSION.rsplit(".", 1)
+    assert hasattr(getattr(importlib.import_module(module), name), RELOAD_METHOD)
 
 
 def test_max_model_len_is_left_to_vllm_when_unset() -> None:

@@ -10,9 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import save_file
 
 from harbor_ray.engine.weights import StepTimeouts, WeightUpdater, check_checkpoint
+from harbor_ray.engine.worker import RELOAD_METHOD, refresh_tied_layers
 from harbor_ray.errors import CheckpointError, WeightUpdateError, WeightVersionError
 
 OLD, NEW = "/ckpt/old", "/ckpt/new"
@@ -23,7 +25,7 @@ HANG = "hang"
 def _what(method: str, kwargs: dict[str, Any]) -> str:
     """A call as the step it is: pause, cache, resume, or reload:<path>."""
     if method == "collective_rpc":
-        assert kwargs["method"] == "reload_weights"
+        assert kwargs["method"] == RELOAD_METHOD
         return f"reload:{kwargs['kwargs']['weights_path']}"
     if method == "pause":
         assert kwargs["mode"] == "keep"  # in-flight requests are never aborted
@@ -226,3 +228,30 @@ async def test_the_updater_checks_before_touching_the_engine(tmp_path: Path) -> 
         await updater.update(str(bad), 1)
     assert log == []
     assert (await updater.update(str(_checkpoint(tmp_path / "good", SHAPES)), 1)).ok
+
+
+# --- the worker's refresh of tied layers ----------------------------------------------
+
+
+class Packing:
+    """A quant method whose processing keeps a copy of the weight, as vLLM's CPU
+    embedding method keeps a oneDNN copy for the logits."""
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        layer.packed = layer.weight.detach().clone()
+
+
+def test_tied_layers_are_processed_again_from_the_shared_weight() -> None:
+    embed, head, other = torch.nn.Linear(2, 3), torch.nn.Linear(2, 3), torch.nn.Linear(2, 3)
+    head.weight = embed.weight  # tied
+    for layer in (embed, head, other):
+        layer.quant_method = Packing()
+        layer.quant_method.process_weights_after_loading(layer)
+    with torch.no_grad():
+        embed.weight.add_(1.0)  # the reload wrote new values into the shared weight
+        other.weight.add_(1.0)
+    model = torch.nn.ModuleList([embed, head, other])
+    assert refresh_tied_layers(model, Packing) == 2
+    assert torch.equal(head.packed, embed.weight) and torch.equal(embed.packed, embed.weight)
+    assert not torch.equal(other.packed, other.weight)  # not tied: the reload processed it
+    assert refresh_tied_layers(model, type(None)) == 0  # other quant methods are left alone
