@@ -35,6 +35,10 @@ HarborRayError                           harbor_ray refused or failed something
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
 │   ├── ModelUnavailableError (RuntimeError)  the default model cannot be prepared here
 │   └── EngineStartError (RuntimeError)  the engine did not start or become ready
+├── OnlineError                          the online controller refused a call (online)
+│   ├── FieldError                       a field names nothing usable; its status and name
+│   ├── OverCapacity                     too many accepted rollouts unfinished (429)
+│   └── WeightUpdateError                a weight update failed; the old version serves
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
 
@@ -178,3 +182,52 @@ class ModelUnavailableError(EngineSetupError, RuntimeError):
 
 class EngineStartError(EngineSetupError, RuntimeError):
     """The engine application could not be started or did not become ready."""
+
+
+# --- the online controller ---------------------------------------------------------------
+
+
+class OnlineError(HarborRayError):
+    """The online controller refused or failed a trainer's call; `status` is its HTTP one."""
+
+    status = 500
+
+
+class FieldError(OnlineError):
+    """A request field names nothing the controller can use (an unknown task, agent,
+    sandbox or dataset, a version that does not increase)."""
+
+    def __init__(self, status: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.field = status, field
+
+    def __reduce__(self) -> tuple:
+        # Raised in the controller actor, caught in the HTTP replica: Ray pickles it.
+        return type(self), (self.status, self.field, str(self))
+
+
+class OverCapacity(OnlineError):
+    """Accepting the submit would put more rollouts unfinished than the capacity."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.retry_after_s)
+
+
+class WeightUpdateError(OnlineError):
+    """A weight update failed or timed out; the old version keeps serving. `replicas`
+    holds each replica's result (the wire's `ReplicaResult`s)."""
+
+    status = 502
+
+    def __init__(self, message: str, replicas: list) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.replicas)
