@@ -35,6 +35,7 @@ from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngi
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.owner import actor_holder
+from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
 from harbor_ray.serve_http import serve_details, serve_http_base
 
@@ -75,13 +76,15 @@ class CaptureProxy:
         self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)
         self._app_name = app_name
         self._direct: DirectIngress | None = None
+        self._policy = PolicyClock(app_name)
 
     async def __serve_build_asgi_app__(self) -> CaptureApp:
         # Serve calls this after the constructor, inside the replica's event loop, and
         # runs the app's lifespan itself (so the direct socket runs without one).
+        self._policy.start()
         app = build_capture_app(
             ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)), self._engine,
-            self._settings,
+            self._settings, policy_version=self._policy,
             on_shutdown=self._shutdown,
         )
         self._direct = await DirectIngress.start(
@@ -98,6 +101,7 @@ class CaptureProxy:
         # are drained by then, direct ones are waited for here, then the engine closes.
         if self._direct is not None:
             await self._direct.stop()
+        await self._policy.stop()
         await self._engine.aclose()
 
 

@@ -99,6 +99,8 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             started_at=rows["started_at"][row],
             ended_at=rows["ended_at"][row],
             auxiliary=rows["auxiliary"][row],
+            policy_version_start=rows["policy_version_start"][row],
+            policy_version_end=rows["policy_version_end"][row],
         )
         for row in range(turns.num_rows)
     ]

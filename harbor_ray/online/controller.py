@@ -23,6 +23,7 @@ import ray
 
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.owner import NAMESPACE
+from harbor_ray.cluster.policy import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
@@ -276,11 +277,16 @@ def controller_actor_name(app: str) -> str:
 
 
 def start_controller(app: str, config: ControllerConfig, updater: WeightUpdater, *,
-                     work: Work | None = None, **kwargs: Any) -> Any:  # ActorHandle
+                     work: Work | None = None) -> Any:  # ActorHandle
     """The controller as a detached named actor (get it again by name from any replica);
-    the caller removes it (`ray.kill`) when the service ends."""
+    the caller removes it (`ray.kill`) when the service ends. Its versions are published
+    to the capture app's replicas (`PolicyVersion`), which stamp every turn with them."""
+    on_version = None
+    if config.proxy is not None:
+        start_policy_version(config.proxy.app, config.initial_version)
+        on_version = publish_version(config.proxy.app)
     remote = ray.remote(Controller).options(
         name=controller_actor_name(app), namespace=NAMESPACE, num_cpus=0,
         lifetime="detached", get_if_exists=True, max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV})
-    return remote.remote(config, updater, work=work, **kwargs)
+    return remote.remote(config, updater, work=work, on_version=on_version)

@@ -57,6 +57,8 @@ def test_document_shape_and_values() -> None:
         "started_at": 0.0,
         "ended_at": 0.5,
         "auxiliary": False,
+        "policy_version_start": None,  # the factory's turns record no version
+        "policy_version_end": None,
     }
     assert [(t["index"], t["parent"], t["root"], t["role"]) for t in doc["turns"]] == [
         (0, None, 0, "agent"),

@@ -14,6 +14,8 @@ import ray
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
+from harbor_ray.cluster.owner import NAMESPACE
+from harbor_ray.cluster.policy import policy_actor_name
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.online.app import ActorController, build_controller_app
 from harbor_ray.online.controller import ControllerConfig, start_controller
@@ -75,3 +77,4 @@ def service_factory(proxy: ProxyTarget, tmp_path: Path):
         else:
             ray.get(thing.shutdown.remote())
             ray.kill(thing)
+            ray.kill(ray.get_actor(policy_actor_name(proxy.app), namespace=NAMESPACE))

@@ -29,6 +29,8 @@ def test_submit_deliver_ack_and_idempotent_resubmit(service_factory) -> None:
     assert len(group["rollouts"]) == 2 and all(r["ok"] for r in group["rollouts"])
     assert len(group["turns"]) == 4  # two calls per stub rollout
     assert all(t["prompt_ids"] for t in group["turns"])  # in full, not the delta
+    assert {t["policy_version_start"] for t in group["turns"]} == {0}
+    assert group["staleness"] == 0
     assert {s["rollout_id"] for s in group["sequences"]} == {
         r["rollout_id"] for r in group["rollouts"]}
     # Delivered again until acknowledged.
@@ -86,6 +88,12 @@ def test_weight_updates_move_the_version_only_when_every_replica_did(
     assert policy["version"] == 1 and policy["paused"] is False
     submitted = service.http.post("/v1/rollouts", json=SUBMIT).json()
     assert submitted["policy_version"] == 1
+    # The proxy replicas learnt the version: every turn of the group is stamped with it.
+    (group,) = service.wait_groups(1)
+    assert {(t["policy_version_start"], t["policy_version_end"]) for t in group["turns"]} == {
+        (1, 1)}
+    assert (group["policy_version_min"], group["policy_version_max"]) == (1, 1)
+    assert all(r["policy_version_min"] == 1 for r in group["rollouts"])
 
 
 def test_a_failed_replica_leaves_the_old_version_serving(service_factory) -> None:

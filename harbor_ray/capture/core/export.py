@@ -79,6 +79,8 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             started_at=t["started_at"],
             ended_at=t["ended_at"],
             auxiliary=t["auxiliary"],
+            policy_version_start=t.get("policy_version_start"),
+            policy_version_end=t.get("policy_version_end"),
         )
         for t in doc["turns"]
     ]
@@ -101,6 +103,8 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "started_at": turn.started_at,
         "ended_at": turn.ended_at,
         "auxiliary": turn.auxiliary,
+        "policy_version_start": turn.policy_version_start,
+        "policy_version_end": turn.policy_version_end,
     }
 
 

@@ -35,3 +35,8 @@ class TurnRecord:
     # Set by the edge when it knows the call is not part of the agent's own loop
     # (e.g. a title or summary call); such trees get the role "auxiliary".
     auxiliary: bool = False
+    # The policy (weights) version when the call was forwarded to the engine and when
+    # its reply arrived, as the edge knew it; they differ when a weight update landed
+    # mid-call. None: the edge knew no version.
+    policy_version_start: int | None = None
+    policy_version_end: int | None = None

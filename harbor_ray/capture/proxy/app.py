@@ -113,15 +113,19 @@ def build_capture_app(
     *,
     admin: AdminStore | None = None,
     clock: Callable[[], float] = time.time,
+    policy_version: Callable[[], int | None] = lambda: 0,
     on_shutdown: Callable[[], Any] | None = None,
 ) -> CaptureApp:
     """The ASGI app. `on_shutdown` (e.g. closing the engine client) runs at lifespan end.
+    `policy_version` is read when a call is forwarded and when its reply arrives (the
+    turn's `policy_version_start`/`_end`); it must be cheap (the online service's is a
+    cached value, harbor_ray/online/policy.py). Offline runs record version 0.
 
     Without `admin` (cluster replicas, whose sessions their owner actors open and
     export; `serve_capture`, whose caller does) there are no admin routes: /sessions
     falls through to the model-call route (a 404; a DELETE, which that route does not
     take, a 405)."""
-    handler = _CaptureHandler(store, engine, settings, clock)
+    handler = _CaptureHandler(store, engine, settings, clock, policy_version)
     instance_id = uuid.uuid4().hex
 
     async def health(request: Request) -> Response:
@@ -273,8 +277,10 @@ class _CaptureHandler:
         engine: Engine,
         settings: CaptureSettings,
         clock: Callable[[], float],
+        policy_version: Callable[[], int | None],
     ) -> None:
         self.store, self.engine, self.settings, self.clock = store, engine, settings, clock
+        self.policy_version = policy_version
 
     # ---- model calls --------------------------------------------------------------
 
@@ -369,7 +375,7 @@ class _CaptureHandler:
         """The engine's answer to an admitted call. Every admitted call ends in exactly one
         record or release: here the release of one that produced nothing."""
         session_id, index = admitted.session_id, admitted.index
-        started = self.clock()
+        started, version = self.clock(), self.policy_version()
         try:
             reply = await self.engine.request("POST", "/v1/chat/completions", admitted.payload)
             completion = parse_engine_reply(reply)
@@ -384,7 +390,7 @@ class _CaptureHandler:
             await self._withdraw(admitted)
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
-        return _EngineReply(completion, message, started)
+        return _EngineReply(completion, message, started, version)
 
     async def _record(self, admitted: _Admitted, reply: _EngineReply) -> None:
         """Keep the turn (before its reply leaves: a replica killed after answering must
@@ -402,6 +408,8 @@ class _CaptureHandler:
             request_model=admitted.call.request_model,
             started_at=reply.started,
             ended_at=self.clock(),
+            policy_version_start=reply.version,
+            policy_version_end=self.policy_version(),
         ))
 
     async def _withdraw(self, admitted: _Admitted) -> None:
@@ -484,6 +492,7 @@ class _EngineReply:
     completion: Completion
     message: dict[str, Any]  # the engine reply's message, as recorded
     started: float
+    version: int | None  # the policy version when the call was forwarded
 
 
 class _Stream(StreamingResponse):
