@@ -8,6 +8,9 @@ behind a `CallStore`, so the app holds no per-session state and any replica can
 serve any session. Only an app given an `AdminStore` (where the sessions live) has
 the admin routes that open, list, export and delete them.
 
+Not model calls (probes.py): a websocket upgrade gets 426 at once (codex then uses
+HTTP), `HEAD` and `GET /` a 200.
+
 Failures, by where they happen, and what the agent sees (always in its own dialect):
   request     head (URL, headers) too large -> 414 / 431 before anything else; unreadable,
               oversized, wrong type, untranslatable, not encodable for the engine (nested
@@ -56,6 +59,12 @@ from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
 from harbor_ray.capture.core.sse import KEEPALIVE
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.fast_json import JSONResponse
+from harbor_ray.capture.proxy.probes import (
+    http_upgrade_refused,
+    is_upgrade,
+    probe_answer,
+    refuse_websocket,
+)
 from harbor_ray.capture.proxy.session import AdminStore, CallStore, SessionGrant
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import (
@@ -163,9 +172,16 @@ class CaptureApp:
         self.settings = handler.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await refuse_websocket(_route_path(scope), scope, receive, send)
+            return
         if scope["type"] == "http":
             path = _route_path(scope)
             response: ASGIApp | None = _head_refused(scope, path, self.settings)
+            if response is None and is_upgrade(scope):
+                response = http_upgrade_refused(path, scope)
+            if response is None:
+                response = probe_answer(scope, path)
             if response is None and path != "/health" and not (
                     self._admin_routes and _is_admin(path)):
                 if scope["method"] in ("GET", "POST"):
@@ -309,6 +325,7 @@ class _CaptureHandler:
             response_id=f"hr-{secrets.token_hex(16)}",
             created=int(self.clock()),
             model=call.request_model or self.settings.served_model,
+            tool_namespaces=call.tool_namespaces,
         )
         try:
             admission = await self.store.admit(grant.session_id)
@@ -400,6 +417,7 @@ class _CaptureHandler:
             request_messages_json=admitted.messages_json,
             response_message_json=orjson.dumps(reply.message),
             request_model=admitted.call.request_model,
+            not_forwarded=admitted.call.not_forwarded,
             started_at=reply.started,
             ended_at=self.clock(),
         ))
