@@ -19,6 +19,7 @@ from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.errors import CertificationError, EngineSetupError, HarborRayError, ServeError
 from harbor_ray.switches import set_switches
+from harbor_ray.terminal import Phases, Terminal, quiet_output
 
 app = typer.Typer(
     help="harbor_ray: Harbor tasks as trainable RL environments, with exact token capture.",
@@ -33,6 +34,17 @@ EngineTimeoutOption = Annotated[float, typer.Option(
     "--engine-timeout", min=0.001,
     help="Seconds one engine call may take; past it the agent gets a 504 (retryable) and "
          "the call's budget slot is given back.")]
+
+
+VerboseOption = Annotated[bool, typer.Option(
+    "--verbose", help="Let Ray's, Serve's and the engine's logs through to the terminal "
+                      "instead of the log file.")]
+
+
+def _log_option(default: str) -> object:
+    return typer.Option(
+        "--log-file", help=f"Where Ray's, Serve's and the engine's logs go (default: "
+                           f"{default}); the terminal shows phases, progress and results.")
 
 
 @app.callback()
@@ -155,22 +167,27 @@ def engine_up_command(
              "started and the engine lives until this command is stopped (Ctrl-C).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(
         help="Where the default model is prepared.")] = None,
+    log_file: Annotated[Path | None, _log_option("~/.cache/harbor_ray/logs/engine.log")]
+        = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Start the engine, wait until it answers, certify it, print the URL for --llm-url."""
-    handle, _ = _start_engine(config, address, cache_dir)
-    print(handle.url)
-    if address is None:
-        console.print("engine running; Ctrl-C stops it")
-        import signal
+    log = log_file or Path.home() / ".cache" / "harbor_ray" / "logs" / "engine.log"
+    with quiet_output(console, log, verbose=verbose) as terminal:
+        handle, _ = _start_engine(config, address, cache_dir, terminal=terminal)
+        print(handle.url, file=terminal.out, flush=True)
+        if address is None:
+            console.print("engine running; Ctrl-C stops it")
+            import signal
 
-        from harbor_ray.engine.lifecycle import engine_down
+            from harbor_ray.engine.lifecycle import engine_down
 
-        try:
-            signal.pause()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            engine_down(handle.app_name)
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                engine_down(handle.app_name)
 
 
 @engine_app.command("down")
@@ -184,19 +201,23 @@ def engine_down_command(
     console.print("engine stopped")
 
 
-def _start_engine(config: Path, address: str | None, cache_dir: Path | None, model=None):
+def _start_engine(
+    config: Path, address: str | None, cache_dir: Path | None, *, terminal: Terminal,
+    model: str | None = None,
+):
     """Start, wait (with progress) and certify; exit 2 with the reason when it fails.
     Returns the EngineHandle and its Certification."""
     from harbor_ray.engine.lifecycle import engine_up
     from harbor_ray.errors import EngineStartError, ModelUnavailableError
 
+    phases = _phases(terminal)
+    phases("starting the engine (a cold start takes minutes)")
     try:
-        with console.status("starting the engine (a cold start takes minutes)") as status:
-            handle = engine_up(config, ray_address=address, cache_dir=cache_dir,
-                               progress=lambda msg: status.update(msg))
+        handle = engine_up(config, ray_address=address, cache_dir=cache_dir, progress=phases)
+        phases("certifying the engine")
         cert = asyncio.run(certify_url(handle.url, model))
     except (EngineStartError, ModelUnavailableError, CertificationError, OSError) as exc:
-        _could_not_start(exc)
+        _could_not_start(exc, terminal)
     console.print(f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
                   f"{handle.url} (tool calling: "
                   f"{'yes' if cert.tool_calling else cert.tool_calling_fix})")
@@ -255,6 +276,8 @@ def rollout(
         help="Directory for results.jsonl (a rollout per line: its row, and the capture's "
              "export document under `capture`) and trials/.")] = None,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -264,29 +287,30 @@ def rollout(
     from harbor_ray.trials.spec import make_specs
 
     wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
-
-    handle = None
-    if wants_model and engine is not None:
-        handle, _ = _start_engine(engine, None, None)
-        llm_url = handle.url
     out_dir = (out or Path("rollouts")).resolve()
-    specs = make_specs(
-        tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
-        sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
-        reward_key=reward_key,
-    )
-    try:
-        results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
-                                        concurrency, out_dir, engine_timeout))
-    except CertificationError as exc:
-        _could_not_start(exc)
-    finally:
-        if handle is not None:
-            from harbor_ray.engine.lifecycle import engine_down
+    with quiet_output(console, log_file or out_dir / LOG_NAME, verbose=verbose) as terminal:
+        handle = None
+        if wants_model and engine is not None:
+            handle, _ = _start_engine(engine, None, None, terminal=terminal)
+            llm_url = handle.url
+        specs = make_specs(
+            tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
+            sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
+            reward_key=reward_key,
+        )
+        try:
+            results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
+                                            concurrency, out_dir, engine_timeout))
+        except CertificationError as exc:
+            _could_not_start(exc, terminal)
+        finally:
+            if handle is not None:
+                from harbor_ray.engine.lifecycle import engine_down
 
-            engine_down(handle.app_name)
-    print_results([r.result for r in results])
-    console.print(f"results: {out_dir / 'results.jsonl'}")
+                engine_down(handle.app_name)
+        print_results([r.result for r in results], Console(file=terminal.out))
+        console.print(f"results: {out_dir / 'results.jsonl'}")
+        _show_log(terminal)
     raise typer.Exit(Exit.ALL_OK if all(r.result.ok for r in results) else Exit.SOME_FAILED)
 
 
@@ -366,7 +390,7 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout)
             sink.close()
 
 
-def print_results(results) -> None:
+def print_results(results, out: Console) -> None:
     from rich.table import Table
 
     table = Table(title="rollouts")
@@ -379,7 +403,7 @@ def print_results(results) -> None:
             r.error_type.value if r.error_type else "", str(r.model_calls),
             f"{r.timings.get('total', 0):.1f}",
         )
-    Console().print(table)
+    out.print(table)
     for r in results:
         if r.error:
             console.print(f"[dim]{r.task}#{r.attempt}: {r.error}[/dim]")
@@ -438,6 +462,8 @@ def sweep(
              "the proxy for its own sessions; about a tenth of the CPU per model call, "
              "no actor calls on the hot path).")] = "direct",
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -466,45 +492,67 @@ def sweep(
     cluster = ClusterSpec(
         ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
         ingress=ingress, proxy_replicas=proxy_replicas,  # type: ignore[arg-type]
-        engine_timeout_s=engine_timeout, wants_model=wants_model)
-    with contextlib.ExitStack() as stack:
-        try:
-            with console.status("starting") as status:
-                running = stack.enter_context(running_cluster(cluster, progress=status.update))
-        except (EngineSetupError, CertificationError, ServeError, OSError) as exc:
-            _could_not_start(exc)
-        certification = running.certification
-        if certification is not None:
-            console.print(f"engine: {certification.served_model} (tool calling: "
-                          f"{'yes' if certification.tool_calling else 'no'})")
-        config = dataclasses.replace(config, proxy=running.proxy)
-        specs = make_specs(
-            tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
-            sampling=_sampling(temperature, max_tokens), budget=budget,
-            deadline_s=deadline, reward_key=reward_key, run_id=name,
-        )
-        manifest = {
-            "run": name, "agent": agent, "sandbox": sandbox, "dataset": dataset,
-            "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
-            "retries": retries, "deadline_s": deadline, "grace_s": grace,
-            "budget": budget, "temperature": temperature, "max_tokens": max_tokens,
-            "reward_key": reward_key,
-            "engine": certification.model_dump() if certification else None,
-            "proxy_replicas": (proxy_replicas if certification and ingress != "host"
-                               else None),
-            "ingress": ingress if certification else None,
-            "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
-            "engine_timeout_s": engine_timeout,
-        }
-        with live_progress(console) as on_stats:
-            stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
-    print_summary(stats, config.out, console)
+        engine_timeout_s=engine_timeout, wants_model=wants_model,
+        logs_dir=config.out / "logs")
+    log = log_file or config.out / LOG_NAME
+    with quiet_output(console, log, verbose=verbose) as terminal:
+        with contextlib.ExitStack() as stack:
+            phases = _phases(terminal)
+            try:
+                running = stack.enter_context(running_cluster(cluster, progress=phases))
+            except (EngineSetupError, CertificationError, ServeError, OSError) as exc:
+                _could_not_start(exc, terminal)
+            certification = running.certification
+            if certification is not None:
+                phases(f"engine: {certification.served_model} (tool calling: "
+                       f"{'yes' if certification.tool_calling else 'no'})")
+            config = dataclasses.replace(config, proxy=running.proxy)
+            specs = make_specs(
+                tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
+                sampling=_sampling(temperature, max_tokens), budget=budget,
+                deadline_s=deadline, reward_key=reward_key, run_id=name,
+            )
+            manifest = {
+                "run": name, "agent": agent, "sandbox": sandbox, "dataset": dataset,
+                "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
+                "retries": retries, "deadline_s": deadline, "grace_s": grace,
+                "budget": budget, "temperature": temperature, "max_tokens": max_tokens,
+                "reward_key": reward_key,
+                "engine": certification.model_dump() if certification else None,
+                "proxy_replicas": (proxy_replicas if certification and ingress != "host"
+                                   else None),
+                "ingress": ingress if certification else None,
+                "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
+                "engine_timeout_s": engine_timeout,
+            }
+            with live_progress(console) as on_stats:
+                stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
+        print_summary(stats, config.out, console)
+        _show_log(terminal)
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
 
 
-def _could_not_start(reason: BaseException) -> NoReturn:
-    """Say why the command could not start, and exit with `Exit.COULD_NOT_START`."""
+LOG_NAME = Path("logs") / "harbor-ray.log"
+
+
+def _phases(terminal: Terminal) -> Phases:
+    phases = Phases(terminal.err)
+    if terminal.log is not None:
+        phases(f"logs: {terminal.log} (--verbose shows them here)")
+    return phases
+
+
+def _show_log(terminal: Terminal) -> None:
+    if terminal.log is not None:
+        console.print(f"logs: {terminal.log}")
+
+
+def _could_not_start(reason: BaseException, terminal: Terminal | None = None) -> NoReturn:
+    """Say why the command could not start (and where its logs are), and exit with
+    `Exit.COULD_NOT_START`."""
     console.print(f"[red]error:[/red] {reason}")
+    if terminal is not None:
+        _show_log(terminal)
     raise typer.Exit(Exit.COULD_NOT_START) from reason
 
 
