@@ -47,6 +47,14 @@ def _log_option(default: str) -> object:
                            f"{default}); the terminal shows phases, progress and results.")
 
 
+# Declared once for `info`, `rollout` and `sweep`.
+SandboxArgOption = Annotated[list[str] | None, typer.Option(
+    "--sandbox-arg", metavar="KEY=VALUE",
+    help="A constructor argument of the sandbox backend (repeatable), e.g. "
+         "region=us-east-1 for ec2; a VALUE that is JSON is read as JSON. "
+         "`harbor-ray info` names the ones a backend requires.")]
+
+
 @app.callback()
 def _root() -> None:
     """harbor_ray: Harbor tasks as trainable RL environments, with exact token capture."""
@@ -121,15 +129,38 @@ def info(
         = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")]
         = False,
+    probe: Annotated[str | None, typer.Option(
+        metavar="BACKEND",
+        help="Also start one real sandbox of this backend, run a command in it and stop "
+             "it (with --sandbox-arg's kwargs). Exit 1 if that fails.")] = None,
+    sandbox_arg: SandboxArgOption = None,
+    probe_image: Annotated[str | None, typer.Option(
+        help="Image the probe asks of backends that run one (default ubuntu:24.04; "
+             "`local` takes none).")] = None,
 ) -> None:
     """What this machine can run: sandbox backends, agents, datasets, the engine."""
     from harbor_ray.info import gather, render
 
-    data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])]))
+    kwargs = _sandbox_kwargs(sandbox_arg)
+    data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])], probe=probe,
+                              sandbox_kwargs=kwargs, probe_image=probe_image))
     if as_json:
         print(json.dumps(data, indent=2))
     else:
         render(data, Console())
+    if data["probe"] is not None and not data["probe"]["ok"]:
+        raise typer.Exit(1)
+
+
+def _sandbox_kwargs(pairs: list[str] | None) -> dict:
+    """--sandbox-arg as constructor kwargs; exit 2 naming a malformed one."""
+    from harbor_ray.errors import SandboxArgumentError
+    from harbor_ray.trials.backends import parse_sandbox_args
+
+    try:
+        return parse_sandbox_args(pairs or [])
+    except SandboxArgumentError as exc:
+        _could_not_start(exc)
 
 
 model_app = typer.Typer(help="The embedded default model (SmolLM2-135M-Instruct).",
@@ -264,6 +295,7 @@ def rollout(
              "for the run (e.g. serve_configs/engine_cpu.yaml), and stop it after.")] = None,
     model: ModelOption = None,
     sandbox: SandboxOption = "local",
+    sandbox_arg: SandboxArgOption = None,
     n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once.")] = 1,
     budget: BudgetOption = 20,
@@ -286,7 +318,9 @@ def rollout(
     """
     from harbor_ray.trials.spec import make_specs
 
-    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
+    sandbox_kwargs = _sandbox_kwargs(sandbox_arg)
+    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox,
+                                      sandbox_kwargs)
     out_dir = (out or Path("rollouts")).resolve()
     with quiet_output(console, log_file or out_dir / LOG_NAME, verbose=verbose) as terminal:
         handle = None
@@ -296,7 +330,7 @@ def rollout(
         specs = make_specs(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
             sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
-            reward_key=reward_key,
+            reward_key=reward_key, sandbox_kwargs=sandbox_kwargs,
         )
         try:
             results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
@@ -320,7 +354,7 @@ class _StartError(HarborRayError):
 
 def _checked_run(
     agent: str, llm_url: str | None, engine: Path | None, dataset: str,
-    task: list[str] | None, sandbox: str,
+    task: list[str] | None, sandbox: str, sandbox_kwargs: dict,
 ) -> tuple[bool, list]:
     """(whether the agent needs a model, the tasks): what `rollout` and `sweep` check
     before starting anything. Exits 2 with the reason when a flag cannot work."""
@@ -340,7 +374,7 @@ def _checked_run(
         for problem in report.problems:
             console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
         tasks = select_tasks(report, task)
-        status = check_backend(sandbox)
+        status = check_backend(sandbox, sandbox_kwargs)
         if not status.usable:
             raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
     except (_StartError, DatasetError, UnknownAgentError) as exc:
@@ -422,6 +456,7 @@ def sweep(
              "for the sweep, and stop it after.")] = None,
     model: ModelOption = None,
     sandbox: SandboxOption = "local",
+    sandbox_arg: SandboxArgOption = None,
     n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once (the only cap).")] = 8,
     retries: Annotated[int, typer.Option(
@@ -476,7 +511,9 @@ def sweep(
     from harbor_ray.cluster.sweep import sweep as run_sweep
     from harbor_ray.trials.spec import make_specs
 
-    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
+    sandbox_kwargs = _sandbox_kwargs(sandbox_arg)
+    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox,
+                                      sandbox_kwargs)
     try:
         if ingress not in get_args(Ingress):
             raise ValueError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
@@ -510,10 +547,12 @@ def sweep(
             specs = make_specs(
                 tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
                 sampling=_sampling(temperature, max_tokens), budget=budget,
-                deadline_s=deadline, reward_key=reward_key, run_id=name,
+                deadline_s=deadline, reward_key=reward_key, sandbox_kwargs=sandbox_kwargs,
+                run_id=name,
             )
             manifest = {
-                "run": name, "agent": agent, "sandbox": sandbox, "dataset": dataset,
+                "run": name, "agent": agent, "sandbox": sandbox,
+                "sandbox_kwargs": sandbox_kwargs, "dataset": dataset,
                 "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
                 "retries": retries, "deadline_s": deadline, "grace_s": grace,
                 "budget": budget, "temperature": temperature, "max_tokens": max_tokens,

@@ -29,6 +29,7 @@ HarborRayError                           harbor_ray refused or failed something
 │   │   └── AgentNotWiredError (ValueError)  no way to point it at the proxy
 │   └── BackendError                     the sandbox backend
 │       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
+│       ├── SandboxArgumentError (ValueError)  a --sandbox-arg that is not KEY=VALUE
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
 │       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
@@ -146,6 +147,10 @@ class BackendError(TrialError):
 
 class UnknownBackendError(BackendError, ValueError):
     """Not a sandbox backend harbor_ray or Harbor knows."""
+
+
+class SandboxArgumentError(BackendError, ValueError):
+    """A backend constructor argument given on the command line that is not KEY=VALUE."""
 
 
 class SandboxUnavailableError(BackendError, RuntimeError):

@@ -29,7 +29,7 @@ from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.errors import AgentNotWiredError
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
-from harbor_ray.trials.backends import LOCAL, environment_config
+from harbor_ray.trials.backends import LOCAL, environment_config, raised_constructing
 from harbor_ray.trials.outcome import classify
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.rewards import findings_for, select_reward
@@ -123,7 +123,14 @@ async def _run_trial(
     cancelled Harbor's shielded teardown and leaked sandboxes, docs/lessons.md)."""
     try:
         async with asyncio.timeout(deadline_s):
-            trial = await Trial.create(config)
+            try:
+                trial = await Trial.create(config)
+            except Exception as exc:
+                if not raised_constructing(exc):
+                    raise
+                # A constructor's TypeError or ValueError says what the backend lacks.
+                return (ErrorType.SANDBOX_START, f"the sandbox backend could not be "
+                        f"constructed: {type(exc).__name__}: {exc}", None)
             return None, None, await trial.run()
     except TimeoutError:
         return ErrorType.DEADLINE, f"rollout passed its deadline of {deadline_s} s", None

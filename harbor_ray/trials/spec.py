@@ -65,6 +65,7 @@ def make_specs(
     deadline_s: float | None = None,
     reward_key: str | None = None,
     agent_kwargs: dict[str, Any] | None = None,
+    sandbox_kwargs: dict[str, Any] | None = None,
     run_id: str | None = None,
 ) -> list[RolloutSpec]:
     """tasks x attempts, in task order then attempt order (the documented output order)."""
@@ -82,6 +83,7 @@ def make_specs(
             deadline_s=deadline_s,
             reward_key=reward_key,
             agent_kwargs=agent_kwargs or {},
+            sandbox_kwargs=sandbox_kwargs or {},
         )
         for task in tasks
         for attempt in range(attempts)

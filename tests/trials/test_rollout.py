@@ -144,3 +144,12 @@ async def test_cancelling_mid_command_propagates_and_leaves_nothing(tmp_path: Pa
         await rollout
     assert leftovers(tmp_path) == []
     assert gone("sleep 302")
+
+
+async def test_a_backend_constructor_error_is_sandbox_start(tmp_path: Path) -> None:
+    # EC2's constructor requires `region`: Harbor's TypeError must not be an internal error.
+    rollout_spec = spec(tmp_path, sample("hello-file"), "oracle", sandbox="ec2",
+                        sandbox_kwargs={})
+    result = await result_of(rollout_spec, None)
+    assert result.error_type is ErrorType.SANDBOX_START, result
+    assert "TypeError" in result.error and "'region'" in result.error
