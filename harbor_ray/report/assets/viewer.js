@@ -288,6 +288,8 @@
   const hash = decodeURIComponent(location.hash.replace(/^#rollout=/, ""));
   if (hash && doc.traces[hash]) selected = hash;
   drawAll();
+  // When the first full draw ended (ms since navigation): what benchmarks and tests read.
+  const renderedMs = performance.now();
 
   const live = window.HARBOR_REPORT_LIVE;
   if (live) {
@@ -311,5 +313,5 @@
     };
     setTimeout(poll, live.poll_ms);
   }
-  window.harborReport = { get doc() { return doc; }, select };
+  window.harborReport = { get doc() { return doc; }, select, renderedMs };
 })();
