@@ -31,6 +31,7 @@ def render_page(document: bytes, *, title: str, live_poll_s: float | None = None
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         f"<title>{html.escape(title)}</title>",
+        "<link rel=\"icon\" href=\"data:,\">",  # else the browser fetches /favicon.ico
         f"<style>{_asset('report.css')}</style>",
         f"<script>{get_plotlyjs()}</script></head>\n<body>",
         _asset("body.html"),

@@ -48,7 +48,8 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
         assert len(_rows(driver)) == total
         # Filtering: by task, then by reward (the script solves hello-file only).
         Select(driver.find_element(By.ID, "filter-task")).select_by_value("hello-file")
-        assert {r.text.split()[0].split("__")[0] for r in _rows(driver)} == {"hello-file"}
+        assert {r.get_attribute("data-rollout-id").split("__")[0] for r in _rows(driver)} == {
+            "hello-file"}
         assert driver.find_element(By.ID, "rollout-count").text == f"{ATTEMPTS} of {total} rollouts"
         Select(driver.find_element(By.ID, "filter-task")).select_by_value("")
         driver.find_element(By.ID, "filter-reward-min").send_keys("1")
@@ -57,15 +58,20 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
         assert all(r.get_attribute("data-rollout-id").startswith("hello-file") for r in solved)
 
         solved[0].click()
-        tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".tok.sampled"),
+        tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                       "#trace-turns .tok.sampled"),
                           what="sampled ids")
+        scored = [t for t in tokens if t.get_attribute("data-logprob") != "none"]
+        assert scored
         for token in tokens:
-            assert float(token.get_attribute("data-logprob")) <= 0.0
             assert token.get_attribute("data-mask") in {"0", "1"}
             assert "logprob" in token.get_attribute("title")
-        assert any(t.get_attribute("data-mask") == "1" for t in tokens)
-        assert tokens[0].value_of_css_property("background-color") not in {
-            "rgba(0, 0, 0, 0)", "transparent"}
+        for token in scored:
+            assert float(token.get_attribute("data-logprob")) <= 0.0
+            # Coloured by its logprob (an id without one has no colour of its own).
+            assert token.value_of_css_property("background-color") not in {
+                "rgba(0, 0, 0, 0)", "transparent"}
+        assert any(t.get_attribute("data-mask") == "1" for t in scored)
         assert driver.find_element(By.ID, "token-note").text.startswith("Token text is not")
         assert driver.find_elements(By.CSS_SELECTOR, "#trace-graph li[data-turn]")
         assert driver.find_elements(By.CSS_SELECTOR, ".turn .message")

@@ -31,7 +31,7 @@ def test_the_page_embeds_everything_and_no_stored_text_escapes(tmp_path: Path) -
     page = path.read_text()
     assert path == out / "report.html"
     # Self-contained: no script or stylesheet fetched from anywhere.
-    assert not re.search(r'<script[^>]+src=|<link[^>]+href=', page)
+    assert not re.search(r'<script[^>]+src=|<link[^>]+href="(?!data:)', page)
     assert "Plotly" in page
     assert HOSTILE not in page
     document = _data_element(page)

@@ -283,7 +283,11 @@
     drawTrace();
   }
 
-  for (const id of ["filter-task", "filter-ok", "filter-error", "filter-reward-min", "filter-reward-max"])
+  // Selects redraw on change, number boxes on each keystroke: a box's own change event
+  // (on blur) would redraw the list under the click that blurred it, and lose the click.
+  for (const id of ["filter-task", "filter-ok", "filter-error"])
+    document.getElementById(id).addEventListener("change", drawList);
+  for (const id of ["filter-reward-min", "filter-reward-max"])
     document.getElementById(id).addEventListener("input", drawList);
   const hash = decodeURIComponent(location.hash.replace(/^#rollout=/, ""));
   if (hash && doc.traces[hash]) selected = hash;
