@@ -499,8 +499,16 @@ def sweep(
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
     log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: VerboseOption = False,
+    view: Annotated[bool, typer.Option(
+        help="Also serve the live report and trace viewer of --out while the sweep runs "
+             "(as `harbor-ray view`, on loopback; stops with the sweep).")] = False,
+    view_port: Annotated[int, typer.Option(
+        help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
+
+    At the end it writes OUT/report.html (plots and a trace viewer, as
+    `harbor-ray report`); the summary prints its path.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
     2: could not start (bad flags, engine refused, sandbox unusable).
@@ -564,11 +572,103 @@ def sweep(
                 "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
                 "engine_timeout_s": engine_timeout,
             }
+            if view:
+                stack.enter_context(_view_beside(config.out, view_port))
             with live_progress(console) as on_stats:
                 stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
         print_summary(stats, config.out, console)
+        _report_after_sweep(config.out)
         _show_log(terminal)
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
+
+
+@contextlib.contextmanager
+def _view_beside(out: Path, port: int):
+    from harbor_ray.report.live import view_in_thread
+
+    try:
+        with view_in_thread(out, port=port) as url:
+            console.print(f"view: [bold]{url}[/bold] (live report and trace viewer)")
+            yield
+    except ServeError as exc:
+        _could_not_start(exc)
+
+
+def _report_after_sweep(out: Path) -> None:
+    """Write OUT/report.html. A report that fails costs the report, not the sweep's
+    exit code: the rows are committed already, and `harbor-ray report` can retry."""
+    from harbor_ray.report import write_report
+
+    try:
+        console.print(f"report: {write_report(out)}")
+    except Exception as exc:  # a bug in the report must not hide the sweep's outcome
+        console.print(f"[red]report failed:[/red] {type(exc).__name__}: {exc}")
+
+
+PassRewardOption = Annotated[float, typer.Option(
+    help="A rollout passes (for pass@k) when its reward is at least this; no reward "
+         "never passes.")]
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Argument(
+        help="A dataset directory (a sweep's --out: rollouts/, sequences/, turns/).")],
+    dest: Annotated[Path | None, typer.Option(
+        "--to", help="Where to write the page (default: OUT/report.html).")] = None,
+    pass_reward: PassRewardOption = 1.0,
+) -> None:
+    """Write a dataset's report: one self-contained HTML file (no server, no network).
+
+    Plots: reward by task, pass@k by task, error types, findings by code,
+    turns and sampled tokens per rollout, time by trial phase, engine tokens/s
+    and calls in flight over time; for online datasets (policy_version_*
+    columns) reward and staleness by policy version.
+
+    Then a trace viewer: filter rollouts by task, ok, error type and reward;
+    pick one to see its findings, its rollout graph (roots, forks, discarded
+    retries, auxiliary calls), each turn's messages, and its ids: every
+    sampled id coloured by its logprob, with its loss mask.
+
+    Only committed rows are read: safe on a dataset a sweep is writing
+    (`harbor-ray view` follows one as it grows).
+    """
+    from harbor_ray.report import write_report
+
+    if not (out / "rollouts").is_dir():
+        _could_not_start(FileNotFoundError(f"{out} is not a dataset (no rollouts/ in it)"))
+    console.print(f"report: {write_report(out, dest, pass_reward=pass_reward)}")
+
+
+@app.command()
+def view(
+    out: Annotated[Path, typer.Argument(
+        help="A dataset directory; it may be empty or still being written.")],
+    host: Annotated[str, typer.Option(
+        help="Address to bind. The page shows the rollouts' messages: bind beyond "
+             "loopback only if everyone who can reach it may read them.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8766,
+    poll: Annotated[float, typer.Option(
+        min=0.1, help="Seconds between the page's checks for new rows.")] = 2.0,
+    pass_reward: PassRewardOption = 1.0,
+) -> None:
+    """Serve the report and trace viewer of OUT on loopback, live.
+
+    The page is `harbor-ray report`'s: it checks the dataset every --poll
+    seconds and redraws when a commit landed (during a sweep or an online
+    run), keeping the filters and the open rollout. `harbor-ray sweep --view`
+    starts it beside a sweep.
+    """
+    from harbor_ray.report.live import serve_view
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
+                   on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))
+    except ServeError as exc:
+        _could_not_start(exc)
+    except KeyboardInterrupt:
+        pass
 
 
 LOG_NAME = Path("logs") / "harbor-ray.log"
