@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,16 +16,40 @@ from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.trials.agents import describe_agents
 from harbor_ray.trials.backends import check_backends
 from harbor_ray.trials.datasets import resolve_dataset
+from harbor_ray.trials.installs import DEFAULT_CACHE, installed
 
 
-async def gather(llm_url: str | None, dataset_specs: Sequence[str]) -> dict[str, Any]:
+async def gather(
+    llm_url: str | None, dataset_specs: Sequence[str], agents_cache: Path | None = None
+) -> dict[str, Any]:
     """Everything `info` shows, JSON-serialisable."""
     return {
         "sandboxes": [asdict(status) for status in check_backends()],
         "agents": describe_agents(),
+        "installed_agents": installed_agents(agents_cache),
         "datasets": [_dataset(spec) for spec in dataset_specs],
         "engine": await _engine(llm_url) if llm_url else None,
     }
+
+
+def installed_agents(cache: Path | None) -> list[dict[str, Any]]:
+    """The pinned agent CLIs and whether each is in the cache (`agents list`, `info`)."""
+    return [
+        {"agent": entry.pin.agent, "package": entry.pin.package,
+         "registry": entry.pin.registry, "version": entry.pin.version,
+         "installed": entry.present, "path": str(entry.path)}
+        for entry in installed(cache or DEFAULT_CACHE)
+    ]
+
+
+def render_installed(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="agent CLIs for the sandbox (harbor-ray agents install)")
+    for column in ("agent", "package", "version", "installed"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["agent"], f"{row['package']} ({row['registry']})", row["version"],
+                      "yes" if row["installed"] else "[yellow]no[/yellow]")
+    console.print(table)
 
 
 def _dataset(spec: str) -> dict[str, Any]:
@@ -65,6 +90,7 @@ def render(data: dict[str, Any], console: Console) -> None:
         agents.add_row(row["agent"], row["runs"], "yes" if row["needs_model"] else "no",
                        row["dialect"] or "-", "yes" if row["wired"] else "no", row["note"])
     console.print(agents)
+    render_installed(data["installed_agents"], console)
 
     for dataset in data["datasets"]:
         if "error" in dataset:

@@ -51,6 +51,8 @@ class RolloutSpec:
     reward_key: str | None = None
     agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
     sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # The host's agent CLI cache (`harbor-ray agents install`); None: the default one.
+    agents_cache: Path | None = None
 
 
 def make_specs(
@@ -66,6 +68,7 @@ def make_specs(
     reward_key: str | None = None,
     agent_kwargs: dict[str, Any] | None = None,
     run_id: str | None = None,
+    agents_cache: Path | None = None,
 ) -> list[RolloutSpec]:
     """tasks x attempts, in task order then attempt order (the documented output order)."""
     run_id = run_id or uuid.uuid4().hex[:8]
@@ -82,6 +85,7 @@ def make_specs(
             deadline_s=deadline_s,
             reward_key=reward_key,
             agent_kwargs=agent_kwargs or {},
+            agents_cache=agents_cache,
         )
         for task in tasks
         for attempt in range(attempts)
