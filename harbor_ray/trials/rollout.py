@@ -23,6 +23,7 @@ from harbor.models.trial.config import AgentConfig, TrialConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.trial import Trial
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.proxy.session import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
@@ -69,7 +70,11 @@ async def _run(
         return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR, error=error), None
     session = None
     if wants_model and capture is not None:
-        session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        # The wiring names the served model in every agent's main slot (and another
+        # name in its small/fast slots): calls asking for any other are side calls.
+        session = await capture.open_session(
+            budget=spec.budget, sampling=spec.sampling,
+            main_loop=MainLoop(model=capture.served_model, agent=spec.agent))
     closed = None
     try:
         trial_config = _trial_config(spec, capture, session)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.session import SessionInfo
@@ -29,7 +30,8 @@ class CaptureService(Protocol):
     def host_url(self) -> str: ...
 
     async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None
+        self, *, budget: int | None, sampling: Sampling | None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
 
     async def close_session(self, session_id: str) -> ClosedCapture | None: ...
