@@ -67,9 +67,9 @@ RULES: Mapping[str, Rule] = MappingProxyType({
     # Its title generator runs on `small_model` when set (then the model rule applies),
     # else on the main model, with this system prompt.
     "opencode": _system_starts_with("You are a title generator"),
-    # Its memory manager runs in the background on the main model.
-    "qwen-coder": _system_starts_with("You are a memory manager",
-                                      "You are the memory manager"),
+    # Its managed-memory extractor runs in the background on the main model.
+    "qwen-coder": _system_starts_with(
+        "You are now acting as the managed memory extraction subagent"),
 })
 
 
