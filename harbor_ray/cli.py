@@ -53,6 +53,10 @@ SandboxArgOption = Annotated[list[str] | None, typer.Option(
     help="A constructor argument of the sandbox backend (repeatable), e.g. "
          "region=us-east-1 for ec2; a VALUE that is JSON is read as JSON. "
          "`harbor-ray info` names the ones a backend requires.")]
+AgentsCacheOption = Annotated[Path | None, typer.Option(
+    "--agents-cache",
+    help="The agent CLI cache (default: ~/.cache/harbor_ray/agents); made by "
+         "`harbor-ray agents install`.")]
 
 
 @app.callback()
@@ -137,13 +141,16 @@ def info(
     probe_image: Annotated[str | None, typer.Option(
         help="Image the probe asks of backends that run one (default ubuntu:24.04; "
              "`local` takes none).")] = None,
+    agents_cache: AgentsCacheOption = None,
 ) -> None:
-    """What this machine can run: sandbox backends, agents, datasets, the engine."""
+    """What this machine can run: sandbox backends, agents (and which agent CLIs are
+    installed for the sandbox, at which versions), datasets, the engine."""
     from harbor_ray.info import gather, render
 
     kwargs = _sandbox_kwargs(sandbox_arg)
     data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])], probe=probe,
-                              sandbox_kwargs=kwargs, probe_image=probe_image))
+                              sandbox_kwargs=kwargs, probe_image=probe_image,
+                              agents_cache=agents_cache))
     if as_json:
         print(json.dumps(data, indent=2))
     else:
@@ -169,7 +176,59 @@ engine_app = typer.Typer(help="The vLLM engine on Ray Serve LLM.", no_args_is_he
 app.add_typer(model_app, name="model")
 app.add_typer(engine_app, name="engine")
 
+agents_app = typer.Typer(
+    help="Agent CLIs installed on the host for the local sandbox, at pinned versions.",
+    no_args_is_help=True)
+app.add_typer(agents_app, name="agents")
+
 DEFAULT_ENGINE_CONFIG = Path("serve_configs/engine_cpu.yaml")
+
+@agents_app.command("install")
+def agents_install(
+    names: Annotated[list[str] | None, typer.Argument(
+        help="Agents to install, by Harbor name (default: every pinned agent).",
+        show_default=False)] = None,
+    agents_cache: AgentsCacheOption = None,
+) -> None:
+    """Install agent CLIs from the npm registry and PyPI into the host's agent cache.
+
+    Each agent is installed at the version pinned in harbor_ray/trials/agent_versions.toml
+    into CACHE/<agent>-<version>/, built in a temporary directory and renamed once its
+    commands answer `--version`: rerunning skips what is installed, and an interrupted
+    install is never taken as complete. The local sandbox mounts the agent's entry
+    read-only and puts its commands on PATH, so Harbor's own install step (which would
+    fetch nvm, Node or bootstrap scripts from the network) finds the agent present.
+    Node comes from the host (npm agents run on the host's `node`).
+    """
+    from harbor_ray.errors import AgentInstallError
+    from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+
+    unknown = sorted(set(names or ()) - set(PINS))
+    if unknown:
+        _could_not_start(AgentInstallError(
+            f"no pinned version for {', '.join(unknown)}; pinned: {', '.join(sorted(PINS))}"))
+    pins = [PINS[name] for name in (names or sorted(PINS))]
+    try:
+        install(pins, agents_cache or DEFAULT_CACHE,
+                progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    except AgentInstallError as exc:
+        _could_not_start(exc)
+
+
+@agents_app.command("list")
+def agents_list(
+    agents_cache: AgentsCacheOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")]
+        = False,
+) -> None:
+    """The pinned agent CLIs, their versions, and whether each is in the cache."""
+    from harbor_ray.info import installed_agents, render_installed
+
+    rows = installed_agents(agents_cache)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        render_installed(rows, Console())
 
 
 @model_app.command("prepare")
@@ -310,6 +369,7 @@ def rollout(
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
     log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: VerboseOption = False,
+    agents_cache: AgentsCacheOption = None,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -331,6 +391,7 @@ def rollout(
             tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
             sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
             reward_key=reward_key, sandbox_kwargs=sandbox_kwargs,
+            agents_cache=agents_cache and agents_cache.resolve(),
         )
         try:
             results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
@@ -504,6 +565,7 @@ def sweep(
              "(as `harbor-ray view`, on loopback; stops with the sweep).")] = False,
     view_port: Annotated[int, typer.Option(
         help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
+    agents_cache: AgentsCacheOption = None,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -556,7 +618,7 @@ def sweep(
                 tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
                 sampling=_sampling(temperature, max_tokens), budget=budget,
                 deadline_s=deadline, reward_key=reward_key, sandbox_kwargs=sandbox_kwargs,
-                run_id=name,
+                run_id=name, agents_cache=agents_cache and agents_cache.resolve(),
             )
             manifest = {
                 "run": name, "agent": agent, "sandbox": sandbox,

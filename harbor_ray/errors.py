@@ -26,7 +26,8 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── DatasetError (ValueError)        no usable dataset, or tasks it does not hold
 │   ├── AgentError                       the agent cannot be run through the proxy
 │   │   ├── UnknownAgentError (ValueError)  not a Harbor agent name, not an import path
-│   │   └── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   ├── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   └── AgentInstallError            its CLI is not installed, or will not install
 │   └── BackendError                     the sandbox backend
 │       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
 │       ├── SandboxArgumentError (ValueError)  a --sandbox-arg that is not KEY=VALUE
@@ -139,6 +140,10 @@ class UnknownAgentError(AgentError, ValueError):
 
 class AgentNotWiredError(AgentError, ValueError):
     """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
+
+
+class AgentInstallError(AgentError):
+    """An agent CLI could not be installed into the host's cache, or is not in it."""
 
 
 class BackendError(TrialError):

@@ -45,6 +45,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from harbor_ray.capture.core.auxiliary import MainLoop, is_auxiliary
 from harbor_ray.capture.core.budget import budget_stop
 from harbor_ray.capture.core.completion import Completion, parse_engine_reply
 from harbor_ray.capture.core.count_tokens import count_call
@@ -102,6 +103,13 @@ class SessionRequest(BaseModel):
     budget: int | None = Field(None, ge=0, le=INT64_MAX,
                                description="Model calls allowed; None: no limit.")
     sampling: Sampling | None = Field(None, description="Imposed on every call.")
+    main_model: str | None = Field(
+        None, max_length=1024,
+        description="The model name the agent's main loop asks for: calls asking for "
+                    "another are marked auxiliary (side calls).")
+    agent: str | None = Field(
+        None, max_length=1024,
+        description="The agent's Harbor name, for its own side-call rules.")
 
 
 class _HttpError(AgentCallError):
@@ -254,7 +262,10 @@ class _AdminRoutes:
         except ValidationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
-        info = await self.admin.create(budget=budget, sampling=spec.sampling)
+        main_loop = (MainLoop(model=spec.main_model, agent=spec.agent)
+                     if spec.main_model or spec.agent else None)
+        info = await self.admin.create(budget=budget, sampling=spec.sampling,
+                                       main_loop=main_loop)
         return JSONResponse(
             {"session_id": info.session_id, "key": info.key, "budget": info.budget,
              "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None},
@@ -334,7 +345,8 @@ class _CaptureHandler:
         if not admission.admitted:
             return self._reply(dialect, call, budget_stop(), ctx)
         admitted = _Admitted(grant.session_id, admission.call_index, route, call, payload,
-                             messages_json)
+                             messages_json,
+                             is_auxiliary(grant.main_loop, call.request_model, call.body))
         if call.stream:
             return _Stream(self._stream(dialect, admitted, ctx),
                            media_type="text/event-stream", headers=_SSE_HEADERS)
@@ -420,6 +432,7 @@ class _CaptureHandler:
             not_forwarded=admitted.call.not_forwarded,
             started_at=reply.started,
             ended_at=self.clock(),
+            auxiliary=admitted.auxiliary,
         ))
 
     async def _withdraw(self, admitted: _Admitted) -> None:
@@ -495,6 +508,7 @@ class _Admitted:
     call: EngineCall
     payload: dict[str, Any]
     messages_json: bytes  # the payload's messages, encoded once for the record
+    auxiliary: bool = False  # a side call (capture.core.auxiliary)
 
 
 @dataclass(frozen=True)
