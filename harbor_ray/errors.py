@@ -26,9 +26,11 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── DatasetError (ValueError)        no usable dataset, or tasks it does not hold
 │   ├── AgentError                       the agent cannot be run through the proxy
 │   │   ├── UnknownAgentError (ValueError)  not a Harbor agent name, not an import path
-│   │   └── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   ├── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   └── AgentInstallError            its CLI is not installed, or will not install
 │   └── BackendError                     the sandbox backend
 │       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
+│       ├── SandboxArgumentError (ValueError)  a --sandbox-arg that is not KEY=VALUE
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
 │       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
@@ -144,12 +146,20 @@ class AgentNotWiredError(AgentError, ValueError):
     """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
 
 
+class AgentInstallError(AgentError):
+    """An agent CLI could not be installed into the host's cache, or is not in it."""
+
+
 class BackendError(TrialError):
     """The sandbox backend is unknown, unusable on this machine, or failed."""
 
 
 class UnknownBackendError(BackendError, ValueError):
     """Not a sandbox backend harbor_ray or Harbor knows."""
+
+
+class SandboxArgumentError(BackendError, ValueError):
+    """A backend constructor argument given on the command line that is not KEY=VALUE."""
 
 
 class SandboxUnavailableError(BackendError, RuntimeError):

@@ -22,7 +22,7 @@ from harbor_ray.capture.core.turn import TurnRecord
 CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
     "graph", "findings", "record", "export", "budget", "count_tokens", "keys", "sse",
-    "models_list",
+    "models_list", "auxiliary",
 )
 
 __all__ = [

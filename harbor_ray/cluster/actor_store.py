@@ -126,7 +126,8 @@ class ActorSessionStore:
     # ---- owners -----------------------------------------------------------------
 
     async def _fetch(self, session_id: str, owner: str) -> _Entry | None:
-        """Ask the owner for the session's digest and sampling; None if it has none."""
+        """Ask the owner for the session's digest, sampling and main loop; None if it has
+        none."""
         try:
             handle = await self._owner_named(owner)
             granted = await handle.grant.remote(session_id)
@@ -135,8 +136,8 @@ class ActorSessionStore:
             return None
         if granted is None:
             return None
-        digest, sampling = granted
-        entry = _Entry(handle, digest, SessionGrant(session_id, sampling))
+        digest, sampling, main_loop = granted
+        entry = _Entry(handle, digest, SessionGrant(session_id, sampling, main_loop))
         self._sessions.put(session_id, entry)
         return entry
 

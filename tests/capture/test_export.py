@@ -54,6 +54,7 @@ def test_document_shape_and_values() -> None:
         "request_messages": [{"role": "user", "content": "call 0"}],
         "response_message": {"role": "assistant", "content": "reply 0"},
         "request_model": "test-model",
+        "not_forwarded": [],
         "started_at": 0.0,
         "ended_at": 0.5,
         "auxiliary": False,

@@ -69,6 +69,7 @@ def test_code_values_are_stable() -> None:
         "TRUNCATED": "truncated",
         "ENGINE_ERRORS": "engine_errors",
         "BUDGET_EXHAUSTED": "budget_exhausted",
+        "NOT_FORWARDED": "not_forwarded",
     }
     assert [s.value for s in Severity] == ["fatal", "warn", "info"]
 

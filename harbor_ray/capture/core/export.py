@@ -76,6 +76,8 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             request_messages_json=orjson.dumps(t["request_messages"]),
             response_message_json=orjson.dumps(t["response_message"]),
             request_model=t["request_model"],
+            # Absent from exports written before the field existed.
+            not_forwarded=tuple(t.get("not_forwarded", ())),
             started_at=t["started_at"],
             ended_at=t["ended_at"],
             auxiliary=t["auxiliary"],
@@ -100,6 +102,7 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "request_messages": orjson.loads(turn.request_messages_json),
         "response_message": orjson.loads(turn.response_message_json),
         "request_model": turn.request_model,
+        "not_forwarded": list(turn.not_forwarded),
         "started_at": turn.started_at,
         "ended_at": turn.ended_at,
         "auxiliary": turn.auxiliary,

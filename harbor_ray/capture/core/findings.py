@@ -61,6 +61,7 @@ class Code(StrEnum):
     TRUNCATED = "truncated"
     ENGINE_ERRORS = "engine_errors"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    NOT_FORWARDED = "not_forwarded"
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,16 @@ def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding
 
     if turn.finish_reason == "length":
         yield Finding(Code.TRUNCATED, Severity.INFO, f"turn {i}: the reply hit the token limit", i)
+    if turn.not_forwarded:
+        # The model was trained on a prompt without these; a trainer may want to know
+        # that the agent offered more (a tool the model could not call, an image it
+        # never saw).
+        yield Finding(
+            Code.NOT_FORWARDED,
+            Severity.INFO,
+            f"turn {i}: left out of the engine request: {', '.join(turn.not_forwarded)}",
+            i,
+        )
 
 
 def _invalid_ids(i: int, what: str, ids: np.ndarray, vocab_size: int | None) -> Iterator[Finding]:

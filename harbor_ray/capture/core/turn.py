@@ -30,6 +30,8 @@ class TurnRecord:
     request_messages_json: bytes = b"[]"  # the engine request's messages, a JSON array
     response_message_json: bytes = b"{}"  # the engine reply's message, a JSON object
     request_model: str = ""
+    # Parts of the agent's request the engine request left out (EngineCall.not_forwarded).
+    not_forwarded: tuple[str, ...] = ()
     started_at: float = 0.0
     ended_at: float = 0.0
     # Set by the edge when it knows the call is not part of the agent's own loop

@@ -8,6 +8,9 @@ behind a `CallStore`, so the app holds no per-session state and any replica can
 serve any session. Only an app given an `AdminStore` (where the sessions live) has
 the admin routes that open, list, export and delete them.
 
+Not model calls (probes.py): a websocket upgrade gets 426 at once (codex then uses
+HTTP), `HEAD` and `GET /` a 200.
+
 Failures, by where they happen, and what the agent sees (always in its own dialect):
   request     head (URL, headers) too large -> 414 / 431 before anything else; unreadable,
               oversized, wrong type, untranslatable, not encodable for the engine (nested
@@ -42,6 +45,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from harbor_ray.capture.core.auxiliary import MainLoop, is_auxiliary
 from harbor_ray.capture.core.budget import budget_stop
 from harbor_ray.capture.core.completion import Completion, parse_engine_reply
 from harbor_ray.capture.core.count_tokens import count_call
@@ -56,6 +60,12 @@ from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
 from harbor_ray.capture.core.sse import KEEPALIVE
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.fast_json import JSONResponse
+from harbor_ray.capture.proxy.probes import (
+    http_upgrade_refused,
+    is_upgrade,
+    probe_answer,
+    refuse_websocket,
+)
 from harbor_ray.capture.proxy.session import AdminStore, CallStore, SessionGrant
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import (
@@ -93,6 +103,13 @@ class SessionRequest(BaseModel):
     budget: int | None = Field(None, ge=0, le=INT64_MAX,
                                description="Model calls allowed; None: no limit.")
     sampling: Sampling | None = Field(None, description="Imposed on every call.")
+    main_model: str | None = Field(
+        None, max_length=1024,
+        description="The model name the agent's main loop asks for: calls asking for "
+                    "another are marked auxiliary (side calls).")
+    agent: str | None = Field(
+        None, max_length=1024,
+        description="The agent's Harbor name, for its own side-call rules.")
 
 
 class _HttpError(AgentCallError):
@@ -167,9 +184,16 @@ class CaptureApp:
         self.settings = handler.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await refuse_websocket(_route_path(scope), scope, receive, send)
+            return
         if scope["type"] == "http":
             path = _route_path(scope)
             response: ASGIApp | None = _head_refused(scope, path, self.settings)
+            if response is None and is_upgrade(scope):
+                response = http_upgrade_refused(path, scope)
+            if response is None:
+                response = probe_answer(scope, path)
             if response is None and path != "/health" and not (
                     self._admin_routes and _is_admin(path)):
                 if scope["method"] in ("GET", "POST"):
@@ -242,7 +266,10 @@ class _AdminRoutes:
         except ValidationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
-        info = await self.admin.create(budget=budget, sampling=spec.sampling)
+        main_loop = (MainLoop(model=spec.main_model, agent=spec.agent)
+                     if spec.main_model or spec.agent else None)
+        info = await self.admin.create(budget=budget, sampling=spec.sampling,
+                                       main_loop=main_loop)
         return JSONResponse(
             {"session_id": info.session_id, "key": info.key, "budget": info.budget,
              "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None},
@@ -315,6 +342,7 @@ class _CaptureHandler:
             response_id=f"hr-{secrets.token_hex(16)}",
             created=int(self.clock()),
             model=call.request_model or self.settings.served_model,
+            tool_namespaces=call.tool_namespaces,
         )
         try:
             admission = await self.store.admit(grant.session_id)
@@ -323,7 +351,8 @@ class _CaptureHandler:
         if not admission.admitted:
             return self._reply(dialect, call, budget_stop(), ctx)
         admitted = _Admitted(grant.session_id, admission.call_index, route, call, payload,
-                             messages_json)
+                             messages_json,
+                             is_auxiliary(grant.main_loop, call.request_model, call.body))
         if call.stream:
             return _Stream(self._stream(dialect, admitted, ctx),
                            media_type="text/event-stream", headers=_SSE_HEADERS)
@@ -406,10 +435,12 @@ class _CaptureHandler:
             request_messages_json=admitted.messages_json,
             response_message_json=orjson.dumps(reply.message),
             request_model=admitted.call.request_model,
+            not_forwarded=admitted.call.not_forwarded,
             started_at=reply.started,
             ended_at=self.clock(),
             policy_version_start=reply.version,
             policy_version_end=self.policy_version(),
+            auxiliary=admitted.auxiliary,
         ))
 
     async def _withdraw(self, admitted: _Admitted) -> None:
@@ -485,6 +516,7 @@ class _Admitted:
     call: EngineCall
     payload: dict[str, Any]
     messages_json: bytes  # the payload's messages, encoded once for the record
+    auxiliary: bool = False  # a side call (capture.core.auxiliary)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
@@ -33,9 +34,10 @@ class LocalCapture:
     host_url: str
 
     async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None
+        self, *, budget: int | None, sampling: Sampling | None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo:
-        return await self.store.create(budget=budget, sampling=sampling)
+        return await self.store.create(budget=budget, sampling=sampling, main_loop=main_loop)
 
     async def close_session(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.core.keys import (
     digest_matches,
@@ -44,6 +45,8 @@ class SessionGrant:
 
     session_id: str
     sampling: Sampling | None = None
+    # The agent's main loop, to mark its side calls auxiliary (capture.core.auxiliary).
+    main_loop: MainLoop | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class AdminStore(Protocol):
     routes of a proxy that holds them)."""
 
     async def create(
-        self, *, budget: int | None = None, sampling: Sampling | None = None
+        self, *, budget: int | None = None, sampling: Sampling | None = None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
 
     async def export(self, session_id: str) -> dict[str, Any] | None:
@@ -100,6 +104,7 @@ class SessionState:
     key_digest: bytes
     budget: int | None
     sampling: Sampling | None = None
+    main_loop: MainLoop | None = None
     turns: list[TurnRecord] = field(default_factory=list)
     recorded: set[int] = field(default_factory=set)
     admitted: int = 0
@@ -173,12 +178,13 @@ class InMemorySessionStore:
         self._owner = owner
 
     async def create(
-        self, *, budget: int | None = None, sampling: Sampling | None = None
+        self, *, budget: int | None = None, sampling: Sampling | None = None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo:
         session_id = new_session_id(self._owner)
         key = mint_key(session_id)
         self._sessions[session_id] = SessionState(
-            key_digest=key_digest(key), budget=budget, sampling=sampling
+            key_digest=key_digest(key), budget=budget, sampling=sampling, main_loop=main_loop
         )
         return SessionInfo(session_id, key, budget, sampling)
 
@@ -190,7 +196,7 @@ class InMemorySessionStore:
         state = self._sessions.get(session_id) if session_id else None
         if session_id is None or state is None or not digest_matches(key, state.key_digest):
             return None
-        return SessionGrant(session_id, state.sampling)
+        return SessionGrant(session_id, state.sampling, state.main_loop)
 
     async def admit(self, session_id: str, holder: str | None = None) -> Admission:
         return self._live(session_id).admit(holder)
