@@ -71,8 +71,8 @@ async def test_calls_of_a_dead_holder_are_given_back() -> None:
     store = InMemorySessionStore()
     s = await store.create(budget=3)
     state = store.state(s.session_id)
-    await store.admit(s.session_id, "serve/replica-a")
-    await store.admit(s.session_id, "serve/replica-a")
+    await store.admit(s.session_id, holder="serve/replica-a")
+    await store.admit(s.session_id, holder="serve/replica-a")
     local = await store.admit(s.session_id)  # this process's own: never dropped
     assert state.full() and state.holders() == {"serve/replica-a"}
     assert state.drop_holder("serve/replica-a") == 2

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harbor_ray.capture.core.continuation import Continuation
+
 
 @dataclass(frozen=True, eq=False)
 class TurnRecord:
@@ -35,3 +37,9 @@ class TurnRecord:
     # Set by the edge when it knows the call is not part of the agent's own loop
     # (e.g. a title or summary call); such trees get the role "auxiliary".
     auxiliary: bool = False
+    # The earlier turn this call continued and whether its prompt was stitched from that
+    # turn's ids (continuation.py); None when it continued none, or stitching was off.
+    continuation: Continuation | None = None
+    # The digest of the request messages + the reply (`continuation.extend`), by which a
+    # later request that continues this conversation finds this turn; b"" for none.
+    conversation_key: bytes = b""
