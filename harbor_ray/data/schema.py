@@ -32,7 +32,9 @@ __all__ = [
 
 # Bump on any change a reader of an older dataset would misread: a column renamed,
 # retyped or given another meaning. Adding a nullable column is not such a change.
-SCHEMA_VERSION = 1
+# 2: a turn's prompt may be stitched from its parent's ids (`stitched`), so it is no
+# longer always the engine's rendering of `request_messages`.
+SCHEMA_VERSION = 2
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -133,6 +135,9 @@ TURNS = versioned(
         pa.field("prompt_delta", IDS),
         pa.field("token_ids", IDS),
         pa.field("logprobs", LOGPROBS),
+        pa.field("continues", pa.int32()),
+        pa.field("stitched", pa.bool_()),
+        pa.field("stitch_fallback", pa.string()),
         pa.field("reward", pa.float64()),
         pa.field("ok", pa.bool_(), nullable=False),
         pa.field(MESSAGE_COLUMNS[0], pa.string(), nullable=False),
