@@ -35,6 +35,14 @@ EngineTimeoutOption = Annotated[float, typer.Option(
          "the call's budget slot is given back.")]
 
 
+StitchOption = Annotated[bool, typer.Option(
+    "--stitch/--no-stitch",
+    help="A call that continues a conversation the proxy answered gets the earlier "
+         "prompt + sampled ids + the engine's rendering of what was added as its prompt, "
+         "so the conversation stays one trajectory (needs the engine's /tokenize). "
+         "--no-stitch: the engine renders every prompt from the messages.")]
+
+
 @app.callback()
 def _root() -> None:
     """harbor_ray: Harbor tasks as trainable RL environments, with exact token capture."""
@@ -57,6 +65,7 @@ def proxy(
     max_body_mb: Annotated[float, typer.Option(
         help="Largest request body accepted, in MiB (larger gets 413).")] = 32.0,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: StitchOption = True,
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -68,7 +77,7 @@ def proxy(
         check_exposure(host, admin_key)
         sock = bind(host, port)
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
-                                engine_timeout))
+                                engine_timeout, stitch))
     except (ServeError, CertificationError) as exc:
         _could_not_start(exc)
     except KeyboardInterrupt:
@@ -77,7 +86,7 @@ def proxy(
 
 async def _serve_proxy(
     sock, llm_url: str, admin_key: str | None, budget: int | None, model: str | None,
-    max_body_mb: float, engine_timeout: float,
+    max_body_mb: float, engine_timeout: float, stitch: bool,
 ) -> None:
     engine = HttpEngine(llm_url, timeout_s=engine_timeout)
     try:
@@ -89,7 +98,7 @@ async def _serve_proxy(
                   f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix})")
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
-        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
     )
     store = InMemorySessionStore()
     capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
@@ -255,6 +264,7 @@ def rollout(
         help="Directory for results.jsonl (a rollout per line: its row, and the capture's "
              "export document under `capture`) and trials/.")] = None,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: StitchOption = True,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -277,7 +287,7 @@ def rollout(
     )
     try:
         results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
-                                        concurrency, out_dir, engine_timeout))
+                                        concurrency, out_dir, engine_timeout, stitch))
     except CertificationError as exc:
         _could_not_start(exc)
     finally:
@@ -332,7 +342,7 @@ def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling
     return Sampling(temperature=temperature, max_tokens=max_tokens)
 
 
-async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout):
+async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout, stitch):
     import orjson
     from rich.progress import Progress
 
@@ -357,7 +367,8 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout)
                 return await run_many(specs, None, concurrency=concurrency, on_result=done)
             engine = HttpEngine(llm_url, timeout_s=engine_timeout)
             try:
-                async with local_capture(engine, engine.root, model=model) as capture:
+                async with local_capture(engine, engine.root, model=model,
+                                         stitch=stitch) as capture:
                     return await run_many(specs, capture, concurrency=concurrency,
                                           on_result=done)
             finally:
@@ -438,6 +449,7 @@ def sweep(
              "the proxy for its own sessions; about a tenth of the CPU per model call, "
              "no actor calls on the hot path).")] = "direct",
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: StitchOption = True,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -466,7 +478,7 @@ def sweep(
     cluster = ClusterSpec(
         ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
         ingress=ingress, proxy_replicas=proxy_replicas,  # type: ignore[arg-type]
-        engine_timeout_s=engine_timeout, wants_model=wants_model)
+        engine_timeout_s=engine_timeout, stitch=stitch, wants_model=wants_model)
     with contextlib.ExitStack() as stack:
         try:
             with console.status("starting") as status:
@@ -494,7 +506,7 @@ def sweep(
                                else None),
             "ingress": ingress if certification else None,
             "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
-            "engine_timeout_s": engine_timeout,
+            "engine_timeout_s": engine_timeout, "stitch": stitch,
         }
         with live_progress(console) as on_stats:
             stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
