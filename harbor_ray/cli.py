@@ -57,6 +57,12 @@ AgentsCacheOption = Annotated[Path | None, typer.Option(
     "--agents-cache",
     help="The agent CLI cache (default: ~/.cache/harbor_ray/agents); made by "
          "`harbor-ray agents install`.")]
+StitchOption = Annotated[bool, typer.Option(
+    "--stitch/--no-stitch",
+    help="A call that continues a conversation the proxy answered gets the earlier "
+         "prompt + sampled ids + the engine's rendering of what was added as its prompt, "
+         "so the conversation stays one trajectory (needs the engine's /tokenize). "
+         "--no-stitch: the engine renders every prompt from the messages.")]
 
 
 @app.callback()
@@ -81,6 +87,7 @@ def proxy(
     max_body_mb: Annotated[float, typer.Option(
         help="Largest request body accepted, in MiB (larger gets 413).")] = 32.0,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: StitchOption = True,
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -92,7 +99,7 @@ def proxy(
         check_exposure(host, admin_key)
         sock = bind(host, port)
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
-                                engine_timeout))
+                                engine_timeout, stitch))
     except (ServeError, CertificationError) as exc:
         _could_not_start(exc)
     except KeyboardInterrupt:
@@ -101,7 +108,7 @@ def proxy(
 
 async def _serve_proxy(
     sock, llm_url: str, admin_key: str | None, budget: int | None, model: str | None,
-    max_body_mb: float, engine_timeout: float,
+    max_body_mb: float, engine_timeout: float, stitch: bool,
 ) -> None:
     engine = HttpEngine(llm_url, timeout_s=engine_timeout)
     try:
@@ -113,7 +120,7 @@ async def _serve_proxy(
                   f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix})")
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
-        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
     )
     store = InMemorySessionStore()
     capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
@@ -370,6 +377,7 @@ def rollout(
     log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: VerboseOption = False,
     agents_cache: AgentsCacheOption = None,
+    stitch: StitchOption = True,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -395,7 +403,7 @@ def rollout(
         )
         try:
             results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
-                                            concurrency, out_dir, engine_timeout))
+                                            concurrency, out_dir, engine_timeout, stitch))
         except CertificationError as exc:
             _could_not_start(exc, terminal)
         finally:
@@ -451,7 +459,7 @@ def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling
     return Sampling(temperature=temperature, max_tokens=max_tokens)
 
 
-async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout):
+async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout, stitch):
     import orjson
     from rich.progress import Progress
 
@@ -476,7 +484,8 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout)
                 return await run_many(specs, None, concurrency=concurrency, on_result=done)
             engine = HttpEngine(llm_url, timeout_s=engine_timeout)
             try:
-                async with local_capture(engine, engine.root, model=model) as capture:
+                async with local_capture(engine, engine.root, model=model,
+                                         stitch=stitch) as capture:
                     return await run_many(specs, capture, concurrency=concurrency,
                                           on_result=done)
             finally:
@@ -566,6 +575,7 @@ def sweep(
     view_port: Annotated[int, typer.Option(
         help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
     agents_cache: AgentsCacheOption = None,
+    stitch: StitchOption = True,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -599,7 +609,7 @@ def sweep(
     cluster = ClusterSpec(
         ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
         ingress=ingress, proxy_replicas=proxy_replicas,  # type: ignore[arg-type]
-        engine_timeout_s=engine_timeout, wants_model=wants_model,
+        engine_timeout_s=engine_timeout, stitch=stitch, wants_model=wants_model,
         logs_dir=config.out / "logs")
     log = log_file or config.out / LOG_NAME
     with quiet_output(console, log, verbose=verbose) as terminal:
@@ -632,7 +642,7 @@ def sweep(
                                    else None),
                 "ingress": ingress if certification else None,
                 "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
-                "engine_timeout_s": engine_timeout,
+                "engine_timeout_s": engine_timeout, "stitch": stitch,
             }
             if view:
                 stack.enter_context(_view_beside(config.out, view_port))

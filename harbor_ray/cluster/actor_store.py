@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
+from harbor_ray.capture.core.continuation import PrefixKey
 from harbor_ray.capture.core.keys import digest_matches, owner_of, session_of
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.session import Admission, Counter, SessionGrant
@@ -106,10 +107,11 @@ class ActorSessionStore:
             return None
         return entry.grant
 
-    async def admit(self, session_id: str) -> Admission:
+    async def admit(self, session_id: str, prefixes: Sequence[PrefixKey] = ()) -> Admission:
         try:
             owner = await self._owner_of(session_id)
-            return await owner.admit.remote(session_id, self._holder)
+            # The prefixes are a few digests; the answer carries the continued turn's ids.
+            return await owner.admit.remote(session_id, self._holder, tuple(prefixes))
         except _OWNER_GONE as exc:
             self._forget(session_id, exc)
             raise SessionGone(session_id) from exc

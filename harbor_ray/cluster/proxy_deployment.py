@@ -67,10 +67,11 @@ class CaptureProxy:
         max_body_bytes: int | None = None,
         app_name: str = CAPTURE_APP_NAME,
         engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+        stitch: bool = True,
     ) -> None:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
-            served_model=served_model,
+            served_model=served_model, stitch=stitch,
             **{name: value for name, value in overrides.items() if value is not None},
         )
         self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)
@@ -118,6 +119,7 @@ def deploy_capture_proxy(
     keepalive_s: float | None = None,
     max_body_bytes: int | None = None,
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: bool = True,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -126,7 +128,8 @@ def deploy_capture_proxy(
     Serve is started on `http_port` (Serve's default when None) unless it already runs,
     in which case its own port is used. `num_cpus` is small so that replicas never wait
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
-    override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call.
+    override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
+    `stitch` is `CaptureSettings.stitch`.
     """
     ensure_serve(http_port)
     ensure_registry(app_name)
@@ -138,7 +141,7 @@ def deploy_capture_proxy(
     serve.run(
         deployment.bind(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
-            app_name=app_name, engine_timeout_s=engine_timeout_s,
+            app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
         ),
         name=app_name,
         route_prefix=route_prefix,

@@ -39,6 +39,7 @@ class ClusterSpec:
     ingress: Ingress = "direct"
     proxy_replicas: int = 2
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
+    stitch: bool = True  # CaptureSettings.stitch
     wants_model: bool = True  # False: no engine, no proxy (agents such as oracle)
     # Where a local Ray's own logs (raylet, Serve, replicas, hosts) are copied before its
     # temp dir is removed; None: not kept. A joined cluster keeps its logs itself.
@@ -76,7 +77,8 @@ def running_cluster(
             try:
                 proxy = start_capture_proxy(
                     url, certification.served_model, ingress=spec.ingress,
-                    replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s)
+                    replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
+                    stitch=spec.stitch)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc

@@ -155,6 +155,10 @@ def _turns_table(
         ),
         "token_ids": _list_array([t.token_ids for t in ordered], IDS),
         "logprobs": _list_array([t.logprobs for t in ordered], LOGPROBS),
+        "continues": [c.turn if (c := t.continuation) else None for t in ordered],
+        "stitched": [c.stitched if (c := t.continuation) else None for t in ordered],
+        "stitch_fallback": [c.fallback.value if (c := t.continuation) and c.fallback else None
+                            for t in ordered],
         "reward": [reward] * n,
         "ok": [ok] * n,
         "request_messages": [t.request_messages_json.decode() for t in ordered],

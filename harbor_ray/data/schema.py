@@ -33,9 +33,12 @@ __all__ = [
 # Bump on any change a reader of an older dataset would misread: a column renamed,
 # retyped or given another meaning. Adding a nullable column is not such a change.
 # 2: policy versions (turns/ `policy_version_start`/`_end`, their min/max on sequences/
-# and rollouts/). Nullable columns, but bumped on purpose: in a version-1 dataset their
-# absence means "never recorded", and an online trainer's staleness filter must be able
-# to tell that from a dataset written with them.
+# and rollouts/), and stitched prompts (turns/ `continues`, `stitched`,
+# `stitch_fallback`). Nullable columns, but bumped on purpose: in a version-1 dataset
+# their absence means "never recorded", and an online trainer's staleness filter must be
+# able to tell that from a dataset written with them; and a turn's prompt may now be
+# stitched from its parent's ids, so it is no longer always the engine's rendering of
+# `request_messages`.
 SCHEMA_VERSION = 2
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
@@ -143,6 +146,9 @@ TURNS = versioned(
         pa.field("prompt_delta", IDS),
         pa.field("token_ids", IDS),
         pa.field("logprobs", LOGPROBS),
+        pa.field("continues", pa.int32()),
+        pa.field("stitched", pa.bool_()),
+        pa.field("stitch_fallback", pa.string()),
         pa.field("reward", pa.float64()),
         pa.field("ok", pa.bool_(), nullable=False),
         pa.field(MESSAGE_COLUMNS[0], pa.string(), nullable=False),

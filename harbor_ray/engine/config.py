@@ -145,4 +145,6 @@ def to_llm_config(config: EngineConfig, model_source: str) -> LLMConfig:
             "ray_actor_options": {"num_cpus": 0},
         },
         runtime_env={"env_vars": dict(config.env_vars)} if config.env_vars else None,
+        # Finds vLLM's tokenizer service, for /tokenize (engine/tokenize.py).
+        server_cls="harbor_ray.engine.tokenize:TokenizingServer",
     )

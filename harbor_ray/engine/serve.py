@@ -20,6 +20,7 @@ from ray.serve.llm import build_openai_app
 
 from harbor_ray.engine.config import EngineConfig, to_llm_config
 from harbor_ray.engine.model import prepare_model
+from harbor_ray.engine.tokenize import TokenizingIngress
 
 
 def build_engine_app(args: dict[str, Any]) -> Application:
@@ -31,6 +32,8 @@ def build_engine_app(args: dict[str, Any]) -> Application:
             # The ingress only relays HTTP. Its default CPU request competes with the
             # engine's, and on a 2-core machine Serve then waits forever for a CPU.
             "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}},
+            # /tokenize with chat messages, which the capture proxy's stitching needs.
+            "ingress_cls_config": {"ingress_cls": TokenizingIngress},
         }
     )
 

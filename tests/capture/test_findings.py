@@ -65,6 +65,7 @@ def test_code_values_are_stable() -> None:
         "MULTIPLE_ROOTS": "multiple_roots",
         "DISCARDED_TURNS": "discarded_turns",
         "RETOKENIZATION_SPLIT": "retokenization_split",
+        "STITCH_FALLBACK": "stitch_fallback",
         "EMPTY_COMPLETION": "empty_completion",
         "TRUNCATED": "truncated",
         "ENGINE_ERRORS": "engine_errors",

@@ -57,6 +57,7 @@ class Code(StrEnum):
     MULTIPLE_ROOTS = "multiple_roots"
     DISCARDED_TURNS = "discarded_turns"
     RETOKENIZATION_SPLIT = "retokenization_split"
+    STITCH_FALLBACK = "stitch_fallback"
     EMPTY_COMPLETION = "empty_completion"
     TRUNCATED = "truncated"
     ENGINE_ERRORS = "engine_errors"
@@ -152,6 +153,16 @@ def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding
         )
     elif tokens is not None:
         yield from _logprob_values(i, turn.logprobs)
+
+    continuation = turn.continuation
+    if continuation is not None and not continuation.stitched:
+        # The prompt the engine rendered may not extend the continued turn's ids: a
+        # retokenization_split follows when it does not.
+        why = continuation.fallback.reason if continuation.fallback else "no reason given"
+        yield Finding(
+            Code.STITCH_FALLBACK, Severity.WARN,
+            f"turn {i} continues turn {continuation.turn}, but its prompt was rendered from "
+            f"the messages, not stitched from turn {continuation.turn}'s ids: {why}", i)
 
     if turn.finish_reason == "length":
         yield Finding(Code.TRUNCATED, Severity.INFO, f"turn {i}: the reply hit the token limit", i)

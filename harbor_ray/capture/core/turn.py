@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harbor_ray.capture.core.continuation import Continuation
+
 
 @dataclass(frozen=True, eq=False)
 class TurnRecord:
@@ -42,3 +44,9 @@ class TurnRecord:
     # mid-call. None: the edge knew no version.
     policy_version_start: int | None = None
     policy_version_end: int | None = None
+    # The earlier turn this call continued and whether its prompt was stitched from that
+    # turn's ids (continuation.py); None when it continued none, or stitching was off.
+    continuation: Continuation | None = None
+    # The digest of the request messages + the reply (`continuation.extend`), by which a
+    # later request that continues this conversation finds this turn; b"" for none.
+    conversation_key: bytes = b""

@@ -47,12 +47,12 @@ def encode(text: str) -> list[int]:
     return [b + _BYTE_OFFSET for b in text.encode()]
 
 
-def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
+def render_prompt(messages: list[dict[str, Any]], *, generation: bool = True) -> list[int]:
     ids: list[int] = []
     for message in messages:
         ids += [IM_START, *encode(f"{message.get('role')}\n{_render_content(message)}"), IM_END]
         ids += encode("\n")
-    return [*ids, IM_START, *encode("assistant\n")]
+    return [*ids, IM_START, *encode("assistant\n")] if generation else ids
 
 
 def _render_content(message: dict[str, Any]) -> str:
@@ -98,7 +98,8 @@ class FakeEngine:
             return {"version": "fake"}
         if path == "/tokenize" and self.tokenize and body is not None:
             # vLLM's reply for chat messages: the prompt the next generation would see.
-            tokens = render_prompt(body.get("messages") or [])
+            tokens = render_prompt(body.get("messages") or [],
+                                   generation=body.get("add_generation_prompt", True))
             return {"count": len(tokens), "max_model_len": 8192, "tokens": tokens}
         if path != "/v1/chat/completions" or body is None:
             raise EngineError(f"fake engine has no route {method} {path}", 400)
@@ -121,7 +122,7 @@ class FakeEngine:
                                       "--enable-auto-tool-choice and --tool-call-parser to be set")
         messages = body.get("messages") or []
         reply = self.script(messages)
-        prompt = render_prompt(messages)
+        prompt = _reused_prompt(body) or render_prompt(messages)
         sampled_text = reply.text + "".join(
             f"<tool_call>{name} {json.dumps(args)}</tool_call>" for name, args in reply.tool_calls
         )
@@ -158,6 +159,21 @@ class FakeEngine:
             out["prompt_token_ids"] = prompt
             choice["token_ids"] = sampled
         return out
+
+
+def _reused_prompt(body: dict[str, Any]) -> list[int] | None:
+    """Forwarded prompt ids, used as vLLM 0.32 uses them: instead of rendering the
+    messages, unless the request echoes or has non-text content."""
+    forwarded = body.get("kv_transfer_params")
+    ids = forwarded.get("prompt_token_ids") if isinstance(forwarded, dict) else None
+    if not ids or body.get("echo") or any(
+            isinstance(m.get("content"), list)
+            and any(p.get("type", "text") != "text" for p in m["content"])
+            for m in body.get("messages") or []):
+        return None
+    if any(type(i) is not int or not 0 <= i < VOCAB_SIZE for i in ids):
+        raise engine_status_error(400, "kv_transfer_params.prompt_token_ids out of vocabulary")
+    return list(ids)
 
 
 def fake_engine_app(engine: FakeEngine) -> Starlette:
