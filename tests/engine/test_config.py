@@ -54,8 +54,8 @@ def test_cpu_yaml_is_the_default_model_on_one_cpu() -> None:
     llm = to_llm_config(config, "/models/smollm2", Path("/t/smollm2_chat.jinja"))
     assert llm.model_loading_config.model_source == "/models/smollm2"
     assert llm.engine_kwargs["chat_template"] == "/t/smollm2_chat.jinja"
-    # Eager (no torch.compile: the start-up's largest cost) and native tool calling.
-    assert llm.engine_kwargs["enforce_eager"] is True
+    # torch.compile stays on (eager costs 15-20% of tokens/s); native tool calling.
+    assert "enforce_eager" not in llm.engine_kwargs
     assert llm.engine_kwargs["enable_auto_tool_choice"] is True
     assert llm.engine_kwargs["tool_call_parser"] == "xlam"
     assert llm.model_id == config.model_id
