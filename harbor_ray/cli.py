@@ -26,7 +26,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True)
+# soft_wrap: a path or URL is never broken across lines (CI logs are 80 columns wide).
+console = Console(stderr=True, soft_wrap=True)
 
 
 # Declared once for every command that calls the engine (`proxy`, `rollout`, `sweep`).
