@@ -4,10 +4,11 @@ Each plot says what it counts in its caption. Null stays unknown, never zero: a 
 without a reward is left out of the reward plots (and counted in the caption), one
 without a capture out of the turn and token counts.
 
-Policy versions: another part of the project adds nullable `policy_version_*` columns
-to rollouts/ for online runs. When any exist, a rollout's version is the oldest of its
-values (the oldest weights that sampled any of its tokens) and its staleness the newest
-minus the oldest (weight updates while it ran); the policy plot appears only then.
+Policy versions: rollouts/ carries nullable `policy_version_min`/`_max` (schema 2). A
+rollout's version is the oldest of its values (the oldest weights that sampled any of
+its tokens) and its staleness the newest minus the oldest (weight updates while it ran).
+Offline sweeps record version 0 throughout, so the policy plot appears only when some
+rollout was sampled by a later version: an online run that updated its weights.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def plots(tables: DatasetTables, *, pass_reward: float = 1.0) -> list[Plot]:
         _phase_times(rollouts),
         _engine_over_time(tables.turns),
     ]
-    if policy_columns(rollouts):
+    if _weights_changed(rollouts):
         found.append(_policy(rollouts))
     return found
 
@@ -207,6 +208,10 @@ def _engine_over_time(turns: pa.Table) -> Plot:
     figure.update_yaxes(title_text="tokens/s", secondary_y=False)
     figure.update_yaxes(title_text="calls in flight", secondary_y=True)
     return Plot("engine-over-time", "Engine tokens/s and calls over time", caption, figure)
+
+
+def _weights_changed(rollouts: pa.Table) -> bool:
+    return any(v for c in policy_columns(rollouts) for v in rollouts[c].to_pylist())
 
 
 def _policy(rollouts: pa.Table) -> Plot:

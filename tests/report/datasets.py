@@ -33,7 +33,11 @@ def sample_tables(tmp_path: Path) -> DatasetTables:
 
 def with_policy_versions(tables: DatasetTables, oldest: list[int | None],
                          newest: list[int | None]) -> DatasetTables:
-    """`tables` with the nullable policy-version columns an online run adds."""
-    rollouts = tables.rollouts.append_column("policy_version_min", pa.array(oldest, pa.int64()))
-    rollouts = rollouts.append_column("policy_version_max", pa.array(newest, pa.int64()))
+    """`tables` with the policy versions of an online run that updated its weights."""
+    rollouts = tables.rollouts
+    for name, values in (("policy_version_min", oldest), ("policy_version_max", newest)):
+        column = pa.array(values, pa.int64())
+        index = rollouts.schema.get_field_index(name)
+        rollouts = (rollouts.set_column(index, name, column) if index >= 0
+                    else rollouts.append_column(name, column))
     return DatasetTables(rollouts, tables.turns, tables.sequences, tables.manifest)
