@@ -40,7 +40,8 @@ HarborRayError                           harbor_ray refused or failed something
 ├── OnlineError                          the online controller refused a call (online)
 │   ├── FieldError                       a field names nothing usable; its status and name
 │   ├── OverCapacity                     too many accepted rollouts unfinished (429)
-│   └── WeightUpdateError                a weight update failed; the old version serves
+│   ├── WeightUpdateError                a weight update failed; the old version serves
+│   └── _Refused                         a refused request and its reply (online.app)
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
 

@@ -99,8 +99,10 @@ build() {
   fi
   LD_LIBRARY_PATH="$prefix/python/lib" "$uv" venv --quiet --python "$prefix/python/bin/python3.12" \
     "$prefix/venv"
+  # UV_PYTHON is set here too: one inherited from the caller (scripts/bootstrap.sh exports
+  # pyenv's) would make `uv sync` rebuild the venv on that interpreter instead.
   (cd "$repo" && LD_LIBRARY_PATH="$prefix/python/lib" UV_PROJECT_ENVIRONMENT="$prefix/venv" \
-    UV_PYTHON_DOWNLOADS=never "$uv" sync --quiet --frozen --no-dev --no-editable \
+    UV_PYTHON="$prefix/python/bin/python3.12" UV_PYTHON_DOWNLOADS=never "$uv" sync --quiet --frozen --no-dev --no-editable \
     --extra "$extra")
   check "$prefix"
 }

@@ -86,7 +86,9 @@ def _error(status: int, message: str, field: str | None = None,
     return _json(ErrorReply(error=message, field=field), status, headers)
 
 
-class _Refused(Exception):
+class _Refused(OnlineError):
+    """A request refused before it reached the controller, with the reply it gets."""
+
     def __init__(self, response: Response) -> None:
         self.response = response
 
