@@ -19,13 +19,15 @@ from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.errors import CertificationError, EngineSetupError, HarborRayError, ServeError
 from harbor_ray.switches import set_switches
+from harbor_ray.terminal import Phases, Terminal, quiet_output
 
 app = typer.Typer(
     help="harbor_ray: Harbor tasks as trainable RL environments, with exact token capture.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True)
+# soft_wrap: a path or URL is never broken across lines (CI logs are 80 columns wide).
+console = Console(stderr=True, soft_wrap=True)
 
 
 # Declared once for every command that calls the engine (`proxy`, `rollout`, `sweep`).
@@ -33,6 +35,35 @@ EngineTimeoutOption = Annotated[float, typer.Option(
     "--engine-timeout", min=0.001,
     help="Seconds one engine call may take; past it the agent gets a 504 (retryable) and "
          "the call's budget slot is given back.")]
+
+
+VerboseOption = Annotated[bool, typer.Option(
+    "--verbose", help="Let Ray's, Serve's and the engine's logs through to the terminal "
+                      "instead of the log file.")]
+
+
+def _log_option(default: str) -> object:
+    return typer.Option(
+        "--log-file", help=f"Where Ray's, Serve's and the engine's logs go (default: "
+                           f"{default}); the terminal shows phases, progress and results.")
+
+
+# Declared once for `info`, `rollout` and `sweep`.
+SandboxArgOption = Annotated[list[str] | None, typer.Option(
+    "--sandbox-arg", metavar="KEY=VALUE",
+    help="A constructor argument of the sandbox backend (repeatable), e.g. "
+         "region=us-east-1 for ec2; a VALUE that is JSON is read as JSON. "
+         "`harbor-ray info` names the ones a backend requires.")]
+AgentsCacheOption = Annotated[Path | None, typer.Option(
+    "--agents-cache",
+    help="The agent CLI cache (default: ~/.cache/harbor_ray/agents); made by "
+         "`harbor-ray agents install`.")]
+StitchOption = Annotated[bool, typer.Option(
+    "--stitch/--no-stitch",
+    help="A call that continues a conversation the proxy answered gets the earlier "
+         "prompt + sampled ids + the engine's rendering of what was added as its prompt, "
+         "so the conversation stays one trajectory (needs the engine's /tokenize). "
+         "--no-stitch: the engine renders every prompt from the messages.")]
 
 
 @app.callback()
@@ -57,6 +88,7 @@ def proxy(
     max_body_mb: Annotated[float, typer.Option(
         help="Largest request body accepted, in MiB (larger gets 413).")] = 32.0,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: StitchOption = True,
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -68,7 +100,7 @@ def proxy(
         check_exposure(host, admin_key)
         sock = bind(host, port)
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
-                                engine_timeout))
+                                engine_timeout, stitch))
     except (ServeError, CertificationError) as exc:
         _could_not_start(exc)
     except KeyboardInterrupt:
@@ -77,7 +109,7 @@ def proxy(
 
 async def _serve_proxy(
     sock, llm_url: str, admin_key: str | None, budget: int | None, model: str | None,
-    max_body_mb: float, engine_timeout: float,
+    max_body_mb: float, engine_timeout: float, stitch: bool,
 ) -> None:
     engine = HttpEngine(llm_url, timeout_s=engine_timeout)
     try:
@@ -89,7 +121,7 @@ async def _serve_proxy(
                   f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix})")
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
-        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
     )
     store = InMemorySessionStore()
     capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
@@ -109,15 +141,41 @@ def info(
         = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")]
         = False,
+    probe: Annotated[str | None, typer.Option(
+        metavar="BACKEND",
+        help="Also start one real sandbox of this backend, run a command in it and stop "
+             "it (with --sandbox-arg's kwargs). Exit 1 if that fails.")] = None,
+    sandbox_arg: SandboxArgOption = None,
+    probe_image: Annotated[str | None, typer.Option(
+        help="Image the probe asks of backends that run one (default ubuntu:24.04; "
+             "`local` takes none).")] = None,
+    agents_cache: AgentsCacheOption = None,
 ) -> None:
-    """What this machine can run: sandbox backends, agents, datasets, the engine."""
+    """What this machine can run: sandbox backends, agents (and which agent CLIs are
+    installed for the sandbox, at which versions), datasets, the engine."""
     from harbor_ray.info import gather, render
 
-    data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])]))
+    kwargs = _sandbox_kwargs(sandbox_arg)
+    data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])], probe=probe,
+                              sandbox_kwargs=kwargs, probe_image=probe_image,
+                              agents_cache=agents_cache))
     if as_json:
         print(json.dumps(data, indent=2))
     else:
         render(data, Console())
+    if data["probe"] is not None and not data["probe"]["ok"]:
+        raise typer.Exit(1)
+
+
+def _sandbox_kwargs(pairs: list[str] | None) -> dict:
+    """--sandbox-arg as constructor kwargs; exit 2 naming a malformed one."""
+    from harbor_ray.errors import SandboxArgumentError
+    from harbor_ray.trials.backends import parse_sandbox_args
+
+    try:
+        return parse_sandbox_args(pairs or [])
+    except SandboxArgumentError as exc:
+        _could_not_start(exc)
 
 
 model_app = typer.Typer(help="The embedded default model (SmolLM2-135M-Instruct).",
@@ -126,7 +184,59 @@ engine_app = typer.Typer(help="The vLLM engine on Ray Serve LLM.", no_args_is_he
 app.add_typer(model_app, name="model")
 app.add_typer(engine_app, name="engine")
 
+agents_app = typer.Typer(
+    help="Agent CLIs installed on the host for the local sandbox, at pinned versions.",
+    no_args_is_help=True)
+app.add_typer(agents_app, name="agents")
+
 DEFAULT_ENGINE_CONFIG = Path("serve_configs/engine_cpu.yaml")
+
+@agents_app.command("install")
+def agents_install(
+    names: Annotated[list[str] | None, typer.Argument(
+        help="Agents to install, by Harbor name (default: every pinned agent).",
+        show_default=False)] = None,
+    agents_cache: AgentsCacheOption = None,
+) -> None:
+    """Install agent CLIs from the npm registry and PyPI into the host's agent cache.
+
+    Each agent is installed at the version pinned in harbor_ray/trials/agent_versions.toml
+    into CACHE/<agent>-<version>/, built in a temporary directory and renamed once its
+    commands answer `--version`: rerunning skips what is installed, and an interrupted
+    install is never taken as complete. The local sandbox mounts the agent's entry
+    read-only and puts its commands on PATH, so Harbor's own install step (which would
+    fetch nvm, Node or bootstrap scripts from the network) finds the agent present.
+    Node comes from the host (npm agents run on the host's `node`).
+    """
+    from harbor_ray.errors import AgentInstallError
+    from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+
+    unknown = sorted(set(names or ()) - set(PINS))
+    if unknown:
+        _could_not_start(AgentInstallError(
+            f"no pinned version for {', '.join(unknown)}; pinned: {', '.join(sorted(PINS))}"))
+    pins = [PINS[name] for name in (names or sorted(PINS))]
+    try:
+        install(pins, agents_cache or DEFAULT_CACHE,
+                progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    except AgentInstallError as exc:
+        _could_not_start(exc)
+
+
+@agents_app.command("list")
+def agents_list(
+    agents_cache: AgentsCacheOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")]
+        = False,
+) -> None:
+    """The pinned agent CLIs, their versions, and whether each is in the cache."""
+    from harbor_ray.info import installed_agents, render_installed
+
+    rows = installed_agents(agents_cache)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        render_installed(rows, Console())
 
 
 @model_app.command("prepare")
@@ -155,22 +265,27 @@ def engine_up_command(
              "started and the engine lives until this command is stopped (Ctrl-C).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(
         help="Where the default model is prepared.")] = None,
+    log_file: Annotated[Path | None, _log_option("~/.cache/harbor_ray/logs/engine.log")]
+        = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Start the engine, wait until it answers, certify it, print the URL for --llm-url."""
-    handle, _ = _start_engine(config, address, cache_dir)
-    print(handle.url)
-    if address is None:
-        console.print("engine running; Ctrl-C stops it")
-        import signal
+    log = log_file or Path.home() / ".cache" / "harbor_ray" / "logs" / "engine.log"
+    with quiet_output(console, log, verbose=verbose) as terminal:
+        handle, _ = _start_engine(config, address, cache_dir, terminal=terminal)
+        print(handle.url, file=terminal.out, flush=True)
+        if address is None:
+            console.print("engine running; Ctrl-C stops it")
+            import signal
 
-        from harbor_ray.engine.lifecycle import engine_down
+            from harbor_ray.engine.lifecycle import engine_down
 
-        try:
-            signal.pause()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            engine_down(handle.app_name)
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                engine_down(handle.app_name)
 
 
 @engine_app.command("down")
@@ -184,19 +299,23 @@ def engine_down_command(
     console.print("engine stopped")
 
 
-def _start_engine(config: Path, address: str | None, cache_dir: Path | None, model=None):
+def _start_engine(
+    config: Path, address: str | None, cache_dir: Path | None, *, terminal: Terminal,
+    model: str | None = None,
+):
     """Start, wait (with progress) and certify; exit 2 with the reason when it fails.
     Returns the EngineHandle and its Certification."""
     from harbor_ray.engine.lifecycle import engine_up
     from harbor_ray.errors import EngineStartError, ModelUnavailableError
 
+    phases = _phases(terminal)
+    phases("starting the engine (a cold start takes minutes)")
     try:
-        with console.status("starting the engine (a cold start takes minutes)") as status:
-            handle = engine_up(config, ray_address=address, cache_dir=cache_dir,
-                               progress=lambda msg: status.update(msg))
+        handle = engine_up(config, ray_address=address, cache_dir=cache_dir, progress=phases)
+        phases("certifying the engine")
         cert = asyncio.run(certify_url(handle.url, model))
     except (EngineStartError, ModelUnavailableError, CertificationError, OSError) as exc:
-        _could_not_start(exc)
+        _could_not_start(exc, terminal)
     console.print(f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
                   f"{handle.url} (tool calling: "
                   f"{'yes' if cert.tool_calling else cert.tool_calling_fix})")
@@ -243,6 +362,7 @@ def rollout(
              "for the run (e.g. serve_configs/engine_cpu.yaml), and stop it after.")] = None,
     model: ModelOption = None,
     sandbox: SandboxOption = "local",
+    sandbox_arg: SandboxArgOption = None,
     n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once.")] = 1,
     budget: BudgetOption = 20,
@@ -255,6 +375,10 @@ def rollout(
         help="Directory for results.jsonl (a rollout per line: its row, and the capture's "
              "export document under `capture`) and trials/.")] = None,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
+    verbose: VerboseOption = False,
+    agents_cache: AgentsCacheOption = None,
+    stitch: StitchOption = True,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -263,30 +387,34 @@ def rollout(
     """
     from harbor_ray.trials.spec import make_specs
 
-    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
-
-    handle = None
-    if wants_model and engine is not None:
-        handle, _ = _start_engine(engine, None, None)
-        llm_url = handle.url
+    sandbox_kwargs = _sandbox_kwargs(sandbox_arg)
+    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox,
+                                      sandbox_kwargs)
     out_dir = (out or Path("rollouts")).resolve()
-    specs = make_specs(
-        tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
-        sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
-        reward_key=reward_key,
-    )
-    try:
-        results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
-                                        concurrency, out_dir, engine_timeout))
-    except CertificationError as exc:
-        _could_not_start(exc)
-    finally:
-        if handle is not None:
-            from harbor_ray.engine.lifecycle import engine_down
+    with quiet_output(console, log_file or out_dir / LOG_NAME, verbose=verbose) as terminal:
+        handle = None
+        if wants_model and engine is not None:
+            handle, _ = _start_engine(engine, None, None, terminal=terminal)
+            llm_url = handle.url
+        specs = make_specs(
+            tasks, n, agent=agent, sandbox=sandbox, trials_dir=out_dir / "trials",
+            sampling=_sampling(temperature, max_tokens), budget=budget, deadline_s=deadline,
+            reward_key=reward_key, sandbox_kwargs=sandbox_kwargs,
+            agents_cache=agents_cache and agents_cache.resolve(),
+        )
+        try:
+            results = asyncio.run(_rollouts(specs, llm_url if wants_model else None, model,
+                                            concurrency, out_dir, engine_timeout, stitch))
+        except CertificationError as exc:
+            _could_not_start(exc, terminal)
+        finally:
+            if handle is not None:
+                from harbor_ray.engine.lifecycle import engine_down
 
-            engine_down(handle.app_name)
-    print_results([r.result for r in results])
-    console.print(f"results: {out_dir / 'results.jsonl'}")
+                engine_down(handle.app_name)
+        print_results([r.result for r in results], Console(file=terminal.out))
+        console.print(f"results: {out_dir / 'results.jsonl'}")
+        _show_log(terminal)
     raise typer.Exit(Exit.ALL_OK if all(r.result.ok for r in results) else Exit.SOME_FAILED)
 
 
@@ -296,7 +424,7 @@ class _StartError(HarborRayError):
 
 def _checked_run(
     agent: str, llm_url: str | None, engine: Path | None, dataset: str,
-    task: list[str] | None, sandbox: str,
+    task: list[str] | None, sandbox: str, sandbox_kwargs: dict,
 ) -> tuple[bool, list]:
     """(whether the agent needs a model, the tasks): what `rollout` and `sweep` check
     before starting anything. Exits 2 with the reason when a flag cannot work."""
@@ -316,7 +444,7 @@ def _checked_run(
         for problem in report.problems:
             console.print(f"[yellow]skipped task {problem.name}:[/yellow] {problem.reason}")
         tasks = select_tasks(report, task)
-        status = check_backend(sandbox)
+        status = check_backend(sandbox, sandbox_kwargs)
         if not status.usable:
             raise _StartError(f"sandbox {sandbox!r} is not usable here: {status.reason}")
     except (_StartError, DatasetError, UnknownAgentError) as exc:
@@ -332,7 +460,7 @@ def _sampling(temperature: float | None, max_tokens: int | None):  # -> Sampling
     return Sampling(temperature=temperature, max_tokens=max_tokens)
 
 
-async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout):
+async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout, stitch):
     import orjson
     from rich.progress import Progress
 
@@ -357,7 +485,8 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout)
                 return await run_many(specs, None, concurrency=concurrency, on_result=done)
             engine = HttpEngine(llm_url, timeout_s=engine_timeout)
             try:
-                async with local_capture(engine, engine.root, model=model) as capture:
+                async with local_capture(engine, engine.root, model=model,
+                                         stitch=stitch) as capture:
                     return await run_many(specs, capture, concurrency=concurrency,
                                           on_result=done)
             finally:
@@ -366,7 +495,7 @@ async def _rollouts(specs, llm_url, model, concurrency, out_dir, engine_timeout)
             sink.close()
 
 
-def print_results(results) -> None:
+def print_results(results, out: Console) -> None:
     from rich.table import Table
 
     table = Table(title="rollouts")
@@ -379,7 +508,7 @@ def print_results(results) -> None:
             r.error_type.value if r.error_type else "", str(r.model_calls),
             f"{r.timings.get('total', 0):.1f}",
         )
-    Console().print(table)
+    out.print(table)
     for r in results:
         if r.error:
             console.print(f"[dim]{r.task}#{r.attempt}: {r.error}[/dim]")
@@ -398,6 +527,7 @@ def sweep(
              "for the sweep, and stop it after.")] = None,
     model: ModelOption = None,
     sandbox: SandboxOption = "local",
+    sandbox_arg: SandboxArgOption = None,
     n: AttemptsOption = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts at once (the only cap).")] = 8,
     retries: Annotated[int, typer.Option(
@@ -438,8 +568,20 @@ def sweep(
              "the proxy for its own sessions; about a tenth of the CPU per model call, "
              "no actor calls on the hot path).")] = "direct",
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
+    verbose: VerboseOption = False,
+    view: Annotated[bool, typer.Option(
+        help="Also serve the live report and trace viewer of --out while the sweep runs "
+             "(as `harbor-ray view`, on loopback; stops with the sweep).")] = False,
+    view_port: Annotated[int, typer.Option(
+        help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
+    agents_cache: AgentsCacheOption = None,
+    stitch: StitchOption = True,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
+
+    At the end it writes OUT/report.html (plots and a trace viewer, as
+    `harbor-ray report`); the summary prints its path.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
     2: could not start (bad flags, engine refused, sandbox unusable).
@@ -450,7 +592,9 @@ def sweep(
     from harbor_ray.cluster.sweep import sweep as run_sweep
     from harbor_ray.trials.spec import make_specs
 
-    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox)
+    sandbox_kwargs = _sandbox_kwargs(sandbox_arg)
+    wants_model, tasks = _checked_run(agent, llm_url, engine, dataset, task, sandbox,
+                                      sandbox_kwargs)
     try:
         if ingress not in get_args(Ingress):
             raise ValueError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
@@ -466,45 +610,161 @@ def sweep(
     cluster = ClusterSpec(
         ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
         ingress=ingress, proxy_replicas=proxy_replicas,  # type: ignore[arg-type]
-        engine_timeout_s=engine_timeout, wants_model=wants_model)
-    with contextlib.ExitStack() as stack:
-        try:
-            with console.status("starting") as status:
-                running = stack.enter_context(running_cluster(cluster, progress=status.update))
-        except (EngineSetupError, CertificationError, ServeError, OSError) as exc:
-            _could_not_start(exc)
-        certification = running.certification
-        if certification is not None:
-            console.print(f"engine: {certification.served_model} (tool calling: "
-                          f"{'yes' if certification.tool_calling else 'no'})")
-        config = dataclasses.replace(config, proxy=running.proxy)
-        specs = make_specs(
-            tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
-            sampling=_sampling(temperature, max_tokens), budget=budget,
-            deadline_s=deadline, reward_key=reward_key, run_id=name,
-        )
-        manifest = {
-            "run": name, "agent": agent, "sandbox": sandbox, "dataset": dataset,
-            "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
-            "retries": retries, "deadline_s": deadline, "grace_s": grace,
-            "budget": budget, "temperature": temperature, "max_tokens": max_tokens,
-            "reward_key": reward_key,
-            "engine": certification.model_dump() if certification else None,
-            "proxy_replicas": (proxy_replicas if certification and ingress != "host"
-                               else None),
-            "ingress": ingress if certification else None,
-            "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
-            "engine_timeout_s": engine_timeout,
-        }
-        with live_progress(console) as on_stats:
-            stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
-    print_summary(stats, config.out, console)
+        engine_timeout_s=engine_timeout, stitch=stitch, wants_model=wants_model,
+        logs_dir=config.out / "logs")
+    log = log_file or config.out / LOG_NAME
+    with quiet_output(console, log, verbose=verbose) as terminal:
+        with contextlib.ExitStack() as stack:
+            phases = _phases(terminal)
+            try:
+                running = stack.enter_context(running_cluster(cluster, progress=phases))
+            except (EngineSetupError, CertificationError, ServeError, OSError) as exc:
+                _could_not_start(exc, terminal)
+            certification = running.certification
+            if certification is not None:
+                phases(f"engine: {certification.served_model} (tool calling: "
+                       f"{'yes' if certification.tool_calling else 'no'})")
+            config = dataclasses.replace(config, proxy=running.proxy)
+            specs = make_specs(
+                tasks, n, agent=agent, sandbox=sandbox, trials_dir=config.out / "trials",
+                sampling=_sampling(temperature, max_tokens), budget=budget,
+                deadline_s=deadline, reward_key=reward_key, sandbox_kwargs=sandbox_kwargs,
+                run_id=name, agents_cache=agents_cache and agents_cache.resolve(),
+            )
+            manifest = {
+                "run": name, "agent": agent, "sandbox": sandbox,
+                "sandbox_kwargs": sandbox_kwargs, "dataset": dataset,
+                "tasks": [t.name for t in tasks], "attempts": n, "concurrency": concurrency,
+                "retries": retries, "deadline_s": deadline, "grace_s": grace,
+                "budget": budget, "temperature": temperature, "max_tokens": max_tokens,
+                "reward_key": reward_key,
+                "engine": certification.model_dump() if certification else None,
+                "proxy_replicas": (proxy_replicas if certification and ingress != "host"
+                                   else None),
+                "ingress": ingress if certification else None,
+                "rollouts_per_host": rollouts_per_host, "commit_every_s": commit_every,
+                "engine_timeout_s": engine_timeout, "stitch": stitch,
+            }
+            if view:
+                stack.enter_context(_view_beside(config.out, view_port))
+            with live_progress(console) as on_stats:
+                stats = asyncio.run(run_sweep(specs, config, manifest, on_stats=on_stats))
+        print_summary(stats, config.out, console)
+        _report_after_sweep(config.out)
+        _show_log(terminal)
     raise typer.Exit(Exit.ALL_OK if stats.failed == 0 else Exit.SOME_FAILED)
 
 
-def _could_not_start(reason: BaseException) -> NoReturn:
-    """Say why the command could not start, and exit with `Exit.COULD_NOT_START`."""
+@contextlib.contextmanager
+def _view_beside(out: Path, port: int):
+    from harbor_ray.report.live import view_in_thread
+
+    try:
+        with view_in_thread(out, port=port) as url:
+            console.print(f"view: [bold]{url}[/bold] (live report and trace viewer)")
+            yield
+    except ServeError as exc:
+        _could_not_start(exc)
+
+
+def _report_after_sweep(out: Path) -> None:
+    """Write OUT/report.html. A report that fails costs the report, not the sweep's
+    exit code: the rows are committed already, and `harbor-ray report` can retry."""
+    from harbor_ray.report import write_report
+
+    try:
+        console.print(f"report: {write_report(out)}")
+    except Exception as exc:  # a bug in the report must not hide the sweep's outcome
+        console.print(f"[red]report failed:[/red] {type(exc).__name__}: {exc}")
+
+
+PassRewardOption = Annotated[float, typer.Option(
+    help="A rollout passes (for pass@k) when its reward is at least this; no reward "
+         "never passes.")]
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Argument(
+        help="A dataset directory (a sweep's --out: rollouts/, sequences/, turns/).")],
+    dest: Annotated[Path | None, typer.Option(
+        "--to", help="Where to write the page (default: OUT/report.html).")] = None,
+    pass_reward: PassRewardOption = 1.0,
+) -> None:
+    """Write a dataset's report: one self-contained HTML file (no server, no network).
+
+    Plots: reward by task, pass@k by task, error types, findings by code,
+    turns and sampled tokens per rollout, time by trial phase, engine tokens/s
+    and calls in flight over time; for online datasets (policy_version_*
+    columns) reward and staleness by policy version.
+
+    Then a trace viewer: filter rollouts by task, ok, error type and reward;
+    pick one to see its findings, its rollout graph (roots, forks, discarded
+    retries, auxiliary calls), each turn's messages, and its ids: every
+    sampled id coloured by its logprob, with its loss mask.
+
+    Only committed rows are read: safe on a dataset a sweep is writing
+    (`harbor-ray view` follows one as it grows).
+    """
+    from harbor_ray.report import write_report
+
+    if not (out / "rollouts").is_dir():
+        _could_not_start(FileNotFoundError(f"{out} is not a dataset (no rollouts/ in it)"))
+    console.print(f"report: {write_report(out, dest, pass_reward=pass_reward)}")
+
+
+@app.command()
+def view(
+    out: Annotated[Path, typer.Argument(
+        help="A dataset directory; it may be empty or still being written.")],
+    host: Annotated[str, typer.Option(
+        help="Address to bind. The page shows the rollouts' messages: bind beyond "
+             "loopback only if everyone who can reach it may read them.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8766,
+    poll: Annotated[float, typer.Option(
+        min=0.1, help="Seconds between the page's checks for new rows.")] = 2.0,
+    pass_reward: PassRewardOption = 1.0,
+) -> None:
+    """Serve the report and trace viewer of OUT on loopback, live.
+
+    The page is `harbor-ray report`'s: it checks the dataset every --poll
+    seconds and redraws when a commit landed (during a sweep or an online
+    run), keeping the filters and the open rollout. `harbor-ray sweep --view`
+    starts it beside a sweep.
+    """
+    from harbor_ray.report.live import serve_view
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
+                   on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))
+    except ServeError as exc:
+        _could_not_start(exc)
+    except KeyboardInterrupt:
+        pass
+
+
+LOG_NAME = Path("logs") / "harbor-ray.log"
+
+
+def _phases(terminal: Terminal) -> Phases:
+    phases = Phases(terminal.err)
+    if terminal.log is not None:
+        phases(f"logs: {terminal.log} (--verbose shows them here)")
+    return phases
+
+
+def _show_log(terminal: Terminal) -> None:
+    if terminal.log is not None:
+        console.print(f"logs: {terminal.log}")
+
+
+def _could_not_start(reason: BaseException, terminal: Terminal | None = None) -> NoReturn:
+    """Say why the command could not start (and where its logs are), and exit with
+    `Exit.COULD_NOT_START`."""
     console.print(f"[red]error:[/red] {reason}")
+    if terminal is not None:
+        _show_log(terminal)
     raise typer.Exit(Exit.COULD_NOT_START) from reason
 
 

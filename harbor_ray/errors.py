@@ -26,18 +26,25 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── DatasetError (ValueError)        no usable dataset, or tasks it does not hold
 │   ├── AgentError                       the agent cannot be run through the proxy
 │   │   ├── UnknownAgentError (ValueError)  not a Harbor agent name, not an import path
-│   │   └── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   ├── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   └── AgentInstallError            its CLI is not installed, or will not install
 │   └── BackendError                     the sandbox backend
 │       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
+│       ├── SandboxArgumentError (ValueError)  a --sandbox-arg that is not KEY=VALUE
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
 │       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
 │   ├── ModelUnavailableError (RuntimeError)  the default model cannot be prepared here
 │   └── EngineStartError (RuntimeError)  the engine did not start or become ready
-├── WeightUpdateError                    an in-flight weight update cannot start
+├── WeightsRefusedError                  a weight update cannot start (engine.weights)
 │   ├── CheckpointError (ValueError)     not a checkpoint the served model can load
 │   └── WeightVersionError (ValueError)  the version does not increase
+├── OnlineError                          the online controller refused a call (online)
+│   ├── FieldError                       a field names nothing usable; its status and name
+│   ├── OverCapacity                     too many accepted rollouts unfinished (429)
+│   ├── WeightUpdateError                a weight update failed; the old version serves
+│   └── _Refused                         a refused request and its reply (online.app)
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
 
@@ -143,12 +150,20 @@ class AgentNotWiredError(AgentError, ValueError):
     """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
 
 
+class AgentInstallError(AgentError):
+    """An agent CLI could not be installed into the host's cache, or is not in it."""
+
+
 class BackendError(TrialError):
     """The sandbox backend is unknown, unusable on this machine, or failed."""
 
 
 class UnknownBackendError(BackendError, ValueError):
     """Not a sandbox backend harbor_ray or Harbor knows."""
+
+
+class SandboxArgumentError(BackendError, ValueError):
+    """A backend constructor argument given on the command line that is not KEY=VALUE."""
 
 
 class SandboxUnavailableError(BackendError, RuntimeError):
@@ -186,13 +201,62 @@ class EngineStartError(EngineSetupError, RuntimeError):
 # --- in-flight weight updates (harbor_ray.engine.weights) --------------------------------
 
 
-class WeightUpdateError(HarborRayError):
+class WeightsRefusedError(HarborRayError):
     """A weight update cannot start: nothing was changed on any replica."""
 
 
-class CheckpointError(WeightUpdateError, ValueError):
+class CheckpointError(WeightsRefusedError, ValueError):
     """The directory is not a safetensors checkpoint of the served model's tensors."""
 
 
-class WeightVersionError(WeightUpdateError, ValueError):
+class WeightVersionError(WeightsRefusedError, ValueError):
     """The requested policy version is not above the one serving."""
+
+
+# --- the online controller ---------------------------------------------------------------
+
+
+class OnlineError(HarborRayError):
+    """The online controller refused or failed a trainer's call; `status` is its HTTP one."""
+
+    status = 500
+
+
+class FieldError(OnlineError):
+    """A request field names nothing the controller can use (an unknown task, agent,
+    sandbox or dataset, a version that does not increase)."""
+
+    def __init__(self, status: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.field = status, field
+
+    def __reduce__(self) -> tuple:
+        # Raised in the controller actor, caught in the HTTP replica: Ray pickles it.
+        return type(self), (self.status, self.field, str(self))
+
+
+class OverCapacity(OnlineError):
+    """Accepting the submit would put more rollouts unfinished than the capacity."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.retry_after_s)
+
+
+class WeightUpdateError(OnlineError):
+    """A weight update failed or timed out; the old version keeps serving. `replicas`
+    holds each replica's result (the wire's `ReplicaResult`s)."""
+
+    status = 502
+
+    def __init__(self, message: str, replicas: list) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.replicas)

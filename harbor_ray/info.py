@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -13,18 +14,61 @@ from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.trials.agents import describe_agents
-from harbor_ray.trials.backends import check_backends
+from harbor_ray.trials.backends import backend_names, check_backend
 from harbor_ray.trials.datasets import resolve_dataset
+from harbor_ray.trials.installs import DEFAULT_CACHE, installed
 
 
-async def gather(llm_url: str | None, dataset_specs: Sequence[str]) -> dict[str, Any]:
-    """Everything `info` shows, JSON-serialisable."""
-    return {
-        "sandboxes": [asdict(status) for status in check_backends()],
+async def gather(
+    llm_url: str | None,
+    dataset_specs: Sequence[str],
+    *,
+    probe: str | None = None,
+    sandbox_kwargs: Mapping[str, Any] | None = None,
+    probe_image: str | None = None,
+    agents_cache: Path | None = None,
+) -> dict[str, Any]:
+    """Everything `info` shows, JSON-serialisable. `sandbox_kwargs` are the constructor
+    kwargs of the `probe` backend (its row is checked with them); `probe` also starts
+    and stops one sandbox of it; `agents_cache` is where agent CLIs are installed."""
+    data = {
+        "sandboxes": [
+            asdict(check_backend(name, sandbox_kwargs if name == probe else None))
+            for name in backend_names()
+        ],
         "agents": describe_agents(),
+        "installed_agents": installed_agents(agents_cache),
         "datasets": [_dataset(spec) for spec in dataset_specs],
         "engine": await _engine(llm_url) if llm_url else None,
+        "probe": None,
     }
+    if probe is not None:
+        from harbor_ray.trials.probe import DEFAULT_PROBE_IMAGE, probe_backend
+
+        result = await probe_backend(probe, sandbox_kwargs,
+                                     image=probe_image or DEFAULT_PROBE_IMAGE)
+        data["probe"] = asdict(result)
+    return data
+
+
+def installed_agents(cache: Path | None) -> list[dict[str, Any]]:
+    """The pinned agent CLIs and whether each is in the cache (`agents list`, `info`)."""
+    return [
+        {"agent": entry.pin.agent, "package": entry.pin.package,
+         "registry": entry.pin.registry, "version": entry.pin.version,
+         "installed": entry.present, "path": str(entry.path)}
+        for entry in installed(cache or DEFAULT_CACHE)
+    ]
+
+
+def render_installed(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="agent CLIs for the sandbox (harbor-ray agents install)")
+    for column in ("agent", "package", "version", "installed"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["agent"], f"{row['package']} ({row['registry']})", row["version"],
+                      "yes" if row["installed"] else "[yellow]no[/yellow]")
+    console.print(table)
 
 
 def _dataset(spec: str) -> dict[str, Any]:
@@ -65,6 +109,7 @@ def render(data: dict[str, Any], console: Console) -> None:
         agents.add_row(row["agent"], row["runs"], "yes" if row["needs_model"] else "no",
                        row["dialect"] or "-", "yes" if row["wired"] else "no", row["note"])
     console.print(agents)
+    render_installed(data["installed_agents"], console)
 
     for dataset in data["datasets"]:
         if "error" in dataset:
@@ -74,6 +119,14 @@ def render(data: dict[str, Any], console: Console) -> None:
                       + ", ".join(dataset["tasks"]))
         for problem in dataset["problems"]:
             console.print(f"  [yellow]broken[/yellow] {problem['task']}: {problem['reason']}")
+
+    probe = data["probe"]
+    if probe is not None:
+        if probe["ok"]:
+            console.print(f"probe {probe['name']}: {probe['reason']} (start "
+                          f"{probe['start_s']:.1f} s, stop {probe['stop_s']:.1f} s)")
+        else:
+            console.print(f"probe {probe['name']}: [red]failed[/red]: {probe['reason']}")
 
     engine = data["engine"]
     if engine is not None:

@@ -1,12 +1,17 @@
 """The real engine's cost, and the capture proxy's share of it, in one run.
 
-Prints: the engine's start-up time (when this script starts it), SmolLM2's tokens/s and
+Prints: the engine's start-up time (when this script starts it) and where it went, as
+vLLM's own log lines tell it (weights, torch.compile, the engine's init with KV cache and
+warm-up; the rest is Ray, Serve, process start and imports), SmolLM2's tokens/s and
 per-request latency called directly and through the capture proxy at 1, 8 and 32
 concurrent requests (the ratio is the proxy's cost), and the peak resident memory of
-the engine's processes while it worked.
+the engine's processes while it worked. With `--baseline OLD.yaml` it first starts and
+measures OLD the same way, then prints the new config's start-up and direct tokens/s
+as ratios to OLD's.
 
-    uv run python scripts/bench_engine.py                  # starts the engine itself
-    uv run python scripts/bench_engine.py --llm-url URL    # an engine already running
+    .venv/bin/python scripts/bench_engine.py                  # starts the engine itself
+    .venv/bin/python scripts/bench_engine.py --baseline OLD.yaml --address auto --port 8140
+    .venv/bin/python scripts/bench_engine.py --llm-url URL    # an engine already running
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -44,6 +51,36 @@ def engine_rss_bytes() -> int:
     return total
 
 
+def vllm_cpu_seconds(gcs_address: str) -> float:
+    """CPU seconds used so far by the vLLM processes (EngineCore, workers) of the Ray
+    cluster at `gcs_address`: the descendants of its raylet, whatever else runs here."""
+    parents: dict[int, int] = {}
+    titles: dict[int, bytes] = {}
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            titles[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parents[pid] = int(stat[stat.rindex(")") + 2:].split()[1])
+    raylets = {pid for pid, title in titles.items()
+               if b"raylet" in title and f"--gcs-address={gcs_address}".encode() in title}
+    ticks = 0
+    for pid, title in titles.items():
+        if not title.startswith(b"VLLM::"):
+            continue
+        ancestor = parents.get(pid)
+        while ancestor and ancestor not in raylets:
+            ancestor = parents.get(ancestor)
+        if ancestor:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class PeakMemory:
     """Samples engine_rss_bytes() in a thread while the load runs."""
 
@@ -67,8 +104,8 @@ class PeakMemory:
 
 
 async def load(url: str, key: str | None, concurrency: int, requests: int,
-               body: dict) -> tuple[float, float, float]:
-    """(tokens/s, p50 latency s, p99-ish max latency s) for `requests` calls."""
+               body: dict) -> tuple[float, float, float, float]:
+    """(tokens/s, p50 latency s, max latency s, seconds in all) for `requests` calls."""
     headers = {"authorization": f"Bearer {key}"} if key else {}
     latencies: list[float] = []
     tokens = 0
@@ -92,10 +129,66 @@ async def load(url: str, key: str | None, concurrency: int, requests: int,
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-    return tokens / elapsed, statistics.median(latencies), max(latencies)
+    return tokens / elapsed, statistics.median(latencies), max(latencies), elapsed
 
 
-async def bench(llm_url: str, concurrencies: list[int], max_tokens: int, rounds: int) -> None:
+# vLLM's own timings of the start-up phases it knows (first number of each line).
+_PHASES = {
+    "weights": re.compile(r"Loading weights took ([\d.]+) s"),
+    "torch.compile": re.compile(r"torch\.compile took ([\d.]+) s in total"),
+    "engine init (profile, KV cache, warm-up)": re.compile(
+        r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+}
+
+
+class LogTail:
+    """The lines Ray's session logs gained since it was made (every process's output)."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self._dir = Path(ray._private.worker._global_node.get_logs_dir_path())
+        self._sizes = {path: path.stat().st_size for path in self._files()}
+
+    def _files(self) -> list[Path]:
+        return [path for path in self._dir.rglob("*") if path.suffix in (".out", ".err", ".log")]
+
+    def new_text(self) -> str:
+        parts = []
+        for path in self._files():
+            with path.open("rb") as file:
+                file.seek(self._sizes.get(path, 0))
+                parts.append(file.read().decode(errors="replace"))
+        return "\n".join(parts)
+
+
+def startup_phases(log_text: str) -> dict[str, float]:
+    """Seconds of each phase vLLM logged (the last such line: one engine per run)."""
+    phases = {}
+    for name, pattern in _PHASES.items():
+        if found := pattern.findall(log_text):
+            phases[name] = float(found[-1])
+    return phases
+
+
+@dataclass
+class Run:
+    """One engine config measured: its start-up, and direct tokens/s by concurrency."""
+
+    config: Path
+    startup_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    direct_tok_s: dict[int, float] = field(default_factory=dict)
+    # Tokens per CPU second of the vLLM processes: what tokens/s would be with their
+    # CPU to themselves, so two configs compare even while other work shares the cores.
+    tok_per_cpu_s: dict[int, float] = field(default_factory=dict)
+
+
+async def bench(llm_url: str, concurrencies: list[int], max_tokens: int, rounds: int,
+                run: Run, with_proxy: bool = True) -> None:
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
     engine = HttpEngine(llm_url)
     body = {"model": "x", "messages": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
             # Every reply is exactly max_tokens long, so runs compare like for like.
@@ -106,20 +199,75 @@ async def bench(llm_url: str, concurrencies: list[int], max_tokens: int, rounds:
             direct_body["model"] = capture.served_model
             print(f"model {capture.served_model}; {max_tokens}-token replies; "
                   f"{rounds} request(s) per client")
-            print(f"{'conc':>4} | {'direct tok/s':>12} {'p50 s':>6} {'max s':>6} | "
-                  f"{'proxy tok/s':>11} {'p50 s':>6} {'max s':>6} | {'tok/s ratio':>11} "
-                  f"{'p50 ratio':>9}")
+            print(f"{'conc':>4} | {'direct tok/s':>12} {'p50 s':>6} {'max s':>6} "
+                  f"{'tok/cpu-s':>9} | {'proxy tok/s':>11} {'p50 s':>6} {'max s':>6} | "
+                  f"{'tok/s ratio':>11} {'p50 ratio':>9}")
             with PeakMemory() as memory:
                 for c in concurrencies:
                     n = c * rounds
+                    cpu = vllm_cpu_seconds(gcs) if gcs else 0.0
                     d = await load(engine.root, None, c, n, direct_body)
-                    key = (await capture.open_session(budget=None, sampling=None)).key
-                    p = await load(capture.host_url, key, c, n, body)
-                    print(f"{c:>4} | {d[0]:12.1f} {d[1]:6.2f} {d[2]:6.2f} | {p[0]:11.1f} "
-                          f"{p[1]:6.2f} {p[2]:6.2f} | {p[0] / d[0]:11.3f} {p[1] / d[1]:9.3f}")
+                    cpu = vllm_cpu_seconds(gcs) - cpu if gcs else 0.0
+                    run.direct_tok_s[c] = d[0]
+                    # tokens/s times the seconds of the run = the tokens sampled.
+                    run.tok_per_cpu_s[c] = d[0] * d[3] / cpu if cpu else float("nan")
+                    line = (f"{c:>4} | {d[0]:12.1f} {d[1]:6.2f} {d[2]:6.2f} "
+                            f"{run.tok_per_cpu_s[c]:9.1f} |")
+                    if with_proxy:
+                        key = (await capture.open_session(budget=None, sampling=None)).key
+                        p = await load(capture.host_url, key, c, n, body)
+                        line += (f" {p[0]:11.1f} {p[1]:6.2f} {p[2]:6.2f} | {p[0] / d[0]:11.3f} "
+                                 f"{p[1] / d[1]:9.3f}")
+                    print(line, flush=True)
             print(f"peak resident memory of Ray + vLLM processes: {memory.peak / 2**30:.2f} GiB")
     finally:
         await engine.aclose()
+
+
+def start_and_bench(config: Path, args: argparse.Namespace, with_proxy: bool) -> Run:
+    """Start the engine from `config`, time its start-up by phase, bench it, stop it."""
+    import ray
+
+    from harbor_ray.engine.lifecycle import engine_down, engine_up
+
+    if not ray.is_initialized():
+        ray.init(address=args.address, include_dashboard=False)
+    run = Run(config)
+    print(f"== {config}", flush=True)
+    logs = LogTail()
+    started = time.perf_counter()
+    with PeakMemory() as memory:
+        handle = engine_up(config, ray_address=args.address, port=args.port,
+                           progress=lambda m: print(f"  {m}", flush=True))
+    run.startup_s = time.perf_counter() - started
+    run.phases = startup_phases(logs.new_text())
+    print(f"engine start-up: {run.startup_s:.0f} s "
+          f"(peak memory while starting {memory.peak / 2**30:.2f} GiB)")
+    for name, seconds in run.phases.items():
+        print(f"  {name:<42} {seconds:6.1f} s")
+    # The engine's init includes torch.compile; Ray, Serve, process starts and imports
+    # are what vLLM does not time.
+    vllm_s = run.phases.get("weights", 0) + run.phases.get(
+        "engine init (profile, KV cache, warm-up)", 0)
+    print(f"  {'the rest (Ray, Serve, processes, imports)':<42} {run.startup_s - vllm_s:6.1f} s")
+    try:
+        asyncio.run(bench(handle.url, args.concurrency, args.max_tokens, args.rounds, run,
+                          with_proxy))
+    finally:
+        engine_down(handle.app_name)
+    return run
+
+
+def compare(old: Run, new: Run) -> None:
+    print(f"\n{new.config} against {old.config}:")
+    print(f"  start-up {old.startup_s:.0f} s -> {new.startup_s:.0f} s "
+          f"({new.startup_s / old.startup_s:.2f}x)")
+    for c, tok_s in new.direct_tok_s.items():
+        before = old.direct_tok_s[c]
+        print(f"  direct tok/s at {c:>2}: {before:.1f} -> {tok_s:.1f} ({tok_s / before:.3f}x)")
+        per_cpu, per_cpu_before = new.tok_per_cpu_s[c], old.tok_per_cpu_s[c]
+        print(f"  tokens per vLLM CPU second at {c:>2}: {per_cpu_before:.1f} -> {per_cpu:.1f} "
+              f"({per_cpu / per_cpu_before:.3f}x)")
 
 
 def main() -> None:
@@ -127,28 +275,22 @@ def main() -> None:
     parser.add_argument("--llm-url", help="an engine already running (skips start-up)")
     parser.add_argument("--config", type=Path, default=ROOT / "serve_configs/engine_cpu.yaml",
                         help="Serve YAML to start the engine from")
+    parser.add_argument("--baseline", type=Path,
+                        help="Serve YAML to start and measure first, as the 'before'")
+    parser.add_argument("--address", help="Ray cluster to start engines on (default: a local one)")
+    parser.add_argument("--port", type=int, help="HTTP port instead of the YAML's")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2, help="requests per client")
     args = parser.parse_args()
-    url = args.llm_url
-    handle = None
-    if url is None:
-        from harbor_ray.engine.lifecycle import engine_up
-
-        started = time.perf_counter()
-        with PeakMemory() as memory:
-            handle = engine_up(args.config, progress=lambda m: print(f"  {m}", flush=True))
-        print(f"engine start-up: {time.perf_counter() - started:.0f} s "
-              f"(peak memory while starting {memory.peak / 2**30:.2f} GiB)")
-        url = handle.url
-    try:
-        asyncio.run(bench(url, args.concurrency, args.max_tokens, args.rounds))
-    finally:
-        if handle is not None:
-            from harbor_ray.engine.lifecycle import engine_down
-
-            engine_down(handle.app_name)
+    if args.llm_url is not None:
+        asyncio.run(bench(args.llm_url, args.concurrency, args.max_tokens, args.rounds,
+                          Run(args.config)))
+        return
+    old = start_and_bench(args.baseline, args, with_proxy=False) if args.baseline else None
+    new = start_and_bench(args.config, args, with_proxy=True)
+    if old is not None:
+        compare(old, new)
 
 
 if __name__ == "__main__":

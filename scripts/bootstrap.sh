@@ -1,12 +1,16 @@
 # Sourced by scripts/test and scripts/main: makes a fresh machine ready, idempotently.
-# Installs the Debian packages the sandbox needs, uv, and the locked environment with
-# the CPU engine (on CUDA machines run `uv sync --frozen --extra gpu` instead: README).
+# Installs the Debian packages the sandbox and the browser tests need, uv, and the
+# locked environment with the CPU engine (on CUDA machines run
+# `uv sync --frozen --extra gpu` instead: README).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v tmux >/dev/null || missing+=(tmux)
+# The report's browser tests drive Debian's Chromium through its chromedriver.
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   echo "bootstrap: installing ${missing[*]} (Debian packages)" >&2
   sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"

@@ -3,8 +3,9 @@
 `core/` (pure: no Ray, no HTTP stack, no Harbor, no clock; `CORE` lists its modules,
 and a test imports them in a fresh interpreter to hold that line): `dialects/` (the four
 wire dialects), `detect`, `normalize`, `sampling`, `completion`, `turn` (one recorded call),
-`prefixes` and `graph` (exact prefix linking), `findings` (validation), `record` (a
-closed session), `export` (its JSON view), `budget`, `count_tokens`, `keys`, `sse`,
+`prefixes` and `graph` (exact prefix linking), `continuation` (a continued
+conversation's prompt from the ids it already has), `findings` (validation), `record`
+(a closed session), `export` (its JSON view), `budget`, `count_tokens`, `keys`, `sse`,
 `models_list`.
 
 `proxy/`, the edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine
@@ -21,8 +22,8 @@ from harbor_ray.capture.core.turn import TurnRecord
 
 CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
-    "graph", "findings", "record", "export", "budget", "count_tokens", "keys", "sse",
-    "models_list",
+    "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
+    "keys", "sse", "models_list", "auxiliary",
 )
 
 __all__ = [

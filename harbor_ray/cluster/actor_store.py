@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
+from harbor_ray.capture.core.continuation import PrefixKey
 from harbor_ray.capture.core.keys import digest_matches, owner_of, session_of
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.session import Admission, Counter, SessionGrant
@@ -106,10 +107,11 @@ class ActorSessionStore:
             return None
         return entry.grant
 
-    async def admit(self, session_id: str) -> Admission:
+    async def admit(self, session_id: str, prefixes: Sequence[PrefixKey] = ()) -> Admission:
         try:
             owner = await self._owner_of(session_id)
-            return await owner.admit.remote(session_id, self._holder)
+            # The prefixes are a few digests; the answer carries the continued turn's ids.
+            return await owner.admit.remote(session_id, self._holder, tuple(prefixes))
         except _OWNER_GONE as exc:
             self._forget(session_id, exc)
             raise SessionGone(session_id) from exc
@@ -126,7 +128,8 @@ class ActorSessionStore:
     # ---- owners -----------------------------------------------------------------
 
     async def _fetch(self, session_id: str, owner: str) -> _Entry | None:
-        """Ask the owner for the session's digest and sampling; None if it has none."""
+        """Ask the owner for the session's digest, sampling and main loop; None if it has
+        none."""
         try:
             handle = await self._owner_named(owner)
             granted = await handle.grant.remote(session_id)
@@ -135,8 +138,8 @@ class ActorSessionStore:
             return None
         if granted is None:
             return None
-        digest, sampling = granted
-        entry = _Entry(handle, digest, SessionGrant(session_id, sampling))
+        digest, sampling, main_loop = granted
+        entry = _Entry(handle, digest, SessionGrant(session_id, sampling, main_loop))
         self._sessions.put(session_id, entry)
         return entry
 

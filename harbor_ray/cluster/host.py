@@ -72,6 +72,7 @@ class ProxyTarget:
     # How long one engine call may take, wherever the proxy runs (the replicas are
     # deployed with it; with host ingress the hosts call the engine themselves).
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
+    stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
 
 
 class RolloutHost(SessionOwner):
@@ -114,7 +115,7 @@ class RolloutHost(SessionOwner):
         if proxy.ingress == "host":
             return await self._serving.enter_async_context(
                 serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
-                              proxy.served_model))
+                              proxy.served_model, stitch=proxy.stitch))
         url = proxy.url
         if proxy.ingress == "direct":
             registry = RegistryReader(proxy.app)

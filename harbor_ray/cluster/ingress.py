@@ -13,16 +13,16 @@ from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_cap
 
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
-                        replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
-                        ) -> ProxyTarget:
+                        replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+                        stitch: bool = True) -> ProxyTarget:
     """Deploy the replicas the ingress needs (none for `host`); where agents reach them."""
     if ingress == "host":
         return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
-                           engine_timeout_s=engine_timeout_s)
+                           engine_timeout_s=engine_timeout_s, stitch=stitch)
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
-                               engine_timeout_s=engine_timeout_s)
+                               engine_timeout_s=engine_timeout_s, stitch=stitch)
     return ProxyTarget(url=url, served_model=served_model, ingress=ingress,
-                       engine_timeout_s=engine_timeout_s)
+                       engine_timeout_s=engine_timeout_s, stitch=stitch)
 
 
 def stop_capture_proxy(proxy: ProxyTarget) -> None:

@@ -8,11 +8,14 @@ actor embeds one `SessionOwner` and exposes its methods as its own.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
 
+from harbor_ray.capture.core.auxiliary import MainLoop
+from harbor_ray.capture.core.continuation import PrefixKey
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.turn import TurnRecord
@@ -34,8 +37,11 @@ class SessionOwner:
         self.owner = owner
         self.store = InMemorySessionStore(owner=owner)
 
-    async def open(self, *, budget: int | None, sampling: Sampling | None) -> SessionInfo:
-        return await self.store.create(budget=budget, sampling=sampling)
+    async def open(
+        self, *, budget: int | None, sampling: Sampling | None,
+        main_loop: MainLoop | None = None,
+    ) -> SessionInfo:
+        return await self.store.create(budget=budget, sampling=sampling, main_loop=main_loop)
 
     async def close(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone."""
@@ -43,23 +49,27 @@ class SessionOwner:
 
     # What a replica calls, each one actor round trip.
 
-    def grant(self, session_id: str) -> tuple[bytes, Sampling | None] | None:
-        """The key's digest and the session's sampling, for the replica to check keys
-        itself (and cache); None when the session is not (or no longer) here."""
+    def grant(
+        self, session_id: str
+    ) -> tuple[bytes, Sampling | None, MainLoop | None] | None:
+        """The key's digest, the session's sampling and main loop, for the replica to
+        check keys itself (and cache); None when the session is not (or no longer) here."""
         state = self.store.state(session_id)
-        return None if state is None else (state.key_digest, state.sampling)
+        return None if state is None else (state.key_digest, state.sampling, state.main_loop)
 
-    async def admit(self, session_id: str, holder: str | None = None) -> Admission:
+    async def admit(self, session_id: str, holder: str | None = None,
+                    prefixes: Sequence[PrefixKey] = ()) -> Admission:
         """Admit a call that `holder` (a replica, see `actor_holder`) will end.
 
         A replica killed between admit and record never ends its calls; when they are
         all that stands between the session and its budget, the dead holders' calls are
-        given back, so an agent whose call was retried elsewhere loses no budget."""
+        given back, so an agent whose call was retried elsewhere loses no budget.
+        `prefixes` find the turn the call continues (`SessionState.continued`)."""
         state = self.store.state(session_id)
         if state is not None and state.full():
             for holder_gone in [h for h in state.holders() if not await _actor_alive(h)]:
                 state.drop_holder(holder_gone)
-        return await self.store.admit(session_id, holder)
+        return await self.store.admit(session_id, prefixes, holder=holder)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         await self.store.record(session_id, turn)

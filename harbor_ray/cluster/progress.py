@@ -1,7 +1,9 @@
-"""What a person watching a sweep sees: a live bar, then tables by task and by error."""
+"""What a person watching a sweep sees: a live bar (or, without a terminal, a status line
+every few seconds), then tables by task and by error."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,8 +17,16 @@ from harbor_ray.cluster.sweep import SweepStats
 
 
 @contextmanager
-def live_progress(console: Console) -> Iterator[Callable[[SweepStats], None]]:
-    """A progress bar, and the `on_stats` callback that updates it."""
+def live_progress(
+    console: Console, *, every_s: float = 10.0
+) -> Iterator[Callable[[SweepStats], None]]:
+    """The `on_stats` callback that shows a sweep's progress: a bar on a terminal; in a
+    log or a pipe (CI, `ray job submit`) a status line every `every_s` seconds and at
+    the end, since a bar there would print once, when it is done."""
+    if not console.is_terminal:
+        with _status_lines(console, every_s) as update:
+            yield update
+        return
     with Progress(TextColumn("rollouts"), BarColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console) as progress:
         bar = progress.add_task("", total=None)
@@ -26,6 +36,32 @@ def live_progress(console: Console) -> Iterator[Callable[[SweepStats], None]]:
                             description=status_line(stats, time.time()))
 
         yield update
+
+
+@contextmanager
+def _status_lines(console: Console, every_s: float) -> Iterator[Callable[[SweepStats], None]]:
+    latest: list[SweepStats] = []  # the sweep's stats object (it is updated in place)
+    stop = threading.Event()
+
+    def update(stats: SweepStats) -> None:
+        latest[:] = [stats]
+
+    def show() -> None:
+        if latest:
+            console.print(f"rollouts: {status_line(latest[0], time.time())}", highlight=False)
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            show()
+
+    ticker = threading.Thread(target=tick, name="sweep-progress", daemon=True)
+    ticker.start()
+    try:
+        yield update
+    finally:
+        stop.set()
+        ticker.join()
+        show()
 
 
 def status_line(stats: SweepStats, now: float) -> str:

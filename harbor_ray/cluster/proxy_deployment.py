@@ -35,6 +35,7 @@ from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngi
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.owner import actor_holder
+from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
 from harbor_ray.serve_http import serve_details, serve_http_base
 
@@ -66,22 +67,25 @@ class CaptureProxy:
         max_body_bytes: int | None = None,
         app_name: str = CAPTURE_APP_NAME,
         engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+        stitch: bool = True,
     ) -> None:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
-            served_model=served_model,
+            served_model=served_model, stitch=stitch,
             **{name: value for name, value in overrides.items() if value is not None},
         )
         self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)
         self._app_name = app_name
         self._direct: DirectIngress | None = None
+        self._policy = PolicyClock(app_name)
 
     async def __serve_build_asgi_app__(self) -> CaptureApp:
         # Serve calls this after the constructor, inside the replica's event loop, and
         # runs the app's lifespan itself (so the direct socket runs without one).
+        self._policy.start()
         app = build_capture_app(
             ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)), self._engine,
-            self._settings,
+            self._settings, policy_version=self._policy,
             on_shutdown=self._shutdown,
         )
         self._direct = await DirectIngress.start(
@@ -98,6 +102,7 @@ class CaptureProxy:
         # are drained by then, direct ones are waited for here, then the engine closes.
         if self._direct is not None:
             await self._direct.stop()
+        await self._policy.stop()
         await self._engine.aclose()
 
 
@@ -114,6 +119,7 @@ def deploy_capture_proxy(
     keepalive_s: float | None = None,
     max_body_bytes: int | None = None,
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: bool = True,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -122,7 +128,8 @@ def deploy_capture_proxy(
     Serve is started on `http_port` (Serve's default when None) unless it already runs,
     in which case its own port is used. `num_cpus` is small so that replicas never wait
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
-    override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call.
+    override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
+    `stitch` is `CaptureSettings.stitch`.
     """
     ensure_serve(http_port)
     ensure_registry(app_name)
@@ -134,7 +141,7 @@ def deploy_capture_proxy(
     serve.run(
         deployment.bind(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
-            app_name=app_name, engine_timeout_s=engine_timeout_s,
+            app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
         ),
         name=app_name,
         route_prefix=route_prefix,

@@ -39,7 +39,11 @@ class ClusterSpec:
     ingress: Ingress = "direct"
     proxy_replicas: int = 2
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
+    stitch: bool = True  # CaptureSettings.stitch
     wants_model: bool = True  # False: no engine, no proxy (agents such as oracle)
+    # Where a local Ray's own logs (raylet, Serve, replicas, hosts) are copied before its
+    # temp dir is removed; None: not kept. A joined cluster keeps its logs itself.
+    logs_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def running_cluster(
 ) -> Iterator[RunningCluster]:
     """Join or start Ray; start or certify the engine; deploy the proxy; yield them."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_ray(spec.ray_address))
+        stack.enter_context(_ray(spec.ray_address, spec.logs_dir, progress))
         certification = None
         proxy = None
         if spec.wants_model:
@@ -73,7 +77,8 @@ def running_cluster(
             try:
                 proxy = start_capture_proxy(
                     url, certification.served_model, ingress=spec.ingress,
-                    replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s)
+                    replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
+                    stitch=spec.stitch)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc
@@ -82,12 +87,17 @@ def running_cluster(
 
 
 @contextlib.contextmanager
-def _ray(address: str | None) -> Iterator[None]:
-    """Join `address`; or start a local Ray for the run and remove it after."""
+def _ray(
+    address: str | None, logs_dir: Path | None, progress: Callable[[str], None]
+) -> Iterator[None]:
+    """Join `address`; or start a local Ray for the run and remove it after (keeping
+    its logs in `logs_dir`: they are how a failed replica or host explains itself)."""
     if address is not None:
+        progress(f"joining the Ray cluster at {address}")
         ray.init(address=address, log_to_driver=False)
         yield
         return
+    progress("starting a local Ray cluster")
     # Ray's unix sockets live under its temp dir: keep the path short.
     temp_dir = tempfile.mkdtemp(prefix="hr-", dir="/tmp")
     ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
@@ -95,4 +105,9 @@ def _ray(address: str | None) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+        if logs_dir is not None:
+            with contextlib.suppress(OSError):  # logs missing or unreadable: not fatal
+                shutil.copytree(Path(temp_dir) / "session_latest" / "logs", logs_dir / "ray",
+                                dirs_exist_ok=True, ignore_dangling_symlinks=True,
+                                ignore=shutil.ignore_patterns("*.sock"))
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -5,11 +5,11 @@ guarantees:
 - at most `concurrency` rollouts at once, and nothing else caps them (hosts ask for a
   sliver of a CPU and are started for as many slots as the concurrency needs); the
   in-flight count is measured, queue time included, and its peak is kept;
-- every rollout ends as one row. A rollout ends itself at its deadline (its sandbox torn
-  down); one with no row `grace` seconds later is cancelled on its host, and if it
-  ignores that for another `grace`, its host is killed. Either way the row says
-  `deadline`. A rollout whose host died is `infra_lost`; only infrastructure errors are
-  retried;
+- every rollout ends as one row (runner.py, shared with the online controller). A
+  rollout ends itself at its deadline (its sandbox torn down); one with no row `grace`
+  seconds later is cancelled on its host, and if it ignores that for another `grace`,
+  its host is killed. Either way the row says `deadline`. A rollout whose host died is
+  `infra_lost`; only infrastructure errors are retried;
 - finished rows are committed every `commit_s` seconds (one Parquet part per table per
   commit), so a killed driver loses only what was in flight or finished since the last
   commit, and a rerun with the same output skips finished ids and duplicates nothing;
@@ -27,19 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
-
 from harbor_ray.cluster.host import ProxyTarget, Work
-from harbor_ray.cluster.pool import Host, HostPool
+from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap
-from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
+from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner
+from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.trials.backends import LOCAL
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.trials.result import RolloutResult
 from harbor_ray.trials.spec import RolloutSpec
-
-RETRIED = frozenset({ErrorType.INFRA_LOST, ErrorType.SANDBOX_START})
 
 
 @dataclass(frozen=True)
@@ -67,6 +63,11 @@ class SweepConfig:
             raise ValueError("rollouts per host must be at least 1")
         if self.commit_s < 0:
             raise ValueError("the commit interval cannot be negative")
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(retries=self.retries, grace_s=self.grace_s,
+                           host_start_s=self.host_start_s)
 
     @property
     def sandboxes_dir(self) -> Path:
@@ -132,10 +133,12 @@ async def run_rollouts(
     gate = asyncio.Semaphore(config.concurrency)
     pool = HostPool(per_host=config.per_host, proxy=config.proxy, num_cpus=config.host_cpus,
                     work=work)
+    runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
+                           on_end=stats.finished)
 
     async def one(spec: RolloutSpec) -> None:
         async with gate:
-            record = await _with_retries(spec, config, stats, pool)
+            record = await runner.run(spec)
         stats.add(record.result)
         on_result(record)
 
@@ -145,114 +148,11 @@ async def run_rollouts(
         pool.shutdown()
 
 
-async def _with_retries(
-    spec: RolloutSpec, config: SweepConfig, stats: SweepStats, pool: HostPool
-) -> RolloutRecord:
-    retry = 0
-    while True:
-        stats.started()
-        host = pool.acquire()
-        try:
-            record = await _on_host(spec, config, host, pool)
-        finally:
-            pool.release(host)
-            stats.finished()
-        if record.result.error_type not in RETRIED or retry >= config.retries:
-            break
-        retry += 1
-    if retry:
-        record = with_findings(record, [FindingRecord(
-            code="infra_retries", severity="info",
-            message=f"{retry} retries after infrastructure errors")])
-    return record
-
-
-async def _on_host(
-    spec: RolloutSpec, config: SweepConfig, host: Host, pool: HostPool
-) -> RolloutRecord:
-    """One try. Past `deadline + grace` the rollout is cancelled (Harbor tears its
-    sandbox down); one that ignores the cancellation for `grace` more costs its host.
-
-    The clock starts once the host runs: the rollout's own deadline is measured there, and
-    a host's start (seconds on a loaded node) must not count against it."""
-    started = time.time()
-    try:
-        async with asyncio.timeout(config.host_start_s):
-            await host.ready
-    except TimeoutError:
-        pool.kill(host)
-        return failed_record(spec, ErrorType.INFRA_LOST,
-                             f"the rollout's host did not start in {config.host_start_s:g} s",
-                             time.time() - started)
-    except RayActorError as exc:
-        return _host_died(spec, host, pool, exc, started)
-    ref = host.handle.run.remote(spec)
-    # Only the driver's own clock makes a row `deadline`: a TimeoutError the rollout
-    # raised arrives as a RayTaskError that is also a TimeoutError.
-    running = asyncio.ensure_future(ref)
-    if spec.deadline_s is not None:
-        hard = spec.deadline_s + config.grace_s
-        await asyncio.wait({running}, timeout=hard)
-        if not running.done():
-            how = await _cancel(ref, running, config.grace_s, host, pool)
-            return failed_record(spec, ErrorType.DEADLINE,
-                                 f"{how} by the driver: no row {hard:g} s after the start "
-                                 f"(deadline {spec.deadline_s:g} s + grace {config.grace_s:g} s)",
-                                 time.time() - started)
-    try:
-        return await running
-    except RayActorError as exc:
-        return _host_died(spec, host, pool, exc, started)
-    except RayTaskError as exc:
-        # A host's `run` returns a row whatever the rollout did; this is a bug in the
-        # work it ran, which must still end as one row, not end the sweep.
-        cause = exc.cause if exc.cause is not None else exc
-        return failed_record(spec, ErrorType.INTERNAL,
-                             f"the rollout raised {type(cause).__name__}: {_first_line(cause)}",
-                             time.time() - started)
-
-
-def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
-               started: float) -> RolloutRecord:
-    pool.lost(host)
-    return failed_record(spec, ErrorType.INFRA_LOST,
-                         f"the rollout's host died: {_first_line(exc)}", time.time() - started)
-
-
-async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
-                  pool: HostPool) -> str:
-    """Cancel a late rollout's task on its host; kill the host if that does not end it."""
-    ray.cancel(ref)
-    await asyncio.wait({running}, timeout=grace_s)
-    if not running.done():
-        running.cancel()
-        pool.kill(host)
-        return "killed with its host"
-    if not running.cancelled():
-        running.exception()  # retrieved: a cancelled rollout's error is expected
-    return "cancelled"
-
-
-def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float
-               ) -> RolloutRecord:
-    """The record of a rollout whose host never returned one: a row, no tokens."""
-    return encode_record(RolloutResult(
-        rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
-        agent=spec.agent, sandbox=spec.sandbox, ok=False, reward=None,
-        error_type=error_type, error=error, timings={"total": seconds},
-    ), None)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def in_sweep_sandboxes(specs: Sequence[RolloutSpec], config: SweepConfig) -> list[RolloutSpec]:
-    """Local sandboxes go under the sweep's own directory, so the reaper knows what is its."""
+def in_sandboxes_dir(specs: Sequence[RolloutSpec], directory: Path) -> list[RolloutSpec]:
+    """Local sandboxes go under the run's own directory, so the reaper knows what is its."""
     return [
         dataclasses.replace(spec, sandbox_kwargs={
-            **spec.sandbox_kwargs, "sandboxes_dir": str(config.sandboxes_dir)})
+            **spec.sandbox_kwargs, "sandboxes_dir": str(directory)})
         if spec.sandbox == LOCAL else spec
         for spec in specs
     ]
@@ -276,7 +176,8 @@ async def sweep(
     writer = DatasetWriter(config.out, {**manifest, "started_at": started},
                            flush_rollouts=1 if config.commit_s == 0 else 10_000)
     finished = writer.finished_ids()
-    todo = [s for s in in_sweep_sandboxes(specs, config) if s.rollout_id not in finished]
+    todo = [s for s in in_sandboxes_dir(specs, config.sandboxes_dir)
+            if s.rollout_id not in finished]
     stats = SweepStats(total=len(todo), skipped=len(specs) - len(todo), started_at=started)
     notify = on_stats or (lambda _: None)
     notify(stats)

@@ -88,9 +88,9 @@ def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> Rollo
     fields = (result.rollout_id, result.task, result.reward, result.ok)
     return RolloutRecord(
         result=result,
-        rollout=_rollout_table(result),
+        rollout=_rollout_table(result, _version_span(turns)),
         turns=_turns_table(turns, graph, *fields),
-        sequences=_sequences_table(graph, *fields),
+        sequences=_sequences_table(graph, {t.index: t for t in turns}, *fields),
     )
 
 
@@ -106,7 +106,9 @@ def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> R
     """`record` with `findings` added to its row (token rows carry no findings), e.g. the
     driver's count of retries."""
     result = record.result.model_copy(update={"findings": [*record.result.findings, *findings]})
-    return dataclasses.replace(record, result=result, rollout=_rollout_table(result))
+    versions = record.rollout.select(["policy_version_min", "policy_version_max"]).to_pylist()[0]
+    return dataclasses.replace(record, result=result, rollout=_rollout_table(
+        result, (versions["policy_version_min"], versions["policy_version_max"])))
 
 
 def _to_wire(table: pa.Table) -> pa.Buffer:
@@ -145,12 +147,18 @@ def _turns_table(
         "request_model": [t.request_model for t in ordered],
         "started_at": [t.started_at for t in ordered],
         "ended_at": [t.ended_at for t in ordered],
+        "policy_version_start": [t.policy_version_start for t in ordered],
+        "policy_version_end": [t.policy_version_end for t in ordered],
         "prompt_delta": _list_array(
             [_prompt_delta(t, node.parent, by_index) for t, node in zip(ordered, nodes,
                                                                         strict=True)], IDS
         ),
         "token_ids": _list_array([t.token_ids for t in ordered], IDS),
         "logprobs": _list_array([t.logprobs for t in ordered], LOGPROBS),
+        "continues": [c.turn if (c := t.continuation) else None for t in ordered],
+        "stitched": [c.stitched if (c := t.continuation) else None for t in ordered],
+        "stitch_fallback": [c.fallback.value if (c := t.continuation) and c.fallback else None
+                            for t in ordered],
         "reward": [reward] * n,
         "ok": [ok] * n,
         "request_messages": [t.request_messages_json.decode() for t in ordered],
@@ -170,11 +178,20 @@ def _prompt_delta(
     return turn.prompt_ids[len(linked.prompt_ids) + len(linked.token_ids) :]
 
 
+def _version_span(turns: Sequence[TurnRecord]) -> tuple[int | None, int | None]:
+    """The oldest version a call was forwarded at, the newest a reply arrived at."""
+    starts = [t.policy_version_start for t in turns if t.policy_version_start is not None]
+    ends = [t.policy_version_end for t in turns if t.policy_version_end is not None]
+    return (min(starts) if starts else None, max(ends) if ends else None)
+
+
 def _sequences_table(
-    graph: RolloutGraph, rollout_id: str, task: str, reward: float | None, ok: bool
+    graph: RolloutGraph, by_index: Mapping[int, TurnRecord], rollout_id: str, task: str,
+    reward: float | None, ok: bool
 ) -> pa.Table:
     sequences = graph.sequences
     n = len(sequences)
+    spans = [_version_span([by_index[i] for i in s.turns]) for s in sequences]
     columns: dict[str, Any] = {
         "rollout_id": [rollout_id] * n,
         "task": [task] * n,
@@ -188,6 +205,8 @@ def _sequences_table(
         "logprobs": _list_array([s.logprobs for s in sequences], LOGPROBS),
         "reward": [reward] * n,
         "ok": [ok] * n,
+        "policy_version_min": [low for low, _ in spans],
+        "policy_version_max": [high for _, high in spans],
     }
     return pa.Table.from_pydict(columns, schema=SEQUENCES)
 
@@ -215,7 +234,8 @@ def _list_array(arrays: Sequence[np.ndarray | None], list_type: pa.ListType) -> 
     )
 
 
-def _rollout_table(result: RolloutResult) -> pa.Table:
+def _rollout_table(result: RolloutResult,
+                   versions: tuple[int | None, int | None] = (None, None)) -> pa.Table:
     row = {
         "rollout_id": result.rollout_id,
         "task": result.task,
@@ -233,6 +253,8 @@ def _rollout_table(result: RolloutResult) -> pa.Table:
         "counts": _counts(result),
         "timings": list(result.timings.items()),
         "trial_dir": result.trial_dir,
+        "policy_version_min": versions[0],
+        "policy_version_max": versions[1],
         "schema_version": SCHEMA_VERSION,
     }
     return pa.Table.from_pylist([row], schema=ROLLOUTS)

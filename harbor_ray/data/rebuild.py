@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.capture.core.turn import TurnRecord
@@ -99,9 +100,20 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             started_at=rows["started_at"][row],
             ended_at=rows["ended_at"][row],
             auxiliary=rows["auxiliary"][row],
+            policy_version_start=rows["policy_version_start"][row],
+            policy_version_end=rows["policy_version_end"][row],
+            continuation=_continuation(rows, row),
         )
         for row in range(turns.num_rows)
     ]
+
+
+def _continuation(rows: dict[str, list[Any]], row: int) -> Continuation | None:
+    turn, fallback = rows["continues"][row], rows["stitch_fallback"][row]
+    if turn is None:
+        return None
+    return Continuation(turn, bool(rows["stitched"][row]),
+                        None if fallback is None else Fallback(fallback))
 
 
 def export_document(record: RolloutRecord) -> dict[str, Any] | None:

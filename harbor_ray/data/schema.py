@@ -32,7 +32,14 @@ __all__ = [
 
 # Bump on any change a reader of an older dataset would misread: a column renamed,
 # retyped or given another meaning. Adding a nullable column is not such a change.
-SCHEMA_VERSION = 1
+# 2: policy versions (turns/ `policy_version_start`/`_end`, their min/max on sequences/
+# and rollouts/), and stitched prompts (turns/ `continues`, `stitched`,
+# `stitch_fallback`). Nullable columns, but bumped on purpose: in a version-1 dataset
+# their absence means "never recorded", and an online trainer's staleness filter must be
+# able to tell that from a dataset written with them; and a turn's prompt may now be
+# stitched from its parent's ids, so it is no longer always the engine's rendering of
+# `request_messages`.
+SCHEMA_VERSION = 2
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -92,6 +99,8 @@ ROLLOUTS = versioned(
         pa.field("counts", COUNTS, nullable=False),
         pa.field("timings", pa.map_(pa.string(), pa.float64()), nullable=False),
         pa.field("trial_dir", pa.string()),
+        pa.field("policy_version_min", pa.int64()),
+        pa.field("policy_version_max", pa.int64()),
         pa.field("schema_version", pa.int32(), nullable=False),
     ]
 )
@@ -110,6 +119,8 @@ SEQUENCES = versioned(
         pa.field("logprobs", LOGPROBS, nullable=False),
         pa.field("reward", pa.float64()),
         pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("policy_version_min", pa.int64()),
+        pa.field("policy_version_max", pa.int64()),
     ]
 )
 
@@ -130,9 +141,14 @@ TURNS = versioned(
         pa.field("request_model", pa.string(), nullable=False),
         pa.field("started_at", pa.float64(), nullable=False),
         pa.field("ended_at", pa.float64(), nullable=False),
+        pa.field("policy_version_start", pa.int64()),
+        pa.field("policy_version_end", pa.int64()),
         pa.field("prompt_delta", IDS),
         pa.field("token_ids", IDS),
         pa.field("logprobs", LOGPROBS),
+        pa.field("continues", pa.int32()),
+        pa.field("stitched", pa.bool_()),
+        pa.field("stitch_fallback", pa.string()),
         pa.field("reward", pa.float64()),
         pa.field("ok", pa.bool_(), nullable=False),
         pa.field(MESSAGE_COLUMNS[0], pa.string(), nullable=False),

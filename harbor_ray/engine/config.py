@@ -15,12 +15,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray.serve.llm import LLMConfig
 
+from harbor_ray.engine.node_init import SkipNodeInitForLocalModel
+
 DEFAULT_MODEL_SOURCE = "default"
 WORKER_EXTENSION = "harbor_ray.engine.worker.WeightReloadExtension"
 
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
 # answers to one question.
-_TYPED_ENGINE_KWARGS = frozenset({"model", "dtype", "max_model_len", "tensor_parallel_size"})
+_TYPED_ENGINE_KWARGS = frozenset(
+    {"model", "dtype", "max_model_len", "tensor_parallel_size", "chat_template"}
+)
 
 
 class EngineConfig(BaseModel):
@@ -90,6 +94,15 @@ class EngineConfig(BaseModel):
         ge=1,
         description="Engine replicas behind the one ingress.",
     )
+    chat_template: Path | None = Field(
+        default=None,
+        description=(
+            "A Jinja chat template file used instead of the model's own. None: the model's, "
+            "except with model_source `default`: SmolLM2's own template ignores `tools`, so "
+            "the one shipped as harbor_ray/engine/smollm2_chat.jinja, which renders them "
+            "(and is otherwise the same), is used."
+        ),
+    )
     env_vars: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -100,8 +113,9 @@ class EngineConfig(BaseModel):
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description=(
-            "Further vLLM engine arguments, verbatim (e.g. enable_auto_tool_choice, "
-            "tool_call_parser, gpu_memory_utilization). Must not repeat a field above."
+            "Further vLLM engine and server arguments, verbatim (e.g. enforce_eager, "
+            "enable_auto_tool_choice, tool_call_parser, gpu_memory_utilization). Must not "
+            "repeat a field above."
         ),
     )
 
@@ -119,8 +133,11 @@ class EngineConfig(BaseModel):
         return self.model_source == DEFAULT_MODEL_SOURCE
 
 
-def to_llm_config(config: EngineConfig, model_source: str) -> LLMConfig:
-    """Ray Serve LLM's config for `config`, serving weights from `model_source`."""
+def to_llm_config(
+    config: EngineConfig, model_source: str, chat_template: Path | None = None
+) -> LLMConfig:
+    """Ray Serve LLM's config for `config`, serving weights from `model_source` with
+    `chat_template` (None: the model's own)."""
     engine_kwargs: dict[str, Any] = {
         "dtype": config.dtype,
         "tensor_parallel_size": config.tensor_parallel_size,
@@ -130,6 +147,8 @@ def to_llm_config(config: EngineConfig, model_source: str) -> LLMConfig:
     }
     if config.max_model_len is not None:
         engine_kwargs["max_model_len"] = config.max_model_len
+    if chat_template is not None:
+        engine_kwargs["chat_template"] = str(chat_template)
     bundle: dict[str, float] = {"CPU": config.cpus_per_worker}
     if config.accelerator == "gpu":
         bundle["GPU"] = 1
@@ -148,4 +167,7 @@ def to_llm_config(config: EngineConfig, model_source: str) -> LLMConfig:
             "ray_actor_options": {"num_cpus": 0},
         },
         runtime_env={"env_vars": dict(config.env_vars)} if config.env_vars else None,
+        # Finds vLLM's tokenizer service, for /tokenize (engine/tokenize.py).
+        server_cls="harbor_ray.engine.tokenize:TokenizingServer",
+        callback_config={"callback_class": SkipNodeInitForLocalModel},
     )

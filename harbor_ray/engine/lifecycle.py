@@ -4,7 +4,7 @@
 this process is connected to (starting a local one if none), but returns once the
 engine answers, with its base URL, instead of blocking. It builds the application in
 this process, so preparing the default model reports progress to the caller. A cold
-start takes minutes (vLLM compiles its graphs), so it reports progress while it waits
+start takes minutes (vLLM compiles the model), so it reports progress while it waits
 and removes a half-started application when it gives up.
 
 Serve's HTTP options are fixed when Serve first starts on a cluster: if it already

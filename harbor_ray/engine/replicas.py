@@ -22,7 +22,7 @@ from ray.serve._private.constants import SERVE_NAMESPACE
 
 from harbor_ray.engine.weights import DEFAULT_TIMEOUTS, StepTimeouts, WeightUpdater
 from harbor_ray.engine.worker import RELOAD_METHOD
-from harbor_ray.errors import WeightUpdateError
+from harbor_ray.errors import WeightsRefusedError
 from harbor_ray.serve_http import serve_details
 
 # Ray Serve LLM names an engine's deployment "LLMServer:<model id>" (build_llm_deployment).
@@ -55,10 +55,10 @@ def engine_deployment(app_name: str) -> str:
     """The name of the one `LLMServer` deployment of application `app_name`."""
     app = serve_details().applications.get(app_name)
     if app is None:
-        raise WeightUpdateError(f"no Serve application named {app_name!r}")
+        raise WeightsRefusedError(f"no Serve application named {app_name!r}")
     names = [name for name in app.deployments if name.startswith(_LLM_SERVER_PREFIX)]
     if len(names) != 1:
-        raise WeightUpdateError(
+        raise WeightsRefusedError(
             f"application {app_name!r} has {len(names)} LLMServer deployments "
             f"({sorted(app.deployments)}); name the one to update")
     return names[0]
@@ -69,7 +69,7 @@ def running_replicas(app_name: str, deployment: str) -> list[ServeReplica]:
     app = serve_details().applications.get(app_name)
     details = app.deployments.get(deployment) if app is not None else None
     if details is None:
-        raise WeightUpdateError(f"no deployment {deployment!r} in application {app_name!r}")
+        raise WeightsRefusedError(f"no deployment {deployment!r} in application {app_name!r}")
     return [
         ServeReplica(name=replica.replica_id,
                      actor=ray.get_actor(replica.actor_name, namespace=SERVE_NAMESPACE))
@@ -91,16 +91,20 @@ def serve_weight_updater(
     """A `WeightUpdater` for the engine application `app_name` (as `harbor-ray engine up`
     names it, `engine`), serving checkpoint `path` as `version` now.
 
-    `deployment` defaults to the application's one LLMServer deployment. The replicas
+    `deployment` defaults to the application's one LLMServer deployment. Nothing is
+    asked of Serve until an update (the updater can be made before the engine runs, and
+    sent to another process: the online controller's actor). The replicas
     are listed again at each update, so replicas Serve added or replaced since are
     included (a replacement starts from the engine's original model: updating to a new
     version reloads it along with the others).
     """
-    name = deployment or engine_deployment(app_name)
+
+    def listed() -> list[ServeReplica]:
+        return running_replicas(app_name, deployment or engine_deployment(app_name))
 
     async def replicas() -> list[ServeReplica]:
         # Serve's controller and the GCS answer through blocking calls.
-        return await asyncio.to_thread(running_replicas, app_name, name)
+        return await asyncio.to_thread(listed)
 
     return WeightUpdater(replicas, path=path, version=version, timeouts=timeouts, check=check,
                          reload_method=reload_method)

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from harbor_ray.engine.worker import RELOAD_METHOD
-from harbor_ray.errors import CheckpointError, WeightUpdateError, WeightVersionError
+from harbor_ray.errors import CheckpointError, WeightsRefusedError, WeightVersionError
 
 Step = Literal["pause", "reload", "cache", "resume", "rollback"]
 STEPS: tuple[Step, ...] = ("pause", "reload", "cache", "resume")
@@ -211,7 +211,7 @@ class WeightUpdater:
                 await asyncio.to_thread(check_checkpoint, path, self._path)
             replicas = list(await self._list_replicas())
             if not replicas:
-                raise WeightUpdateError("the engine has no running replica to update")
+                raise WeightsRefusedError("the engine has no running replica to update")
             started = time.perf_counter()
             steps: dict[str, float] = {}
             states = [_Replica(replica, self._timeouts) for replica in replicas]

@@ -33,6 +33,11 @@ Harbor imports LiteLLM when an agent class loads, and LiteLLM fetches its model 
 from the network at import unless `LITELLM_LOCAL_MODEL_COST_MAP=True`: the launcher sets
 it, this module never imports an agent class.
 
+Side calls (titles, summaries, classifiers) go through the proxy too: every small/fast
+model slot an agent has is set to `AUX_MODEL`, a name distinct from the served model the
+main slot names, so the proxy can mark those calls auxiliary by the model they ask for
+(capture.core.auxiliary); the proxy serves both names with the one engine model.
+
 Sampling is the proxy's job (it imposes the session's settings on every call); only
 terminus-2 is also told the temperature, so that its own trajectory records the truth.
 """
@@ -56,6 +61,7 @@ from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
 
 __all__ = [
     "AGENTS",
+    "AUX_MODEL",
     "DEFAULT_CONTEXT_WINDOW",
     "AgentKind",
     "AgentNotWiredError",
@@ -71,6 +77,10 @@ Runs = Literal["host", "sandbox"]
 # How a config reaches the proxy: "none" (no model), "litellm" (terminus-2 on the host),
 # "connection" (Harbor's connection layer, installed agents), "openai_env" (import paths).
 Channel = Literal["none", "litellm", "connection", "openai_env"]
+
+# The model name of every agent's small/fast/title slot: not the served model's name, so
+# that the proxy tells the calls made through those slots from the agent's main loop.
+AUX_MODEL = "harbor-aux"
 
 # SmolLM2-135M-Instruct, the default served model, has an 8192-token context.
 DEFAULT_CONTEXT_WINDOW = 8192
@@ -142,6 +152,10 @@ class AgentKind:
     # switches that would move it off its API key (OAuth, auth.json, Vertex, Bedrock),
     # and flags its adapter insists on.
     pinned_env: tuple[tuple[str, str], ...] = ()
+    # Variables naming the agent's small/fast model slots, set to AUX_MODEL.
+    aux_env: tuple[str, ...] = ()
+    # Agent kwargs that set its small/fast slots where a config file holds them.
+    aux_kwargs: Mapping[str, Any] = MappingProxyType({})
 
     @property
     def wired(self) -> bool:
@@ -157,6 +171,8 @@ def _installed(
     key_env: str | None = None,
     pin_dialect: bool = False,
     pinned_env: Mapping[str, str] | None = None,
+    aux_env: tuple[str, ...] = (),
+    aux_kwargs: Mapping[str, Any] | None = None,
     note: str = "",
 ) -> AgentKind:
     prefix, key, path = _DIALECT_DEFAULTS[dialect]
@@ -171,6 +187,8 @@ def _installed(
         url_path=path if url_path is None else url_path,
         pin_dialect=pin_dialect,
         pinned_env=tuple(sorted((pinned_env or {}).items())),
+        aux_env=aux_env,
+        aux_kwargs=MappingProxyType(dict(aux_kwargs or {})),
     )
 
 
@@ -178,6 +196,7 @@ def _unwired(name: str, runs: Runs, note: str) -> AgentKind:
     return AgentKind(name=name, runs=runs, note=note)
 
 
+_OPENCODE_PROVIDER = "harbor"
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
@@ -189,10 +208,11 @@ _TABLE = (
     AgentKind("terminus-2", "host", dialect="chat", channel="litellm",
               model_prefix="openai/", url_path="/v1",
               note="LiteLLM on the host; key in llm_kwargs, never in the sandbox"),
+    # Its background calls (titles, topic checks) use the small/fast (haiku) slot.
     _installed("claude-code", "anthropic", pinned_env={
         "CLAUDE_FORCE_OAUTH": "0", "CLAUDE_CODE_OAUTH_TOKEN": "",
         "CLAUDE_CODE_USE_BEDROCK": "0", "AWS_BEARER_TOKEN_BEDROCK": "",
-    }),
+    }, aux_env=("ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL")),
     _installed("codex", "responses", pinned_env={
         "CODEX_AUTH_JSON_PATH": "", "CODEX_FORCE_AUTH_JSON": "0",
     }, note="Harbor writes the URL into config.toml (openai_base_url)"),
@@ -206,8 +226,15 @@ _TABLE = (
     _installed("antigravity-sdk", "google",
                pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
                note="Harbor refuses a plain-http URL unless allowed explicitly"),
-    _installed("opencode", "chat", pin_dialect=True,
-               note="provider baseURL and {env:OPENAI_API_KEY} in opencode.json"),
+    # Its provider is not called `openai`: opencode sends that one's calls to the
+    # Responses API whatever the npm package; `small_model` is its title generator's.
+    _installed("opencode", "chat", pin_dialect=True, model_prefix=f"{_OPENCODE_PROVIDER}/",
+               aux_kwargs={"opencode_config": {
+                   "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
+                   "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
+               }},
+               note=f"provider {_OPENCODE_PROVIDER!r} (@ai-sdk/openai-compatible) in "
+                    "opencode.json, key {env:OPENAI_API_KEY}"),
     _installed("mimo", "chat", pin_dialect=True,
                note="provider baseURL and {env:OPENAI_API_KEY} in mimocode.json"),
     _installed("kimi-cli", "chat",
@@ -388,11 +415,19 @@ def agent_config(
         return AgentConfig(
             import_path=agent, model_name=model_name, env=env, kwargs=_merge({}, extra)
         )
+    aux = dict.fromkeys(kind.aux_env, AUX_MODEL)
     return AgentConfig(
         name=agent,
         model_name=model_name,
         base_url=url,
         model_api_format=_FORMATS[kind.dialect] if kind.pin_dialect and kind.dialect else None,
-        env={**dict(kind.pinned_env), kind.key_env: session_key},
-        kwargs=_merge({}, extra),
+        env={**dict(kind.pinned_env), **aux, kind.key_env: session_key},
+        kwargs=_merge(copy.deepcopy(_plain(kind.aux_kwargs)), extra),
     )
+
+
+def _plain(value: Any) -> Any:
+    """A read-only table as the plain dicts Harbor's kwargs take."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return value

@@ -2,7 +2,9 @@
 
 docs/lessons.md: checking credentials alone reported a backend available that then failed at
 rollout time. A backend is usable only if its class imports, the SDK its Harbor extra
-names is installed, and Harbor's own preflight passes.
+names is installed, Harbor's own preflight passes, and what that preflight does not
+check is there too (its constructor's arguments, its programs and credentials:
+`backend_needs`).
 """
 
 from __future__ import annotations
@@ -11,16 +13,19 @@ import contextlib
 import importlib
 import importlib.metadata
 import io
+import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harbor.environments.factory import _ENVIRONMENT_REGISTRY
+from harbor.environments.factory import _ENVIRONMENT_REGISTRY, EnvironmentFactory
 from harbor.models.environment_type import EnvironmentType
 from harbor.models.trial.config import EnvironmentConfig
 
-from harbor_ray.errors import UnknownBackendError
+from harbor_ray.errors import SandboxArgumentError, UnknownBackendError
+from harbor_ray.trials.backend_needs import Context, find_needs
 
 LOCAL = "local"
 _LOCAL_IMPORT_PATH = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
@@ -51,8 +56,25 @@ def environment_config(name: str, kwargs: Mapping[str, Any] | None = None) -> En
     return EnvironmentConfig(type=kind, kwargs=dict(kwargs or {}))
 
 
-def check_backend(name: str) -> BackendStatus:
-    """Import, SDK and preflight, in that order; the first failure is the reason."""
+def parse_sandbox_args(pairs: Iterable[str]) -> dict[str, Any]:
+    """`KEY=VALUE` strings as constructor kwargs. A VALUE that is JSON is that JSON (a
+    number, true, a list), else the string itself (a region, a path)."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SandboxArgumentError(f"--sandbox-arg takes KEY=VALUE, not {pair!r}")
+        try:
+            kwargs[key] = json.loads(text)
+        except ValueError:
+            kwargs[key] = text
+    return kwargs
+
+
+def check_backend(name: str, kwargs: Mapping[str, Any] | None = None) -> BackendStatus:
+    """SDK, import, Harbor's preflight, then what it lacks; the first failure is the
+    reason (every missing piece of the last step). `kwargs` are the constructor kwargs
+    the rollouts will pass (`--sandbox-arg`)."""
     if name == LOCAL:
         module, class_name = _LOCAL_IMPORT_PATH.split(":")
         extra = None
@@ -72,9 +94,37 @@ def check_backend(name: str) -> BackendStatus:
     problem = _preflight_problem(cls)
     if problem:
         return BackendStatus(name, False, problem)
+    context = Context(kwargs=dict(kwargs or {}), environ=os.environ,
+                      search_path=os.environ.get("PATH", ""))
+    needs = find_needs(name, cls, context)
+    if needs:
+        return BackendStatus(name, False, "; ".join(needs))
     if name == LOCAL:
         return BackendStatus(name, True, "bubblewrap sandbox on this machine")
     return BackendStatus(name, True, "preflight passed")
+
+
+# Where Harbor loads a backend's class and calls its constructor.
+_CONSTRUCTING = frozenset(
+    method.__func__.__code__
+    for method in (
+        EnvironmentFactory.create_environment,
+        EnvironmentFactory.create_environment_from_import_path,
+        EnvironmentFactory.create_environment_from_config,
+    )
+)
+
+
+def raised_constructing(exc: BaseException) -> bool:
+    """Whether `exc` came out of Harbor making a backend's environment object (its
+    class's import or its constructor), which is the sandbox failing to start rather
+    than a fault of the task or the agent."""
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code in _CONSTRUCTING:
+            return True
+        frame = frame.tb_next
+    return False
 
 
 def check_backends() -> list[BackendStatus]:

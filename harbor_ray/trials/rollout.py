@@ -23,13 +23,15 @@ from harbor.models.trial.config import AgentConfig, TrialConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.trial import Trial
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.proxy.session import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.errors import AgentNotWiredError
+from harbor_ray.errors import AgentInstallError, AgentNotWiredError
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
-from harbor_ray.trials.backends import LOCAL, environment_config
+from harbor_ray.trials.backends import LOCAL, environment_config, raised_constructing
+from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, PREINSTALLED, sandbox_tools
 from harbor_ray.trials.outcome import classify
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.rewards import findings_for, select_reward
@@ -68,12 +70,16 @@ async def _run(
         return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR, error=error), None
     session = None
     if wants_model and capture is not None:
-        session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        # The wiring names the served model in every agent's main slot (and another
+        # name in its small/fast slots): calls asking for any other are side calls.
+        session = await capture.open_session(
+            budget=spec.budget, sampling=spec.sampling,
+            main_loop=MainLoop(model=capture.served_model, agent=spec.agent))
     closed = None
     try:
         trial_config = _trial_config(spec, capture, session)
         error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s)
-    except AgentNotWiredError as exc:
+    except (AgentNotWiredError, AgentInstallError) as exc:
         return _row(spec, capture, error_type=ErrorType.AGENT_SETUP, error=str(exc)), None
     finally:
         if session is not None and capture is not None:
@@ -105,6 +111,8 @@ def _trial_config(
             extra_kwargs=spec.agent_kwargs,
             budget=spec.budget,
         )
+        if inside and spec.sandbox == LOCAL:
+            agent = _preinstalled(spec, agent, sandbox_kwargs)
     else:
         agent = AgentConfig(name=spec.agent, kwargs=dict(spec.agent_kwargs))
     return TrialConfig(
@@ -116,6 +124,21 @@ def _trial_config(
     )
 
 
+def _preinstalled(
+    spec: RolloutSpec, agent: AgentConfig, sandbox_kwargs: dict[str, Any]
+) -> AgentConfig:
+    """A pinned agent runs its CLI from the host's cache, mounted into the sandbox, since
+    Harbor's own install needs the network; the Harbor adapters that would install
+    anyway are swapped for variants that skip it when the CLI is there."""
+    pin = PINS.get(spec.agent)
+    if pin is None:
+        return agent
+    sandbox_kwargs["tools"] = sandbox_tools(spec.agents_cache or DEFAULT_CACHE, pin)
+    if spec.agent not in PREINSTALLED:
+        return agent
+    return agent.model_copy(update={"name": None, "import_path": PREINSTALLED[spec.agent]})
+
+
 async def _run_trial(
     config: TrialConfig, deadline_s: float | None
 ) -> tuple[ErrorType | None, str | None, Any]:
@@ -123,7 +146,14 @@ async def _run_trial(
     cancelled Harbor's shielded teardown and leaked sandboxes, docs/lessons.md)."""
     try:
         async with asyncio.timeout(deadline_s):
-            trial = await Trial.create(config)
+            try:
+                trial = await Trial.create(config)
+            except Exception as exc:
+                if not raised_constructing(exc):
+                    raise
+                # A constructor's TypeError or ValueError says what the backend lacks.
+                return (ErrorType.SANDBOX_START, f"the sandbox backend could not be "
+                        f"constructed: {type(exc).__name__}: {exc}", None)
             return None, None, await trial.run()
     except TimeoutError:
         return ErrorType.DEADLINE, f"rollout passed its deadline of {deadline_s} s", None

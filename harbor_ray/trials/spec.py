@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.session import SessionInfo
@@ -29,7 +30,8 @@ class CaptureService(Protocol):
     def host_url(self) -> str: ...
 
     async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None
+        self, *, budget: int | None, sampling: Sampling | None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
 
     async def close_session(self, session_id: str) -> ClosedCapture | None: ...
@@ -51,6 +53,8 @@ class RolloutSpec:
     reward_key: str | None = None
     agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
     sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # The host's agent CLI cache (`harbor-ray agents install`); None: the default one.
+    agents_cache: Path | None = None
 
 
 def make_specs(
@@ -65,7 +69,9 @@ def make_specs(
     deadline_s: float | None = None,
     reward_key: str | None = None,
     agent_kwargs: dict[str, Any] | None = None,
+    sandbox_kwargs: dict[str, Any] | None = None,
     run_id: str | None = None,
+    agents_cache: Path | None = None,
 ) -> list[RolloutSpec]:
     """tasks x attempts, in task order then attempt order (the documented output order)."""
     run_id = run_id or uuid.uuid4().hex[:8]
@@ -82,6 +88,8 @@ def make_specs(
             deadline_s=deadline_s,
             reward_key=reward_key,
             agent_kwargs=agent_kwargs or {},
+            sandbox_kwargs=sandbox_kwargs or {},
+            agents_cache=agents_cache,
         )
         for task in tasks
         for attempt in range(attempts)

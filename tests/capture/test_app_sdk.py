@@ -33,7 +33,7 @@ def assert_one_turn_per_call(server: CaptureServer, session_id: str, calls: int)
     doc = server.export(session_id)
     assert len(doc["turns"]) == calls == len(server.engine.calls)
     for turn, sent in zip(doc["turns"], server.engine.calls, strict=True):
-        assert turn["prompt_ids"] == render_prompt(sent["messages"])
+        assert turn["prompt_ids"] == render_prompt(sent["messages"], sent.get("tools"))
         assert turn["token_ids"], "sampled ids must be recorded"
         assert len(turn["logprobs"]) == len(turn["token_ids"])
     return doc

@@ -22,6 +22,13 @@ async def test_reports_the_tool_calling_flags() -> None:
     assert "--enable-auto-tool-choice" in cert.tool_calling_fix
 
 
+async def test_reports_a_chat_template_that_ignores_tools() -> None:
+    """vLLM accepts tools its template drops: certification must not call that tool calling."""
+    cert = await certify(FakeEngine(renders_tools=False), "http://e")
+    assert not cert.tool_calling
+    assert "chat template ignores `tools`" in cert.tool_calling_fix
+
+
 async def test_unknown_model_refused() -> None:
     with pytest.raises(CertificationError, match="not served"):
         await certify(FakeEngine(model="a"), "http://e", model="b")

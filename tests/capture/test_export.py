@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.export import EXPORT_VERSION, build_export, turns_from_export
 from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.turns_factory import VOCAB, chain, follow, full, shuffled, turn
@@ -19,7 +20,8 @@ def session() -> list[TurnRecord]:
     t0 = turn(0, [1, 2, 3], [10, 11], [-0.5, NAN])
     abandoned = follow(t0, 1, [4], [20])
     kept = follow(t0, 2, [4], [21, 22], finish_reason="length")
-    onward = follow(kept, 3, [5], [23])
+    onward = dataclasses.replace(follow(kept, 3, [5], [23]),
+                                 continuation=Continuation(2, False, Fallback.NO_TOKENIZE))
     aux = turn(4, [60, 61], [62], auxiliary=True)
     return [t0, abandoned, kept, onward, aux]
 
@@ -54,9 +56,13 @@ def test_document_shape_and_values() -> None:
         "request_messages": [{"role": "user", "content": "call 0"}],
         "response_message": {"role": "assistant", "content": "reply 0"},
         "request_model": "test-model",
+        "not_forwarded": [],
         "started_at": 0.0,
         "ended_at": 0.5,
         "auxiliary": False,
+        "policy_version_start": None,  # the factory's turns record no version
+        "policy_version_end": None,
+        "continuation": None,
     }
     assert [(t["index"], t["parent"], t["root"], t["role"]) for t in doc["turns"]] == [
         (0, None, 0, "agent"),
@@ -82,6 +88,7 @@ def test_document_shape_and_values() -> None:
     assert [(f["code"], f["severity"], f["turn"]) for f in doc["findings"]] == [
         ("missing_logprobs", "warn", 0),
         ("truncated", "info", 2),
+        ("stitch_fallback", "warn", 3),
         ("discarded_turns", "info", None),
         ("engine_errors", "warn", None),
         ("budget_exhausted", "info", None),

@@ -65,10 +65,12 @@ def test_code_values_are_stable() -> None:
         "MULTIPLE_ROOTS": "multiple_roots",
         "DISCARDED_TURNS": "discarded_turns",
         "RETOKENIZATION_SPLIT": "retokenization_split",
+        "STITCH_FALLBACK": "stitch_fallback",
         "EMPTY_COMPLETION": "empty_completion",
         "TRUNCATED": "truncated",
         "ENGINE_ERRORS": "engine_errors",
         "BUDGET_EXHAUSTED": "budget_exhausted",
+        "NOT_FORWARDED": "not_forwarded",
     }
     assert [s.value for s in Severity] == ["fatal", "warn", "info"]
 

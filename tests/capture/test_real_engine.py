@@ -72,8 +72,28 @@ async def test_certification_passes_on_the_real_engine(engine_url: str) -> None:
         await engine.aclose()
     assert cert.returns_token_ids and cert.returns_logprobs
     assert cert.served_model in cert.models
-    # SmolLM2's template has no tools and the CPU config starts no tool parser.
-    assert not cert.tool_calling and "--enable-auto-tool-choice" in cert.tool_calling_fix
+    # The CPU config starts a tool parser and serves a template that renders tools.
+    assert cert.tool_calling and cert.tool_calling_fix is None
+
+
+async def test_a_tools_request_to_the_real_engine_is_answered(engine_url: str) -> None:
+    """tools + tool_choice auto: a 200 whose calls, if any, name the tool offered."""
+    tool = {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}
+    engine = HttpEngine(engine_url)
+    try:
+        reply = await engine.request("POST", "/v1/chat/completions", {
+            "model": (await engine.request("GET", "/v1/models"))["data"][0]["id"],
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": [tool], "tool_choice": "auto", "max_tokens": 48, "temperature": 0})
+    finally:
+        await engine.aclose()
+    message = reply["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    assert calls or message.get("content")
+    assert all(call["function"]["name"] == "get_weather" for call in calls)
 
 
 async def test_a_server_without_token_ids_is_refused() -> None:

@@ -71,8 +71,8 @@ async def test_calls_of_a_dead_holder_are_given_back() -> None:
     store = InMemorySessionStore()
     s = await store.create(budget=3)
     state = store.state(s.session_id)
-    await store.admit(s.session_id, "serve/replica-a")
-    await store.admit(s.session_id, "serve/replica-a")
+    await store.admit(s.session_id, holder="serve/replica-a")
+    await store.admit(s.session_id, holder="serve/replica-a")
     local = await store.admit(s.session_id)  # this process's own: never dropped
     assert state.full() and state.holders() == {"serve/replica-a"}
     assert state.drop_holder("serve/replica-a") == 2
@@ -102,3 +102,25 @@ async def test_close_gives_the_closed_record_then_forgets_the_session() -> None:
     assert closed.counts.turns == 1 and closed.graph.roots == (0,)
     assert await store.authenticate(s.key) is None
     assert await store.close(s.session_id) is None
+
+
+async def test_admission_finds_the_turn_a_call_continues_and_forgets_a_withdrawn_one() -> None:
+    import dataclasses
+
+    from harbor_ray.capture.core.continuation import PrefixKey
+
+    store = InMemorySessionStore()
+    s = await store.create()
+    key = b"k" * 16
+    for index in (0, 1):  # the same conversation twice (a retry): the lowest index wins
+        await store.admit(s.session_id)
+        await store.record(s.session_id, dataclasses.replace(turn(index),
+                                                             conversation_key=key))
+    offered = (PrefixKey(5, b"other" * 3 + b"x"), PrefixKey(3, key))
+    base = (await store.admit(s.session_id, offered)).base
+    assert base is not None and (base.turn, base.messages) == (0, 3)
+    assert base.prompt_ids.tolist() == [1, 2] and base.token_ids.tolist() == [3]
+    await store.release(s.session_id, 0)  # withdrawn: its reply never reached the agent
+    assert (await store.admit(s.session_id, offered)).base.turn == 1
+    await store.release(s.session_id, 1)
+    assert (await store.admit(s.session_id, offered)).base is None

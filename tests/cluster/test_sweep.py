@@ -284,6 +284,11 @@ def test_sweep_command_exits_one_when_some_rollouts_fail(tmp_path: Path) -> None
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "verifier_missing" in done.stderr  # the summary's failures by error type
+    # Ray's own lines go to the log file the console names, not to the terminal.
+    log = out / "logs" / "harbor-ray.log"
+    assert f"logs: {log}" in done.stderr
+    assert "Connecting to existing Ray cluster" in log.read_text()
+    assert "Connecting to existing Ray cluster" not in done.stderr + done.stdout
     rows = {r["task"]: r for r in _rows(out)}
     assert rows["hello-file"]["ok"] and rows["hello-file"]["reward"] == 1.0
     assert not rows["no-reward"]["ok"]

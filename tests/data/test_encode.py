@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
@@ -11,7 +12,7 @@ from harbor_ray.data.encode import encode_record, with_findings
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
 from harbor_ray.trials.result import FindingRecord, RolloutResult
-from tests.capture.turns_factory import chain, full
+from tests.capture.turns_factory import chain, full, turn
 from tests.data.rollouts import (
     SEQUENCE_FIELDS,
     assert_same_table,
@@ -112,6 +113,8 @@ def test_the_rollout_row() -> None:
                    "discarded": 1, "engine_errors": 1, "budget_stops": 0},
         "timings": [("agent_execution", 9.5), ("total", 12.25)],
         "trial_dir": "/trials/a1",
+        "policy_version_min": None,  # the session's turns recorded no version
+        "policy_version_max": None,
         "schema_version": SCHEMA_VERSION,
     }
     assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (
@@ -169,3 +172,24 @@ def test_one_long_sequence_is_wrapped_without_a_copy() -> None:
     values = tables.sequences["input_ids"].chunk(0).values
     assert values.buffers()[1].address == capture.graph.sequences[0].input_ids.ctypes.data
     assert np.array_equal(values.to_numpy(), capture.graph.sequences[0].input_ids)
+
+
+def test_policy_versions_reach_every_table_and_come_back() -> None:
+    # A chain of three calls and a side root; a weight update (1 -> 2) landed during
+    # turn 1, and the side call ran wholly at version 3.
+    versions = {0: (1, 1), 1: (1, 2), 2: (2, 2), 3: (3, 3)}
+    turns = [*chain(3, reply_len=2, message_len=2), turn(3, [90, 91], [92])]
+    turns = [dataclasses.replace(t, policy_version_start=versions[t.index][0],
+                                 policy_version_end=versions[t.index][1]) for t in turns]
+    record = rollout("v1", turns)
+    stored = record.turns.select(["index", "policy_version_start", "policy_version_end"])
+    assert {r["index"]: (r["policy_version_start"], r["policy_version_end"])
+            for r in stored.to_pylist()} == versions
+    spans = {tuple(r["turns"]): (r["policy_version_min"], r["policy_version_max"])
+             for r in record.sequences.to_pylist()}
+    assert spans == {(0, 1, 2): (1, 2), (3,): (3, 3)}
+    (row,) = record.rollout.to_pylist()
+    assert (row["policy_version_min"], row["policy_version_max"]) == (1, 3)
+    assert_same_turns(turn_records(record.turns), turns)
+    kept = with_findings(record, []).rollout.to_pylist()[0]
+    assert (kept["policy_version_min"], kept["policy_version_max"]) == (1, 3)

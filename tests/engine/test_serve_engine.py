@@ -81,3 +81,13 @@ def test_greedy_replies_repeat(engine: EngineHandle) -> None:
     logprobs = [[e["logprob"] for e in reply["choices"][0]["logprobs"]["content"]]
                 for reply in (first, second)]
     assert logprobs[0] == pytest.approx(logprobs[1], abs=1e-3)
+
+
+def test_tokenize_renders_chat_messages_as_the_prompt(engine: EngineHandle) -> None:
+    # The capture proxy's stitching needs the served template's rendering of messages
+    # (harbor_ray/engine/tokenize.py puts it back on Ray Serve LLM).
+    root = engine.url.removesuffix("/v1")
+    rendered = httpx.post(f"{root}/tokenize", json={"model": engine.model_id,
+                                                    "messages": QUESTION}, timeout=60)
+    assert rendered.status_code == 200, rendered.text
+    assert rendered.json()["tokens"] == _chat(engine, max_tokens=1)["prompt_token_ids"]

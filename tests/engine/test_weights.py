@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 
 from harbor_ray.engine.weights import StepTimeouts, WeightUpdater, check_checkpoint
 from harbor_ray.engine.worker import RELOAD_METHOD, refresh_tied_layers
-from harbor_ray.errors import CheckpointError, WeightUpdateError, WeightVersionError
+from harbor_ray.errors import CheckpointError, WeightsRefusedError, WeightVersionError
 
 OLD, NEW = "/ckpt/old", "/ckpt/new"
 FAST = StepTimeouts(pause_s=0.2, reload_s=0.2, cache_s=0.2, resume_s=0.2)
@@ -161,7 +161,7 @@ async def test_updates_run_one_at_a_time() -> None:
 
 
 async def test_no_replica_is_an_error() -> None:
-    with pytest.raises(WeightUpdateError, match="no running replica"):
+    with pytest.raises(WeightsRefusedError, match="no running replica"):
         await _updater([]).update(NEW, 1)
 
 

@@ -34,6 +34,7 @@ from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
 from harbor_ray.trials.agents import (
     AGENTS,
+    AUX_MODEL,
     DEFAULT_CONTEXT_WINDOW,
     ProxyEndpoint,
     agent_config,
@@ -136,7 +137,10 @@ def test_wiring_follows_harbors_own_endpoint_conventions(agent: str, tmp_path: P
     assert spec is not None and agent_class.capabilities.base_url
     connection = create(build(agent), tmp_path).model_connection
     assert connection.model_api_format in (None, FORMATS[kind.dialect])
-    default = spec.default_base_url(connection.provider, connection.model_api_format)
+    # opencode's provider is harbor_ray's own `harbor` (an OpenAI-compatible chat
+    # provider), which Harbor does not know (None): the convention is openai's.
+    provider = "openai" if agent == "opencode" else connection.provider
+    default = spec.default_base_url(provider, connection.model_api_format)
     assert default is not None
     assert urlsplit(default).path.rstrip("/") == kind.url_path
 
@@ -460,14 +464,28 @@ async def test_gemini_cli_env(hostile_env: None, tmp_path: Path):
 async def test_opencode_provider_config(hostile_env: None, tmp_path: Path):
     recorded = await run_installed(build("opencode"), tmp_path)
     write = next(c for c, _ in recorded.execs if "opencode.json" in c)
-    provider = json.loads(write.split("echo ", 1)[1].split(" > ", 1)[0].strip("'"))
-    assert provider["provider"]["openai"] == {
-        "models": {SERVED: {}},
+    config = json.loads(write.split("echo ", 1)[1].split(" > ", 1)[0].strip("'"))
+    # Not `openai`: opencode sends that provider's calls to the Responses API.
+    assert set(config["provider"]) == {"harbor"}
+    assert config["provider"]["harbor"] == {
+        "models": {SERVED: {}, AUX_MODEL: {}},
         "options": {"baseURL": PROXY.sandbox_url + "/v1", "apiKey": "{env:OPENAI_API_KEY}"},
         "npm": "@ai-sdk/openai-compatible",  # chat completions, not the Responses API
     }
+    assert config["small_model"] == f"harbor/{AUX_MODEL}"  # its title generator's slot
     command, env = next((c, e) for c, e in recorded.execs if "opencode --model" in c)
-    assert env["OPENAI_API_KEY"] == KEY and f"--model=openai/{SERVED} " in command
+    assert env["OPENAI_API_KEY"] == KEY and f"--model=harbor/{SERVED} " in command
+
+
+async def test_claude_code_small_fast_slots_name_the_aux_model(
+    hostile_env: None, tmp_path: Path
+):
+    recorded = await run_installed(build("claude-code"), tmp_path)
+    env = next(e for c, e in recorded.execs if "claude --verbose" in c)
+    assert env["ANTHROPIC_MODEL"] == SERVED
+    assert env["ANTHROPIC_SMALL_FAST_MODEL"] == AUX_MODEL
+    assert env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == AUX_MODEL
+    assert env["ANTHROPIC_DEFAULT_SONNET_MODEL"] == SERVED
 
 
 async def test_kimi_cli_config(hostile_env: None, tmp_path: Path):

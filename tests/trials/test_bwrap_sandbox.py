@@ -458,3 +458,34 @@ async def test_start_refuses_without_bwrap(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
         await environment.start(force_build=False)
     assert environment.sandbox_dir is None
+
+
+# --- Installed programs (tools) --------------------------------------------------------
+
+
+async def test_tools_are_mounted_read_only_and_first_on_path(tmp_path: Path) -> None:
+    entry = tmp_path / "cache" / "toy-1.0"
+    (entry / "bin").mkdir(parents=True)
+    (entry / "bin" / "toy").write_text("#!/bin/sh\necho toy from the cache\n")
+    (entry / "bin" / "toy").chmod(0o755)
+    environment = make_environment(tmp_path, tools={"/opt/tools/toy-1.0": str(entry)})
+    await environment.start(force_build=False)
+    try:
+        result = await environment.exec("command -v toy && toy && command -v node")
+        assert result.return_code == 0, result.stderr
+        assert result.stdout == "/opt/tools/toy-1.0/bin/toy\ntoy from the cache\n/usr/bin/node\n"
+        written = await environment.exec("touch /opt/tools/toy-1.0/bin/planted")
+        assert written.return_code != 0
+        assert sorted(p.name for p in (entry / "bin").iterdir()) == ["toy"]
+    finally:
+        await environment.stop(delete=True)
+
+
+@pytest.mark.parametrize(("target", "problem"), [
+    ("opt/toy", "absolute"), ("/", "absolute"), ("/usr/local/toy", "inside the host"),
+])
+def test_tools_outside_the_host_system_dirs_only(
+    tmp_path: Path, target: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        make_environment(tmp_path, tools={target: str(tmp_path)})

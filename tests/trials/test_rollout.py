@@ -144,3 +144,58 @@ async def test_cancelling_mid_command_propagates_and_leaves_nothing(tmp_path: Pa
         await rollout
     assert leftovers(tmp_path) == []
     assert gone("sleep 302")
+
+
+async def test_a_backend_constructor_error_is_sandbox_start(tmp_path: Path) -> None:
+    # EC2's constructor requires `region`: Harbor's TypeError must not be an internal error.
+    rollout_spec = spec(tmp_path, sample("hello-file"), "oracle", sandbox="ec2",
+                        sandbox_kwargs={})
+    result = await result_of(rollout_spec, None)
+    assert result.error_type is ErrorType.SANDBOX_START, result
+    assert "TypeError" in result.error and "'region'" in result.error
+
+
+# --- Agents from the host's cache (harbor-ray agents install) --------------------------
+
+
+class _Capture:
+    served_model = "fake-model"
+    host_url = "http://127.0.0.1:9"
+
+
+def _cached_config(agent: str, cache: Path):
+    from harbor_ray.capture.proxy.session import SessionInfo
+    from harbor_ray.trials.rollout import _trial_config
+
+    pinned = RolloutSpec(rollout_id="r", task=sample("hello-file"), agent=agent,
+                         trials_dir=cache / "trials", agents_cache=cache)
+    return _trial_config(pinned, _Capture(), SessionInfo("s", "k", None))
+
+
+@pytest.mark.parametrize(("agent", "import_path"), [
+    ("gemini-cli", "harbor_ray.trials.preinstalled:PreinstalledGeminiCli"),
+    ("codex", None),  # Harbor's codex skips its install when codex is on PATH
+])
+def test_a_pinned_agent_runs_from_the_cache_mounted_read_only(
+    tmp_path: Path, agent: str, import_path: str | None
+):
+    from harbor_ray.trials.installs import PINS
+
+    entry = tmp_path / PINS[agent].entry_name
+    (entry / "bin").mkdir(parents=True)
+    config = _cached_config(agent, tmp_path)
+    assert config.environment.kwargs["tools"] == {
+        f"/opt/harbor-ray/agents/{entry.name}": str(entry)}
+    assert config.agent.import_path == import_path
+    assert config.agent.name == (None if import_path else agent)
+
+
+async def test_a_pinned_agent_not_in_the_cache_fails_its_setup_saying_how_to_install(
+    tmp_path: Path
+):
+    pinned = spec(tmp_path, sample("hello-file"), "opencode",
+                  agents_cache=tmp_path / "empty")
+    async with local_capture(FakeEngine(), "in-process") as capture:
+        record = await run_rollout(pinned, capture)
+    assert record.result.error_type == ErrorType.AGENT_SETUP
+    assert "harbor-ray agents install opencode" in (record.result.error or "")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.findings import Finding
 from harbor_ray.capture.core.graph import Node, TrainingSequence
 from harbor_ray.capture.core.record import ClosedCapture, close_capture
@@ -32,7 +33,8 @@ from harbor_ray.capture.core.turn import TurnRecord
 __all__ = ["EXPORT_VERSION", "build_export", "render_export", "turns_from_export"]
 
 # Bump on any change a reader of an older document would misread.
-EXPORT_VERSION = 1
+# 2: each turn says whether its prompt was stitched (`continuation`).
+EXPORT_VERSION = 2
 
 
 def build_export(
@@ -76,9 +78,14 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             request_messages_json=orjson.dumps(t["request_messages"]),
             response_message_json=orjson.dumps(t["response_message"]),
             request_model=t["request_model"],
+            # Absent from exports written before the field existed.
+            not_forwarded=tuple(t.get("not_forwarded", ())),
             started_at=t["started_at"],
             ended_at=t["ended_at"],
             auxiliary=t["auxiliary"],
+            policy_version_start=t.get("policy_version_start"),
+            policy_version_end=t.get("policy_version_end"),
+            continuation=_continuation_from_json(t["continuation"]),
         )
         for t in doc["turns"]
     ]
@@ -98,10 +105,30 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "request_messages": orjson.loads(turn.request_messages_json),
         "response_message": orjson.loads(turn.response_message_json),
         "request_model": turn.request_model,
+        "not_forwarded": list(turn.not_forwarded),
         "started_at": turn.started_at,
         "ended_at": turn.ended_at,
         "auxiliary": turn.auxiliary,
+        "policy_version_start": turn.policy_version_start,
+        "policy_version_end": turn.policy_version_end,
+        "continuation": _continuation_to_json(turn.continuation),
     }
+
+
+def _continuation_to_json(continuation: Continuation | None) -> dict[str, Any] | None:
+    if continuation is None:
+        return None
+    fallback = continuation.fallback
+    return {"turn": continuation.turn, "stitched": continuation.stitched,
+            "fallback": None if fallback is None else fallback.value}
+
+
+def _continuation_from_json(doc: dict[str, Any] | None) -> Continuation | None:
+    if doc is None:
+        return None
+    fallback = doc["fallback"]
+    return Continuation(int(doc["turn"]), bool(doc["stitched"]),
+                        None if fallback is None else Fallback(fallback))
 
 
 def _sequence_doc(sequence: TrainingSequence) -> dict[str, Any]:

@@ -57,10 +57,12 @@ class Code(StrEnum):
     MULTIPLE_ROOTS = "multiple_roots"
     DISCARDED_TURNS = "discarded_turns"
     RETOKENIZATION_SPLIT = "retokenization_split"
+    STITCH_FALLBACK = "stitch_fallback"
     EMPTY_COMPLETION = "empty_completion"
     TRUNCATED = "truncated"
     ENGINE_ERRORS = "engine_errors"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    NOT_FORWARDED = "not_forwarded"
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,28 @@ def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding
     elif tokens is not None:
         yield from _logprob_values(i, turn.logprobs)
 
+    continuation = turn.continuation
+    if continuation is not None and not continuation.stitched:
+        # The prompt the engine rendered may not extend the continued turn's ids: a
+        # retokenization_split follows when it does not.
+        why = continuation.fallback.reason if continuation.fallback else "no reason given"
+        yield Finding(
+            Code.STITCH_FALLBACK, Severity.WARN,
+            f"turn {i} continues turn {continuation.turn}, but its prompt was rendered from "
+            f"the messages, not stitched from turn {continuation.turn}'s ids: {why}", i)
+
     if turn.finish_reason == "length":
         yield Finding(Code.TRUNCATED, Severity.INFO, f"turn {i}: the reply hit the token limit", i)
+    if turn.not_forwarded:
+        # The model was trained on a prompt without these; a trainer may want to know
+        # that the agent offered more (a tool the model could not call, an image it
+        # never saw).
+        yield Finding(
+            Code.NOT_FORWARDED,
+            Severity.INFO,
+            f"turn {i}: left out of the engine request: {', '.join(turn.not_forwarded)}",
+            i,
+        )
 
 
 def _invalid_ids(i: int, what: str, ids: np.ndarray, vocab_size: int | None) -> Iterator[Finding]:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harbor_ray.capture.core.continuation import Continuation
+
 
 @dataclass(frozen=True, eq=False)
 class TurnRecord:
@@ -30,8 +32,21 @@ class TurnRecord:
     request_messages_json: bytes = b"[]"  # the engine request's messages, a JSON array
     response_message_json: bytes = b"{}"  # the engine reply's message, a JSON object
     request_model: str = ""
+    # Parts of the agent's request the engine request left out (EngineCall.not_forwarded).
+    not_forwarded: tuple[str, ...] = ()
     started_at: float = 0.0
     ended_at: float = 0.0
     # Set by the edge when it knows the call is not part of the agent's own loop
     # (e.g. a title or summary call); such trees get the role "auxiliary".
     auxiliary: bool = False
+    # The policy (weights) version when the call was forwarded to the engine and when
+    # its reply arrived, as the edge knew it; they differ when a weight update landed
+    # mid-call. None: the edge knew no version.
+    policy_version_start: int | None = None
+    policy_version_end: int | None = None
+    # The earlier turn this call continued and whether its prompt was stitched from that
+    # turn's ids (continuation.py); None when it continued none, or stitching was off.
+    continuation: Continuation | None = None
+    # The digest of the request messages + the reply (`continuation.extend`), by which a
+    # later request that continues this conversation finds this turn; b"" for none.
+    conversation_key: bytes = b""

@@ -8,6 +8,9 @@ behind a `CallStore`, so the app holds no per-session state and any replica can
 serve any session. Only an app given an `AdminStore` (where the sessions live) has
 the admin routes that open, list, export and delete them.
 
+Not model calls (probes.py): a websocket upgrade gets 426 at once (codex then uses
+HTTP), `HEAD` and `GET /` a 200.
+
 Failures, by where they happen, and what the agent sees (always in its own dialect):
   request     head (URL, headers) too large -> 414 / 431 before anything else; unreadable,
               oversized, wrong type, untranslatable, not encodable for the engine (nested
@@ -34,6 +37,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -42,8 +46,19 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from harbor_ray.capture.core.auxiliary import MainLoop, is_auxiliary
 from harbor_ray.capture.core.budget import budget_stop
 from harbor_ray.capture.core.completion import Completion, parse_engine_reply
+from harbor_ray.capture.core.continuation import (
+    Continuation,
+    ContinuationBase,
+    Conversation,
+    Fallback,
+    extend,
+    has_non_text_content,
+    stitch,
+    turn_closing,
+)
 from harbor_ray.capture.core.count_tokens import count_call
 from harbor_ray.capture.core.detect import Route as CallRoute
 from harbor_ray.capture.core.detect import answering_dialect, detect
@@ -56,6 +71,12 @@ from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
 from harbor_ray.capture.core.sse import KEEPALIVE
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.fast_json import JSONResponse
+from harbor_ray.capture.proxy.probes import (
+    http_upgrade_refused,
+    is_upgrade,
+    probe_answer,
+    refuse_websocket,
+)
 from harbor_ray.capture.proxy.session import AdminStore, CallStore, SessionGrant
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import (
@@ -83,6 +104,10 @@ class CaptureSettings:
     max_header_bytes: int = 64 * 1024
     keepalive_s: float = 10.0
     default_budget: int | None = None
+    # A call that continues a recorded turn's conversation gets that turn's prompt +
+    # sampled ids as the start of its prompt (continuation.py); False: the engine
+    # renders every prompt from the messages.
+    stitch: bool = True
 
 
 class SessionRequest(BaseModel):
@@ -93,6 +118,13 @@ class SessionRequest(BaseModel):
     budget: int | None = Field(None, ge=0, le=INT64_MAX,
                                description="Model calls allowed; None: no limit.")
     sampling: Sampling | None = Field(None, description="Imposed on every call.")
+    main_model: str | None = Field(
+        None, max_length=1024,
+        description="The model name the agent's main loop asks for: calls asking for "
+                    "another are marked auxiliary (side calls).")
+    agent: str | None = Field(
+        None, max_length=1024,
+        description="The agent's Harbor name, for its own side-call rules.")
 
 
 class _HttpError(AgentCallError):
@@ -113,15 +145,19 @@ def build_capture_app(
     *,
     admin: AdminStore | None = None,
     clock: Callable[[], float] = time.time,
+    policy_version: Callable[[], int | None] = lambda: 0,
     on_shutdown: Callable[[], Any] | None = None,
 ) -> CaptureApp:
     """The ASGI app. `on_shutdown` (e.g. closing the engine client) runs at lifespan end.
+    `policy_version` is read when a call is forwarded and when its reply arrives (the
+    turn's `policy_version_start`/`_end`); it must be cheap (the online service's is a
+    cached value, harbor_ray/online/policy.py). Offline runs record version 0.
 
     Without `admin` (cluster replicas, whose sessions their owner actors open and
     export; `serve_capture`, whose caller does) there are no admin routes: /sessions
     falls through to the model-call route (a 404; a DELETE, which that route does not
     take, a 405)."""
-    handler = _CaptureHandler(store, engine, settings, clock)
+    handler = _CaptureHandler(store, engine, settings, clock, policy_version)
     instance_id = uuid.uuid4().hex
 
     async def health(request: Request) -> Response:
@@ -163,9 +199,16 @@ class CaptureApp:
         self.settings = handler.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await refuse_websocket(_route_path(scope), scope, receive, send)
+            return
         if scope["type"] == "http":
             path = _route_path(scope)
             response: ASGIApp | None = _head_refused(scope, path, self.settings)
+            if response is None and is_upgrade(scope):
+                response = http_upgrade_refused(path, scope)
+            if response is None:
+                response = probe_answer(scope, path)
             if response is None and path != "/health" and not (
                     self._admin_routes and _is_admin(path)):
                 if scope["method"] in ("GET", "POST"):
@@ -238,7 +281,10 @@ class _AdminRoutes:
         except ValidationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
-        info = await self.admin.create(budget=budget, sampling=spec.sampling)
+        main_loop = (MainLoop(model=spec.main_model, agent=spec.agent)
+                     if spec.main_model or spec.agent else None)
+        info = await self.admin.create(budget=budget, sampling=spec.sampling,
+                                       main_loop=main_loop)
         return JSONResponse(
             {"session_id": info.session_id, "key": info.key, "budget": info.budget,
              "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None},
@@ -273,8 +319,13 @@ class _CaptureHandler:
         engine: Engine,
         settings: CaptureSettings,
         clock: Callable[[], float],
+        policy_version: Callable[[], int | None],
     ) -> None:
         self.store, self.engine, self.settings, self.clock = store, engine, settings, clock
+        self.policy_version = policy_version
+        # The chat template's end of an assistant turn, learned from the engine once:
+        # (ids,) when known, (None,) when its renderings do not show it.
+        self._closing: tuple[np.ndarray | None] | None = None
 
     # ---- model calls --------------------------------------------------------------
 
@@ -294,6 +345,7 @@ class _CaptureHandler:
             call = dialect.to_engine(body, url_model=route.url_model, url_stream=route.url_stream)
             payload = engine_body(call, self.settings.served_model, grant.sampling)
             messages_json = _encodable(payload)
+            conversation = self._conversation(payload)
         except _ClientGone:
             return _NOTHING
         except _HttpError as exc:
@@ -309,19 +361,34 @@ class _CaptureHandler:
             response_id=f"hr-{secrets.token_hex(16)}",
             created=int(self.clock()),
             model=call.request_model or self.settings.served_model,
+            tool_namespaces=call.tool_namespaces,
         )
         try:
-            admission = await self.store.admit(grant.session_id)
+            admission = await self.store.admit(
+                grant.session_id, conversation.prefixes() if conversation else ())
         except SessionGone:
             return _session_ended(dialect)
         if not admission.admitted:
             return self._reply(dialect, call, budget_stop(), ctx)
         admitted = _Admitted(grant.session_id, admission.call_index, route, call, payload,
-                             messages_json)
+                             messages_json,
+                             is_auxiliary(grant.main_loop, call.request_model, call.body),
+                             conversation, admission.base)
         if call.stream:
             return _Stream(self._stream(dialect, admitted, ctx),
                            media_type="text/event-stream", headers=_SSE_HEADERS)
         return _Delivery(self, dialect, admitted, ctx)
+
+    def _conversation(self, payload: dict[str, Any]) -> Conversation | None:
+        """The request's message digests, when its prompt may be stitched: not with
+        stitching off, nor when the agent asked for a rendering of its own (echo, an
+        open final message), which vLLM then makes from the messages."""
+        if (not self.settings.stitch or payload.get("echo")
+                or payload.get("continue_final_message")
+                or payload.get("add_generation_prompt", True) is not True
+                or not isinstance(payload.get("messages"), list)):
+            return None
+        return Conversation(payload["messages"], payload.get("tools"))
 
     async def _authenticate(self, request: Request) -> SessionGrant:
         key = extract_key(request.headers, request.query_params)
@@ -369,9 +436,10 @@ class _CaptureHandler:
         """The engine's answer to an admitted call. Every admitted call ends in exactly one
         record or release: here the release of one that produced nothing."""
         session_id, index = admitted.session_id, admitted.index
-        started = self.clock()
+        started, version = self.clock(), self.policy_version()
         try:
-            reply = await self.engine.request("POST", "/v1/chat/completions", admitted.payload)
+            prompt = await self._prompt(admitted)
+            reply = await self.engine.request("POST", "/v1/chat/completions", prompt.payload)
             completion = parse_engine_reply(reply)
         except EngineError:
             await self.store.release(session_id, index, "engine_error")
@@ -384,7 +452,58 @@ class _CaptureHandler:
             await self._withdraw(admitted)
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
-        return _EngineReply(completion, message, started)
+        return _EngineReply(completion, message, started, version,
+                            prompt.checked(completion))
+
+    async def _prompt(self, admitted: _Admitted) -> _Prompt:
+        """The engine body: the stitched prompt ids in it when the call continues a
+        recorded turn and the engine's renderings allow (else why not). Never raises
+        but for cancellation: a failed stitch is a fallback, not a failed call."""
+        base, payload = admitted.base, admitted.payload
+        if base is None:
+            return _Prompt(payload)
+        messages = payload["messages"]
+        if has_non_text_content(messages):
+            return _Prompt.fallback(payload, base, Fallback.NON_TEXT_CONTENT)
+        try:
+            closing = await self._turn_closing(payload)
+            if closing is None:
+                return _Prompt.fallback(payload, base, Fallback.UNKNOWN_TURN_END)
+            history, full = await asyncio.gather(
+                self._tokenize(payload, messages[:base.messages], generation=False),
+                self._tokenize(payload, messages, generation=True))
+        except (EngineError, KeyError, TypeError, ValueError):
+            return _Prompt.fallback(payload, base, Fallback.NO_TOKENIZE)
+        ids = stitch(base, closing, history, full)
+        if isinstance(ids, Fallback):
+            return _Prompt.fallback(payload, base, ids)
+        stitched = {**payload, "kv_transfer_params": {"prompt_token_ids": ids.tolist()}}
+        return _Prompt(stitched, Continuation(base.turn, True), ids)
+
+    async def _turn_closing(self, payload: dict[str, Any]) -> np.ndarray | None:
+        """What the template puts after an assistant message (learned once, from a
+        probe conversation rendered open and with an empty reply)."""
+        if self._closing is None:
+            probe: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+            open_ids, closed_ids = await asyncio.gather(
+                self._tokenize(payload, probe, generation=True, tools=False),
+                self._tokenize(payload, [*probe, {"role": "assistant", "content": ""}],
+                               generation=False, tools=False))
+            self._closing = (turn_closing(open_ids, closed_ids),)
+        return self._closing[0]
+
+    async def _tokenize(self, payload: dict[str, Any], messages: list[Any], *,
+                        generation: bool, tools: bool = True) -> list[int]:
+        """The engine's rendering of `messages` with the template the call uses."""
+        request: dict[str, Any] = {"model": payload["model"], "messages": messages,
+                                   "add_generation_prompt": generation}
+        for key in ("tools", "chat_template_kwargs") if tools else ():
+            if payload.get(key) is not None:
+                request[key] = payload[key]
+        tokens = (await self.engine.request("POST", "/tokenize", request))["tokens"]
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise ValueError("/tokenize answered no token list")
+        return tokens
 
     async def _record(self, admitted: _Admitted, reply: _EngineReply) -> None:
         """Keep the turn (before its reply leaves: a replica killed after answering must
@@ -400,8 +519,15 @@ class _CaptureHandler:
             request_messages_json=admitted.messages_json,
             response_message_json=orjson.dumps(reply.message),
             request_model=admitted.call.request_model,
+            not_forwarded=admitted.call.not_forwarded,
             started_at=reply.started,
             ended_at=self.clock(),
+            policy_version_start=reply.version,
+            policy_version_end=self.policy_version(),
+            auxiliary=admitted.auxiliary,
+            continuation=reply.continuation,
+            conversation_key=b"" if admitted.conversation is None else extend(
+                admitted.conversation.digest, {**reply.message, "role": "assistant"}),
         ))
 
     async def _withdraw(self, admitted: _Admitted) -> None:
@@ -477,6 +603,32 @@ class _Admitted:
     call: EngineCall
     payload: dict[str, Any]
     messages_json: bytes  # the payload's messages, encoded once for the record
+    auxiliary: bool = False  # a side call (capture.core.auxiliary)
+    conversation: Conversation | None = None  # None: its prompt is never stitched
+    base: ContinuationBase | None = None  # the recorded turn it continues
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """What the engine is sent for one call, and how its prompt came about."""
+
+    payload: dict[str, Any]
+    continuation: Continuation | None = None
+    stitched_ids: np.ndarray | None = None
+
+    @classmethod
+    def fallback(cls, payload: dict[str, Any], base: ContinuationBase, why: Fallback
+                 ) -> _Prompt:
+        return cls(payload, Continuation(base.turn, False, why))
+
+    def checked(self, completion: Completion) -> Continuation | None:
+        """The continuation as it happened: an engine that rendered the messages
+        itself (vLLM does for some requests) did not take the stitched prompt."""
+        if self.stitched_ids is None or self.continuation is None or (
+                completion.prompt_ids is not None
+                and np.array_equal(completion.prompt_ids, self.stitched_ids)):
+            return self.continuation
+        return Continuation(self.continuation.turn, False, Fallback.ENGINE_IGNORED)
 
 
 @dataclass(frozen=True)
@@ -484,6 +636,8 @@ class _EngineReply:
     completion: Completion
     message: dict[str, Any]  # the engine reply's message, as recorded
     started: float
+    version: int | None  # the policy version when the call was forwarded
+    continuation: Continuation | None = None
 
 
 class _Stream(StreamingResponse):

@@ -36,7 +36,9 @@ class Certification(BaseModel):
     engine_version: str | None = Field(description="What /version reported, if anything.")
     returns_token_ids: bool = Field(description="prompt_token_ids and token_ids came back.")
     returns_logprobs: bool = Field(description="Per-token logprobs came back.")
-    tool_calling: bool = Field(description="tool_choice=auto was accepted.")
+    tool_calling: bool = Field(
+        description="tool_choice=auto was accepted and the tools reached the prompt."
+    )
     tool_calling_fix: str | None = Field(
         description="What to change on the engine to enable tool calling, when it is off."
     )
@@ -68,7 +70,7 @@ async def certify(engine: Engine, url: str, *, model: str | None = None) -> Cert
             f"engine at {url} cannot be used for training: " + "; ".join(problems)
         )
 
-    tool_fix = await _tool_calling_fix(engine, model)
+    tool_fix = await _tool_calling_fix(engine, model, len(reply["prompt_token_ids"]))
     return Certification(
         url=url,
         served_model=model,
@@ -115,16 +117,23 @@ def _capture_problems(reply: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def _tool_calling_fix(engine: Engine, model: str) -> str | None:
+async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int) -> str | None:
+    """None if tool calling works; else what to change. `plain_prompt_len` is the prompt
+    length of the same messages without tools."""
     probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
-             "tools": [_TOOL], "tool_choice": "auto"}
+             "tools": [_TOOL], "tool_choice": "auto", "return_token_ids": True}
     try:
-        await engine.request("POST", "/v1/chat/completions", probe)
+        reply = await engine.request("POST", "/v1/chat/completions", probe)
     except EngineError as exc:
         if "enable-auto-tool-choice" in exc.message or "tool-call-parser" in exc.message:
             return ("start vLLM with --enable-auto-tool-choice --tool-call-parser <parser> "
                     "(e.g. hermes); agents that use the text protocol (terminus-2) work without")
         return f"tool calling failed: {exc.message}"
+    # A template that ignores `tools` accepts them and the model never sees them: the
+    # request succeeds and no call can come back.
+    if len(reply.get("prompt_token_ids") or []) <= plain_prompt_len:
+        return ("the chat template ignores `tools` (the prompt did not grow): serve the model "
+                "with a template that renders them (vLLM --chat-template)")
     return None
 
 

@@ -47,12 +47,17 @@ def encode(text: str) -> list[int]:
     return [b + _BYTE_OFFSET for b in text.encode()]
 
 
-def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
+def render_prompt(messages: list[dict[str, Any]], tools: list[Any] | None = None, *,
+                  generation: bool = True) -> list[int]:
+    """The prompt ids of a conversation; `tools`, when given, lead it as a template's do;
+    without `generation`, no assistant header closes it."""
     ids: list[int] = []
+    if tools:
+        ids += [IM_START, *encode(f"tools\n{json.dumps(tools)}"), IM_END, *encode("\n")]
     for message in messages:
         ids += [IM_START, *encode(f"{message.get('role')}\n{_render_content(message)}"), IM_END]
         ids += encode("\n")
-    return [*ids, IM_START, *encode("assistant\n")]
+    return [*ids, IM_START, *encode("assistant\n")] if generation else ids
 
 
 def _render_content(message: dict[str, Any]) -> str:
@@ -84,6 +89,7 @@ class FakeEngine:
     delay_s: float = 0.0
     token_ids: bool = True  # False imitates an engine without return_token_ids support
     tool_calling: bool = True  # False imitates vLLM without --enable-auto-tool-choice
+    renders_tools: bool = True  # False imitates a chat template that ignores `tools`
     fail_with: int | None = None  # answer every generation with this HTTP status
     tokenize: bool = True  # False imitates an engine without vLLM's /tokenize
     calls: list[dict[str, Any]] = field(default_factory=list)
@@ -98,7 +104,8 @@ class FakeEngine:
             return {"version": "fake"}
         if path == "/tokenize" and self.tokenize and body is not None:
             # vLLM's reply for chat messages: the prompt the next generation would see.
-            tokens = render_prompt(body.get("messages") or [])
+            tokens = render_prompt(body.get("messages") or [], self._tools(body),
+                                   generation=body.get("add_generation_prompt", True))
             return {"count": len(tokens), "max_model_len": 8192, "tokens": tokens}
         if path != "/v1/chat/completions" or body is None:
             raise EngineError(f"fake engine has no route {method} {path}", 400)
@@ -121,7 +128,7 @@ class FakeEngine:
                                       "--enable-auto-tool-choice and --tool-call-parser to be set")
         messages = body.get("messages") or []
         reply = self.script(messages)
-        prompt = render_prompt(messages)
+        prompt = _reused_prompt(body) or render_prompt(messages, self._tools(body))
         sampled_text = reply.text + "".join(
             f"<tool_call>{name} {json.dumps(args)}</tool_call>" for name, args in reply.tool_calls
         )
@@ -158,6 +165,25 @@ class FakeEngine:
             out["prompt_token_ids"] = prompt
             choice["token_ids"] = sampled
         return out
+
+
+    def _tools(self, body: dict[str, Any]) -> list[Any] | None:
+        return body.get("tools") if self.renders_tools else None
+
+
+def _reused_prompt(body: dict[str, Any]) -> list[int] | None:
+    """Forwarded prompt ids, used as vLLM 0.32 uses them: instead of rendering the
+    messages, unless the request echoes or has non-text content."""
+    forwarded = body.get("kv_transfer_params")
+    ids = forwarded.get("prompt_token_ids") if isinstance(forwarded, dict) else None
+    if not ids or body.get("echo") or any(
+            isinstance(m.get("content"), list)
+            and any(p.get("type", "text") != "text" for p in m["content"])
+            for m in body.get("messages") or []):
+        return None
+    if any(type(i) is not int or not 0 <= i < VOCAB_SIZE for i in ids):
+        raise engine_status_error(400, "kv_transfer_params.prompt_token_ids out of vocabulary")
+    return list(ids)
 
 
 def fake_engine_app(engine: FakeEngine) -> Starlette:

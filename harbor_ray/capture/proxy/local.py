@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
@@ -33,9 +34,10 @@ class LocalCapture:
     host_url: str
 
     async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None
+        self, *, budget: int | None, sampling: Sampling | None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo:
-        return await self.store.create(budget=budget, sampling=sampling)
+        return await self.store.create(budget=budget, sampling=sampling, main_loop=main_loop)
 
     async def close_session(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone."""
@@ -44,18 +46,20 @@ class LocalCapture:
 
 @contextlib.asynccontextmanager
 async def local_capture(
-    engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1"
+    engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
+    stitch: bool = True,
 ) -> AsyncIterator[LocalCapture]:
     """Certify `engine`, serve the proxy on a free loopback port, stop it on exit."""
     certification = await certify(engine, url, model=model)
     async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
-                             host=host) as capture:
+                             host=host, stitch=stitch) as capture:
         yield capture
 
 
 @contextlib.asynccontextmanager
 async def serve_capture(
-    store: InMemorySessionStore, engine: Engine, served_model: str, *, host: str = "127.0.0.1"
+    store: InMemorySessionStore, engine: Engine, served_model: str, *,
+    host: str = "127.0.0.1", stitch: bool = True,
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
     already), in the running loop; stop it on exit.
@@ -63,7 +67,8 @@ async def serve_capture(
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
-    app = build_capture_app(store, engine, CaptureSettings(served_model=served_model))
+    app = build_capture_app(store, engine,
+                            CaptureSettings(served_model=served_model, stitch=stitch))
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()

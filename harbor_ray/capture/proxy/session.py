@@ -11,9 +11,12 @@ so the budget counts model turns, not attempts that never reached the model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from harbor_ray.capture.core.auxiliary import MainLoop
+from harbor_ray.capture.core.continuation import ContinuationBase, PrefixKey
 from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.core.keys import (
     digest_matches,
@@ -44,12 +47,17 @@ class SessionGrant:
 
     session_id: str
     sampling: Sampling | None = None
+    # The agent's main loop, to mark its side calls auxiliary (capture.core.auxiliary).
+    main_loop: MainLoop | None = None
 
 
 @dataclass(frozen=True)
 class Admission:
     admitted: bool
     call_index: int  # the turn's index when admitted; -1 otherwise
+    # The recorded turn whose conversation the call continues (the longest of the
+    # prefixes it offered), for its prompt to be stitched; None if it continues none.
+    base: ContinuationBase | None = None
 
 
 class CallStore(Protocol):
@@ -59,8 +67,10 @@ class CallStore(Protocol):
         """What this key opens, or None."""
         ...
 
-    async def admit(self, session_id: str) -> Admission:
-        """Atomically check the budget and reserve one call; `SessionGone` if it ended."""
+    async def admit(self, session_id: str, prefixes: Sequence[PrefixKey] = ()) -> Admission:
+        """Atomically check the budget and reserve one call; `SessionGone` if it ended.
+        `prefixes` (the request's message prefixes that may be an earlier turn's
+        messages + reply) find the turn it continues."""
         ...
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
@@ -79,7 +89,8 @@ class AdminStore(Protocol):
     routes of a proxy that holds them)."""
 
     async def create(
-        self, *, budget: int | None = None, sampling: Sampling | None = None
+        self, *, budget: int | None = None, sampling: Sampling | None = None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
 
     async def export(self, session_id: str) -> dict[str, Any] | None:
@@ -100,6 +111,7 @@ class SessionState:
     key_digest: bytes
     budget: int | None
     sampling: Sampling | None = None
+    main_loop: MainLoop | None = None
     turns: list[TurnRecord] = field(default_factory=list)
     recorded: set[int] = field(default_factory=set)
     admitted: int = 0
@@ -107,12 +119,16 @@ class SessionState:
     # process other than this one, by a name its edge can check), None for this process.
     in_flight: dict[int, str | None] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: {"engine_error": 0, "budget_stop": 0})
+    # Recorded turns by `conversation_key`, the lowest index first among equal ones (the
+    # one the graph would link to), for requests that continue their conversations.
+    by_conversation: dict[bytes, list[TurnRecord]] = field(default_factory=dict)
 
     def full(self) -> bool:
         """Whether the budget is taken: by turns, and by calls still in flight."""
         return self.budget is not None and len(self.turns) + len(self.in_flight) >= self.budget
 
-    def admit(self, holder: str | None = None) -> Admission:
+    def admit(self, holder: str | None = None, prefixes: Sequence[PrefixKey] = ()
+              ) -> Admission:
         # No await between check and increment: atomic on the owner's event loop.
         if self.full():
             self.counters["budget_stop"] += 1
@@ -120,7 +136,18 @@ class SessionState:
         index = self.admitted
         self.admitted += 1
         self.in_flight[index] = holder
-        return Admission(True, index)
+        return Admission(True, index, self.continued(prefixes))
+
+    def continued(self, prefixes: Sequence[PrefixKey]) -> ContinuationBase | None:
+        """The turn whose messages + reply are the longest of `prefixes`, if any."""
+        for prefix in sorted(prefixes, key=lambda p: p.messages, reverse=True):
+            found = self.by_conversation.get(prefix.digest)
+            if found:
+                turn = found[0]
+                if turn.prompt_ids is not None and turn.token_ids is not None:
+                    return ContinuationBase(turn.index, prefix.messages, turn.prompt_ids,
+                                            turn.token_ids)
+        return None
 
     def record(self, turn: TurnRecord) -> None:
         # Idempotent by admission index: a record delivered twice (a retried actor call)
@@ -130,6 +157,10 @@ class SessionState:
         self.recorded.add(turn.index)
         self.in_flight.pop(turn.index, None)
         self.turns.append(turn)
+        if turn.conversation_key:
+            same = self.by_conversation.setdefault(turn.conversation_key, [])
+            same.append(turn)
+            same.sort(key=lambda t: t.index)
 
     def release(self, index: int, counter: Counter | None) -> None:
         self.in_flight.pop(index, None)
@@ -138,6 +169,10 @@ class SessionState:
             # was handed over): the turn is withdrawn and its budget given back. The index
             # stays in `recorded`, so a late duplicate of the record cannot restore it.
             self.turns = [t for t in self.turns if t.index != index]
+            for key, same in list(self.by_conversation.items()):
+                same[:] = [t for t in same if t.index != index]
+                if not same:
+                    del self.by_conversation[key]
         if counter:
             self.counters[counter] += 1
 
@@ -173,12 +208,13 @@ class InMemorySessionStore:
         self._owner = owner
 
     async def create(
-        self, *, budget: int | None = None, sampling: Sampling | None = None
+        self, *, budget: int | None = None, sampling: Sampling | None = None,
+        main_loop: MainLoop | None = None,
     ) -> SessionInfo:
         session_id = new_session_id(self._owner)
         key = mint_key(session_id)
         self._sessions[session_id] = SessionState(
-            key_digest=key_digest(key), budget=budget, sampling=sampling
+            key_digest=key_digest(key), budget=budget, sampling=sampling, main_loop=main_loop
         )
         return SessionInfo(session_id, key, budget, sampling)
 
@@ -190,10 +226,11 @@ class InMemorySessionStore:
         state = self._sessions.get(session_id) if session_id else None
         if session_id is None or state is None or not digest_matches(key, state.key_digest):
             return None
-        return SessionGrant(session_id, state.sampling)
+        return SessionGrant(session_id, state.sampling, state.main_loop)
 
-    async def admit(self, session_id: str, holder: str | None = None) -> Admission:
-        return self._live(session_id).admit(holder)
+    async def admit(self, session_id: str, prefixes: Sequence[PrefixKey] = (),
+                    holder: str | None = None) -> Admission:
+        return self._live(session_id).admit(holder, prefixes)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         self._live(session_id).record(turn)

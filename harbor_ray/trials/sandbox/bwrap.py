@@ -6,8 +6,10 @@ BwrapEnvironment", kwargs={...})`. Constructor kwargs: `share_network` (bool, se
 `shares_host_network`), `forward` (`{sandbox port: "host:port"}`, JSON-friendly: host
 TCP addresses the sandbox reaches at 127.0.0.1:port without any other network, see
 forward.py and `forward_url`), `sandboxes_dir` (where the per-trial directories go;
-default the system temp dir) and `search_path` (PATH-style string used to find bwrap,
-nsenter and tmux; default this process's PATH).
+default the system temp dir), `search_path` (PATH-style string used to find bwrap,
+nsenter and tmux; default this process's PATH) and `tools` (`{sandbox dir: host dir}`:
+host directories of installed programs, such as an agent CLI's cache entry, mounted
+read-only, each one's `bin/` put first on PATH).
 
 What a trial gets (layout.py): its own writable `/` in a per-trial host directory, so
 its /app (or the task's workdir), /tests, /logs, /solution, /installed-agent, /tmp and
@@ -57,6 +59,8 @@ from harbor_ray.trials.sandbox.layout import (
     Bind,
     Layout,
     remove_root,
+    tool_binds,
+    tools_path,
 )
 from harbor_ray.trials.sandbox.preflight import find_problems, find_tools
 from harbor_ray.trials.sandbox.runtime import Sandbox
@@ -111,6 +115,7 @@ class BwrapEnvironment(BaseEnvironment):
         forward: Mapping[int | str, str] | None = None,
         sandboxes_dir: str | Path | None = None,
         search_path: str | None = None,
+        tools: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         self._share_network = share_network
@@ -118,6 +123,8 @@ class BwrapEnvironment(BaseEnvironment):
         self._forwarding: Forwarding | None = None
         self._sandboxes_dir = Path(sandboxes_dir) if sandboxes_dir is not None else None
         self._search_path = search_path
+        self._tools = tool_binds(tools or {})
+        self._env = {**_BASE_ENV, "PATH": tools_path(self._tools)}
         self._sandbox: Sandbox | None = None
         self._sandbox_dir: Path | None = None
         super().__init__(
@@ -204,7 +211,7 @@ class BwrapEnvironment(BaseEnvironment):
             root=root,
             workdir=self.workdir,
             share_network=self._shares_network,
-            binds=binds + extra_binds,
+            binds=binds + self._tools + extra_binds,
         )
 
     async def start(self, force_build: bool) -> None:
@@ -280,7 +287,7 @@ class BwrapEnvironment(BaseEnvironment):
             code = await self._running().run(
                 ["bash", "-c", command],
                 cwd=PurePosixPath(cwd) if cwd else self.workdir,
-                env={**_BASE_ENV, **(self._merge_env(env) or {})},
+                env={**self._env, **(self._merge_env(env) or {})},
                 stdout=stdout,
                 stderr=stderr,
                 # 0 means no timeout, as for Harbor's Docker environment.
@@ -296,7 +303,7 @@ class BwrapEnvironment(BaseEnvironment):
             code = await self._running().run(
                 ["bash", "-c", f"set -e; {script}"],
                 cwd=PurePosixPath("/"),
-                env=_BASE_ENV,
+                env=self._env,
                 stdin=stdin if stdin is not None else subprocess.DEVNULL,
                 stdout=stdout if stdout is not None else discard,
                 stderr=stderr,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -30,6 +30,8 @@ __all__ = [
     "init_argv",
     "prepare_root",
     "remove_root",
+    "tool_binds",
+    "tools_path",
 ]
 
 # PATH for everything run inside. Set explicitly: the host's PATH points at host-only
@@ -109,6 +111,30 @@ class Layout:
     workdir: PurePosixPath = DEFAULT_WORKDIR
     share_network: bool = False
     binds: tuple[Bind, ...] = ()
+
+
+def tool_binds(tools: Mapping[str, str]) -> tuple[Bind, ...]:
+    """`{sandbox dir: host dir}` of installed programs as read-only binds.
+
+    A target must be absolute and outside the directories the host lends (its /usr is
+    already there, read-only) and `/` itself; a source must be an existing directory.
+    """
+    binds = []
+    for target, source in sorted(tools.items()):
+        path = PurePosixPath(target)
+        if not path.is_absolute() or path == PurePosixPath("/") or ".." in path.parts:
+            raise ValueError(f"tool directory {target!r} must be an absolute path below /")
+        if path.parts[1] in _SYSTEM_DIRS:
+            raise ValueError(f"tool directory {target!r} is inside the host's /{path.parts[1]}")
+        if not Path(source).is_dir():
+            raise ValueError(f"tool directory {source!r} (for {target}) is not a directory")
+        binds.append(Bind(source=Path(source), target=path, read_only=True))
+    return tuple(binds)
+
+
+def tools_path(binds: Sequence[Bind]) -> str:
+    """PATH inside: the tools' bin/ first (their CLI wins over a host one), then the host's."""
+    return ":".join([*(str(bind.target / "bin") for bind in binds), SANDBOX_PATH])
 
 
 def _host_system() -> tuple[list[str], dict[str, str]]:

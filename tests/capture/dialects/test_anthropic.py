@@ -308,15 +308,18 @@ _IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png
     (request(messages=None), "messages"),
     (request(messages=[]), "messages must not be empty"),
     (request(messages=["hi"]), "messages[0]"),
-    (request(messages=[{"role": "system", "content": "x"}]), "messages[0].role"),
+    (request(messages=[{"role": "tool", "content": "x"}]), "messages[0].role"),
+    (request(messages=[{"role": "system", "content": "x"}]), "a user or an assistant message"),
+    (request(messages=[{"role": "system", "content": [_IMAGE]}]), "messages[0].content[0]: image"),
     (request(messages=[{"role": "user"}]), "messages[0].content"),
     (request(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
     (_with_user_block({"text": "no type"}), "messages[0].content[0].type"),
     (_with_user_block({"type": "text", "text": 3}), "messages[0].content[0].text"),
     (_with_user_block(_IMAGE), "messages[0].content[0]: image"),
     (_with_user_block({"type": "document", "source": {}}), "messages[0].content[0]: document"),
-    (_with_user_block({"type": "tool_result", "tool_use_id": "t", "content": [_IMAGE]}),
-     "messages[0].content[0].content[0]: image"),
+    (_with_user_block({"type": "tool_result", "tool_use_id": "t",
+                       "content": [{"type": "search_result"}]}),
+     "messages[0].content[0].content[0]: block type 'search_result'"),
     (_with_user_block({"type": "tool_use", "id": "t", "name": "f", "input": {}}), "'tool_use'"),
     (_with_user_block({"type": "tool_result", "content": "x"}),
      "messages[0].content[0].tool_use_id"),
@@ -332,8 +335,6 @@ _IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png
     (request(system=5), "system"),
     (request(system=[_IMAGE]), "system[0]: image"),
     (request(tools={"name": "f"}), "tools"),
-    (request(tools=[{"type": "web_search_20250305", "name": "web_search"}]),
-     "'web_search_20250305' (name 'web_search')"),
     (request(tools=[{"name": "f"}]), "tools[0].input_schema"),
     (request(tools=[{"input_schema": {}}]), "tools[0].name"),
     (request(tool_choice={"type": "sometimes"}), "tool_choice.type"),
@@ -522,3 +523,62 @@ def test_error_event_mid_stream_raises_in_the_sdk() -> None:
         stream.get_final_message()
     assert info.value.body == {"type": "error", "error": {
         "type": "overloaded_error", "message": "engine overloaded"}}
+
+
+def _tool_use(call_id: str) -> dict[str, Any]:
+    return {"role": "assistant",
+            "content": [{"type": "tool_use", "id": call_id, "name": "f", "input": {}}]}
+
+
+def _tool_result(call_id: str) -> dict[str, Any]:
+    return {"role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "r"}]}
+
+
+@pytest.mark.parametrize(("messages", "expected"), [
+    # Before the conversation: part of the system prompt, after the `system` field.
+    ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+     [("system", "P\ns"), ("user", "u")]),
+    # Right after a user message: joined to its end.
+    ([{"role": "user", "content": "u"}, {"role": "system", "content": [
+        {"type": "text", "text": "s1"}, {"type": "text", "text": "s2"}]},
+      {"role": "system", "content": "s3"}],
+     [("system", "P"), ("user", "u\ns1\ns2\ns3")]),
+    # After an assistant message, before a user one: joined to the start of its text.
+    ([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+      {"role": "system", "content": "s"}, {"role": "user", "content": "v"}],
+     [("system", "P"), ("user", "u"), ("assistant", "a"), ("user", "s\nv")]),
+    # After tool results, before the results of the next call: its own user message
+    # follows the results.
+    ([{"role": "user", "content": "u"}, _tool_use("t1"), {"role": "system", "content": "s"},
+      _tool_result("t1")],
+     [("system", "P"), ("user", "u"), ("assistant", None), ("tool", "r"), ("user", "s")]),
+    # At the end, after an assistant message: a user message of its own.
+    ([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+      {"role": "system", "content": "s"}],
+     [("system", "P"), ("user", "u"), ("assistant", "a"), ("user", "s")]),
+])
+def test_system_messages_fold_into_user_text_at_their_position(
+    messages: list[dict[str, Any]], expected: list[tuple[str, str | None]],
+) -> None:
+    body = engine_body(system="P", messages=messages)
+    assert [(m["role"], m["content"]) for m in body["messages"]] == expected
+
+
+def test_server_tools_are_left_out_and_named() -> None:
+    call = ANTHROPIC.to_engine(request(tools=[
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+        {"name": "f", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+    ]), url_model=None, url_stream=False)
+    assert [t["function"]["name"] for t in call.body["tools"]] == ["f"]
+    assert call.not_forwarded == ("tools[0] (web_search_20250305 'web_search')",)
+
+
+def test_images_in_tool_results_are_left_out_and_named() -> None:
+    call = ANTHROPIC.to_engine(request(messages=[
+        {"role": "user", "content": "u"}, _tool_use("t1"),
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": "a"}, _IMAGE, {"type": "text", "text": "b"}]}]},
+    ]), url_model=None, url_stream=False)
+    assert call.body["messages"][-1] == {"role": "tool", "tool_call_id": "t1", "content": "a\nb"}
+    assert call.not_forwarded == ("messages[2].content[0].content[1] (image)",)

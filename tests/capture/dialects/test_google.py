@@ -369,8 +369,6 @@ MALFORMED: list[tuple[dict[str, Any], str]] = [
     ({"contents": [user("x")], "systemInstruction": "be nice"}, "systemInstruction"),
     ({"contents": [user("x")], "systemInstruction": {"parts": [
         {"functionCall": {"name": "f"}}]}}, "systemInstruction.parts[0]"),
-    ({"contents": [user("x")], "tools": [{"googleSearch": {}}]}, "tools[0].googleSearch"),
-    ({"contents": [user("x")], "tools": [{"code_execution": {}}]}, "tools[0].codeExecution"),
     ({"contents": [user("x")], "tools": {"functionDeclarations": []}}, "tools"),
     ({"contents": [user("x")], "tools": [{"functionDeclarations": [{"description": "d"}]}]},
      "functionDeclarations[0].name"),
@@ -627,3 +625,14 @@ def test_error_event_mid_stream_raises_in_the_sdk(sdk: FakeServer) -> None:
 
 def test_count_tokens_reply() -> None:
     assert GOOGLE.count_tokens_reply(42) == {"totalTokens": 42}
+
+
+def test_tools_google_runs_are_left_out_and_named() -> None:
+    body = {"contents": [user("x")], "tools": [
+        {"googleSearch": {}},
+        {"functionDeclarations": [{"name": "f", "parameters": {"type": "object"}}]},
+        {"code_execution": {}},
+    ]}
+    call = GOOGLE.to_engine(body, url_model="g", url_stream=False)
+    assert [t["function"]["name"] for t in call.body["tools"]] == ["f"]
+    assert call.not_forwarded == ("tools[0].googleSearch", "tools[2].codeExecution")

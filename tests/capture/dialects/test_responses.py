@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 from harbor_ray.capture.core.completion import Completion, ToolCall
 from harbor_ray.capture.core.dialects.base import ReplyContext
 from harbor_ray.capture.core.dialects.responses import RESPONSES
+from harbor_ray.capture.core.normalize import engine_body
 from harbor_ray.errors import RequestError
 
 CTX = ReplyContext(response_id="resp_abc", created=1_700_000_000, model="agent-model")
@@ -178,7 +179,13 @@ def test_rendered_reply_echoed_back_is_the_engine_turn():
      "input[0].output"),
     ({"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [
         {"type": "input_file", "file_id": "f"}]}]}, "input_file"),
-    ({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "web_search"),
+    ({"model": "m", "input": "x", "tools": [{"name": "f"}]}, "tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n"}]},
+     "tools[0].tools"),
+    ({"model": "m", "input": "x", "tools": [
+        {"type": "function", "name": "f"},
+        {"type": "namespace", "name": "n", "tools": [{"type": "function", "name": "f"}]}]},
+     "tools[1].tools[0].name 'f' is also the name of tools[0]"),
     ({"model": "m", "input": "x", "tools": {"type": "function"}}, "tools"),
     ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
     ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
@@ -391,3 +398,49 @@ def test_error_event_is_a_valid_event_the_sdk_raises():
 def test_count_tokens_reply():
     assert RESPONSES.count_tokens_reply(42) == {"object": "response.input_tokens",
                                                 "input_tokens": 42}
+
+
+def test_namespace_functions_reach_the_engine_and_other_tools_are_left_out():
+    call = RESPONSES.to_engine({"input": "x", "tools": [
+        {"type": "function", "name": "shell"},
+        {"type": "namespace", "name": "agents", "description": "sub-agents", "tools": [
+            {"type": "function", "name": "spawn", "parameters": {"type": "object"}},
+            {"type": "web_search"},
+        ]},
+        {"type": "web_search", "external_web_access": False},
+        {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}},
+        {"type": "local_shell"},
+        {"type": "mcp", "server_label": "docs", "server_url": "http://x"},
+    ]}, url_model=None, url_stream=False)
+    assert call.body["tools"] == [
+        {"type": "function", "function": {"name": "shell"}},
+        {"type": "function", "function": {"name": "spawn", "parameters": {"type": "object"}}},
+    ]
+    assert call.tool_namespaces == (("spawn", "agents"),)
+    assert call.not_forwarded == (
+        "tools[1].tools[1] (web_search)", "tools[2] (web_search)",
+        "tools[3] (custom 'apply_patch')", "tools[4] (local_shell)", "tools[5] (mcp 'docs')",
+    )
+
+
+def test_a_call_of_a_namespaced_function_names_its_namespace():
+    ctx = ReplyContext(response_id="resp_1", created=0, model="m",
+                       tool_namespaces=(("read", "files"),))
+    calls = [item for item in RESPONSES.render(CALLS, ctx)["output"]
+             if item["type"] == "function_call"]
+    assert [(c["name"], c.get("namespace")) for c in calls] == [
+        ("shell", None), ("read", "files")]
+    # As history, the call is the engine's function of that name again.
+    history = messages({"input": [
+        {"type": "message", "role": "user", "content": "x"}, calls[1],
+        {"type": "function_call_output", "call_id": "call_2", "output": "ok"}]})
+    assert history[1]["tool_calls"][0]["function"]["name"] == "read"
+
+
+def test_when_every_tool_is_left_out_the_engine_gets_no_tool_fields():
+    # vLLM answers 400 to `tools: []`.
+    call = RESPONSES.to_engine({"input": "x", "tools": [{"type": "web_search"}],
+                                "tool_choice": "auto", "parallel_tool_calls": True},
+                               url_model=None, url_stream=False)
+    payload = engine_body(call, "served")
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(payload)

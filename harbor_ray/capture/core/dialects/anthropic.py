@@ -59,6 +59,9 @@ _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 # its signature is opaque to the engine.
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
+# Blocks a text-only engine cannot read; in a tool result they are left out, not refused.
+_MEDIA_BLOCKS = frozenset({"image", "document"})
+
 # Sampling fields copied to the engine body: Anthropic name -> chat name.
 _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
 
@@ -141,9 +144,10 @@ def _engine_call(body: dict[str, Any]) -> EngineCall:
     if not isinstance(stream, bool):
         raise RequestError("stream must be a boolean")
 
-    engine: dict[str, Any] = {"messages": _messages(body)}
-    if "tools" in body:
-        engine["tools"] = _tools(body["tools"])
+    left_out: list[str] = []
+    engine: dict[str, Any] = {"messages": _messages(body, left_out)}
+    if body.get("tools") is not None:
+        engine["tools"] = _tools(body["tools"], left_out)
     if "tool_choice" in body:
         engine.update(_tool_choice(body["tool_choice"]))
     if body.get("max_tokens") is not None:
@@ -157,39 +161,92 @@ def _engine_call(body: dict[str, Any]) -> EngineCall:
             require_string(s, f"stop_sequences[{i}]")
             for i, s in enumerate(require_list(body["stop_sequences"], "stop_sequences"))
         ]
-    return EngineCall(body=engine, stream=stream, request_model=model)
+    return EngineCall(body=engine, stream=stream, request_model=model,
+                      not_forwarded=tuple(left_out))
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _messages(body: dict[str, Any], left_out: list[str]) -> list[dict[str, Any]]:
+    """The chat history, system prompt first; see `_SystemFold` for `system` messages."""
     system = body.get("system")
-    system = "" if system is None else _joined_text(system, "system")
-    if system:
-        out.append({"role": "system", "content": system})
+    prompt = [] if system is None else [_joined_text(system, "system")]
     messages = require_list(body.get("messages"), "messages")
     if not messages:
         raise RequestError("messages must not be empty")
+    out: list[dict[str, Any]] = []
+    fold = _SystemFold(out)
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         role = require_dict(message, where).get("role")
+        if role == "system":
+            text = _joined_text(message.get("content"), f"{where}.content")
+            if out or fold.pending:
+                fold.add(text)
+            else:
+                prompt.append(text)
+            continue
         blocks = _blocks(message.get("content"), f"{where}.content")
         if role == "user":
-            out.extend(_user(blocks, f"{where}.content"))
+            out.extend(fold.into_user(_user(blocks, f"{where}.content", left_out)))
         elif role == "assistant":
+            fold.flush()
             out.append(_assistant(blocks, f"{where}.content"))
         else:
-            raise RequestError(f"{where}.role must be 'user' or 'assistant'")
-    return out
+            raise RequestError(f"{where}.role must be 'user', 'assistant' or 'system'")
+    fold.flush()
+    if not out:
+        raise RequestError("messages must hold a user or an assistant message")
+    system_text = _JOIN.join(t for t in prompt if t)
+    return [{"role": "system", "content": system_text}, *out] if system_text else out
 
 
-def _user(blocks: list[tuple[str, dict[str, Any]]], where: str) -> list[dict[str, Any]]:
+class _SystemFold:
+    """Where a `system` message inside `messages` goes (claude-code sends them there).
+
+    Before the first user or assistant message it joins the system prompt (after the
+    `system` field's text). Later, its text becomes user text at its position: joined
+    ("\n") to the end of the user message just before it; else to the start of the
+    user message just after it; else a user message of its own. Every chat template
+    renders user text, while many refuse a system message after the first one, and
+    strictly alternating ones refuse two user messages in a row. No marker is added,
+    for the reason given in `_tool_result`.
+    """
+
+    def __init__(self, out: list[dict[str, Any]]) -> None:
+        self.out, self.pending = out, []
+
+    def add(self, text: str) -> None:
+        last = self.out[-1] if self.out else None
+        if not self.pending and last is not None and last["role"] == "user":
+            last["content"] = _JOIN.join([last["content"], text])
+        else:
+            self.pending.append(text)
+
+    def into_user(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A user message's chat messages, pending system text at the start of its text."""
+        if self.pending:
+            last = messages[-1]
+            if last["role"] == "user":
+                last["content"] = _JOIN.join([*self.pending, last["content"]])
+            else:
+                messages.append({"role": "user", "content": _JOIN.join(self.pending)})
+            self.pending = []
+        return messages
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.append({"role": "user", "content": _JOIN.join(self.pending)})
+            self.pending = []
+
+
+def _user(blocks: list[tuple[str, dict[str, Any]]], where: str, left_out: list[str]
+          ) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     texts: list[str] = []
     for j, (kind, block) in enumerate(blocks):
         if kind == "text":
             texts.append(_block_text(block, f"{where}[{j}]"))
         elif kind == "tool_result":
-            results.append(_tool_result(block, f"{where}[{j}]"))
+            results.append(_tool_result(block, f"{where}[{j}]", left_out))
         else:
             raise _unsupported(kind, f"{where}[{j}]", "user")
     if texts or not results:
@@ -226,16 +283,27 @@ def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _tool_result(block: dict[str, Any], where: str, left_out: list[str]) -> dict[str, Any]:
     # A chat tool message has no error flag, and agents already say "error" in the
     # result text; adding our own marker would put words in the prompt no agent wrote.
     if not isinstance(block.get("is_error", False), bool):
         raise RequestError(f"{where}.is_error must be a boolean")
     content = block.get("content")
+    parts = [] if content is None else _blocks(content, f"{where}.content")
+    texts = []
+    for k, (kind, part) in enumerate(parts):
+        if kind == "text":
+            texts.append(_block_text(part, f"{where}.content[{k}]"))
+        elif kind in _MEDIA_BLOCKS:
+            # A tool's screenshot or file (claude-code's Read of an image): the engine
+            # is text-only, so the result keeps its text and the turn records the rest.
+            left_out.append(f"{where}.content[{k}] ({kind})")
+        else:
+            raise _unsupported(kind, f"{where}.content[{k}]", "tool_result")
     return {
         "role": "tool",
         "tool_call_id": require_string(block.get("tool_use_id"), f"{where}.tool_use_id"),
-        "content": "" if content is None else _joined_text(content, f"{where}.content"),
+        "content": _JOIN.join(texts),
     }
 
 
@@ -272,16 +340,16 @@ def _unsupported(kind: str, where: str, context: str) -> RequestError:
     return RequestError(f"{where}: block type {kind!r} is not supported in {context} content")
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
+def _tools(value: Any, left_out: list[str]) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(require_list(value, "tools")):
         where = f"tools[{i}]"
         kind = require_dict(tool, where).get("type")
         if kind not in (None, "custom"):
-            raise RequestError(
-                f"{where}: server tool {kind!r} (name {tool.get('name')!r}) is not supported; "
-                "only client tools with an input_schema"
-            )
+            # A server tool (web search, code execution, ...) or a versioned built-in
+            # whose schema only Anthropic's models know: nothing the engine can call.
+            left_out.append(f"{where} ({kind} {tool.get('name')!r})")
+            continue
         function: dict[str, Any] = {"name": require_string(tool.get("name"), f"{where}.name")}
         if tool.get("description") is not None:
             function["description"] = require_string(tool["description"], f"{where}.description")

@@ -32,11 +32,19 @@ class EngineCall:
     them, `tools`, `tool_choice`, `max_tokens`, `temperature`, `top_p`, `stop`, `seed`,
     and any other sampling fields. It carries no `model`, `stream` or capture fields:
     `normalize.engine_body` adds those, so every dialect gets them right once.
+
+    `not_forwarded` names, by where they were in the agent's request, the parts the
+    engine cannot take and the translation left out (tools that are not functions,
+    images in a text-only prompt); the turn records them. `tool_namespaces` maps an
+    engine function name to the namespace the agent declared it in, so the reply can
+    name the namespace again.
     """
 
     body: dict[str, Any]
     stream: bool
     request_model: str
+    not_forwarded: tuple[str, ...] = ()
+    tool_namespaces: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class ReplyContext:
     response_id: str
     created: int  # unix seconds, supplied by the edge
     model: str  # the model name the agent asked for, echoed back to it
+    tool_namespaces: tuple[tuple[str, str], ...] = ()  # EngineCall.tool_namespaces
 
 
 class Dialect(Protocol):

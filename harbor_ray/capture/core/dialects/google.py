@@ -21,9 +21,11 @@ every translation here is a pure function of the request:
 Accepted but ignored: `safetySettings`, `thinkingConfig`, and the JSON output modes
 (`responseMimeType`, `responseSchema`, `responseJsonSchema`): the engine is asked for a
 plain chat reply, and the recorded turn is still exactly what the model saw and wrote.
-Refused with a RequestError naming the field: media parts, code execution and other
-non-function tools, `cachedContent` (its text is invisible to the proxy) and
-`candidateCount` > 1 (each call must be one recorded turn).
+Left out of the engine request, and named on the turn (`EngineCall.not_forwarded`):
+tools other than functionDeclarations (googleSearch, codeExecution, urlContext, ...),
+which Google's side runs. Refused with a RequestError naming the field: media parts,
+`cachedContent` (its text is invisible to the proxy) and `candidateCount` > 1 (each
+call must be one recorded turn).
 """
 
 from __future__ import annotations
@@ -102,9 +104,11 @@ class GoogleDialect:
             raise RequestError("cachedContent is not supported: the proxy cannot read its text")
         messages = _system(request.get("systemInstruction")) + _messages(request.get("contents"))
         engine: dict[str, Any] = {"messages": messages}
-        engine.update(_tools(request.get("tools"), request.get("toolConfig")))
+        left_out: list[str] = []
+        engine.update(_tools(request.get("tools"), request.get("toolConfig"), left_out))
         engine.update(_sampling(request.get("generationConfig")))
-        return EngineCall(body=engine, stream=url_stream, request_model=url_model or "")
+        return EngineCall(body=engine, stream=url_stream, request_model=url_model or "",
+                          not_forwarded=tuple(left_out))
 
     def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
         parts = [part for group in _part_groups(completion) for part in group]
@@ -327,14 +331,11 @@ def _answer(reply: _Reply, i: int, j: int, pending: list[tuple[str, str]]) -> st
     return reply.id or f"call_{i}_{j}"
 
 
-def _tools(tools_value: Any, config_value: Any) -> dict[str, Any]:
+def _tools(tools_value: Any, config_value: Any, left_out: list[str]) -> dict[str, Any]:
     functions: list[dict[str, Any]] = []
     for i, raw in enumerate(require_list(tools_value or [], "tools")):
         tool = _camel(raw, f"tools[{i}]")
-        for key in tool:
-            if key != "functionDeclarations":
-                raise RequestError(f"tools[{i}].{key} is not supported: only "
-                                   "functionDeclarations reach the engine")
+        left_out.extend(f"tools[{i}].{key}" for key in tool if key != "functionDeclarations")
         declarations = require_list(tool.get("functionDeclarations", []),
                                     f"tools[{i}].functionDeclarations")
         for j, declaration in enumerate(declarations):

@@ -10,11 +10,22 @@ official SDK's accumulator checks (item added, content, item done, terminal even
 
 The proxy keeps no response state, so `previous_response_id`, `conversation` and item
 references are refused rather than answered from a silently shortened history.
+
+Tools: the engine calls functions only. A `function` tool reaches it as a chat function;
+so does each function of a `namespace` tool (codex declares its sub-agent tools so),
+under its own name, and the reply's `function_call` names the namespace again, as the
+API does. Every other tool type (`web_search`, `local_shell`, `custom` freeform tools,
+`mcp`, `file_search`, ...) is served by OpenAI's side or needs a grammar the engine's
+tool parser does not take: it stays out of the engine request, and the turn records
+which ones (`EngineCall.not_forwarded`). Two tools the engine would see under one name
+are refused, since the model's call could not be told apart. Fields this proxy does not
+use (`reasoning`, `store`, `include`, `client_metadata`, ...) are ignored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from harbor_ray.capture.core.completion import Completion
@@ -51,10 +62,10 @@ class ResponsesDialect:
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
     ) -> EngineCall:
-        for field in _STATEFUL_FIELDS:
-            if body.get(field) is not None:
+        for name in _STATEFUL_FIELDS:
+            if body.get(name) is not None:
                 raise RequestError(
-                    f"{field} is not supported: this proxy keeps no response state; "
+                    f"{name} is not supported: this proxy keeps no response state; "
                     "send the full conversation in input"
                 )
         stream, model = openai_stream_and_model(body)
@@ -63,8 +74,10 @@ class ResponsesDialect:
         if not messages:
             raise RequestError("input must not be empty")
         engine: dict[str, Any] = {"messages": messages}
-        if "tools" in body:
-            engine["tools"] = _tools(body["tools"])
+        tools = _Tools()
+        if body.get("tools") is not None:
+            tools = _tools(body["tools"])
+            engine["tools"] = tools.engine
         if body.get("tool_choice") is not None:
             engine["tool_choice"] = _tool_choice(body["tool_choice"])
         if body.get("parallel_tool_calls") is not None:
@@ -74,7 +87,9 @@ class ResponsesDialect:
         for key in ("temperature", "top_p"):
             if body.get(key) is not None:
                 engine[key] = _typed(body, key, int | float, "a number")
-        return EngineCall(body=engine, stream=stream, request_model=model)
+        return EngineCall(body=engine, stream=stream, request_model=model,
+                          not_forwarded=tuple(tools.left_out),
+                          tool_namespaces=tuple(tools.namespaces.items()))
 
     def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
         return _response(ctx, completion, _output_items(completion, ctx))
@@ -188,22 +203,63 @@ def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
-    tools = []
+@dataclass
+class _Tools:
+    """The agent's tools as the engine sees them, and what stayed out."""
+
+    engine: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: dict[str, str] = field(default_factory=dict)  # engine name -> namespace
+    left_out: list[str] = field(default_factory=list)
+    _where: dict[str, str] = field(default_factory=dict)  # engine name -> where declared
+
+    def add(self, tool: dict[str, Any], where: str, namespace: str | None) -> None:
+        name = tool["function"]["name"]
+        if name in self._where:
+            raise RequestError(
+                f"{where}.name {name!r} is also the name of {self._where[name]}: "
+                "the engine sees every function under its own name"
+            )
+        self._where[name] = where
+        self.engine.append(tool)
+        if namespace is not None:
+            self.namespaces[name] = namespace
+
+
+def _tools(value: Any) -> _Tools:
+    tools = _Tools()
     for i, raw in enumerate(require_list(value, "tools")):
         where = f"tools[{i}]"
         tool = require_dict(raw, where)
-        if tool.get("type") != "function":
-            raise RequestError(
-                f"{where}.type {tool.get('type')!r} is not supported: only function tools are"
-            )
-        function: dict[str, Any] = {"name": _string(tool, "name", where)}
-        if tool.get("description") is not None:
-            function["description"] = _string(tool, "description", where)
-        if tool.get("parameters") is not None:
-            function["parameters"] = require_dict(tool["parameters"], f"{where}.parameters")
-        tools.append({"type": "function", "function": function})
+        kind = _string(tool, "type", where)
+        if kind == "function":
+            tools.add(_function_tool(tool, where), where, None)
+        elif kind == "namespace":
+            namespace = _string(tool, "name", where)
+            for j, raw_child in enumerate(require_list(tool.get("tools"), f"{where}.tools")):
+                child_where = f"{where}.tools[{j}]"
+                child = require_dict(raw_child, child_where)
+                if child.get("type") == "function":
+                    tools.add(_function_tool(child, child_where), child_where, namespace)
+                else:
+                    tools.left_out.append(f"{child_where} ({_tool_label(child)})")
+        else:
+            tools.left_out.append(f"{where} ({_tool_label(tool)})")
     return tools
+
+
+def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": _string(tool, "name", where)}
+    if tool.get("description") is not None:
+        function["description"] = _string(tool, "description", where)
+    if tool.get("parameters") is not None:
+        function["parameters"] = require_dict(tool["parameters"], f"{where}.parameters")
+    return {"type": "function", "function": function}
+
+
+def _tool_label(tool: dict[str, Any]) -> str:
+    """A left-out tool as the record names it: its type, and its name if it has one."""
+    name = tool.get("name") or tool.get("server_label")
+    return f"{tool.get('type')} {name!r}" if isinstance(name, str) else str(tool.get("type"))
 
 
 def _tool_choice(value: Any) -> str | dict[str, Any]:
@@ -256,8 +312,9 @@ def _output_items(completion: Completion, ctx: ReplyContext) -> list[dict[str, A
             "status": "incomplete" if _incomplete_reason(completion) else "completed",
             "content": [{"type": "output_text", "text": completion.text, "annotations": []}],
         })
-    items.extend(
-        {
+    namespaces = dict(ctx.tool_namespaces)
+    for i, call in enumerate(completion.tool_calls):
+        item = {
             "type": "function_call",
             "id": f"fc_{suffix}_{i}",
             "call_id": call.id,
@@ -265,8 +322,9 @@ def _output_items(completion: Completion, ctx: ReplyContext) -> list[dict[str, A
             "arguments": call.arguments,
             "status": "completed",
         }
-        for i, call in enumerate(completion.tool_calls)
-    )
+        if call.name in namespaces:
+            item["namespace"] = namespaces[call.name]
+        items.append(item)
     return items
 
 

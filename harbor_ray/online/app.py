@@ -1,0 +1,239 @@
+"""The controller's HTTP API (JSON), a Starlette app in front of a `Controller` (in this
+process, or the controller actor through `ActorController`).
+
+Every route needs the controller key (`Authorization: Bearer`), compared in constant
+time: agents never hold it (they hold session keys, which open only the capture
+proxy). A body is read whole (capped), validated against its model (a 400 naming the
+first bad field, nothing started), then handed to the controller; its refusals
+(`OnlineError`) carry their status.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from ray.exceptions import RayTaskError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from harbor_ray.errors import FieldError, OnlineError, OverCapacity, WeightUpdateError
+from harbor_ray.online.wire import (
+    AckReply,
+    AckRequest,
+    CancelReply,
+    ErrorReply,
+    Group,
+    GroupsReply,
+    PolicyReply,
+    StatsReply,
+    SubmitReply,
+    SubmitRequest,
+    WeightsReply,
+    WeightsRequest,
+)
+
+__all__ = ["ActorController", "ControllerCalls", "build_controller_app", "openapi"]
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_WAIT_S = 300.0  # a long poll's longest wait
+MAX_GROUPS = 1_000
+
+
+class ControllerCalls(Protocol):
+    async def submit(self, request: SubmitRequest) -> SubmitReply: ...
+    async def groups(self, max_groups: int, wait_s: float) -> list[Group]: ...
+    async def ack(self, group_ids: list[str]) -> AckReply: ...
+    async def cancel(self, group_id: str) -> CancelReply: ...
+    async def update_weights(self, request: WeightsRequest) -> WeightsReply: ...
+    async def policy(self) -> PolicyReply: ...
+    async def stats(self) -> StatsReply: ...
+
+
+class ActorController:
+    """`ControllerCalls` on the controller actor: its refusals re-raised as themselves."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self._handle, name)
+
+        async def call(*args: Any) -> Any:
+            try:
+                return await method.remote(*args)
+            except RayTaskError as exc:
+                if isinstance(exc.cause, OnlineError):
+                    raise exc.cause from None
+                raise
+
+        return call
+
+
+def _json(model: BaseModel | dict[str, Any], status: int = 200,
+          headers: dict[str, str] | None = None) -> Response:
+    body = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def _error(status: int, message: str, field: str | None = None,
+           headers: dict[str, str] | None = None) -> Response:
+    return _json(ErrorReply(error=message, field=field), status, headers)
+
+
+class _Refused(OnlineError):
+    """A request refused before it reached the controller, with the reply it gets."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+async def _body[M: BaseModel](request: Request, model: type[M]) -> M:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise _Refused(_error(415, "content-type must be application/json"))
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise _Refused(_error(413, f"body over {MAX_BODY_BYTES} bytes"))
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _Refused(_error(400, f"body is not JSON: {exc}")) from exc
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise _Refused(_error(400, f"{where or 'body'}: {first['msg']}", where)) from exc
+
+
+def _query_number(request: Request, name: str, default: float, high: float) -> float:
+    raw = request.query_params.get(name)
+    try:
+        value = default if raw is None else float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= high:
+        raise _Refused(_error(400, f"{name} must be a number in [0, {high:g}]", name))
+    return value
+
+
+def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
+    """The API over `controller`; `key` is what every caller must present."""
+    if not key:
+        raise ValueError("the controller needs a key")
+    expected = f"Bearer {key}".encode()
+
+    def route(handler: Callable[[Request], Awaitable[Response]]):
+        async def endpoint(request: Request) -> Response:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return _error(401, "missing or wrong controller key",
+                              headers={"www-authenticate": "Bearer"})
+            try:
+                return await handler(request)
+            except _Refused as refused:
+                return refused.response
+            except OverCapacity as exc:
+                return _error(429, str(exc), headers={"retry-after": str(exc.retry_after_s)})
+            except WeightUpdateError as exc:
+                return _json({"error": str(exc), "replicas": [
+                    r.model_dump(mode="json") for r in exc.replicas]}, exc.status)
+            except FieldError as exc:
+                return _error(exc.status, str(exc), exc.field)
+        return endpoint
+
+    async def submit(request: Request) -> Response:
+        return _json(await controller.submit(await _body(request, SubmitRequest)), 202)
+
+    async def groups(request: Request) -> Response:
+        max_groups = int(_query_number(request, "max", 16, MAX_GROUPS))
+        wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
+        return _json(GroupsReply(groups=await controller.groups(max_groups, wait_s)))
+
+    async def ack(request: Request) -> Response:
+        return _json(await controller.ack((await _body(request, AckRequest)).group_ids))
+
+    async def cancel(request: Request) -> Response:
+        return _json(await controller.cancel(request.path_params["group_id"]))
+
+    async def weights(request: Request) -> Response:
+        return _json(await controller.update_weights(await _body(request, WeightsRequest)))
+
+    async def policy(request: Request) -> Response:
+        return _json(await controller.policy())
+
+    async def stats(request: Request) -> Response:
+        return _json(await controller.stats())
+
+    async def health(request: Request) -> Response:
+        await controller.policy()  # the controller answers
+        return _json({"ok": True})
+
+    async def document(request: Request) -> Response:
+        return _json(openapi())
+
+    return Starlette(routes=[
+        Route("/v1/rollouts", route(submit), methods=["POST"]),
+        Route("/v1/groups", route(groups), methods=["GET"]),
+        Route("/v1/groups/ack", route(ack), methods=["POST"]),
+        Route("/v1/groups/{group_id}/cancel", route(cancel), methods=["POST"]),
+        Route("/v1/weights", route(weights), methods=["POST"]),
+        Route("/v1/policy", route(policy), methods=["GET"]),
+        Route("/v1/stats", route(stats), methods=["GET"]),
+        Route("/health", route(health), methods=["GET"]),
+        Route("/openapi.json", route(document), methods=["GET"]),
+    ])
+
+
+# (method, path, summary, request model, reply status, reply model)
+_ROUTES: tuple[tuple[str, str, str, type[BaseModel] | None, int, type[BaseModel] | None],
+               ...] = (
+    ("post", "/v1/rollouts", "Submit groups (idempotent by request_id); 429 when over "
+     "capacity", SubmitRequest, 202, SubmitReply),
+    ("get", "/v1/groups", "Long-poll finished groups, oldest first (query: max, wait_s); "
+     "delivered again until acknowledged", None, 200, GroupsReply),
+    ("post", "/v1/groups/ack", "Acknowledge delivered groups", AckRequest, 200, AckReply),
+    ("post", "/v1/groups/{group_id}/cancel", "Cancel a group: its rollouts end as "
+     "cancelled rows", None, 200, CancelReply),
+    ("post", "/v1/weights", "Load a checkpoint on every engine replica, then set the "
+     "policy version", WeightsRequest, 200, WeightsReply),
+    ("get", "/v1/policy", "The policy version and each replica's state", None, 200,
+     PolicyReply),
+    ("get", "/v1/stats", "Counts, errors, staleness, rollouts/min", None, 200, StatsReply),
+)
+
+
+def openapi() -> dict[str, Any]:
+    """The API's OpenAPI 3.1 document, from the wire models."""
+    models = {m for r in _ROUTES for m in (r[3], r[5]) if m is not None} | {ErrorReply}
+    schemas: dict[str, Any] = {}
+    for model in sorted(models, key=lambda m: m.__name__):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+
+    def ref(model: type[BaseModel]) -> dict[str, Any]:
+        return {"content": {"application/json": {"schema": {
+            "$ref": f"#/components/schemas/{model.__name__}"}}}}
+
+    paths: dict[str, Any] = {}
+    for method, path, summary, body, status, reply in _ROUTES:
+        operation: dict[str, Any] = {"summary": summary, "responses": {
+            str(status): {"description": "ok", **(ref(reply) if reply else {})},
+            "401": {"description": "missing or wrong controller key"},
+            "400": {"description": "a malformed field", **ref(ErrorReply)}}}
+        if body is not None:
+            operation["requestBody"] = {"required": True, **ref(body)}
+        paths.setdefault(path, {})[method] = operation
+    return {"openapi": "3.1.0",
+            "info": {"title": "harbor_ray online controller", "version": "1"},
+            "components": {"schemas": schemas, "securitySchemes": {
+                "controllerKey": {"type": "http", "scheme": "bearer"}}},
+            "security": [{"controllerKey": []}], "paths": paths}

@@ -1,0 +1,303 @@
+"""The online controller: what `POST /v1/rollouts` and the other routes do, over the
+cluster layer (a `HostPool` of rollout hosts and the `RolloutRunner` the sweep driver
+uses: deadlines, cancellation, infrastructure retries with a fresh sandbox).
+
+One `Controller` per service, run as a named Ray actor (`start_controller`) so that the
+HTTP replicas in front of it hold nothing: a replica restart loses no accepted request
+and no undelivered group. Its rules (idempotent submits, capacity, groups, staleness)
+are the pure `Book`'s; this module runs rollouts and keeps the policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from harbor_ray.cluster.host import ProxyTarget, Work
+from harbor_ray.cluster.owner import NAMESPACE
+from harbor_ray.cluster.policy import publish_version, start_policy_version
+from harbor_ray.cluster.pool import HostPool
+from harbor_ray.cluster.reaper import reap
+from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
+from harbor_ray.cluster.sweep import in_sandboxes_dir
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.errors import (
+    CheckpointError,
+    DatasetError,
+    FieldError,
+    OverCapacity,
+    UnknownAgentError,
+    WeightsRefusedError,
+    WeightUpdateError,
+    WeightVersionError,
+)
+from harbor_ray.online.groups import Book, GroupState
+from harbor_ray.online.weights import EngineWeights, replica_results
+from harbor_ray.online.wire import (
+    AckReply,
+    CancelReply,
+    Group,
+    PolicyReply,
+    ReplicaResult,
+    StalePolicy,
+    StatsReply,
+    SubmitReply,
+    SubmitRequest,
+    WeightsReply,
+    WeightsRequest,
+)
+from harbor_ray.switches import WORKER_ENV
+from harbor_ray.trials.agents import needs_model
+from harbor_ray.trials.backends import LOCAL, backend_names
+from harbor_ray.trials.datasets import TaskRef, resolve_dataset
+from harbor_ray.trials.result import ErrorType
+from harbor_ray.trials.spec import RolloutSpec
+
+__all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
+
+# Calls the actor serves at once: every HTTP replica's long polls and submits, and the
+# cancellations they wait on. Ray's default for async actors is 1,000.
+_MAX_CALLS = 10_000
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """How the controller runs rollouts; a submit says what each group is."""
+
+    work_dir: Path  # trials and sandboxes live under it
+    dataset: str = "samples"  # a submit's default
+    sandbox: str = LOCAL  # a submit's default
+    capacity: int = 256  # accepted rollouts unfinished at most (429 beyond)
+    concurrency: int = 16  # rollouts on hosts at once; the rest wait, queued
+    max_staleness: int | None = None  # the default bound, in policy versions
+    stale_policy: StalePolicy = "drop"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    proxy: ProxyTarget | None = None  # where agents call the model
+    per_host: int = 8
+    host_cpus: float = 0.01
+    weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
+    retry_after_s: int = 5  # the 429's Retry-After
+    initial_version: int = 0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.capacity < 1:
+            raise ValueError("capacity and concurrency must be at least 1")
+
+
+class Controller:
+    """Accepts groups, runs their rollouts, hands finished groups out, keeps the version.
+
+    `on_version` is called with each new policy version once every engine replica
+    serves it (the proxies' policy clock, which stamps turns). `work` replaces Harbor
+    trials on the hosts (the stub agent, in tests and benchmarks)."""
+
+    def __init__(self, config: ControllerConfig, updater: EngineWeights, *,
+                 work: Work | None = None,
+                 on_version: Callable[[int], Awaitable[None]] | None = None) -> None:
+        self.config, self._updater = config, updater
+        self._on_version = on_version
+        self.book = Book(capacity=config.capacity, max_staleness=config.max_staleness,
+                         stale_policy=config.stale_policy)
+        self.version = config.initial_version
+        self._replicas: dict[str, ReplicaResult] = {}
+        self._updating = asyncio.Lock()
+        self._paused = False
+        self._gate = asyncio.Semaphore(config.concurrency)
+        self._in_flight = 0
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._changed = asyncio.Event()
+        self._started = time.time()
+        self._pool = HostPool(per_host=config.per_host, proxy=config.proxy,
+                              num_cpus=config.host_cpus, work=work)
+        self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
+                                     on_end=self._end)
+        self._sandboxes = config.work_dir / "sandboxes"
+        reap(self._sandboxes)
+
+    def _start(self) -> None:
+        self._in_flight += 1
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+
+    # --- routes ---------------------------------------------------------------------
+
+    async def submit(self, request: SubmitRequest) -> SubmitReply:
+        known = self.book.known(request.request_id)
+        if known is not None:
+            return known  # a retried submit: nothing new starts
+        tasks = _tasks(request.dataset or self.config.dataset)
+        for i, asked in enumerate(request.tasks):
+            if asked.task not in tasks:
+                raise FieldError(404, f"tasks[{i}].task",
+                                 f"no task {asked.task!r} in the dataset")
+        try:
+            needs_model(request.agent)
+        except UnknownAgentError as exc:
+            raise FieldError(404, "agent", str(exc)) from exc
+        sandbox = request.sandbox or self.config.sandbox
+        if sandbox not in backend_names():
+            raise FieldError(404, "sandbox", f"no sandbox backend {sandbox!r}")
+        asked_n = sum(t.n for t in request.tasks)
+        if (why := self.book.over_capacity(asked_n)) is not None:
+            raise OverCapacity(why, self.config.retry_after_s)
+        groups, specs = [], []
+        for asked in request.tasks:
+            group_id = uuid.uuid4().hex[:16]
+            group_specs = [self._spec(request, tasks[asked.task], sandbox, group_id, k)
+                           for k in range(asked.n)]
+            specs += group_specs
+            groups.append(GroupState(
+                group_id=group_id, request_id=request.request_id, task=asked.task,
+                rollout_ids=tuple(s.rollout_id for s in group_specs),
+                max_staleness=request.max_staleness, metadata=request.metadata))
+        reply = self.book.accept(request.request_id, groups, self.version)
+        for spec in in_sandboxes_dir(specs, self._sandboxes):
+            self._tasks[spec.rollout_id] = asyncio.create_task(self._run(spec))
+        return reply
+
+    async def groups(self, max_groups: int, wait_s: float) -> list[Group]:
+        """The oldest finished groups (at most `max_groups`), waiting up to `wait_s` for
+        one when none is ready."""
+        deadline = time.monotonic() + wait_s
+        while not self.book.ready and (left := deadline - time.monotonic()) > 0:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                break
+        return [g.payload() for g in self.book.take(max_groups)]
+
+    async def ack(self, group_ids: list[str]) -> AckReply:
+        done, unknown = self.book.ack(group_ids)
+        return AckReply(acknowledged=done, unknown=unknown)
+
+    async def cancel(self, group_id: str) -> CancelReply:
+        group = self.book.cancel(group_id)
+        if group is None:
+            raise FieldError(404, "group_id", f"no group {group_id!r}")
+        running = [self._tasks[r] for r in self.book.running_ids(group) if r in self._tasks]
+        for task in running:
+            task.cancel()
+        # Answer once the rollouts ended (rows made, sandboxes torn down).
+        await asyncio.gather(*running, return_exceptions=True)
+        return CancelReply(group_id=group_id, cancelled=len(running))
+
+    async def update_weights(self, request: WeightsRequest) -> WeightsReply:
+        async with self._updating:
+            if request.version <= self.version:
+                raise FieldError(409, "version", f"version {request.version} does not "
+                                 f"exceed the current {self.version}")
+            self._paused = True
+            try:
+                update = await asyncio.wait_for(
+                    self._updater.update(request.path, request.version),
+                    self.config.weights_timeout_s)
+            except TimeoutError as exc:
+                raise WeightUpdateError(
+                    f"the update did not finish in {self.config.weights_timeout_s:g} s; "
+                    f"version {self.version} keeps serving", []) from exc
+            except CheckpointError as exc:
+                raise FieldError(400, "path", str(exc)) from exc
+            except WeightVersionError as exc:
+                raise FieldError(409, "version", str(exc)) from exc
+            except WeightsRefusedError as exc:
+                raise WeightUpdateError(f"{exc}; version {self.version} keeps serving",
+                                        []) from exc
+            finally:
+                self._paused = False
+            results = replica_results(update)
+            self._replicas = {r.replica: r for r in results}
+            if not update.ok:
+                failed = ", ".join(f"{r.replica} ({r.failed_step}: {r.error})"
+                                   for r in update.failed) or "no replica answered"
+                raise WeightUpdateError(
+                    f"the update failed on {failed}; version {self.version} keeps serving",
+                    results)
+            self.version = request.version
+            if self._on_version is not None:
+                await self._on_version(self.version)
+            return WeightsReply(version=self.version, replicas=results,
+                                steps=dict(update.step_seconds), seconds=update.seconds)
+
+    async def policy(self) -> PolicyReply:
+        return PolicyReply(version=self.version, paused=self._paused,
+                           replicas=list(self._replicas.values()))
+
+    async def stats(self) -> StatsReply:
+        book = self.book
+        minutes = max(time.time() - self._started, 1e-9) / 60
+        return StatsReply(
+            queued=book.unfinished - self._in_flight, in_flight=self._in_flight,
+            finished=book.finished_rollouts, groups_ready=len(book.ready),
+            delivered=book.delivered, dropped=book.dropped, cancelled=book.cancelled,
+            errors=dict(book.errors), staleness=dict(book.staleness_seen),
+            rollouts_per_min=book.finished_rollouts / minutes)
+
+    def shutdown(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        self._pool.shutdown()
+        reap(self._sandboxes)
+
+    # --- rollouts -------------------------------------------------------------------
+
+    def _spec(self, request: SubmitRequest, task: TaskRef, sandbox: str, group_id: str,
+              k: int) -> RolloutSpec:
+        return RolloutSpec(
+            rollout_id=f"{group_id}__{k}", task=task, agent=request.agent,
+            trials_dir=self.config.work_dir / "trials", sandbox=sandbox, attempt=k,
+            sampling=request.sampling, budget=request.budget,
+            deadline_s=request.deadline_s)
+
+    async def _run(self, spec: RolloutSpec) -> None:
+        started = time.time()
+        try:
+            async with self._gate:
+                record = await self._runner.run(spec)
+        except asyncio.CancelledError:
+            record = failed_record(spec, ErrorType.CANCELLED, "cancelled by the trainer",
+                                   time.time() - started)
+        self._finished(record)
+
+    def _finished(self, record: RolloutRecord) -> None:
+        self._tasks.pop(record.rollout_id, None)
+        if self.book.finish(record, self.version) is not None:
+            self._changed.set()
+
+
+@cache
+def _tasks(dataset: str) -> dict[str, TaskRef]:
+    try:
+        report = resolve_dataset(dataset)
+    except DatasetError as exc:
+        raise FieldError(404, "dataset", str(exc)) from exc
+    return {t.name: t for t in report.tasks}
+
+
+def controller_actor_name(app: str) -> str:
+    return f"online-controller-{app}"
+
+
+def start_controller(app: str, config: ControllerConfig, updater: EngineWeights, *,
+                     work: Work | None = None) -> Any:  # ActorHandle
+    """The controller as a detached named actor (get it again by name from any replica);
+    the caller removes it (`ray.kill`) when the service ends. Its versions are published
+    to the capture app's replicas (`PolicyVersion`), which stamp every turn with them."""
+    on_version = None
+    if config.proxy is not None:
+        start_policy_version(config.proxy.app, config.initial_version)
+        on_version = publish_version(config.proxy.app)
+    remote = ray.remote(Controller).options(
+        name=controller_actor_name(app), namespace=NAMESPACE, num_cpus=0,
+        lifetime="detached", get_if_exists=True, max_concurrency=_MAX_CALLS,
+        runtime_env={"env_vars": WORKER_ENV})
+    return remote.remote(config, updater, work=work, on_version=on_version)

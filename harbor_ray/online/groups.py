@@ -1,0 +1,201 @@
+"""The controller's bookkeeping, pure: accepted requests, groups and their rollouts'
+rows, what is ready, delivered, dropped; capacity and staleness. No Ray, no clock, no
+I/O: the controller calls in with what happened (and the time), so every rule here is
+tested without a cluster, and the whole book can be kept in one actor.
+
+A group is the n rollouts of one task a submit asked for. It is finished when every one
+of its rollouts ended as a row (retries happen below, in the runner); then it is either
+ready (delivered to `GET /v1/groups` until acknowledged) or, past its staleness bound
+under the `drop` policy, dropped (counted, never silently).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.rebuild import rebuild_prompts
+from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
+
+__all__ = ["Book", "GroupState", "Phase", "version_span"]
+
+
+class Phase(StrEnum):
+    RUNNING = "running"
+    READY = "ready"  # finished, waiting for its acknowledgement
+    DELIVERED = "delivered"  # acknowledged
+    DROPPED = "dropped"  # finished too stale under the `drop` policy
+    CANCELLED = "cancelled"  # cancelled by the caller (its rows are kept, not delivered)
+
+
+@dataclass
+class GroupState:
+    group_id: str
+    request_id: str
+    task: str
+    rollout_ids: tuple[str, ...]
+    max_staleness: int | None
+    metadata: dict[str, Any]
+    records: dict[str, RolloutRecord] = field(default_factory=dict)
+    phase: Phase = Phase.RUNNING
+    finished_version: int | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.rollout_ids)
+
+    @property
+    def unfinished(self) -> int:
+        return self.n - len(self.records)
+
+    def versions(self) -> tuple[int | None, int | None]:
+        """The oldest and newest policy version over every turn of the group."""
+        return version_span(r.turns for r in self.records.values())
+
+    def staleness(self) -> int | None:
+        oldest, _ = self.versions()
+        if oldest is None or self.finished_version is None:
+            return None
+        return self.finished_version - oldest
+
+    def payload(self) -> Group:
+        """The group as `GET /v1/groups` delivers it."""
+        records = [self.records[r] for r in self.rollout_ids]
+        oldest, newest = self.versions()
+        assert self.finished_version is not None, "only a finished group is delivered"
+        return Group(
+            group_id=self.group_id, request_id=self.request_id, task=self.task, n=self.n,
+            metadata=self.metadata, policy_version_min=oldest, policy_version_max=newest,
+            finished_version=self.finished_version, staleness=self.staleness(),
+            rollouts=[row for r in records for row in r.rollout.to_pylist()],
+            sequences=[row for r in records for row in r.sequences.to_pylist()],
+            turns=[row for r in records for row in rebuild_prompts(r.turns).to_pylist()],
+        )
+
+
+def version_span(turn_tables: Iterable[pa.Table]) -> tuple[int | None, int | None]:
+    """(min of `policy_version_start`, max of `policy_version_end`) over the tables;
+    None where no turn recorded one (or the tables predate the columns)."""
+    lows, highs = [], []
+    for turns in turn_tables:
+        if turns.num_rows == 0 or "policy_version_start" not in turns.column_names:
+            continue
+        lows.append(pc.min(turns["policy_version_start"]).as_py())
+        highs.append(pc.max(turns["policy_version_end"]).as_py())
+    lows = [v for v in lows if v is not None]
+    highs = [v for v in highs if v is not None]
+    return (min(lows) if lows else None, max(highs) if highs else None)
+
+
+@dataclass
+class Book:
+    """Everything the controller knows; one instance per controller."""
+
+    capacity: int
+    max_staleness: int | None = None  # the default bound, in policy versions
+    stale_policy: StalePolicy = "drop"
+    requests: dict[str, SubmitReply] = field(default_factory=dict)
+    groups: dict[str, GroupState] = field(default_factory=dict)
+    ready: list[str] = field(default_factory=list)  # finished order, oldest first
+    by_rollout: dict[str, str] = field(default_factory=dict)  # rollout id -> group id
+    errors: Counter[str] = field(default_factory=Counter)
+    staleness_seen: Counter[str] = field(default_factory=Counter)
+    finished_rollouts: int = 0
+    delivered: int = 0
+    dropped: int = 0
+    cancelled: int = 0
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError("capacity must be at least 1")
+
+    @property
+    def unfinished(self) -> int:
+        return sum(g.unfinished for g in self.groups.values() if g.phase is Phase.RUNNING)
+
+    def known(self, request_id: str) -> SubmitReply | None:
+        return self.requests.get(request_id)
+
+    def over_capacity(self, asked: int) -> str | None:
+        """Why `asked` more rollouts do not fit now; None when they do."""
+        if self.unfinished + asked <= self.capacity:
+            return None
+        return (f"{self.unfinished} rollouts unfinished + {asked} asked exceed the "
+                f"capacity of {self.capacity}")
+
+    def accept(self, request_id: str, groups: Sequence[GroupState], version: int
+               ) -> SubmitReply:
+        """Take a new request's groups (the caller checked `over_capacity`)."""
+        for group in groups:
+            self.groups[group.group_id] = group
+            for rollout_id in group.rollout_ids:
+                self.by_rollout[rollout_id] = group.group_id
+        reply = SubmitReply(groups=[GroupRef(group_id=g.group_id, task=g.task, n=g.n)
+                                    for g in groups], policy_version=version)
+        self.requests[request_id] = reply
+        return reply
+
+    def finish(self, record: RolloutRecord, version: int) -> GroupState | None:
+        """Keep a rollout's row; the group if this finished it (now ready or dropped)."""
+        group = self.groups.get(self.by_rollout.get(record.rollout_id, ""))
+        if group is None or record.rollout_id in group.records:
+            return None  # a row for nothing accepted, or delivered twice: kept once
+        group.records[record.rollout_id] = record
+        self.finished_rollouts += 1
+        if record.result.error_type is not None:
+            self.errors[str(record.result.error_type)] += 1
+        if group.unfinished or group.phase is not Phase.RUNNING:
+            return None
+        group.finished_version = version
+        staleness = group.staleness()
+        self.staleness_seen[str(staleness)] += 1
+        bound = group.max_staleness if group.max_staleness is not None else self.max_staleness
+        if (staleness is not None and bound is not None and staleness > bound
+                and self.stale_policy == "drop"):
+            group.phase = Phase.DROPPED
+            self.dropped += 1
+        else:
+            group.phase = Phase.READY
+            self.ready.append(group.group_id)
+        return group
+
+    def take(self, max_groups: int) -> list[GroupState]:
+        """The oldest ready groups, still ready until acknowledged."""
+        return [self.groups[g] for g in self.ready[:max_groups]]
+
+    def ack(self, group_ids: Iterable[str]) -> tuple[list[str], list[str]]:
+        """(acknowledged, unknown): a group not ready (unknown, running, already
+        acknowledged) is reported, not an error, so a retried ack is harmless."""
+        done, unknown = [], []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.phase is not Phase.READY:
+                unknown.append(group_id)
+                continue
+            group.phase = Phase.DELIVERED
+            self.ready.remove(group_id)
+            self.delivered += 1
+            done.append(group_id)
+        return done, unknown
+
+    def cancel(self, group_id: str) -> GroupState | None:
+        """Mark a group cancelled (its rollouts still end as rows); None if unknown."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if group.phase in (Phase.RUNNING, Phase.READY):
+            if group.phase is Phase.READY:
+                self.ready.remove(group_id)
+            group.phase = Phase.CANCELLED
+            self.cancelled += 1
+        return group
+
+    def running_ids(self, group: GroupState) -> list[str]:
+        return [r for r in group.rollout_ids if r not in group.records]

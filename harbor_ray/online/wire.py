@@ -1,0 +1,146 @@
+"""The controller's HTTP bodies, as pydantic models (the OpenAPI document is built from
+them). Strict and closed: an unknown or mistyped field is a 400 naming it, and nothing
+starts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
+
+StalePolicy = Literal["drop", "deliver"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TaskRequest(_Body):
+    task: str = Field(min_length=1, description="A task name of the dataset.")
+    n: int = Field(ge=1, le=10_000, description="Rollouts of the task: one group (GRPO).")
+
+
+class SubmitRequest(_Body):
+    """`POST /v1/rollouts`."""
+
+    request_id: str = Field(min_length=1, max_length=200,
+                            description="Idempotency key: a retried submit starts nothing new.")
+    tasks: list[TaskRequest] = Field(min_length=1)
+    agent: str = Field(min_length=1)
+    sandbox: str | None = Field(None, description="None: the controller's default.")
+    dataset: str | None = Field(None, description="None: the controller's default.")
+    sampling: Sampling | None = None
+    budget: int | None = Field(None, ge=0, le=INT64_MAX, description="Model calls per rollout.")
+    deadline_s: float | None = Field(None, gt=0, description="Per rollout.")
+    max_staleness: int | None = Field(None, ge=0,
+                                      description="Policy versions; None: the controller's.")
+    metadata: dict[str, Any] = Field(default_factory=dict,
+                                     description="Returned with every group as given.")
+
+
+class GroupRef(BaseModel):
+    group_id: str
+    task: str
+    n: int
+
+
+class SubmitReply(BaseModel):
+    groups: list[GroupRef]
+    policy_version: int
+
+
+class Group(BaseModel):
+    """A finished group: every rollout's rows, in the dataset's columns."""
+
+    group_id: str
+    request_id: str
+    task: str
+    n: int
+    metadata: dict[str, Any]
+    # Versions over every turn of the group (None: no turn recorded one).
+    policy_version_min: int | None
+    policy_version_max: int | None
+    # The policy version when the group finished, and how far its oldest turn was behind.
+    finished_version: int
+    staleness: int | None
+    rollouts: list[dict[str, Any]] = Field(description="rollouts/ rows, one per rollout.")
+    sequences: list[dict[str, Any]] = Field(description="sequences/ rows.")
+    turns: list[dict[str, Any]] = Field(description="turns/ rows, `prompt_ids` in full.")
+
+
+class GroupsReply(BaseModel):
+    groups: list[Group]
+
+
+class AckRequest(_Body):
+    group_ids: list[str] = Field(min_length=1)
+
+
+class AckReply(BaseModel):
+    acknowledged: list[str]
+    unknown: list[str]
+
+
+class CancelReply(BaseModel):
+    group_id: str
+    cancelled: int = Field(description="Rollouts that were still running.")
+
+
+class WeightsRequest(_Body):
+    """`POST /v1/weights`."""
+
+    path: str = Field(min_length=1, description="A checkpoint directory the engine reads.")
+    version: int = Field(ge=1, le=INT64_MAX, description="Must exceed the current version.")
+
+
+class ReplicaResult(BaseModel):
+    """One engine replica's part in a weight update."""
+
+    model_config = ConfigDict(frozen=True)
+
+    replica: str
+    ok: bool
+    version: int | None = Field(description="What the replica serves after the attempt; "
+                                "None if no one can say (its rollback failed too: it was "
+                                "left paused and needs a restart).")
+    error: str | None = None
+    step: str | None = Field(None, description="The step that failed (pause, reload, "
+                             "cache, resume, rollback).")
+    steps: dict[str, float] = Field(default_factory=dict,
+                                    description="Seconds of each step it ran.")
+    seconds: float = 0.0
+
+
+class WeightsReply(BaseModel):
+    version: int
+    replicas: list[ReplicaResult]
+    steps: dict[str, float] = Field(description="Seconds of each step across the "
+                                    "replicas (they run it at once): pause, reload, "
+                                    "cache, resume.")
+    seconds: float
+
+
+class PolicyReply(BaseModel):
+    version: int
+    paused: bool = Field(description="A weight update is under way.")
+    replicas: list[ReplicaResult] = Field(description="Each replica at its last update.")
+
+
+class StatsReply(BaseModel):
+    queued: int = Field(description="Accepted rollouts not yet on a host.")
+    in_flight: int
+    finished: int = Field(description="Rollouts ended (rows made).")
+    groups_ready: int = Field(description="Finished groups waiting to be acknowledged.")
+    delivered: int = Field(description="Groups acknowledged.")
+    dropped: int = Field(description="Groups dropped as too stale.")
+    cancelled: int = Field(description="Groups cancelled by the caller.")
+    errors: dict[str, int] = Field(description="Rows by error type.")
+    staleness: dict[str, int] = Field(description="Finished groups by staleness (versions).")
+    rollouts_per_min: float
+
+
+class ErrorReply(BaseModel):
+    error: str
+    field: str | None = None

@@ -1,0 +1,109 @@
+"""`harbor-ray view`: the report and viewer served on loopback, following the dataset.
+
+Routes: `/` the page (the same self-contained page as report.html, told to poll),
+`/data.json` the current document, `/version` the dataset's version (what the page polls:
+a directory listing, so polling costs nothing while no rows land). The document is
+rebuilt only when the version changed, off the event loop, one rebuild at a time.
+
+The page carries the rollouts' stored messages: serve it to others only knowingly
+(`--host`); the default is loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from harbor_ray.capture.proxy.server import base_url, bind
+from harbor_ray.report.build import report_document
+from harbor_ray.report.page import render_page
+from harbor_ray.report.tables import dataset_version
+
+__all__ = ["LiveReport", "build_view_app", "serve_view", "view_in_thread"]
+
+_NO_CACHE = {"cache-control": "no-store"}
+
+
+class LiveReport:
+    """The document of a dataset directory, rebuilt when its version changes."""
+
+    def __init__(self, out: str | os.PathLike[str], *, pass_reward: float = 1.0) -> None:
+        self.out = Path(out)
+        self.pass_reward = pass_reward
+        self._version: str | None = None
+        self._document = b""
+        self._lock = asyncio.Lock()
+
+    def version(self) -> str:
+        return dataset_version(self.out)
+
+    async def document(self) -> bytes:
+        async with self._lock:
+            if self._version != self.version():
+                # Version read first (inside report_document too): rows committed while
+                # it is built are picked up by the next request, never hidden.
+                self._version = self.version()
+                self._document = await run_in_threadpool(
+                    report_document, self.out, pass_reward=self.pass_reward)
+            return self._document
+
+
+def build_view_app(live: LiveReport, *, poll_s: float = 2.0) -> Starlette:
+    async def page(_: Request) -> Response:
+        document = await live.document()
+        return HTMLResponse(render_page(document, title=f"harbor_ray view: {live.out}",
+                                        live_poll_s=poll_s), headers=_NO_CACHE)
+
+    async def data(_: Request) -> Response:
+        return Response(await live.document(), media_type="application/json",
+                        headers=_NO_CACHE)
+
+    async def version(_: Request) -> Response:
+        return PlainTextResponse(live.version(), headers=_NO_CACHE)
+
+    return Starlette(routes=[Route("/", page), Route("/data.json", data),
+                             Route("/version", version)])
+
+
+def _server(out: str | os.PathLike[str], poll_s: float, pass_reward: float) -> uvicorn.Server:
+    app = build_view_app(LiveReport(out, pass_reward=pass_reward), poll_s=poll_s)
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                         lifespan="off"))
+
+
+def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8766,
+               poll_s: float = 2.0, pass_reward: float = 1.0, on_ready=print) -> None:
+    """Serve the view of `out` until interrupted. The port is bound here, so a taken one
+    fails at once (ServeError) rather than on the server's thread."""
+    sock = bind(host, port)
+    on_ready(base_url(sock))
+    asyncio.run(_server(out, poll_s, pass_reward).serve(sockets=[sock]))
+
+
+@contextmanager
+def view_in_thread(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0,
+                   poll_s: float = 2.0, pass_reward: float = 1.0) -> Iterator[str]:
+    """The view served from a thread of this process (e.g. beside a sweep), yielding its
+    URL; stopped on exit."""
+    sock = bind(host, port)
+    server = _server(out, poll_s, pass_reward)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
+                              name="harbor-ray-view", daemon=True)
+    thread.start()
+    try:
+        yield base_url(sock)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

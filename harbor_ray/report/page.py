@@ -1,0 +1,42 @@
+"""The report as one self-contained HTML file: opens from disk, with no server and no
+network. plotly.js, the viewer's script and style, and the document are all inline.
+
+The document goes into a `<script type="application/json">` element with every `<`
+escaped (`\\u003c`, the same string to JSON), so no stored message can close the element
+or inject markup; the viewer writes stored text with `textContent`, never as HTML.
+"""
+
+from __future__ import annotations
+
+import html
+from functools import cache
+from importlib import resources
+
+from plotly.offline import get_plotlyjs
+
+__all__ = ["render_page"]
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("harbor_ray.report").joinpath("assets", name).read_text()
+
+
+def render_page(document: bytes, *, title: str, live_poll_s: float | None = None) -> str:
+    """The page of `document` (report_json's output). With `live_poll_s`, the page asks
+    the server it came from for a newer document every that many seconds (live.py)."""
+    data = document.decode().replace("<", "\\u003c")
+    live = "null" if live_poll_s is None else f"{{\"poll_ms\": {int(live_poll_s * 1000)}}}"
+    return "".join([
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        f"<title>{html.escape(title)}</title>",
+        "<link rel=\"icon\" href=\"data:,\">",  # else the browser fetches /favicon.ico
+        f"<style>{_asset('report.css')}</style>",
+        f"<script>{get_plotlyjs()}</script></head>\n<body>",
+        _asset("body.html"),
+        f"<script type=\"application/json\" id=\"report-data\">{data}</script>",
+        f"<script>window.HARBOR_REPORT_LIVE = {live};</script>",
+        f"<script>{_asset('viewer.js')}</script>",
+        "</body></html>\n",
+    ])

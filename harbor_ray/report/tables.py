@@ -1,0 +1,87 @@
+"""A dataset directory's committed rows as three Arrow tables: what the report reads.
+
+Only committed flushes are read: a part counts once its rollouts/ part exists (the
+writer writes sequences/ and turns/ first and rollouts/ last), so a report made while a
+sweep writes never shows a rollout whose token rows are still on their way. Hidden
+files (unfinished writes) are never read.
+
+`dataset_version` names what is committed, cheaply (a directory listing and the
+manifest's mtime): the live view rebuilds the report only when it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harbor_ray.data.schema import ROLLOUTS, SEQUENCES, TURNS
+from harbor_ray.data.writer import MANIFEST, PART_SUFFIX
+
+__all__ = ["POLICY_PREFIX", "DatasetTables", "dataset_version", "policy_columns", "read_tables"]
+
+# Online runs add nullable columns named so (another part of the project writes them).
+POLICY_PREFIX = "policy_version"
+
+
+@dataclass(frozen=True)
+class DatasetTables:
+    """The rows of one dataset: whole rollouts only (every rollouts/ row has its rows
+    of turns/ and sequences/ here), and the manifest ({} when there is none yet)."""
+
+    rollouts: pa.Table
+    turns: pa.Table
+    sequences: pa.Table
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_columns(table: pa.Table) -> list[str]:
+    """The table's policy-version columns (none in an offline sweep's dataset)."""
+    return [name for name in table.column_names if name.startswith(POLICY_PREFIX)]
+
+
+def _committed(root: Path) -> list[str]:
+    """Names of the parts whose flush reached rollouts/."""
+    directory = root / "rollouts"
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if p.name.endswith(PART_SUFFIX) and not p.name.startswith("."))
+
+
+def dataset_version(out: str | os.PathLike[str]) -> str:
+    """A token that changes whenever a flush is committed or the manifest is rewritten."""
+    root = Path(out)
+    manifest = root / MANIFEST
+    stamp = manifest.stat().st_mtime_ns if manifest.exists() else 0
+    parts = _committed(root)
+    return f"{len(parts)}:{parts[-1] if parts else ''}:{stamp}"
+
+
+def read_tables(out: str | os.PathLike[str]) -> DatasetTables:
+    """Every committed row of the dataset at `out` (empty tables for an empty one)."""
+    root = Path(out)
+    parts = _committed(root)
+    manifest_path = root / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    return DatasetTables(
+        rollouts=_read(root / "rollouts", parts, ROLLOUTS),
+        turns=_read(root / "turns", parts, TURNS),
+        sequences=_read(root / "sequences", parts, SEQUENCES),
+        manifest=manifest,
+    )
+
+
+def _read(directory: Path, parts: list[str], schema: pa.Schema) -> pa.Table:
+    # A flush with no rows for a table (rollouts that never called a model) writes no
+    # part there, so a committed name may be absent from turns/ and sequences/.
+    tables = [pq.read_table(directory / name) for name in parts if (directory / name).exists()]
+    if not tables:
+        return schema.empty_table()
+    # Columns added later (nullable, e.g. policy versions) may be in newer parts only.
+    return pa.concat_tables(tables, promote_options="default")

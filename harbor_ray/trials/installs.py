@@ -1,0 +1,282 @@
+"""Agent CLIs installed on the host, for sandboxes that have no network to install them.
+
+Harbor's own install step for an agent fetches nvm, Node, bootstrap scripts or the uv
+installer from outside the package registries, and a sandbox has no network. So the CLIs
+are installed once on the host, from the npm registry and PyPI, at the versions pinned in
+`agent_versions.toml`, into a versioned cache:
+
+    CACHE/<agent>-<version>/      one entry per pinned release, never changed once made
+        bin/<command>             relative links to the CLI's entry points
+        node_modules/ | venv/     what npm or uv installed
+
+An entry is built in a temporary sibling directory and renamed into place only once its
+commands answered (`--version`, or the pin's `check`), so an entry that exists is
+complete: an interrupted install leaves only a temporary directory, removed by the next
+install. The local sandbox mounts an entry read-only at `sandbox_dir(pin)` and puts its
+`bin/` first on PATH (`sandbox_tools`); Harbor adapters that would install regardless
+are swapped for their `PREINSTALLED` variants (preinstalled.py).
+
+Planning (the pins, the paths, the commands) is pure; `install` runs the commands.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+from typing import Literal
+
+from harbor_ray.errors import AgentInstallError
+
+__all__ = [
+    "DEFAULT_CACHE",
+    "INSTALLER",
+    "PINS",
+    "PINS_FILE",
+    "PREINSTALLED",
+    "SANDBOX_AGENT_ROOT",
+    "AgentPin",
+    "Installed",
+    "entry_dir",
+    "install",
+    "install_commands",
+    "installed",
+    "load_pins",
+    "sandbox_dir",
+    "sandbox_tools",
+]
+
+PINS_FILE = Path(__file__).with_name("agent_versions.toml")
+DEFAULT_CACHE = Path.home() / ".cache" / "harbor_ray" / "agents"
+# Where an entry appears inside the sandbox: outside /root and /app, which are the
+# trial's own, and outside the host's /usr, which is mounted read-only as a whole.
+SANDBOX_AGENT_ROOT = PurePosixPath("/opt/harbor-ray/agents")
+
+Registry = Literal["npm", "pypi"]
+_TMP_MARK = ".partial-"
+
+
+@dataclass(frozen=True)
+class AgentPin:
+    """One agent CLI at one release, as pinned in `agent_versions.toml`."""
+
+    agent: str  # Harbor's agent name
+    registry: Registry
+    package: str
+    version: str
+    bins: tuple[str, ...]
+    python: str | None = None  # pypi only: the interpreter the venv is built on
+    check: tuple[str, ...] = ("--version",)  # arguments every command must answer
+
+    @property
+    def entry_name(self) -> str:
+        return f"{self.agent}-{self.version}"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}@{self.version}" if self.registry == "npm" else (
+            f"{self.package}=={self.version}")
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Whether a pinned agent is in the cache, and where."""
+
+    pin: AgentPin
+    path: Path
+    present: bool
+
+
+def load_pins(text: str) -> Mapping[str, AgentPin]:
+    """The pins of an `agent_versions.toml`, by agent name (ValueError when malformed)."""
+    table = tomllib.loads(text).get("agents", {})
+    pins: dict[str, AgentPin] = {}
+    for agent, entry in table.items():
+        registry = entry.get("registry")
+        if registry not in ("npm", "pypi"):
+            raise ValueError(f"{agent}: registry must be 'npm' or 'pypi', not {registry!r}")
+        bins = tuple(entry.get("bins", ()))
+        if not bins or not all(isinstance(b, str) and b and "/" not in b for b in bins):
+            raise ValueError(f"{agent}: bins must be a non-empty list of command names")
+        python = entry.get("python")
+        if registry == "pypi" and not python:
+            raise ValueError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
+        pins[agent] = AgentPin(
+            agent=agent, registry=registry, package=str(entry["package"]),
+            version=str(entry["version"]), bins=bins, python=python,
+            check=tuple(entry.get("check", ("--version",))),
+        )
+    return MappingProxyType(pins)
+
+
+PINS: Mapping[str, AgentPin] = load_pins(PINS_FILE.read_text())
+
+
+# Harbor agent name -> the variant that skips Harbor's network install when the CLI is
+# present (preinstalled.py; named, not imported: importing it loads Harbor's agents).
+# codex and claude-code skip it on their own.
+PREINSTALLED: Mapping[str, str] = MappingProxyType({
+    agent: f"harbor_ray.trials.preinstalled:Preinstalled{cls}"
+    for agent, cls in (("gemini-cli", "GeminiCli"), ("qwen-coder", "QwenCode"),
+                       ("opencode", "OpenCode"), ("mini-swe-agent", "MiniSweAgent"))
+})
+
+
+def entry_dir(cache: Path, pin: AgentPin) -> Path:
+    return cache / pin.entry_name
+
+
+def installed(cache: Path, pins: Mapping[str, AgentPin] = PINS) -> list[Installed]:
+    """Every pinned agent, present or not, in name order."""
+    return [
+        Installed(pin, entry_dir(cache, pin), entry_dir(cache, pin).is_dir())
+        for pin in sorted(pins.values(), key=lambda p: p.agent)
+    ]
+
+
+def sandbox_dir(pin: AgentPin) -> PurePosixPath:
+    """Where the pin's cache entry is mounted inside the sandbox."""
+    return SANDBOX_AGENT_ROOT / pin.entry_name
+
+
+# The program that installs from each registry.
+INSTALLER: Mapping[Registry, str] = MappingProxyType({"npm": "npm", "pypi": "uv"})
+
+
+def sandbox_tools(cache: Path, pin: AgentPin) -> dict[str, str]:
+    """The bwrap sandbox's `tools` kwarg that mounts the pin's entry; AgentInstallError
+    when the entry is not in the cache (the sandbox could not install it)."""
+    entry = entry_dir(cache, pin)
+    if not entry.is_dir():
+        raise AgentInstallError(
+            f"{pin.agent} {pin.version} is not installed in {cache}: run `harbor-ray agents "
+            f"install {pin.agent}` (the sandbox has no network to install it)")
+    return {str(sandbox_dir(pin)): str(entry)}
+
+
+def install_commands(pin: AgentPin, target: Path, installer: str) -> list[list[str]]:
+    """The commands that install `pin` into the empty directory `target`, `installer`
+    being the path of the registry's program (INSTALLER)."""
+    if pin.registry == "npm":
+        npm = installer
+        # --prefix keeps everything under target; no audit/fund calls, no global state.
+        return [[npm, "install", "--prefix", str(target), "--no-audit", "--no-fund",
+                 "--loglevel=error", pin.spec]]
+    uv, venv = installer, target / "venv"
+    # Relocatable: the venv is built in a temporary directory, renamed, and mounted at
+    # yet another path inside the sandbox, so its scripts must not name their own path.
+    return [
+        [uv, "venv", "--relocatable", "--python", str(pin.python), str(venv)],
+        [uv, "pip", "install", "--python", str(venv / "bin" / "python"), pin.spec],
+    ]
+
+
+def _bin_source(pin: AgentPin, command: str) -> str:
+    """Where `bin/<command>` points, relative to bin/."""
+    if pin.registry == "npm":
+        return f"../node_modules/.bin/{command}"
+    return f"../venv/bin/{command}"
+
+
+def _find(tool: str, search_path: str | None) -> str:
+    found = shutil.which(tool, path=search_path) or shutil.which(
+        tool, path=str(Path.home() / ".local" / "bin"))
+    if found is None:
+        raise AgentInstallError(f"{tool} is not on PATH (nor in ~/.local/bin): it installs "
+                                "the agent CLIs")
+    return found
+
+
+Progress = Callable[[str], None]
+
+
+def install(
+    pins: Sequence[AgentPin],
+    cache: Path = DEFAULT_CACHE,
+    *,
+    progress: Progress = print,
+    search_path: str | None = None,
+    timeout_s: float = 1800,
+) -> list[Installed]:
+    """Install each pin not in the cache yet; an entry already there is left alone.
+
+    Raises AgentInstallError (naming the agent and the failed command's output) at the
+    first pin that fails; the entries made before it stay.
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    _remove_partials(cache)
+    done: list[Installed] = []
+    for pin in pins:
+        final = entry_dir(cache, pin)
+        if final.is_dir():
+            progress(f"{pin.agent} {pin.version}: already installed ({final})")
+            done.append(Installed(pin, final, True))
+            continue
+        installer = _find(INSTALLER[pin.registry], search_path)
+        partial = cache / f"{_TMP_MARK}{pin.entry_name}-{os.getpid()}"
+        partial.mkdir()
+        try:
+            progress(f"{pin.agent} {pin.version}: installing {pin.spec} from {pin.registry}")
+            for argv in install_commands(pin, partial, installer):
+                _run(pin, argv, timeout_s)
+            _link_bins(pin, partial)
+            for command in pin.bins:
+                answer = _run(pin, [str(partial / "bin" / command), *pin.check], 120)
+                first = answer.strip().splitlines()[0] if answer.strip() else ""
+                progress(f"{pin.agent} {pin.version}: {command} {' '.join(pin.check)}: "
+                         f"{first}")
+            partial.rename(final)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        progress(f"{pin.agent} {pin.version}: installed ({final})")
+        done.append(Installed(pin, final, True))
+    return done
+
+
+def _link_bins(pin: AgentPin, root: Path) -> None:
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    for command in pin.bins:
+        link = bin_dir / command
+        link.symlink_to(_bin_source(pin, command))
+        if not link.exists():
+            raise AgentInstallError(
+                f"{pin.agent}: {pin.spec} installed no command {command!r}")
+
+
+def _run(pin: AgentPin, argv: list[str], timeout_s: float) -> str:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                                stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise AgentInstallError(f"{pin.agent}: {argv[0]} took over {timeout_s} s") from exc
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip()[-2000:]
+        raise AgentInstallError(
+            f"{pin.agent}: `{' '.join(argv)}` failed ({result.returncode}): {tail}")
+    return result.stdout
+
+
+def _remove_partials(cache: Path) -> None:
+    """Temporary directories of installs that did not finish (killed, crashed)."""
+    for path in cache.glob(f"{_TMP_MARK}*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and _alive(int(pid)) and int(pid) != os.getpid():
+            continue  # another install is running
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,68 @@
+"""Harbor's installed agents, made to use a CLI that is already in the sandbox.
+
+Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
+their install when it is. gemini-cli, qwen-code, opencode and mini-swe-agent always
+install: nvm and Node from GitHub and nodejs.org, or the uv installer from astral.sh,
+none of which a sandbox without network reaches. When the local sandbox mounts the
+agent's cache entry (installs.py), the rollout names these subclasses instead
+(`AgentConfig.import_path`, from `installs.PREINSTALLED`); each keeps everything of its
+Harbor class (its name, its wiring, its run) and only skips the install when every
+command it runs is present.
+Where a command is missing, Harbor's own install runs, as it would have.
+
+Imported by Harbor when a trial loads its agent (never by harbor_ray's own modules, which
+stay free of agent classes and the LiteLLM import they bring).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import ClassVar
+
+from harbor.agents.installed.base import BaseInstalledAgent
+from harbor.agents.installed.gemini_cli import GeminiCli
+from harbor.agents.installed.mini_swe_agent import MiniSweAgent
+from harbor.agents.installed.opencode import OpenCode
+from harbor.agents.installed.qwen_code import QwenCode
+from harbor.environments.base import BaseEnvironment
+
+__all__ = [
+    "PreinstalledGeminiCli",
+    "PreinstalledMiniSweAgent",
+    "PreinstalledOpenCode",
+    "PreinstalledQwenCode",
+    "presence_command",
+]
+
+
+def presence_command(commands: tuple[str, ...]) -> str:
+    """A shell command that succeeds only when every command is on PATH."""
+    return " && ".join(f"command -v {shlex.quote(c)} >/dev/null 2>&1" for c in commands)
+
+
+class _SkipInstallWhenPresent(BaseInstalledAgent):
+    COMMANDS: ClassVar[tuple[str, ...]] = ()
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        found = await environment.exec(command=presence_command(self.COMMANDS))
+        if found.return_code == 0:
+            self.logger.debug(f"{self.name()} is already installed: {self.COMMANDS}")
+            return
+        await super().install(environment)
+
+
+class PreinstalledGeminiCli(_SkipInstallWhenPresent, GeminiCli):
+    COMMANDS = ("gemini", "node")
+
+
+class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):
+    COMMANDS = ("qwen", "node")
+
+
+class PreinstalledOpenCode(_SkipInstallWhenPresent, OpenCode):
+    COMMANDS = ("opencode",)
+
+
+class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
+    COMMANDS = ("mini-swe-agent",)
+

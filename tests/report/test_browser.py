@@ -1,0 +1,108 @@
+"""The report and the live view in headless Chromium, on a real sweep's dataset."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from harbor_ray.data.writer import DatasetWriter
+from harbor_ray.report import write_report
+from harbor_ray.report.live import view_in_thread
+from tests.data.rollouts import rich_session, rollout
+from tests.report.browser import chromium, js_errors, wait_for
+from tests.report.conftest import ATTEMPTS, TASKS
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PLOTS = ["reward-by-task", "pass-at-k", "error-types", "findings", "turns-tokens",
+         "phase-times", "engine-over-time"]
+
+
+def _rows(driver) -> list:
+    return driver.find_elements(By.CSS_SELECTOR, "#rollout-list tbody tr")
+
+
+def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: Path) -> None:
+    page = write_report(sweep_dataset)
+    with chromium() as driver:
+        driver.get(page.as_uri())
+        wait_for(lambda: driver.execute_script("return window.harborReport"), what="the page")
+        plots = driver.find_elements(By.CSS_SELECTOR, "#plots .plot")
+        assert [p.get_attribute("id") for p in plots] == [f"plot-{i}" for i in PLOTS]
+        for plot in plots:
+            # Drawn by plotly: its SVG is in the page and its layout was computed.
+            assert plot.find_elements(By.CSS_SELECTOR, ".main-svg"), plot.get_attribute("id")
+            assert driver.execute_script(
+                "return !!arguments[0].querySelector('.figure')._fullLayout", plot)
+        drawn = driver.execute_script(
+            "return [...document.querySelectorAll('#plot-reward-by-task .figure')]"
+            ".map(f => f.data.length)")
+        assert drawn == [len(TASKS)]
+
+        total = len(TASKS) * ATTEMPTS
+        assert len(_rows(driver)) == total
+        # Filtering: by task, then by reward (the script solves hello-file only).
+        Select(driver.find_element(By.ID, "filter-task")).select_by_value("hello-file")
+        assert {r.get_attribute("data-rollout-id").split("__")[0] for r in _rows(driver)} == {
+            "hello-file"}
+        assert driver.find_element(By.ID, "rollout-count").text == f"{ATTEMPTS} of {total} rollouts"
+        Select(driver.find_element(By.ID, "filter-task")).select_by_value("")
+        driver.find_element(By.ID, "filter-reward-min").send_keys("1")
+        solved = _rows(driver)
+        assert len(solved) == ATTEMPTS
+        assert all(r.get_attribute("data-rollout-id").startswith("hello-file") for r in solved)
+
+        solved[0].click()
+        tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                       "#trace-turns .tok.sampled"),
+                          what="sampled ids")
+        scored = [t for t in tokens if t.get_attribute("data-logprob") != "none"]
+        assert scored
+        for token in tokens:
+            assert token.get_attribute("data-mask") in {"0", "1"}
+            assert "logprob" in token.get_attribute("title")
+        for token in scored:
+            assert float(token.get_attribute("data-logprob")) <= 0.0
+            # Coloured by its logprob (an id without one has no colour of its own).
+            assert token.value_of_css_property("background-color") not in {
+                "rgba(0, 0, 0, 0)", "transparent"}
+        assert any(t.get_attribute("data-mask") == "1" for t in scored)
+        assert driver.find_element(By.ID, "token-note").text.startswith("Token text is not")
+        assert driver.find_elements(By.CSS_SELECTOR, "#trace-graph li[data-turn]")
+        assert driver.find_elements(By.CSS_SELECTOR, ".turn .message")
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.execute_script("document.getElementById('trace').scrollIntoView()")
+        assert driver.save_screenshot(str(ARTIFACTS / "report-viewer.png"))
+        driver.execute_script("window.scrollTo(0, 0)")
+        assert driver.save_screenshot(str(ARTIFACTS / "report-plots.png"))
+        assert js_errors(driver) == []
+
+
+def test_the_live_view_picks_up_a_new_row(sweep_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "live"
+    shutil.copytree(sweep_dataset, out, ignore=shutil.ignore_patterns("trials", "sandboxes"))
+    total = len(TASKS) * ATTEMPTS
+    with view_in_thread(out, poll_s=0.3) as url, chromium() as driver:
+        driver.get(url)
+        wait_for(lambda: len(_rows(driver)) == total, what="the sweep's rows")
+        _rows(driver)[0].click()
+        selected = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "tr.selected"))
+        selected_id = selected[0].get_attribute("data-rollout-id")
+
+        writer = DatasetWriter(out, {"agent": "terminus-2"})
+        writer.add(rollout("zz-new", rich_session()))
+        writer.flush()
+
+        wait_for(lambda: len(_rows(driver)) == total + 1, what="the new row")
+        assert driver.find_elements(By.CSS_SELECTOR, 'tr[data-rollout-id="zz-new"]')
+        assert driver.find_element(By.ID, "rollout-count").text == (
+            f"{total + 1} of {total + 1} rollouts")
+        # The open rollout stays open across the update.
+        assert driver.find_element(By.CSS_SELECTOR, "tr.selected").get_attribute(
+            "data-rollout-id") == selected_id
+        assert js_errors(driver) == []

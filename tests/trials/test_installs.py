@@ -1,0 +1,170 @@
+"""The host's agent CLI cache: pins, idempotent installs, never a partial entry.
+
+The registries are replaced by a fake `npm` on the search path (a shell script that lays
+out what `npm install --prefix` would and logs each call), so these tests run offline.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harbor_ray.errors import AgentInstallError
+from harbor_ray.trials.installs import (
+    PINS,
+    PREINSTALLED,
+    AgentPin,
+    entry_dir,
+    install,
+    install_commands,
+    installed,
+    load_pins,
+    sandbox_dir,
+    sandbox_tools,
+)
+
+PIN = AgentPin(agent="toy", registry="npm", package="toy-cli", version="1.2.3",
+               bins=("toy",))
+
+# What npm would do: node_modules/<pkg>/cli plus the .bin link. TOY_FAIL makes the
+# installed command fail its --version check; TOY_NOBIN installs no command.
+FAKE_NPM = """#!/bin/bash
+echo "$@" >> "$NPM_LOG"
+prefix="$3"
+mkdir -p "$prefix/node_modules/toy-cli" "$prefix/node_modules/.bin"
+[ -n "$TOY_NOBIN" ] && exit 0
+printf '#!/bin/bash\\n[ -n "$TOY_FAIL" ] && exit 3\\necho toy 1.2.3\\n' \
+    > "$prefix/node_modules/toy-cli/cli"
+chmod +x "$prefix/node_modules/toy-cli/cli"
+ln -s ../toy-cli/cli "$prefix/node_modules/.bin/toy"
+"""
+
+
+@pytest.fixture
+def fake_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    npm = tools / "npm"
+    npm.write_text(FAKE_NPM)
+    npm.chmod(0o755)
+    log = tmp_path / "npm.log"
+    monkeypatch.setenv("NPM_LOG", str(log))
+    return tools
+
+
+def npm_calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "npm.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
+    assert {name: (pin.package, pin.version) for name, pin in PINS.items()} == {
+        "codex": ("@openai/codex", "0.171.0"),
+        "claude-code": ("@anthropic-ai/claude-code", "2.1.197"),
+        "gemini-cli": ("@google/gemini-cli", "0.61.0"),
+        "opencode": ("opencode-ai", "1.18.33"),
+        "qwen-coder": ("@qwen-code/qwen-code", "0.15.10"),
+        "mini-swe-agent": ("mini-swe-agent", "2.4.6"),
+    }
+    assert set(PREINSTALLED) <= set(PINS)
+
+
+def test_every_pin_is_a_harbor_agent_and_every_preinstalled_variant_keeps_its_name() -> None:
+    from harbor.agents.factory import AgentFactory
+    from harbor.models.agent.name import AgentName
+
+    from harbor_ray.trials import preinstalled
+
+    assert set(PINS) <= {name.value for name in AgentName}
+    for agent, path in PREINSTALLED.items():
+        cls = getattr(preinstalled, path.split(":")[1])
+        assert cls.name() == agent
+        harbor_class = AgentFactory._AGENT_MAP[AgentName(agent)]  # "module:Class"
+        assert harbor_class in {f"{base.__module__}:{base.__name__}" for base in cls.__mro__}
+
+
+@pytest.mark.parametrize(("toml", "problem"), [
+    ('[agents.x]\nregistry = "pip"\npackage = "x"\nversion = "1"\nbins = ["x"]', "registry"),
+    ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = []', "bins"),
+    ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["a/b"]', "bins"),
+    ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]', "python"),
+])
+def test_malformed_pins_are_refused(toml: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        load_pins(toml)
+
+
+def test_commands_install_under_the_target_only(tmp_path: Path) -> None:
+    assert install_commands(PIN, tmp_path, "/x/npm") == [[
+        "/x/npm", "install", "--prefix", str(tmp_path), "--no-audit", "--no-fund",
+        "--loglevel=error", "toy-cli@1.2.3"]]
+    pypi = PINS["mini-swe-agent"]
+    venv, uv_commands = tmp_path / "venv", install_commands(pypi, tmp_path, "/x/uv")
+    assert uv_commands == [
+        ["/x/uv", "venv", "--relocatable", "--python", "/usr/bin/python3", str(venv)],
+        ["/x/uv", "pip", "install", "--python", str(venv / "bin" / "python"),
+         "mini-swe-agent==2.4.6"],
+    ]
+
+
+def test_install_makes_a_complete_entry_once(tmp_path: Path, fake_npm: Path) -> None:
+    cache = tmp_path / "cache"
+    messages: list[str] = []
+    [done] = install([PIN], cache, progress=messages.append, search_path=str(fake_npm))
+    assert done.present and done.path == cache / "toy-1.2.3"
+    out = subprocess.run([str(done.path / "bin" / "toy"), "--version"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "toy 1.2.3\n"
+    assert os.readlink(done.path / "bin" / "toy") == "../node_modules/.bin/toy"
+    assert any("installing toy-cli@1.2.3" in m for m in messages)
+
+    again: list[str] = []
+    install([PIN], cache, progress=again.append, search_path=str(fake_npm))
+    assert len(npm_calls(tmp_path)) == 1  # not reinstalled
+    assert any("already installed" in m for m in again)
+    assert sorted(p.name for p in cache.iterdir()) == ["toy-1.2.3"]
+
+
+@pytest.mark.parametrize("failure", ["TOY_FAIL", "TOY_NOBIN"])
+def test_a_failed_install_leaves_no_entry(
+    tmp_path: Path, fake_npm: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(failure, "1")
+    with pytest.raises(AgentInstallError, match="toy"):
+        install([PIN], cache, progress=lambda _: None, search_path=str(fake_npm))
+    assert list(cache.iterdir()) == []
+    assert not installed(cache, {"toy": PIN})[0].present
+
+
+def test_an_interrupted_install_is_not_taken_as_complete(
+    tmp_path: Path, fake_npm: Path
+) -> None:
+    cache = tmp_path / "cache"
+    # What a killed install leaves: a partial directory whose process is gone.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    partial = cache / f".partial-toy-1.2.3-{dead.pid}"
+    (partial / "bin").mkdir(parents=True)
+    assert not installed(cache, {"toy": PIN})[0].present
+    install([PIN], cache, progress=lambda _: None, search_path=str(fake_npm))
+    assert sorted(p.name for p in cache.iterdir()) == ["toy-1.2.3"]
+    assert len(npm_calls(tmp_path)) == 1
+
+
+def test_a_missing_installer_is_named(tmp_path: Path) -> None:
+    with pytest.raises(AgentInstallError, match="npm is not on PATH"):
+        install([PIN], tmp_path / "cache", progress=lambda _: None,
+                search_path=str(tmp_path / "nothing"))
+
+
+def test_sandbox_tools_mount_an_installed_entry_or_say_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(AgentInstallError, match="harbor-ray agents install toy"):
+        sandbox_tools(tmp_path, PIN)
+    entry_dir(tmp_path, PIN).mkdir()
+    assert sandbox_tools(tmp_path, PIN) == {
+        "/opt/harbor-ray/agents/toy-1.2.3": str(tmp_path / "toy-1.2.3")}
+    assert str(sandbox_dir(PIN)) == "/opt/harbor-ray/agents/toy-1.2.3"
