@@ -50,13 +50,13 @@ class _Connection:
         return exchange(call, self.retry, self.url)
 
     def request(self, send: Send) -> dict[str, Any]:
-        """httpx's `request` arguments for `send`."""
-        content = send.content
-        call = send.call
-        return {"method": call.method, "url": call.path, "content": content,
-                "params": call.params,
-                "headers": {"content-type": "application/json"} if content is not None
-                else None,
+        """httpx's `request` arguments for `send` (whole: a caller's own httpx client
+        needs no base URL or headers)."""
+        content, call = send.content, send.call
+        headers = self.headers if content is None else {
+            **self.headers, "content-type": "application/json"}
+        return {"method": call.method, "url": f"{self.url}{call.path}", "content": content,
+                "params": call.params, "headers": headers,
                 "timeout": call.timeout_s if call.timeout_s is not None else self.timeout_s}
 
     @staticmethod
@@ -69,18 +69,16 @@ class _Connection:
         return Outcome(failure=f"{type(exc).__name__}: {exc}",
                        sent=not isinstance(exc, _NOT_SENT))
 
-    def client_options(self) -> dict[str, Any]:
-        return {"base_url": self.url, "headers": self.headers}
-
 
 class Client:
     """The controller's API, blocking. `url` is the controller's base URL, `key` its
-    controller key; `retry` says how 429s and lost connections are retried."""
+    controller key; `retry` says how 429s and lost connections are retried; `http` an
+    httpx client of the caller's (event hooks, transport, limits), closed with this."""
 
     def __init__(self, url: str, key: str, *, retry: Retry = DEFAULT_RETRY,
                  timeout_s: float = 60.0, http: httpx.Client | None = None) -> None:
         self._conn = _Connection(url, key, retry, timeout_s)
-        self._http = http or httpx.Client(**self._conn.client_options())
+        self._http = http or httpx.Client()
 
     def _run[R](self, call: Call[R]) -> R:
         steps, outcome = self._conn.exchange(call), None
@@ -150,7 +148,7 @@ class AsyncClient:
     def __init__(self, url: str, key: str, *, retry: Retry = DEFAULT_RETRY,
                  timeout_s: float = 60.0, http: httpx.AsyncClient | None = None) -> None:
         self._conn = _Connection(url, key, retry, timeout_s)
-        self._http = http or httpx.AsyncClient(**self._conn.client_options())
+        self._http = http or httpx.AsyncClient()
 
     async def _run[R](self, call: Call[R]) -> R:
         steps, outcome = self._conn.exchange(call), None

@@ -93,8 +93,7 @@ def test_429_is_retried_after_retry_after_then_accepted(service_factory) -> None
     service = service_factory("client-429", capacity=2, retry_after_s=1,
                               work=chat_agent(2, think_s=1.0))
     statuses: list[int] = []
-    http = httpx.Client(base_url=service.url, headers={"authorization": f"Bearer {KEY}"},
-                        event_hooks={"response": [lambda r: statuses.append(r.status_code)]})
+    http = httpx.Client(event_hooks={"response": [lambda r: statuses.append(r.status_code)]})
     with Client(service.url, KEY, http=http, retry=Retry(attempts=30)) as client:
         client.submit({TASK: 2}, "terminus-2")  # fills the capacity for ~2 s
         started = time.monotonic()
