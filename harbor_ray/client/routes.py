@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
+from urllib.parse import quote
 
 import orjson
 from pydantic import BaseModel
@@ -87,7 +88,7 @@ def ack(group_ids: Sequence[str]) -> Call[AckReply]:
 
 
 def cancel(group_id: str) -> Call[CancelReply]:
-    return Call("POST", f"/v1/groups/{group_id}/cancel", _reader(CancelReply))
+    return Call("POST", f"/v1/groups/{quote(group_id, safe='')}/cancel", _reader(CancelReply))
 
 
 def update_weights(path: str, version: int, timeout_s: float) -> Call[WeightsReply]:
