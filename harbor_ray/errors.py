@@ -44,6 +44,7 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── FieldError                       a field names nothing usable; its status and name
 │   ├── OverCapacity                     too many accepted rollouts unfinished (429)
 │   ├── WeightUpdateError                a weight update failed; the old version serves
+│   ├── ClientError                      the controller refused a client's call, or is unreachable
 │   └── _Refused                         a refused request and its reply (online.app)
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
@@ -260,3 +261,15 @@ class WeightUpdateError(OnlineError):
 
     def __reduce__(self) -> tuple:
         return type(self), (str(self), self.replicas)
+
+
+class ClientError(OnlineError):
+    """A call through `harbor_ray.client` failed: the controller refused it (`status`,
+    the `field` it named, and for a weight update each replica's result), or it could not
+    be reached after the retries (`status` None)."""
+
+    def __init__(self, status: int | None, message: str, *, field: str | None = None,
+                 replicas: list | None = None) -> None:
+        super().__init__(message)
+        self.status, self.field = status, field
+        self.replicas = replicas or []

@@ -16,11 +16,13 @@ model call:
   rollout_id, task, turn, role   where the record came from
 
 Records are Python lists because that is TRL's contract; a `rollout_func` returns them
-column-wise: `{key: [r[key] for r in records] for key in records[0]}`.
+column-wise (`trl_columns`). `to_trl_records` reads a turns/ table; `rows_to_trl_records`
+reads the same rows as dicts (an online group's `turns`), through the same code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,8 +31,17 @@ import pyarrow.compute as pc
 
 from harbor_ray.capture.core.graph import Role
 from harbor_ray.data.rebuild import rebuild_prompts
+from harbor_ray.data.schema import IDS, TURNS
 
-__all__ = ["to_trl_records"]
+__all__ = ["rows_to_trl_records", "to_trl_records", "trl_columns"]
+
+# The turns/ columns a record is made of, prompts in full: what `rows_to_trl_records`
+# types dict rows as (any other key of a row is left out).
+_RECORD_COLUMNS = pa.schema([
+    pa.field("prompt_ids", IDS),
+    *(TURNS.field(name) for name in (
+        "token_ids", "logprobs", "reward", "ok", "role", "rollout_id", "task", "index")),
+])
 
 
 def to_trl_records(
@@ -75,6 +86,21 @@ def to_trl_records(
             strict=True,
         )
     ]
+
+
+def rows_to_trl_records(rows: Iterable[Mapping[str, Any]], *,
+                        include_discarded: bool = False, only_ok: bool = True
+                        ) -> list[dict[str, Any]]:
+    """`to_trl_records` over turns/ rows given as dicts with `prompt_ids` in full (as
+    JSON gives them: a logprob the engine did not give is None, and trains nothing)."""
+    table = pa.Table.from_pylist(list(rows), schema=_RECORD_COLUMNS)
+    return to_trl_records(table, include_discarded=include_discarded, only_ok=only_ok)
+
+
+def trl_columns(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Records column-wise, as a `rollout_func` returns them (TRL's contract)."""
+    keys = records[0].keys() if records else ()
+    return {key: [record[key] for record in records] for key in keys}
 
 
 def _logprobs_and_mask(values: pa.Array | None, n: int) -> dict[str, list[Any]]:

@@ -3,26 +3,32 @@ process, or the controller actor through `ActorController`).
 
 Every route needs the controller key (`Authorization: Bearer`), compared in constant
 time: agents never hold it (they hold session keys, which open only the capture
-proxy). A body is read whole (capped), validated against its model (a 400 naming the
-first bad field, nothing started), then handed to the controller; its refusals
-(`OnlineError`) carry their status.
+proxy); the MCP tools at `/mcp` (`mcp_tools`) are behind it too. A body is read
+whole (capped), validated against its model (a 400 naming the first bad field, nothing
+started), then handed to the controller; its refusals (`OnlineError`) carry their
+status.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import orjson
+import ray
 from pydantic import BaseModel, ValidationError
 from ray.exceptions import RayTaskError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harbor_ray.errors import FieldError, OnlineError, OverCapacity, WeightUpdateError
+from harbor_ray.online.mcp_tools import MCP_PATH, build_mcp
 from harbor_ray.online.wire import (
     AckReply,
     AckRequest,
@@ -53,6 +59,13 @@ class ControllerCalls(Protocol):
     async def update_weights(self, request: WeightsRequest) -> WeightsReply: ...
     async def policy(self) -> PolicyReply: ...
     async def stats(self) -> StatsReply: ...
+    async def run_one(self, request: SubmitRequest) -> Group: ...
+    async def tasks(self, dataset: str | None) -> list[str]: ...
+
+
+# Calls that only wait: when their caller gives up, the actor stops waiting too (and
+# `run_one` cancels its group) instead of running on for nobody.
+_CANCELLED_WITH_CALLER = frozenset({"groups", "run_one"})
 
 
 class ActorController:
@@ -65,8 +78,13 @@ class ActorController:
         method = getattr(self._handle, name)
 
         async def call(*args: Any) -> Any:
+            ref = method.remote(*args)
             try:
-                return await method.remote(*args)
+                return await ref
+            except asyncio.CancelledError:
+                if name in _CANCELLED_WITH_CALLER:
+                    ray.cancel(ref)
+                raise
             except RayTaskError as exc:
                 if isinstance(exc.cause, OnlineError):
                     raise exc.cause from None
@@ -130,12 +148,13 @@ def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
         raise ValueError("the controller needs a key")
     expected = f"Bearer {key}".encode()
 
+    def allowed(given: bytes) -> bool:
+        return hmac.compare_digest(given, expected)
+
     def route(handler: Callable[[Request], Awaitable[Response]]):
         async def endpoint(request: Request) -> Response:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return _error(401, "missing or wrong controller key",
-                              headers={"www-authenticate": "Bearer"})
+            if not allowed(request.headers.get("authorization", "").encode()):
+                return _unauthorized()
             try:
                 return await handler(request)
             except _Refused as refused:
@@ -179,7 +198,15 @@ def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
     async def document(request: Request) -> Response:
         return _json(openapi())
 
-    return Starlette(routes=[
+    mcp = build_mcp(controller)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with mcp.lifespan:
+            yield
+
+    app = Starlette(lifespan=lifespan, routes=[
+        Route(MCP_PATH, _KeyGuard(mcp.app, allowed)),
         Route("/v1/rollouts", route(submit), methods=["POST"]),
         Route("/v1/groups", route(groups), methods=["GET"]),
         Route("/v1/groups/ack", route(ack), methods=["POST"]),
@@ -190,6 +217,26 @@ def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
         Route("/health", route(health), methods=["GET"]),
         Route("/openapi.json", route(document), methods=["GET"]),
     ])
+    app.state.mcp_in_flight = mcp.in_flight  # MCP tool calls running, and their peak
+    return app
+
+
+def _unauthorized() -> Response:
+    return _error(401, "missing or wrong controller key", headers={"www-authenticate": "Bearer"})
+
+
+class _KeyGuard:
+    """An ASGI app (the MCP transport) behind the controller key."""
+
+    def __init__(self, app: ASGIApp, allowed: Callable[[bytes], bool]) -> None:
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = dict(scope.get("headers", ())).get(b"authorization", b"")
+        if not self.allowed(given):
+            await _unauthorized()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 # (method, path, summary, request model, reply status, reply model)

@@ -113,6 +113,7 @@ class Controller:
         self._gate = asyncio.Semaphore(config.concurrency)
         self._in_flight = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._awaited: dict[str, asyncio.Future[None]] = {}  # group id -> its end
         self._changed = asyncio.Event()
         self._started = time.time()
         self._pool = HostPool(per_host=config.per_host, proxy=config.proxy,
@@ -176,6 +177,30 @@ class Controller:
                 break
         return [g.payload() for g in self.book.take(max_groups)]
 
+    async def run_one(self, request: SubmitRequest) -> Group:
+        """Submit `request` (one group) and answer with the group once it finished: for
+        a caller that waits for its own rollouts (an MCP tool call). The group is never
+        in the long poll's batches; a caller that gives up cancels it."""
+        (ref,) = (await self.submit(request)).groups
+        group = self.book.groups[ref.group_id]
+        # Marked before its rollouts first run: submit only scheduled them.
+        group.awaited = True
+        ended = self._awaited.setdefault(ref.group_id,
+                                         asyncio.get_running_loop().create_future())
+        try:
+            await ended
+        except asyncio.CancelledError:
+            await self.cancel(ref.group_id)
+            raise
+        finally:
+            self._awaited.pop(ref.group_id, None)
+        self.book.ack([ref.group_id])
+        return group.payload()
+
+    async def tasks(self, dataset: str | None) -> list[str]:
+        """The task names of `dataset` (None: the controller's default), in its order."""
+        return list(_tasks(dataset or self.config.dataset))
+
     async def ack(self, group_ids: list[str]) -> AckReply:
         done, unknown = self.book.ack(group_ids)
         return AckReply(acknowledged=done, unknown=unknown)
@@ -187,6 +212,8 @@ class Controller:
         running = [self._tasks[r] for r in self.book.running_ids(group) if r in self._tasks]
         for task in running:
             task.cancel()
+        if (waiter := self._awaited.get(group_id)) is not None and not waiter.done():
+            waiter.set_exception(FieldError(409, "group_id", f"group {group_id} cancelled"))
         # Answer once the rollouts ended (rows made, sandboxes torn down).
         await asyncio.gather(*running, return_exceptions=True)
         return CancelReply(group_id=group_id, cancelled=len(running))
@@ -270,8 +297,10 @@ class Controller:
 
     def _finished(self, record: RolloutRecord) -> None:
         self._tasks.pop(record.rollout_id, None)
-        if self.book.finish(record, self.version) is not None:
+        if (group := self.book.finish(record, self.version)) is not None:
             self._changed.set()
+            if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
+                waiter.set_result(None)
 
 
 @cache

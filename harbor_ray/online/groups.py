@@ -46,6 +46,8 @@ class GroupState:
     records: dict[str, RolloutRecord] = field(default_factory=dict)
     phase: Phase = Phase.RUNNING
     finished_version: int | None = None
+    # Its submitter waits for it (an MCP tool call): never handed to the long poll.
+    awaited: bool = False
 
     @property
     def n(self) -> int:
@@ -163,7 +165,8 @@ class Book:
             self.dropped += 1
         else:
             group.phase = Phase.READY
-            self.ready.append(group.group_id)
+            if not group.awaited:
+                self.ready.append(group.group_id)
         return group
 
     def take(self, max_groups: int) -> list[GroupState]:
@@ -180,7 +183,8 @@ class Book:
                 unknown.append(group_id)
                 continue
             group.phase = Phase.DELIVERED
-            self.ready.remove(group_id)
+            if group_id in self.ready:  # an awaited group never was
+                self.ready.remove(group_id)
             self.delivered += 1
             done.append(group_id)
         return done, unknown
@@ -191,7 +195,7 @@ class Book:
         if group is None:
             return None
         if group.phase in (Phase.RUNNING, Phase.READY):
-            if group.phase is Phase.READY:
+            if group_id in self.ready:
                 self.ready.remove(group_id)
             group.phase = Phase.CANCELLED
             self.cancelled += 1

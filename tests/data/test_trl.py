@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.data.rebuild import rebuild_prompts
-from harbor_ray.data.trl import to_trl_records
+from harbor_ray.data.trl import rows_to_trl_records, to_trl_records, trl_columns
 from tests.capture.turns_factory import chain, turn
 from tests.data.rollouts import broken_session, encode, rich_session
 
@@ -90,3 +90,18 @@ def test_logprobs_absent_or_misaligned_train_nothing() -> None:
 def test_stored_and_rebuilt_tables_give_the_same_records() -> None:
     table = pa.concat_tables([stored(rich_session(), rollout_id="a"), stored(chain(3))])
     assert to_trl_records(table) == to_trl_records(rebuild_prompts(table))
+
+
+def test_rows_as_dicts_give_the_same_records_as_the_table() -> None:
+    # An online group carries turns/ rows as JSON dicts (a NaN logprob arrives as None).
+    table = pa.concat_tables([stored(rich_session(), rollout_id="a"), stored(chain(3))])
+    rows = rebuild_prompts(table).to_pylist()
+    for row in rows:
+        if row["logprobs"] is not None:
+            row["logprobs"] = [None if math.isnan(x) else x for x in row["logprobs"]]
+    assert rows_to_trl_records(rows) == to_trl_records(table)
+    assert rows_to_trl_records(rows, include_discarded=True) == to_trl_records(
+        table, include_discarded=True)
+    assert trl_columns(to_trl_records(table))["turn"] == [
+        r["turn"] for r in to_trl_records(table)]
+    assert trl_columns([]) == {}

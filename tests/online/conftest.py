@@ -38,8 +38,8 @@ def proxy(ray_cluster: None) -> Iterator[ProxyTarget]:
 class Service:
     """A running controller: its actor, and an HTTP client with the key."""
 
-    def __init__(self, handle, url: str) -> None:
-        self.handle, self.url = handle, url
+    def __init__(self, handle, url: str, app) -> None:
+        self.handle, self.url, self.app = handle, url, app
         self.http = httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"},
                                  timeout=120)
 
@@ -66,7 +66,7 @@ def service_factory(proxy: ProxyTarget, tmp_path: Path):
         started.append(handle)
         app = build_controller_app(ActorController(handle), KEY)
         context = serve_in_thread(app)
-        service = Service(handle, context.__enter__())
+        service = Service(handle, context.__enter__(), app)
         started.append(context)
         return service
 

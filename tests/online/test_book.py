@@ -85,3 +85,17 @@ def test_a_group_too_far_behind_follows_the_stale_policy(policy, phase) -> None:
     payload = old.payload()
     assert (payload.policy_version_min, payload.policy_version_max) == (1, 4)
     assert [t["prompt_ids"] for t in payload.turns] == [[1, 2], [1, 2]]
+
+
+def test_an_awaited_group_never_reaches_the_long_poll() -> None:
+    book = Book(capacity=8)
+    book.accept("r1", [dataclasses.replace(_group("mine", 1), awaited=True),
+                       _group("theirs", 1)], 0)
+    assert book.finish(_row("mine__0"), 0).phase is Phase.READY  # its waiter is told
+    book.finish(_row("theirs__0"), 0)
+    assert [g.group_id for g in book.take(10)] == ["theirs"]
+    assert book.ack(["mine"]) == (["mine"], [])  # its waiter acknowledges it
+    assert book.delivered == 1 and book.ready == ["theirs"]
+    book.accept("r2", [dataclasses.replace(_group("gone", 1), awaited=True)], 0)
+    book.finish(_row("gone__0"), 0)
+    assert book.cancel("gone").phase is Phase.CANCELLED and book.ready == ["theirs"]
