@@ -72,7 +72,7 @@ def test_a_lost_answer_is_resent_only_where_resending_is_safe() -> None:
         drive(weights, [lost])
     assert caught.value.status is None and "ReadError" in str(caught.value)
     # A connection never made reached nobody: even a weight update is sent again.
-    done = answer(200, {"version": 2, "replicas": [], "seconds": 0.1})
+    done = answer(200, {"version": 2, "replicas": [], "steps": {"reload": 0.1}, "seconds": 0.1})
     assert drive(weights, [never_sent, done])[0].version == 2
     # 503 from a proxy in front: resendable calls only.
     unavailable = answer(503, {"error": "no replica"})
