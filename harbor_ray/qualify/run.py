@@ -1,0 +1,184 @@
+"""Running qualification: each agent on each task, in the local sandbox, into a report.
+
+Each rollout is `harbor-ray rollout`'s (run_rollout, the in-process capture proxy, no
+Ray), one at a time, so what the proxy answered and what the engine generated while it
+ran belong to it alone (the taps, cleared between rollouts). The scripted level gives
+each rollout its own scripted engine (its replies depend on the agent and the task); the
+model level shares one engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.metadata
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.local import LocalCapture, local_capture
+from harbor_ray.capture.proxy.upstream import Engine
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.rebuild import export_document
+from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow, problems, render_markdown
+from harbor_ray.qualify.script import scripted_engine
+from harbor_ray.qualify.taps import EngineTap, ProxyTap
+from harbor_ray.trials.agents import AGENTS
+from harbor_ray.trials.datasets import TaskRef
+from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
+from harbor_ray.trials.rollout import run_rollout
+from harbor_ray.trials.spec import RolloutSpec
+
+__all__ = ["QUALIFIED", "QualifyPlan", "default_agents", "qualify", "report_paths"]
+
+# The agents qualification covers: the pinned CLIs, and terminus-2 (Harbor's own).
+QUALIFIED = (*sorted(PINS), "terminus-2")
+_UPGRADE_REFUSED = 426
+
+
+@dataclass(frozen=True)
+class QualifyPlan:
+    agents: tuple[str, ...]
+    tasks: tuple[TaskRef, ...]
+    out: Path
+    agents_cache: Path = DEFAULT_CACHE
+    budget: int | None = 20
+    deadline_s: float | None = 600.0
+    sampling: Sampling | None = None
+    sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def default_agents(cache: Path) -> tuple[list[str], list[str]]:
+    """(qualified agents that can run here, pinned ones missing from `cache`)."""
+    missing = [a for a in QUALIFIED if a in PINS and not entry_dir(cache, PINS[a]).is_dir()]
+    return [a for a in QUALIFIED if a not in missing], missing
+
+
+def report_paths(out: Path, level: Level) -> tuple[Path, Path]:
+    """Where a level's report goes: (JSON, markdown)."""
+    return out / f"qualification-{level}.json", out / f"qualification-{level}.md"
+
+
+async def qualify(
+    plan: QualifyPlan, *, level: Level, engine: Engine | None = None, url: str = "",
+    model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
+) -> QualifyReport:
+    """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report."""
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    rows: list[QualifyRow] = []
+    served = "scripted"
+    async with _captures(level, engine, url, model) as open_capture:
+        for agent in plan.agents:
+            for task in plan.tasks:
+                async with open_capture(agent, task) as (capture, proxy_tap, engine_tap):
+                    served = capture.served_model if level == "model" else served
+                    row = await _qualify_one(plan, level, agent, task, capture,
+                                             proxy_tap, engine_tap)
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    report = QualifyReport(level=level, engine=served, harbor_ray=_version("harbor-ray"),
+                           harbor=_version("harbor"), started_at=started, rows=rows)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = report_paths(plan.out, level)
+    json_path.write_text(report.model_dump_json(indent=2) + "\n")
+    md_path.write_text(render_markdown(report))
+    return report
+
+
+Opened = tuple[LocalCapture, ProxyTap, EngineTap]
+
+
+@contextlib.asynccontextmanager
+async def _captures(level: Level, engine: Engine | None, url: str, model: str | None
+                    ) -> AsyncIterator[Callable[[str, TaskRef], Any]]:
+    """A function giving each (agent, task) its capture and fresh taps."""
+    if level == "scripted":
+        @contextlib.asynccontextmanager
+        async def scripted(agent: str, task: TaskRef) -> AsyncIterator[Opened]:
+            engine_tap = EngineTap(scripted_engine(agent, task.path))
+            proxy_tap: list[ProxyTap] = []
+            async with local_capture(engine_tap, "scripted",
+                                     wrap=lambda app: _keep(proxy_tap, ProxyTap(app))
+                                     ) as capture:
+                engine_tap.generations.clear()  # certification's probes
+                yield capture, proxy_tap[0], engine_tap
+
+        yield scripted
+        return
+    if engine is None:
+        raise ValueError("the model level needs an engine")
+    engine_tap, taps = EngineTap(engine), []
+    async with local_capture(engine_tap, url, model=model,
+                             wrap=lambda app: _keep(taps, ProxyTap(app))) as shared:
+        @contextlib.asynccontextmanager
+        async def real(agent: str, task: TaskRef) -> AsyncIterator[Opened]:
+            engine_tap.generations.clear()
+            taps[0].answers.clear()
+            yield shared, taps[0], engine_tap
+
+        yield real
+
+
+def _keep(kept: list[ProxyTap], tap: ProxyTap) -> ProxyTap:
+    kept.append(tap)
+    return tap
+
+
+async def _qualify_one(
+    plan: QualifyPlan, level: Level, agent: str, task: TaskRef, capture: LocalCapture,
+    proxy_tap: ProxyTap, engine_tap: EngineTap,
+) -> QualifyRow:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    spec = RolloutSpec(
+        rollout_id=f"{agent}__{task.name}__{level}__{stamp}", task=task, agent=agent,
+        trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
+        sampling=plan.sampling, agents_cache=plan.agents_cache,
+        sandbox_kwargs={"sandboxes_dir": str(plan.out / "sandboxes"), **plan.sandbox_kwargs},
+    )
+    record = await run_rollout(spec, capture)
+    row = row_of(agent, record, proxy_tap.answers, engine_tap.generations)
+    why = problems(row, level)
+    return row.model_copy(update={"qualified": not why, "why": why})
+
+
+def row_of(agent: str, record: RolloutRecord, answers: Sequence[Any],
+           generations: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> QualifyRow:
+    """The report's row of one finished rollout, what the proxy answered during it, and
+    what the engine generated."""
+    result, doc = record.result, export_document(record)
+    turns = doc["turns"]
+    stored = sorted((tuple(t["prompt_ids"] or ()), tuple(t["token_ids"] or ())) for t in turns)
+    calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/"))
+             and a.status < 400]
+    streamed = {a.streamed for a in calls}
+    refusals = [f"{a.method} {a.path} {a.status}" for a in answers if 400 <= a.status < 500]
+    kind = AGENTS.get(agent)
+    return QualifyRow(
+        agent=agent, version=PINS[agent].version if agent in PINS else _version("harbor"),
+        dialect=kind.dialect if kind else None,
+        streaming="-" if not streamed else "mixed" if len(streamed) > 1 else (
+            "yes" if streamed == {True} else "no"),
+        task=result.task, row_ok=result.ok, turns=len(turns),
+        agent_roots=result.counts.agent_roots if result.counts else 0,
+        auxiliary_turns=sum(1 for t in turns if t["auxiliary"]),
+        splits=sum(1 for f in result.findings if f.code == "retokenization_split"),
+        stitched=sum(1 for t in turns if (t["continuation"] or {}).get("stitched")),
+        reward=result.reward,
+        proxy_4xx=sum(1 for a in answers if 400 <= a.status < 500
+                      and a.status != _UPGRADE_REFUSED),
+        refusals=refusals,
+        exact_ids=None if not turns else stored == sorted(generations),
+        error_type=result.error_type.value if result.error_type else None,
+        error=result.error, seconds=round(result.timings.get("total", 0.0), 1),
+    )
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
