@@ -48,11 +48,12 @@ FINAL_TEXT = "Done: the task's commands ran."
 
 
 def solution_commands(task_dir: Path) -> str:
-    """The task's solution script as one shell command string (its shebang and comment
-    lines dropped; heredocs and multi-line commands kept as they are)."""
+    """The task's solution script as one shell command string: its shebang dropped,
+    every other line (heredocs, comments inside them) kept as it is."""
     lines = (task_dir / "solution" / "solve.sh").read_text().splitlines()
-    kept = [line for line in lines if not line.lstrip().startswith("#")]
-    return "\n".join(kept).strip()
+    if lines and lines[0].startswith("#!"):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
 
 
 @dataclass(frozen=True)
