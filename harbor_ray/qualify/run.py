@@ -105,6 +105,7 @@ async def _captures(level: Level, engine: Engine | None, url: str, model: str | 
                                      wrap=lambda app: _keep(proxy_tap, ProxyTap(app))
                                      ) as capture:
                 engine_tap.generations.clear()  # certification's probes
+                proxy_tap[0].answers.clear()  # the server's readiness probe
                 yield capture, proxy_tap[0], engine_tap
 
         yield scripted
