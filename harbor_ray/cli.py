@@ -440,6 +440,8 @@ def qualify(
         help="Cap on tokens sampled per model call (level 2; default 256).")] = None,
     deadline: Annotated[float, typer.Option(
         help="Seconds one agent may take on one task.")] = 600.0,
+    concurrency: Annotated[int, typer.Option(
+        min=1, help="Rollouts at once (each with a proxy of its own).")] = 1,
     out: Annotated[Path, typer.Option(
         help="Directory for the report (qualification-<level>.json and .md), trials/ "
              "and logs/.")] = Path("qualify"),
@@ -479,7 +481,7 @@ def qualify(
     level = "scripted" if scripted else "model"
     plan = QualifyPlan(
         agents=tuple(chosen), tasks=tuple(tasks), out=out_dir, agents_cache=cache,
-        budget=budget, deadline_s=deadline,
+        budget=budget, deadline_s=deadline, concurrency=concurrency,
         sampling=None if scripted else _sampling(None, max_tokens or 256))
     with quiet_output(console, log_file or out_dir / LOG_NAME, verbose=verbose) as terminal:
         handle = None

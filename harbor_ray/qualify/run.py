@@ -1,14 +1,15 @@
 """Running qualification: each agent on each task, in the local sandbox, into a report.
 
 Each rollout is `harbor-ray rollout`'s (run_rollout, the in-process capture proxy, no
-Ray), one at a time, so what the proxy answered and what the engine generated while it
-ran belong to it alone (the taps, cleared between rollouts). The scripted level gives
-each rollout its own scripted engine (its replies depend on the agent and the task); the
-model level shares one engine.
+Ray), with a proxy of its own, so that what the proxy answered and what the engine
+generated while it ran belong to it alone (the taps). The scripted level gives each
+rollout its own scripted engine too (its replies depend on the agent and the task); the
+model level shares one engine, certified once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import importlib.metadata
@@ -19,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.proxy.local import LocalCapture, local_capture
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
@@ -37,6 +41,7 @@ __all__ = ["QUALIFIED", "QualifyPlan", "default_agents", "qualify", "report_path
 # The agents qualification covers: the pinned CLIs, and terminus-2 (Harbor's own).
 QUALIFIED = (*sorted(PINS), "terminus-2")
 _UPGRADE_REFUSED = 426
+SCRIPTED_MODEL = FakeEngine.model
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class QualifyPlan:
     deadline_s: float | None = 600.0
     sampling: Sampling | None = None
     sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
+    concurrency: int = 1  # rollouts at once (each has its own proxy and taps)
 
 
 def default_agents(cache: Path) -> tuple[list[str], list[str]]:
@@ -66,22 +72,32 @@ async def qualify(
     plan: QualifyPlan, *, level: Level, engine: Engine | None = None, url: str = "",
     model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
 ) -> QualifyReport:
-    """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report."""
+    """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report.
+    Rows are in plan order (agents, then tasks), whatever order they finish in."""
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    rows: list[QualifyRow] = []
-    served = "scripted"
-    async with _captures(level, engine, url, model) as open_capture:
-        for agent in plan.agents:
-            for task in plan.tasks:
-                async with open_capture(agent, task) as (capture, proxy_tap, engine_tap):
-                    served = capture.served_model if level == "model" else served
-                    row = await _qualify_one(plan, level, agent, task, capture,
-                                             proxy_tap, engine_tap)
-                rows.append(row)
-                if on_row is not None:
-                    on_row(row)
-    report = QualifyReport(level=level, engine=served, harbor_ray=_version("harbor-ray"),
-                           harbor=_version("harbor"), started_at=started, rows=rows)
+    if level == "model":
+        if engine is None:
+            raise ValueError("the model level needs an engine")
+        served = (await certify(engine, url, model=model)).served_model
+    gate = asyncio.Semaphore(plan.concurrency)
+
+    async def one(agent: str, task: TaskRef) -> QualifyRow:
+        async with gate:
+            played = EngineTap(scripted_engine(agent, task.path) if level == "scripted"
+                               else engine)
+            async with _capture(played, SCRIPTED_MODEL if level == "scripted" else served
+                                ) as (capture, answers):
+                row = await _qualify_one(plan, level, agent, task, capture, answers,
+                                         played)
+        if on_row is not None:
+            on_row(row)
+        return row
+
+    rows = await asyncio.gather(*(one(a, t) for a in plan.agents for t in plan.tasks))
+    report = QualifyReport(
+        level=level, engine="scripted" if level == "scripted" else served,
+        harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
+        rows=list(rows))
     plan.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_paths(plan.out, level)
     json_path.write_text(report.model_dump_json(indent=2) + "\n")
@@ -89,44 +105,21 @@ async def qualify(
     return report
 
 
-Opened = tuple[LocalCapture, ProxyTap, EngineTap]
-
-
 @contextlib.asynccontextmanager
-async def _captures(level: Level, engine: Engine | None, url: str, model: str | None
-                    ) -> AsyncIterator[Callable[[str, TaskRef], Any]]:
-    """A function giving each (agent, task) its capture and fresh taps."""
-    if level == "scripted":
-        @contextlib.asynccontextmanager
-        async def scripted(agent: str, task: TaskRef) -> AsyncIterator[Opened]:
-            engine_tap = EngineTap(scripted_engine(agent, task.path))
-            proxy_tap: list[ProxyTap] = []
-            async with local_capture(engine_tap, "scripted",
-                                     wrap=lambda app: _keep(proxy_tap, ProxyTap(app))
-                                     ) as capture:
-                engine_tap.generations.clear()  # certification's probes
-                proxy_tap[0].answers.clear()  # the server's readiness probe
-                yield capture, proxy_tap[0], engine_tap
+async def _capture(engine: EngineTap, served_model: str
+                   ) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
+    """A proxy of its own for one rollout (so that what it answered and what the engine
+    generated belong to that rollout alone), with its taps."""
+    taps: list[ProxyTap] = []
 
-        yield scripted
-        return
-    if engine is None:
-        raise ValueError("the model level needs an engine")
-    engine_tap, taps = EngineTap(engine), []
-    async with local_capture(engine_tap, url, model=model,
-                             wrap=lambda app: _keep(taps, ProxyTap(app))) as shared:
-        @contextlib.asynccontextmanager
-        async def real(agent: str, task: TaskRef) -> AsyncIterator[Opened]:
-            engine_tap.generations.clear()
-            taps[0].answers.clear()
-            yield shared, taps[0], engine_tap
+    def wrap(app: Any) -> Any:
+        taps.append(ProxyTap(app))
+        return taps[0]
 
-        yield real
-
-
-def _keep(kept: list[ProxyTap], tap: ProxyTap) -> ProxyTap:
-    kept.append(tap)
-    return tap
+    async with serve_capture(InMemorySessionStore(), engine, served_model,
+                             wrap=wrap) as capture:
+        taps[0].answers.clear()  # the server's readiness probe
+        yield capture, taps[0]
 
 
 async def _qualify_one(

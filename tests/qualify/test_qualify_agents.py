@@ -46,7 +46,7 @@ def qualify(out: Path, cache: Path, *args: str, timeout_s: float
 def test_level_1_every_agent_solves_hello_file_in_one_root(
     tmp_path: Path, agents_cache: Path
 ) -> None:
-    run, report = qualify(tmp_path, agents_cache, timeout_s=1500)
+    run, report = qualify(tmp_path, agents_cache, "--concurrency", "3", timeout_s=1500)
     rows = {row["agent"]: row for row in report["rows"]}
     assert list(rows) == list(QUALIFIED)
     for agent, row in rows.items():
