@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime
 import importlib.metadata
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from harbor_ray.capture.core.sampling import Sampling
@@ -42,6 +44,23 @@ __all__ = ["QUALIFIED", "QualifyPlan", "default_agents", "qualify", "report_path
 QUALIFIED = (*sorted(PINS), "terminus-2")
 _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
+
+# At the model level, agent options that keep a CLI's first prompt inside the default
+# model's 8192-token context: as they ship, the tools codex, claude-code and gemini-cli
+# declare (rendered by the served template) take it past that before the task is read.
+# Each keeps the agent's shell tool; the scripted level runs the CLIs as they ship.
+_CLAUDE_TOOLS_BUT_BASH = (
+    "Agent,CronCreate,CronDelete,CronList,Edit,EnterWorktree,ExitWorktree,NotebookEdit,"
+    "Read,ReportFindings,ScheduleWakeup,SendMessage,Skill,TaskCreate,TaskGet,TaskList,"
+    "TaskOutput,TaskStop,TaskUpdate,WebFetch,WebSearch,Workflow,Write")
+SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "codex": {"config": {"web_search": "disabled", "features": {
+        "multi_agent": False, "goals": False, "view_image": False,
+        "image_generation": False}}},
+    "claude-code": {"disallowed_tools": _CLAUDE_TOOLS_BUT_BASH},
+    # Its system prompt alone is about 6,800 tokens; its shell tool fits beside it.
+    "gemini-cli": {"core_tools": ["run_shell_command"]},
+})
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,8 @@ async def _qualify_one(
         rollout_id=f"{agent}__{task.name}__{level}__{stamp}", task=task, agent=agent,
         trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
         sampling=plan.sampling, agents_cache=plan.agents_cache,
+        agent_kwargs=copy.deepcopy(dict(SMALL_CONTEXT_KWARGS.get(agent, {})))
+        if level == "model" else {},
         sandbox_kwargs={"sandboxes_dir": str(plan.out / "sandboxes"), **plan.sandbox_kwargs},
     )
     record = await run_rollout(spec, capture)

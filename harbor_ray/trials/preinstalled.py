@@ -17,7 +17,7 @@ stay free of agent classes and the LiteLLM import they bring).
 from __future__ import annotations
 
 import shlex
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.gemini_cli import GeminiCli
@@ -52,7 +52,24 @@ class _SkipInstallWhenPresent(BaseInstalledAgent):
 
 
 class PreinstalledGeminiCli(_SkipInstallWhenPresent, GeminiCli):
+    """Also takes `core_tools`: the only built-in tools gemini-cli declares (its
+    settings' `tools.core`), for models whose context cannot hold all of them."""
+
     COMMANDS = ("gemini", "node")
+
+    def __init__(self, *args: Any, core_tools: list[str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._core_tools = None if core_tools is None else list(core_tools)
+
+    def _build_settings_config(
+        self, model: str | None = None, auth_type: str | None = None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        config, alias = super()._build_settings_config(model, auth_type)
+        if self._core_tools is None:
+            return config, alias
+        config = dict(config or {})
+        config["tools"] = {**(config.get("tools") or {}), "core": self._core_tools}
+        return config, alias
 
 
 class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):

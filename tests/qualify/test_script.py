@@ -99,3 +99,19 @@ async def test_terminus_2_gets_its_json_protocol_with_the_solution_keystrokes() 
     action = json.loads(reply["choices"][0]["message"]["content"])
     assert action["commands"] == [{"keystrokes": "echo hello > /app/hello.txt\n",
                                    "duration": 0.5}]
+
+
+def test_gemini_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
+    # The model level's setting for an 8k-context model: gemini-cli's settings.json
+    # then declares only run_shell_command (tools.core), the rest of its settings kept.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledGeminiCli
+
+    agent = PreinstalledGeminiCli(logs_dir=tmp_path, model_name="gemini/m",
+                                  **SMALL_CONTEXT_KWARGS["gemini-cli"])
+    config, _ = agent._build_settings_config("m", "gemini-api-key")
+    assert config is not None and config["tools"] == {"core": ["run_shell_command"]}
+    assert config["security"] == {"auth": {"selectedType": "gemini-api-key"}}
+    unlimited, _ = PreinstalledGeminiCli(logs_dir=tmp_path, model_name="gemini/m"
+                                         )._build_settings_config("m", "gemini-api-key")
+    assert unlimited is not None and "tools" not in unlimited
