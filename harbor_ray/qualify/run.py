@@ -46,8 +46,9 @@ _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
 
 # At the model level, agent options that keep a CLI's first prompt inside the default
-# model's 8192-token context: as they ship, the tools codex, claude-code and gemini-cli
-# declare (rendered by the served template) take it past that before the task is read.
+# model's 8192-token context: as they ship, the tools codex, claude-code, gemini-cli and
+# qwen-code declare (rendered by the served template), and qwen-code's system prompt,
+# take it past that before the task is read.
 # Each keeps the agent's shell tool; the scripted level runs the CLIs as they ship.
 _CLAUDE_TOOLS_BUT_BASH = (
     "Agent,CronCreate,CronDelete,CronList,Edit,EnterWorktree,ExitWorktree,NotebookEdit,"
@@ -60,6 +61,11 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "claude-code": {"disallowed_tools": _CLAUDE_TOOLS_BUT_BASH},
     # Its system prompt alone is about 6,800 tokens; its shell tool fits beside it.
     "gemini-cli": {"core_tools": ["run_shell_command"]},
+    # Its system prompt alone is past 8,700 tokens: a short one in its place.
+    "qwen-coder": {"config": {"tools": {"core": ["run_shell_command"]}},
+                   "system_prompt": "You are a coding agent in a Linux shell. Complete the "
+                                    "user's task by running commands with the "
+                                    "run_shell_command tool, then say briefly what you did."},
 })
 
 

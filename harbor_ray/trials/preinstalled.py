@@ -25,6 +25,7 @@ from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.qwen_code import QwenCode
 from harbor.environments.base import BaseEnvironment
+from harbor.models.agent.context import AgentContext
 
 __all__ = [
     "PreinstalledGeminiCli",
@@ -73,7 +74,24 @@ class PreinstalledGeminiCli(_SkipInstallWhenPresent, GeminiCli):
 
 
 class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):
+    """Also takes `system_prompt`: it replaces qwen-code's own (which QWEN_SYSTEM_MD
+    points at a file for), for models whose context cannot hold that one."""
+
     COMMANDS = ("qwen", "node")
+    SYSTEM_MD = "/tmp/harbor-ray-qwen-system.md"
+
+    def __init__(self, *args: Any, system_prompt: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._system_prompt = system_prompt
+        if system_prompt is not None:
+            self._extra_env["QWEN_SYSTEM_MD"] = self.SYSTEM_MD
+
+    async def run(self, instruction: str, environment: BaseEnvironment,
+                  context: AgentContext) -> None:
+        if self._system_prompt is not None:
+            await environment.exec(command=f"printf %s {shlex.quote(self._system_prompt)}"
+                                           f" > {self.SYSTEM_MD}")
+        await super().run(instruction, environment, context)
 
 
 class PreinstalledOpenCode(_SkipInstallWhenPresent, OpenCode):

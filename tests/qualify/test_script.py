@@ -4,6 +4,7 @@ requests, translated to the engine's chat form by the proxy's own dialects."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_gemini_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
     unlimited, _ = PreinstalledGeminiCli(logs_dir=tmp_path, model_name="gemini/m"
                                          )._build_settings_config("m", "gemini-api-key")
     assert unlimited is not None and "tools" not in unlimited
+
+
+async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> None:
+    # The model level's setting: the prompt is written where QWEN_SYSTEM_MD points,
+    # before qwen runs.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledQwenCode
+
+    kwargs = SMALL_CONTEXT_KWARGS["qwen-coder"]
+    agent = PreinstalledQwenCode(logs_dir=tmp_path, model_name="openai/m", **kwargs)
+    assert agent.extra_env["QWEN_SYSTEM_MD"] == PreinstalledQwenCode.SYSTEM_MD
+    assert agent._build_effective_settings() == {"tools": {"core": ["run_shell_command"]}}
+
+    commands: list[str] = []
+
+    class Recorder:
+        async def exec(self, command: str, **_: object):
+            commands.append(command)
+            raise RuntimeError("stop here")  # the adapter's own run is not under test
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        await agent.run("task", Recorder(), None)  # type: ignore[arg-type]
+    assert commands[0] == (
+        f"printf %s {shlex.quote(kwargs['system_prompt'])} > {PreinstalledQwenCode.SYSTEM_MD}")
