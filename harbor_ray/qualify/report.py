@@ -51,8 +51,9 @@ class QualifyRow(BaseModel):
     splits: int = Field(description="retokenization_split findings.")
     stitched: int = Field(description="Turns whose prompt was stitched from earlier ids.")
     reward: float | None
-    proxy_4xx: int = Field(description="4xx answers the proxy gave the agent, the "
-                                       "websocket upgrade refusal (426) apart.")
+    proxy_4xx: int = Field(description="4xx HTTP answers the proxy gave the agent, the "
+                                       "websocket upgrade refusal (426) apart; an error "
+                                       "event in a stream already begun is not one.")
     refusals: list[str] = Field(default_factory=list,
                                 description="Every 4xx answer: METHOD path status.")
     exact_ids: bool | None = Field(
