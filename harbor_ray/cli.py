@@ -476,6 +476,14 @@ def qualify(
         for name in missing:
             console.print(f"[yellow]skipped {name}:[/yellow] not installed (run `harbor-ray "
                           f"agents install {name}`)")
+    from harbor_ray.errors import UnknownAgentError
+    from harbor_ray.trials.agents import needs_model
+
+    try:
+        for name in chosen:  # an unknown name exits 2 here, before anything starts
+            needs_model(name)
+    except UnknownAgentError as exc:
+        _could_not_start(exc)
     _, tasks = _checked_run("oracle", None, None, dataset, task or ["hello-file"], "local", {})
     out_dir = out.resolve()
     level = "scripted" if scripted else "model"
