@@ -418,6 +418,119 @@ def rollout(
     raise typer.Exit(Exit.ALL_OK if all(r.result.ok for r in results) else Exit.SOME_FAILED)
 
 
+@app.command()
+def qualify(
+    agents: Annotated[list[str] | None, typer.Argument(
+        help="Agents to qualify (default: every qualified agent installed here: the "
+             "pinned CLIs of `harbor-ray agents list`, and terminus-2).")] = None,
+    engine: Annotated[str, typer.Option(
+        help="`scripted` (level 1: a scripted engine that solves each task by its "
+             "solution commands, through each agent's own tools), or a Serve YAML to "
+             "start a real engine for the run (level 2, e.g. "
+             "serve_configs/engine_cpu.yaml).")] = "scripted",
+    llm_url: Annotated[str | None, typer.Option(
+        help="Level 2 against an engine already running (instead of --engine).")] = None,
+    model: ModelOption = None,
+    task: Annotated[list[str] | None, typer.Option(
+        help="Sample tasks to run (repeatable; default: hello-file).")] = None,
+    dataset: Annotated[str, typer.Option(
+        help="Where the tasks come from (as `rollout --dataset`).")] = "samples",
+    budget: BudgetOption = 20,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="Cap on tokens sampled per model call (level 2; default 256).")] = None,
+    deadline: Annotated[float, typer.Option(
+        help="Seconds one agent may take on one task.")] = 600.0,
+    concurrency: Annotated[int, typer.Option(
+        min=1, help="Rollouts at once (each with a proxy of its own).")] = 1,
+    out: Annotated[Path, typer.Option(
+        help="Directory for the report (qualification-<level>.json and .md), trials/ "
+             "and logs/.")] = Path("qualify"),
+    agents_cache: AgentsCacheOption = None,
+    log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Qualify agent CLIs end to end: each one runs each task in the local sandbox
+    through the capture proxy, and a versioned report is written under OUT.
+
+    Level 1 (`--engine scripted`, the default): the engine plays a model that calls
+    the agent's shell tool with the task's solution/solve.sh and then answers; an agent
+    qualifies with reward 1.0, one agent root (side calls apart), no retokenization
+    split, the stored ids exactly the engine's and no 4xx from the proxy. Level 2
+    (`--llm-url URL`, or `--engine YAML`): the real model; an agent qualifies with at
+    least one captured turn and no infrastructure error (the reward may be 0).
+
+    Exit code 0: every row qualified; 1: some did not (the table says why);
+    2: could not start.
+    """
+    from harbor_ray.qualify.report import render_markdown
+    from harbor_ray.qualify.run import QualifyPlan, default_agents, report_paths
+    from harbor_ray.trials.installs import DEFAULT_CACHE
+
+    scripted = engine == "scripted" and llm_url is None
+    if llm_url is not None and engine != "scripted":
+        _could_not_start(_StartError("give --llm-url or --engine YAML, not both"))
+    cache = (agents_cache or DEFAULT_CACHE).resolve()
+    chosen = list(agents or [])
+    if not chosen:
+        chosen, missing = default_agents(cache)
+        for name in missing:
+            console.print(f"[yellow]skipped {name}:[/yellow] not installed (run `harbor-ray "
+                          f"agents install {name}`)")
+    from harbor_ray.errors import UnknownAgentError
+    from harbor_ray.trials.agents import needs_model
+
+    try:
+        for name in chosen:  # an unknown name exits 2 here, before anything starts
+            needs_model(name)
+    except UnknownAgentError as exc:
+        _could_not_start(exc)
+    _, tasks = _checked_run("oracle", None, None, dataset, task or ["hello-file"], "local", {})
+    out_dir = out.resolve()
+    level = "scripted" if scripted else "model"
+    plan = QualifyPlan(
+        agents=tuple(chosen), tasks=tuple(tasks), out=out_dir, agents_cache=cache,
+        budget=budget, deadline_s=deadline, concurrency=concurrency,
+        sampling=None if scripted else _sampling(None, max_tokens or 256))
+    with quiet_output(console, log_file or out_dir / LOG_NAME, verbose=verbose) as terminal:
+        handle = None
+        if not scripted and llm_url is None:
+            handle, _ = _start_engine(Path(engine), None, None, terminal=terminal)
+            llm_url = handle.url
+
+        def shown(row) -> None:
+            mark = "[green]qualified[/green]" if row.qualified else "[red]not qualified[/red]"
+            console.print(f"{row.agent} on {row.task}: {mark} ({row.turns} turns, "
+                          f"{row.seconds:.0f} s){'' if row.qualified else ': '}"
+                          f"{'; '.join(row.why)}")
+
+        try:
+            report = asyncio.run(_qualify(plan, level, llm_url, model, shown))
+        except CertificationError as exc:
+            _could_not_start(exc, terminal)
+        finally:
+            if handle is not None:
+                from harbor_ray.engine.lifecycle import engine_down
+
+                engine_down(handle.app_name)
+        print(render_markdown(report), file=terminal.out)
+        console.print(f"report: {' and '.join(map(str, report_paths(out_dir, level)))}")
+        _show_log(terminal)
+    raise typer.Exit(Exit.ALL_OK if report.qualified else Exit.SOME_FAILED)
+
+
+async def _qualify(plan, level, llm_url, model, on_row):
+    from harbor_ray.qualify.run import qualify as run_qualify
+
+    if llm_url is None:
+        return await run_qualify(plan, level=level, on_row=on_row)
+    engine = HttpEngine(llm_url)
+    try:
+        return await run_qualify(plan, level=level, engine=engine, url=engine.root,
+                                 model=model, on_row=on_row)
+    finally:
+        await engine.aclose()
+
+
 class _StartError(HarborRayError):
     """Rollout or sweep flags that cannot work together here."""
 

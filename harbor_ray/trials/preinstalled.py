@@ -17,7 +17,7 @@ stay free of agent classes and the LiteLLM import they bring).
 from __future__ import annotations
 
 import shlex
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.gemini_cli import GeminiCli
@@ -25,6 +25,7 @@ from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.qwen_code import QwenCode
 from harbor.environments.base import BaseEnvironment
+from harbor.models.agent.context import AgentContext
 
 __all__ = [
     "PreinstalledGeminiCli",
@@ -52,11 +53,45 @@ class _SkipInstallWhenPresent(BaseInstalledAgent):
 
 
 class PreinstalledGeminiCli(_SkipInstallWhenPresent, GeminiCli):
+    """Also takes `core_tools`: the only built-in tools gemini-cli declares (its
+    settings' `tools.core`), for models whose context cannot hold all of them."""
+
     COMMANDS = ("gemini", "node")
+
+    def __init__(self, *args: Any, core_tools: list[str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._core_tools = None if core_tools is None else list(core_tools)
+
+    def _build_settings_config(
+        self, model: str | None = None, auth_type: str | None = None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        config, alias = super()._build_settings_config(model, auth_type)
+        if self._core_tools is None:
+            return config, alias
+        config = dict(config or {})
+        config["tools"] = {**(config.get("tools") or {}), "core": self._core_tools}
+        return config, alias
 
 
 class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):
+    """Also takes `system_prompt`: it replaces qwen-code's own (which QWEN_SYSTEM_MD
+    points at a file for), for models whose context cannot hold that one."""
+
     COMMANDS = ("qwen", "node")
+    SYSTEM_MD = "/tmp/harbor-ray-qwen-system.md"
+
+    def __init__(self, *args: Any, system_prompt: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._system_prompt = system_prompt
+        if system_prompt is not None:
+            self._extra_env["QWEN_SYSTEM_MD"] = self.SYSTEM_MD
+
+    async def run(self, instruction: str, environment: BaseEnvironment,
+                  context: AgentContext) -> None:
+        if self._system_prompt is not None:
+            await environment.exec(command=f"printf %s {shlex.quote(self._system_prompt)}"
+                                           f" > {self.SYSTEM_MD}")
+        await super().run(instruction, environment, context)
 
 
 class PreinstalledOpenCode(_SkipInstallWhenPresent, OpenCode):

@@ -36,6 +36,8 @@ class FakeReply:
 
 
 Script = Callable[[list[dict[str, Any]]], FakeReply]
+# A script that also reads the tools the request declares (chat function tools).
+ToolScript = Callable[[list[dict[str, Any]], list[dict[str, Any]]], FakeReply]
 
 
 def echo_script(messages: list[dict[str, Any]]) -> FakeReply:
@@ -85,6 +87,8 @@ class FakeEngine:
     """In-process engine: implements `Engine.request` without a socket."""
 
     script: Script = echo_script
+    # When set, plays instead of `script`, with the request's declared tools.
+    tool_script: ToolScript | None = None
     model: str = "fake-model"
     delay_s: float = 0.0
     token_ids: bool = True  # False imitates an engine without return_token_ids support
@@ -127,7 +131,8 @@ class FakeEngine:
             raise engine_status_error(400, '"auto" tool choice requires '
                                       "--enable-auto-tool-choice and --tool-call-parser to be set")
         messages = body.get("messages") or []
-        reply = self.script(messages)
+        reply = (self.script(messages) if self.tool_script is None
+                 else self.tool_script(messages, body.get("tools") or []))
         prompt = _reused_prompt(body) or render_prompt(messages, self._tools(body))
         sampled_text = reply.text + "".join(
             f"<tool_call>{name} {json.dumps(args)}</tool_call>" for name, args in reply.tool_calls

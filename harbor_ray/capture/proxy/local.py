@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.server import bind, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore, SessionInfo
@@ -47,12 +47,14 @@ class LocalCapture:
 @contextlib.asynccontextmanager
 async def local_capture(
     engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
-    stitch: bool = True,
+    stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
 ) -> AsyncIterator[LocalCapture]:
-    """Certify `engine`, serve the proxy on a free loopback port, stop it on exit."""
+    """Certify `engine`, serve the proxy on a free loopback port, stop it on exit.
+    `wrap`, when given, wraps the proxy's app (e.g. to watch what it answers); the
+    wrapper keeps the app's `settings` and `state`, which the server reads."""
     certification = await certify(engine, url, model=model)
     async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
-                             host=host, stitch=stitch) as capture:
+                             host=host, stitch=stitch, wrap=wrap) as capture:
         yield capture
 
 
@@ -60,6 +62,7 @@ async def local_capture(
 async def serve_capture(
     store: InMemorySessionStore, engine: Engine, served_model: str, *,
     host: str = "127.0.0.1", stitch: bool = True,
+    wrap: Callable[[CaptureApp], CaptureApp] | None = None,
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
     already), in the running loop; stop it on exit.
@@ -69,10 +72,11 @@ async def serve_capture(
     sessions (their neighbours' included)."""
     app = build_capture_app(store, engine,
                             CaptureSettings(served_model=served_model, stitch=stitch))
+    served = app if wrap is None else wrap(app)
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
-    serving = asyncio.create_task(serve(app, sock, on_ready=ready.set_result, stop=stop))
+    serving = asyncio.create_task(serve(served, sock, on_ready=ready.set_result, stop=stop))
     done, _ = await asyncio.wait({serving, ready}, return_when=asyncio.FIRST_COMPLETED)
     if serving in done:
         serving.result()  # raises why it stopped

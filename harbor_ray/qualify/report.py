@@ -1,0 +1,138 @@
+"""The qualification report: a row per (agent, task), its verdict, JSON and markdown. Pure.
+
+Two levels. `scripted`: the scripted engine plays a model that solves the task by its
+solution commands, so every qualified agent must score 1.0 in one agent root (side calls
+apart), with no retokenization split, the recorded ids exactly the engine's, and no 4xx
+from the proxy. `model`: a real model, which may well fail the task; the agent must
+still be captured (at least one turn) without an infrastructure error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harbor_ray.trials.result import ErrorType
+
+__all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "Level", "QualifyReport", "QualifyRow",
+           "problems", "render_markdown"]
+
+# Bumped whenever a field's meaning changes.
+REPORT_VERSION = 1
+
+Level = Literal["scripted", "model"]
+
+# Errors that say the stack failed, not the model: at level `model` none may appear.
+INFRASTRUCTURE = frozenset({
+    ErrorType.TASK_INVALID, ErrorType.SANDBOX_START, ErrorType.AGENT_SETUP,
+    ErrorType.ENGINE_ERROR, ErrorType.CAPTURE_INVALID, ErrorType.NO_MODEL_CALLS,
+    ErrorType.INFRA_LOST, ErrorType.INTERNAL, ErrorType.VERIFIER_ERROR,
+    ErrorType.VERIFIER_MISSING,
+})
+
+
+class QualifyRow(BaseModel):
+    """One agent on one task, as qualification saw it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str
+    version: str = Field(description="The pinned CLI release; Harbor's for terminus-2.")
+    dialect: str | None
+    streaming: str = Field(description="yes, no or mixed: whether the model calls' "
+                                       "answers were SSE streams; - without any.")
+    task: str
+    row_ok: bool = Field(description="The rollout row's `ok` (trainable, no error).")
+    turns: int
+    agent_roots: int
+    auxiliary_turns: int
+    splits: int = Field(description="retokenization_split findings.")
+    stitched: int = Field(description="Turns whose prompt was stitched from earlier ids.")
+    reward: float | None
+    proxy_4xx: int = Field(description="4xx HTTP answers the proxy gave the agent, the "
+                                       "websocket upgrade refusal (426) apart; an error "
+                                       "event in a stream already begun is not one.")
+    refusals: list[str] = Field(default_factory=list,
+                                description="Every 4xx answer: METHOD path status.")
+    exact_ids: bool | None = Field(
+        description="Every turn's stored prompt and sampled ids are a generation the "
+                    "engine returned, as many turns as generations; None: no turn.")
+    error_type: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    qualified: bool = False
+    why: list[str] = Field(default_factory=list, description="What failed the row.")
+
+
+class QualifyReport(BaseModel):
+    """A qualification run: what ran it, against what, and its rows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    report_version: int = REPORT_VERSION
+    level: Level
+    engine: str = Field(description="`scripted`, or the served model id.")
+    harbor_ray: str
+    harbor: str
+    started_at: str
+    rows: list[QualifyRow]
+
+    @property
+    def qualified(self) -> bool:
+        return bool(self.rows) and all(row.qualified for row in self.rows)
+
+
+def problems(row: QualifyRow, level: Level) -> list[str]:
+    """Why `row` does not qualify at `level` (empty: it does)."""
+    found: list[str] = []
+    if row.error_type is not None and (level == "scripted"
+                                       or ErrorType(row.error_type) in INFRASTRUCTURE):
+        found.append(f"{row.error_type}: {row.error}")
+    if row.turns == 0:
+        found.append("no captured turn")
+    if level == "model":
+        return found
+    if row.reward != 1.0:
+        found.append(f"reward {row.reward}, not 1.0")
+    if not row.row_ok:
+        found.append("row not ok")
+    if row.agent_roots != 1:
+        found.append(f"{row.agent_roots} agent roots, not 1")
+    if row.splits:
+        found.append(f"{row.splits} retokenization splits")
+    if row.exact_ids is False:
+        found.append("stored ids differ from the engine's")
+    if row.proxy_4xx:
+        found.append(f"{row.proxy_4xx} proxy 4xx: {', '.join(row.refusals)}")
+    return found
+
+
+_COLUMNS = ("agent", "version", "dialect", "streaming", "task", "row ok", "turns",
+            "agent roots", "splits", "stitched", "reward", "proxy 4xx", "qualified")
+
+
+def render_markdown(report: QualifyReport) -> str:
+    """The report as a markdown table, with what failed each unqualified row below it."""
+    lines = [f"Qualification ({report.level}: {report.engine}; harbor_ray "
+             f"{report.harbor_ray}, Harbor {report.harbor}; report v{report.report_version},"
+             f" {report.started_at})", "",
+             "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in report.rows]
+    failed = [row for row in report.rows if not row.qualified]
+    if failed:
+        lines.append("")
+        lines += [f"- {row.agent} on {row.task}: {'; '.join(row.why)}" for row in failed]
+    return "\n".join(lines) + "\n"
+
+
+def _cells(row: QualifyRow) -> Sequence[str]:
+    return (row.agent, row.version, row.dialect or "-", row.streaming, row.task,
+            _yes(row.row_ok), str(row.turns), str(row.agent_roots), str(row.splits),
+            str(row.stitched), "-" if row.reward is None else f"{row.reward:g}",
+            str(row.proxy_4xx), _yes(row.qualified))
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"

@@ -1,0 +1,205 @@
+"""Running qualification: each agent on each task, in the local sandbox, into a report.
+
+Each rollout is `harbor-ray rollout`'s (run_rollout, the in-process capture proxy, no
+Ray), with a proxy of its own, so that what the proxy answered and what the engine
+generated while it ran belong to it alone (the taps). The scripted level gives each
+rollout its own scripted engine too (its replies depend on the agent and the task); the
+model level shares one engine, certified once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime
+import importlib.metadata
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
+from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.upstream import Engine
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.rebuild import export_document
+from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow, problems, render_markdown
+from harbor_ray.qualify.script import scripted_engine
+from harbor_ray.qualify.taps import EngineTap, ProxyTap
+from harbor_ray.trials.agents import AGENTS
+from harbor_ray.trials.datasets import TaskRef
+from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
+from harbor_ray.trials.rollout import run_rollout
+from harbor_ray.trials.spec import RolloutSpec
+
+__all__ = ["QUALIFIED", "QualifyPlan", "default_agents", "qualify", "report_paths"]
+
+# The agents qualification covers: the pinned CLIs, and terminus-2 (Harbor's own).
+QUALIFIED = (*sorted(PINS), "terminus-2")
+_UPGRADE_REFUSED = 426
+SCRIPTED_MODEL = FakeEngine.model
+
+# At the model level, agent options that keep a CLI's first prompt inside the default
+# model's 8192-token context: as they ship, the tools codex, claude-code, gemini-cli and
+# qwen-code declare (rendered by the served template), and qwen-code's system prompt,
+# take it past that before the task is read.
+# Each keeps the agent's shell tool; the scripted level runs the CLIs as they ship.
+_CLAUDE_TOOLS_BUT_BASH = (
+    "Agent,CronCreate,CronDelete,CronList,Edit,EnterWorktree,ExitWorktree,NotebookEdit,"
+    "Read,ReportFindings,ScheduleWakeup,SendMessage,Skill,TaskCreate,TaskGet,TaskList,"
+    "TaskOutput,TaskStop,TaskUpdate,WebFetch,WebSearch,Workflow,Write")
+SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "codex": {"config": {"web_search": "disabled", "features": {
+        "multi_agent": False, "goals": False, "view_image": False,
+        "image_generation": False}}},
+    "claude-code": {"disallowed_tools": _CLAUDE_TOOLS_BUT_BASH},
+    # Its system prompt alone is about 6,800 tokens; its shell tool fits beside it.
+    "gemini-cli": {"core_tools": ["run_shell_command"]},
+    # Its system prompt alone is past 8,700 tokens: a short one in its place.
+    "qwen-coder": {"config": {"tools": {"core": ["run_shell_command"]}},
+                   "system_prompt": "You are a coding agent in a Linux shell. Complete the "
+                                    "user's task by running commands with the "
+                                    "run_shell_command tool, then say briefly what you did."},
+})
+
+
+@dataclass(frozen=True)
+class QualifyPlan:
+    agents: tuple[str, ...]
+    tasks: tuple[TaskRef, ...]
+    out: Path
+    agents_cache: Path = DEFAULT_CACHE
+    budget: int | None = 20
+    deadline_s: float | None = 600.0
+    sampling: Sampling | None = None
+    sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
+    concurrency: int = 1  # rollouts at once (each has its own proxy and taps)
+
+
+def default_agents(cache: Path) -> tuple[list[str], list[str]]:
+    """(qualified agents that can run here, pinned ones missing from `cache`)."""
+    missing = [a for a in QUALIFIED if a in PINS and not entry_dir(cache, PINS[a]).is_dir()]
+    return [a for a in QUALIFIED if a not in missing], missing
+
+
+def report_paths(out: Path, level: Level) -> tuple[Path, Path]:
+    """Where a level's report goes: (JSON, markdown)."""
+    return out / f"qualification-{level}.json", out / f"qualification-{level}.md"
+
+
+async def qualify(
+    plan: QualifyPlan, *, level: Level, engine: Engine | None = None, url: str = "",
+    model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
+) -> QualifyReport:
+    """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report.
+    Rows are in plan order (agents, then tasks), whatever order they finish in."""
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    if level == "model":
+        if engine is None:
+            raise ValueError("the model level needs an engine")
+        served = (await certify(engine, url, model=model)).served_model
+    gate = asyncio.Semaphore(plan.concurrency)
+
+    async def one(agent: str, task: TaskRef) -> QualifyRow:
+        async with gate:
+            played = EngineTap(scripted_engine(agent, task.path) if level == "scripted"
+                               else engine)
+            async with _capture(played, SCRIPTED_MODEL if level == "scripted" else served
+                                ) as (capture, answers):
+                row = await _qualify_one(plan, level, agent, task, capture, answers,
+                                         played)
+        if on_row is not None:
+            on_row(row)
+        return row
+
+    rows = await asyncio.gather(*(one(a, t) for a in plan.agents for t in plan.tasks))
+    report = QualifyReport(
+        level=level, engine="scripted" if level == "scripted" else served,
+        harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
+        rows=list(rows))
+    plan.out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = report_paths(plan.out, level)
+    json_path.write_text(report.model_dump_json(indent=2) + "\n")
+    md_path.write_text(render_markdown(report))
+    return report
+
+
+@contextlib.asynccontextmanager
+async def _capture(engine: EngineTap, served_model: str
+                   ) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
+    """A proxy of its own for one rollout (so that what it answered and what the engine
+    generated belong to that rollout alone), with its taps."""
+    taps: list[ProxyTap] = []
+
+    def wrap(app: Any) -> Any:
+        taps.append(ProxyTap(app))
+        return taps[0]
+
+    async with serve_capture(InMemorySessionStore(), engine, served_model,
+                             wrap=wrap) as capture:
+        taps[0].answers.clear()  # the server's readiness probe
+        yield capture, taps[0]
+
+
+async def _qualify_one(
+    plan: QualifyPlan, level: Level, agent: str, task: TaskRef, capture: LocalCapture,
+    proxy_tap: ProxyTap, engine_tap: EngineTap,
+) -> QualifyRow:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    spec = RolloutSpec(
+        rollout_id=f"{agent}__{task.name}__{level}__{stamp}", task=task, agent=agent,
+        trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
+        sampling=plan.sampling, agents_cache=plan.agents_cache,
+        agent_kwargs=copy.deepcopy(dict(SMALL_CONTEXT_KWARGS.get(agent, {})))
+        if level == "model" else {},
+        sandbox_kwargs={"sandboxes_dir": str(plan.out / "sandboxes"), **plan.sandbox_kwargs},
+    )
+    record = await run_rollout(spec, capture)
+    row = row_of(agent, record, proxy_tap.answers, engine_tap.generations)
+    why = problems(row, level)
+    return row.model_copy(update={"qualified": not why, "why": why})
+
+
+def row_of(agent: str, record: RolloutRecord, answers: Sequence[Any],
+           generations: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> QualifyRow:
+    """The report's row of one finished rollout, what the proxy answered during it, and
+    what the engine generated."""
+    result, doc = record.result, export_document(record)
+    turns = doc["turns"]
+    stored = sorted((tuple(t["prompt_ids"] or ()), tuple(t["token_ids"] or ())) for t in turns)
+    calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/"))
+             and a.status < 400]
+    streamed = {a.streamed for a in calls}
+    refusals = [f"{a.method} {a.path} {a.status}" for a in answers if 400 <= a.status < 500]
+    kind = AGENTS.get(agent)
+    return QualifyRow(
+        agent=agent, version=PINS[agent].version if agent in PINS else _version("harbor"),
+        dialect=kind.dialect if kind else None,
+        streaming="-" if not streamed else "mixed" if len(streamed) > 1 else (
+            "yes" if streamed == {True} else "no"),
+        task=result.task, row_ok=result.ok, turns=len(turns),
+        agent_roots=result.counts.agent_roots if result.counts else 0,
+        auxiliary_turns=sum(1 for t in turns if t["auxiliary"]),
+        splits=sum(1 for f in result.findings if f.code == "retokenization_split"),
+        stitched=sum(1 for t in turns if (t["continuation"] or {}).get("stitched")),
+        reward=result.reward,
+        proxy_4xx=sum(1 for a in answers if 400 <= a.status < 500
+                      and a.status != _UPGRADE_REFUSED),
+        refusals=refusals,
+        exact_ids=None if not turns else stored == sorted(generations),
+        error_type=result.error_type.value if result.error_type else None,
+        error=result.error, seconds=round(result.timings.get("total", 0.0), 1),
+    )
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

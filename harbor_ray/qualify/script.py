@@ -1,0 +1,109 @@
+"""The scripted engine's policy: a model that solves a task by its solution commands.
+
+Pure: a function of the conversation the engine is asked to continue. Agents that call
+tools get a call of their shell-like tool (picked from the tools the request declares)
+running the task's solution (`solution/solve.sh`), then a final text reply once a tool
+result came back; terminus-2, whose protocol is text, gets the same commands as its
+JSON keystrokes. Side calls (a title, a memory manager without a shell tool) get text.
+The engine side is always chat completions (the proxy's dialect layer turns the tool
+calls into each agent's own form), so tools arrive as chat function tools and results
+as `tool` messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply
+
+__all__ = [
+    "FINAL_TEXT",
+    "SHELL_TOOLS",
+    "ToolSolver",
+    "scripted_engine",
+    "solution_commands",
+    "terminus_script",
+]
+
+# The shell-like tool of each qualified CLI, and the argument that holds the command
+# (codex exec_command, claude-code Bash, gemini-cli and qwen-code run_shell_command,
+# opencode and mini-swe-agent bash): names as their recorded requests declare them.
+SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
+    "exec_command": "cmd",
+    "Bash": "command",
+    "run_shell_command": "command",
+    "bash": "command",
+})
+# Agents that end only on a command of their own, not on a text reply: shell calls made
+# after the solution's.
+_FINISH: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "mini-swe-agent": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),
+})
+FINAL_TEXT = "Done: the task's commands ran."
+
+
+def solution_commands(task_dir: Path) -> str:
+    """The task's solution script as one shell command string: its shebang dropped,
+    every other line (heredocs, comments inside them) kept as it is."""
+    lines = (task_dir / "solution" / "solve.sh").read_text().splitlines()
+    if lines and lines[0].startswith("#!"):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+@dataclass(frozen=True)
+class ToolSolver:
+    """Replies for a tool-calling agent: `steps` shell commands, one call each, then text."""
+
+    steps: tuple[str, ...]
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]],
+                 tools: Sequence[Mapping[str, Any]]) -> FakeReply:
+        done = sum(1 for m in messages if m.get("role") == "tool")
+        shell = _shell_tool(tools)
+        if shell is None or done >= len(self.steps):
+            return FakeReply(text=FINAL_TEXT)
+        name, argument = shell
+        return FakeReply(tool_calls=((name, {argument: self.steps[done]}),))
+
+
+def _shell_tool(tools: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """(name, command argument) of the first declared tool that is a known shell."""
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(name, str) and name in SHELL_TOOLS:
+            return name, SHELL_TOOLS[name]
+    return None
+
+
+def terminus_script(keystrokes: str):
+    """terminus-2's JSON protocol: act once, then claim completion twice (it confirms)."""
+
+    def script(messages: list[dict]) -> FakeReply:
+        acted = sum(1 for m in messages if m.get("role") == "assistant")
+        if acted == 0:
+            reply = {"analysis": "Empty directory.", "plan": "Write the file.",
+                     "commands": [{"keystrokes": keystrokes, "duration": 0.5}],
+                     "task_complete": False}
+        else:
+            reply = {"analysis": "Done.", "plan": "Finish.", "commands": [],
+                     "task_complete": True}
+        return FakeReply(text=json.dumps(reply))
+
+    return script
+
+
+def scripted_engine(agent: str, task_dir: Path) -> FakeEngine:
+    """An engine (vLLM's API with token ids, fake_engine.py) whose model solves the task
+    at `task_dir` as `agent` speaks: tool calls for tool-calling agents, terminus-2's
+    JSON for terminus-2."""
+    commands = solution_commands(task_dir)
+    if agent == "terminus-2":
+        return FakeEngine(script=terminus_script(commands + "\n"))
+    return FakeEngine(tool_script=ToolSolver((commands, *_FINISH.get(agent, ()))))

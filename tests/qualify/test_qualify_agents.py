@@ -1,0 +1,76 @@
+"""`harbor-ray qualify` end to end, both levels, for every qualified agent: the real
+CLIs (installed once per test session into the shared agent cache, as `harbor-ray agents
+install` does) in the real bwrap sandbox, through the in-process capture proxy.
+
+Level 1 plays the scripted engine: each agent must solve hello-file (reward 1.0) in one
+agent root with the engine's exact ids. Level 2 uses the session's one real engine
+(tests/fixtures/engine.py) with small budgets: a captured turn and no infrastructure
+error per agent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harbor_ray.qualify.run import QUALIFIED
+from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def agents_cache() -> Path:
+    """Every pinned CLI in the shared cache (a no-op when they are there already)."""
+    install([PINS[name] for name in sorted(PINS)], DEFAULT_CACHE, progress=lambda _: None)
+    return DEFAULT_CACHE
+
+
+def qualify(out: Path, cache: Path, *args: str, timeout_s: float
+            ) -> tuple[subprocess.CompletedProcess[str], dict]:
+    run = subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", "qualify", *QUALIFIED, "--out", str(out),
+         "--agents-cache", str(cache), *args],
+        capture_output=True, text=True, timeout=timeout_s)
+    level = "model" if "--llm-url" in args else "scripted"
+    report = out / f"qualification-{level}.json"
+    assert report.exists(), run.stderr[-5000:]
+    assert (out / f"qualification-{level}.md").exists()
+    return run, json.loads(report.read_text())
+
+
+def test_level_1_every_agent_solves_hello_file_in_one_root(
+    tmp_path: Path, agents_cache: Path
+) -> None:
+    run, report = qualify(tmp_path, agents_cache, "--concurrency", "3", timeout_s=1500)
+    rows = {row["agent"]: row for row in report["rows"]}
+    assert list(rows) == list(QUALIFIED)
+    for agent, row in rows.items():
+        assert row["qualified"], (agent, row["why"], row["error"])
+        assert row["reward"] == 1.0 and row["agent_roots"] == 1 and row["splits"] == 0
+        assert row["exact_ids"] is True and row["proxy_4xx"] == 0
+        assert row["version"] == (PINS[agent].version if agent in PINS else report["harbor"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    # Side calls stay out of the agent's root: opencode's title generator.
+    assert rows["opencode"]["auxiliary_turns"] >= 1
+    # The dialects the CLIs speak, as the report names them.
+    assert {rows[a]["dialect"] for a in rows} == {"chat", "responses", "anthropic", "google"}
+
+
+def test_level_2_every_agent_is_captured_on_the_real_model(
+    tmp_path: Path, agents_cache: Path, engine_url: str
+) -> None:
+    run, report = qualify(tmp_path, agents_cache, "--llm-url", engine_url, "--budget", "1",
+                          "--max-tokens", "32", "--deadline", "300", "--concurrency", "3",
+                          timeout_s=2400)
+    rows = {row["agent"]: row for row in report["rows"]}
+    assert list(rows) == list(QUALIFIED)
+    for agent, row in rows.items():
+        assert row["qualified"], (agent, row["why"], row["error"])
+        assert row["turns"] >= 1 and row["exact_ids"] is True
+    assert report["engine"] != "scripted"
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -1,0 +1,49 @@
+"""The qualification verdict and report rendering: pure."""
+
+from __future__ import annotations
+
+from harbor_ray.qualify.report import QualifyReport, QualifyRow, problems, render_markdown
+
+
+def row(**values) -> QualifyRow:
+    base = dict(agent="codex", version="0.171.0", dialect="responses", streaming="yes",
+                task="hello-file", row_ok=True, turns=2, agent_roots=1, auxiliary_turns=0,
+                splits=0, stitched=1, reward=1.0, proxy_4xx=0, exact_ids=True)
+    return QualifyRow(**{**base, **values})
+
+
+def test_a_solved_single_root_row_qualifies_at_both_levels() -> None:
+    assert problems(row(), "scripted") == []
+    assert problems(row(), "model") == []
+
+
+def test_scripted_level_names_every_failure() -> None:
+    bad = row(reward=0.0, row_ok=False, agent_roots=3, splits=2, exact_ids=False,
+              proxy_4xx=1, refusals=["POST /v1/responses 400"])
+    assert problems(bad, "scripted") == [
+        "reward 0.0, not 1.0", "row not ok", "3 agent roots, not 1",
+        "2 retokenization splits", "stored ids differ from the engine's",
+        "1 proxy 4xx: POST /v1/responses 400"]
+
+
+def test_model_level_accepts_a_failed_task_but_not_infrastructure() -> None:
+    weak = row(reward=0.0, row_ok=False, agent_roots=4, splits=1,
+               error_type="agent_error", error="the agent gave up")
+    assert problems(weak, "model") == []
+    assert problems(weak, "scripted")[0] == "agent_error: the agent gave up"
+    broken = row(turns=0, error_type="engine_error", error="all 3 model calls failed")
+    assert problems(broken, "model") == ["engine_error: all 3 model calls failed",
+                                          "no captured turn"]
+
+
+def test_markdown_has_a_row_per_agent_and_says_why_one_failed() -> None:
+    failed = row(agent="gemini-cli", reward=None, qualified=False, why=["no captured turn"])
+    report = QualifyReport(level="scripted", engine="scripted", harbor_ray="0.1.0",
+                           harbor="0.25.0", started_at="2026-01-01T00:00:00+00:00",
+                           rows=[row(qualified=True), failed])
+    text = render_markdown(report)
+    assert "| codex | 0.171.0 | responses | yes | hello-file | yes | 2 | 1 | 0 | 1 | 1 | 0 " \
+           "| yes |" in text
+    assert "| gemini-cli |" in text and "- gemini-cli on hello-file: no captured turn" in text
+    assert not report.qualified
+    assert QualifyReport.model_validate_json(report.model_dump_json()) == report

@@ -1,0 +1,142 @@
+"""The scripted engine's policy on what the CLIs really declare: the tools of recorded
+requests, translated to the engine's chat form by the proxy's own dialects."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from harbor_ray.capture.core.dialects import DIALECTS
+from harbor_ray.qualify.script import (
+    FINAL_TEXT,
+    ToolSolver,
+    scripted_engine,
+    solution_commands,
+)
+from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+
+BODIES = Path(__file__).resolve().parent.parent / "agent_bodies"
+
+
+def engine_tools(cli: str, what: str, dialect: str) -> list[dict]:
+    """The chat tools the engine gets for a recorded request."""
+    request = json.loads((BODIES / cli / f"{what}.json").read_text())
+    body = request["body"]
+    url_model = "fake-model" if dialect == "google" else None
+    call = DIALECTS[dialect].to_engine(body, url_model=url_model, url_stream=True)
+    return call.body.get("tools") or []
+
+
+@pytest.mark.parametrize(("cli", "what", "dialect", "tool", "argument"), [
+    ("codex-0.171.0", "responses-first-turn", "responses", "exec_command", "cmd"),
+    ("claude-code-2.1.197", "messages-first-turn", "anthropic", "Bash", "command"),
+    ("gemini-cli-0.61.0", "stream-generate-content", "google", "run_shell_command",
+     "command"),
+    ("opencode-1.18.33", "side-control-main-loop", "chat", "bash", "command"),
+    ("qwen-code-0.15.10", "chat-completions", "chat", "run_shell_command", "command"),
+])
+def test_the_shell_tool_is_picked_from_what_each_cli_declares(
+    cli: str, what: str, dialect: str, tool: str, argument: str
+) -> None:
+    tools = engine_tools(cli, what, dialect)
+    reply = ToolSolver(("echo hi > /app/x",))([{"role": "user", "content": "go"}], tools)
+    assert reply.tool_calls == ((tool, {argument: "echo hi > /app/x"}),)
+    assert reply.text == ""
+
+
+def test_each_step_once_then_a_final_text() -> None:
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    solver = ToolSolver(("first", "second"))
+    history: list[dict] = [{"role": "user", "content": "go"}]
+    assert solver(history, tools).tool_calls == (("bash", {"command": "first"}),)
+    history += [{"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "ok"}]
+    assert solver(history, tools).tool_calls == (("bash", {"command": "second"}),)
+    history += [{"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "ok"}]
+    assert solver(history, tools).text == FINAL_TEXT
+
+
+def test_a_call_without_a_shell_tool_gets_text() -> None:
+    # A title generator declares no tools; a tool set without any shell gets text too.
+    solver = ToolSolver(("echo",))
+    assert solver([{"role": "user", "content": "title?"}], []).text == FINAL_TEXT
+    other = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
+    assert solver([{"role": "user", "content": "go"}], other).tool_calls == ()
+
+
+def sample_dir(name: str) -> Path:
+    (task,) = select_tasks(resolve_dataset("samples"), [name])
+    return task.path
+
+
+def test_solution_commands_keep_the_script_but_its_shebang() -> None:
+    assert solution_commands(sample_dir("hello-file")) == "echo hello > /app/hello.txt"
+    # A comment inside a heredoc is file content, not a comment: it stays.
+    greet = solution_commands(sample_dir("greet-function"))
+    assert greet.startswith("cat > /app/greet.sh <<'SCRIPT'\n# Defines the function greet")
+    assert not greet.startswith("#!")
+
+
+async def test_mini_swe_agent_ends_with_its_own_submit_command() -> None:
+    engine = scripted_engine("mini-swe-agent", sample_dir("hello-file"))
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    body = {"messages": [{"role": "user", "content": "go"},
+                         {"role": "assistant", "content": None},
+                         {"role": "tool", "content": "", "tool_call_id": "1"}],
+            "tools": tools, "logprobs": True, "return_token_ids": True}
+    reply = await engine.complete(body)
+    [call] = reply["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {
+        "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
+    assert reply["choices"][0]["finish_reason"] == "tool_calls"
+    assert reply["choices"][0]["token_ids"] and reply["prompt_token_ids"]
+
+
+async def test_terminus_2_gets_its_json_protocol_with_the_solution_keystrokes() -> None:
+    engine = scripted_engine("terminus-2", sample_dir("hello-file"))
+    reply = await engine.complete({"messages": [{"role": "user", "content": "task"}]})
+    action = json.loads(reply["choices"][0]["message"]["content"])
+    assert action["commands"] == [{"keystrokes": "echo hello > /app/hello.txt\n",
+                                   "duration": 0.5}]
+
+
+def test_gemini_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
+    # The model level's setting for an 8k-context model: gemini-cli's settings.json
+    # then declares only run_shell_command (tools.core), the rest of its settings kept.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledGeminiCli
+
+    agent = PreinstalledGeminiCli(logs_dir=tmp_path, model_name="gemini/m",
+                                  **SMALL_CONTEXT_KWARGS["gemini-cli"])
+    config, _ = agent._build_settings_config("m", "gemini-api-key")
+    assert config is not None and config["tools"] == {"core": ["run_shell_command"]}
+    assert config["security"] == {"auth": {"selectedType": "gemini-api-key"}}
+    unlimited, _ = PreinstalledGeminiCli(logs_dir=tmp_path, model_name="gemini/m"
+                                         )._build_settings_config("m", "gemini-api-key")
+    assert unlimited is not None and "tools" not in unlimited
+
+
+async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> None:
+    # The model level's setting: the prompt is written where QWEN_SYSTEM_MD points,
+    # before qwen runs.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledQwenCode
+
+    kwargs = SMALL_CONTEXT_KWARGS["qwen-coder"]
+    agent = PreinstalledQwenCode(logs_dir=tmp_path, model_name="openai/m", **kwargs)
+    assert agent.extra_env["QWEN_SYSTEM_MD"] == PreinstalledQwenCode.SYSTEM_MD
+    assert agent._build_effective_settings() == {"tools": {"core": ["run_shell_command"]}}
+
+    commands: list[str] = []
+
+    class Recorder:
+        async def exec(self, command: str, **_: object):
+            commands.append(command)
+            raise RuntimeError("stop here")  # the adapter's own run is not under test
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        await agent.run("task", Recorder(), None)  # type: ignore[arg-type]
+    assert commands[0] == (
+        f"printf %s {shlex.quote(kwargs['system_prompt'])} > {PreinstalledQwenCode.SYSTEM_MD}")
