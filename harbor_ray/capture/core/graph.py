@@ -33,6 +33,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from harbor_ray.capture.core.memory import span
 from harbor_ray.capture.core.prefixes import Links, link, prompt_ids, token_ids
 from harbor_ray.capture.core.turn import TurnRecord
 
@@ -214,7 +215,7 @@ def _sequence(
 
     last = by_index[leaf]
     assert last.prompt_ids is not None and last.token_ids is not None
-    input_ids = np.concatenate((last.prompt_ids, last.token_ids)).astype(np.int32, copy=False)
+    input_ids = _joined(last.prompt_ids, last.token_ids)
     loss_mask = np.zeros(len(input_ids), dtype=np.uint8)
     logprobs = np.zeros(len(input_ids), dtype=np.float32)
     role = nodes[leaf].role
@@ -229,6 +230,14 @@ def _sequence(
         loss_mask=loss_mask,
         logprobs=logprobs,
     )
+
+
+def _joined(prompt: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The leaf's prompt + sampled ids: one view when they are adjacent in a session's
+    buffer (read-only, nothing copied), else a fresh int32 array."""
+    if prompt.dtype == np.int32 and (view := span(prompt, tokens)) is not None:
+        return view
+    return np.concatenate((prompt, tokens)).astype(np.int32, copy=False)
 
 
 def _place(path: list[TurnRecord], loss_mask: np.ndarray, logprobs: np.ndarray) -> None:
