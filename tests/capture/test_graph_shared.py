@@ -78,7 +78,8 @@ def pooled(draw) -> list[TurnRecord]:
         step = draw(st.sampled_from([1, 1, 1, 2]))
         prompt = source[start : start + draw(st.integers(0, 80)) * step : step]
         after = start + len(prompt) * step  # the reply right after the prompt
-        begin = draw(st.sampled_from([after, after, draw(st.integers(0, 300))]))
+        # Or where prompts start: a reply over a prompt's memory at another depth.
+        begin = draw(st.sampled_from([after, after, 0, draw(st.integers(0, 300))]))
         tokens = source[begin : begin + draw(st.integers(0, 6))]
         base = turn(index, [], [], default_logprobs(len(tokens)))
         turns.append(dataclasses.replace(base, prompt_ids=prompt, token_ids=tokens))

@@ -86,9 +86,11 @@ class HeldTurns:
         self._buffers.insert(0, buffer)
         if len(prompt) > buffer.length:
             self._append(buffer, prompt[buffer.length :])
-        held = dataclasses.replace(
-            turn, prompt_ids=buffer.view(0, len(prompt)),
-            token_ids=self._tokens(buffer, len(prompt), turn.token_ids))
+        # The reply first: appending it may move the buffer, and the prompt's view must
+        # be made on the array it ends up in.
+        tokens = self._tokens(buffer, len(prompt), turn.token_ids)
+        held = dataclasses.replace(turn, prompt_ids=buffer.view(0, len(prompt)),
+                                   token_ids=tokens)
         buffer.turns.add(turn.index)
         self._buffer_of[turn.index] = buffer
         self.turns[turn.index] = held
