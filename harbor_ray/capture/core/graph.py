@@ -17,11 +17,12 @@ exact, never by hash: every turn's ids are compared token for token against a tr
 the turns' sequences, about once each in an agent's conversation and within a constant
 factor in any case (see `prefixes`); parents, same-prompt classes and re-tokenisation
 splits are then read off the trie without comparing again, so forks, retries,
-duplicates and arrival order add Python steps, not comparisons. The one cost that grows
-with the prompts summed over the turns rather than with the unique tokens is that
-single read: each turn carries its own copy of its prompt, and an exact check cannot
-skip a token of it. Each training sequence is a fresh array, so sequences cost their
-own lengths.
+duplicates and arrival order add Python steps, not comparisons. That read skips memory
+two turns share: the session holds a prompt as a view of the buffer its parent's ids are
+in (`held`), so the build grows with the unique tokens; turns that each carry their own
+copy of their prompt are read whole, since an exact check cannot skip a token of them.
+A training sequence is a view of that buffer when its leaf's prompt and reply lie
+together there, else a fresh array.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class Node:
 class TrainingSequence:
     """One root-to-leaf path as a trainer reads it.
 
-    `input_ids` is the leaf's prompt + sampled ids (int32). `loss_mask` (uint8) is 1
+    `input_ids` is the leaf's prompt + sampled ids (int32; a read-only view of the
+    session's buffer when they lie together there). `loss_mask` (uint8) is 1
     exactly on the sampled tokens of the path's turns that have a finite logprob;
     `logprobs` (float32) holds the engine's logprob there and 0.0 elsewhere. A
     discarded sequence has an all-zero mask.

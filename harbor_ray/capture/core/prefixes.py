@@ -19,10 +19,15 @@ plus a first chunk per branch point it passes, and in an agent's conversation (l
 agreements, short divergences) about its length once; forks, retries, duplicates and
 arrival order add Python steps, not comparisons.
 
-What cannot be avoided: each turn holds its own copy of its whole prompt, and an exact
-check must read every token of it (one left unread could differ), so the build grows
-with the prompts summed over the turns, at the speed numpy compares memory. Beyond that
-read, everything costs Python steps per turn, per trie node and per reported split.
+A stretch of two sequences that lies in the same memory (same address, dtype and
+stride: `memory`) agrees without being read. A session holds its turns' ids as views
+of shared buffers (`held`), a prompt on the memory of its parent's prompt and reply, so
+in an agent's conversation placing a sequence reads only what lies in other memory: a
+fork's own copy, a turn that arrived as its own array. An exact check must read every
+token that is not shared (one left unread could differ), so for turns that each hold
+their own copy the build grows with the prompts summed over the turns, at the speed
+numpy compares memory. Beyond that read, everything costs Python steps per turn, per
+trie node and per reported split.
 """
 
 from __future__ import annotations
