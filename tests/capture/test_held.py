@@ -77,3 +77,31 @@ def test_removed_turns_and_ids_it_does_not_take() -> None:
     assert store.add(wide) is wide
     missing = turn(6, None, [3])
     assert store.add(missing) is missing
+
+
+def test_linking_and_validation_read_held_memory_once(monkeypatch) -> None:
+    """On held turns the build compares nothing (every stretch is shared memory) and
+    validation reads each prompt id once; on copies both read every prompt."""
+    from harbor_ray.capture.core import findings, prefixes
+    from harbor_ray.capture.core.graph import build_graph
+
+    turns = loop(12, [1, 2, 3])
+    kept = list(hold(turns).turns.values())
+    compared: list[int] = []
+    checked: list[int] = []
+    real_compare, real_check = prefixes.common_prefix, findings._bad_ids
+    monkeypatch.setattr(prefixes, "common_prefix",
+                        lambda a, b: compared.append(len(a)) or real_compare(a, b))
+    monkeypatch.setattr(findings, "_bad_ids",
+                        lambda ids, vocab: checked.append(len(ids)) or real_check(ids, vocab))
+
+    def reads(of: list[TurnRecord]) -> tuple[int, int]:
+        compared.clear()
+        checked.clear()
+        findings.validate(of, build_graph(of))
+        return sum(compared), sum(checked)
+
+    replies = sum(len(t.token_ids) for t in turns)
+    assert reads(kept) == (0, len(turns[-1].prompt_ids) + replies)
+    on_copies = reads(turns)
+    assert on_copies[0] > 0 and on_copies[1] == sum(len(t.prompt_ids) for t in turns) + replies
