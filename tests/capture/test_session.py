@@ -124,3 +124,38 @@ async def test_admission_finds_the_turn_a_call_continues_and_forgets_a_withdrawn
     assert (await store.admit(s.session_id, offered)).base.turn == 1
     await store.release(s.session_id, 1)
     assert (await store.admit(s.session_id, offered)).base is None
+
+
+async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
+    """An agent loop's prompts are held as views of one buffer (capture.core.held); the
+    turn a later call continues is found with its current ids after the buffer grew, and
+    the session closes to the graph of the ids as they arrived."""
+    import dataclasses
+
+    from harbor_ray.capture.core.continuation import Continuation, PrefixKey
+    from harbor_ray.capture.core.held import held_bytes
+
+    store = InMemorySessionStore()
+    s = await store.create()
+    arrived, prompt = [], np.arange(1, 50, dtype=np.int32)
+    for index in range(8):
+        record = dataclasses.replace(
+            turn(index), prompt_ids=prompt, token_ids=np.array([60 + index], np.int32),
+            conversation_key=bytes([index]) * 16,
+            continuation=Continuation(index - 1, True) if index else None)
+        arrived.append(record)
+        await store.admit(s.session_id)
+        await store.record(s.session_id, record)
+        prompt = np.concatenate((prompt, record.token_ids, np.arange(100, 150, dtype=np.int32)))
+    state = store.state(s.session_id)
+    assert state is not None
+    assert held_bytes(state.turns) < held_bytes(arrived) / 2
+    base = (await store.admit(s.session_id, (PrefixKey(2, bytes([2]) * 16),))).base
+    assert base is not None and base.turn == 2
+    assert base.prompt_ids.base is state.turns[-1].prompt_ids.base  # re-pointed on growth
+    assert base.prompt_ids.tolist() == arrived[2].prompt_ids.tolist()
+    closed = await store.close(s.session_id)
+    assert closed is not None
+    assert [n.parent for n in closed.graph.nodes.values()] == [None, *range(7)]
+    assert [t.prompt_ids.tolist() for t in closed.turns] == [
+        t.prompt_ids.tolist() for t in arrived]

@@ -18,6 +18,7 @@ from enum import StrEnum
 import numpy as np
 
 from harbor_ray.capture.core.graph import Role, RolloutGraph, TrainingSequence
+from harbor_ray.capture.core.memory import Place, equal
 from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = [
@@ -96,8 +97,9 @@ def validate(
     findings: list[Finding] = []
     if not turns:
         findings.append(Finding(Code.NO_TURNS, Severity.FATAL, "the session made no model calls"))
+    prompts = _bad_prompt_ids(turns, vocab_size)
     for turn in sorted(turns, key=lambda t: t.index):
-        findings.extend(_turn_findings(turn, vocab_size))
+        findings.extend(_turn_findings(turn, vocab_size, prompts.get(turn.index, (0, 0))))
     if turns:
         findings.extend(_graph_findings(graph, {t.index: t for t in turns}))
     if engine_errors > 0:
@@ -119,14 +121,16 @@ def validate(
     return tuple(findings)
 
 
-def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding]:
+def _turn_findings(
+    turn: TurnRecord, vocab_size: int | None, prompt_bad: tuple[int, int]
+) -> Iterator[Finding]:
     i = turn.index
     if turn.prompt_ids is None:
         yield Finding(
             Code.MISSING_PROMPT_IDS, Severity.FATAL, f"turn {i}: the engine sent no prompt ids", i
         )
     else:
-        yield from _invalid_ids(i, "prompt", turn.prompt_ids, vocab_size)
+        yield from _invalid_ids(i, "prompt", turn.prompt_ids, vocab_size, *prompt_bad)
 
     tokens = turn.token_ids
     if tokens is None:
@@ -134,7 +138,7 @@ def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding
             Code.MISSING_TOKEN_IDS, Severity.FATAL, f"turn {i}: the engine sent no sampled ids", i
         )
     else:
-        yield from _invalid_ids(i, "sampled", tokens, vocab_size)
+        yield from _invalid_ids(i, "sampled", tokens, vocab_size, *_bad_ids(tokens, vocab_size))
         if len(tokens) == 0:
             yield Finding(
                 Code.EMPTY_COMPLETION, Severity.WARN, f"turn {i}: the engine sampled no tokens", i
@@ -178,13 +182,52 @@ def _turn_findings(turn: TurnRecord, vocab_size: int | None) -> Iterator[Finding
         )
 
 
-def _invalid_ids(i: int, what: str, ids: np.ndarray, vocab_size: int | None) -> Iterator[Finding]:
+def _bad_ids(ids: np.ndarray, vocab_size: int | None) -> tuple[int, int]:
+    """How many ids are outside the vocabulary, and the position of the first (0: none)."""
     bad = ids < 0
     if vocab_size is not None:
         bad |= ids >= vocab_size
     count = int(np.count_nonzero(bad))
+    return count, int(np.argmax(bad)) if count else 0
+
+
+def _bad_prompt_ids(
+    turns: Sequence[TurnRecord], vocab_size: int | None
+) -> dict[int, tuple[int, int]]:
+    """`_bad_ids` of every prompt, each shared run of memory read once.
+
+    Prompts held as views of one buffer (`held`) start at one address: the shortest is
+    checked whole, each longer one only past the previous, and the counts add up (what
+    lies at an address is one value for every view of it).
+    """
+    by_start: dict[tuple[int, int, str], list[TurnRecord]] = {}
+    checked: dict[int, tuple[int, int]] = {}
+    for turn in turns:
+        if turn.prompt_ids is None:
+            continue
+        if turn.prompt_ids.ndim != 1:
+            checked[turn.index] = _bad_ids(turn.prompt_ids, vocab_size)
+            continue
+        at = Place(turn.prompt_ids)
+        by_start.setdefault((at.address, at.step, at.dtype.str), []).append(turn)
+    for group in by_start.values():
+        group.sort(key=lambda t: len(t.prompt_ids))  # type: ignore[arg-type]
+        count = first = end = 0
+        for turn in group:
+            ids = turn.prompt_ids
+            assert ids is not None
+            more, at = _bad_ids(ids[end:], vocab_size)
+            if more and not count:
+                first = end + at
+            count, end = count + more, len(ids)
+            checked[turn.index] = (count, first)
+    return checked
+
+
+def _invalid_ids(
+    i: int, what: str, ids: np.ndarray, vocab_size: int | None, count: int, first: int
+) -> Iterator[Finding]:
     if count:
-        first = int(np.argmax(bad))
         bound = f"[0, {vocab_size})" if vocab_size is not None else "[0, inf)"
         yield Finding(
             Code.INVALID_TOKEN_ID,
@@ -292,8 +335,8 @@ def _sequence_problem(sequence: TrainingSequence, by_index: Mapping[int, TurnRec
             return f"turn {index} on its path has no ids"
         start, end = len(turn.prompt_ids), len(turn.prompt_ids) + len(turn.token_ids)
         if end > n or not (
-            np.array_equal(sequence.input_ids[:start], turn.prompt_ids)
-            and np.array_equal(sequence.input_ids[start:end], turn.token_ids)
+            equal(sequence.input_ids[:start], turn.prompt_ids)
+            and equal(sequence.input_ids[start:end], turn.token_ids)
         ):
             return f"turn {index}'s prompt and sampled ids are not a prefix at [0, {end})"
         sampled[start:end] = True

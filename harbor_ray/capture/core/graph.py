@@ -17,11 +17,12 @@ exact, never by hash: every turn's ids are compared token for token against a tr
 the turns' sequences, about once each in an agent's conversation and within a constant
 factor in any case (see `prefixes`); parents, same-prompt classes and re-tokenisation
 splits are then read off the trie without comparing again, so forks, retries,
-duplicates and arrival order add Python steps, not comparisons. The one cost that grows
-with the prompts summed over the turns rather than with the unique tokens is that
-single read: each turn carries its own copy of its prompt, and an exact check cannot
-skip a token of it. Each training sequence is a fresh array, so sequences cost their
-own lengths.
+duplicates and arrival order add Python steps, not comparisons. That read skips memory
+two turns share: the session holds a prompt as a view of the buffer its parent's ids are
+in (`held`), so the build grows with the unique tokens; turns that each carry their own
+copy of their prompt are read whole, since an exact check cannot skip a token of them.
+A training sequence is a view of that buffer when its leaf's prompt and reply lie
+together there, else a fresh array.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from harbor_ray.capture.core.memory import span
 from harbor_ray.capture.core.prefixes import Links, link, prompt_ids, token_ids
 from harbor_ray.capture.core.turn import TurnRecord
 
@@ -65,7 +67,8 @@ class Node:
 class TrainingSequence:
     """One root-to-leaf path as a trainer reads it.
 
-    `input_ids` is the leaf's prompt + sampled ids (int32). `loss_mask` (uint8) is 1
+    `input_ids` is the leaf's prompt + sampled ids (int32; a read-only view of the
+    session's buffer when they lie together there). `loss_mask` (uint8) is 1
     exactly on the sampled tokens of the path's turns that have a finite logprob;
     `logprobs` (float32) holds the engine's logprob there and 0.0 elsewhere. A
     discarded sequence has an all-zero mask.
@@ -214,7 +217,7 @@ def _sequence(
 
     last = by_index[leaf]
     assert last.prompt_ids is not None and last.token_ids is not None
-    input_ids = np.concatenate((last.prompt_ids, last.token_ids)).astype(np.int32, copy=False)
+    input_ids = _joined(last.prompt_ids, last.token_ids)
     loss_mask = np.zeros(len(input_ids), dtype=np.uint8)
     logprobs = np.zeros(len(input_ids), dtype=np.float32)
     role = nodes[leaf].role
@@ -229,6 +232,14 @@ def _sequence(
         loss_mask=loss_mask,
         logprobs=logprobs,
     )
+
+
+def _joined(prompt: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The leaf's prompt + sampled ids: one view when they are adjacent in a session's
+    buffer (read-only, nothing copied), else a fresh int32 array."""
+    if prompt.dtype == np.int32 and (view := span(prompt, tokens)) is not None:
+        return view
+    return np.concatenate((prompt, tokens)).astype(np.int32, copy=False)
 
 
 def _place(path: list[TurnRecord], loss_mask: np.ndarray, logprobs: np.ndarray) -> None:

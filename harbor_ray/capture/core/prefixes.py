@@ -19,10 +19,15 @@ plus a first chunk per branch point it passes, and in an agent's conversation (l
 agreements, short divergences) about its length once; forks, retries, duplicates and
 arrival order add Python steps, not comparisons.
 
-What cannot be avoided: each turn holds its own copy of its whole prompt, and an exact
-check must read every token of it (one left unread could differ), so the build grows
-with the prompts summed over the turns, at the speed numpy compares memory. Beyond that
-read, everything costs Python steps per turn, per trie node and per reported split.
+A stretch of two sequences that lies in the same memory (same address, dtype and
+stride: `memory`) agrees without being read. A session holds its turns' ids as views
+of shared buffers (`held`), a prompt on the memory of its parent's prompt and reply, so
+in an agent's conversation placing a sequence reads only what lies in other memory: a
+fork's own copy, a turn that arrived as its own array. An exact check must read every
+token that is not shared (one left unread could differ), so for turns that each hold
+their own copy the build grows with the prompts summed over the turns, at the speed
+numpy compares memory. Beyond that read, everything costs Python steps per turn, per
+trie node and per reported split.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harbor_ray.capture.core.memory import Place
 from harbor_ray.capture.core.turn import TurnRecord
 
-__all__ = ["Links", "link", "prompt_ids", "token_ids"]
+__all__ = ["Links", "common_prefix", "link", "prompt_ids", "token_ids"]
 
 # Token comparisons start on this many tokens and grow 8x per step, so a mismatch near
 # the start costs little and an equal run of millions costs a handful of numpy calls.
@@ -132,6 +138,8 @@ class _Trie:
     def __init__(self, linked: Sequence[TurnRecord]) -> None:
         self._prompts = [prompt_ids(t) for t in linked]
         self._tokens = [token_ids(t) for t in linked]
+        self._places = [(Place(p), Place(s)) for p, s in zip(self._prompts, self._tokens,
+                                                              strict=True)]
         self._length = [len(p) + len(s) for p, s in zip(self._prompts, self._tokens, strict=True)]
         self.depth: list[int] = [0]
         self.up: list[int] = [-1]
@@ -238,11 +246,24 @@ class _Trie:
                 end = bound_a
             if start < bound_b < end:
                 end = bound_b
-            same = _common_prefix(self._slice(a, start, end), self._slice(b, start, end))
-            if same < end - start:
-                return start + same
+            if not self._shared(a, b, start):
+                same = common_prefix(self._slice(a, start, end), self._slice(b, start, end))
+                if same < end - start:
+                    return start + same
             start = end
         return hi
+
+    def _shared(self, a: int, b: int, depth: int) -> bool:
+        """Whether sequences a and b hold depth `depth` (and on, within one part of each)
+        in the same memory: then they agree there without a read (`memory`)."""
+        place, k = self._located(a, depth)
+        return place.shares(k, *self._located(b, depth))
+
+    def _located(self, seq: int, depth: int) -> tuple[Place, int]:
+        """The part (prompt or sampled ids) of `seq` holding `depth`, and where in it."""
+        bound = len(self._prompts[seq])
+        prompt, tokens = self._places[seq]
+        return (prompt, depth) if depth < bound else (tokens, depth - bound)
 
     def _slice(self, seq: int, start: int, end: int) -> np.ndarray:
         """Depths [start, end) of a sequence, which lie within its prompt or its reply."""
@@ -289,7 +310,7 @@ class _Shape:
         return strict if proper else inclusive
 
 
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     """How many leading tokens two equal-length arrays share; stops near the first difference."""
     n = len(a)
     start, step = 0, _FIRST_CHUNK

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.continuation import ContinuationBase, PrefixKey
 from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.held import HeldTurns
 from harbor_ray.capture.core.keys import (
     digest_matches,
     key_digest,
@@ -112,20 +113,27 @@ class SessionState:
     budget: int | None
     sampling: Sampling | None = None
     main_loop: MainLoop | None = None
-    turns: list[TurnRecord] = field(default_factory=list)
+    # The recorded turns, their ids held once in shared buffers (capture.core.held).
+    held: HeldTurns = field(default_factory=HeldTurns)
     recorded: set[int] = field(default_factory=set)
     admitted: int = 0
     # Admitted calls with no record or release yet, by index: who holds each (a proxy
     # process other than this one, by a name its edge can check), None for this process.
     in_flight: dict[int, str | None] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: {"engine_error": 0, "budget_stop": 0})
-    # Recorded turns by `conversation_key`, the lowest index first among equal ones (the
-    # one the graph would link to), for requests that continue their conversations.
-    by_conversation: dict[bytes, list[TurnRecord]] = field(default_factory=dict)
+    # Recorded turns' indices by `conversation_key`, the lowest first among equal ones
+    # (the one the graph would link to), for requests that continue their conversations.
+    by_conversation: dict[bytes, list[int]] = field(default_factory=dict)
+
+    @property
+    def turns(self) -> list[TurnRecord]:
+        """The recorded turns, in arrival order."""
+        return list(self.held.turns.values())
 
     def full(self) -> bool:
         """Whether the budget is taken: by turns, and by calls still in flight."""
-        return self.budget is not None and len(self.turns) + len(self.in_flight) >= self.budget
+        return (self.budget is not None
+                and len(self.held.turns) + len(self.in_flight) >= self.budget)
 
     def admit(self, holder: str | None = None, prefixes: Sequence[PrefixKey] = ()
               ) -> Admission:
@@ -143,7 +151,7 @@ class SessionState:
         for prefix in sorted(prefixes, key=lambda p: p.messages, reverse=True):
             found = self.by_conversation.get(prefix.digest)
             if found:
-                turn = found[0]
+                turn = self.held.turns[found[0]]
                 if turn.prompt_ids is not None and turn.token_ids is not None:
                     return ContinuationBase(turn.index, prefix.messages, turn.prompt_ids,
                                             turn.token_ids)
@@ -156,11 +164,13 @@ class SessionState:
             return
         self.recorded.add(turn.index)
         self.in_flight.pop(turn.index, None)
-        self.turns.append(turn)
+        # Its prompt is checked against the turn it continued (when the proxy knows it)
+        # and the latest lines, once, here: see capture.core.held.
+        self.held.add(turn, turn.continuation.turn if turn.continuation else None)
         if turn.conversation_key:
             same = self.by_conversation.setdefault(turn.conversation_key, [])
-            same.append(turn)
-            same.sort(key=lambda t: t.index)
+            same.append(turn.index)
+            same.sort()
 
     def release(self, index: int, counter: Counter | None) -> None:
         self.in_flight.pop(index, None)
@@ -168,9 +178,9 @@ class SessionState:
             # Recorded, then its reply never reached the agent (it left before the reply
             # was handed over): the turn is withdrawn and its budget given back. The index
             # stays in `recorded`, so a late duplicate of the record cannot restore it.
-            self.turns = [t for t in self.turns if t.index != index]
+            self.held.remove(index)
             for key, same in list(self.by_conversation.items()):
-                same[:] = [t for t in same if t.index != index]
+                same[:] = [i for i in same if i != index]
                 if not same:
                     del self.by_conversation[key]
         if counter:
