@@ -1,18 +1,30 @@
 """Drivers for the multi-node tests, run inside the head's namespace (a Ray driver lives
 on a node): `python -m tests.cluster.multinode_driver JOB ADDRESS JSON`, which prints
-one JSON line, the job's result, last."""
+one JSON line, the job's result, last. Workers import this module too (the cluster's
+PYTHONPATH holds the repo), so work defined here runs on any node."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import ray
 
+from harbor_ray.cluster.host import Work
+from harbor_ray.cluster.setup import ClusterSpec, running_cluster
+from harbor_ray.cluster.stub_agent import chat_agent
+from harbor_ray.cluster.sweep import SweepConfig, sweep
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from harbor_ray.trials.spec import CaptureService, RolloutSpec, make_specs
 
-def placement(args: dict[str, Any]) -> dict[str, Any]:
+
+def placement(address: str, args: dict[str, Any]) -> dict[str, Any]:
     """Where tasks spread over the cluster land: node ids and IPs."""
+    ray.init(address=address, log_to_driver=False)
 
     @ray.remote(num_cpus=0.1, scheduling_strategy="SPREAD")
     def where() -> tuple[str, str]:
@@ -24,14 +36,48 @@ def placement(args: dict[str, Any]) -> dict[str, Any]:
     return {"landed": sorted(set(landed)), "nodes": nodes}
 
 
-JOBS = {"placement": placement}
+def checked_in(work: Work, directory: str) -> Work:
+    """`work` that first leaves `<rollout id>@<node ip>` in `directory` (the machine's
+    filesystem is shared by the namespaces), so a test sees where rollouts run."""
+
+    async def run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
+        Path(directory, f"{spec.rollout_id}@{ray.util.get_node_ip_address()}").touch()
+        return await work(spec, capture)
+
+    return run
+
+
+def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A sweep of `count` attempts at `task` on the cluster: the stub agent making
+    `calls` model calls through `ingress` (`llm_url` set), or `agent` in the bwrap
+    sandbox (the real trial) when `calls` is absent."""
+    out = Path(args["out"])
+    stub = "calls" in args
+    agent = "terminus-2" if stub else args["agent"]
+    spec = ClusterSpec(ray_address=address, llm_url=args.get("llm_url"),
+                       ingress=args.get("ingress", "direct"),
+                       proxy_replicas=args.get("replicas", 1), wants_model=stub)
+    tasks = select_tasks(resolve_dataset(args.get("dataset", "samples")), [args["task"]])
+    specs = make_specs(tasks, args["count"], agent=agent, sandbox="local",
+                       trials_dir=out / "trials", run_id="mn")
+    work = chat_agent(args["calls"], think_s=args.get("think_s", 0.0)) if stub else None
+    if work is not None and "checkin" in args:
+        work = checked_in(work, args["checkin"])
+    with running_cluster(spec) as cluster:
+        config = SweepConfig(out=out, concurrency=args["concurrency"], proxy=cluster.proxy,
+                             per_host=args.get("per_host", 2), retries=args.get("retries", 1),
+                             commit_s=0)
+        stats = asyncio.run(sweep(specs, config, {}, work=work))
+    return {"ok": stats.ok, "done": stats.done}
+
+
+JOBS = {"placement": placement, "sweep": sweep_job}
 
 
 def main() -> None:
     job, address, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    ray.init(address=address, log_to_driver=False)
     try:
-        print(json.dumps(JOBS[job](args)))
+        print(json.dumps(JOBS[job](address, args)))
     finally:
         ray.shutdown()
 
