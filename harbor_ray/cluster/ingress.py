@@ -9,10 +9,9 @@ too, from the cluster's nodes when the proxy is deployed.
 
 from __future__ import annotations
 
-import ray
-
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
+from harbor_ray.cluster.nodes import alive_nodes
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 
 
@@ -25,7 +24,7 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                            engine_timeout_s=engine_timeout_s, stitch=stitch)
     # On a cluster of several nodes the replicas' direct sockets listen on their node's
     # address, so that a host on a node without a replica relays to another node's.
-    across_nodes = sum(node["Alive"] for node in ray.nodes()) > 1
+    across_nodes = len(alive_nodes()) > 1
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
                                across_nodes=across_nodes)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from harbor_ray.cluster.nodes import alive_nodes, on_each, pinned
 from harbor_ray.trials.sandbox.processes import process_tree
 
 _EXIT_WAIT_S = 10.0
@@ -67,25 +67,20 @@ def host_sandboxes(sandboxes_dir: Path, host: str) -> Path:
 
 def reap_everywhere(sandboxes_dir: Path) -> Reaped:
     """`reap(sandboxes_dir)` on every live node of the cluster, waited for; only when no
-    rollout that uses it runs. Totals over the nodes."""
-    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    done = ray.get([_on_node(node).remote(sandboxes_dir) for node in nodes])
+    rollout that uses it runs. Totals over the nodes that answered (a node lost
+    meanwhile took its sandboxes with it)."""
+    done = [r for _, r in on_each(_reap_task, alive_nodes(), sandboxes_dir)
+            if isinstance(r, Reaped)]
     return Reaped(sum(r.processes for r in done), sum(r.directories for r in done))
 
 
 def reap_host(sandboxes_dir: Path, host: str, node_id: str) -> Any:  # ObjectRef
     """Reap what dead host `host` left, on its node; not waited for (the driver's loop
     goes on). A node that is gone fails the task: its sandboxes went with it."""
-    return _on_node(node_id).remote(host_sandboxes(sandboxes_dir, host))
+    return pinned(_reap_task, node_id).remote(host_sandboxes(sandboxes_dir, host))
 
 
-def _on_node(node_id: str) -> Any:
-    # No CPU: a node whose CPUs are all taken by rollouts must still reap.
-    return _reap_task.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-        node_id, soft=False))
-
-
-@ray.remote(max_retries=0)
+@ray.remote
 def _reap_task(directory: Path) -> Reaped:
     return reap(directory)
 

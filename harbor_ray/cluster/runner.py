@@ -29,7 +29,7 @@ from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["RETRIED", "RetryPolicy", "RolloutRunner", "failed_record"]
+__all__ = ["RETRIED", "RetryPolicy", "RolloutRunner", "failed_record", "first_line"]
 
 RETRIED = frozenset({ErrorType.INFRA_LOST, ErrorType.SANDBOX_START})
 
@@ -119,14 +119,14 @@ class RolloutRunner:
             cause = exc.cause if exc.cause is not None else exc
             return failed_record(spec, ErrorType.INTERNAL,
                                  f"the rollout raised {type(cause).__name__}: "
-                                 f"{_first_line(cause)}", time.time() - started, host)
+                                 f"{first_line(cause)}", time.time() - started, host)
 
 
 def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
                started: float) -> RolloutRecord:
     pool.lost(host)
     return failed_record(spec, ErrorType.INFRA_LOST,
-                         f"the rollout's host died: {_first_line(exc)}", time.time() - started,
+                         f"the rollout's host died: {first_line(exc)}", time.time() - started,
                          host)
 
 
@@ -158,6 +158,6 @@ def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds:
     ), None)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

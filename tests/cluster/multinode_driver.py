@@ -13,11 +13,13 @@ from typing import Any
 
 import ray
 
+from harbor_ray.capture.proxy.certify import certify_url
 from harbor_ray.cluster.host import Work
-from harbor_ray.cluster.setup import ClusterSpec, running_cluster
+from harbor_ray.cluster.setup import ClusterSpec, certify_from_every_node, running_cluster
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.errors import CertificationError
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import CaptureService, RolloutSpec, make_specs
 
@@ -71,7 +73,19 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"ok": stats.ok, "done": stats.done}
 
 
-JOBS = {"placement": placement, "sweep": sweep_job}
+def certify_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Certify `llm_url` from the driver, then from every node: what the sweep's setup
+    does before any rollout."""
+    ray.init(address=address, log_to_driver=False)
+    served = asyncio.run(certify_url(args["llm_url"])).served_model
+    try:
+        certify_from_every_node(args["llm_url"], served)
+    except CertificationError as exc:
+        return {"driver": served, "error": str(exc)}
+    return {"driver": served, "error": None}
+
+
+JOBS = {"placement": placement, "sweep": sweep_job, "certify": certify_job}
 
 
 def main() -> None:

@@ -4,12 +4,19 @@ a head and two workers, each in its own network namespace."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.fixtures.multinode import NetnsCluster
+from tests.fixtures.multinode import ROOT, NetnsCluster
+
+SAMPLES = ROOT / "harbor_ray" / "samples" / "tasks"
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +59,78 @@ def test_sweep_with_hosts_on_every_node(multinode: NetnsCluster, multinode_engin
     turns = _rows(out, "turns")
     assert len(turns) == sum(r["counts"]["model_calls"] for r in rows) == calls * count
     assert len({(t["rollout_id"], t["index"]) for t in turns}) == len(turns)
+
+
+def test_a_node_that_cannot_reach_the_engine_is_named(multinode: NetnsCluster) -> None:
+    """An engine on the head's loopback: the driver (on the head) certifies it, and the
+    workers, which cannot reach it, are each named before anything runs."""
+    port = 8012
+    engine = multinode.popen(multinode.head, [
+        sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result = _job(multinode, "certify", llm_url=f"http://127.0.0.1:{port}/v1")
+    finally:
+        engine.kill()
+    error = result["error"]
+    assert error is not None and result["driver"]
+    for worker in multinode.workers:
+        assert worker.ip in error
+    assert f"{multinode.head.ip} (" not in error
+
+
+def _slow_task(tmp_path: Path, seconds: int) -> Path:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SAMPLES / "hello-file", tasks / "slow")
+    (tasks / "slow" / "solution" / "solve.sh").write_text(
+        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n")
+    return tasks
+
+
+def _sandboxed_in(cluster: NetnsCluster, node, sandboxes: Path) -> int:
+    """How many processes in `node`'s namespace name a path under `sandboxes`."""
+    prefix = os.fsencode(str(sandboxes)) + b"/"
+    count = 0
+    for pid in cluster.pids(node):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        count += any(arg.startswith(prefix) for arg in argv)
+    return count
+
+
+def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path) -> None:
+    """The oracle agent in real bwrap sandboxes, a rollout per host over the three nodes;
+    w2 is killed (everything in its namespace) while its sandboxes run. Its rollouts end
+    `infra_lost`, are retried on the surviving nodes and succeed: one row per rollout,
+    none on w2, and nothing left of any sandbox."""
+    out, count = tmp_path / "out", 6
+    victim = multinode.nodes["w2"]
+    args = {"out": str(out), "agent": "oracle", "dataset": str(_slow_task(tmp_path, 15)),
+            "task": "slow", "count": count, "concurrency": count, "per_host": 1}
+    driver = multinode.popen(multinode.head, [
+        sys.executable, "-m", "tests.cluster.multinode_driver", "sweep", multinode.address,
+        json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 300
+        while _sandboxed_in(multinode, victim, out / "sandboxes") == 0:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.2)
+        assert multinode.kill_node(victim) > 0
+        stdout, stderr = driver.communicate(timeout=600)
+    finally:
+        driver.kill()
+        multinode.restart(victim)  # the session's later tests get three nodes again
+    assert driver.returncode == 0, stderr[-5000:]
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"ok": count, "done": count}
+    rows = _rows(out)
+    assert sorted(r["rollout_id"] for r in rows) == [f"slow__{k}__mn" for k in range(count)]
+    assert all(r["ok"] and r["reward"] == 1.0 for r in rows), [r["error"] for r in rows]
+    retried = [r for r in rows if any(f["code"] == "infra_retries" for f in r["findings"])]
+    assert retried, "no rollout was on the killed node"
+    assert victim.ip not in {r["node"] for r in rows}
+    sandboxes = out / "sandboxes"
+    assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
+    for node in multinode.nodes.values():
+        assert _sandboxed_in(multinode, node, sandboxes) == 0, node.name
