@@ -9,7 +9,8 @@ and health-checks the replicas, and its route stays as the fallback ingress.
 The address is loopback, unless the deployment spans nodes (`across_nodes`): then it is
 the replica's node address, the one Ray's own services on that node listen on, so that
 a host on a node without a replica relays to one on another node. Agents' calls carry
-their session keys either way, and admin routes off loopback need the admin key.
+their session keys either way, and a replica's app has no admin routes (owners open
+and export sessions).
 """
 
 from __future__ import annotations

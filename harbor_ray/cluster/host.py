@@ -47,6 +47,7 @@ from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.reaper import host_sandboxes
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
 from harbor_ray.data.encode import RolloutRecord, placed, warm_up
+from harbor_ray.serve_http import serve_url_on
 from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.rollout import run_rollout
@@ -86,6 +87,11 @@ class ProxyTarget:
     # deployed with it; with host ingress the hosts call the engine themselves).
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
+    # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), and
+    # the address every node's relays also listen on so that it lands on one (direct
+    # ingress only). None: not configured, and nothing listens off loopback for them.
+    remote_url: str | None = None
+    remote_bind: tuple[str, int] | None = None
 
 
 class RolloutHost(SessionOwner):
@@ -147,11 +153,16 @@ class RolloutHost(SessionOwner):
                 serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
                               proxy.served_model, stitch=proxy.stitch))
         url = proxy.url
+        if proxy.ingress == "serve":
+            # Serve's API blocks on its controller: off the loop that serves calls.
+            url = await asyncio.to_thread(serve_url_on, self.placement.node_id, url)
         if proxy.ingress == "direct":
             registry = RegistryReader(proxy.app)
             self._relay = Relay(registry.entries, registry.remove)
             url = await self._relay.start()
-        return LocalCapture(self.store, proxy.served_model, url)
+            if proxy.remote_bind is not None:
+                await self._relay.also_listen(*proxy.remote_bind)
+        return LocalCapture(self.store, proxy.served_model, url, proxy.remote_url)
 
 
 def start_host(

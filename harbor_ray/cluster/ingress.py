@@ -9,6 +9,8 @@ too, from the cluster's nodes when the proxy is deployed.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
@@ -17,8 +19,11 @@ from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_cap
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                         replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
-                        stitch: bool = True) -> ProxyTarget:
-    """Deploy the replicas the ingress needs (none for `host`); where agents reach them."""
+                        stitch: bool = True, remote_url: str | None = None,
+                        remote_bind: str | None = None) -> ProxyTarget:
+    """Deploy the replicas the ingress needs (none for `host`); where agents reach them.
+    `remote_url`/`remote_bind`: `remote_endpoint`."""
+    remote = remote_endpoint(ingress, remote_url, remote_bind)
     if ingress == "host":
         return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
                            engine_timeout_s=engine_timeout_s, stitch=stitch)
@@ -29,7 +34,32 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
                                across_nodes=across_nodes)
     return ProxyTarget(url=url, served_model=served_model, ingress=ingress,
-                       engine_timeout_s=engine_timeout_s, stitch=stitch)
+                       engine_timeout_s=engine_timeout_s, stitch=stitch,
+                       remote_url=remote_url if remote else None, remote_bind=remote)
+
+
+def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
+                    ) -> tuple[str, int] | None:
+    """Where the hosts' relays also listen for agents in sandboxes off their node: `bind`
+    (HOST:PORT), by default every interface on `url`'s port; None without `url`. Only
+    relays can serve any session on one shared address (a `host`-ingress host knows its
+    own sessions only; Serve's HTTP options are not ours to change), so it needs `direct`.
+    """
+    if url is None:
+        if bind is not None:
+            raise ValueError("--proxy-bind needs --proxy-url (the address sandboxes use)")
+        return None
+    if ingress != "direct":
+        raise ValueError(f"--proxy-url needs --ingress direct, not {ingress}")
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.port is None:
+        raise ValueError(f"--proxy-url must be http://HOST:PORT[/...], not {url!r}")
+    if bind is None:
+        return ("0.0.0.0", parts.port)
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--proxy-bind must be HOST:PORT, not {bind!r}")
+    return (host.strip("[]"), int(port))
 
 
 def stop_capture_proxy(proxy: ProxyTarget) -> None:

@@ -136,9 +136,9 @@ def deploy_capture_proxy(
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
     `stitch` is `CaptureSettings.stitch`. `across_nodes`: each replica's direct socket
     listens on its node's address instead of loopback, so that hosts on nodes without a
-    replica reach it (session keys still required; admin routes need the admin key).
+    replica reach it (session keys still required; a replica has no admin routes).
     """
-    ensure_serve(http_port)
+    ensure_serve(http_port, across_nodes=across_nodes)
     ensure_registry(app_name)
     deployment = CaptureProxy.options(
         num_replicas=replicas,
@@ -165,15 +165,17 @@ def remove_capture_proxy(app_name: str = CAPTURE_APP_NAME) -> None:
     remove_registry(app_name)
 
 
-def ensure_serve(http_port: int | None = None) -> None:
-    """Start Serve (on loopback) unless it runs already.
+def ensure_serve(http_port: int | None = None, *, across_nodes: bool = False) -> None:
+    """Start Serve (on loopback; on every interface `across_nodes`, since Serve runs
+    its HTTP proxies only on nodes with replicas and hosts elsewhere must reach one)
+    unless it runs already.
 
     Serve's HTTP options are fixed when it first starts on a cluster, so a running
     instance (an engine's, another test's) keeps its own port: URLs come from what
     Serve reports (`serve_http_base`), never from `http_port`.
     """
     if _get_global_client(raise_if_no_controller_running=False) is None:
-        options: dict[str, Any] = {"host": "127.0.0.1"}
+        options: dict[str, Any] = {"host": "0.0.0.0" if across_nodes else "127.0.0.1"}
         if http_port is not None:
             options["port"] = http_port
         serve.start(http_options=options)

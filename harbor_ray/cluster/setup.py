@@ -42,6 +42,11 @@ class ClusterSpec:
     proxy_replicas: int = 2
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch
+    # Agents in sandboxes off their host's node reach the proxy at `proxy_url`; the hosts'
+    # relays listen on `proxy_bind` (HOST:PORT; default every interface on the URL's
+    # port) for them. None: nothing listens off loopback.
+    proxy_url: str | None = None
+    proxy_bind: str | None = None
     wants_model: bool = True  # False: no engine, no proxy (agents such as oracle)
     # Where a local Ray's own logs (raylet, Serve, replicas, hosts) are copied before its
     # temp dir is removed; None: not kept. A joined cluster keeps its logs itself.
@@ -82,7 +87,7 @@ def running_cluster(
                 proxy = start_capture_proxy(
                     url, certification.served_model, ingress=spec.ingress,
                     replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
-                    stitch=spec.stitch)
+                    stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc

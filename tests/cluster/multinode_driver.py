@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import ray
 
 from harbor_ray.capture.proxy.certify import certify_url
@@ -18,9 +19,10 @@ from harbor_ray.cluster.host import Work
 from harbor_ray.cluster.setup import ClusterSpec, certify_from_every_node, running_cluster
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
-from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.errors import CertificationError
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from harbor_ray.trials.result import ErrorType, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec, make_specs
 
 
@@ -49,6 +51,39 @@ def checked_in(work: Work, directory: str) -> Work:
     return run
 
 
+def remote_work(netns: str, calls: int) -> Work:
+    """Work whose agent runs in namespace `netns` (tests.cluster.remote_agent), reaching
+    the proxy at the capture's `remote_url` only; ok if every answer it got is a recorded
+    turn, a wrong key was refused and the host's loopback URL was out of its reach."""
+
+    async def run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
+        assert capture is not None and capture.remote_url is not None
+        session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        try:
+            agent = await asyncio.create_subprocess_exec(
+                "ip", "netns", "exec", netns, sys.executable, "-m", "tests.cluster.remote_agent",
+                capture.remote_url, session.key, capture.served_model, str(calls),
+                capture.host_url, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+            out, err = await agent.communicate()
+        finally:
+            closed = await capture.close_session(session.session_id)
+        recorded = [orjson.loads(t.response_message_json).get("content")
+                    for t in (closed.turns if closed else ())]
+        seen = json.loads(out.decode().strip().splitlines()[-1]) if agent.returncode == 0 else {}
+        ok = (len(seen.get("answers", ())) == calls and seen["answers"] == recorded
+              and seen["wrong_key"] == 401 and not seen["host_reachable"])
+        return encode_record(RolloutResult(
+            rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
+            agent=spec.agent, sandbox=spec.sandbox, ok=ok, reward=1.0 if ok else 0.0,
+            error=None if ok else f"remote agent: {seen or err.decode()[-2000:]}",
+            error_type=None if ok else ErrorType.AGENT_ERROR, model=capture.served_model,
+            counts=None if closed is None else closed.counts, model_calls=len(recorded),
+        ), closed)
+
+    return run
+
+
 def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     """A sweep of `count` attempts at `task` on the cluster: the stub agent making
     `calls` model calls through `ingress` (`llm_url` set), or `agent` in the bwrap
@@ -58,11 +93,14 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     agent = "terminus-2" if stub else args["agent"]
     spec = ClusterSpec(ray_address=address, llm_url=args.get("llm_url"),
                        ingress=args.get("ingress", "direct"),
-                       proxy_replicas=args.get("replicas", 1), wants_model=stub)
+                       proxy_replicas=args.get("replicas", 1), wants_model=stub,
+                       proxy_url=args.get("proxy_url"))
     tasks = select_tasks(resolve_dataset(args.get("dataset", "samples")), [args["task"]])
     specs = make_specs(tasks, args["count"], agent=agent, sandbox="local",
                        trials_dir=out / "trials", run_id="mn")
     work = chat_agent(args["calls"], think_s=args.get("think_s", 0.0)) if stub else None
+    if "remote_netns" in args:
+        work = remote_work(args["remote_netns"], args["calls"])
     if work is not None and "checkin" in args:
         work = checked_in(work, args["checkin"])
     with running_cluster(spec) as cluster:

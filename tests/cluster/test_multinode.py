@@ -134,3 +134,20 @@ def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path)
     assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
     for node in multinode.nodes.values():
         assert _sandboxed_in(multinode, node, sandboxes) == 0, node.name
+
+
+def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
+        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    """Agents in a namespace of their own (no Ray, no host: a cloud sandbox's machine)
+    reach the capture proxy only through `--proxy-url`, which lands on the head's relays;
+    every answer is a recorded turn, a wrong key is refused, the hosts' loopback URLs
+    are out of reach."""
+    remote = multinode.nodes.get("remote") or multinode.add_namespace("remote")
+    out, calls, count = tmp_path / "out", 2, 3
+    result = _job(multinode, "sweep", out=str(out), llm_url=multinode_engine,
+                  task="hello-file", count=count, calls=calls, concurrency=count,
+                  per_host=1, remote_netns=remote.netns,
+                  proxy_url=f"http://{multinode.head.ip}:8770")
+    rows = _rows(out)
+    assert result == {"ok": count, "done": count}, [r["error"] for r in rows]
+    assert len(_rows(out, "turns")) == calls * count
