@@ -18,8 +18,9 @@ its row's commit, and the driver's time in the writer.
 machine (tests/fixtures/multinode.py: each node in its own network namespace on a
 bridge, the stub engine in one more), the driver on the head, and adds the cluster's
 CPU per model call: the CPU time of every process in the nodes' namespaces (driver,
-hosts with their stub agents, replicas, owners, Ray's own), not the engine's, over the
-sweep. `--netns-nodes 1` is the one-node baseline on the same footing.
+hosts with their stub agents, replicas, owners, Ray's own), not the engine's, from the
+end of the first wave (hosts started) to the last row, over the calls of the rollouts
+that ended in between. `--netns-nodes 1` is the one-node baseline on the same footing.
 """
 
 from __future__ import annotations
@@ -109,18 +110,25 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
     cpu: dict[str, float] = {}
 
     def on_stats(stats) -> None:
-        # The last row: before the hosts are shut down (their CPU goes with them).
-        if args.cpu_netns and stats.done == stats.total and "end" not in cpu:
+        # From the first wave's end (the hosts are up and warm: their start-up is not a
+        # model call's cost) to the last row (before the hosts are shut down: their CPU
+        # would go with them).
+        if not args.cpu_netns:
+            return
+        if stats.done == concurrency and "start" not in cpu:
+            cpu["start"] = netns_cpu_s(args.cpu_netns)
+        if stats.done == stats.total and "end" not in cpu:
             cpu["end"] = netns_cpu_s(args.cpu_netns)
 
-    cpu_start = netns_cpu_s(args.cpu_netns) if args.cpu_netns else 0.0
     started = time.perf_counter()
     wall_start = time.time()
     stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think),
                         on_stats=on_stats)
     wall = time.perf_counter() - started
-    cpu_ms = (1e3 * (cpu["end"] - cpu_start) / (count * args.calls)
-              if "end" in cpu else float("nan"))
+    # The calls of the rollouts that ended in between (those in flight at either end
+    # roughly cancel out).
+    cpu_ms = (1e3 * (cpu["end"] - cpu["start"]) / ((count - concurrency) * args.calls)
+              if "start" in cpu and "end" in cpu and count > concurrency else float("nan"))
     return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
             "cluster_cpu_ms_per_call": cpu_ms,
             "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
