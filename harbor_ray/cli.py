@@ -681,6 +681,15 @@ def sweep(
              "the proxy for its own sessions; about a tenth of the CPU per model call, "
              "no actor calls on the hot path).")] = "direct",
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    proxy_url: Annotated[str | None, typer.Option(
+        help="The capture proxy's address for agents in sandboxes that do not run on "
+             "their host's node (cloud backends: `info` says which need it), e.g. "
+             "http://NODE-OR-BALANCER:8770. Every host's relay also listens where it "
+             "lands (--proxy-bind); calls need their session key. Needs --ingress "
+             "direct. Default: none, nothing listens off loopback.")] = None,
+    proxy_bind: Annotated[str | None, typer.Option(
+        help="HOST:PORT the relays listen on for --proxy-url (default: every interface "
+             "on its port).")] = None,
     log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: VerboseOption = False,
     view: Annotated[bool, typer.Option(
@@ -700,6 +709,7 @@ def sweep(
     2: could not start (bad flags, engine refused, sandbox unusable).
     """
     from harbor_ray.cluster.host import Ingress
+    from harbor_ray.cluster.ingress import remote_endpoint
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.cluster.sweep import SweepConfig
     from harbor_ray.cluster.sweep import sweep as run_sweep
@@ -712,6 +722,7 @@ def sweep(
         if ingress not in get_args(Ingress):
             raise ValueError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
                              f"not {ingress!r}")
+        remote_endpoint(ingress, proxy_url, proxy_bind)  # type: ignore[arg-type]
         config = SweepConfig(out=out.resolve(), concurrency=concurrency, retries=retries,
                              grace_s=grace, per_host=rollouts_per_host,
                              commit_s=commit_every)
@@ -724,7 +735,7 @@ def sweep(
         ray_address=ray_address, llm_url=llm_url, engine_config=engine, model=model,
         ingress=ingress, proxy_replicas=proxy_replicas,  # type: ignore[arg-type]
         engine_timeout_s=engine_timeout, stitch=stitch, wants_model=wants_model,
-        logs_dir=config.out / "logs")
+        proxy_url=proxy_url, proxy_bind=proxy_bind, logs_dir=config.out / "logs")
     log = log_file or config.out / LOG_NAME
     with quiet_output(console, log, verbose=verbose) as terminal:
         with contextlib.ExitStack() as stack:

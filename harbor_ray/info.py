@@ -14,7 +14,7 @@ from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.trials.agents import describe_agents
-from harbor_ray.trials.backends import backend_names, check_backend
+from harbor_ray.trials.backends import LOCAL, backend_names, check_backend
 from harbor_ray.trials.datasets import resolve_dataset
 from harbor_ray.trials.installs import DEFAULT_CACHE, installed
 
@@ -33,7 +33,8 @@ async def gather(
     and stops one sandbox of it; `agents_cache` is where agent CLIs are installed."""
     data = {
         "sandboxes": [
-            asdict(check_backend(name, sandbox_kwargs if name == probe else None))
+            {**asdict(check_backend(name, sandbox_kwargs if name == probe else None)),
+             "needs_proxy_url": needs_proxy_url(name)}
             for name in backend_names()
         ],
         "agents": describe_agents(),
@@ -93,13 +94,21 @@ async def _engine(url: str) -> dict[str, Any]:
         await engine.aclose()
 
 
+def needs_proxy_url(backend: str) -> bool:
+    """Whether an agent inside this backend's sandboxes needs `--proxy-url` to reach the
+    capture proxy: all but `local`, whose sandbox gets the host's proxy forwarded in; the
+    others run elsewhere (a cloud, a VM, a container network) and cannot reach the
+    host's loopback."""
+    return backend != LOCAL
+
+
 def render(data: dict[str, Any], console: Console) -> None:
     sandboxes = Table(title="sandbox backends")
-    for column in ("backend", "usable", "why"):
+    for column in ("backend", "usable", "why", "in-sandbox agents need --proxy-url"):
         sandboxes.add_column(column)
     for row in data["sandboxes"]:
         sandboxes.add_row(row["name"], "yes" if row["usable"] else "[red]no[/red]",
-                          row["reason"])
+                          row["reason"], "yes" if row["needs_proxy_url"] else "no")
     console.print(sandboxes)
 
     agents = Table(title="agents")

@@ -7,6 +7,9 @@ proxy's URLs are built from what Serve reports, never from the options asked for
 
 from __future__ import annotations
 
+import zlib
+from urllib.parse import urlsplit
+
 from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeInstanceDetails
 
@@ -24,3 +27,21 @@ def serve_http_base(route_prefix: str | None = None) -> str:
     options = serve_details().http_options
     host = "127.0.0.1" if options.host in _WILDCARD_HOSTS else options.host
     return f"http://{host}:{options.port}{(route_prefix or '/').rstrip('/')}"
+
+
+def serve_url_on(node_id: str, url: str) -> str:
+    """`url` (Serve's route, from `serve_http_base`) as a client on node `node_id`
+    reaches it: Serve runs its HTTP proxies only on nodes with replicas (and the head),
+    so a node without one uses another node's, at that node's address; possible only
+    when Serve listens on every interface (a deployment across nodes starts it so)."""
+    details = serve_details()
+    if details.http_options.host not in _WILDCARD_HOSTS:
+        return url
+    proxies = sorted((nid, proxy.node_ip) for nid, proxy in details.proxies.items()
+                     if proxy.status == "HEALTHY")
+    if not proxies or node_id in {nid for nid, _ in proxies}:
+        return url
+    # Spread the nodes without a proxy over the proxies, the same one for each node.
+    _, ip = proxies[zlib.crc32(node_id.encode()) % len(proxies)]
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{ip}:{parts.port}").geturl()

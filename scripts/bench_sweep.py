@@ -13,6 +13,14 @@ and per rollout the session's open and close, the work, the time from the work's
 its row's commit, and the driver's time in the writer.
 
     .venv/bin/python scripts/bench_sweep.py [--concurrency 10 100 1000] [--calls 3]
+
+`--netns-nodes N` (as root) runs the same on a real Ray cluster of N nodes made on this
+machine (tests/fixtures/multinode.py: each node in its own network namespace on a
+bridge, the stub engine in one more), the driver on the head, and adds the cluster's
+CPU per model call: the CPU time of every process in the nodes' namespaces (driver,
+hosts with their stub agents, replicas, owners, Ray's own), not the engine's, from the
+end of the first wave (hosts started) to the last row, over the calls of the rollouts
+that ended in between. `--netns-nodes 1` is the one-node baseline on the same footing.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -70,6 +79,24 @@ async def _certified(llm_url: str) -> str:
         await engine.aclose()
 
 
+def netns_cpu_s(namespaces: list[str]) -> float:
+    """CPU seconds used so far by the live processes in `namespaces` (with their waited-for
+    children's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for ns in namespaces:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                              check=False).stdout.split()
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / tick
+
+
 async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarget,
                     out_root: Path) -> dict[str, float]:
     tasks = select_tasks(resolve_dataset("samples"), ["hello-file"])
@@ -80,11 +107,30 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
     per_host = args.per_host or max(8, math.ceil(concurrency / args.max_hosts))
     config = SweepConfig(out=out, concurrency=concurrency, per_host=per_host, proxy=proxy,
                          retries=0, commit_s=args.commit_s)
+    cpu: dict[str, float] = {}
+
+    def on_stats(stats) -> None:
+        # From the first wave's end (the hosts are up and warm: their start-up is not a
+        # model call's cost) to the last row (before the hosts are shut down: their CPU
+        # would go with them).
+        if not args.cpu_netns:
+            return
+        if stats.done == concurrency and "start" not in cpu:
+            cpu["start"] = netns_cpu_s(args.cpu_netns)
+        if stats.done == stats.total and "end" not in cpu:
+            cpu["end"] = netns_cpu_s(args.cpu_netns)
+
     started = time.perf_counter()
     wall_start = time.time()
-    stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think))
+    stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think),
+                        on_stats=on_stats)
     wall = time.perf_counter() - started
+    # The calls of the rollouts that ended in between (those in flight at either end
+    # roughly cancel out).
+    cpu_ms = (1e3 * (cpu["end"] - cpu["start"]) / ((count - concurrency) * args.calls)
+              if "start" in cpu and "end" in cpu and count > concurrency else float("nan"))
     return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
+            "cluster_cpu_ms_per_call": cpu_ms,
             "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
             "wall_s": wall, "per_min": 60 * count / wall,
             "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error),
@@ -139,7 +185,14 @@ def main() -> None:
     parser.add_argument("--commit-s", type=float, default=SweepConfig.commit_s,
                         help="seconds between the driver's commits (0: one per rollout)")
     parser.add_argument("--ray-address", default=None)
+    parser.add_argument("--llm-url", default=None,
+                        help="an engine already running (default: start the stub engine)")
+    parser.add_argument("--netns-nodes", type=int, default=None,
+                        help="run on a cluster of this many namespaced nodes (root)")
+    parser.add_argument("--cpu-netns", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.netns_nodes is not None:
+        return on_netns_cluster(args.netns_nodes, args.delay_ms)
     set_switches()  # before Ray starts
 
     temp_dir = None
@@ -148,7 +201,7 @@ def main() -> None:
     else:
         temp_dir = tempfile.mkdtemp(prefix="hr-bench-", dir="/tmp")
         ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
-    engine, llm_url = start_engine(args.delay_ms)
+    engine, llm_url = (None, args.llm_url) if args.llm_url else start_engine(args.delay_ms)
     rows = []
     proxy = None
     try:
@@ -163,7 +216,8 @@ def main() -> None:
     finally:
         if proxy is not None:
             stop_capture_proxy(proxy)
-        engine.terminate()
+        if engine is not None:
+            engine.terminate()
         ray.shutdown()
     print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "
           f"{args.delay_ms:g} ms, {args.replicas} proxy replicas ({args.ingress} ingress), "
@@ -178,12 +232,51 @@ def main() -> None:
               f"{r['peak']} | {r['wall_s']:.1f} | {r['per_min']:.0f} | "
               f"{r['calls_per_s']:.1f} | {r['startup_s']:.1f} | "
               f"{r['after_startup_per_min']:.0f} | {r['ideal_per_min']:.0f} | {ratio:.2f} |")
+    if args.cpu_netns:
+        print("\ncluster CPU per model call (every process of the nodes, the stub agents "
+              "included, not the engine): " + ", ".join(
+                  f"c={r['concurrency']}: {r['cluster_cpu_ms_per_call']:.2f} ms" for r in rows))
     print("\nper rollout, medians: | concurrency | session open ms | the work s | session "
           "close ms | return to commit ms | writer ms |")
     for r in rows:
         print(f"| {r['concurrency']} | {r['open_ms']:.2f} | {r['work_s']:.2f} | "
               f"{r['close_ms']:.2f} | {r['return_to_commit_ms']:.0f} | "
               f"{r['write_ms_per_rollout']:.2f} |")
+
+
+def on_netns_cluster(nodes: int, delay_ms: float) -> None:
+    """This script again, inside the head's namespace of a cluster of `nodes` namespaced
+    nodes, against the stub engine in a namespace of its own."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.fixtures.multinode import netns_cluster
+
+    forwarded = _without_option(sys.argv[1:], "--netns-nodes")
+    with netns_cluster(nodes - 1) as cluster:
+        engine_node = cluster.add_namespace("engine")
+        url = f"http://{engine_node.ip}:8011/v1"
+        cluster.popen(engine_node, [sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
+                                    "--host", engine_node.ip, "--port", "8011",
+                                    "--delay-ms", str(delay_ms)])
+        ray_nodes = [n.netns for n in cluster.nodes.values() if n.ray is not None]
+        print(f"{nodes} namespaced nodes: {', '.join(n.ip for n in cluster.nodes.values())}",
+              flush=True)
+        inner = cluster.popen(cluster.head, [
+            sys.executable, __file__, *forwarded, "--ray-address", cluster.address,
+            "--llm-url", url, "--cpu-netns", *ray_nodes], cwd=Path(__file__).parents[1])
+        inner.wait()
+
+
+def _without_option(argv: list[str], name: str) -> list[str]:
+    """`argv` without `name` and its value."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(f"{name}="):
+            out.append(arg)
+    return out
 
 
 if __name__ == "__main__":

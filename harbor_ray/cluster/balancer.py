@@ -164,22 +164,31 @@ class Relay:
         self.rotation = Rotation()
         self._fetched_at = float("-inf")
         self._refreshing: asyncio.Task[None] | None = None
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._pipes: set[_Pipe] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.url = ""
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen; return the relay's base URL (`http://127.0.0.1:PORT`)."""
-        self._server = await asyncio.get_running_loop().create_server(
+        server = await asyncio.get_running_loop().create_server(
             self._accepted, host, port, backlog=2048)
-        bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
+        self._servers.append(server)
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
         self.url = f"http://{bound_host}:{bound_port}"
         return self.url
 
+    async def also_listen(self, host: str, port: int) -> None:
+        """Accept on `host:port` too, shared with the other relays of this node
+        (SO_REUSEPORT: the kernel spreads connections over them). Any relay serves any
+        session (its replicas find the owner from the key), so one fixed address per
+        node serves agents that cannot reach a host's own loopback port."""
+        self._servers.append(await asyncio.get_running_loop().create_server(
+            self._accepted, host, port, backlog=2048, reuse_port=True))
+
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for pipe in list(self._pipes):
             pipe.close()
         for task in list(self._tasks):

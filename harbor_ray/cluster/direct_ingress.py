@@ -1,10 +1,16 @@
-"""A proxy replica's own loopback socket, registered where relays find it.
+"""A proxy replica's own socket, registered where relays find it.
 
 Serve's shared HTTP proxy costs more per call than the whole capture budget (docs/performance.md),
-so each replica also serves its app on 127.0.0.1:<free port> with plain uvicorn, in the
+so each replica also serves its app on <address>:<free port> with plain uvicorn, in the
 replica's own event loop (the app's engine client and owner handles live there), and
 registers the socket once the app answers on it as itself. Serve still places, restarts
 and health-checks the replicas, and its route stays as the fallback ingress.
+
+The address is loopback, unless the deployment spans nodes (`across_nodes`): then it is
+the replica's node address, the one Ray's own services on that node listen on, so that
+a host on a node without a replica relays to one on another node. Agents' calls carry
+their session keys either way, and a replica's app has no admin routes (owners open
+and export sessions).
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ class DirectIngress:
         self._registry, self.entry = registry, entry
 
     @classmethod
-    async def start(cls, app: CaptureApp, registry: Any, replica_id: str) -> DirectIngress:
+    async def start(cls, app: CaptureApp, registry: Any, replica_id: str, *,
+                    across_nodes: bool = False) -> DirectIngress:
         """Serve `app` (whose lifespan Serve runs) and register it with `registry`."""
         stop = asyncio.Event()
         ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        address = ray.util.get_node_ip_address() if across_nodes else "127.0.0.1"
         serving = asyncio.create_task(
-            serve(app, bind("127.0.0.1", 0), on_ready=ready.set_result, stop=stop,
+            serve(app, bind(address, 0), on_ready=ready.set_result, stop=stop,
                   lifespan="off"))
         await asyncio.wait({ready, serving}, return_when=asyncio.FIRST_COMPLETED)
         if not ready.done():

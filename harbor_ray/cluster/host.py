@@ -11,7 +11,8 @@ design needs of an actor per rollout:
   Harbor tears its sandbox down);
 - a host that dies takes only its own rollouts with it: each becomes an `infra_lost`
   row (retried by the driver); their bwrap sandboxes die with the host
-  (`--die-with-parent`) and the reaper removes their directories.
+  (`--die-with-parent`), and the reaper removes them on the host's node: each host's
+  sandboxes are in a directory of its own (reaper.py).
 
 A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
 - `direct`: a relay (balancer.py) on its own loopback port that splices each connection
@@ -30,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import ray
@@ -41,8 +44,10 @@ from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
+from harbor_ray.cluster.reaper import host_sandboxes
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
-from harbor_ray.data.encode import RolloutRecord, warm_up
+from harbor_ray.data.encode import RolloutRecord, placed, warm_up
+from harbor_ray.serve_http import serve_url_on
 from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.rollout import run_rollout
@@ -54,6 +59,15 @@ _MAX_CALLS = 100_000
 
 Ingress = Literal["direct", "serve", "host"]
 Work = Callable[[RolloutSpec, CaptureService | None], Awaitable[RolloutRecord]]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The node a host runs on: its address (what rows record) and Ray id (where the
+    driver pins work for that node, such as reaping its sandboxes)."""
+
+    ip: str
+    node_id: str
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,11 @@ class ProxyTarget:
     # deployed with it; with host ingress the hosts call the engine themselves).
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
+    # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), and
+    # the address every node's relays also listen on so that it lands on one (direct
+    # ingress only). None: not configured, and nothing listens off loopback for them.
+    remote_url: str | None = None
+    remote_bind: tuple[str, int] | None = None
 
 
 class RolloutHost(SessionOwner):
@@ -89,13 +108,30 @@ class RolloutHost(SessionOwner):
         self._starting = asyncio.Lock()
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
         self._work = work or run_rollout
+        context = ray.get_runtime_context()
+        self.placement = Placement(ray.util.get_node_ip_address(), context.get_node_id())
         warm_up()  # before the host counts as started: its rollouts' loop must not stall
 
+    def node(self) -> Placement:
+        """Where this host runs (the driver's `ready` call)."""
+        return self.placement
+
     async def run(self, spec: RolloutSpec) -> RolloutRecord:
-        """The rollout's record, encoded here where its session lived; like
-        `run_rollout`, never raises but for cancellation."""
+        """The rollout's record, encoded here where its session lived, with where it ran
+        (its sandbox and trial directory are on this node); like `run_rollout`, never
+        raises but for cancellation."""
         capture = await self._capture_service() if needs_model(spec.agent) else None
-        return await self._work(spec, capture)
+        record = await self._work(self._own_sandboxes(spec), capture)
+        return placed(record, node=self.placement.ip, host=self.owner)
+
+    def _own_sandboxes(self, spec: RolloutSpec) -> RolloutSpec:
+        """Sandboxes under the run's directory go in this host's own subdirectory, so that
+        if it dies, its node's reaper removes its sandboxes and no neighbour's."""
+        root = spec.sandbox_kwargs.get("sandboxes_dir")
+        if root is None:
+            return spec
+        return dataclasses.replace(spec, sandbox_kwargs={
+            **spec.sandbox_kwargs, "sandboxes_dir": str(host_sandboxes(Path(root), self.owner))})
 
     async def capture_url(self) -> str | None:
         """The proxy URL this host's agents use (its relay's, with direct ingress)."""
@@ -117,22 +153,30 @@ class RolloutHost(SessionOwner):
                 serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
                               proxy.served_model, stitch=proxy.stitch))
         url = proxy.url
+        if proxy.ingress == "serve":
+            # Serve's API blocks on its controller: off the loop that serves calls.
+            url = await asyncio.to_thread(serve_url_on, self.placement.node_id, url)
         if proxy.ingress == "direct":
             registry = RegistryReader(proxy.app)
             self._relay = Relay(registry.entries, registry.remove)
             url = await self._relay.start()
-        return LocalCapture(self.store, proxy.served_model, url)
+            if proxy.remote_bind is not None:
+                await self._relay.also_listen(*proxy.remote_bind)
+        return LocalCapture(self.store, proxy.served_model, url, proxy.remote_url)
 
 
 def start_host(
     name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
-    accounting never caps how many rollouts run at once: the sweep's concurrency does."""
+    accounting never caps how many rollouts run at once: the sweep's concurrency does.
+    Spread over the nodes: with so small a request Ray's default would pack every host
+    on the driver's node, while its sandboxes want the whole cluster's cores."""
     remote = ray.remote(RolloutHost).options(
         name=owner_actor_name(name),
         namespace=NAMESPACE,
         num_cpus=num_cpus,
+        scheduling_strategy="SPREAD",
         max_restarts=0,
         max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV},

@@ -3,26 +3,63 @@
 One place decides what each ingress needs: `direct` and `serve` reach the proxy's
 replicas, which are deployed for the sweep and removed after it; `host` needs none (each
 rollout host serves the proxy for its own sessions and calls the engine itself).
+Whether the replicas' direct sockets must be reachable from other nodes is decided here
+too, from the cluster's nodes when the proxy is deployed.
 """
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
+from harbor_ray.cluster.nodes import alive_nodes
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                         replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
-                        stitch: bool = True) -> ProxyTarget:
-    """Deploy the replicas the ingress needs (none for `host`); where agents reach them."""
+                        stitch: bool = True, remote_url: str | None = None,
+                        remote_bind: str | None = None) -> ProxyTarget:
+    """Deploy the replicas the ingress needs (none for `host`); where agents reach them.
+    `remote_url`/`remote_bind`: `remote_endpoint`."""
+    remote = remote_endpoint(ingress, remote_url, remote_bind)
     if ingress == "host":
         return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
                            engine_timeout_s=engine_timeout_s, stitch=stitch)
+    # On a cluster of several nodes the replicas' direct sockets listen on their node's
+    # address, so that a host on a node without a replica relays to another node's.
+    across_nodes = len(alive_nodes()) > 1
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
-                               engine_timeout_s=engine_timeout_s, stitch=stitch)
+                               engine_timeout_s=engine_timeout_s, stitch=stitch,
+                               across_nodes=across_nodes)
     return ProxyTarget(url=url, served_model=served_model, ingress=ingress,
-                       engine_timeout_s=engine_timeout_s, stitch=stitch)
+                       engine_timeout_s=engine_timeout_s, stitch=stitch,
+                       remote_url=remote_url if remote else None, remote_bind=remote)
+
+
+def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
+                    ) -> tuple[str, int] | None:
+    """Where the hosts' relays also listen for agents in sandboxes off their node: `bind`
+    (HOST:PORT), by default every interface on `url`'s port; None without `url`. Only
+    relays can serve any session on one shared address (a `host`-ingress host knows its
+    own sessions only; Serve's HTTP options are not ours to change), so it needs `direct`.
+    """
+    if url is None:
+        if bind is not None:
+            raise ValueError("--proxy-bind needs --proxy-url (the address sandboxes use)")
+        return None
+    if ingress != "direct":
+        raise ValueError(f"--proxy-url needs --ingress direct, not {ingress}")
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.port is None:
+        raise ValueError(f"--proxy-url must be http://HOST:PORT[/...], not {url!r}")
+    if bind is None:
+        return ("0.0.0.0", parts.port)
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--proxy-bind must be HOST:PORT, not {bind!r}")
+    return (host.strip("[]"), int(port))
 
 
 def stop_capture_proxy(proxy: ProxyTarget) -> None:

@@ -9,20 +9,27 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
 
-from harbor_ray.cluster.host import ProxyTarget, Work, start_host
+from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
+from harbor_ray.cluster.reaper import reap_host
 
 
 @dataclass
 class Host:
     name: str
     handle: Any  # ActorHandle
-    ready: Any  # ObjectRef: resolves once the actor runs (raises if it never will)
+    ready: Any  # ObjectRef: the host's Placement once it runs (raises if it never will)
     running: int = 0
     alive: bool = True
+    placement: Placement | None = None  # set from `ready`
+
+    @property
+    def node(self) -> str | None:
+        return None if self.placement is None else self.placement.ip
 
 
 class HostPool:
@@ -35,11 +42,14 @@ class HostPool:
         proxy: ProxyTarget | None,
         num_cpus: float,
         work: Work | None = None,
+        sandboxes_dir: Path | None = None,
     ) -> None:
         if per_host < 1:
             raise ValueError("rollouts per host must be at least 1")
         self._per_host = per_host
         self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
+        self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
+        self.reaping: list[Any] = []  # ObjectRefs of the reapers of lost hosts
         self._prefix = secrets.token_hex(4)
         self._started = 0
         self._hosts: list[Host] = []
@@ -61,8 +71,14 @@ class HostPool:
         host.running -= 1
 
     def lost(self, host: Host) -> None:
-        """The host died (its rollouts fail on their own): never place anything on it."""
+        """The host died (its rollouts fail on their own): never place anything on it,
+        and reap what its sandboxes left on its node."""
+        if not host.alive:
+            return
         host.alive = False
+        if self._sandboxes_dir is not None and host.placement is not None:
+            self.reaping.append(
+                reap_host(self._sandboxes_dir, host.name, host.placement.node_id))
 
     def kill(self, host: Host) -> None:
         """End a host that no longer answers (a rollout ignored its cancellation)."""
@@ -71,13 +87,14 @@ class HostPool:
 
     def shutdown(self) -> None:
         for host in self.hosts:
-            self.kill(host)
+            host.alive = False  # ended, not lost: the caller reaps everywhere after
+            ray.kill(host.handle, no_restart=True)
 
     def _start(self) -> Host:
         name = f"{self._prefix}h{self._started}"
         self._started += 1
         handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
                             work=self._work)
-        host = Host(name, handle, handle.__ray_ready__.remote())
+        host = Host(name, handle, handle.node.remote())
         self._hosts.append(host)
         return host

@@ -8,9 +8,10 @@ owner before the reply leaves, and the agent's retry lands on another replica.
 
 Two ingresses reach the same app in each replica:
 - direct (what hosts give agents): each replica serves the app at the root of its own
-  loopback socket and registers it (direct_ingress.py, replica_registry.py); each
-  rollout host runs a relay that spreads connections over the registered replicas
-  (balancer.py);
+  socket (loopback; its node's address on a cluster of several nodes) and registers it
+  (direct_ingress.py, replica_registry.py); each rollout host runs a relay that spreads
+  connections over the registered replicas on its node, or over those on other nodes
+  when its node has none (balancer.py);
 - Serve's HTTP proxy under a route prefix (`http://127.0.0.1:<port>/capture/v1`), kept
   as the fallback. It is the expensive hop (docs/performance.md): scripts/bench_cluster_proxy.py
   measured, capture on, 2 replicas, on a busy 2-core VM, +23 ms p50 at 1 client and
@@ -68,6 +69,7 @@ class CaptureProxy:
         app_name: str = CAPTURE_APP_NAME,
         engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
         stitch: bool = True,
+        across_nodes: bool = False,
     ) -> None:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
@@ -76,6 +78,7 @@ class CaptureProxy:
         )
         self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)
         self._app_name = app_name
+        self._across_nodes = across_nodes
         self._direct: DirectIngress | None = None
         self._policy = PolicyClock(app_name)
 
@@ -90,7 +93,8 @@ class CaptureProxy:
         )
         self._direct = await DirectIngress.start(
             app, ensure_registry(self._app_name),
-            serve.get_replica_context().replica_id.to_full_id_str())
+            serve.get_replica_context().replica_id.to_full_id_str(),
+            across_nodes=self._across_nodes)
         return app
 
     def check_health(self) -> None:
@@ -120,6 +124,7 @@ def deploy_capture_proxy(
     max_body_bytes: int | None = None,
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
     stitch: bool = True,
+    across_nodes: bool = False,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -129,9 +134,11 @@ def deploy_capture_proxy(
     in which case its own port is used. `num_cpus` is small so that replicas never wait
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
-    `stitch` is `CaptureSettings.stitch`.
+    `stitch` is `CaptureSettings.stitch`. `across_nodes`: each replica's direct socket
+    listens on its node's address instead of loopback, so that hosts on nodes without a
+    replica reach it (session keys still required; a replica has no admin routes).
     """
-    ensure_serve(http_port)
+    ensure_serve(http_port, across_nodes=across_nodes)
     ensure_registry(app_name)
     deployment = CaptureProxy.options(
         num_replicas=replicas,
@@ -142,6 +149,7 @@ def deploy_capture_proxy(
         deployment.bind(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
             app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
+            across_nodes=across_nodes,
         ),
         name=app_name,
         route_prefix=route_prefix,
@@ -157,15 +165,17 @@ def remove_capture_proxy(app_name: str = CAPTURE_APP_NAME) -> None:
     remove_registry(app_name)
 
 
-def ensure_serve(http_port: int | None = None) -> None:
-    """Start Serve (on loopback) unless it runs already.
+def ensure_serve(http_port: int | None = None, *, across_nodes: bool = False) -> None:
+    """Start Serve (on loopback; on every interface `across_nodes`, since Serve runs
+    its HTTP proxies only on nodes with replicas and hosts elsewhere must reach one)
+    unless it runs already.
 
     Serve's HTTP options are fixed when it first starts on a cluster, so a running
     instance (an engine's, another test's) keeps its own port: URLs come from what
     Serve reports (`serve_http_base`), never from `http_port`.
     """
     if _get_global_client(raise_if_no_controller_running=False) is None:
-        options: dict[str, Any] = {"host": "127.0.0.1"}
+        options: dict[str, Any] = {"host": "0.0.0.0" if across_nodes else "127.0.0.1"}
         if http_port is not None:
             options["port"] = http_port
         serve.start(http_options=options)

@@ -1,11 +1,18 @@
-"""Removing what dead rollouts left in a sweep's sandboxes directory.
+"""Removing what dead rollouts left in a sweep's sandboxes directory, on every node.
 
 A rollout tears its sandbox down itself, even when cancelled or past its deadline. Only
 an owner that died (a killed actor, a killed driver, a lost node) leaves something
 behind: its bwrap dies with it (`--die-with-parent`), but its directory stays, and a
-process can outlive it if the kernel has not finished. The sweep owns its sandboxes
-directory, so when no rollout of the sweep runs (at its start and at its end) all that
-is there is orphaned.
+process can outlive it if the kernel has not finished.
+
+Sandboxes are node-local: each lives on the node of the host that runs it, under
+`SANDBOXES/<host>/` (the host puts it there), and only a process on that node can see
+its processes and files. So reaping runs *on* the nodes, as Ray tasks pinned to each:
+- the sweep owns SANDBOXES, so when no rollout of the sweep runs (its start and its end)
+  everything under it is orphaned on every live node (`reap_everywhere`);
+- a host that dies mid-sweep leaves `SANDBOXES/<host>/` on its node, reaped there at
+  once while the node's other hosts go on (`reap_host`). A node that died took its
+  sandboxes with it.
 """
 
 from __future__ import annotations
@@ -17,7 +24,11 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import ray
+
+from harbor_ray.cluster.nodes import alive_nodes, on_each, pinned
 from harbor_ray.trials.sandbox.processes import process_tree
 
 _EXIT_WAIT_S = 10.0
@@ -46,6 +57,32 @@ def reap(sandboxes_dir: Path) -> Reaped:
         # its own mount namespace, gone with its processes.
         shutil.rmtree(directory, ignore_errors=True)
     return Reaped(len(doomed), len(directories))
+
+
+def host_sandboxes(sandboxes_dir: Path, host: str) -> Path:
+    """Where host `host` puts its sandboxes: a directory of its own, so that its loss
+    can be reaped on its node without touching its neighbours'."""
+    return sandboxes_dir / host
+
+
+def reap_everywhere(sandboxes_dir: Path) -> Reaped:
+    """`reap(sandboxes_dir)` on every live node of the cluster, waited for; only when no
+    rollout that uses it runs. Totals over the nodes that answered (a node lost
+    meanwhile took its sandboxes with it)."""
+    done = [r for _, r in on_each(_reap_task, alive_nodes(), sandboxes_dir)
+            if isinstance(r, Reaped)]
+    return Reaped(sum(r.processes for r in done), sum(r.directories for r in done))
+
+
+def reap_host(sandboxes_dir: Path, host: str, node_id: str) -> Any:  # ObjectRef
+    """Reap what dead host `host` left, on its node; not waited for (the driver's loop
+    goes on). A node that is gone fails the task: its sandboxes went with it."""
+    return pinned(_reap_task, node_id).remote(host_sandboxes(sandboxes_dir, host))
+
+
+@ray.remote
+def _reap_task(directory: Path) -> Reaped:
+    return reap(directory)
 
 
 def _processes_naming(root: Path) -> list[int]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import ray
 from ray.exceptions import RayActorError
@@ -26,8 +28,9 @@ CAPTURE_APP_NAME = "capture"
 
 @dataclass(frozen=True)
 class ReplicaEntry:
-    """One replica's direct socket; `instance` is what its app's /health says. The
-    socket is on loopback, so only processes on Ray node `node` can use it."""
+    """One replica's direct socket; `instance` is what its app's /health says. A socket
+    on loopback serves only processes on Ray node `node`; one on the node's address
+    (a deployment across nodes) serves any node."""
 
     replica_id: str
     url: str
@@ -71,9 +74,24 @@ def remove_registry(app_name: str) -> None:
         ray.kill(ray.get_actor(registry_name(app_name), namespace=NAMESPACE))
 
 
+def reachable(entries: list[ReplicaEntry], node: str) -> list[ReplicaEntry]:
+    """The replicas a relay on `node` uses: those on its own node (no hop across the
+    network); if there are none, those on other nodes whose sockets are not loopback."""
+    here = [entry for entry in entries if entry.node == node]
+    return here or [entry for entry in entries if not _on_loopback(entry.url)]
+
+
+def _on_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: not ours to judge, not loopback
+        return False
+
+
 class RegistryReader:
-    """A relay's view of one app's registry: the replicas on this node (their sockets
-    are loopback-only). An absent or dead registry lists nothing."""
+    """A relay's view of one app's registry: the replicas it can reach (`reachable`).
+    An absent or dead registry lists nothing."""
 
     def __init__(self, app_name: str) -> None:
         self._name = registry_name(app_name)
@@ -90,7 +108,7 @@ class RegistryReader:
         except (ValueError, RayActorError):
             self._handle = None
             return []
-        return [entry for entry in entries if entry.node == self._node]
+        return reachable(entries, self._node)
 
     async def remove(self, entry: ReplicaEntry) -> None:
         if self._handle is not None:

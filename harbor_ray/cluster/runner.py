@@ -29,7 +29,7 @@ from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
 from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["RETRIED", "RetryPolicy", "RolloutRunner", "failed_record"]
+__all__ = ["RETRIED", "RetryPolicy", "RolloutRunner", "failed_record", "first_line"]
 
 RETRIED = frozenset({ErrorType.INFRA_LOST, ErrorType.SANDBOX_START})
 
@@ -82,12 +82,12 @@ class RolloutRunner:
         started = time.time()
         try:
             async with asyncio.timeout(policy.host_start_s):
-                await host.ready
+                host.placement = await host.ready
         except TimeoutError:
             pool.kill(host)
             return failed_record(spec, ErrorType.INFRA_LOST,
                                  f"the rollout's host did not start in {policy.host_start_s:g} s",
-                                 time.time() - started)
+                                 time.time() - started, host)
         except RayActorError as exc:
             return _host_died(spec, host, pool, exc, started)
         ref = host.handle.run.remote(spec)
@@ -104,7 +104,7 @@ class RolloutRunner:
                         spec, ErrorType.DEADLINE,
                         f"{how} by the driver: no row {hard:g} s after the start "
                         f"(deadline {spec.deadline_s:g} s + grace {policy.grace_s:g} s)",
-                        time.time() - started)
+                        time.time() - started, host)
             return await asyncio.shield(running)
         except asyncio.CancelledError:
             # The caller cancelled the rollout: end it on its host (Harbor tears its
@@ -119,14 +119,15 @@ class RolloutRunner:
             cause = exc.cause if exc.cause is not None else exc
             return failed_record(spec, ErrorType.INTERNAL,
                                  f"the rollout raised {type(cause).__name__}: "
-                                 f"{_first_line(cause)}", time.time() - started)
+                                 f"{first_line(cause)}", time.time() - started, host)
 
 
 def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
                started: float) -> RolloutRecord:
     pool.lost(host)
     return failed_record(spec, ErrorType.INFRA_LOST,
-                         f"the rollout's host died: {_first_line(exc)}", time.time() - started)
+                         f"the rollout's host died: {first_line(exc)}", time.time() - started,
+                         host)
 
 
 async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
@@ -145,16 +146,18 @@ async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
     return "cancelled"
 
 
-def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float
-                  ) -> RolloutRecord:
-    """The record of a rollout whose host never returned one: a row, no tokens."""
+def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float,
+                  host: Host | None = None) -> RolloutRecord:
+    """The record of a rollout whose host never returned one: a row, no tokens; it names
+    the host it was given (and that host's node, if it ever started)."""
     return encode_record(RolloutResult(
         rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
         agent=spec.agent, sandbox=spec.sandbox, ok=False, reward=None,
         error_type=error_type, error=error, timings={"total": seconds},
+        node=None if host is None else host.node, host=None if host is None else host.name,
     ), None)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

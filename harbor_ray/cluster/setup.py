@@ -23,7 +23,9 @@ from harbor_ray.capture.proxy.certify import Certification, certify_url
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
-from harbor_ray.errors import ServeError
+from harbor_ray.cluster.nodes import alive_nodes, on_each
+from harbor_ray.cluster.runner import first_line
+from harbor_ray.errors import CertificationError, ServeError
 
 __all__ = ["ClusterSpec", "RunningCluster", "running_cluster"]
 
@@ -40,6 +42,11 @@ class ClusterSpec:
     proxy_replicas: int = 2
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch
+    # Agents in sandboxes off their host's node reach the proxy at `proxy_url`; the hosts'
+    # relays listen on `proxy_bind` (HOST:PORT; default every interface on the URL's
+    # port) for them. None: nothing listens off loopback.
+    proxy_url: str | None = None
+    proxy_bind: str | None = None
     wants_model: bool = True  # False: no engine, no proxy (agents such as oracle)
     # Where a local Ray's own logs (raylet, Serve, replicas, hosts) are copied before its
     # temp dir is removed; None: not kept. A joined cluster keeps its logs itself.
@@ -73,17 +80,40 @@ def running_cluster(
             if url is None:
                 raise ValueError("an agent that calls a model needs llm_url or engine_config")
             certification = asyncio.run(certify_url(url, spec.model))
+            progress("certifying the engine from every node")
+            certify_from_every_node(url, certification.served_model)
             progress(f"setting up the capture proxy ({spec.ingress} ingress)")
             try:
                 proxy = start_capture_proxy(
                     url, certification.served_model, ingress=spec.ingress,
                     replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
-                    stitch=spec.stitch)
+                    stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc
             stack.callback(stop_capture_proxy, proxy)
         yield RunningCluster(proxy, certification)
+
+
+def certify_from_every_node(url: str, served_model: str) -> None:
+    """Certify `url` again from each node, where hosts and replicas call it: the driver
+    reaching the engine says nothing of a node behind another network. Raises
+    `CertificationError` naming every node that cannot, before any rollout starts."""
+    failed = []
+    for node, result in on_each(_certify_here, alive_nodes(), url, served_model):
+        if isinstance(result, BaseException):
+            failed.append(f"{node.ip} (node {node.node_id[:12]}): {first_line(result)}")
+        elif result.served_model != served_model:
+            failed.append(f"{node.ip} (node {node.node_id[:12]}): serves "
+                          f"{result.served_model!r}, not {served_model!r}")
+    if failed:
+        raise CertificationError(f"the engine at {url} cannot be used from every node "
+                                 "that runs rollouts: " + "; ".join(failed))
+
+
+@ray.remote
+def _certify_here(url: str, served_model: str) -> Certification:
+    return asyncio.run(certify_url(url, served_model))
 
 
 @contextlib.contextmanager

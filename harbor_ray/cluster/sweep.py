@@ -13,7 +13,10 @@ guarantees:
 - finished rows are committed every `commit_s` seconds (one Parquet part per table per
   commit), so a killed driver loses only what was in flight or finished since the last
   commit, and a rerun with the same output skips finished ids and duplicates nothing;
-- the sweep's sandboxes live under OUT/sandboxes and are reaped at start and end.
+- the sweep's sandboxes live under OUT/sandboxes on the node of the host that runs
+  each (a directory per host), and are reaped on every node at start and end, and on
+  its node when a host dies (reaper.py). Trial directories (OUT/trials) also stay on
+  the node that ran the rollout: its row records the node.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.pool import HostPool
-from harbor_ray.cluster.reaper import reap
+from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.writer import DatasetWriter
@@ -132,7 +135,7 @@ async def run_rollouts(
     `on_result` in the order they finish."""
     gate = asyncio.Semaphore(config.concurrency)
     pool = HostPool(per_host=config.per_host, proxy=config.proxy, num_cpus=config.host_cpus,
-                    work=work)
+                    work=work, sandboxes_dir=config.sandboxes_dir)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
                            on_end=stats.finished)
 
@@ -170,7 +173,7 @@ async def sweep(
 
     `on_stats` is called after every row (and once at the start), e.g. for a progress bar.
     """
-    reap(config.sandboxes_dir)
+    reap_everywhere(config.sandboxes_dir)
     started = time.time()
     # One part per commit: thresholds only bound a commit's memory, the interval sets it.
     writer = DatasetWriter(config.out, {**manifest, "started_at": started},
@@ -204,6 +207,6 @@ async def sweep(
             committing.cancel()
         stats.ended_at = time.time()
         timed(lambda: writer.close(stats.ended_at))
-        reap(config.sandboxes_dir)
+        reap_everywhere(config.sandboxes_dir)
     return stats
 

@@ -44,7 +44,7 @@ from harbor_ray.data.schema import (
 )
 from harbor_ray.trials.result import FindingRecord, RolloutResult
 
-__all__ = ["RolloutRecord", "encode_record", "warm_up", "with_findings"]
+__all__ = ["RolloutRecord", "encode_record", "placed", "warm_up", "with_findings"]
 
 # zstd at its fastest level: as small as the Parquet parts, a few ms per million ids.
 _WIRE_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 1))
@@ -105,7 +105,17 @@ def warm_up() -> None:
 def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> RolloutRecord:
     """`record` with `findings` added to its row (token rows carry no findings), e.g. the
     driver's count of retries."""
-    result = record.result.model_copy(update={"findings": [*record.result.findings, *findings]})
+    return _with_row(record, findings=[*record.result.findings, *findings])
+
+
+def placed(record: RolloutRecord, *, node: str | None, host: str | None) -> RolloutRecord:
+    """`record` with where it ran (its node's address and its host's name) in its row."""
+    return _with_row(record, node=node, host=host)
+
+
+def _with_row(record: RolloutRecord, **update: Any) -> RolloutRecord:
+    """`record` whose row (only: token rows carry none of it) has `update` applied."""
+    result = record.result.model_copy(update=update)
     versions = record.rollout.select(["policy_version_min", "policy_version_max"]).to_pylist()[0]
     return dataclasses.replace(record, result=result, rollout=_rollout_table(
         result, (versions["policy_version_min"], versions["policy_version_max"])))
@@ -253,6 +263,8 @@ def _rollout_table(result: RolloutResult,
         "counts": _counts(result),
         "timings": list(result.timings.items()),
         "trial_dir": result.trial_dir,
+        "node": result.node,
+        "host": result.host,
         "policy_version_min": versions[0],
         "policy_version_max": versions[1],
         "schema_version": SCHEMA_VERSION,

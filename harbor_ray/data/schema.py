@@ -39,7 +39,11 @@ __all__ = [
 # able to tell that from a dataset written with them; and a turn's prompt may now be
 # stitched from its parent's ids, so it is no longer always the engine's rendering of
 # `request_messages`.
-SCHEMA_VERSION = 2
+# 3: where each rollout ran (rollouts/ `node`, `host`). Nullable, bumped on purpose: a
+# version-2 row has none because nothing recorded it, while a version-3 null means the
+# rollout never reached a host; and `trial_dir` is from now on a path on `node` (trial
+# directories stay on the node that ran the rollout), not necessarily on the driver's.
+SCHEMA_VERSION = 3
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -99,6 +103,8 @@ ROLLOUTS = versioned(
         pa.field("counts", COUNTS, nullable=False),
         pa.field("timings", pa.map_(pa.string(), pa.float64()), nullable=False),
         pa.field("trial_dir", pa.string()),
+        pa.field("node", pa.string()),
+        pa.field("host", pa.string()),
         pa.field("policy_version_min", pa.int64()),
         pa.field("policy_version_max", pa.int64()),
         pa.field("schema_version", pa.int32(), nullable=False),

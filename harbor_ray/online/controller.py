@@ -25,7 +25,7 @@ from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
-from harbor_ray.cluster.reaper import reap
+from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
 from harbor_ray.cluster.sweep import in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
@@ -116,12 +116,13 @@ class Controller:
         self._awaited: dict[str, asyncio.Future[None]] = {}  # group id -> its end
         self._changed = asyncio.Event()
         self._started = time.time()
+        self._sandboxes = config.work_dir / "sandboxes"
         self._pool = HostPool(per_host=config.per_host, proxy=config.proxy,
-                              num_cpus=config.host_cpus, work=work)
+                              num_cpus=config.host_cpus, work=work,
+                              sandboxes_dir=self._sandboxes)
         self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
                                      on_end=self._end)
-        self._sandboxes = config.work_dir / "sandboxes"
-        reap(self._sandboxes)
+        reap_everywhere(self._sandboxes)
 
     def _start(self) -> None:
         self._in_flight += 1
@@ -273,7 +274,7 @@ class Controller:
         for task in self._tasks.values():
             task.cancel()
         self._pool.shutdown()
-        reap(self._sandboxes)
+        reap_everywhere(self._sandboxes)
 
     # --- rollouts -------------------------------------------------------------------
 

@@ -81,3 +81,7 @@ class RolloutResult(BaseModel):
         default_factory=dict, description="Seconds per phase (environment, agent, verifier...)."
     )
     trial_dir: str | None = None
+    # Where the rollout ran: sandboxes and trial directories are node-local, so a row's
+    # `trial_dir` is a path on `node`. None: it never reached a host.
+    node: str | None = Field(None, description="The IP address of the Ray node that ran it.")
+    host: str | None = Field(None, description="The rollout host (actor) that ran it.")

@@ -101,7 +101,9 @@ def _trial_config(
             sandbox_kwargs["forward"] = {SANDBOX_PROXY_PORT: url.netloc}
             sandbox_url = f"http://127.0.0.1:{SANDBOX_PROXY_PORT}{url.path.rstrip('/')}"
         else:
-            sandbox_url = capture.host_url
+            # A sandbox elsewhere (a cloud backend) cannot reach this node's loopback:
+            # it uses the address the user configured, when there is one.
+            sandbox_url = capture.remote_url or capture.host_url
         agent = agent_config(
             spec.agent,
             proxy=ProxyEndpoint(host_url=capture.host_url, sandbox_url=sandbox_url),

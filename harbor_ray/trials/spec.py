@@ -29,6 +29,9 @@ class CaptureService(Protocol):
     @property
     def host_url(self) -> str: ...
 
+    @property
+    def remote_url(self) -> str | None: ...
+
     async def open_session(
         self, *, budget: int | None, sampling: Sampling | None,
         main_loop: MainLoop | None = None,

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.capture.core.record import close_capture
-from harbor_ray.data.encode import encode_record, with_findings
+from harbor_ray.data.encode import encode_record, placed, with_findings
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
 from harbor_ray.trials.result import FindingRecord, RolloutResult
@@ -113,6 +113,8 @@ def test_the_rollout_row() -> None:
                    "discarded": 1, "engine_errors": 1, "budget_stops": 0},
         "timings": [("agent_execution", 9.5), ("total", 12.25)],
         "trial_dir": "/trials/a1",
+        "node": None,  # not placed yet: its host stamps it (`placed`)
+        "host": None,
         "policy_version_min": None,  # the session's turns recorded no version
         "policy_version_max": None,
         "schema_version": SCHEMA_VERSION,
@@ -120,6 +122,19 @@ def test_the_rollout_row() -> None:
     assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (
         row["findings"][3].items()
     )
+
+
+def test_placed_stamps_the_row_only() -> None:
+    record = rollout("a1", rich_session())
+    stamped = placed(record, node="10.0.0.3", host="ab12h0")
+    (row,) = stamped.rollout.to_pylist()
+    assert (row["node"], row["host"]) == ("10.0.0.3", "ab12h0")
+    assert (stamped.result.node, stamped.result.host) == ("10.0.0.3", "ab12h0")
+    # Everything else in the row, and the token rows, unchanged.
+    (before,) = record.rollout.to_pylist()
+    assert {k: v for k, v in row.items() if k not in ("node", "host")} == {
+        k: v for k, v in before.items() if k not in ("node", "host")}
+    assert stamped.turns is record.turns and stamped.sequences is record.sequences
 
 
 def test_a_missing_reward_stays_null_and_zero_stays_zero() -> None:

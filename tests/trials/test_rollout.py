@@ -161,6 +161,7 @@ async def test_a_backend_constructor_error_is_sandbox_start(tmp_path: Path) -> N
 class _Capture:
     served_model = "fake-model"
     host_url = "http://127.0.0.1:9"
+    remote_url = None
 
 
 def _cached_config(agent: str, cache: Path):

@@ -32,6 +32,9 @@ class LocalCapture:
     store: InMemorySessionStore
     served_model: str
     host_url: str
+    # Where agents in sandboxes off the host's node (cloud backends) reach the proxy:
+    # the address the user configured (`--proxy-url`); None: not configured.
+    remote_url: str | None = None
 
     async def open_session(
         self, *, budget: int | None, sampling: Sampling | None,

@@ -1,0 +1,45 @@
+"""Work pinned to each node of the cluster: what must hold, or be done, on every node
+rather than where the driver runs (the engine reached, orphan sandboxes reaped)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    node_id: str
+    ip: str
+
+
+def alive_nodes() -> list[ClusterNode]:
+    return [ClusterNode(n["NodeID"], n["NodeManagerAddress"]) for n in ray.nodes()
+            if n["Alive"]]
+
+
+def pinned(remote_function: Any, node_id: str) -> Any:
+    """`remote_function` to run on `node_id` only, needing no CPU: a node whose CPUs the
+    rollouts' accounting holds must still run it. Not retried elsewhere: a node that
+    is gone fails it."""
+    return remote_function.options(num_cpus=0, max_retries=0,
+                                   scheduling_strategy=NodeAffinitySchedulingStrategy(
+                                       node_id, soft=False))
+
+
+def on_each(remote_function: Any, nodes: Sequence[ClusterNode], *args: Any
+            ) -> list[tuple[ClusterNode, Any | BaseException]]:
+    """Run `remote_function(*args)` on each of `nodes`, waited for; each node's result,
+    or the exception it raised (one node's failure does not hide the others')."""
+    refs = [pinned(remote_function, node.node_id).remote(*args) for node in nodes]
+    results: list[tuple[ClusterNode, Any | BaseException]] = []
+    for node, ref in zip(nodes, refs, strict=True):
+        try:
+            results.append((node, ray.get(ref)))
+        except Exception as exc:  # reported per node by the caller
+            results.append((node, getattr(exc, "cause", None) or exc))
+    return results

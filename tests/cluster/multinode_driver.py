@@ -1,0 +1,138 @@
+"""Drivers for the multi-node tests, run inside the head's namespace (a Ray driver lives
+on a node): `python -m tests.cluster.multinode_driver JOB ADDRESS JSON`, which prints
+one JSON line, the job's result, last. Workers import this module too (the cluster's
+PYTHONPATH holds the repo), so work defined here runs on any node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import ray
+
+from harbor_ray.capture.proxy.certify import certify_url
+from harbor_ray.cluster.host import Work
+from harbor_ray.cluster.setup import ClusterSpec, certify_from_every_node, running_cluster
+from harbor_ray.cluster.stub_agent import chat_agent
+from harbor_ray.cluster.sweep import SweepConfig, sweep
+from harbor_ray.data.encode import RolloutRecord, encode_record
+from harbor_ray.errors import CertificationError
+from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from harbor_ray.trials.result import ErrorType, RolloutResult
+from harbor_ray.trials.spec import CaptureService, RolloutSpec, make_specs
+
+
+def placement(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Where tasks spread over the cluster land: node ids and IPs."""
+    ray.init(address=address, log_to_driver=False)
+
+    @ray.remote(num_cpus=0.1, scheduling_strategy="SPREAD")
+    def where() -> tuple[str, str]:
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    landed = ray.get([where.remote() for _ in range(args.get("tasks", 12))])
+    nodes = [{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"]}
+             for n in ray.nodes() if n["Alive"]]
+    return {"landed": sorted(set(landed)), "nodes": nodes}
+
+
+def checked_in(work: Work, directory: str) -> Work:
+    """`work` that first leaves `<rollout id>@<node ip>` in `directory` (the machine's
+    filesystem is shared by the namespaces), so a test sees where rollouts run."""
+
+    async def run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
+        Path(directory, f"{spec.rollout_id}@{ray.util.get_node_ip_address()}").touch()
+        return await work(spec, capture)
+
+    return run
+
+
+def remote_work(netns: str, calls: int) -> Work:
+    """Work whose agent runs in namespace `netns` (tests.cluster.remote_agent), reaching
+    the proxy at the capture's `remote_url` only; ok if every answer it got is a recorded
+    turn, a wrong key was refused and the host's loopback URL was out of its reach."""
+
+    async def run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
+        assert capture is not None and capture.remote_url is not None
+        session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        try:
+            agent = await asyncio.create_subprocess_exec(
+                "ip", "netns", "exec", netns, sys.executable, "-m", "tests.cluster.remote_agent",
+                capture.remote_url, session.key, capture.served_model, str(calls),
+                capture.host_url, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+            out, err = await agent.communicate()
+        finally:
+            closed = await capture.close_session(session.session_id)
+        recorded = [orjson.loads(t.response_message_json).get("content")
+                    for t in (closed.turns if closed else ())]
+        seen = json.loads(out.decode().strip().splitlines()[-1]) if agent.returncode == 0 else {}
+        ok = (len(seen.get("answers", ())) == calls and seen["answers"] == recorded
+              and seen["wrong_key"] == 401 and not seen["host_reachable"])
+        return encode_record(RolloutResult(
+            rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
+            agent=spec.agent, sandbox=spec.sandbox, ok=ok, reward=1.0 if ok else 0.0,
+            error=None if ok else f"remote agent: {seen or err.decode()[-2000:]}",
+            error_type=None if ok else ErrorType.AGENT_ERROR, model=capture.served_model,
+            counts=None if closed is None else closed.counts, model_calls=len(recorded),
+        ), closed)
+
+    return run
+
+
+def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A sweep of `count` attempts at `task` on the cluster: the stub agent making
+    `calls` model calls through `ingress` (`llm_url` set), or `agent` in the bwrap
+    sandbox (the real trial) when `calls` is absent."""
+    out = Path(args["out"])
+    stub = "calls" in args
+    agent = "terminus-2" if stub else args["agent"]
+    spec = ClusterSpec(ray_address=address, llm_url=args.get("llm_url"),
+                       ingress=args.get("ingress", "direct"),
+                       proxy_replicas=args.get("replicas", 1), wants_model=stub,
+                       proxy_url=args.get("proxy_url"))
+    tasks = select_tasks(resolve_dataset(args.get("dataset", "samples")), [args["task"]])
+    specs = make_specs(tasks, args["count"], agent=agent, sandbox="local",
+                       trials_dir=out / "trials", run_id="mn")
+    work = chat_agent(args["calls"], think_s=args.get("think_s", 0.0)) if stub else None
+    if "remote_netns" in args:
+        work = remote_work(args["remote_netns"], args["calls"])
+    if work is not None and "checkin" in args:
+        work = checked_in(work, args["checkin"])
+    with running_cluster(spec) as cluster:
+        config = SweepConfig(out=out, concurrency=args["concurrency"], proxy=cluster.proxy,
+                             per_host=args.get("per_host", 2), retries=args.get("retries", 1),
+                             commit_s=0)
+        stats = asyncio.run(sweep(specs, config, {}, work=work))
+    return {"ok": stats.ok, "done": stats.done}
+
+
+def certify_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Certify `llm_url` from the driver, then from every node: what the sweep's setup
+    does before any rollout."""
+    ray.init(address=address, log_to_driver=False)
+    served = asyncio.run(certify_url(args["llm_url"])).served_model
+    try:
+        certify_from_every_node(args["llm_url"], served)
+    except CertificationError as exc:
+        return {"driver": served, "error": str(exc)}
+    return {"driver": served, "error": None}
+
+
+JOBS = {"placement": placement, "sweep": sweep_job, "certify": certify_job}
+
+
+def main() -> None:
+    job, address, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    try:
+        print(json.dumps(JOBS[job](address, args)))
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

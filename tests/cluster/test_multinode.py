@@ -1,0 +1,153 @@
+"""harbor_ray on a real multi-node Ray cluster made on one machine (tests/fixtures/multinode.py):
+a head and two workers, each in its own network namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fixtures.multinode import ROOT, NetnsCluster
+
+SAMPLES = ROOT / "harbor_ray" / "samples" / "tasks"
+
+pytestmark = pytest.mark.integration
+
+
+def _job(cluster: NetnsCluster, job: str, timeout_s: float = 300, **args) -> dict:
+    done = cluster.python_on(cluster.head, "tests.cluster.multinode_driver", job,
+                             cluster.address, json.dumps(args), timeout_s=timeout_s)
+    assert done.returncode == 0, done.stderr[-5000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_tasks_land_on_every_node(multinode: NetnsCluster) -> None:
+    result = _job(multinode, "placement", tasks=12)
+    ips = {n.ip for n in multinode.nodes.values()}
+    assert {n["ip"] for n in result["nodes"]} == ips
+    assert {ip for _, ip in result["landed"]} == ips
+    assert len({node_id for node_id, _ in result["landed"]}) == 3
+
+
+def _rows(out: Path, table: str = "rollouts") -> list[dict]:
+    return pq.read_table(out / table).to_pylist()
+
+
+@pytest.mark.parametrize("ingress", ["direct", "serve", "host"])
+def test_sweep_with_hosts_on_every_node(multinode: NetnsCluster, multinode_engine: str,
+                                        tmp_path: Path, ingress: str) -> None:
+    """The stub agent through each ingress, hosts spread over the three nodes, one proxy
+    replica (so `direct` relays cross nodes), the engine on a machine of its own: every
+    row ok, on the node and host that ran it, each answered call one recorded turn."""
+    out, calls, count = tmp_path / "out", 3, 6
+    result = _job(multinode, "sweep", out=str(out), ingress=ingress, llm_url=multinode_engine,
+                  task="hello-file", count=count, calls=calls, concurrency=count, per_host=1)
+    rows = _rows(out)
+    assert result == {"ok": count, "done": count}
+    assert sorted(r["rollout_id"] for r in rows) == [f"hello-file__{k}__mn" for k in range(count)]
+    assert all(r["ok"] for r in rows), [r["error"] for r in rows]
+    node_ips = {n.ip for n in multinode.nodes.values() if n.ray is not None}
+    assert {r["node"] for r in rows} == node_ips  # hosts on every node
+    assert len({r["host"] for r in rows}) == count  # one rollout per host
+    turns = _rows(out, "turns")
+    assert len(turns) == sum(r["counts"]["model_calls"] for r in rows) == calls * count
+    assert len({(t["rollout_id"], t["index"]) for t in turns}) == len(turns)
+
+
+def test_a_node_that_cannot_reach_the_engine_is_named(multinode: NetnsCluster) -> None:
+    """An engine on the head's loopback: the driver (on the head) certifies it, and the
+    workers, which cannot reach it, are each named before anything runs."""
+    port = 8012
+    engine = multinode.popen(multinode.head, [
+        sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result = _job(multinode, "certify", llm_url=f"http://127.0.0.1:{port}/v1")
+    finally:
+        engine.kill()
+    error = result["error"]
+    assert error is not None and result["driver"]
+    for worker in multinode.workers:
+        assert worker.ip in error
+    assert f"{multinode.head.ip} (" not in error
+
+
+def _slow_task(tmp_path: Path, seconds: int) -> Path:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SAMPLES / "hello-file", tasks / "slow")
+    (tasks / "slow" / "solution" / "solve.sh").write_text(
+        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n")
+    return tasks
+
+
+def _sandboxed_in(cluster: NetnsCluster, node, sandboxes: Path) -> int:
+    """How many processes in `node`'s namespace name a path under `sandboxes`."""
+    prefix = os.fsencode(str(sandboxes)) + b"/"
+    count = 0
+    for pid in cluster.pids(node):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        count += any(arg.startswith(prefix) for arg in argv)
+    return count
+
+
+def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path) -> None:
+    """The oracle agent in real bwrap sandboxes, a rollout per host over the three nodes;
+    w2 is killed (everything in its namespace) while its sandboxes run. Its rollouts end
+    `infra_lost`, are retried on the surviving nodes and succeed: one row per rollout,
+    none on w2, and nothing left of any sandbox."""
+    out, count = tmp_path / "out", 6
+    victim = multinode.nodes["w2"]
+    args = {"out": str(out), "agent": "oracle", "dataset": str(_slow_task(tmp_path, 15)),
+            "task": "slow", "count": count, "concurrency": count, "per_host": 1}
+    driver = multinode.popen(multinode.head, [
+        sys.executable, "-m", "tests.cluster.multinode_driver", "sweep", multinode.address,
+        json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 300
+        while _sandboxed_in(multinode, victim, out / "sandboxes") == 0:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.2)
+        assert multinode.kill_node(victim) > 0
+        stdout, stderr = driver.communicate(timeout=600)
+    finally:
+        driver.kill()
+        multinode.restart(victim)  # the session's later tests get three nodes again
+    assert driver.returncode == 0, stderr[-5000:]
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"ok": count, "done": count}
+    rows = _rows(out)
+    assert sorted(r["rollout_id"] for r in rows) == [f"slow__{k}__mn" for k in range(count)]
+    assert all(r["ok"] and r["reward"] == 1.0 for r in rows), [r["error"] for r in rows]
+    retried = [r for r in rows if any(f["code"] == "infra_retries" for f in r["findings"])]
+    assert retried, "no rollout was on the killed node"
+    assert victim.ip not in {r["node"] for r in rows}
+    sandboxes = out / "sandboxes"
+    assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
+    for node in multinode.nodes.values():
+        assert _sandboxed_in(multinode, node, sandboxes) == 0, node.name
+
+
+def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
+        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    """Agents in a namespace of their own (no Ray, no host: a cloud sandbox's machine)
+    reach the capture proxy only through `--proxy-url`, which lands on the head's relays;
+    every answer is a recorded turn, a wrong key is refused, the hosts' loopback URLs
+    are out of reach."""
+    remote = multinode.nodes.get("remote") or multinode.add_namespace("remote")
+    out, calls, count = tmp_path / "out", 2, 3
+    result = _job(multinode, "sweep", out=str(out), llm_url=multinode_engine,
+                  task="hello-file", count=count, calls=calls, concurrency=count,
+                  per_host=1, remote_netns=remote.netns,
+                  proxy_url=f"http://{multinode.head.ip}:8770")
+    rows = _rows(out)
+    assert result == {"ok": count, "done": count}, [r["error"] for r in rows]
+    assert len(_rows(out, "turns")) == calls * count
