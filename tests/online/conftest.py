@@ -23,6 +23,7 @@ from harbor_ray.online.weights import FakeWeightUpdater
 from tests.fixtures.threaded import fake_engine_in_thread, serve_in_thread
 
 KEY = "test-controller-key"
+STUB = object()  # the stub agent
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +58,12 @@ class Service:
 def service_factory(proxy: ProxyTarget, tmp_path: Path):
     started = []
 
-    def make(name: str, *, work=None, updater=None, **config) -> Service:
+    def make(name: str, *, work=STUB, updater=None, **config) -> Service:
+        """`work=None` runs real Harbor trials on the hosts."""
         handle = start_controller(
             name, ControllerConfig(work_dir=tmp_path / name, proxy=proxy, **config),
             updater or FakeWeightUpdater(("engine-0", "engine-1")),
-            work=work or chat_agent(2))
+            work=chat_agent(2) if work is STUB else work)
         ray.get(handle.policy.remote())
         started.append(handle)
         app = build_controller_app(ActorController(handle), KEY)
