@@ -44,7 +44,8 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── FieldError                       a field names nothing usable; its status and name
 │   ├── OverCapacity                     too many accepted rollouts unfinished (429)
 │   ├── WeightUpdateError                a weight update failed; the old version serves
-│   └── _Refused                         a refused request and its reply (online.app)
+│   ├── _Refused                         a refused request and its reply (online.app)
+│   └── ServiceConfigError (ValueError)  the service's YAML cannot work (online.serve)
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
 
@@ -260,3 +261,8 @@ class WeightUpdateError(OnlineError):
 
     def __reduce__(self) -> tuple:
         return type(self), (str(self), self.replicas)
+
+
+class ServiceConfigError(OnlineError, ValueError):
+    """The online service's YAML (`args:` of its apps) names something unusable: the
+    application does not deploy, saying which field."""

@@ -8,7 +8,7 @@ proxy's URLs are built from what Serve reports, never from the options asked for
 from __future__ import annotations
 
 from ray.serve.context import _get_global_client
-from ray.serve.schema import ServeInstanceDetails
+from ray.serve.schema import ApplicationStatus, ServeInstanceDetails
 
 # A wildcard bind accepts local connections; it is not an address to connect to.
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -24,3 +24,14 @@ def serve_http_base(route_prefix: str | None = None) -> str:
     options = serve_details().http_options
     host = "127.0.0.1" if options.host in _WILDCARD_HOSTS else options.host
     return f"http://{host}:{options.port}{(route_prefix or '/').rstrip('/')}"
+
+
+def app_going_away(app: str) -> bool:
+    """Whether Serve is deleting application `app` (or is gone itself), as opposed to
+    replacing one of its replicas: what a replica's shutdown hook asks before removing
+    what the whole application shares. Blocking (it asks Serve's controller)."""
+    try:
+        details = serve_details().applications.get(app)
+    except Exception:  # Serve's controller is gone, and every application with it
+        return True
+    return details is None or details.status == ApplicationStatus.DELETING
