@@ -167,6 +167,12 @@ class OnlineController:
     async def __serve_build_asgi_app__(self) -> Any:
         return build_controller_app(ActorController(self._handle), self._key)
 
+    async def check_health(self) -> None:
+        # A dead controller actor fails this replica's health check, so Serve replaces
+        # the replica, and the new one starts a controller (empty) instead of answering
+        # 500 for ever.
+        await self._handle.policy.remote()
+
     async def __del__(self) -> None:
         if await asyncio.to_thread(app_going_away, self._app):
             await stop_controller(self._handle, self._capture_app)

@@ -135,3 +135,18 @@ def test_cancel_ends_a_group_s_rollouts_as_cancelled_rows(service_factory) -> No
     stats = service.http.get("/v1/stats").json()
     assert stats["errors"] == {"cancelled": 2} and stats["cancelled"] == 1
     assert stats["in_flight"] == 0 and service.http.get("/v1/groups").json()["groups"] == []
+
+
+def test_host_ingress_turns_carry_the_version_too(service_factory, fake_engine) -> None:
+    from harbor_ray.cluster.host import ProxyTarget
+
+    engine, llm_url = fake_engine
+    hosts_serve = ProxyTarget(url=llm_url, served_model=engine.model, ingress="host",
+                              app="online-host-ingress")
+    service = service_factory("host-ingress", proxy=hosts_serve)
+    assert service.http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1}
+                             ).status_code == 200
+    service.http.post("/v1/rollouts", json=SUBMIT)
+    (group,) = service.wait_groups(1)
+    assert {(t["policy_version_start"], t["policy_version_end"]) for t in group["turns"]} == {
+        (1, 1)}

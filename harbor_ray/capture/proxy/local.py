@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from harbor_ray.capture.core.auxiliary import MainLoop
@@ -60,15 +60,18 @@ async def local_capture(
 async def serve_capture(
     store: InMemorySessionStore, engine: Engine, served_model: str, *,
     host: str = "127.0.0.1", stitch: bool = True,
+    policy_version: Callable[[], int | None] = lambda: 0,
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
-    already), in the running loop; stop it on exit.
+    already), in the running loop; stop it on exit. `policy_version` stamps each turn
+    (`build_capture_app`'s).
 
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
     app = build_capture_app(store, engine,
-                            CaptureSettings(served_model=served_model, stitch=stitch))
+                            CaptureSettings(served_model=served_model, stitch=stitch),
+                            policy_version=policy_version)
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
