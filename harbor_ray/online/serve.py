@@ -128,13 +128,16 @@ class ControllerArgs(_Args):
 
 
 def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
+    """`args` as `model`, the engine's included; a bad field fails naming it."""
+    where: tuple[str, ...] = ()
     try:
         parsed = model.model_validate(args)
+        where = ("engine",)
         parsed.engine_config()
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ServiceConfigError(f"{model.__name__} {where}: {first['msg']}") from exc
+        field = ".".join(str(p) for p in (*where, *first["loc"]))
+        raise ServiceConfigError(f"{model.__name__} {field}: {first['msg']}") from exc
     return parsed
 
 

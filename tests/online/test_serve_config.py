@@ -51,7 +51,7 @@ def test_a_misspelt_field_fails_the_deploy_naming_it() -> None:
     with pytest.raises(ServiceConfigError, match="capacty"):
         _validated(ControllerArgs, args)
     bad_engine = {"engine": {"model_id": "m", "colour": 1}}
-    with pytest.raises(ServiceConfigError, match="colour"):
+    with pytest.raises(ServiceConfigError, match=r"engine\.colour"):
         _validated(CaptureArgs, bad_engine)
 
 
