@@ -150,3 +150,17 @@ def test_host_ingress_turns_carry_the_version_too(service_factory, fake_engine) 
     (group,) = service.wait_groups(1)
     assert {(t["policy_version_start"], t["policy_version_end"]) for t in group["turns"]} == {
         (1, 1)}
+
+
+def test_every_ready_group_is_also_written_to_the_dataset(service_factory, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "dataset"
+    service = service_factory("dataset", out=out)
+    service.http.post("/v1/rollouts", json=SUBMIT)
+    (group,) = service.wait_groups(1)
+    # On disk before it could be delivered, and before any acknowledgement.
+    rollout_ids = {r["rollout_id"] for r in group["rollouts"]}
+    assert set(pq.read_table(out / "rollouts").column("rollout_id").to_pylist()) == rollout_ids
+    assert set(pq.read_table(out / "turns").column("rollout_id").to_pylist()) == rollout_ids
+    assert (out / "_manifest.json").exists()
