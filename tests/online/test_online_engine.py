@@ -33,11 +33,15 @@ from harbor_ray.cluster.replica_registry import registry_name
 from harbor_ray.engine.lifecycle import EngineHandle
 from harbor_ray.online.controller import controller_actor_name
 from harbor_ray.serve_http import serve_details, serve_http_base
-from tests.fixtures.policy_step import CHANGED, SAME, max_gap, policy_gradient_step, rescore
+from tests.fixtures.policy_step import CHANGED, max_gap, policy_gradient_step, rescore
 
 pytestmark = pytest.mark.integration
 
 ONLINE_CPU_YAML = Path(__file__).resolve().parents[2] / "serve_configs" / "online_cpu.yaml"
+# Over an agent's whole conversation (a thousand ids and more, several turns) vLLM's and
+# transformers' float32 CPU kernels drift further apart than over a short reply: 1.5e-3
+# at worst was measured here. Still an order of magnitude below what the step moves.
+SAME_OVER_A_CONVERSATION = 3e-3
 SUBMIT = {"agent": "terminus-2", "sampling": {"max_tokens": 64, "temperature": 1.0},
           "budget": 3, "deadline_s": 900}
 
@@ -177,9 +181,11 @@ def test_the_online_loop_moves_the_engine_s_weights(
             if sequence["role"] != "agent" or not any(mask):
                 continue
             recorded = [lp for lp, m in zip(sequence["logprobs"], mask, strict=True) if m]
-            assert max_gap(recorded, rescore(stepped, sequence["input_ids"], mask)) < SAME
-            assert max_gap(recorded, rescore(prepared_model_dir, sequence["input_ids"],
-                                             mask)) > CHANGED
+            same = max_gap(recorded, rescore(stepped, sequence["input_ids"], mask))
+            old = max_gap(recorded, rescore(prepared_model_dir, sequence["input_ids"], mask))
+            print(f"{len(mask)} ids, {sum(mask)} sampled: {same:.2e} from the stepped "
+                  f"model, {old:.2e} from version 0")
+            assert same < SAME_OVER_A_CONVERSATION and old > CHANGED
             checked += 1
         assert checked, group
     finally:
