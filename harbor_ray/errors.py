@@ -45,7 +45,8 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── OverCapacity                     too many accepted rollouts unfinished (429)
 │   ├── WeightUpdateError                a weight update failed; the old version serves
 │   ├── ClientError                      the controller refused a client's call, or is unreachable
-│   └── _Refused                         a refused request and its reply (online.app)
+│   ├── _Refused                         a refused request and its reply (online.app)
+│   └── ServiceConfigError (ValueError)  the service's YAML cannot work (online.serve)
 └── _StartError                          rollout/sweep flags that cannot work (cli)
 """
 
@@ -273,3 +274,8 @@ class ClientError(OnlineError):
         super().__init__(message)
         self.status, self.field = status, field
         self.replicas = replicas or []
+
+
+class ServiceConfigError(OnlineError, ValueError):
+    """The online service's YAML (`args:` of its apps) names something unusable: the
+    application does not deploy, saying which field."""

@@ -11,7 +11,7 @@ import zlib
 from urllib.parse import urlsplit
 
 from ray.serve.context import _get_global_client
-from ray.serve.schema import ServeInstanceDetails
+from ray.serve.schema import ApplicationStatus, ServeInstanceDetails
 
 # A wildcard bind accepts local connections; it is not an address to connect to.
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -45,3 +45,14 @@ def serve_url_on(node_id: str, url: str) -> str:
     _, ip = proxies[zlib.crc32(node_id.encode()) % len(proxies)]
     parts = urlsplit(url)
     return parts._replace(netloc=f"{ip}:{parts.port}").geturl()
+
+
+def app_going_away(app: str) -> bool:
+    """Whether Serve is deleting application `app` (or is gone itself), as opposed to
+    replacing one of its replicas: what a replica's shutdown hook asks before removing
+    what the whole application shares. Blocking (it asks Serve's controller)."""
+    try:
+        details = serve_details().applications.get(app)
+    except Exception:  # Serve's controller is gone, and every application with it
+        return True
+    return details is None or details.status == ApplicationStatus.DELETING

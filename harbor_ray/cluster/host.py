@@ -44,6 +44,7 @@ from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
+from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.reaper import host_sandboxes
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
 from harbor_ray.data.encode import RolloutRecord, placed, warm_up
@@ -149,9 +150,14 @@ class RolloutHost(SessionOwner):
 
     async def _start_capture(self, proxy: ProxyTarget) -> LocalCapture:
         if proxy.ingress == "host":
+            # The host is the proxy: it follows the policy version as replicas do
+            # (0 without an online controller publishing one).
+            clock = PolicyClock(proxy.app)
+            clock.start()
+            self._serving.push_async_callback(clock.stop)
             return await self._serving.enter_async_context(
                 serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
-                              proxy.served_model, stitch=proxy.stitch))
+                              proxy.served_model, stitch=proxy.stitch, policy_version=clock))
         url = proxy.url
         if proxy.ingress == "serve":
             # Serve's API blocks on its controller: off the loop that serves calls.

@@ -26,6 +26,7 @@ admit/record round trips.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ray import serve
@@ -38,7 +39,7 @@ from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
-from harbor_ray.serve_http import serve_details, serve_http_base
+from harbor_ray.serve_http import app_going_away, serve_details, serve_http_base
 
 CAPTURE_ROUTE_PREFIX = "/capture"
 # A replica's calls mostly wait on the engine, so one replica holds many at once. Below
@@ -56,17 +57,19 @@ class CaptureProxy:
     """One replica: the capture app over the engine's HTTP client and owner actors.
 
     The engine is certified once by whoever deploys this (it passes `served_model`);
-    replicas do not certify, so a restarted replica serves at once.
+    replicas do not certify, so a restarted replica serves at once. `llm_url` None is
+    an engine app at Serve's root route (a `serve run` of the online YAML); `app_name`
+    None is this replica's own application's name (its policy clock and registry).
     """
 
     def __init__(
         self,
-        llm_url: str,
+        llm_url: str | None,
         served_model: str,
         *,
         keepalive_s: float | None = None,
         max_body_bytes: int | None = None,
-        app_name: str = CAPTURE_APP_NAME,
+        app_name: str | None = CAPTURE_APP_NAME,
         engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
         stitch: bool = True,
         across_nodes: bool = False,
@@ -76,11 +79,12 @@ class CaptureProxy:
             served_model=served_model, stitch=stitch,
             **{name: value for name, value in overrides.items() if value is not None},
         )
-        self._engine = HttpEngine(llm_url, timeout_s=engine_timeout_s)
-        self._app_name = app_name
+        self._engine = HttpEngine(llm_url or f"{serve_http_base('/')}/v1",
+                                  timeout_s=engine_timeout_s)
+        self._app_name = app_name or serve.get_replica_context().app_name
         self._across_nodes = across_nodes
         self._direct: DirectIngress | None = None
-        self._policy = PolicyClock(app_name)
+        self._policy = PolicyClock(self._app_name)
 
     async def __serve_build_asgi_app__(self) -> CaptureApp:
         # Serve calls this after the constructor, inside the replica's event loop, and
@@ -108,6 +112,10 @@ class CaptureProxy:
             await self._direct.stop()
         await self._policy.stop()
         await self._engine.aclose()
+        # The registry outlives replicas (detached); it goes with the application (an
+        # online YAML's has no driver to remove it, as deploy_capture_proxy's has).
+        if await asyncio.to_thread(app_going_away, self._app_name):
+            remove_registry(self._app_name)
 
 
 def deploy_capture_proxy(

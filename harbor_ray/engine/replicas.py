@@ -17,16 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.serve._private.common import RequestMetadata
 from ray.serve._private.constants import SERVE_NAMESPACE
 
+from harbor_ray.engine.tokenize import TokenizingServer
 from harbor_ray.engine.weights import DEFAULT_TIMEOUTS, StepTimeouts, WeightUpdater
 from harbor_ray.engine.worker import RELOAD_METHOD
 from harbor_ray.errors import WeightsRefusedError
 from harbor_ray.serve_http import serve_details
 
-# Ray Serve LLM names an engine's deployment "LLMServer:<model id>" (build_llm_deployment).
-_LLM_SERVER_PREFIX = "LLMServer:"
+# Ray Serve LLM names an engine's deployment "<server class>:<model id>"
+# (build_llm_deployment): harbor_ray's engines use TokenizingServer, others LLMServer.
+_LLM_SERVER_PREFIXES = tuple(f"{cls.__name__}:" for cls in (TokenizingServer, LLMServer))
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def engine_deployment(app_name: str) -> str:
     app = serve_details().applications.get(app_name)
     if app is None:
         raise WeightsRefusedError(f"no Serve application named {app_name!r}")
-    names = [name for name in app.deployments if name.startswith(_LLM_SERVER_PREFIX)]
+    names = [name for name in app.deployments if name.startswith(_LLM_SERVER_PREFIXES)]
     if len(names) != 1:
         raise WeightsRefusedError(
             f"application {app_name!r} has {len(names)} LLMServer deployments "

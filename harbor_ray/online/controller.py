@@ -29,6 +29,7 @@ from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
 from harbor_ray.cluster.sweep import in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import (
     CheckpointError,
     DatasetError,
@@ -39,7 +40,7 @@ from harbor_ray.errors import (
     WeightUpdateError,
     WeightVersionError,
 )
-from harbor_ray.online.groups import Book, GroupState
+from harbor_ray.online.groups import Book, GroupState, Phase
 from harbor_ray.online.weights import EngineWeights, replica_results
 from harbor_ray.online.wire import (
     AckReply,
@@ -66,6 +67,7 @@ __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_con
 # Calls the actor serves at once: every HTTP replica's long polls and submits, and the
 # cancellations they wait on. Ray's default for async actors is 1,000.
 _MAX_CALLS = 10_000
+_NEVER = 1 << 62  # the writer's own thresholds: the controller flushes each group itself
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class ControllerConfig:
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
     initial_version: int = 0
+    # Where every group is also written as it becomes ready (the sweep's dataset
+    # layout and writer); None: nowhere.
+    out: Path | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
@@ -123,6 +128,9 @@ class Controller:
         self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
                                      on_end=self._end)
         reap_everywhere(self._sandboxes)
+        self._writer = None if config.out is None else DatasetWriter(
+            config.out, {"online": _manifest(config), "started_at": self._started},
+            flush_rollouts=_NEVER)
 
     def _start(self) -> None:
         self._in_flight += 1
@@ -275,6 +283,8 @@ class Controller:
             task.cancel()
         self._pool.shutdown()
         reap_everywhere(self._sandboxes)
+        if self._writer is not None:
+            self._writer.close(time.time())
 
     # --- rollouts -------------------------------------------------------------------
 
@@ -298,10 +308,27 @@ class Controller:
 
     def _finished(self, record: RolloutRecord) -> None:
         self._tasks.pop(record.rollout_id, None)
-        if (group := self.book.finish(record, self.version)) is not None:
-            self._changed.set()
-            if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
-                waiter.set_result(None)
+        group = self.book.finish(record, self.version)
+        if group is None:
+            return
+        if group.phase is Phase.READY and self._writer is not None:
+            # Written when it becomes ready, not when acknowledged: a trainer that dies
+            # before its ack still leaves the group in the dataset. One part per group,
+            # committed before the group can be delivered.
+            for rollout_id in group.rollout_ids:
+                self._writer.add(group.records[rollout_id])
+            self._writer.flush()
+        self._changed.set()
+        if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _manifest(config: ControllerConfig) -> dict[str, Any]:
+    """What the dataset's manifest says made it: the controller's settings."""
+    return {"dataset": config.dataset, "sandbox": config.sandbox,
+            "capacity": config.capacity, "concurrency": config.concurrency,
+            "max_staleness": config.max_staleness, "stale_policy": config.stale_policy,
+            "retries": config.retry.retries, "initial_version": config.initial_version}
 
 
 @cache

@@ -19,22 +19,17 @@ from typing import Any
 
 import httpx
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM
 
 from harbor_ray.engine.lifecycle import EngineHandle
 from harbor_ray.engine.replicas import serve_weight_updater
 from harbor_ray.engine.weights import WeightUpdater
 from harbor_ray.errors import CheckpointError
+from tests.fixtures.policy_step import CHANGED, SAME, max_gap, policy_gradient_step, rescore
 
 pytestmark = pytest.mark.integration
 
 QUESTION = [{"role": "user", "content": "What is 2+2? Answer with a number."}]
-# vLLM's float32 CPU kernels and transformers' agree to about 1e-4 on this model; a
-# step that moved the weights moves the logprobs by far more than that.
-SAME = 1e-3
-CHANGED = 2e-2
 
 
 async def _chat(engine: EngineHandle, **extra: Any) -> dict[str, Any]:
@@ -47,49 +42,11 @@ async def _chat(engine: EngineHandle, **extra: Any) -> dict[str, Any]:
 
 
 def _sequences(reply: dict[str, Any]) -> list[tuple[list[int], list[int], list[float]]]:
-    """(prompt ids, sampled ids, their logprobs) of each choice."""
-    return [(reply["prompt_token_ids"], choice["token_ids"],
+    """(prompt + sampled ids, loss mask on the sampled ones, their logprobs) of each choice."""
+    prompt = reply["prompt_token_ids"]
+    return [(prompt + choice["token_ids"], [0] * len(prompt) + [1] * len(choice["token_ids"]),
              [entry["logprob"] for entry in choice["logprobs"]["content"]])
             for choice in reply["choices"]]
-
-
-def _token_logprobs(model: Any, prompt: list[int], sampled: list[int]) -> torch.Tensor:
-    """log p(sampled[i] | prompt + sampled[:i]) under `model`, with gradients."""
-    ids = torch.tensor([prompt + sampled])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(sampled)[:, None])[:, 0]
-
-
-def _rescore(model_dir: Path | str, prompt: list[int], sampled: list[int]) -> list[float]:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    with torch.no_grad():
-        return _token_logprobs(model.eval(), prompt, sampled).tolist()
-
-
-def _max_gap(a: list[float], b: list[float]) -> float:
-    assert len(a) == len(b)
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
-
-
-def _policy_gradient_step(model_dir: Path | str, out: Path,
-                          group: list[tuple[list[int], list[int], float]]) -> Path:
-    """One step of REINFORCE with group-relative advantages on the captured ids, saved as a
-    checkpoint; when every reward is equal (no signal), each sample counts +1 so the
-    step is never a no-op."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    rewards = torch.tensor([reward for _, _, reward in group])
-    advantages = rewards - rewards.mean()
-    if not advantages.any():
-        advantages = torch.ones_like(rewards)
-    loss = -sum(a * _token_logprobs(model, prompt, sampled).sum()
-                for a, (prompt, sampled, _) in zip(advantages, group, strict=True))
-    loss.backward()
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.grad is not None:
-                param -= 1e-3 * param.grad
-    model.save_pretrained(out, safe_serialization=True)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -107,21 +64,21 @@ async def test_a_gradient_step_reaches_the_engine(
     served = updater.path
     # A group of four samples at the serving version, their logprobs as captured.
     group_reply = await _chat(engine, n=4, temperature=1.0, max_tokens=12)
-    group = [(prompt, sampled, 1.0 if "4" in choice["message"]["content"] else 0.0)
-             for (prompt, sampled, _), choice in zip(
+    group = [(ids, mask, 1.0 if "4" in choice["message"]["content"] else 0.0)
+             for (ids, mask, _), choice in zip(
                  _sequences(group_reply), group_reply["choices"], strict=True)]
-    prompt, sampled, captured = _sequences(group_reply)[0]
-    assert _max_gap(captured, _rescore(served, prompt, sampled)) < SAME
+    ids, mask, captured = _sequences(group_reply)[0]
+    assert max_gap(captured, rescore(served, ids, mask)) < SAME
 
-    stepped = _policy_gradient_step(served, tmp_path / "step-1", group)
+    stepped = policy_gradient_step(served, tmp_path / "step-1", group)
     result = await updater.update(str(stepped), updater.version + 1)
     assert result.ok, result
     assert result.version == updater.version and updater.path == str(stepped)
     assert [r.serving_version for r in result.replicas] == [result.version]
 
-    [(prompt, sampled, served_now)] = _sequences(await _chat(engine))
-    assert _max_gap(served_now, _rescore(stepped, prompt, sampled)) < SAME
-    assert _max_gap(served_now, _rescore(served, prompt, sampled)) > CHANGED
+    [(ids, mask, served_now)] = _sequences(await _chat(engine))
+    assert max_gap(served_now, rescore(stepped, ids, mask)) < SAME
+    assert max_gap(served_now, rescore(served, ids, mask)) > CHANGED
 
 
 async def test_a_checkpoint_that_fails_in_the_engine_leaves_the_old_weights(
@@ -153,9 +110,9 @@ async def test_a_checkpoint_that_fails_in_the_engine_leaves_the_old_weights(
     assert failed.serving_version == updater.version and "rollback" in failed.seconds
 
     after = _sequences(await _chat(engine))
-    [(_, sampled, logprobs_before)], [(_, sampled_after, logprobs_after)] = before, after
-    assert sampled_after == sampled
-    assert _max_gap(logprobs_after, logprobs_before) < SAME
+    [(ids, _, logprobs_before)], [(ids_after, _, logprobs_after)] = before, after
+    assert ids_after == ids
+    assert max_gap(logprobs_after, logprobs_before) < SAME
 
 
 async def test_a_request_in_flight_survives_an_update(

@@ -27,13 +27,19 @@ STUB = object()  # the stub agent
 
 
 @pytest.fixture(scope="module")
-def proxy(ray_cluster: None) -> Iterator[ProxyTarget]:
+def fake_engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
     with fake_engine_in_thread(FakeEngine()) as (engine, llm_url):
-        target = start_capture_proxy(llm_url, engine.model, ingress="direct", replicas=1)
-        try:
-            yield target
-        finally:
-            stop_capture_proxy(target)
+        yield engine, llm_url
+
+
+@pytest.fixture(scope="module")
+def proxy(fake_engine: tuple[FakeEngine, str]) -> Iterator[ProxyTarget]:
+    engine, llm_url = fake_engine
+    target = start_capture_proxy(llm_url, engine.model, ingress="direct", replicas=1)
+    try:
+        yield target
+    finally:
+        stop_capture_proxy(target)
 
 
 class Service:
@@ -60,12 +66,13 @@ def service_factory(proxy: ProxyTarget, tmp_path: Path):
 
     def make(name: str, *, work=STUB, updater=None, **config) -> Service:
         """`work=None` runs real Harbor trials on the hosts."""
+        config = {"proxy": proxy, **config}
         handle = start_controller(
-            name, ControllerConfig(work_dir=tmp_path / name, proxy=proxy, **config),
+            name, ControllerConfig(work_dir=tmp_path / name, **config),
             updater or FakeWeightUpdater(("engine-0", "engine-1")),
             work=chat_agent(2) if work is STUB else work)
         ray.get(handle.policy.remote())
-        started.append(handle)
+        started.append((handle, config["proxy"].app))
         app = build_controller_app(ActorController(handle), KEY)
         context = serve_in_thread(app)
         service = Service(handle, context.__enter__(), app)
@@ -77,6 +84,7 @@ def service_factory(proxy: ProxyTarget, tmp_path: Path):
         if hasattr(thing, "__exit__"):
             thing.__exit__(None, None, None)
         else:
-            ray.get(thing.shutdown.remote())
-            ray.kill(thing)
-            ray.kill(ray.get_actor(policy_actor_name(proxy.app), namespace=NAMESPACE))
+            handle, app = thing
+            ray.get(handle.shutdown.remote())
+            ray.kill(handle)
+            ray.kill(ray.get_actor(policy_actor_name(app), namespace=NAMESPACE))

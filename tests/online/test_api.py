@@ -135,3 +135,32 @@ def test_cancel_ends_a_group_s_rollouts_as_cancelled_rows(service_factory) -> No
     stats = service.http.get("/v1/stats").json()
     assert stats["errors"] == {"cancelled": 2} and stats["cancelled"] == 1
     assert stats["in_flight"] == 0 and service.http.get("/v1/groups").json()["groups"] == []
+
+
+def test_host_ingress_turns_carry_the_version_too(service_factory, fake_engine) -> None:
+    from harbor_ray.cluster.host import ProxyTarget
+
+    engine, llm_url = fake_engine
+    hosts_serve = ProxyTarget(url=llm_url, served_model=engine.model, ingress="host",
+                              app="online-host-ingress")
+    service = service_factory("host-ingress", proxy=hosts_serve)
+    assert service.http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1}
+                             ).status_code == 200
+    service.http.post("/v1/rollouts", json=SUBMIT)
+    (group,) = service.wait_groups(1)
+    assert {(t["policy_version_start"], t["policy_version_end"]) for t in group["turns"]} == {
+        (1, 1)}
+
+
+def test_every_ready_group_is_also_written_to_the_dataset(service_factory, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "dataset"
+    service = service_factory("dataset", out=out)
+    service.http.post("/v1/rollouts", json=SUBMIT)
+    (group,) = service.wait_groups(1)
+    # On disk before it could be delivered, and before any acknowledgement.
+    rollout_ids = {r["rollout_id"] for r in group["rollouts"]}
+    assert set(pq.read_table(out / "rollouts").column("rollout_id").to_pylist()) == rollout_ids
+    assert set(pq.read_table(out / "turns").column("rollout_id").to_pylist()) == rollout_ids
+    assert (out / "_manifest.json").exists()

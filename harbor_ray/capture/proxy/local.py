@@ -66,15 +66,18 @@ async def serve_capture(
     store: InMemorySessionStore, engine: Engine, served_model: str, *,
     host: str = "127.0.0.1", stitch: bool = True,
     wrap: Callable[[CaptureApp], CaptureApp] | None = None,
+    policy_version: Callable[[], int | None] = lambda: 0,
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
-    already), in the running loop; stop it on exit.
+    already), in the running loop; stop it on exit. `policy_version` stamps each turn
+    (`build_capture_app`'s).
 
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
     app = build_capture_app(store, engine,
-                            CaptureSettings(served_model=served_model, stitch=stitch))
+                            CaptureSettings(served_model=served_model, stitch=stitch),
+                            policy_version=policy_version)
     served = app if wrap is None else wrap(app)
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -1,0 +1,196 @@
+"""The Ray Serve application builders behind `serve_configs/online_*.yaml`.
+
+One `serve run` brings up three applications: the engine (`build_engine_app`, the same
+as `serve_configs/engine_*.yaml`), the capture proxy (`build_capture`: the sweep's
+`CaptureProxy` deployment) and the controller (`build_controller`: the HTTP API in front
+of the `Controller` actor, which runs rollouts on rollout hosts through the cluster
+layer's `RolloutRunner`, as a sweep does). Builders take the YAML's `args:` as a plain
+dict and validate it themselves (a closed model: an unknown field fails the deploy,
+naming it), as `build_engine_app` does, so the YAML works with `serve run` unchanged.
+
+Both builders take the engine's own `args:` (`engine:`, a YAML alias of the engine
+app's), so the served model's name and weights are written once.
+
+Lifetimes. The controller's state lives in a named detached actor, not in the HTTP
+replicas: a replica that Serve restarts (or a second one) finds the same actor by name,
+so no accepted request or undelivered group is lost. The actor goes when its
+application does: the replica's destructor, which Serve runs whenever it stops a replica
+gracefully, removes the actor (and its hosts, sandboxes and the policy version actor)
+only when the application itself is being deleted (`serve delete`, `serve shutdown`, a
+`serve run` interrupted), not when one replica is replaced. A replica that is killed
+runs no destructor, and leaves the actor to its successor.
+"""
+
+from __future__ import annotations
+
+# Serve imports this module in fresh processes (its build task, every replica), before
+# Harbor and LiteLLM, which reach for the network at import unless switched off.
+from harbor_ray.switches import set_switches
+
+set_switches()
+
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import ray  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, ValidationError  # noqa: E402
+from ray import serve  # noqa: E402
+from ray.serve import Application  # noqa: E402
+
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
+from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
+from harbor_ray.cluster.owner import NAMESPACE  # noqa: E402
+from harbor_ray.cluster.policy import policy_actor_name  # noqa: E402
+from harbor_ray.cluster.proxy_deployment import (  # noqa: E402
+    CAPTURE_ROUTE_PREFIX,
+    MAX_ONGOING_REQUESTS,
+    CaptureProxy,
+)
+from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME  # noqa: E402
+from harbor_ray.cluster.runner import RetryPolicy  # noqa: E402
+from harbor_ray.engine.config import EngineConfig  # noqa: E402
+from harbor_ray.engine.lifecycle import ENGINE_APP_NAME  # noqa: E402
+from harbor_ray.engine.replicas import serve_weight_updater  # noqa: E402
+from harbor_ray.engine.serve import resolve_model_source  # noqa: E402
+from harbor_ray.errors import ServiceConfigError  # noqa: E402
+from harbor_ray.online.app import ActorController, build_controller_app  # noqa: E402
+from harbor_ray.online.controller import ControllerConfig, start_controller  # noqa: E402
+from harbor_ray.online.key import load_or_create_key  # noqa: E402
+from harbor_ray.online.wire import StalePolicy  # noqa: E402
+from harbor_ray.serve_http import app_going_away, serve_http_base  # noqa: E402
+from harbor_ray.trials.backends import LOCAL  # noqa: E402
+
+__all__ = ["CaptureArgs", "ControllerArgs", "build_capture", "build_controller"]
+
+_log = logging.getLogger("ray.serve")
+
+_CACHE = Path("~/.cache/harbor_ray/online")
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: dict[str, Any] = Field(description="The engine app's `args:` (a YAML alias).")
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig.model_validate(self.engine)
+
+
+class CaptureArgs(_Args):
+    """`args:` of the capture app (`build_capture`)."""
+
+    engine_url: str | None = Field(
+        None, description="The engine's OpenAI base URL; None: Serve's own address with "
+        "the engine app at route prefix / (`http://HOST:PORT/v1`).")
+    replicas: int = Field(2, ge=1)
+    num_cpus: float = Field(0.1, ge=0)
+    max_ongoing_requests: int = Field(MAX_ONGOING_REQUESTS, ge=1)
+    engine_timeout_s: float = Field(DEFAULT_ENGINE_TIMEOUT_S, gt=0)
+    stitch: bool = True
+
+
+class ControllerArgs(_Args):
+    """`args:` of the controller app (`build_controller`)."""
+
+    key_file: Path = _CACHE / "controller.key"
+    engine_app: str = ENGINE_APP_NAME
+    capture_app: str = CAPTURE_APP_NAME
+    work_dir: Path = _CACHE / "work"
+    out: Path | None = None
+    dataset: str = "samples"
+    sandbox: str = LOCAL
+    capacity: int = Field(256, ge=1)
+    concurrency: int = Field(16, ge=1)
+    rollouts_per_host: int = Field(8, ge=1)
+    max_staleness: int | None = Field(None, ge=0)
+    stale_policy: StalePolicy = "drop"
+    retries: int = Field(1, ge=0)
+    grace_s: float = Field(60.0, gt=0)
+    weights_timeout_s: float = Field(900.0, gt=0)
+    retry_after_s: int = Field(5, ge=1)
+
+    def controller_config(self) -> ControllerConfig:
+        served_model = self.engine_config().model_id
+        proxy = ProxyTarget(url=serve_http_base(CAPTURE_ROUTE_PREFIX),
+                            served_model=served_model, ingress="direct",
+                            app=self.capture_app)
+        return ControllerConfig(
+            work_dir=self.work_dir.expanduser(), dataset=self.dataset, sandbox=self.sandbox,
+            capacity=self.capacity, concurrency=self.concurrency,
+            max_staleness=self.max_staleness, stale_policy=self.stale_policy,
+            retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
+            per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
+            retry_after_s=self.retry_after_s,
+            out=None if self.out is None else self.out.expanduser())
+
+
+def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
+    """`args` as `model`, the engine's included; a bad field fails naming it."""
+    where: tuple[str, ...] = ()
+    try:
+        parsed = model.model_validate(args)
+        where = ("engine",)
+        parsed.engine_config()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in (*where, *first["loc"]))
+        raise ServiceConfigError(f"{model.__name__} {field}: {first['msg']}") from exc
+    return parsed
+
+
+def build_capture(args: dict[str, Any]) -> Application:
+    """The capture proxy application from its YAML `args:` (`CaptureArgs`)."""
+    config = _validated(CaptureArgs, args)
+    return CaptureProxy.options(
+        num_replicas=config.replicas, max_ongoing_requests=config.max_ongoing_requests,
+        ray_actor_options={"num_cpus": config.num_cpus},
+    ).bind(config.engine_url, config.engine_config().model_id,
+           app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
+@serve.ingress()
+class OnlineController:
+    """One HTTP replica of the controller: the API over the controller actor."""
+
+    def __init__(self, config: ControllerArgs) -> None:
+        self._app = serve.get_replica_context().app_name
+        self._capture_app = config.capture_app
+        key_file = config.key_file.expanduser()
+        self._key, created = load_or_create_key(key_file)
+        _log.info("controller key %s %s", "created in" if created else "read from", key_file)
+        engine = config.engine_config()
+        updater = serve_weight_updater(config.engine_app, resolve_model_source(engine))
+        self._handle = start_controller(self._app, config.controller_config(), updater)
+        ray.get(self._handle.policy.remote())  # it answers before the replica does
+
+    async def __serve_build_asgi_app__(self) -> Any:
+        return build_controller_app(ActorController(self._handle), self._key)
+
+    async def check_health(self) -> None:
+        # A dead controller actor fails this replica's health check, so Serve replaces
+        # the replica, and the new one starts a controller (empty) instead of answering
+        # 500 for ever.
+        await self._handle.policy.remote()
+
+    async def __del__(self) -> None:
+        if await asyncio.to_thread(app_going_away, self._app):
+            await stop_controller(self._handle, self._capture_app)
+
+
+async def stop_controller(handle: Any, capture_app: str) -> None:
+    """End the controller actor: its rollouts, hosts and sandboxes, then the actor and
+    the policy version it published to the capture app."""
+    with contextlib.suppress(Exception):
+        await handle.shutdown.remote()
+    ray.kill(handle, no_restart=True)
+    with contextlib.suppress(ValueError):
+        ray.kill(ray.get_actor(policy_actor_name(capture_app), namespace=NAMESPACE))
+
+
+def build_controller(args: dict[str, Any]) -> Application:
+    """The controller application from its YAML `args:` (`ControllerArgs`)."""
+    return OnlineController.bind(_validated(ControllerArgs, args))
