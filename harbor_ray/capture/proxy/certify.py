@@ -46,17 +46,7 @@ class Certification(BaseModel):
 
 async def certify(engine: Engine, url: str, *, model: str | None = None) -> Certification:
     """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable."""
-    try:
-        listed = await engine.request("GET", "/v1/models")
-    except EngineError as exc:
-        raise CertificationError(f"cannot list models at {url}/v1/models: {exc.message}") from exc
-    models = [str(m.get("id")) for m in listed.get("data", []) if isinstance(m, dict)]
-    if model is None:
-        if not models:
-            raise CertificationError(f"{url}/v1/models lists no model; pass --model")
-        model = models[0]
-    elif models and model not in models:
-        raise CertificationError(f"model {model!r} is not served at {url}; it serves {models}")
+    models, model = await _listed(engine, url, model)
 
     probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
              "return_token_ids": True, "logprobs": True}
@@ -90,6 +80,33 @@ async def certify_url(url: str, model: str | None = None) -> Certification:
         return await certify(engine, engine.root, model=model)
     finally:
         await engine.aclose()
+
+
+async def reachable_url(url: str, model: str) -> None:
+    """That the engine at `url` answers here and lists `model`: what another node must
+    check once the engine is certified (its replies are the same from anywhere; only
+    the network path differs). Raises CertificationError otherwise."""
+    engine = HttpEngine(url)
+    try:
+        await _listed(engine, engine.root, model)
+    finally:
+        await engine.aclose()
+
+
+async def _listed(engine: Engine, url: str, model: str | None) -> tuple[list[str], str]:
+    """The engine's listed models and the one to use (`model`, or the first listed)."""
+    try:
+        listed = await engine.request("GET", "/v1/models")
+    except EngineError as exc:
+        raise CertificationError(f"cannot list models at {url}/v1/models: {exc.message}") from exc
+    models = [str(m.get("id")) for m in listed.get("data", []) if isinstance(m, dict)]
+    if model is None:
+        if not models:
+            raise CertificationError(f"{url}/v1/models lists no model; pass --model")
+        model = models[0]
+    elif models and model not in models:
+        raise CertificationError(f"model {model!r} is not served at {url}; it serves {models}")
+    return models, model
 
 
 def _capture_problems(reply: dict[str, Any]) -> list[str]:
