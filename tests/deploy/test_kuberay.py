@@ -105,3 +105,50 @@ def test_the_dataset_volume_is_claimed_and_mounted_at_out() -> None:
     out = shlex.split(ray_job()["spec"]["entrypoint"])
     out_dir = out[out.index("--out") + 1]
     assert any(out_dir.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+RAYSERVICE = REPO / "deploy" / "kuberay" / "rayservice-online.yaml"
+ONLINE_GPU = REPO / "serve_configs" / "online_gpu.yaml"
+# Where the service keeps what must outlive a pod: on the head's volume.
+ON_THE_VOLUME = {"key_file", "work_dir", "out"}
+
+
+def ray_service() -> dict[str, Any]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(RAYSERVICE.read_text())}["RayService"]
+
+
+def test_rayservice_has_what_kuberay_requires() -> None:
+    service = ray_service()
+    assert service["apiVersion"] == "ray.io/v1"
+    assert DNS_1123.fullmatch(service["metadata"]["name"])
+    assert isinstance(service["spec"]["serveConfigV2"], str)  # KubeRay takes it as text
+    cluster = service["spec"]["rayClusterConfig"]
+    assert cluster["rayVersion"] == importlib.metadata.version("ray")
+    check_group(cluster["headGroupSpec"])
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    assert len(groups) == len(cluster["workerGroupSpecs"])
+    for group in groups.values():
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+        check_group(group)
+    (gpu,) = [g for g in groups.values() if "num-gpus" in g.get("rayStartParams", {})]
+    (container,) = gpu["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == gpu["rayStartParams"]["num-gpus"]
+    assert all(c["image"].endswith(":cpu") for g in groups.values() if g is not gpu
+               for c in g["template"]["spec"]["containers"])
+
+
+def test_rayservice_serves_online_gpu_yaml_with_its_state_on_the_volume() -> None:
+    served = yaml.safe_load(ray_service()["spec"]["serveConfigV2"])
+    expected = yaml.safe_load(ONLINE_GPU.read_text())["applications"]
+    apps = served["applications"]
+    assert [a["name"] for a in apps] == [a["name"] for a in expected]
+    head = ray_service()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    mounts = [m["mountPath"] for c in head["containers"] for m in c.get("volumeMounts", [])]
+    for application, want in zip(apps, expected, strict=True):
+        args = {k: v for k, v in application["args"].items() if k not in ON_THE_VOLUME}
+        assert {**application, "args": args} == {
+            **want, "args": {k: v for k, v in want["args"].items() if k not in ON_THE_VOLUME}}
+        for key in ON_THE_VOLUME & application["args"].keys():
+            assert any(application["args"][key].startswith(m.rstrip("/") + "/") for m in mounts), key
+    # The trainer reaches the controller from outside the pod.
+    assert served["http_options"]["host"] == "0.0.0.0"
