@@ -149,6 +149,7 @@ def test_rayservice_serves_online_gpu_yaml_with_its_state_on_the_volume() -> Non
         assert {**application, "args": args} == {
             **want, "args": {k: v for k, v in want["args"].items() if k not in ON_THE_VOLUME}}
         for key in ON_THE_VOLUME & application["args"].keys():
-            assert any(application["args"][key].startswith(m.rstrip("/") + "/") for m in mounts), key
+            path = application["args"][key]
+            assert any(path.startswith(m.rstrip("/") + "/") for m in mounts), key
     # The trainer reaches the controller from outside the pod.
     assert served["http_options"]["host"] == "0.0.0.0"
