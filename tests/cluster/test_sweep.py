@@ -231,8 +231,9 @@ async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
 
 def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # The slow rollout must still be running when the driver is killed, even when the
-    # fast ones land in one commit (rows are committed every 2 s).
+    # The slow rollout must still be running when the driver is killed. Wait for committed
+    # rows, not parts: when the fast ones all land in one commit, the second part is the
+    # slow rollout's own, and waiting for it leaves nothing to resume.
     tasks = _slow_tasks(tmp_path, 60)
     argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "oracle",
             "--dataset", str(tasks), "--out", str(out), "--concurrency", "2",
@@ -241,7 +242,7 @@ def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while len(list((out / "rollouts").glob("part-*"))) < 2:
+        while not any((out / "rollouts").glob("part-*")) or len(_rows(out)) < 2:
             assert first.poll() is None and time.monotonic() < deadline
             time.sleep(0.5)
     finally:
