@@ -666,7 +666,7 @@ def sweep(
         help="Ray cluster to run on (e.g. `auto`). Default: start a local one.")] = None,
     proxy_replicas: Annotated[int, typer.Option(
         help="Capture proxy replicas (a Ray Serve deployment) between agents and the "
-             "engine; none with --ingress host.")] = 2,
+             "engine, with --ingress direct or serve (host deploys none).")] = 2,
     rollouts_per_host: Annotated[int, typer.Option(
         help="Rollouts one host actor runs at once; hosts are started for --concurrency "
              "slots. A host that dies fails (and retries) only its own rollouts.")] = 8,
@@ -675,11 +675,11 @@ def sweep(
              "table per commit; 0: a commit per rollout). A driver killed in between "
              "loses only the rows since the last commit; a rerun redoes them.")] = 2.0,
     ingress: Annotated[str, typer.Option(
-        help="How agents reach the capture proxy: `direct` (a relay in each host to the "
-             "replicas' own sockets on its node), `serve` (Serve's HTTP proxy; for "
-             "replicas on other nodes), or `host` (no replicas: each rollout host serves "
-             "the proxy for its own sessions; about a tenth of the CPU per model call, "
-             "no actor calls on the hot path).")] = "direct",
+        help="How agents reach the capture proxy: `host` (each rollout host serves the "
+             "proxy for its own sessions and calls the engine: no replicas, no actor "
+             "calls on the hot path, the least CPU per model call), `direct` (--proxy-"
+             "replicas Serve replicas, reached by a relay in each host; needed for "
+             "--proxy-url), or `serve` (the replicas through Serve's HTTP proxy).")] = "host",
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
     proxy_url: Annotated[str | None, typer.Option(
         help="The capture proxy's address for agents in sandboxes that do not run on "

@@ -189,7 +189,7 @@ def main() -> None:
                                          http_port=free_port())
         # A rollout host without rollouts: it owns the sessions and runs the relay.
         owner = start_host(f"bench{uuid.uuid4().hex[:6]}", num_cpus=0,
-                           proxy=ProxyTarget(serve_url, "fake-model", app=APP))
+                           proxy=ProxyTarget(serve_url, "fake-model", "direct", app=APP))
         sessions = _sessions(owner, max(args.concurrency))
         targets = {"serve": (serve_url, sessions),
                    "direct": (ray.get(owner.capture_url.remote()), sessions)}

@@ -82,7 +82,7 @@ class ProxyTarget:
 
     url: str
     served_model: str
-    ingress: Ingress = "direct"
+    ingress: Ingress
     app: str = CAPTURE_APP_NAME
     # How long one engine call may take, wherever the proxy runs (the replicas are
     # deployed with it; with host ingress the hosts call the engine themselves).

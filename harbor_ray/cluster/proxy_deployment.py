@@ -136,7 +136,7 @@ def deploy_capture_proxy(
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
-    replicas directly through the app's registry (`ProxyTarget(app=app_name)`).
+    replicas directly through the app's registry (`ProxyTarget(ingress="direct", app=app_name)`).
 
     Serve is started on `http_port` (Serve's default when None) unless it already runs,
     in which case its own port is used. `num_cpus` is small so that replicas never wait

@@ -38,7 +38,7 @@ class ClusterSpec:
     llm_url: str | None = None  # an engine already running, or:
     engine_config: Path | None = None  # a Serve YAML started on the cluster for the run
     model: str | None = None  # the served model id; None: the first the engine lists
-    ingress: Ingress = "direct"
+    ingress: Ingress = "host"
     proxy_replicas: int = 2
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch

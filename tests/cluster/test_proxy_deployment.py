@@ -73,7 +73,7 @@ def owner(ray_cluster: None) -> Iterator[Any]:
 def new_host() -> Any:
     """A rollout host (no rollouts here): it owns sessions and runs the relay."""
     return start_host(f"t{uuid.uuid4().hex[:8]}", num_cpus=0,
-                      proxy=ProxyTarget("unused-serve-url", "fake-model", app=APP))
+                      proxy=ProxyTarget("unused-serve-url", "fake-model", "direct", app=APP))
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,7 @@ def host_for(proxy: ProxyTarget) -> Any:
 
 @pytest.fixture(scope="module")
 def relay_host(serve_url: str) -> Iterator[Any]:
-    handle = host_for(ProxyTarget("unused-serve-url", "fake-model", app=APP))
+    handle = host_for(ProxyTarget("unused-serve-url", "fake-model", "direct", app=APP))
     yield handle
     ray.kill(handle)
 

@@ -150,26 +150,29 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     assert len(pq.read_table(out / "turns")) == recorded
 
 
-@pytest.mark.parametrize(("ingress", "replicas"), [("direct", 2), ("host", None)])
+@pytest.mark.parametrize(("ingress", "replicas"), [("direct", 2), (None, None)],
+                         ids=["direct", "default"])
 def test_sweep_command_certifies_once_and_stores_it(
-    tmp_path: Path, scripted_engine: tuple[FakeEngine, str], ingress: Ingress,
+    tmp_path: Path, scripted_engine: tuple[FakeEngine, str], ingress: Ingress | None,
     replicas: int | None,
 ) -> None:
-    """The entry point users run: certify, deploy the proxy (unless the hosts serve it),
-    sweep, remove the proxy, and keep the certification in the manifest."""
+    """The entry point users run: certify, deploy the proxy (unless the hosts serve it,
+    the default), sweep, remove the proxy, and keep the certification in the manifest."""
     engine, llm_url = scripted_engine
     out = tmp_path / "out"
     argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "terminus-2",
             "--llm-url", llm_url, "--task", "hello-file", "-n", "2", "--budget", "6",
-            "--out", str(out), "--name", "cli", "--ingress", ingress,
+            "--out", str(out), "--name", "cli",
             "--ray-address", ray.get_runtime_context().gcs_address]
+    argv += ["--ingress", ingress] if ingress else []
     engine.calls.clear()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "hello-file" in done.stderr and str(out) in done.stderr  # the summary
     manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["engine"]["served_model"] and manifest["engine"]["returns_token_ids"]
-    assert manifest["ingress"] == ingress and manifest["proxy_replicas"] == replicas
+    assert manifest["ingress"] == (ingress or "host")
+    assert manifest["proxy_replicas"] == replicas
     assert manifest["ended_at"] is not None
     rows = pq.read_table(out / "rollouts").to_pylist()
     assert [r["ok"] for r in rows] == [True, True]
