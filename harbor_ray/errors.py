@@ -54,6 +54,19 @@ HarborRayError                           harbor_ray refused or failed something
 class HarborRayError(Exception):
     """Root of every exception harbor_ray raises on purpose."""
 
+    def __reduce__(self) -> tuple:
+        # Errors cross Ray (raised in an actor, caught by its caller), which pickles them.
+        # Exception's own pickling calls __init__ with `args` (the message alone here),
+        # which a subclass taking more arguments refuses: rebuild without __init__.
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[HarborRayError], args: tuple, state: dict) -> HarborRayError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 # --- the capture proxy -------------------------------------------------------------------
 
@@ -232,10 +245,6 @@ class FieldError(OnlineError):
         super().__init__(message)
         self.status, self.field = status, field
 
-    def __reduce__(self) -> tuple:
-        # Raised in the controller actor, caught in the HTTP replica: Ray pickles it.
-        return type(self), (self.status, self.field, str(self))
-
 
 class OverCapacity(OnlineError):
     """Accepting the submit would put more rollouts unfinished than the capacity."""
@@ -245,9 +254,6 @@ class OverCapacity(OnlineError):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-    def __reduce__(self) -> tuple:
-        return type(self), (str(self), self.retry_after_s)
 
 
 class WeightUpdateError(OnlineError):
@@ -259,9 +265,6 @@ class WeightUpdateError(OnlineError):
     def __init__(self, message: str, replicas: list) -> None:
         super().__init__(message)
         self.replicas = replicas
-
-    def __reduce__(self) -> tuple:
-        return type(self), (str(self), self.replicas)
 
 
 class ClientError(OnlineError):

@@ -4,12 +4,21 @@
 
 import importlib
 import inspect
+import pickle
 import re
 from pathlib import Path
 
+import pytest
+
 import harbor_ray
 import harbor_ray.errors
-from harbor_ray.errors import HarborRayError
+from harbor_ray.errors import (
+    ClientError,
+    FieldError,
+    HarborRayError,
+    OverCapacity,
+    WeightUpdateError,
+)
 
 _PACKAGE = Path(harbor_ray.__file__).parent
 
@@ -90,3 +99,19 @@ def test_the_docstring_tree_is_the_hierarchy():
         else:
             assert family == [parent], f"{name} is drawn under {parent}, derives from {family}"
             assert stdlib == others, f"{name} is drawn with bases {stdlib}, has {others}"
+
+
+@pytest.mark.parametrize("error", [
+    FieldError(400, "task", "no task 'x'"),
+    OverCapacity("at capacity", retry_after_s=5),
+    WeightUpdateError("replica 1 timed out", replicas=[{"replica": "r1", "ok": False}]),
+    ClientError(409, "stale", field="version", replicas=[{"replica": "r1"}]),
+    HarborRayError("plain"),
+], ids=lambda e: type(e).__name__)
+def test_errors_survive_pickling_with_their_attributes(error: HarborRayError) -> None:
+    """Ray pickles an error raised in an actor for its caller; one whose constructor
+    takes more than the message must come back whole, not as a TypeError."""
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error) and back.args == error.args
+    assert vars(back) == vars(error)
