@@ -8,7 +8,8 @@ owner before the reply leaves, and the agent's retry lands on another replica.
 
 Two ingresses reach the same app in each replica:
 - direct (what hosts give agents): each replica serves the app at the root of its own
-  socket (loopback; its node's address on a cluster of several nodes) and registers it
+  socket (loopback; its node's address on a cluster of several nodes, or once a node
+  joins) and registers it
   (direct_ingress.py, replica_registry.py); each rollout host runs a relay that spreads
   connections over the registered replicas on its node, or over those on other nodes
   when its node has none (balancer.py);
@@ -144,7 +145,8 @@ def deploy_capture_proxy(
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
     `stitch` is `CaptureSettings.stitch`. `across_nodes`: each replica's direct socket
     listens on its node's address instead of loopback, so that hosts on nodes without a
-    replica reach it (session keys still required; a replica has no admin routes).
+    replica reach it (session keys still required; a replica has no admin routes);
+    without it, a replica adds that socket once a second node joins (direct_ingress.py).
     """
     ensure_serve(http_port, across_nodes=across_nodes)
     ensure_registry(app_name)
