@@ -27,13 +27,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import ray
 
 from harbor_ray.capture.proxy.app import CaptureApp
 from harbor_ray.capture.proxy.server import bind, serve
-from harbor_ray.cluster.nodes import alive_nodes
+from harbor_ray.cluster.nodes import ClusterNode, alive_nodes
 from harbor_ray.cluster.replica_registry import ReplicaEntry
 
 _log = logging.getLogger(__name__)
@@ -46,32 +45,34 @@ WATCH_S = 2.0
 class DirectIngress:
     """The app on its own socket (two, once widened), for as long as the replica runs."""
 
-    def __init__(self, app: CaptureApp, registry: Any, entry: ReplicaEntry,
+    def __init__(self, app: CaptureApp, registry: Any, entry: ReplicaEntry, node: ClusterNode,
                  serving: asyncio.Task[None], stop: asyncio.Event) -> None:
-        self._app, self._registry, self.entry = app, registry, entry
+        self._app, self._registry, self.entry, self._node = app, registry, entry, node
         self._serving, self._stop = [serving], stop
         self._watching: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, app: CaptureApp, registry: Any, replica_id: str, *,
-                    across_nodes: bool = False, watch_s: float = WATCH_S) -> DirectIngress:
-        """Serve `app` (whose lifespan Serve runs) and register it with `registry`; on
-        loopback, watch for a node joining every `watch_s` seconds."""
+    async def start(cls, app: CaptureApp, registry: Any, replica_id: str, node: ClusterNode,
+                    *, across_nodes: bool = False, watch_s: float = WATCH_S,
+                    nodes: Callable[[], Sequence[ClusterNode]] = alive_nodes
+                    ) -> DirectIngress:
+        """Serve `app` (whose lifespan Serve runs) and register it with `registry`, as
+        replica `replica_id` on `node` (this process's); on loopback, look for a second
+        node in `nodes()` every `watch_s` seconds."""
         stop = asyncio.Event()
-        address = ray.util.get_node_ip_address() if across_nodes else "127.0.0.1"
-        serving, url = await _serving(app, address, stop)
-        entry = ReplicaEntry(replica_id, url, app.state.instance_id,
-                             ray.get_runtime_context().get_node_id())
+        serving, url = await _serving(app, node.ip if across_nodes else "127.0.0.1", stop)
+        entry = ReplicaEntry(replica_id, url, app.state.instance_id, node.node_id)
         await registry.register.remote(entry)
-        ingress = cls(app, registry, entry, serving, stop)
+        ingress = cls(app, registry, entry, node, serving, stop)
         if not across_nodes:
-            ingress._watching = asyncio.create_task(ingress._widen_when_joined(watch_s))
+            ingress._watching = asyncio.create_task(ingress._widen_when_joined(nodes, watch_s))
         return ingress
 
-    async def _widen_when_joined(self, watch_s: float) -> None:
+    async def _widen_when_joined(self, nodes: Callable[[], Sequence[ClusterNode]],
+                                 watch_s: float) -> None:
         while True:
             try:
-                if len(await asyncio.to_thread(alive_nodes)) > 1:
+                if len(await asyncio.to_thread(nodes)) > 1:
                     break
             except Exception:  # the GCS busy or restarting: look again later
                 _log.warning("cannot list the cluster's nodes", exc_info=True)
@@ -81,7 +82,7 @@ class DirectIngress:
     async def widen(self) -> None:
         """Also serve on the node's address, and register that socket instead of the
         loopback one (relays on any node can reach it)."""
-        serving, url = await _serving(self._app, ray.util.get_node_ip_address(), self._stop)
+        serving, url = await _serving(self._app, self._node.ip, self._stop)
         self._serving.append(serving)
         widened = dataclasses.replace(self.entry, url=url)
         await self._registry.register.remote(widened)

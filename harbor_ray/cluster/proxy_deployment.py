@@ -37,6 +37,7 @@ from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capt
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
+from harbor_ray.cluster.nodes import this_node
 from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
@@ -98,7 +99,7 @@ class CaptureProxy:
         )
         self._direct = await DirectIngress.start(
             app, ensure_registry(self._app_name),
-            serve.get_replica_context().replica_id.to_full_id_str(),
+            serve.get_replica_context().replica_id.to_full_id_str(), this_node(),
             across_nodes=self._across_nodes)
         return app
 

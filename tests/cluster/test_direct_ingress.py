@@ -12,12 +12,12 @@ import ray
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.session import InMemorySessionStore
-from harbor_ray.cluster import direct_ingress
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.nodes import ClusterNode
 from harbor_ray.cluster.replica_registry import ReplicaEntry, ReplicaRegistry, reachable
 
-pytestmark = pytest.mark.integration
+# A node address this machine can listen on that is not loopback (no Ray needed).
+HERE = ClusterNode("n1", ray.util.get_node_ip_address())
 
 
 class Registry:
@@ -42,18 +42,17 @@ async def _instance(url: str) -> str:
         return (await client.get(f"{url}/health")).json()["instance"]
 
 
-async def test_a_loopback_socket_widens_when_a_node_joins(
-        ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes = [ClusterNode("n1", "10.0.0.1")]
-    monkeypatch.setattr(direct_ingress, "alive_nodes", lambda: list(nodes))
+async def test_a_loopback_socket_widens_when_a_node_joins() -> None:
+    nodes = [HERE]
     app = build_capture_app(InMemorySessionStore(), FakeEngine(),
                             CaptureSettings(served_model="fake-model"))
     registry = Registry()
-    ingress = await DirectIngress.start(app, registry, "r1")
+    ingress = await DirectIngress.start(app, registry, "r1", HERE, watch_s=0.05,
+                                        nodes=lambda: list(nodes))
     try:
         [loopback] = registry.actor.entries()
         assert loopback.url.startswith("http://127.0.0.1:")
-        await asyncio.sleep(direct_ingress.WATCH_S + 0.5)  # one node: nothing changes
+        await asyncio.sleep(0.3)  # one node for a while: nothing changes
         assert registry.actor.entries() == [loopback]
         assert reachable(registry.actor.entries(), "another node") == []
 
@@ -62,8 +61,7 @@ async def test_a_loopback_socket_widens_when_a_node_joins(
             while registry.actor.entries() == [loopback]:
                 await asyncio.sleep(0.05)
         [widened] = registry.actor.entries()
-        node_ip = ray.util.get_node_ip_address()
-        assert widened.url.startswith(f"http://{node_ip}:")
+        assert widened.url.startswith(f"http://{HERE.ip}:")
         assert (widened.replica_id, widened.instance, widened.node) == (
             loopback.replica_id, loopback.instance, loopback.node)
         # A relay on the new node can use it; connections on loopback still are served.
