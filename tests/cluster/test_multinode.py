@@ -155,3 +155,21 @@ def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
     assert result == {"ok": count, "done": count}, [r["error"] for r in rows]
     assert len(_rows(out, "turns")) == calls * count
 
+
+def test_the_online_service_runs_a_group_over_the_nodes(
+        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    """The online service laid out as its `serve run` YAML does (the capture app from
+    its builder, one replica; the controller behind its HTTP API), the stub agent on
+    hosts spread over the nodes: two groups of two complete, every rollout ok, on more
+    than one node, and each of its calls one recorded turn, through the engine across
+    the bridge."""
+    calls, n, tasks = 2, 2, ["hello-file", "count-words"]
+    result = _job(multinode, "online", out=str(tmp_path / "work"), llm_url=multinode_engine,
+                  calls=calls, n=n, tasks=tasks)
+    rollouts = result["rollouts"]
+    assert result["groups"] == sorted(tasks)
+    assert len({r["rollout_id"] for r in rollouts}) == len(rollouts) == n * len(tasks)
+    assert all(r["ok"] and "infra_retries" not in r["findings"] for r in rollouts), rollouts
+    assert len({r["node"] for r in rollouts}) > 1, rollouts
+    assert len({r["host"] for r in rollouts}) == len(rollouts)  # one rollout per host
+    assert result["turns"] == calls * len(rollouts)
