@@ -18,8 +18,7 @@ A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
 - `direct`: a relay (balancer.py) on its own loopback port that splices each connection
   to a replica's direct socket, so that model calls skip Serve's shared HTTP proxy
   (docs/performance.md);
-- `serve`: Serve's route (for comparison, or where replicas run on other nodes: their
-  direct sockets are loopback-only);
+- `serve`: Serve's route (for comparison);
 - `host`: no replicas; the host serves the capture app itself, over the sessions it
   owns, and calls the engine. Admit and record are then calls within the process, not
   actor round trips, so a model call costs the cluster several times less CPU
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
@@ -172,17 +172,21 @@ class RolloutHost(SessionOwner):
 
 
 def start_host(
-    name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None
+    name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
+    node_id: str | None = None,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
     Spread over the nodes: with so small a request Ray's default would pack every host
-    on the driver's node, while its sandboxes want the whole cluster's cores."""
+    on the driver's node, while its sandboxes want the whole cluster's cores. On
+    `node_id` only, if given (the pool steering clear of a node it suspects lost): if
+    that node goes too, the host fails to start rather than land elsewhere."""
     remote = ray.remote(RolloutHost).options(
         name=owner_actor_name(name),
         namespace=NAMESPACE,
         num_cpus=num_cpus,
-        scheduling_strategy="SPREAD",
+        scheduling_strategy="SPREAD" if node_id is None
+        else NodeAffinitySchedulingStrategy(node_id, soft=False),
         max_restarts=0,
         max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV},

@@ -17,6 +17,11 @@ class ClusterNode:
     ip: str
 
 
+def this_node() -> ClusterNode:
+    """The node this process (a Ray worker or driver) runs on."""
+    return ClusterNode(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
+
+
 def alive_nodes() -> list[ClusterNode]:
     return [ClusterNode(n["NodeID"], n["NodeManagerAddress"]) for n in ray.nodes()
             if n["Alive"]]

@@ -3,19 +3,31 @@
 A rollout takes a slot on the least-loaded live host; hosts start when a slot is first
 needed (never more than `ceil(concurrency / per_host)` alive), and a host that died or
 was killed is dropped, its rollouts already failed, and a fresh one takes its place.
+Fresh hosts keep off the nodes where hosts died until those are shown alive
+(suspects.py): a node lost at once is still listed alive for a while.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayError, RayTaskError
 
 from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
+from harbor_ray.cluster.nodes import alive_nodes, pinned
 from harbor_ray.cluster.reaper import reap_host
+from harbor_ray.cluster.suspects import SuspectNodes, choose_node
+
+# How long a node where a host died is avoided at most, if nothing shows it alive and
+# Ray keeps listing it: far longer than Ray takes to declare a lost node dead.
+SUSPECT_S = 300.0
 
 
 @dataclass
@@ -26,10 +38,16 @@ class Host:
     running: int = 0
     alive: bool = True
     placement: Placement | None = None  # set from `ready`
+    target: str | None = None  # the Ray node it was pinned to, if it was
 
     @property
     def node(self) -> str | None:
         return None if self.placement is None else self.placement.ip
+
+    @property
+    def node_id(self) -> str | None:
+        """The Ray node it runs on, or was pinned to; None while Ray places it."""
+        return self.target if self.placement is None else self.placement.node_id
 
 
 class HostPool:
@@ -43,6 +61,8 @@ class HostPool:
         num_cpus: float,
         work: Work | None = None,
         sandboxes_dir: Path | None = None,
+        suspect_s: float = SUSPECT_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if per_host < 1:
             raise ValueError("rollouts per host must be at least 1")
@@ -53,6 +73,8 @@ class HostPool:
         self._prefix = secrets.token_hex(4)
         self._started = 0
         self._hosts: list[Host] = []
+        self._suspects = SuspectNodes(suspect_s, clock)
+        self._probes: dict[Any, str] = {}  # ObjectRef of work pinned to a suspect -> node
 
     @property
     def hosts(self) -> list[Host]:
@@ -72,17 +94,23 @@ class HostPool:
 
     def lost(self, host: Host) -> None:
         """The host died (its rollouts fail on their own): never place anything on it,
-        and reap what its sandboxes left on its node."""
+        reap what its sandboxes left on its node, and keep new hosts off that node until
+        work pinned there runs (the reaper, else a no-op): if it does, the host died
+        alone; if the node was lost, Ray still lists it alive for a while."""
         if not host.alive:
             return
-        host.alive = False
-        if self._sandboxes_dir is not None and host.placement is not None:
-            self.reaping.append(
-                reap_host(self._sandboxes_dir, host.name, host.placement.node_id))
+        reaper = self._retire(host)
+        if (node_id := host.node_id) is None:
+            return
+        self._suspects.suspect(node_id)
+        probe = reaper if reaper is not None else pinned(_ran, node_id).remote()
+        self._probes[probe] = node_id
 
     def kill(self, host: Host) -> None:
-        """End a host that no longer answers (a rollout ignored its cancellation)."""
-        self.lost(host)
+        """End a host that no longer answers (a rollout ignored its cancellation, or it
+        never started): the host is at fault, not its node."""
+        if host.alive:
+            self._retire(host)
         ray.kill(host.handle, no_restart=True)
 
     def shutdown(self) -> None:
@@ -90,11 +118,50 @@ class HostPool:
             host.alive = False  # ended, not lost: the caller reaps everywhere after
             ray.kill(host.handle, no_restart=True)
 
+    def _retire(self, host: Host) -> Any | None:
+        """Drop `host` and reap its sandboxes on its node: the reaper's ObjectRef, if any."""
+        host.alive = False
+        if self._sandboxes_dir is None or host.node_id is None:
+            return None
+        reaper = reap_host(self._sandboxes_dir, host.name, host.node_id)
+        self.reaping.append(reaper)
+        return reaper
+
     def _start(self) -> Host:
         name = f"{self._prefix}h{self._started}"
         self._started += 1
+        node_id = self._node_for_new_host()
         handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                            work=self._work)
-        host = Host(name, handle, handle.node.remote())
+                            work=self._work, node_id=node_id)
+        host = Host(name, handle, handle.node.remote(), target=node_id)
         self._hosts.append(host)
         return host
+
+    def _node_for_new_host(self) -> str | None:
+        """A trusted node while some listed node is suspect; None: Ray spreads it."""
+        if not self._suspects:
+            return None
+        self._collect_probes()
+        alive = [node.node_id for node in alive_nodes()]
+        load = Counter(h.node_id for h in self.hosts if h.node_id is not None)
+        return choose_node(alive, self._suspects.current(alive), load)
+
+    def _collect_probes(self) -> None:
+        """Clear the suspects whose pinned work has run (without waiting for any)."""
+        if not self._probes:
+            return
+        done, _ = ray.wait(list(self._probes), num_returns=len(self._probes), timeout=0)
+        for ref in done:
+            node_id = self._probes.pop(ref)
+            try:
+                ray.get(ref)
+            except RayTaskError:
+                pass  # it raised, so it ran there: the node is alive
+            except RayError:
+                continue  # never ran: the node is gone, or going
+            self._suspects.cleared(node_id)
+
+
+@ray.remote
+def _ran() -> None:
+    """Nothing, on a node: that it returns shows the node alive."""

@@ -8,7 +8,8 @@ owner before the reply leaves, and the agent's retry lands on another replica.
 
 Two ingresses reach the same app in each replica:
 - direct (what hosts give agents): each replica serves the app at the root of its own
-  socket (loopback; its node's address on a cluster of several nodes) and registers it
+  socket (loopback; its node's address on a cluster of several nodes, or once a node
+  joins) and registers it
   (direct_ingress.py, replica_registry.py); each rollout host runs a relay that spreads
   connections over the registered replicas on its node, or over those on other nodes
   when its node has none (balancer.py);
@@ -36,6 +37,7 @@ from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capt
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
+from harbor_ray.cluster.nodes import this_node
 from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
@@ -97,7 +99,7 @@ class CaptureProxy:
         )
         self._direct = await DirectIngress.start(
             app, ensure_registry(self._app_name),
-            serve.get_replica_context().replica_id.to_full_id_str(),
+            serve.get_replica_context().replica_id.to_full_id_str(), this_node(),
             across_nodes=self._across_nodes)
         return app
 
@@ -144,7 +146,8 @@ def deploy_capture_proxy(
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
     `stitch` is `CaptureSettings.stitch`. `across_nodes`: each replica's direct socket
     listens on its node's address instead of loopback, so that hosts on nodes without a
-    replica reach it (session keys still required; a replica has no admin routes).
+    replica reach it (session keys still required; a replica has no admin routes);
+    without it, a replica adds that socket once a second node joins (direct_ingress.py).
     """
     ensure_serve(http_port, across_nodes=across_nodes)
     ensure_registry(app_name)

@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import ray
+from ray import serve
 
 from harbor_ray.capture.proxy.certify import certify_url
 from harbor_ray.cluster.host import Work
@@ -123,7 +125,52 @@ def certify_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"driver": served, "error": None}
 
 
-JOBS = {"placement": placement, "sweep": sweep_job, "certify": certify_job}
+def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The online service as `serve run serve_configs/online_*.yaml` lays it out, on the
+    cluster: the capture app from its builder (which knows nothing of nodes), the
+    controller (its hosts running the stub agent, `calls` calls each) behind its HTTP
+    API; `tasks` groups of `n` submitted, the finished groups' rollouts, turns and
+    nodes."""
+    from harbor_ray.cluster.proxy_deployment import ensure_serve
+    from harbor_ray.online.app import ActorController, build_controller_app
+    from harbor_ray.online.controller import start_controller
+    from harbor_ray.online.serve import ControllerArgs, build_capture, stop_controller
+    from harbor_ray.online.weights import FakeWeightUpdater
+    from tests.fixtures.threaded import serve_in_thread
+
+    ray.init(address=address, log_to_driver=False)
+    # As the sweeps here start it (a later test may need Serve on every interface).
+    ensure_serve(across_nodes=True)
+    engine = {"model_id": asyncio.run(certify_url(args["llm_url"])).served_model}
+    serve.run(build_capture({"engine": engine, "engine_url": args["llm_url"],
+                             "replicas": 1}), name="capture", route_prefix="/capture")
+    config = ControllerArgs(engine=engine, work_dir=Path(args["out"]), concurrency=4,
+                            rollouts_per_host=1).controller_config()
+    handle = start_controller("mn", config, FakeWeightUpdater(), work=chat_agent(args["calls"]))
+    try:
+        with serve_in_thread(build_controller_app(ActorController(handle), "k")) as url:
+            http = httpx.Client(base_url=url, headers={"authorization": "Bearer k"},
+                                timeout=60)
+            submitted = http.post("/v1/rollouts", json={
+                "request_id": "mn", "agent": "terminus-2",
+                "tasks": [{"task": task, "n": args["n"]} for task in args["tasks"]]})
+            submitted.raise_for_status()
+            groups: list[dict[str, Any]] = []
+            while len(groups) < len(args["tasks"]):  # each poll has every unacked group
+                groups = http.get("/v1/groups", params={"wait_s": 5}).json()["groups"]
+    finally:
+        asyncio.run(stop_controller(handle, "capture"))
+        serve.delete("capture")
+    keys = ("rollout_id", "ok", "node", "host", "error")
+    return {"groups": sorted(g["task"] for g in groups),
+            "turns": sum(len(g["turns"]) for g in groups),
+            "rollouts": [{**{key: r[key] for key in keys},
+                          "findings": [f["code"] for f in r["findings"]]}
+                         for g in groups for r in g["rollouts"]]}
+
+
+JOBS = {"placement": placement, "sweep": sweep_job, "certify": certify_job,
+        "online": online_job}
 
 
 def main() -> None:
