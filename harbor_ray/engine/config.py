@@ -20,8 +20,10 @@ from harbor_ray.engine.node_init import SkipNodeInitForLocalModel
 
 DEFAULT_MODEL_SOURCE = "default"
 VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
-"""vLLM's cache directory (its compiled models among it); vLLM reads it only from the
-environment."""
+"""vLLM's cache directory; vLLM reads it only from the environment."""
+INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
+"""torch.compile's (Inductor's) cache of compiled graphs and kernels: what a later start
+of the same model loads instead of compiling. Its default is under /tmp."""
 WORKER_EXTENSION = "harbor_ray.engine.worker.WeightReloadExtension"
 
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
@@ -53,10 +55,11 @@ class EngineConfig(BaseModel):
     cache_dir: Path | None = Field(
         default=None,
         description=(
-            "Where the default model is prepared, and where vLLM keeps its cache (the "
-            "torch.compile of each model it served, in `vllm/`: a later start loads it "
-            "instead of compiling again). None: $XDG_CACHE_HOME/harbor_ray/models, else "
-            "~/.cache/harbor_ray/models. An env_vars VLLM_CACHE_ROOT moves vLLM's part."
+            "Where the default model is prepared, and where the engine keeps vLLM's cache "
+            "(`vllm/`) and torch.compile's (`torchinductor/`: the compiled model, which a "
+            "later start loads instead of compiling again). None: "
+            "$XDG_CACHE_HOME/harbor_ray/models, else ~/.cache/harbor_ray/models. "
+            "VLLM_CACHE_ROOT or TORCHINDUCTOR_CACHE_DIR in env_vars move either."
         ),
     )
     accelerator: Literal["cpu", "gpu"] = Field(
@@ -140,12 +143,18 @@ class EngineConfig(BaseModel):
 
     @property
     def engine_env(self) -> dict[str, str]:
-        """The engine processes' environment: env_vars, with vLLM's cache under the
-        model cache unless they name one. vLLM's default (~/.cache/vllm) would do on
-        one machine too, but the model cache is the directory a deployment already
-        keeps (a volume), so the compiled model survives with the weights."""
-        vllm_cache = (self.cache_dir or default_cache_dir()) / "vllm"
-        return {VLLM_CACHE_ROOT: str(vllm_cache), **self.env_vars}
+        """The engine processes' environment: env_vars, with vLLM's and torch.compile's
+        caches under the model cache unless they name their own. Inductor's default
+        (/tmp/torchinductor_USER) is gone after a reboot or a new container, and then
+        the next start compiles the model again (minutes on a small CPU); the model
+        cache is the directory a deployment already keeps (a volume), so the compiled
+        model survives with the weights."""
+        cache = self.cache_dir or default_cache_dir()
+        return {
+            VLLM_CACHE_ROOT: str(cache / "vllm"),
+            INDUCTOR_CACHE_DIR: str(cache / "torchinductor"),
+            **self.env_vars,
+        }
 
 
 def to_llm_config(

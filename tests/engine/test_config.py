@@ -68,6 +68,7 @@ def test_cpu_yaml_is_the_default_model_on_one_cpu() -> None:
     assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
     env = dict(llm.runtime_env["env_vars"])
     assert Path(env.pop("VLLM_CACHE_ROOT")).name == "vllm"
+    assert Path(env.pop("TORCHINDUCTOR_CACHE_DIR")).name == "torchinductor"
     assert env == {
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "HF_HUB_OFFLINE": "1",
@@ -104,13 +105,14 @@ def test_max_model_len_is_left_to_vllm_when_unset() -> None:
     assert "max_model_len" not in llm.engine_kwargs
 
 
-def test_vllms_cache_lives_under_the_model_cache() -> None:
+def test_compile_caches_live_under_the_model_cache() -> None:
     # Where the compiled model is kept, so that a later start loads it.
     llm = to_llm_config(EngineConfig(cache_dir=Path("/models")), "/m")
-    assert llm.runtime_env == {"env_vars": {"VLLM_CACHE_ROOT": "/models/vllm"}}
+    assert llm.runtime_env == {"env_vars": {
+        "VLLM_CACHE_ROOT": "/models/vllm", "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor"}}
 
 
-def test_vllms_cache_follows_the_default_model_cache(
+def test_compile_caches_follow_the_default_model_cache(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -120,10 +122,11 @@ def test_vllms_cache_follows_the_default_model_cache(
     )
 
 
-def test_a_vllm_cache_named_in_env_vars_wins() -> None:
+def test_a_cache_named_in_env_vars_wins() -> None:
     config = EngineConfig(cache_dir=Path("/models"), env_vars={"VLLM_CACHE_ROOT": "/fast/vllm"})
     llm = to_llm_config(config, "/m")
-    assert llm.runtime_env == {"env_vars": {"VLLM_CACHE_ROOT": "/fast/vllm"}}
+    assert llm.runtime_env == {"env_vars": {
+        "VLLM_CACHE_ROOT": "/fast/vllm", "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor"}}
 
 
 def test_no_template_named_leaves_the_models_own() -> None:
