@@ -172,7 +172,9 @@ _MILESTONES = (
 )
 _READY = "Serve: replica healthy, routes updated, /v1/models answers"
 
-# What became of vLLM's compile cache (its AOT-compiled model), by its log lines.
+# What became of vLLM's AOT compile cache, by its log lines. With VLLM_USE_AOT_COMPILE=0
+# (engine_cpu.yaml) Inductor's own caches serve instead and log nothing: the warm-up's
+# length tells a hit (seconds) from a compile (minutes).
 _COMPILE_CACHE = (
     ("loaded", re.compile(r"Directly load AOT compilation from path")),
     ("load failed, compiled again", re.compile(r"Compiling model again due to a load failure")),
@@ -214,7 +216,7 @@ def compile_cache_outcome(log_text: str) -> str:
     """What vLLM did with its compile cache: its first outcome line, in log order."""
     found = [(match.start(), name) for name, pattern in _COMPILE_CACHE
              if (match := pattern.search(log_text))]
-    return min(found)[1] if found else "not used (no torch.compile)"
+    return min(found)[1] if found else "no AOT cache lines (AOT compile off, or eager)"
 
 
 class LogTail:
