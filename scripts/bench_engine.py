@@ -1,13 +1,15 @@
 """The real engine's cost, and the capture proxy's share of it, in one run.
 
 Prints: the engine's start-up time (when this script starts it) and where it went, as
-vLLM's own log lines tell it (weights, torch.compile, the engine's init with KV cache and
-warm-up; the rest is Ray, Serve, process start and imports), SmolLM2's tokens/s and
-per-request latency called directly and through the capture proxy at 1, 8 and 32
-concurrent requests (the ratio is the proxy's cost), and the peak resident memory of
-the engine's processes while it worked. With `--baseline OLD.yaml` it first starts and
-measures OLD the same way, then prints the new config's start-up and direct tokens/s
-as ratios to OLD's.
+the processes' own log lines tell it (the driver's part, each of the replica's,
+EngineCore's and the worker's process start with its imports, the weights, the warm-up
+with torch.compile or its cache, the KV cache, Serve's health check), what became of
+vLLM's compile cache, and the CPU seconds vLLM's processes and the Serve replicas spent
+starting; SmolLM2's tokens/s and per-request latency called directly and through the
+capture proxy at 1, 8 and 32 concurrent requests (the ratio is the proxy's cost), and
+the peak resident memory of the engine's processes while it worked. With
+`--baseline OLD.yaml` it first starts and measures OLD the same way, then prints the
+new config's start-up (wall and CPU) and direct tokens/s as ratios to OLD's.
 
     .venv/bin/python scripts/bench_engine.py                  # starts the engine itself
     .venv/bin/python scripts/bench_engine.py --baseline OLD.yaml --address auto --port 8140
@@ -24,6 +26,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -51,9 +54,16 @@ def engine_rss_bytes() -> int:
     return total
 
 
-def vllm_cpu_seconds(gcs_address: str) -> float:
-    """CPU seconds used so far by the vLLM processes (EngineCore, workers) of the Ray
-    cluster at `gcs_address`: the descendants of its raylet, whatever else runs here."""
+VLLM_PROCESSES = (b"VLLM::",)
+"""Command-line prefixes of vLLM's own processes (EngineCore, its workers)."""
+REPLICA_PROCESSES = (b"ray::ServeReplica:",)
+"""The Serve replicas around them (the LLM server that owns the engine, the ingress)."""
+
+
+def cpu_seconds(gcs_address: str, prefixes: tuple[bytes, ...] = VLLM_PROCESSES) -> float:
+    """CPU seconds used so far by the processes of the Ray cluster at `gcs_address`
+    whose command line starts with one of `prefixes`: the raylet's descendants only,
+    whatever else runs on this machine."""
     parents: dict[int, int] = {}
     titles: dict[int, bytes] = {}
     for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
@@ -67,7 +77,7 @@ def vllm_cpu_seconds(gcs_address: str) -> float:
                if b"raylet" in title and f"--gcs-address={gcs_address}".encode() in title}
     ticks = 0
     for pid, title in titles.items():
-        if not title.startswith(b"VLLM::"):
+        if not title.startswith(prefixes):
             continue
         ancestor = parents.get(pid)
         while ancestor and ancestor not in raylets:
@@ -135,10 +145,78 @@ async def load(url: str, key: str | None, concurrency: int, requests: int,
 # vLLM's own timings of the start-up phases it knows (first number of each line).
 _PHASES = {
     "weights": re.compile(r"Loading weights took ([\d.]+) s"),
-    "torch.compile": re.compile(r"torch\.compile took ([\d.]+) s in total"),
     "engine init (profile, KV cache, warm-up)": re.compile(
         r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
 }
+
+# The milestones of a start, in the order they happen, from the processes' own log
+# lines (Serve's carry the year, vLLM's do not); a phase runs from the milestone seen
+# before it. Which process imports what is what the breakdown is for: each of the
+# replica, EngineCore and the worker imports torch and vLLM before it logs anything.
+_SERVE_TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
+_VLLM_TIME = r"(\d\d-\d\d \d\d:\d\d:\d\d) \[[\w.]+:\d+\]"
+_MILESTONES = (
+    ("driver: model prepared, app built, Serve started",
+     re.compile(_SERVE_TIME + r" controller \d+ -- Deploying new version of Deployment")),
+    ("replica scheduled, its process up, vLLM imported",
+     re.compile(_SERVE_TIME + r" \S*Server:\S+ \S+ -- Started initializing replica")),
+    ("EngineCore's process up, vLLM imported",
+     re.compile(_VLLM_TIME + r" Initializing a V1 LLM engine")),
+    ("the worker's process up, vLLM imported",
+     re.compile(_VLLM_TIME + r" Starting to load model")),
+    ("weights", re.compile(_VLLM_TIME + r" Loading weights took")),
+    ("to the warm-up", re.compile(_VLLM_TIME + r" Warming up model for the compilation")),
+    ("warm-up: torch.compile, or loading its cache",
+     re.compile(_VLLM_TIME + r" Warming up done")),
+    ("KV cache, the server's state", re.compile(_SERVE_TIME + r" \S+ \S+ -- Started vLLM engine")),
+)
+_READY = "Serve: replica healthy, routes updated, /v1/models answers"
+
+# What became of vLLM's AOT compile cache, by its log lines. With VLLM_USE_AOT_COMPILE=0
+# (engine_cpu.yaml) Inductor's own caches serve instead and log nothing: the warm-up's
+# length tells a hit (seconds) from a compile (minutes).
+_COMPILE_CACHE = (
+    ("loaded", re.compile(r"Directly load AOT compilation from path")),
+    ("load failed, compiled again", re.compile(r"Compiling model again due to a load failure")),
+    ("compiled and saved", re.compile(r"saved AOT compiled function")),
+)
+
+
+def startup_phases(log_text: str) -> dict[str, float]:
+    """Seconds of each phase vLLM logged (the last such line: one engine per run)."""
+    phases = {}
+    for name, pattern in _PHASES.items():
+        if found := pattern.findall(log_text):
+            phases[name] = float(found[-1])
+    return phases
+
+
+def _stamp(text: str, year: int) -> float:
+    if len(text) == len("12-01 20:19:27"):  # vLLM's: no year, no fraction
+        text = f"{year}-{text},000"
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def startup_timeline(log_text: str, started: float, ready: float) -> list[tuple[str, float]]:
+    """(phase, seconds) from `started` to `ready` (wall clock), split at each
+    milestone the logs show (the first of each kind); a missing one merges its phase
+    into the next."""
+    year = datetime.fromtimestamp(started).year
+    seen = sorted((_stamp(found.group(1), year), name) for name, pattern in _MILESTONES
+                  if (found := pattern.search(log_text)))
+    timeline, previous = [], started
+    for at, name in seen:
+        timeline.append((name, max(0.0, at - previous)))
+        previous = max(previous, at)
+    timeline.append((_READY, ready - previous))
+    return timeline
+
+
+def compile_cache_outcome(log_text: str) -> str:
+    """What vLLM did with its compile cache: its first outcome line, in log order."""
+    found = [(match.start(), name) for name, pattern in _COMPILE_CACHE
+             if (match := pattern.search(log_text))]
+    return min(found)[1] if found else "no AOT cache lines (AOT compile off, or eager)"
 
 
 class LogTail:
@@ -162,15 +240,6 @@ class LogTail:
         return "\n".join(parts)
 
 
-def startup_phases(log_text: str) -> dict[str, float]:
-    """Seconds of each phase vLLM logged (the last such line: one engine per run)."""
-    phases = {}
-    for name, pattern in _PHASES.items():
-        if found := pattern.findall(log_text):
-            phases[name] = float(found[-1])
-    return phases
-
-
 @dataclass
 class Run:
     """One engine config measured: its start-up, and direct tokens/s by concurrency."""
@@ -178,6 +247,10 @@ class Run:
     config: Path
     startup_s: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    timeline: list[tuple[str, float]] = field(default_factory=list)
+    compile_cache: str = ""
+    # CPU seconds the start cost: vLLM's processes, and the Serve replicas around them.
+    startup_cpu_s: dict[str, float] = field(default_factory=dict)
     direct_tok_s: dict[int, float] = field(default_factory=dict)
     # Tokens per CPU second of the vLLM processes: what tokens/s would be with their
     # CPU to themselves, so two configs compare even while other work shares the cores.
@@ -205,9 +278,9 @@ async def bench(llm_url: str, concurrencies: list[int], max_tokens: int, rounds:
             with PeakMemory() as memory:
                 for c in concurrencies:
                     n = c * rounds
-                    cpu = vllm_cpu_seconds(gcs) if gcs else 0.0
+                    cpu = cpu_seconds(gcs) if gcs else 0.0
                     d = await load(engine.root, None, c, n, direct_body)
-                    cpu = vllm_cpu_seconds(gcs) - cpu if gcs else 0.0
+                    cpu = cpu_seconds(gcs) - cpu if gcs else 0.0
                     run.direct_tok_s[c] = d[0]
                     # tokens/s times the seconds of the run = the tokens sampled.
                     run.tok_per_cpu_s[c] = d[0] * d[3] / cpu if cpu else float("nan")
@@ -235,21 +308,28 @@ def start_and_bench(config: Path, args: argparse.Namespace, with_proxy: bool) ->
     run = Run(config)
     print(f"== {config}", flush=True)
     logs = LogTail()
-    started = time.perf_counter()
+    started, started_wall = time.perf_counter(), time.time()
     with PeakMemory() as memory:
         handle = engine_up(config, ray_address=args.address, port=args.port,
                            progress=lambda m: print(f"  {m}", flush=True))
     run.startup_s = time.perf_counter() - started
-    run.phases = startup_phases(logs.new_text())
-    print(f"engine start-up: {run.startup_s:.0f} s "
+    gcs = ray.get_runtime_context().gcs_address
+    run.startup_cpu_s = {"vLLM (EngineCore, worker)": cpu_seconds(gcs, VLLM_PROCESSES),
+                         "Serve replicas (server, ingress)": cpu_seconds(gcs, REPLICA_PROCESSES)}
+    text = logs.new_text()
+    run.phases = startup_phases(text)
+    run.timeline = startup_timeline(text, started_wall, started_wall + run.startup_s)
+    run.compile_cache = compile_cache_outcome(text)
+    print(f"engine start-up: {run.startup_s:.0f} s, load {os.getloadavg()[0]:.1f} "
           f"(peak memory while starting {memory.peak / 2**30:.2f} GiB)")
+    for name, seconds in run.timeline:
+        print(f"  {name:<58} {seconds:6.1f} s")
+    print("  as vLLM timed them:")
     for name, seconds in run.phases.items():
-        print(f"  {name:<42} {seconds:6.1f} s")
-    # The engine's init includes torch.compile; Ray, Serve, process starts and imports
-    # are what vLLM does not time.
-    vllm_s = run.phases.get("weights", 0) + run.phases.get(
-        "engine init (profile, KV cache, warm-up)", 0)
-    print(f"  {'the rest (Ray, Serve, processes, imports)':<42} {run.startup_s - vllm_s:6.1f} s")
+        print(f"    {name:<56} {seconds:6.1f} s")
+    print(f"  compile cache: {run.compile_cache}")
+    for name, seconds in run.startup_cpu_s.items():
+        print(f"  CPU seconds of {name}: {seconds:.1f}")
     try:
         asyncio.run(bench(handle.url, args.concurrency, args.max_tokens, args.rounds, run,
                           with_proxy))
@@ -262,6 +342,10 @@ def compare(old: Run, new: Run) -> None:
     print(f"\n{new.config} against {old.config}:")
     print(f"  start-up {old.startup_s:.0f} s -> {new.startup_s:.0f} s "
           f"({new.startup_s / old.startup_s:.2f}x)")
+    for name, seconds in new.startup_cpu_s.items():
+        before = old.startup_cpu_s[name]
+        print(f"  start-up CPU seconds of {name}: {before:.1f} -> {seconds:.1f} "
+              f"({seconds / before:.2f}x)")
     for c, tok_s in new.direct_tok_s.items():
         before = old.direct_tok_s[c]
         print(f"  direct tok/s at {c:>2}: {before:.1f} -> {tok_s:.1f} ({tok_s / before:.3f}x)")

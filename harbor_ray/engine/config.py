@@ -15,9 +15,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray.serve.llm import LLMConfig
 
+from harbor_ray.engine.model import default_cache_dir
 from harbor_ray.engine.node_init import SkipNodeInitForLocalModel
 
 DEFAULT_MODEL_SOURCE = "default"
+VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
+"""vLLM's cache directory; vLLM reads it only from the environment."""
+INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
+"""torch.compile's (Inductor's) cache of compiled graphs and kernels: what a later start
+of the same model loads instead of compiling. Its default is under /tmp."""
 WORKER_EXTENSION = "harbor_ray.engine.worker.WeightReloadExtension"
 
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
@@ -49,8 +55,11 @@ class EngineConfig(BaseModel):
     cache_dir: Path | None = Field(
         default=None,
         description=(
-            "Where the default model is prepared. None: $XDG_CACHE_HOME/harbor_ray/models, "
-            "else ~/.cache/harbor_ray/models. Only used with model_source `default`."
+            "Where the default model is prepared, and where the engine keeps vLLM's cache "
+            "(`vllm/`) and torch.compile's (`torchinductor/`: the compiled model, which a "
+            "later start loads instead of compiling again). None: "
+            "$XDG_CACHE_HOME/harbor_ray/models, else ~/.cache/harbor_ray/models. "
+            "VLLM_CACHE_ROOT or TORCHINDUCTOR_CACHE_DIR in env_vars move either."
         ),
     )
     accelerator: Literal["cpu", "gpu"] = Field(
@@ -132,6 +141,21 @@ class EngineConfig(BaseModel):
     def uses_default_model(self) -> bool:
         return self.model_source == DEFAULT_MODEL_SOURCE
 
+    @property
+    def engine_env(self) -> dict[str, str]:
+        """The engine processes' environment: env_vars, with vLLM's and torch.compile's
+        caches under the model cache unless they name their own. Inductor's default
+        (/tmp/torchinductor_USER) is gone after a reboot or a new container, and then
+        the next start compiles the model again (minutes on a small CPU); the model
+        cache is the directory a deployment already keeps (a volume), so the compiled
+        model survives with the weights."""
+        cache = self.cache_dir or default_cache_dir()
+        return {
+            VLLM_CACHE_ROOT: str(cache / "vllm"),
+            INDUCTOR_CACHE_DIR: str(cache / "torchinductor"),
+            **self.env_vars,
+        }
+
 
 def to_llm_config(
     config: EngineConfig, model_source: str, chat_template: Path | None = None
@@ -166,7 +190,7 @@ def to_llm_config(
             "num_replicas": config.num_replicas,
             "ray_actor_options": {"num_cpus": 0},
         },
-        runtime_env={"env_vars": dict(config.env_vars)} if config.env_vars else None,
+        runtime_env={"env_vars": config.engine_env},
         # Finds vLLM's tokenizer service, for /tokenize (engine/tokenize.py).
         server_cls="harbor_ray.engine.tokenize:TokenizingServer",
         callback_config={"callback_class": SkipNodeInitForLocalModel},

@@ -66,13 +66,16 @@ def test_cpu_yaml_is_the_default_model_on_one_cpu() -> None:
     assert llm.get_engine_config().placement_bundles == [{"CPU": 1}]
     # The replica actor must not add its own CPU to the engine's bundle.
     assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
-    assert llm.runtime_env == {
-        "env_vars": {
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
+    env = dict(llm.runtime_env["env_vars"])
+    assert Path(env.pop("VLLM_CACHE_ROOT")).name == "vllm"
+    assert Path(env.pop("TORCHINDUCTOR_CACHE_DIR")).name == "torchinductor"
+    assert env == {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        # vLLM's AOT compile cache never loads on torch 2.13; its older one does.
+        "VLLM_USE_AOT_COMPILE": "0",
     }
 
 
@@ -100,7 +103,30 @@ def test_engines_carry_the_weight_reload_worker_methods() -> None:
 def test_max_model_len_is_left_to_vllm_when_unset() -> None:
     llm = to_llm_config(EngineConfig(), "/m")
     assert "max_model_len" not in llm.engine_kwargs
-    assert llm.runtime_env is None
+
+
+def test_compile_caches_live_under_the_model_cache() -> None:
+    # Where the compiled model is kept, so that a later start loads it.
+    llm = to_llm_config(EngineConfig(cache_dir=Path("/models")), "/m")
+    assert llm.runtime_env == {"env_vars": {
+        "VLLM_CACHE_ROOT": "/models/vllm", "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor"}}
+
+
+def test_compile_caches_follow_the_default_model_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    llm = to_llm_config(EngineConfig(), "/m")
+    assert llm.runtime_env["env_vars"]["VLLM_CACHE_ROOT"] == str(
+        tmp_path / "harbor_ray" / "models" / "vllm"
+    )
+
+
+def test_a_cache_named_in_env_vars_wins() -> None:
+    config = EngineConfig(cache_dir=Path("/models"), env_vars={"VLLM_CACHE_ROOT": "/fast/vllm"})
+    llm = to_llm_config(config, "/m")
+    assert llm.runtime_env == {"env_vars": {
+        "VLLM_CACHE_ROOT": "/fast/vllm", "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor"}}
 
 
 def test_no_template_named_leaves_the_models_own() -> None:
