@@ -264,7 +264,9 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
                          retries=0, commit_s=args.commit_s)
     cpu: dict[str, float] = {}
     tree: dict[str, dict[int, tuple[str, float]]] = {}
-    profiler = Profiler(args.py_spy, out / "profiles") if args.py_spy else None
+    # Kept after the run (the output directory is not), named in the output.
+    profiler = (Profiler(args.py_spy, Path(tempfile.mkdtemp(prefix="hr-bench-profiles-")))
+                if args.py_spy else None)
 
     def on_stats(stats) -> None:
         # From the first wave's end (the hosts are up and warm: their start-up is not a

@@ -55,6 +55,9 @@ __all__ = ["RolloutRecord", "encode_record", "placed", "rollouts_table", "warm_u
 
 # zstd at its fastest level: as small as the Parquet parts, a few ms per million ids.
 _WIRE_CODEC = pa.Codec("zstd", 1)
+# Given, so that Arrow does not read its defaults from the environment for every stream.
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()
+_INT32_MAX = np.iinfo(np.int32).max
 Versions = tuple[int | None, int | None]
 _NO_GRAPH = build_graph(())  # a rollout without a capture has no turns to link
 
@@ -142,7 +145,7 @@ def _with_row(record: RolloutRecord, **update: Any) -> RolloutRecord:
 def _to_wire(table: pa.Table) -> tuple[pa.Buffer, int]:
     """`table` as an IPC stream compressed as one block, and the stream's size."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as stream:
         stream.write_table(table)
     raw = sink.getvalue()
     return _WIRE_CODEC.compress(raw), raw.size
@@ -253,7 +256,7 @@ def _list_array(arrays: Sequence[np.ndarray | None], list_type: pa.ListType) -> 
     lengths = np.fromiter((0 if a is None else len(a) for a in arrays), np.int64, len(arrays))
     offsets = np.zeros(len(arrays) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
+    if offsets[-1] > _INT32_MAX:
         raise ValueError(f"{offsets[-1]} values exceed one Arrow list array's 32-bit offsets")
     present = [a for a in arrays if a is not None]
     dtype = list_type.value_type.to_pandas_dtype()
