@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pyarrow.parquet as pq
 import ray
@@ -79,26 +79,181 @@ async def _certified(llm_url: str) -> str:
         await engine.aclose()
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (field 3 on), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def netns_cpu_s(namespaces: list[str]) -> float:
     """CPU seconds used so far by the live processes in `namespaces` (with their waited-for
     children's)."""
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for ns in namespaces:
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
                               check=False).stdout.split()
         for pid in pids:
+            if (fields := _stat_fields(pid)) is not None:
+                total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / _TICK
+
+
+def process_class(pid: int, driver: int, engine: int | None) -> str:
+    """What a process of the sweep is, by its pid or its (Ray-set) title."""
+    if pid == driver:
+        return "driver"
+    if pid == engine:
+        return "stub engine"
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "gone"
+    if not title.strip():
+        return "gone"  # a zombie
+    if title.startswith("ray::RolloutHost"):
+        return "hosts"
+    if title.startswith("ray::"):
+        return "other Ray workers"
+    program, *rest = title.split()
+    if Path(program).name in ("raylet", "gcs_server"):
+        return Path(program).name
+    # Ray's Python daemons (dashboard agent, log monitor, ...) by their script's name.
+    script = next((Path(a).name for a in rest if a.endswith(".py")), Path(program).name)
+    return f"Ray {script.removesuffix('.py')}"
+
+
+def tree_cpu_s(driver: int, engine: int | None) -> dict[int, tuple[str, float]]:
+    """Each live process under `driver` (itself included: Ray's daemons and workers, the
+    stub engine): its class and CPU seconds so far, its own only (a child's are its own
+    entry, so that nothing counts twice)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = {}, [driver]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        if (fields := _stat_fields(pid)) is not None:
+            out[pid] = (process_class(pid, driver, engine),
+                        (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
+
+
+def cpu_by_class(start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]
+                 ) -> dict[str, float]:
+    """CPU seconds each process class used between two `tree_cpu_s` readings (a process
+    that started in between counts from zero; one that ended is lost, as are its
+    seconds: few and short-lived here, such as reaper tasks)."""
+    used: dict[str, float] = {}
+    for pid, (name, seconds) in end.items():
+        before = start.get(pid, (name, 0.0))[1]
+        used[name] = used.get(name, 0.0) + seconds - before
+    return used
+
+
+def threads_cpu_s(pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far of the threads of `pids`, summed by thread name (Python's main
+    thread against Ray's core-worker and gRPC threads, which a Python profiler misses)."""
+    used: dict[str, float] = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
             try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
+                name = (task / "comm").read_text().strip()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / tick
+            if (fields := _stat_fields(f"{pid}/task/{task.name}")) is not None:
+                # Numbered threads of one pool (e.g. "worker.1") count as one name.
+                key = name.rstrip("0123456789").rstrip(".-_") or name
+                used[key] = used.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+    return used
+
+
+class Profiler:
+    """py-spy (given by path: it is not a project dependency) on one host, the driver and
+    the stub engine over the steady state, then each profile's hottest functions. It
+    samples the thread holding the GIL: Python's CPU (the threads' own split, from /proc,
+    says how much else there is)."""
+
+    def __init__(self, py_spy: str, directory: Path) -> None:
+        self.py_spy, self.directory = py_spy, directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._running: dict[str, tuple[subprocess.Popen, Path]] = {}
+        self._threads: dict[str, dict[str, float]] = {}
+        self._host_pids: list[int] = []
+
+    def start(self, tree: dict[int, tuple[str, float]]) -> None:
+        first: dict[str, int] = {}
+        for pid, (name, _) in sorted(tree.items()):
+            first.setdefault(name, pid)
+        self._host_pids = [pid for pid, (name, _) in tree.items() if name == "hosts"]
+        self._threads["start"] = threads_cpu_s(self._host_pids)
+        for name in ("hosts", "driver", "stub engine"):
+            if name in first:
+                path = self.directory / f"{name.replace(' ', '_')}-{first[name]}.txt"
+                proc = subprocess.Popen(
+                    [self.py_spy, "record", "--pid", str(first[name]), "--format", "raw",
+                     "--nonblocking", "--gil", "--rate", "200", "-o", str(path)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                self._running[name] = (proc, path)
+
+    def stop(self) -> None:
+        self._threads["end"] = threads_cpu_s(self._host_pids)
+        for proc, _ in self._running.values():
+            proc.send_signal(2)  # SIGINT: py-spy writes its profile and exits
+        for proc, _ in self._running.values():
+            proc.wait(timeout=60)
+
+    def summaries(self, top: int = 12) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        start, end = self._threads.get("start", {}), self._threads.get("end", {})
+        out["host threads (CPU s over the window, all hosts)"] = {
+            name: round(end[name] - start.get(name, 0.0), 2)
+            for name in sorted(end, key=lambda n: start.get(n, 0.0) - end[n])[:8]}
+        for name, (_, path) in self._running.items():
+            if path.exists():
+                out[name] = hottest(path.read_text(), top) | {"file": str(path)}
+        return out
+
+
+def hottest(raw: str, top: int) -> dict[str, Any]:
+    """From py-spy's raw (collapsed) stacks: the share of samples in each function itself
+    and in each function with its callees (once per stack)."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        samples += n
+        frames = [_short(f) for f in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + n
+
+    def ranked(counts: dict[str, int]) -> list[str]:
+        best = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        return [f"{100 * n / max(samples, 1):.1f}% {frame}" for frame, n in best]
+
+    return {"samples": samples, "self": ranked(own), "inclusive": ranked(total)}
+
+
+def _short(frame: str) -> str:
+    """`func (path/to/module.py:12)` as `func (module.py)`."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({Path(where.rsplit(':', 1)[0]).name})" if where else name
 
 
 async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarget,
-                    out_root: Path) -> dict[str, float]:
+                    out_root: Path, engine_pid: int | None) -> dict[str, Any]:
     tasks = select_tasks(resolve_dataset("samples"), ["hello-file"])
     count = concurrency * args.waves
     out = out_root / f"c{concurrency}"
@@ -108,17 +263,29 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
     config = SweepConfig(out=out, concurrency=concurrency, per_host=per_host, proxy=proxy,
                          retries=0, commit_s=args.commit_s)
     cpu: dict[str, float] = {}
+    tree: dict[str, dict[int, tuple[str, float]]] = {}
+    # Kept after the run (the output directory is not), named in the output.
+    profiler = (Profiler(args.py_spy, Path(tempfile.mkdtemp(prefix="hr-bench-profiles-")))
+                if args.py_spy else None)
 
     def on_stats(stats) -> None:
         # From the first wave's end (the hosts are up and warm: their start-up is not a
-        # model call's cost) to the last row (before the hosts are shut down: their CPU
+        # rollout's cost) to the last row (before the hosts are shut down: their CPU
         # would go with them).
-        if not args.cpu_netns:
-            return
-        if stats.done == concurrency and "start" not in cpu:
-            cpu["start"] = netns_cpu_s(args.cpu_netns)
-        if stats.done == stats.total and "end" not in cpu:
-            cpu["end"] = netns_cpu_s(args.cpu_netns)
+        if stats.done == concurrency and "start" not in tree:
+            tree["start"] = tree_cpu_s(os.getpid(), engine_pid)
+            cpu["start_t"] = time.perf_counter()
+            if args.cpu_netns:
+                cpu["start"] = netns_cpu_s(args.cpu_netns)
+            if profiler is not None:
+                profiler.start(tree["start"])
+        if stats.done == stats.total and "end" not in tree:
+            tree["end"] = tree_cpu_s(os.getpid(), engine_pid)
+            cpu["end_t"] = time.perf_counter()
+            if args.cpu_netns:
+                cpu["end"] = netns_cpu_s(args.cpu_netns)
+            if profiler is not None:
+                profiler.stop()
 
     started = time.perf_counter()
     wall_start = time.time()
@@ -129,8 +296,16 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
     # roughly cancel out).
     cpu_ms = (1e3 * (cpu["end"] - cpu["start"]) / ((count - concurrency) * args.calls)
               if "start" in cpu and "end" in cpu and count > concurrency else float("nan"))
+    # The same window, by process class, per rollout that ended in it.
+    steady = count - concurrency
+    by_class = ({name: 1e3 * s / steady for name, s in
+                 cpu_by_class(tree["start"], tree["end"]).items()}
+                if "end" in tree and steady > 0 else {})
+    window_s = cpu.get("end_t", 0.0) - cpu.get("start_t", 0.0)
     return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
-            "cluster_cpu_ms_per_call": cpu_ms,
+            "cluster_cpu_ms_per_call": cpu_ms, "cpu_ms_per_rollout": by_class,
+            "steady_window_s": window_s, "load": os.getloadavg(),
+            "profiles": None if profiler is None else profiler.summaries(),
             "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
             "wall_s": wall, "per_min": 60 * count / wall,
             "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error),
@@ -189,6 +364,10 @@ def main() -> None:
                         help="an engine already running (default: start the stub engine)")
     parser.add_argument("--netns-nodes", type=int, default=None,
                         help="run on a cluster of this many namespaced nodes (root)")
+    parser.add_argument("--py-spy", default=None, metavar="PATH",
+                        help="py-spy's executable: profile one host, the driver and the "
+                             "stub engine over the steady state and print their hottest "
+                             "functions")
     parser.add_argument("--cpu-netns", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.netns_nodes is not None:
@@ -210,7 +389,8 @@ def main() -> None:
                                     replicas=args.replicas)
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as out_root:
             for concurrency in args.concurrency:
-                row = asyncio.run(one_level(concurrency, args, proxy, Path(out_root)))
+                row = asyncio.run(one_level(concurrency, args, proxy, Path(out_root),
+                                            None if engine is None else engine.pid))
                 rows.append(row)
                 print(f"c={concurrency}: {row}", flush=True)
     finally:
@@ -242,6 +422,20 @@ def main() -> None:
         print(f"| {r['concurrency']} | {r['open_ms']:.2f} | {r['work_s']:.2f} | "
               f"{r['close_ms']:.2f} | {r['return_to_commit_ms']:.0f} | "
               f"{r['write_ms_per_rollout']:.2f} |")
+    print("\nCPU ms per rollout by process class, from the first wave's end to the last row "
+          "(/proc; the load average at the level's end):")
+    classes = sorted({c for r in rows for c in r["cpu_ms_per_rollout"]},
+                     key=lambda c: -max(r["cpu_ms_per_rollout"].get(c, 0.0) for r in rows))
+    print("| concurrency | window s | " + " | ".join(classes) + " | all | load 1/5 min |")
+    print("|---|---|" + "---|" * (len(classes) + 2))
+    for r in rows:
+        used = r["cpu_ms_per_rollout"]
+        print(f"| {r['concurrency']} | {r['steady_window_s']:.1f} | "
+              + " | ".join(f"{used.get(c, 0.0):.1f}" for c in classes)
+              + f" | {sum(used.values()):.1f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
+    for r in rows:
+        for name, summary in (r["profiles"] or {}).items():
+            print(f"\nc={r['concurrency']} {name}: {summary}")
 
 
 def on_netns_cluster(nodes: int, delay_ms: float) -> None:

@@ -11,7 +11,11 @@ is among the recorded turns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import aiohttp
 import orjson
@@ -22,6 +26,34 @@ from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 _RETRYABLE = frozenset({404, 500, 502, 503, 504})  # a replica restarting answers 404/5xx
+# One client per event loop (a host's) while rollouts run in it, its keep-alive
+# connections shared by them: a client per rollout cost its host a connector's set-up
+# and teardown each time, CPU that a real agent spends in its own process.
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Shared] = (
+    weakref.WeakKeyDictionary())
+
+
+@dataclass
+class _Shared:
+    http: aiohttp.ClientSession
+    users: int = 0
+
+
+@contextlib.asynccontextmanager
+async def _client() -> AsyncIterator[aiohttp.ClientSession]:
+    """This loop's client, closed once no rollout uses it."""
+    loop = asyncio.get_running_loop()
+    shared = _CLIENTS.get(loop)
+    if shared is None:
+        shared = _CLIENTS[loop] = _Shared(aiohttp.ClientSession())
+    shared.users += 1
+    try:
+        yield shared.http
+    finally:
+        shared.users -= 1
+        if not shared.users:
+            del _CLIENTS[loop]
+            await shared.http.close()
 
 
 def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: int = 8,
@@ -38,15 +70,15 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
         messages = [{"role": "user", "content": f"task {spec.rollout_id}: begin"}]
         answers: list[str] = []
         retried = 0
+        request = _Request(f"{capture.host_url}/v1/chat/completions",
+                           {"authorization": f"Bearer {session.key}"},
+                           aiohttp.ClientTimeout(total=call_timeout_s))
         try:
-            async with aiohttp.ClientSession(
-                    headers={"authorization": f"Bearer {session.key}"},
-                    timeout=aiohttp.ClientTimeout(total=call_timeout_s)) as http:
+            async with _client() as http:
                 for step in range(calls):
                     body = {"model": capture.served_model, "messages": messages,
                             "max_tokens": max_tokens}
-                    answer, tries = await _call(http, f"{capture.host_url}/v1/chat/completions",
-                                                body, retries, backoff_s)
+                    answer, tries = await _call(http, request, body, retries, backoff_s)
                     retried += tries
                     if answer is None:
                         break
@@ -81,12 +113,22 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
     return work
 
 
-async def _call(http: aiohttp.ClientSession, url: str, body: dict, retries: int,
+@dataclass(frozen=True)
+class _Request:
+    """Where a rollout's calls go, with its session's key."""
+
+    url: str
+    headers: dict[str, str]
+    timeout: aiohttp.ClientTimeout
+
+
+async def _call(http: aiohttp.ClientSession, request: _Request, body: dict, retries: int,
                 backoff_s: float) -> tuple[str | None, int]:
     """The answer's text and how many retries it took; None if every try failed."""
     for attempt in range(retries + 1):
         try:
-            async with http.post(url, json=body) as reply:
+            async with http.post(request.url, json=body, headers=request.headers,
+                                      timeout=request.timeout) as reply:
                 if reply.status == 200:
                     data = await reply.json()
                     return data["choices"][0]["message"]["content"], attempt

@@ -12,9 +12,14 @@ prompt for a root or an unlinked turn), because the graph links turns by exactly
 prefix: the stored size is the rollout's unique tokens, not the sum of its prompts,
 which grows with the square of the number of turns. `rebuild.rebuild_prompts` inverts it.
 
-Between processes a record's tables travel as Arrow IPC streams compressed with zstd
-(`RolloutRecord.__reduce__`): uncompressed, the token ids of a long rollout are about
-twice their Parquet size, and Ray would copy all of it (docs/performance.md).
+Between processes a record's token tables travel as Arrow IPC streams, each compressed
+with zstd as one block (`RolloutRecord.__reduce__`): uncompressed, the token ids of a
+long rollout are about twice their Parquet size, and Ray would copy all of it
+(docs/performance.md). One block, not Arrow's per-buffer compression: that starts zstd
+afresh for every buffer of every column, which cost milliseconds per record for a
+rollout of a few turns. The rollouts/ row travels as its typed `result`, and is made
+where it is needed: the writer makes a commit's rows at once, where Arrow's conversion
+of a row's Python values costs a few per cent of making each row's table alone.
 
 Everything here is pure: no Ray, no I/O, no clock.
 """
@@ -22,6 +27,7 @@ Everything here is pure: no Ray, no I/O, no clock.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,10 +50,15 @@ from harbor_ray.data.schema import (
 )
 from harbor_ray.trials.result import FindingRecord, RolloutResult
 
-__all__ = ["RolloutRecord", "encode_record", "placed", "warm_up", "with_findings"]
+__all__ = ["RolloutRecord", "encode_record", "placed", "rollouts_table", "warm_up",
+           "with_findings"]
 
 # zstd at its fastest level: as small as the Parquet parts, a few ms per million ids.
-_WIRE_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 1))
+_WIRE_CODEC = pa.Codec("zstd", 1)
+# Given, so that Arrow does not read its defaults from the environment for every stream.
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()
+_INT32_MAX = np.iinfo(np.int32).max
+Versions = tuple[int | None, int | None]
 _NO_GRAPH = build_graph(())  # a rollout without a capture has no turns to link
 
 
@@ -55,26 +66,33 @@ _NO_GRAPH = build_graph(())  # a rollout without a capture has no turns to link
 class RolloutRecord:
     """Everything one finished rollout adds to a dataset, and the row it is made of.
 
-    `result` is the row's typed form (what progress and summaries read); `rollout`,
-    `sequences` and `turns` are its rows of the three tables, in their schemas.
+    `result` is the row's typed form (what progress and summaries read); `turns` and
+    `sequences` are its rows of those tables, in their schemas; `rollout` its rollouts/
+    row, made from `result` and `versions` (its turns' oldest and newest policy
+    versions) when first read.
     """
 
     result: RolloutResult
-    rollout: pa.Table
     turns: pa.Table
     sequences: pa.Table
+    versions: Versions = (None, None)
 
     @property
     def rollout_id(self) -> str:
         return self.result.rollout_id
 
+    @functools.cached_property
+    def rollout(self) -> pa.Table:
+        return rollouts_table([self])
+
     @property
     def nbytes(self) -> int:
-        return self.rollout.nbytes + self.turns.nbytes + self.sequences.nbytes
+        """The memory its token tables hold (the row's is small)."""
+        return self.turns.get_total_buffer_size() + self.sequences.get_total_buffer_size()
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (_from_wire, (self.result, *map(_to_wire, (self.rollout, self.turns,
-                                                           self.sequences))))
+        return (_from_wire, (self.result, self.versions, _to_wire(self.turns),
+                             _to_wire(self.sequences)))
 
 
 def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> RolloutRecord:
@@ -88,18 +106,24 @@ def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> Rollo
     fields = (result.rollout_id, result.task, result.reward, result.ok)
     return RolloutRecord(
         result=result,
-        rollout=_rollout_table(result, _version_span(turns)),
         turns=_turns_table(turns, graph, *fields),
         sequences=_sequences_table(graph, {t.index: t for t in turns}, *fields),
+        versions=_version_span(turns),
     )
+
+
+def rollouts_table(records: Sequence[RolloutRecord]) -> pa.Table:
+    """The rollouts/ rows of `records`, in one table."""
+    return pa.Table.from_pylist([_rollout_row(r.result, r.versions) for r in records],
+                                schema=ROLLOUTS)
 
 
 def warm_up() -> None:
     """Pay this process's one-off cost of encoding now: Arrow imports pandas on its first
     conversion of Python values (over a second here), which would otherwise stall the
     event loop of a host's first finished rollout, and every rollout waiting on it."""
-    _rollout_table(RolloutResult(rollout_id="", task="", agent="", sandbox="", ok=False,
-                                 reward=None))
+    pa.Table.from_pylist([_rollout_row(RolloutResult(
+        rollout_id="", task="", agent="", sandbox="", ok=False, reward=None))], schema=ROLLOUTS)
 
 
 def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> RolloutRecord:
@@ -115,22 +139,24 @@ def placed(record: RolloutRecord, *, node: str | None, host: str | None) -> Roll
 
 def _with_row(record: RolloutRecord, **update: Any) -> RolloutRecord:
     """`record` whose row (only: token rows carry none of it) has `update` applied."""
-    result = record.result.model_copy(update=update)
-    versions = record.rollout.select(["policy_version_min", "policy_version_max"]).to_pylist()[0]
-    return dataclasses.replace(record, result=result, rollout=_rollout_table(
-        result, (versions["policy_version_min"], versions["policy_version_max"])))
+    return dataclasses.replace(record, result=record.result.model_copy(update=update))
 
 
-def _to_wire(table: pa.Table) -> pa.Buffer:
+def _to_wire(table: pa.Table) -> tuple[pa.Buffer, int]:
+    """`table` as an IPC stream compressed as one block, and the stream's size."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_WIRE_OPTIONS) as stream:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as stream:
         stream.write_table(table)
-    return sink.getvalue()
+    raw = sink.getvalue()
+    return _WIRE_CODEC.compress(raw), raw.size
 
 
-def _from_wire(result: RolloutResult, *tables: pa.Buffer) -> RolloutRecord:
-    rollout, turns, sequences = (pa.ipc.open_stream(t).read_all() for t in tables)
-    return RolloutRecord(result, rollout, turns, sequences)
+def _from_wire(result: RolloutResult, versions: Versions,
+               *tables: tuple[pa.Buffer, int]) -> RolloutRecord:
+    turns, sequences = (
+        pa.ipc.open_stream(_WIRE_CODEC.decompress(data, decompressed_size=size)).read_all()
+        for data, size in tables)
+    return RolloutRecord(result, turns, sequences, versions)
 
 
 def _turns_table(
@@ -188,7 +214,7 @@ def _prompt_delta(
     return turn.prompt_ids[len(linked.prompt_ids) + len(linked.token_ids) :]
 
 
-def _version_span(turns: Sequence[TurnRecord]) -> tuple[int | None, int | None]:
+def _version_span(turns: Sequence[TurnRecord]) -> Versions:
     """The oldest version a call was forwarded at, the newest a reply arrived at."""
     starts = [t.policy_version_start for t in turns if t.policy_version_start is not None]
     ends = [t.policy_version_end for t in turns if t.policy_version_end is not None]
@@ -230,7 +256,7 @@ def _list_array(arrays: Sequence[np.ndarray | None], list_type: pa.ListType) -> 
     lengths = np.fromiter((0 if a is None else len(a) for a in arrays), np.int64, len(arrays))
     offsets = np.zeros(len(arrays) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
+    if offsets[-1] > _INT32_MAX:
         raise ValueError(f"{offsets[-1]} values exceed one Arrow list array's 32-bit offsets")
     present = [a for a in arrays if a is not None]
     dtype = list_type.value_type.to_pandas_dtype()
@@ -244,9 +270,8 @@ def _list_array(arrays: Sequence[np.ndarray | None], list_type: pa.ListType) -> 
     )
 
 
-def _rollout_table(result: RolloutResult,
-                   versions: tuple[int | None, int | None] = (None, None)) -> pa.Table:
-    row = {
+def _rollout_row(result: RolloutResult, versions: Versions = (None, None)) -> dict[str, Any]:
+    return {
         "rollout_id": result.rollout_id,
         "task": result.task,
         "attempt": result.attempt,
@@ -269,7 +294,6 @@ def _rollout_table(result: RolloutResult,
         "policy_version_max": versions[1],
         "schema_version": SCHEMA_VERSION,
     }
-    return pa.Table.from_pylist([row], schema=ROLLOUTS)
 
 
 def _counts(result: RolloutResult) -> dict[str, int | None]:

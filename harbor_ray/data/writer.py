@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.encode import RolloutRecord, rollouts_table
 from harbor_ray.data.schema import SCHEMA_VERSION, TABLES
 
 __all__ = ["MANIFEST", "PART_SUFFIX", "DatasetWriter", "parquet_options"]
@@ -64,6 +64,7 @@ class DatasetWriter:
         self._manifest = _open_manifest(self.root, manifest)
         self._finished = _read_finished(self.root)
         self._pending: list[RolloutRecord] = []
+        self._pending_ids: set[str] = set()
         self._pending_bytes = 0
         self._next_part = _next_part_number(self.root)
         # Two writers on one directory are a misuse, but must not overwrite each other.
@@ -83,9 +84,10 @@ class DatasetWriter:
         if self._closed:
             raise RuntimeError("the writer is closed")
         rollout_id = record.rollout_id
-        if rollout_id in self._finished or any(p.rollout_id == rollout_id for p in self._pending):
+        if rollout_id in self._finished or rollout_id in self._pending_ids:
             raise ValueError(f"rollout {rollout_id!r} is already in the dataset")
         self._pending.append(record)
+        self._pending_ids.add(rollout_id)
         self._pending_bytes += record.nbytes
         if len(self._pending) >= self.flush_rollouts or self._pending_bytes >= self.flush_bytes:
             self.flush()
@@ -96,16 +98,17 @@ class DatasetWriter:
             return
         name = f"part-{self._next_part:06d}-{self._token}{PART_SUFFIX}"
         tables = {
-            "sequences": [p.sequences for p in self._pending],
-            "turns": [p.turns for p in self._pending],
-            "rollouts": [p.rollout for p in self._pending],
+            "sequences": pa.concat_tables([p.sequences for p in self._pending]),
+            "turns": pa.concat_tables([p.turns for p in self._pending]),
+            "rollouts": rollouts_table(self._pending),  # all the rows at once: see encode.py
         }
         for directory, schema in TABLES:
-            table = pa.concat_tables(tables[directory])
+            table = tables[directory]
             if table.num_rows:
                 _write_atomically(self.root / directory / name, table, schema)
-        self._finished.update(p.rollout_id for p in self._pending)
+        self._finished.update(self._pending_ids)
         self._pending.clear()
+        self._pending_ids.clear()
         self._pending_bytes = 0
         self._next_part += 1
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.capture.core.record import close_capture
-from harbor_ray.data.encode import encode_record, placed, with_findings
+from harbor_ray.data.encode import encode_record, placed, rollouts_table, with_findings
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
 from harbor_ray.trials.result import FindingRecord, RolloutResult
@@ -167,6 +167,37 @@ def test_a_record_crosses_processes_compressed_and_comes_back_exact() -> None:
     long = encode(chain(40, reply_len=50, message_len=400))
     # zstd on the wire: the ids' int32 bytes would otherwise travel as they are.
     assert len(pickle.dumps(long, protocol=5)) < 0.5 * long.nbytes
+
+
+def _stream_bytes(table: pa.Table) -> int:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return sink.getvalue().size
+
+
+def test_a_small_record_is_smaller_on_the_wire_than_its_plain_streams() -> None:
+    # Compression of each buffer on its own framed every column separately: a record of
+    # a few turns came out larger compressed than as plain IPC streams.
+    record = rollout("a1", rich_session())
+    plain = _stream_bytes(record.turns) + _stream_bytes(record.sequences)
+    assert len(pickle.dumps(record, protocol=5)) < plain
+
+
+def test_rows_made_together_are_the_rows_made_alone() -> None:
+    records = [placed(rollout("a1", rich_session()), node="10.0.0.1", host="h0"),
+               dead_rollout("d1"),
+               with_findings(rollout("a2", rich_session()), [FindingRecord(
+                   code="infra_retries", severity="info", message="1 retries")])]
+    together = rollouts_table(records)
+    assert together.schema.equals(ROLLOUTS, check_metadata=True)
+    rows = together.to_pylist()
+    assert rows == [row for r in records for row in r.rollout.to_pylist()]
+    assert [r["rollout_id"] for r in rows] == ["a1", "d1", "a2"]
+    assert (rows[0]["node"], rows[0]["host"], rows[1]["node"]) == ("10.0.0.1", "h0", None)
+    assert rows[1]["counts"]["model_calls"] == 0 and rows[1]["error_type"] == "sandbox_start"
+    assert rows[2]["findings"][-1]["code"] == "infra_retries"
+    assert rows[0]["findings"] == rows[2]["findings"][:-1]
 
 
 def test_findings_added_later_reach_the_row_and_leave_the_tokens() -> None:
