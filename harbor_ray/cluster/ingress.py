@@ -50,8 +50,8 @@ def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
             raise ValueError("--proxy-bind needs --proxy-url (the address sandboxes use)")
         return None
     if ingress != "direct":
-        raise ValueError(f"--proxy-url needs --ingress direct, not {ingress} (the "
-                         f"default): only direct's relays serve any session on one address")
+        raise ValueError(f"--proxy-url needs --ingress direct, not {ingress} (the default "
+                         f"is host): only direct's relays serve any session on one address")
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.port is None:
         raise ValueError(f"--proxy-url must be http://HOST:PORT[/...], not {url!r}")
