@@ -684,12 +684,12 @@ def sweep(
     proxy_url: Annotated[str | None, typer.Option(
         help="The capture proxy's address for agents in sandboxes that do not run on "
              "their host's node (cloud backends: `info` says which need it), e.g. "
-             "http://NODE-OR-BALANCER:8770. Every host's relay also listens where it "
-             "lands (--proxy-bind); calls need their session key. Needs --ingress "
-             "direct. Default: none, nothing listens off loopback.")] = None,
+             "http://NODE-OR-BALANCER:8770. A relay on every node listens where it "
+             "lands (--proxy-bind) while the sweep runs; calls need their session key. "
+             "Needs --ingress direct. Default: none, nothing listens off loopback.")] = None,
     proxy_bind: Annotated[str | None, typer.Option(
-        help="HOST:PORT the relays listen on for --proxy-url (default: every interface "
-             "on its port).")] = None,
+        help="HOST:PORT each node's relay listens on for --proxy-url (default: every "
+             "interface on its port; a port taken on any node fails the start).")] = None,
     log_file: Annotated[Path | None, _log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: VerboseOption = False,
     view: Annotated[bool, typer.Option(

@@ -178,14 +178,6 @@ class Relay:
         self.url = f"http://{bound_host}:{bound_port}"
         return self.url
 
-    async def also_listen(self, host: str, port: int) -> None:
-        """Accept on `host:port` too, shared with the other relays of this node
-        (SO_REUSEPORT: the kernel spreads connections over them). Any relay serves any
-        session (its replicas find the owner from the key), so one fixed address per
-        node serves agents that cannot reach a host's own loopback port."""
-        self._servers.append(await asyncio.get_running_loop().create_server(
-            self._accepted, host, port, backlog=2048, reuse_port=True))
-
     async def close(self) -> None:
         for server in self._servers:
             server.close()

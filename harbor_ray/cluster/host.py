@@ -88,11 +88,10 @@ class ProxyTarget:
     # deployed with it; with host ingress the hosts call the engine themselves).
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
-    # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), and
-    # the address every node's relays also listen on so that it lands on one (direct
-    # ingress only). None: not configured, and nothing listens off loopback for them.
+    # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), which
+    # lands on a node's entry relay (remote_entry.py; direct ingress only). None: not
+    # configured, and nothing listens off loopback for them.
     remote_url: str | None = None
-    remote_bind: tuple[str, int] | None = None
 
 
 class RolloutHost(SessionOwner):
@@ -166,8 +165,6 @@ class RolloutHost(SessionOwner):
             registry = RegistryReader(proxy.app)
             self._relay = Relay(registry.entries, registry.remove)
             url = await self._relay.start()
-            if proxy.remote_bind is not None:
-                await self._relay.also_listen(*proxy.remote_bind)
         return LocalCapture(self.store, proxy.served_model, url, proxy.remote_url)
 
 

@@ -15,6 +15,8 @@ from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
+from harbor_ray.cluster.remote_entry import start_entry_relays, stop_entry_relays
+from harbor_ray.errors import ServeError
 
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
@@ -33,17 +35,25 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
                                across_nodes=across_nodes)
-    return ProxyTarget(url=url, served_model=served_model, ingress=ingress,
-                       engine_timeout_s=engine_timeout_s, stitch=stitch,
-                       remote_url=remote_url if remote else None, remote_bind=remote)
+    target = ProxyTarget(url=url, served_model=served_model, ingress=ingress,
+                         engine_timeout_s=engine_timeout_s, stitch=stitch,
+                         remote_url=remote_url if remote else None)
+    if remote is not None:
+        try:
+            start_entry_relays(target.app, remote)
+        except ServeError:
+            remove_capture_proxy()
+            raise
+    return target
 
 
 def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
                     ) -> tuple[str, int] | None:
-    """Where the hosts' relays also listen for agents in sandboxes off their node: `bind`
-    (HOST:PORT), by default every interface on `url`'s port; None without `url`. Only
-    relays can serve any session on one shared address (a `host`-ingress host knows its
-    own sessions only; Serve's HTTP options are not ours to change), so it needs `direct`.
+    """Where each node's entry relay listens for agents in sandboxes off their host's node
+    (remote_entry.py): `bind` (HOST:PORT), by default every interface on `url`'s port;
+    None without `url`. Only relays can serve any session on one shared address (a
+    `host`-ingress host knows its own sessions only; Serve's HTTP options are not ours to
+    change), so it needs `direct`.
     """
     if url is None:
         if bind is not None:
@@ -66,4 +76,6 @@ def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
 def stop_capture_proxy(proxy: ProxyTarget) -> None:
     """Remove what `start_capture_proxy` deployed."""
     if proxy.ingress != "host":
+        if proxy.remote_url is not None:
+            stop_entry_relays(proxy.app)
         remove_capture_proxy()
