@@ -45,12 +45,14 @@ find_python() {
 }
 UV_PYTHON="$(find_python)"
 export UV_PYTHON UV_PYTHON_DOWNLOADS=never
-# --compile-bytecode: every process that imports torch and vLLM (the engine starts four:
-# the Serve replica, its ingress, EngineCore and the worker) would otherwise compile
-# their ~6,000 modules again, each time, wherever PYTHONDONTWRITEBYTECODE is set (it
-# is on these machines, and in many container images): about 17 of the 31 CPU seconds
-# an import of vLLM costs. Compiling once here costs about a minute on a fresh venv and
-# a few seconds of checking on later runs.
-uv sync --frozen --extra cpu --compile-bytecode --quiet
+uv sync --frozen --extra cpu --quiet
+# Every process that imports torch and vLLM (the engine starts four: the Serve replica,
+# its ingress, EngineCore and the worker) compiles their ~7,000 modules from source
+# again, each time, where PYTHONDONTWRITEBYTECODE is set (it is on these machines, and
+# in many container images): about half of the CPU an import of vLLM costs. Without it
+# the first process to import a module writes its bytecode and every later one reads
+# it; `uv sync --compile-bytecode` instead compiles all ~34,000 modules of the venv up
+# front, minutes on a fresh clone, most of them never imported.
+unset PYTHONDONTWRITEBYTECODE
 # Later `uv run` calls must not re-sync without the engine extra (uv has no default extras).
 export UV_NO_SYNC=1
