@@ -164,9 +164,11 @@ def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
     """Both workers out, the sweep's one proxy replica is deployed on a cluster of one
     node, so its direct socket is on the head's loopback, out of reach of any other
     node. Each host asks for 0.9 CPU: the head (2 CPUs) runs two, and the others wait
-    for room, as work waits for an autoscaler's nodes. The workers rejoin while the
-    head's rollouts call: the waiting hosts land on them, and their relays reach the
-    replica only if it widened to the head's address when a node joined (no redeploy).
+    for room, as work waits for an autoscaler's nodes. The workers rejoin mid-sweep, one
+    at a time (the head's rollouts, as a rule, still calling): the waiting hosts land on
+    them, and their relays reach the replica only if it widened to the head's address
+    when a node joined (no redeploy). With every node alive at deploy time the replica
+    would listen on its node's address from the start: this is the path that widens.
     Every row ok, on every node, one row per rollout id, each call one recorded turn."""
     out, checkin = tmp_path / "out", tmp_path / "checkin"
     checkin.mkdir()
