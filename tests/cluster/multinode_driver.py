@@ -89,7 +89,8 @@ def remote_work(netns: str, calls: int) -> Work:
 def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     """A sweep of `count` attempts at `task` on the cluster: the stub agent making
     `calls` model calls through `ingress` (`llm_url` set), or `agent` in the bwrap
-    sandbox (the real trial) when `calls` is absent."""
+    sandbox (the real trial) when `calls` is absent. `host_cpus`: what each host asks of
+    Ray (a large one fills a node with few hosts, so that the rest wait for a node)."""
     out = Path(args["out"])
     stub = "calls" in args
     agent = "terminus-2" if stub else args["agent"]
@@ -108,7 +109,7 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     with running_cluster(spec) as cluster:
         config = SweepConfig(out=out, concurrency=args["concurrency"], proxy=cluster.proxy,
                              per_host=args.get("per_host", 2), retries=args.get("retries", 1),
-                             commit_s=0)
+                             host_cpus=args.get("host_cpus", SweepConfig.host_cpus), commit_s=0)
         stats = asyncio.run(sweep(specs, config, {}, work=work))
     return {"ok": stats.ok, "done": stats.done}
 

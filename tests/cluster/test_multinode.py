@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -100,6 +101,24 @@ def _sandboxed_in(cluster: NetnsCluster, node, sandboxes: Path) -> int:
     return count
 
 
+def _sweep_driver(cluster: NetnsCluster, args: dict) -> subprocess.Popen:
+    """The sweep job running in the head's namespace (its result: `communicate`)."""
+    return cluster.popen(cluster.head, [
+        sys.executable, "-m", "tests.cluster.multinode_driver", "sweep", cluster.address,
+        json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _wait_while_running(driver: subprocess.Popen, ready: Callable[[], object],
+                        timeout_s: float) -> None:
+    """Until `ready()` is truthy; fails, with the driver's output, if it ended first."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if driver.poll() is not None:
+            pytest.fail(f"the driver ended first: {driver.communicate()}")
+        assert time.monotonic() < deadline, f"not ready in {timeout_s:g} s"
+        time.sleep(0.2)
+
+
 def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path) -> None:
     """The oracle agent in real bwrap sandboxes, a rollout per host over the three nodes;
     w2 is killed (everything in its namespace) while its sandboxes run. Its rollouts end
@@ -112,14 +131,10 @@ def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path)
             # One retry is enough: while Ray still lists w2 alive, the pool places no
             # new host there (its hosts died), so a retry does not die on w2 again.
             "retries": 1}
-    driver = multinode.popen(multinode.head, [
-        sys.executable, "-m", "tests.cluster.multinode_driver", "sweep", multinode.address,
-        json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    driver = _sweep_driver(multinode, args)
     try:
-        deadline = time.monotonic() + 300
-        while _sandboxed_in(multinode, victim, out / "sandboxes") == 0:
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
-            time.sleep(0.2)
+        _wait_while_running(driver, lambda: _sandboxed_in(multinode, victim, out / "sandboxes"),
+                            timeout_s=300)
         assert multinode.kill_node(victim) > 0
         stdout, stderr = driver.communicate(timeout=600)
     finally:
@@ -137,6 +152,61 @@ def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path)
     assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
     for node in multinode.nodes.values():
         assert _sandboxed_in(multinode, node, sandboxes) == 0, node.name
+
+
+def _checked_in(directory: Path) -> dict[str, str]:
+    """Rollout id -> the address of the node it started on (multinode_driver.checked_in)."""
+    return dict(path.name.split("@") for path in directory.iterdir())
+
+
+def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
+        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    """Both workers out, the sweep's one proxy replica is deployed on a cluster of one
+    node, so its direct socket is on the head's loopback, out of reach of any other
+    node. Each host asks for 0.9 CPU: the head (2 CPUs) runs two, and the others wait
+    for room, as work waits for an autoscaler's nodes. The workers rejoin mid-sweep, one
+    at a time (the head's rollouts, as a rule, still calling): the waiting hosts land on
+    them, and their relays reach the replica only if it widened to the head's address
+    when a node joined (no redeploy). With every node alive at deploy time the replica
+    would listen on its node's address from the start: this is the path that widens.
+    Every row ok, on every node, one row per rollout id, each call one recorded turn."""
+    out, checkin = tmp_path / "out", tmp_path / "checkin"
+    checkin.mkdir()
+    calls, count = 4, 6
+    args = {"out": str(out), "ingress": "direct", "llm_url": multinode_engine,
+            "task": "hello-file", "count": count, "calls": calls, "think_s": 3.0,
+            "concurrency": count, "per_host": 1, "host_cpus": 0.9, "checkin": str(checkin)}
+    down = list(multinode.workers)
+    for worker in down:
+        assert multinode.kill_node(worker) > 0
+    try:
+        multinode.wait_alive(1)  # the replica then sees one node
+        driver = _sweep_driver(multinode, args)
+        try:
+            _wait_while_running(driver, lambda: _checked_in(checkin), timeout_s=180)
+            before = _checked_in(checkin)
+            while down:  # one at a time, as the fixture starts nodes
+                multinode.restart(down[0])
+                down.pop(0)
+            stdout, stderr = driver.communicate(timeout=300)
+        finally:
+            driver.kill()
+    finally:
+        for worker in down:
+            multinode.restart(worker)
+        multinode.wait_alive(3)  # the session's later tests get three nodes
+    assert driver.returncode == 0, stderr[-5000:]
+    rows = _rows(out)
+    assert sorted(r["rollout_id"] for r in rows) == [f"hello-file__{k}__mn" for k in range(count)]
+    assert all(r["ok"] for r in rows), [(r["node"], r["error"]) for r in rows]
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"ok": count, "done": count}
+    assert set(before.values()) == {multinode.head.ip}  # only the head ran rollouts before
+    assert {r["node"] for r in rows} == {n.ip for n in multinode.nodes.values()
+                                         if n.ray is not None}  # hosts on the joined nodes
+    assert _checked_in(checkin) == {r["rollout_id"]: r["node"] for r in rows}
+    turns = _rows(out, "turns")
+    assert len(turns) == sum(r["counts"]["model_calls"] for r in rows) == calls * count
+    assert len({(t["rollout_id"], t["index"]) for t in turns}) == len(turns)
 
 
 def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
