@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import _procfs as procfs
 import aiohttp
 
 from harbor_ray.capture.proxy.local import local_capture
@@ -41,11 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def engine_rss_bytes() -> int:
     """Resident memory of every Ray and vLLM process on this machine (the engine's tree)."""
     total = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in procfs.pids():
+        cmdline = procfs.cmdline(pid) or b""
+        if b"ray" not in cmdline and b"VLLM" not in cmdline and b"vllm" not in cmdline:
+            continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"ray" not in cmdline and b"VLLM" not in cmdline and b"vllm" not in cmdline:
-                continue
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
@@ -66,29 +67,22 @@ def cpu_seconds(gcs_address: str, prefixes: tuple[bytes, ...] = VLLM_PROCESSES) 
     whatever else runs on this machine."""
     parents: dict[int, int] = {}
     titles: dict[int, bytes] = {}
-    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            titles[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        parents[pid] = int(stat[stat.rindex(")") + 2:].split()[1])
+    for pid in procfs.pids():
+        fields, title = procfs.stat_fields(pid), procfs.cmdline(pid)
+        if fields is not None and title is not None:
+            parents[pid], titles[pid] = procfs.parent(fields), title
     raylets = {pid for pid, title in titles.items()
                if b"raylet" in title and f"--gcs-address={gcs_address}".encode() in title}
-    ticks = 0
+    seconds = 0.0
     for pid, title in titles.items():
         if not title.startswith(prefixes):
             continue
         ancestor = parents.get(pid)
         while ancestor and ancestor not in raylets:
             ancestor = parents.get(ancestor)
-        if ancestor:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+        if ancestor and (fields := procfs.stat_fields(pid)) is not None:
+            seconds += procfs.cpu_s(fields)
+    return seconds
 
 
 class PeakMemory:

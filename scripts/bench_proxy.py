@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import os
 import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import _procfs as procfs
 import aiohttp
 import orjson
 import uvicorn
@@ -52,10 +52,11 @@ def run_proxy(port: int, engine_url: str) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process, from /proc (Linux)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of one live process."""
+    fields = procfs.stat_fields(pid)
+    if fields is None:
+        raise RuntimeError(f"process {pid} is gone")
+    return procfs.cpu_s(fields)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, get_args
 
+import _procfs as procfs
 import pyarrow.parquet as pq
 import ray
 
@@ -79,18 +80,6 @@ async def _certified(llm_url: str) -> str:
         await engine.aclose()
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (field 3 on), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2:].split()
-
-
 def netns_cpu_s(namespaces: list[str]) -> float:
     """CPU seconds used so far by the live processes in `namespaces` (with their waited-for
     children's)."""
@@ -99,9 +88,9 @@ def netns_cpu_s(namespaces: list[str]) -> float:
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
                               check=False).stdout.split()
         for pid in pids:
-            if (fields := _stat_fields(pid)) is not None:
-                total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / _TICK
+            if (fields := procfs.stat_fields(pid)) is not None:
+                total += procfs.cpu_s(fields, children=True)
+    return total
 
 
 def process_class(pid: int, driver: int, engine: int | None) -> str:
@@ -110,10 +99,7 @@ def process_class(pid: int, driver: int, engine: int | None) -> str:
         return "driver"
     if pid == engine:
         return "stub engine"
-    try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return "gone"
+    title = (procfs.cmdline(pid) or b"").replace(b"\0", b" ").decode()
     if not title.strip():
         return "gone"  # a zombie
     if title.startswith("ray::RolloutHost"):
@@ -133,16 +119,15 @@ def tree_cpu_s(driver: int, engine: int | None) -> dict[int, tuple[str, float]]:
     stub engine): its class and CPU seconds so far, its own only (a child's are its own
     entry, so that nothing counts twice)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for pid in procfs.pids():
+        if (fields := procfs.stat_fields(pid)) is not None:
+            children.setdefault(procfs.parent(fields), []).append(pid)
     out, todo = {}, [driver]
     while todo:
         pid = todo.pop()
         todo += children.get(pid, [])
-        if (fields := _stat_fields(pid)) is not None:
-            out[pid] = (process_class(pid, driver, engine),
-                        (int(fields[11]) + int(fields[12])) / _TICK)
+        if (fields := procfs.stat_fields(pid)) is not None:
+            out[pid] = (process_class(pid, driver, engine), procfs.cpu_s(fields))
     return out
 
 
@@ -168,10 +153,10 @@ def threads_cpu_s(pids: list[int]) -> dict[str, float]:
                 name = (task / "comm").read_text().strip()
             except OSError:
                 continue
-            if (fields := _stat_fields(f"{pid}/task/{task.name}")) is not None:
+            if (fields := procfs.stat_fields(f"{pid}/task/{task.name}")) is not None:
                 # Numbered threads of one pool (e.g. "worker.1") count as one name.
                 key = name.rstrip("0123456789").rstrip(".-_") or name
-                used[key] = used.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+                used[key] = used.get(key, 0.0) + procfs.cpu_s(fields)
     return used
 
 
