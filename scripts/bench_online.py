@@ -27,7 +27,7 @@ import httpx
 import psutil
 import ray
 import uvicorn
-from bench_sweep import _certified, start_engine
+from bench_sweep import add_workload_args, certified_model, start_engine
 
 from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
@@ -115,12 +115,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--rollouts", type=int, default=192, help="per concurrency and driver")
     parser.add_argument("--group", type=int, default=8, help="rollouts per submitted group")
-    parser.add_argument("--calls", type=int, default=3, help="model calls per rollout")
-    parser.add_argument("--think", type=float, default=0.5,
-                        help="seconds the stub agent waits between calls")
-    parser.add_argument("--delay-ms", type=float, default=50.0, help="stub engine latency")
+    add_workload_args(parser)
     parser.add_argument("--per-host", type=int, default=16, help="rollouts per host")
-    parser.add_argument("--replicas", type=int, default=2, help="capture proxy replicas")
     args = parser.parse_args()
     set_switches()  # before Ray starts
 
@@ -130,7 +126,7 @@ def main() -> None:
     results = []
     proxy = None
     try:
-        proxy = start_capture_proxy(llm_url, asyncio.run(_certified(llm_url)),
+        proxy = start_capture_proxy(llm_url, asyncio.run(certified_model(llm_url)),
                                     ingress="direct", replicas=args.replicas)
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as root:
             for c in args.concurrency:

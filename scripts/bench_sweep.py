@@ -67,7 +67,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def _certified(llm_url: str) -> str:
+async def certified_model(llm_url: str) -> str:
+    """The model the stub engine at `llm_url` serves, once it answers."""
     engine = HttpEngine(llm_url)
     try:
         for _ in range(100):
@@ -326,16 +327,22 @@ def breakdown(out: Path, wall_start: float, wall: float, concurrency: int,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--waves", type=int, default=3, help="rollouts = waves x concurrency")
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The stub agent's rollout and the stub engine, as the sweep and online benchmarks
+    both run them."""
     parser.add_argument("--calls", type=int, default=3, help="model calls per rollout")
     parser.add_argument("--think", type=float, default=0.5,
                         help="seconds the stub agent waits between calls")
     parser.add_argument("--delay-ms", type=float, default=50.0, help="stub engine latency")
     parser.add_argument("--replicas", type=int, default=2, help="capture proxy replicas")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--waves", type=int, default=3, help="rollouts = waves x concurrency")
+    add_workload_args(parser)
     parser.add_argument("--ingress", choices=get_args(Ingress), default="direct",
                         help="agents reach the replicas via their host's relay or Serve, "
                              "or the hosts serve the proxy themselves (no replicas)")
@@ -369,7 +376,7 @@ def main() -> None:
     rows = []
     proxy = None
     try:
-        served_model = asyncio.run(_certified(llm_url))
+        served_model = asyncio.run(certified_model(llm_url))
         proxy = start_capture_proxy(llm_url, served_model, ingress=args.ingress,
                                     replicas=args.replicas)
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as out_root:
