@@ -16,7 +16,6 @@ from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from harbor_ray.cluster.remote_entry import start_entry_relays, stop_entry_relays
-from harbor_ray.errors import ServeError
 
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
@@ -41,7 +40,7 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
     if remote is not None:
         try:
             start_entry_relays(target.app, remote)
-        except ServeError:
+        except BaseException:  # the caller gets no target to stop: leave nothing behind
             remove_capture_proxy()
             raise
     return target

@@ -60,11 +60,15 @@ def start_entry_relays(app: str, bind: tuple[str, int]) -> None:
         runtime_env={"env_vars": WORKER_ENV}).remote(app) for node in nodes]
     _started.setdefault(app, []).extend(relays)
     failed = []
-    for node, relay in zip(nodes, relays, strict=True):
-        try:
-            ray.get(relay.listen.remote(*bind))
-        except RayError as exc:  # reported per node below
-            failed.append(f"{node.ip}: {getattr(exc, 'cause', None) or exc}")
+    try:
+        for node, relay in zip(nodes, relays, strict=True):
+            try:
+                ray.get(relay.listen.remote(*bind))
+            except RayError as exc:  # reported per node below
+                failed.append(f"{node.ip}: {getattr(exc, 'cause', None) or exc}")
+    except BaseException:  # interrupted: none of them is left listening
+        stop_entry_relays(app)
+        raise
     if failed:
         stop_entry_relays(app)
         raise ServeError(f"cannot listen on {bind[0]}:{bind[1]} for --proxy-url on every "
