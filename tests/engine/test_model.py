@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -67,11 +66,11 @@ def test_second_call_reuses_without_rewriting(
     prepared_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = _snapshot(prepared_model_dir)
+    # A rebuild fails the test; a rewrite changes the snapshot. (Not timed: reading the
+    # source to hash it took 8 s once under CI's load.)
     monkeypatch.setattr(model, "_build", pytest.fail)
-    started = time.monotonic()
     again = prepare_model(prepared_model_dir.parent)
     assert again == prepared_model_dir
-    assert time.monotonic() - started < 5
     assert _snapshot(prepared_model_dir) == before
     assert default_model_dir(prepared_model_dir.parent) == prepared_model_dir
 
