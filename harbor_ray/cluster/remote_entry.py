@@ -44,6 +44,8 @@ class EntryRelay:
         await self._relay.close()
 
 
+# How long a node's relay may take to start listening (a Ray worker's start, under load).
+_START_S = 120.0
 # The relays this process started, by app: a Ray actor lives while a handle to it does,
 # so the process that starts them holds them until `stop_entry_relays`.
 _started: dict[str, list[Any]] = {}
@@ -63,8 +65,8 @@ def start_entry_relays(app: str, bind: tuple[str, int]) -> None:
     try:
         for node, relay in zip(nodes, relays, strict=True):
             try:
-                ray.get(relay.listen.remote(*bind))
-            except RayError as exc:  # reported per node below
+                ray.get(relay.listen.remote(*bind), timeout=_START_S)
+            except RayError as exc:  # reported per node below (a timeout is one too)
                 failed.append(f"{node.ip}: {getattr(exc, 'cause', None) or exc}")
     except BaseException:  # interrupted: none of them is left listening
         stop_entry_relays(app)
