@@ -27,6 +27,11 @@ def stat_fields(pid: int | str) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()
 
 
+def snapshot() -> dict[int, list[str]]:
+    """Every live process's stat fields, each file read once."""
+    return {pid: fields for pid in pids() if (fields := stat_fields(pid)) is not None}
+
+
 def parent(fields: list[str]) -> int:
     return int(fields[1])
 

@@ -65,23 +65,19 @@ def cpu_seconds(gcs_address: str, prefixes: tuple[bytes, ...] = VLLM_PROCESSES) 
     """CPU seconds used so far by the processes of the Ray cluster at `gcs_address`
     whose command line starts with one of `prefixes`: the raylet's descendants only,
     whatever else runs on this machine."""
-    parents: dict[int, int] = {}
-    titles: dict[int, bytes] = {}
-    for pid in procfs.pids():
-        fields, title = procfs.stat_fields(pid), procfs.cmdline(pid)
-        if fields is not None and title is not None:
-            parents[pid], titles[pid] = procfs.parent(fields), title
+    stats = procfs.snapshot()
+    titles = {pid: title for pid in stats if (title := procfs.cmdline(pid)) is not None}
     raylets = {pid for pid, title in titles.items()
                if b"raylet" in title and f"--gcs-address={gcs_address}".encode() in title}
     seconds = 0.0
     for pid, title in titles.items():
         if not title.startswith(prefixes):
             continue
-        ancestor = parents.get(pid)
-        while ancestor and ancestor not in raylets:
-            ancestor = parents.get(ancestor)
-        if ancestor and (fields := procfs.stat_fields(pid)) is not None:
-            seconds += procfs.cpu_s(fields)
+        ancestor = procfs.parent(stats[pid])
+        while ancestor in stats and ancestor not in raylets:
+            ancestor = procfs.parent(stats[ancestor])
+        if ancestor in raylets:
+            seconds += procfs.cpu_s(stats[pid])
     return seconds
 
 

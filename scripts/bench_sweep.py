@@ -119,16 +119,16 @@ def tree_cpu_s(driver: int, engine: int | None) -> dict[int, tuple[str, float]]:
     """Each live process under `driver` (itself included: Ray's daemons and workers, the
     stub engine): its class and CPU seconds so far, its own only (a child's are its own
     entry, so that nothing counts twice)."""
+    stats = procfs.snapshot()
     children: dict[int, list[int]] = {}
-    for pid in procfs.pids():
-        if (fields := procfs.stat_fields(pid)) is not None:
-            children.setdefault(procfs.parent(fields), []).append(pid)
+    for pid, fields in stats.items():
+        children.setdefault(procfs.parent(fields), []).append(pid)
     out, todo = {}, [driver]
     while todo:
         pid = todo.pop()
         todo += children.get(pid, [])
-        if (fields := procfs.stat_fields(pid)) is not None:
-            out[pid] = (process_class(pid, driver, engine), procfs.cpu_s(fields))
+        if pid in stats:
+            out[pid] = (process_class(pid, driver, engine), procfs.cpu_s(stats[pid]))
     return out
 
 
