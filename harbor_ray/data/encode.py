@@ -122,8 +122,8 @@ def warm_up() -> None:
     """Pay this process's one-off cost of encoding now: Arrow imports pandas on its first
     conversion of Python values (over a second here), which would otherwise stall the
     event loop of a host's first finished rollout, and every rollout waiting on it."""
-    pa.Table.from_pylist([_rollout_row(RolloutResult(
-        rollout_id="", task="", agent="", sandbox="", ok=False, reward=None))], schema=ROLLOUTS)
+    rollouts_table([encode_record(RolloutResult(
+        rollout_id="", task="", agent="", sandbox="", ok=False, reward=None), None)])
 
 
 def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> RolloutRecord:
