@@ -75,6 +75,5 @@ def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
 def stop_capture_proxy(proxy: ProxyTarget) -> None:
     """Remove what `start_capture_proxy` deployed."""
     if proxy.ingress != "host":
-        if proxy.remote_url is not None:
-            stop_entry_relays(proxy.app)
+        stop_entry_relays(proxy.app)  # none unless started with a remote URL
         remove_capture_proxy()

@@ -36,9 +36,8 @@ class EntryRelay:
         registry = RegistryReader(app)
         self._relay = Relay(registry.entries, registry.remove)
 
-    async def listen(self, host: str, port: int) -> str:
+    async def listen(self, host: str, port: int) -> None:
         await self._relay.start(host, port)
-        return self._relay.url
 
     async def close(self) -> None:
         await self._relay.close()
