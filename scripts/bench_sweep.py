@@ -10,7 +10,11 @@ rollouts/min, model calls/s through the proxy, the in-flight peak the driver mea
 and where the time went: host start-up (until every slot had begun a rollout), then
 rollouts/min from there on against C x 60 / the work's own median seconds (the ratio),
 and per rollout the session's open and close, the work, the time from the work's end to
-its row's commit, and the driver's time in the writer.
+its row's commit, and the driver's time in the writer. Last, what the target rate
+(half of C x 60 / the least concurrent level's work seconds, the unstretched time) asks
+of the CPU: the cores it needs at each level's CPU per rollout, against this machine's,
+and the rate at which the processes a cluster has only one of (the driver, Ray's GCS)
+would cap a sweep however many nodes run its hosts.
 
     .venv/bin/python scripts/bench_sweep.py [--concurrency 10 100 1000] [--calls 3]
 
@@ -430,9 +434,38 @@ def main() -> None:
         print(f"| {r['concurrency']} | {r['steady_window_s']:.1f} | "
               + " | ".join(f"{used.get(c, 0.0):.1f}" for c in classes)
               + f" | {sum(used.values()):.1f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
+    cpu_limits(rows, quiet)
     for r in rows:
         for name, summary in (r["profiles"] or {}).items():
             print(f"\nc={r['concurrency']} {name}: {summary}")
+
+
+# What runs once per cluster whatever its size: the sweep driver and Ray's GCS. Hosts,
+# their stub agents, raylets and the engine are per node (or off the cluster).
+CENTRAL = ("driver", "gcs_server")
+
+
+def cpu_limits(rows: list[dict[str, Any]], quiet: dict[str, Any]) -> None:
+    """What the target rate at the least concurrent level's work time asks of the CPU:
+    the cores it needs at each level's measured CPU per rollout, against this machine's;
+    and the rate a cluster's central processes (one core for the driver) would allow."""
+    cores = os.cpu_count() or 1
+    print(f"\nthe CPU the target asks (0.5 x C x 60 / {quiet['work_s']:.2f} s, the work as at "
+          f"c={quiet['concurrency']}), against this machine's {cores} cores; and the rate "
+          f"the central processes ({', '.join(CENTRAL)}) cap a cluster at, one core each:")
+    print("| concurrency | target /min | CPU ms per rollout, all | cores the target needs "
+          "| central ms per rollout | central cap /min | cap / (C x 60 / work) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        used = r["cpu_ms_per_rollout"]
+        if not used:
+            continue
+        ideal = r["concurrency"] * 60 / quiet["work_s"]
+        central = sum(used.get(c, 0.0) for c in CENTRAL)
+        cap = 60_000 / max(central, 1e-9)
+        print(f"| {r['concurrency']} | {0.5 * ideal:.0f} | {sum(used.values()):.1f} | "
+              f"{0.5 * ideal / 60 * sum(used.values()) / 1e3:.1f} | {central:.1f} | "
+              f"{cap:.0f} | {cap / ideal:.2f} |")
 
 
 def on_netns_cluster(nodes: int, delay_ms: float) -> None:

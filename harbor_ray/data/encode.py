@@ -60,6 +60,7 @@ _IPC_OPTIONS = pa.ipc.IpcWriteOptions()
 _INT32_MAX = np.iinfo(np.int32).max
 Versions = tuple[int | None, int | None]
 _NO_GRAPH = build_graph(())  # a rollout without a capture has no turns to link
+_CAPTURE_COUNTS = tuple(name for name in COUNTS.names if name != "model_calls")
 
 
 @dataclass(frozen=True, eq=False)
@@ -298,7 +299,11 @@ def _rollout_row(result: RolloutResult, versions: Versions = (None, None)) -> di
 
 def _counts(result: RolloutResult) -> dict[str, int | None]:
     """The capture's counts (None without a capture: unknown, not zero) and the call count."""
-    captured = {} if result.counts is None else dataclasses.asdict(result.counts)
-    counts = {name: captured.get(name) for name in COUNTS.names}
+    # Attribute reads, not `dataclasses.asdict` (a recursive deep copy): the sweep
+    # driver makes every row of a commit.
+    captured = result.counts
+    counts: dict[str, int | None] = (
+        dict.fromkeys(_CAPTURE_COUNTS) if captured is None
+        else {name: getattr(captured, name) for name in _CAPTURE_COUNTS})
     counts["model_calls"] = result.model_calls
     return counts
