@@ -168,22 +168,18 @@ def threads_cpu_s(pids: list[int]) -> dict[str, float]:
 class Profiler:
     """py-spy (given by path: it is not a project dependency) on one host, the driver and
     the stub engine over the steady state, then each profile's hottest functions. It
-    samples the thread holding the GIL: Python's CPU (the threads' own split, from /proc,
-    says how much else there is)."""
+    samples the thread holding the GIL: Python's CPU (the hosts' threads, from /proc, say
+    how much else there is)."""
 
     def __init__(self, py_spy: str, directory: Path) -> None:
         self.py_spy, self.directory = py_spy, directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self._running: dict[str, tuple[subprocess.Popen, Path]] = {}
-        self._threads: dict[str, dict[str, float]] = {}
-        self._host_pids: list[int] = []
 
     def start(self, tree: dict[int, tuple[str, float]]) -> None:
         first: dict[str, int] = {}
         for pid, (name, _) in sorted(tree.items()):
             first.setdefault(name, pid)
-        self._host_pids = [pid for pid, (name, _) in tree.items() if name == "hosts"]
-        self._threads["start"] = threads_cpu_s(self._host_pids)
         for name in ("hosts", "driver", "stub engine"):
             if name in first:
                 path = self.directory / f"{name.replace(' ', '_')}-{first[name]}.txt"
@@ -194,7 +190,6 @@ class Profiler:
                 self._running[name] = (proc, path)
 
     def stop(self) -> None:
-        self._threads["end"] = threads_cpu_s(self._host_pids)
         for proc, _ in self._running.values():
             proc.send_signal(2)  # SIGINT: py-spy writes its profile and exits
         for proc, _ in self._running.values():
@@ -202,10 +197,6 @@ class Profiler:
 
     def summaries(self, top: int = 12) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        start, end = self._threads.get("start", {}), self._threads.get("end", {})
-        out["host threads (CPU s over the window, all hosts)"] = {
-            name: round(end[name] - start.get(name, 0.0), 2)
-            for name in sorted(end, key=lambda n: start.get(n, 0.0) - end[n])[:8]}
         for name, (_, path) in self._running.items():
             if path.exists():
                 out[name] = hottest(path.read_text(), top) | {"file": str(path)}
@@ -254,6 +245,8 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
                          retries=0, commit_s=args.commit_s)
     cpu: dict[str, float] = {}
     tree: dict[str, dict[int, tuple[str, float]]] = {}
+    hosts: list[int] = []
+    threads: dict[str, dict[str, float]] = {}
     # Kept after the run (the output directory is not), named in the output.
     profiler = (Profiler(args.py_spy, Path(tempfile.mkdtemp(prefix="hr-bench-profiles-")))
                 if args.py_spy else None)
@@ -264,6 +257,8 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
         # would go with them).
         if stats.done == concurrency and "start" not in tree:
             tree["start"] = tree_cpu_s(os.getpid(), engine_pid)
+            hosts[:] = [pid for pid, (name, _) in tree["start"].items() if name == "hosts"]
+            threads["start"] = threads_cpu_s(hosts)
             cpu["start_t"] = time.perf_counter()
             if args.cpu_netns:
                 cpu["start"] = netns_cpu_s(args.cpu_netns)
@@ -271,6 +266,7 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
                 profiler.start(tree["start"])
         if stats.done == stats.total and "end" not in tree:
             tree["end"] = tree_cpu_s(os.getpid(), engine_pid)
+            threads["end"] = threads_cpu_s(hosts)
             cpu["end_t"] = time.perf_counter()
             if args.cpu_netns:
                 cpu["end"] = netns_cpu_s(args.cpu_netns)
@@ -292,8 +288,12 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
                  cpu_by_class(tree["start"], tree["end"]).items()}
                 if "end" in tree and steady > 0 else {})
     window_s = cpu.get("end_t", 0.0) - cpu.get("start_t", 0.0)
+    by_thread = ({name: 1e3 * (used - threads["start"].get(name, 0.0)) / steady
+                  for name, used in threads["end"].items()}
+                 if "end" in threads and steady > 0 else {})
     return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
             "cluster_cpu_ms_per_call": cpu_ms, "cpu_ms_per_rollout": by_class,
+            "host_thread_ms_per_rollout": by_thread,
             "steady_window_s": window_s, "load": os.getloadavg(),
             "profiles": None if profiler is None else profiler.summaries(),
             "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
@@ -434,10 +434,29 @@ def main() -> None:
         print(f"| {r['concurrency']} | {r['steady_window_s']:.1f} | "
               + " | ".join(f"{used.get(c, 0.0):.1f}" for c in classes)
               + f" | {sum(used.values()):.1f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
+    host_threads(rows)
     cpu_limits(rows, quiet)
     for r in rows:
         for name, summary in (r["profiles"] or {}).items():
             print(f"\nc={r['concurrency']} {name}: {summary}")
+
+
+def host_threads(rows: list[dict[str, Any]], top: int = 6) -> None:
+    """The hosts' CPU by thread, the same window: the asyncio loop that runs the rollouts,
+    the capture app and the encoding, against Ray's own (the main thread that takes and
+    returns the `run` calls, and its gRPC and event threads)."""
+    names = sorted({n for r in rows for n in r["host_thread_ms_per_rollout"]},
+                   key=lambda n: -max(r["host_thread_ms_per_rollout"].get(n, 0.0)
+                                      for r in rows))[:top]
+    print("\nhosts' CPU ms per rollout by thread (/proc comm names: Ray names the asyncio "
+          "loop's thread as the worker was when it started it, often ray::IDLE, and the "
+          "main thread after the actor's class):")
+    print("| concurrency | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for r in rows:
+        used = r["host_thread_ms_per_rollout"]
+        print(f"| {r['concurrency']} | " + " | ".join(f"{used.get(n, 0.0):.2f}" for n in names)
+              + " |")
 
 
 # What runs once per cluster whatever its size: the sweep driver and Ray's GCS. Hosts,
