@@ -467,11 +467,13 @@ CENTRAL = ("driver", "gcs_server")
 def cpu_limits(rows: list[dict[str, Any]], quiet: dict[str, Any]) -> None:
     """What the target rate at the least concurrent level's work time asks of the CPU:
     the cores it needs at each level's measured CPU per rollout, against this machine's;
-    and the rate a cluster's central processes (one core for the driver) would allow."""
+    and the rate a cluster's central processes would allow on one core between them
+    (a bound: each has its own process, and could have its own core)."""
     cores = os.cpu_count() or 1
     print(f"\nthe CPU the target asks (0.5 x C x 60 / {quiet['work_s']:.2f} s, the work as at "
           f"c={quiet['concurrency']}), against this machine's {cores} cores; and the rate "
-          f"the central processes ({', '.join(CENTRAL)}) cap a cluster at, one core each:")
+          f"the central processes ({', '.join(CENTRAL)}) cap a cluster at, on one core "
+          "between them:")
     print("| concurrency | target /min | CPU ms per rollout, all | cores the target needs "
           "| central ms per rollout | central cap /min | cap / (C x 60 / work) |")
     print("|---|---|---|---|---|---|---|")
