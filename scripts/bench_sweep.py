@@ -425,8 +425,7 @@ def main() -> None:
               f"{r['write_ms_per_rollout']:.2f} |")
     print("\nCPU ms per rollout by process class, from the first wave's end to the last row "
           "(/proc; the load average at the level's end):")
-    classes = sorted({c for r in rows for c in r["cpu_ms_per_rollout"]},
-                     key=lambda c: -max(r["cpu_ms_per_rollout"].get(c, 0.0) for r in rows))
+    classes = ranked(rows, "cpu_ms_per_rollout")
     print("| concurrency | window s | " + " | ".join(classes) + " | all | load 1/5 min |")
     print("|---|---|" + "---|" * (len(classes) + 2))
     for r in rows:
@@ -441,13 +440,17 @@ def main() -> None:
             print(f"\nc={r['concurrency']} {name}: {summary}")
 
 
+def ranked(rows: list[dict[str, Any]], key: str) -> list[str]:
+    """The names in the rows' `key` tables, the largest value in any row first."""
+    return sorted({n for r in rows for n in r[key]},
+                  key=lambda n: -max(r[key].get(n, 0.0) for r in rows))
+
+
 def host_threads(rows: list[dict[str, Any]], top: int = 6) -> None:
     """The hosts' CPU by thread, the same window: the asyncio loop that runs the rollouts,
     the capture app and the encoding, against Ray's own (the main thread that takes and
     returns the `run` calls, and its gRPC and event threads)."""
-    names = sorted({n for r in rows for n in r["host_thread_ms_per_rollout"]},
-                   key=lambda n: -max(r["host_thread_ms_per_rollout"].get(n, 0.0)
-                                      for r in rows))[:top]
+    names = ranked(rows, "host_thread_ms_per_rollout")[:top]
     print("\nhosts' CPU ms per rollout by thread (/proc comm names: Ray names the asyncio "
           "loop's thread as the worker was when it started it, often ray::IDLE, and the "
           "main thread after the actor's class):")
@@ -482,10 +485,11 @@ def cpu_limits(rows: list[dict[str, Any]], quiet: dict[str, Any]) -> None:
         if not used:
             continue
         ideal = r["concurrency"] * 60 / quiet["work_s"]
+        total = sum(used.values())
         central = sum(used.get(c, 0.0) for c in CENTRAL)
         cap = 60_000 / max(central, 1e-9)
-        print(f"| {r['concurrency']} | {0.5 * ideal:.0f} | {sum(used.values()):.1f} | "
-              f"{0.5 * ideal / 60 * sum(used.values()) / 1e3:.1f} | {central:.1f} | "
+        print(f"| {r['concurrency']} | {0.5 * ideal:.0f} | {total:.1f} | "
+              f"{0.5 * ideal / 60 * total / 1e3:.1f} | {central:.1f} | "
               f"{cap:.0f} | {cap / ideal:.2f} |")
 
 
