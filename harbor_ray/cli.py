@@ -122,6 +122,7 @@ async def _serve_proxy(
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
         max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
+        logprobs_mode=cert.logprobs_mode,
     )
     store = InMemorySessionStore()
     capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)

@@ -40,6 +40,7 @@ HarborRayError                           harbor_ray refused or failed something
 ├── WeightsRefusedError                  a weight update cannot start (engine.weights)
 │   ├── CheckpointError (ValueError)     not a checkpoint the served model can load
 │   └── WeightVersionError (ValueError)  the version does not increase
+├── TrainerError                         a trainer integration cannot go on (integrations)
 ├── OnlineError                          the online controller refused a call (online)
 │   ├── FieldError                       a field names nothing usable; its status and name
 │   ├── OverCapacity                     too many accepted rollouts unfinished (429)
@@ -226,6 +227,14 @@ class CheckpointError(WeightsRefusedError, ValueError):
 
 class WeightVersionError(WeightsRefusedError, ValueError):
     """The requested policy version is not above the one serving."""
+
+
+# --- trainer integrations (harbor_ray.integrations) ---------------------------------------
+
+
+class TrainerError(HarborRayError):
+    """A trainer's call cannot be served as asked: prompts that name no tasks, groups
+    that never came, a trainer setting the integration cannot honour."""
 
 
 # --- the online controller ---------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Delivered groups as TRL's per-turn records, for a GRPOTrainer `rollout_func`.
+"""Delivered groups as TRL's records, for a GRPOTrainer `rollout_func`.
 
-The records are `harbor_ray.data.trl`'s (prompt ids, completion ids, per-token logprobs,
-env_mask, reward, where each came from), made by the same code from the groups' turns,
-plus the `group_id` each came from: the group is GRPO's, so a trainer that normalises
-rewards within a group finds it there. `trl_columns` turns them column-wise, as a
-`rollout_func` returns them.
+`group_samples`: one sample per rollout (`harbor_ray.data.rollout_samples`), group by
+group: what GRPO trains on. `trl_records`: one record per model call
+(`harbor_ray.data.trl`'s, from the groups' turns). Both carry the `group_id` each came
+from: the group is GRPO's. `trl_columns` turns records column-wise, as a `rollout_func`
+returns them.
 """
 
 from __future__ import annotations
@@ -12,10 +12,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from harbor_ray.data.trl import rows_to_trl_records, trl_columns
+from harbor_ray.data.trl import rollout_samples, rows_to_trl_records, trl_columns
 from harbor_ray.online.wire import Group
 
-__all__ = ["trl_columns", "trl_records"]
+__all__ = ["group_samples", "trl_columns", "trl_records"]
+
+
+def group_samples(groups: Iterable[Group], *, filler_id: int = 0) -> list[dict[str, Any]]:
+    """One sample per rollout of every group, group by group in the order of each
+    group's rollouts, with the `group_id` it came from (`rollout_samples`' fields)."""
+    return [
+        {**sample, "group_id": group.group_id}
+        for group in groups
+        for sample in rollout_samples(group.rollouts, group.sequences, filler_id=filler_id)
+    ]
 
 
 def trl_records(groups: Iterable[Group], *, include_discarded: bool = False,

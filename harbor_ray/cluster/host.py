@@ -88,6 +88,7 @@ class ProxyTarget:
     # deployed with it; with host ingress the hosts call the engine themselves).
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
+    logprobs_mode: str | None = None  # CaptureSettings.logprobs_mode, wherever it runs
     # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), which
     # lands on a node's entry relay (remote_entry.py; direct ingress only). None: not
     # configured, and nothing listens off loopback for them.
@@ -156,7 +157,8 @@ class RolloutHost(SessionOwner):
             self._serving.push_async_callback(clock.stop)
             return await self._serving.enter_async_context(
                 serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
-                              proxy.served_model, stitch=proxy.stitch, policy_version=clock))
+                              proxy.served_model, stitch=proxy.stitch, policy_version=clock,
+                              logprobs_mode=proxy.logprobs_mode))
         url = proxy.url
         if proxy.ingress == "serve":
             # Serve's API blocks on its controller: off the loop that serves calls.

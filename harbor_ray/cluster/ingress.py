@@ -21,22 +21,25 @@ from harbor_ray.cluster.remote_entry import start_entry_relays, stop_entry_relay
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                         replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
                         stitch: bool = True, remote_url: str | None = None,
-                        remote_bind: str | None = None) -> ProxyTarget:
+                        remote_bind: str | None = None,
+                        logprobs_mode: str | None = None) -> ProxyTarget:
     """Deploy the replicas the ingress needs (none for `host`); where agents reach them.
     `remote_url`/`remote_bind`: `remote_endpoint`."""
     remote = remote_endpoint(ingress, remote_url, remote_bind)
     if ingress == "host":
         return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
-                           engine_timeout_s=engine_timeout_s, stitch=stitch)
+                           engine_timeout_s=engine_timeout_s, stitch=stitch,
+                           logprobs_mode=logprobs_mode)
     # On a cluster of several nodes the replicas' direct sockets listen on their node's
     # address, so that a host on a node without a replica relays to another node's.
     across_nodes = len(alive_nodes()) > 1
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
-                               across_nodes=across_nodes)
+                               across_nodes=across_nodes, logprobs_mode=logprobs_mode)
     target = ProxyTarget(url=url, served_model=served_model, ingress=ingress,
                          engine_timeout_s=engine_timeout_s, stitch=stitch,
-                         remote_url=remote_url if remote else None)
+                         remote_url=remote_url if remote else None,
+                         logprobs_mode=logprobs_mode)
     if remote is not None:
         try:
             start_entry_relays(target.app, remote)

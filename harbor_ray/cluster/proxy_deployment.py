@@ -75,10 +75,11 @@ class CaptureProxy:
         engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
         stitch: bool = True,
         across_nodes: bool = False,
+        logprobs_mode: str | None = None,
     ) -> None:
         overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
-            served_model=served_model, stitch=stitch,
+            served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode,
             **{name: value for name, value in overrides.items() if value is not None},
         )
         self._engine = HttpEngine(llm_url or f"{serve_http_base('/')}/v1",
@@ -135,6 +136,7 @@ def deploy_capture_proxy(
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
     stitch: bool = True,
     across_nodes: bool = False,
+    logprobs_mode: str | None = None,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -144,9 +146,9 @@ def deploy_capture_proxy(
     in which case its own port is used. `num_cpus` is small so that replicas never wait
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
-    `stitch` is `CaptureSettings.stitch`. `across_nodes`: each replica's direct socket
-    listens on its node's address instead of loopback, so that hosts on nodes without a
-    replica reach it (session keys still required; a replica has no admin routes);
+    `stitch` and `logprobs_mode` are `CaptureSettings`'. `across_nodes`: each replica's
+    direct socket listens on its node's address instead of loopback, so that hosts on
+    nodes without a replica reach it (session keys still required; a replica has no admin routes);
     without it, a replica adds that socket once a second node joins (direct_ingress.py).
     """
     ensure_serve(http_port, across_nodes=across_nodes)
@@ -160,7 +162,7 @@ def deploy_capture_proxy(
         deployment.bind(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
             app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
-            across_nodes=across_nodes,
+            across_nodes=across_nodes, logprobs_mode=logprobs_mode,
         ),
         name=app_name,
         route_prefix=route_prefix,

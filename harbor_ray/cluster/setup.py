@@ -87,7 +87,8 @@ def running_cluster(
                 proxy = start_capture_proxy(
                     url, certification.served_model, ingress=spec.ingress,
                     replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
-                    stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind)
+                    stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind,
+                    logprobs_mode=certification.logprobs_mode)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc

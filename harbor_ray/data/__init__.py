@@ -8,7 +8,7 @@ from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.readers import read_rollouts, read_sequences, read_turns
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import SCHEMA_VERSION
-from harbor_ray.data.trl import to_trl_records
+from harbor_ray.data.trl import rollout_samples, to_trl_records
 from harbor_ray.data.writer import DatasetWriter
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "read_sequences",
     "read_turns",
     "rebuild_prompts",
+    "rollout_samples",
     "to_trl_records",
     "turn_records",
 ]

@@ -192,6 +192,8 @@ def _turns_table(
         ),
         "token_ids": _list_array([t.token_ids for t in ordered], IDS),
         "logprobs": _list_array([t.logprobs for t in ordered], LOGPROBS),
+        "logprobs_mode": [t.logprobs_mode for t in ordered],
+        "sampling": [vars(t.sampling) for t in ordered],
         "continues": [c.turn if (c := t.continuation) else None for t in ordered],
         "stitched": [c.stitched if (c := t.continuation) else None for t in ordered],
         "stitch_fallback": [c.fallback.value if (c := t.continuation) and c.fallback else None

@@ -23,6 +23,7 @@ import pyarrow as pa
 from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.core.record import close_capture
+from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.schema import IDS
@@ -93,6 +94,8 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             prompt_ids=_array(turns["prompt_ids"][row], np.int32),
             token_ids=_array(turns["token_ids"][row], np.int32),
             logprobs=_array(turns["logprobs"][row], np.float32),
+            logprobs_mode=rows["logprobs_mode"][row],
+            sampling=TurnSampling(**rows["sampling"][row]),
             finish_reason=rows["finish_reason"][row],
             request_messages_json=rows["request_messages"][row].encode(),
             response_message_json=rows["response_message"][row].encode(),

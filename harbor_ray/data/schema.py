@@ -22,6 +22,7 @@ __all__ = [
     "MASK",
     "MESSAGE_COLUMNS",
     "ROLLOUTS",
+    "SAMPLING",
     "SCHEMA_VERSION",
     "SEQUENCES",
     "TABLES",
@@ -43,7 +44,12 @@ __all__ = [
 # version-2 row has none because nothing recorded it, while a version-3 null means the
 # rollout never reached a host; and `trial_dir` is from now on a path on `node` (trial
 # directories stay on the node that ran the rollout), not necessarily on the driver's.
-SCHEMA_VERSION = 3
+# 4: what a turn's logprobs are and what it was sampled with (turns/ `logprobs_mode`,
+# `sampling`). Nullable, bumped on purpose: engines made by harbor_ray now return the
+# logprobs of the distribution sampled from (`processed`), where up to version 3 they
+# were always the model's at temperature 1 (`raw`) whatever the sampling temperature; a
+# reader of a version-3 dataset must know its logprobs are raw.
+SCHEMA_VERSION = 4
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -130,6 +136,15 @@ SEQUENCES = versioned(
     ]
 )
 
+SAMPLING = pa.struct(
+    [
+        pa.field("temperature", pa.float64()),
+        pa.field("top_p", pa.float64()),
+        pa.field("top_k", pa.int64()),
+        pa.field("min_p", pa.float64()),
+    ]
+)
+
 # Kept last and apart so that a token-only read (`columns=`) never decodes them.
 MESSAGE_COLUMNS = ("request_messages", "response_message")
 
@@ -152,6 +167,8 @@ TURNS = versioned(
         pa.field("prompt_delta", IDS),
         pa.field("token_ids", IDS),
         pa.field("logprobs", LOGPROBS),
+        pa.field("logprobs_mode", pa.string()),
+        pa.field("sampling", SAMPLING, nullable=False),
         pa.field("continues", pa.int32()),
         pa.field("stitched", pa.bool_()),
         pa.field("stitch_fallback", pa.string()),

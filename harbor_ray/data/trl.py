@@ -1,23 +1,20 @@
-"""Per-turn records in the shape TRL's GRPOTrainer takes pre-tokenised rollouts in.
+"""Records in the shape TRL's GRPOTrainer takes pre-tokenised rollouts in.
 
-TRL's `rollout_func` contract (GRPOTrainer, TRL 1.x) requires the keys `prompt_ids`,
-`completion_ids` and `logprobs` (lists of ints / floats per sample); it pops `env_mask`
-and multiplies it into the completion loss mask (1 = trained, 0 = not); every other key
-is forwarded to the reward functions as a keyword argument. One record here is one
-model call:
+TRL's `rollout_func` returns, per sample, `prompt_ids`, `completion_ids` and `logprobs`;
+it pops `env_mask` (1 = trained) and forwards every other key to the reward functions.
+Records are Python lists because that is TRL's contract; `trl_columns` turns them
+column-wise, as a `rollout_func` returns them.
 
-  prompt_ids      the engine's full prompt ids of the call (rebuilt from the deltas)
-  completion_ids  the ids the engine sampled
-  logprobs        the engine's logprob per sampled id; 0.0 where it gave none
-  env_mask        1 where the logprob is finite, else 0: the same tokens the loss mask
-                  of sequences/ trains on (NaN would poison TRL's importance ratio)
-  reward          the rollout's reward, None when the verifier never ran (TRL accepts
-                  None from a reward function; it is never turned into 0.0)
-  rollout_id, task, turn, role   where the record came from
+`rollout_samples`: one sample per rollout, from sequences/, what GRPO trains on (a
+group is n rollouts of one task) and TRL's own multi-turn shape: the prompt is the agent
+sequence up to its first sampled id, the completion the rest (tool output included),
+`env_mask` its loss mask, `logprobs` the engine's for sampled ids and None elsewhere.
 
-Records are Python lists because that is TRL's contract; a `rollout_func` returns them
-column-wise (`trl_columns`). `to_trl_records` reads a turns/ table; `rows_to_trl_records`
-reads the same rows as dicts (an online group's `turns`), through the same code.
+`to_trl_records` (a turns/ table) and `rows_to_trl_records` (the same rows as dicts, an
+online group's `turns`): one record per model call, for trainers that train on turns.
+Each re-reads the history before it, and one rollout's records are no GRPO group. A
+logprob the engine did not give is 0.0 with `env_mask` 0 (NaN would poison TRL's
+importance ratio), the tokens sequences/ does not train on either.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from harbor_ray.capture.core.graph import Role
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.schema import IDS, TURNS
 
-__all__ = ["rows_to_trl_records", "to_trl_records", "trl_columns"]
+__all__ = ["rollout_samples", "rows_to_trl_records", "to_trl_records", "trl_columns"]
 
 # The turns/ columns a record is made of, prompts in full: what `rows_to_trl_records`
 # types dict rows as (any other key of a row is left out).
@@ -95,6 +92,54 @@ def rows_to_trl_records(rows: Iterable[Mapping[str, Any]], *,
     JSON gives them: a logprob the engine did not give is None, and trains nothing)."""
     table = pa.Table.from_pylist(list(rows), schema=_RECORD_COLUMNS)
     return to_trl_records(table, include_discarded=include_discarded, only_ok=only_ok)
+
+
+def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],
+                    sequences: pa.Table | Iterable[Mapping[str, Any]], *,
+                    filler_id: int = 0) -> list[dict[str, Any]]:
+    """One sample per row of `rollouts` (rollouts/ rows), in their order, from their
+    agent sequences in `sequences` (sequences/ rows; others are ignored).
+
+    A rollout with several agent sequences (a harness that rewrote its prompt) gives the
+    one with the most trained ids (the first of equals). A rollout with none (it failed
+    before a call was recorded) still gives its sample, so that a group keeps its size:
+    `filler_id` as its one-id prompt and completion, nothing trained.
+    """
+    rollout_rows = rollouts.to_pylist() if isinstance(rollouts, pa.Table) else rollouts
+    sequence_rows = sequences.to_pylist() if isinstance(sequences, pa.Table) else sequences
+    chosen: dict[str, Mapping[str, Any]] = {}
+    for sequence in sequence_rows:
+        if sequence["role"] != Role.AGENT.value:
+            continue
+        best = chosen.get(sequence["rollout_id"])
+        if best is None or sum(sequence["loss_mask"]) > sum(best["loss_mask"]):
+            chosen[sequence["rollout_id"]] = sequence
+    return [_sample(rollout, chosen.get(rollout["rollout_id"]), filler_id)
+            for rollout in rollout_rows]
+
+
+def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
+            filler_id: int) -> dict[str, Any]:
+    mask = [] if sequence is None else list(sequence["loss_mask"])
+    first = next((i for i, m in enumerate(mask) if m), None)
+    if sequence is None or first is None:
+        ids, first, mask, logprobs = [filler_id, filler_id], 1, [0, 0], [0.0, 0.0]
+    else:
+        ids, logprobs = list(sequence["input_ids"]), list(sequence["logprobs"])
+    reward = rollout["reward"]
+    return {
+        "prompt_ids": ids[:first],
+        "completion_ids": ids[first:],
+        "logprobs": [lp if m else None for lp, m in zip(logprobs[first:], mask[first:],
+                                                        strict=True)],
+        "env_mask": mask[first:],
+        "reward": reward,
+        "trainable": bool(rollout["ok"]) and reward is not None and any(mask),
+        "rollout_id": rollout["rollout_id"],
+        "task": rollout["task"],
+        "policy_version_min": rollout["policy_version_min"],
+        "policy_version_max": rollout["policy_version_max"],
+    }
 
 
 def trl_columns(records: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -29,7 +29,7 @@ WORKER_EXTENSION = "harbor_ray.engine.worker.WeightReloadExtension"
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
 # answers to one question.
 _TYPED_ENGINE_KWARGS = frozenset(
-    {"model", "dtype", "max_model_len", "tensor_parallel_size", "chat_template"}
+    {"model", "dtype", "max_model_len", "tensor_parallel_size", "chat_template", "logprobs_mode"}
 )
 
 
@@ -98,6 +98,17 @@ class EngineConfig(BaseModel):
         ge=1,
         description="Longest prompt + reply in tokens. None: the model's own limit.",
     )
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        default="processed_logprobs",
+        description=(
+            "Which logprobs the engine returns for sampled tokens. `processed_logprobs`: "
+            "those of the distribution the token was drawn from (after temperature, "
+            "penalties, top-k/top-p/min-p), which a trainer scoring at its sampling "
+            "temperature compares with. `raw_logprobs` (vLLM's own default): the model's "
+            "at temperature 1, whatever the sampling temperature. One setting for the "
+            "whole engine; every turn records which it was."
+        ),
+    )
     num_replicas: int = Field(
         default=1,
         ge=1,
@@ -138,6 +149,11 @@ class EngineConfig(BaseModel):
         return self
 
     @property
+    def recorded_logprobs_mode(self) -> str:
+        """What turns served by this engine record as their `logprobs_mode`."""
+        return self.logprobs_mode.removesuffix("_logprobs")
+
+    @property
     def uses_default_model(self) -> bool:
         return self.model_source == DEFAULT_MODEL_SOURCE
 
@@ -165,6 +181,7 @@ def to_llm_config(
     engine_kwargs: dict[str, Any] = {
         "dtype": config.dtype,
         "tensor_parallel_size": config.tensor_parallel_size,
+        "logprobs_mode": config.logprobs_mode,
         # The worker methods in-flight weight updates call (harbor_ray.engine.worker).
         "worker_extension_cls": WORKER_EXTENSION,
         **config.engine_kwargs,

@@ -144,11 +144,13 @@ def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
 def build_capture(args: dict[str, Any]) -> Application:
     """The capture proxy application from its YAML `args:` (`CaptureArgs`)."""
     config = _validated(CaptureArgs, args)
+    engine = config.engine_config()
     return CaptureProxy.options(
         num_replicas=config.replicas, max_ongoing_requests=config.max_ongoing_requests,
         ray_actor_options={"num_cpus": config.num_cpus},
-    ).bind(config.engine_url, config.engine_config().model_id,
-           app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch)
+    ).bind(config.engine_url, engine.model_id,
+           app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch,
+           logprobs_mode=engine.recorded_logprobs_mode)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)

@@ -103,15 +103,17 @@ async def qualify(
     if level == "model":
         if engine is None:
             raise ValueError("the model level needs an engine")
-        served = (await certify(engine, url, model=model)).served_model
+        certification = await certify(engine, url, model=model)
+        served, logprobs_mode = certification.served_model, certification.logprobs_mode
     gate = asyncio.Semaphore(plan.concurrency)
 
     async def one(agent: str, task: TaskRef) -> QualifyRow:
         async with gate:
             played = EngineTap(scripted_engine(agent, task.path) if level == "scripted"
                                else engine)
-            async with _capture(played, SCRIPTED_MODEL if level == "scripted" else served
-                                ) as (capture, answers):
+            scripted = level == "scripted"
+            async with _capture(played, SCRIPTED_MODEL if scripted else served,
+                                None if scripted else logprobs_mode) as (capture, answers):
                 row = await _qualify_one(plan, level, agent, task, capture, answers,
                                          played)
         if on_row is not None:
@@ -131,7 +133,7 @@ async def qualify(
 
 
 @contextlib.asynccontextmanager
-async def _capture(engine: EngineTap, served_model: str
+async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | None
                    ) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
     """A proxy of its own for one rollout (so that what it answered and what the engine
     generated belong to that rollout alone), with its taps."""
@@ -142,7 +144,7 @@ async def _capture(engine: EngineTap, served_model: str
         return taps[0]
 
     async with serve_capture(InMemorySessionStore(), engine, served_model,
-                             wrap=wrap) as capture:
+                             wrap=wrap, logprobs_mode=logprobs_mode) as capture:
         taps[0].answers.clear()  # the server's readiness probe
         yield capture, taps[0]
 

@@ -43,3 +43,26 @@ async def test_unreachable_engine_refused() -> None:
             await certify(engine, engine.root)
     finally:
         await engine.aclose()
+
+
+@pytest.mark.parametrize("mode", ["processed", "raw"])
+async def test_finds_which_logprobs_the_engine_returns(mode: str) -> None:
+    """Whether the logprobs move with the sampling temperature (vLLM processed_logprobs)
+    or stay the model's at temperature 1 (raw_logprobs): what every turn records."""
+    cert = await certify(FakeEngine(logprobs_mode=mode), "http://e")
+    assert cert.logprobs_mode == mode
+
+
+async def test_refuses_an_engine_that_returns_logits() -> None:
+    engine = FakeEngine()
+
+    async def logits(body: dict) -> dict:
+        reply = await FakeEngine.complete(engine, body)
+        for entry in reply["choices"][0].get("logprobs", {}).get("content", []):
+            for candidate in entry["top_logprobs"]:
+                candidate["logprob"] += 5.0  # a logit, not a log-probability
+        return reply
+
+    engine.complete = logits  # type: ignore[method-assign]
+    with pytest.raises(CertificationError, match="processed_logprobs"):
+        await certify(engine, "http://e")

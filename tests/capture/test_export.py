@@ -52,6 +52,8 @@ def test_document_shape_and_values() -> None:
         "prompt_ids": [1, 2, 3],
         "token_ids": [10, 11],
         "logprobs": [-0.5, None],
+        "logprobs_mode": None,  # the factory's turns were not made on a certified engine
+        "sampling": {"temperature": None, "top_p": None, "top_k": None, "min_p": None},
         "finish_reason": "stop",
         "request_messages": [{"role": "user", "content": "call 0"}],
         "response_message": {"role": "assistant", "content": "reply 0"},

@@ -14,6 +14,7 @@ from harbor_ray.capture.core.findings import (
     validate,
 )
 from harbor_ray.capture.core.graph import RolloutGraph, build_graph
+from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.turns_factory import VOCAB, chain, follow, turn
 
@@ -71,6 +72,7 @@ def test_code_values_are_stable() -> None:
         "ENGINE_ERRORS": "engine_errors",
         "BUDGET_EXHAUSTED": "budget_exhausted",
         "NOT_FORWARDED": "not_forwarded",
+        "RAW_LOGPROBS_SAMPLED_OTHERWISE": "raw_logprobs_sampled_otherwise",
     }
     assert [s.value for s in Severity] == ["fatal", "warn", "info"]
 
@@ -169,6 +171,22 @@ def test_positive_logprob() -> None:
 def test_zero_and_float_noise_are_valid_logprobs() -> None:
     noise = np.float32(POSITIVE_LOGPROB_TOLERANCE / 2)
     assert check([turn(0, [1, 2], [3, 4], [0.0, float(noise)])]) == ()
+
+
+@pytest.mark.parametrize(("mode", "temperature", "warned"), [
+    ("raw", 0.7, True),
+    ("raw", 1.0, False),
+    ("raw", None, False),  # the engine's default: no temperature was asked for
+    ("processed", 0.7, False),
+    (None, 0.7, False),  # an engine not certified here: nothing to compare with
+])
+def test_raw_logprobs_sampled_at_another_temperature_warn(
+        mode: str | None, temperature: float | None, warned: bool) -> None:
+    findings = check(with_last(chain(2), logprobs_mode=mode,
+                               sampling=TurnSampling(temperature=temperature)))
+    raw = [f for f in findings if f.code is Code.RAW_LOGPROBS_SAMPLED_OTHERWISE]
+    assert [(f.severity, f.turn) for f in raw] == ([(Severity.WARN, 1)] if warned else [])
+    assert is_trainable(findings)
 
 
 def test_empty_completion() -> None:

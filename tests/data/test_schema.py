@@ -72,6 +72,7 @@ def test_the_public_surface() -> None:
             "read_sequences",
             "read_turns",
             "rebuild_prompts",
+            "rollout_samples",
             "to_trl_records",
             "turn_records",
         ]

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.data.rebuild import rebuild_prompts
-from harbor_ray.data.trl import rows_to_trl_records, to_trl_records, trl_columns
+from harbor_ray.data.trl import rollout_samples, rows_to_trl_records, to_trl_records, trl_columns
 from tests.capture.turns_factory import chain, turn
 from tests.data.rollouts import broken_session, encode, rich_session
 
@@ -105,3 +105,51 @@ def test_rows_as_dicts_give_the_same_records_as_the_table() -> None:
     assert trl_columns(to_trl_records(table))["turn"] == [
         r["turn"] for r in to_trl_records(table)]
     assert trl_columns([]) == {}
+
+
+# --- one sample per rollout (GRPO's) ---------------------------------------------------
+
+
+def rollout_row(rollout_id: str, *, reward: float | None = 1.0, ok: bool = True) -> dict:
+    return {"rollout_id": rollout_id, "task": "fix-bug", "reward": reward, "ok": ok,
+            "policy_version_min": 0, "policy_version_max": 0}
+
+
+def sequences_of(turns, rollout_id: str) -> pa.Table:
+    return encode(turns, rollout_id=rollout_id, task="fix-bug", reward=1.0, ok=True).sequences
+
+
+def test_one_sample_per_rollout_splits_the_agent_sequence_at_its_first_sampled_id() -> None:
+    [sequence] = sequences_of(chain(3), "a").to_pylist()
+    [sample] = rollout_samples([rollout_row("a")], [sequence])
+    first = sequence["loss_mask"].index(1)
+    assert sample["prompt_ids"] == sequence["input_ids"][:first]
+    assert sample["prompt_ids"] + sample["completion_ids"] == sequence["input_ids"]
+    assert sample["env_mask"] == sequence["loss_mask"][first:]
+    assert 0 in sample["env_mask"]  # the later turns' prompts sit inside the completion
+    assert sample["logprobs"] == [
+        lp if m else None
+        for lp, m in zip(sequence["logprobs"][first:], sample["env_mask"], strict=True)]
+    assert (sample["reward"], sample["trainable"], sample["task"]) == (1.0, True, "fix-bug")
+
+
+def test_the_agent_sequence_with_most_trained_ids_is_the_rollouts_sample() -> None:
+    sequences = sequences_of(rich_session(), "r")
+    agent = [s for s in sequences.to_pylist() if s["role"] == "agent"]
+    assert len(agent) > 1
+    best = max(agent, key=lambda s: sum(s["loss_mask"]))
+    [sample] = rollout_samples(pa.Table.from_pylist([rollout_row("r")]), sequences)
+    assert sample["prompt_ids"] + sample["completion_ids"] == best["input_ids"]
+
+
+def test_every_rollout_gives_a_sample_in_order_even_with_nothing_to_train() -> None:
+    rollouts = [rollout_row("b"), rollout_row("lost", reward=None, ok=False), rollout_row("a")]
+    sequences = pa.concat_tables([sequences_of(chain(2), "a"), sequences_of(chain(3), "b")])
+    samples = rollout_samples(rollouts, sequences, filler_id=7)
+    assert [s["rollout_id"] for s in samples] == ["b", "lost", "a"]
+    lost = samples[1]
+    assert (lost["prompt_ids"], lost["completion_ids"], lost["env_mask"]) == ([7], [7], [0])
+    assert (lost["reward"], lost["trainable"]) == (None, False)
+    assert [s["trainable"] for s in samples] == [True, False, True]
+    unscored = rollout_samples([rollout_row("a", reward=None)], sequences)
+    assert not unscored[0]["trainable"] and any(unscored[0]["env_mask"])

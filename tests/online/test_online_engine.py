@@ -1,71 +1,32 @@
 """The online loop for real: the service from serve_configs/online_cpu.yaml on the
-session's engine, terminus-2 on two sample tasks x 2 at version 0, one policy-gradient
-step on their sequences with transformers, `POST /v1/weights` with version 1, and a new
-group whose turns carry version 1 and whose logprobs are the stepped model's.
-
-One engine per test session (memory): the YAML's engine application is the session's
-(`harbor-ray engine up` from engine_cpu.yaml, the same application:
-test_serve_config.py checks they are equal), so its other applications are deployed
-next to it with the same builders and args `serve run` uses. Deploying the whole YAML
-declaratively instead would rebuild the engine: Serve gives an application deployed
-through the Python API no code version, so a config never matches it.
-"""
+session's engine (tests/fixtures/online.py), terminus-2 on two sample tasks x 2 at
+version 0, one policy-gradient step on their sequences with transformers,
+`POST /v1/weights` with version 1, and a new group whose turns carry version 1 and whose
+logprobs are the stepped model's."""
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
 import ray
-import yaml
-from ray import serve
-from ray.serve import RunTarget
 
-from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.policy import policy_actor_name
-from harbor_ray.cluster.replica_registry import registry_name
 from harbor_ray.engine.lifecycle import EngineHandle
-from harbor_ray.online.controller import controller_actor_name
-from harbor_ray.serve_http import serve_details, serve_http_base
+from harbor_ray.serve_http import serve_details
+from tests.fixtures.online import Online, online_service
 from tests.fixtures.policy_step import CHANGED, max_gap, policy_gradient_step, rescore
 
 pytestmark = pytest.mark.integration
 
-ONLINE_CPU_YAML = Path(__file__).resolve().parents[2] / "serve_configs" / "online_cpu.yaml"
 # Over an agent's whole conversation (a thousand ids and more, several turns) vLLM's and
 # transformers' float32 CPU kernels drift further apart than over a short reply: 1.5e-3
 # at worst was measured here. Still an order of magnitude below what the step moves.
 SAME_OVER_A_CONVERSATION = 3e-3
 SUBMIT = {"agent": "terminus-2", "sampling": {"max_tokens": 64, "temperature": 1.0},
           "budget": 3, "deadline_s": 900}
-
-
-class Online:
-    def __init__(self, url: str, key: str, out: Path) -> None:
-        self.url, self.out = url, out
-        self.http = httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"},
-                                 timeout=900)
-
-    def groups(self, count: int, timeout_s: float = 1800) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            groups = self.http.get("/v1/groups", params={"wait_s": 30, "max": 100}
-                                   ).json()["groups"]
-            if len(groups) >= count:
-                return groups
-            assert time.monotonic() < deadline, self.http.get("/v1/stats").json()
-
-    def take(self, count: int) -> list[dict[str, Any]]:
-        groups = self.groups(count)
-        ack = self.http.post("/v1/groups/ack", json={"group_ids": [g["group_id"] for g in groups]})
-        assert ack.status_code == 200 and not ack.json()["unknown"]
-        return groups
 
 
 def _replica_actor(app: str) -> tuple[str, str]:
@@ -75,48 +36,11 @@ def _replica_actor(app: str) -> tuple[str, str]:
     return replica.replica_id, replica.actor_name
 
 
-def _exists(name: str) -> bool:
-    try:
-        ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def online(engine: EngineHandle, prepared_model_dir: Path,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Online]:
-    config = yaml.safe_load(ONLINE_CPU_YAML.read_text())
-    apps = {a["name"]: a for a in config["applications"]}
-    assert engine.app_name == "engine" and "engine" in apps
-    del apps["engine"]  # the session's, from engine_cpu.yaml
-    root = tmp_path_factory.mktemp("online")
-    # Only what is machine-specific changes: the session's model cache and paths.
-    apps["capture"]["args"]["engine"]["cache_dir"] = str(prepared_model_dir.parent)
-    controller = apps["online"]["args"]
-    controller["engine"]["cache_dir"] = str(prepared_model_dir.parent)
-    controller.update(key_file=str(root / "controller.key"), work_dir=str(root / "work"),
-                      out=str(root / "dataset"))
-    targets = []
-    for app in apps.values():
-        module, _, builder = app["import_path"].partition(":")
-        application = getattr(importlib.import_module(module), builder)(app["args"])
-        targets.append(RunTarget(target=application, name=app["name"],
-                                 route_prefix=app["route_prefix"]))
-    started = time.monotonic()
-    serve.run_many(targets)
-    print(f"capture + controller apps running in {time.monotonic() - started:.1f}s")
-    service = Online(serve_http_base(apps["online"]["route_prefix"]),
-                     (root / "controller.key").read_text().strip(), root / "dataset")
-    try:
+    with online_service(engine, prepared_model_dir, tmp_path_factory.mktemp("online")) as service:
         yield service
-    finally:
-        for name in ("online", "capture"):
-            serve.delete(name)
-        # The detached actors the applications made went with them.
-        for actor in (controller_actor_name("online"), policy_actor_name("capture"),
-                      registry_name("capture")):
-            assert not _exists(actor), f"{actor} outlived its application"
 
 
 def test_the_online_loop_moves_the_engine_s_weights(

@@ -28,13 +28,17 @@ from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.findings import Finding
 from harbor_ray.capture.core.graph import Node, TrainingSequence
 from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = ["EXPORT_VERSION", "build_export", "render_export", "turns_from_export"]
 
 # Bump on any change a reader of an older document would misread.
 # 2: each turn says whether its prompt was stitched (`continuation`).
-EXPORT_VERSION = 2
+# 3: each turn says which logprobs it has and what it was sampled with (`logprobs_mode`,
+# `sampling`); a version-2 document reads as "not known" for both.
+EXPORT_VERSION = 3
+_READABLE_VERSIONS = (2, EXPORT_VERSION)
 
 
 def build_export(
@@ -65,8 +69,9 @@ def render_export(capture: ClosedCapture) -> dict[str, Any]:
 def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
     """Rebuild the turn records a document was made from, ids and NaNs included."""
     version = doc.get("schema_version")
-    if version != EXPORT_VERSION:
-        raise ValueError(f"export schema_version {version!r} is not the supported {EXPORT_VERSION}")
+    if version not in _READABLE_VERSIONS:
+        raise ValueError(f"export schema_version {version!r} is not one of the supported "
+                         f"{_READABLE_VERSIONS}")
     return [
         TurnRecord(
             index=int(t["index"]),
@@ -74,6 +79,9 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             prompt_ids=_ids_from_json(t["prompt_ids"]),
             token_ids=_ids_from_json(t["token_ids"]),
             logprobs=_logprobs_from_json(t["logprobs"]),
+            # Both absent from exports written before the fields existed.
+            logprobs_mode=t.get("logprobs_mode"),
+            sampling=TurnSampling(**t.get("sampling") or {}),
             finish_reason=t["finish_reason"],
             request_messages_json=orjson.dumps(t["request_messages"]),
             response_message_json=orjson.dumps(t["response_message"]),
@@ -101,6 +109,8 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "prompt_ids": _ids_to_json(turn.prompt_ids),
         "token_ids": _ids_to_json(turn.token_ids),
         "logprobs": _logprobs_to_json(turn.logprobs),
+        "logprobs_mode": turn.logprobs_mode,
+        "sampling": dataclasses.asdict(turn.sampling),
         "finish_reason": turn.finish_reason,
         "request_messages": orjson.loads(turn.request_messages_json),
         "response_message": orjson.loads(turn.response_message_json),

@@ -64,6 +64,7 @@ class Code(StrEnum):
     ENGINE_ERRORS = "engine_errors"
     BUDGET_EXHAUSTED = "budget_exhausted"
     NOT_FORWARDED = "not_forwarded"
+    RAW_LOGPROBS_SAMPLED_OTHERWISE = "raw_logprobs_sampled_otherwise"
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,16 @@ def _turn_findings(
         )
     elif tokens is not None:
         yield from _logprob_values(i, turn.logprobs)
+    if turn.logprobs_mode == "raw" and turn.sampling.temperature not in (None, 1.0):
+        # The logprobs are the model's at temperature 1, the tokens were drawn at another:
+        # a trainer scoring at the sampling temperature sees them as off-policy.
+        yield Finding(
+            Code.RAW_LOGPROBS_SAMPLED_OTHERWISE,
+            Severity.WARN,
+            f"turn {i}: sampled at temperature {turn.sampling.temperature:g}, but the engine "
+            "returns temperature-1 logprobs (serve it with logprobs_mode: processed_logprobs)",
+            i,
+        )
 
     continuation = turn.continuation
     if continuation is not None and not continuation.stitched:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from harbor_ray.capture.core.continuation import Continuation
+from harbor_ray.capture.core.sampling import TurnSampling
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,6 +30,11 @@ class TurnRecord:
     token_ids: np.ndarray | None
     logprobs: np.ndarray | None
     finish_reason: str
+    # Which logprobs `logprobs` are (`processed`: of the distribution sampled from;
+    # `raw`: the model's at temperature 1), as the engine's certification found; None:
+    # not known. And the sampling settings the engine request carried.
+    logprobs_mode: str | None = None
+    sampling: TurnSampling = field(default_factory=TurnSampling)
     request_messages_json: bytes = b"[]"  # the engine request's messages, a JSON array
     response_message_json: bytes = b"{}"  # the engine reply's message, a JSON object
     request_model: str = ""

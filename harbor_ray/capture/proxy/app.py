@@ -67,7 +67,7 @@ from harbor_ray.capture.core.dialects.base import EngineCall, ErrorKind, ReplyCo
 from harbor_ray.capture.core.keys import extract_key
 from harbor_ray.capture.core.models_list import models_reply
 from harbor_ray.capture.core.normalize import engine_body
-from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
+from harbor_ray.capture.core.sampling import INT64_MAX, Sampling, TurnSampling
 from harbor_ray.capture.core.sse import KEEPALIVE
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.fast_json import JSONResponse
@@ -108,6 +108,9 @@ class CaptureSettings:
     # sampled ids as the start of its prompt (continuation.py); False: the engine
     # renders every prompt from the messages.
     stitch: bool = True
+    # Which logprobs the engine returns (`Certification.logprobs_mode`), recorded with
+    # every turn; None: not known (the engine was not certified here).
+    logprobs_mode: str | None = None
 
 
 class SessionRequest(BaseModel):
@@ -517,6 +520,8 @@ class _CaptureHandler:
             prompt_ids=completion.prompt_ids,
             token_ids=completion.token_ids,
             logprobs=completion.logprobs,
+            logprobs_mode=self.settings.logprobs_mode,
+            sampling=TurnSampling.of(admitted.payload),
             finish_reason=completion.raw_finish_reason or completion.finish_reason,
             request_messages_json=admitted.messages_json,
             response_message_json=orjson.dumps(reply.message),

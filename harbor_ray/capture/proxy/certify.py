@@ -7,7 +7,8 @@ the request field or server flag that fixes whatever is missing.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +43,12 @@ class Certification(BaseModel):
     tool_calling_fix: str | None = Field(
         description="What to change on the engine to enable tool calling, when it is off."
     )
+    logprobs_mode: Literal["processed", "raw"] = Field(
+        description="`processed`: the logprobs are those of the distribution sampled from "
+        "(they change with the temperature; vLLM `logprobs_mode: processed_logprobs`). "
+        "`raw`: the model's at temperature 1, whatever the sampling temperature (vLLM's "
+        "default, `raw_logprobs`)."
+    )
 
 
 async def certify(engine: Engine, url: str, *, model: str | None = None) -> Certification:
@@ -61,6 +68,7 @@ async def certify(engine: Engine, url: str, *, model: str | None = None) -> Cert
         )
 
     tool_fix = await _tool_calling_fix(engine, model, len(reply["prompt_token_ids"]))
+    logprobs_mode = await _logprobs_mode(engine, model)
     return Certification(
         url=url,
         served_model=model,
@@ -70,6 +78,7 @@ async def certify(engine: Engine, url: str, *, model: str | None = None) -> Cert
         returns_logprobs=True,
         tool_calling=tool_fix is None,
         tool_calling_fix=tool_fix,
+        logprobs_mode=logprobs_mode,
     )
 
 
@@ -159,3 +168,46 @@ async def _version(engine: Engine) -> str | None:
         return str((await engine.request("GET", "/version")).get("version"))
     except EngineError:
         return None
+
+
+# Temperature scales every logit alike, so it never changes which token is likeliest,
+# but a processed logprob moves with it (and a raw one does not). Half of 1 moves the
+# top candidates' logprobs by far more than any batch's numeric noise.
+_LOGPROBS_PROBE_TEMPERATURES = (1.0, 0.5)
+_SAME_LOGPROB = 1e-3
+
+
+async def _logprobs_mode(engine: Engine, model: str) -> Literal["processed", "raw"]:
+    """Whether the engine's logprobs follow the sampling temperature: the same one-token
+    probe at two temperatures, compared on the top candidates both list."""
+    candidates = []
+    for temperature in _LOGPROBS_PROBE_TEMPERATURES:
+        probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1,
+                 "temperature": temperature, "top_p": 1.0, "logprobs": True,
+                 "top_logprobs": 5}
+        try:
+            reply = await engine.request("POST", "/v1/chat/completions", probe)
+            candidates.append(_top_logprobs(reply))
+        except EngineError as exc:
+            raise CertificationError(f"logprobs probe failed: {exc.message}") from exc
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise CertificationError(
+                "no choices[0].logprobs.content[0].top_logprobs in the reply to a request "
+                "with `top_logprobs: 5` (check the server's --max-logprobs)") from exc
+    if sum(math.exp(lp) for lp in candidates[0].values()) > 1.01:
+        raise CertificationError(
+            "the engine returns logits, not logprobs (vLLM logprobs_mode raw_logits or "
+            "processed_logits): serve with logprobs_mode processed_logprobs")
+    shared = candidates[0].keys() & candidates[1].keys()
+    if not shared:
+        raise CertificationError("the logprobs probe's two replies share no top candidate")
+    moved = max(abs(candidates[0][t] - candidates[1][t]) for t in shared)
+    return "processed" if moved > _SAME_LOGPROB else "raw"
+
+
+def _top_logprobs(reply: dict[str, Any]) -> dict[str, float]:
+    first = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    top = {str(c["token"]): float(c["logprob"]) for c in first}
+    if not top:
+        raise ValueError("no top_logprobs")
+    return top

@@ -78,8 +78,16 @@ def _text(content: Any) -> str:
     return ""
 
 
-def fake_logprob(position: int) -> float:
-    return -0.05 * (position % 7 + 1)
+def fake_logprob(position: int, temperature: float | None = None) -> float:
+    """The logprob of the id sampled at `position`, as vLLM's `processed_logprobs` moves
+    it with the temperature (0 and None: unscaled)."""
+    return -0.05 * (position % 7 + 1) / (temperature or 1.0)
+
+
+def _candidates(position: int, temperature: float | None, count: int) -> list[dict[str, Any]]:
+    """`top_logprobs` entries: the sampled id's, then runners-up further down."""
+    return [{"token": f"c{rank}", "logprob": fake_logprob(position, temperature) - 4 * rank,
+             "bytes": None} for rank in range(count)]
 
 
 @dataclass
@@ -96,6 +104,9 @@ class FakeEngine:
     renders_tools: bool = True  # False imitates a chat template that ignores `tools`
     fail_with: int | None = None  # answer every generation with this HTTP status
     tokenize: bool = True  # False imitates an engine without vLLM's /tokenize
+    # "processed": logprobs move with the temperature (vLLM processed_logprobs); "raw":
+    # they do not (vLLM's default, raw_logprobs).
+    logprobs_mode: str = "processed"
     calls: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0  # generations abandoned mid-way (the client went away)
 
@@ -153,8 +164,11 @@ class FakeEngine:
             ]
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
         if body.get("logprobs"):
+            temperature = body.get("temperature") if self.logprobs_mode == "processed" else None
+            top = body.get("top_logprobs") or 0
             choice["logprobs"] = {"content": [
-                {"token": str(t), "logprob": fake_logprob(i), "bytes": None, "top_logprobs": []}
+                {"token": str(t), "logprob": fake_logprob(i, temperature), "bytes": None,
+                 "top_logprobs": _candidates(i, temperature, top)}
                 for i, t in enumerate(sampled)
             ]}
         out: dict[str, Any] = {

@@ -57,7 +57,8 @@ async def local_capture(
     wrapper keeps the app's `settings` and `state`, which the server reads."""
     certification = await certify(engine, url, model=model)
     async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
-                             host=host, stitch=stitch, wrap=wrap) as capture:
+                             host=host, stitch=stitch, wrap=wrap,
+                             logprobs_mode=certification.logprobs_mode) as capture:
         yield capture
 
 
@@ -67,16 +68,19 @@ async def serve_capture(
     host: str = "127.0.0.1", stitch: bool = True,
     wrap: Callable[[CaptureApp], CaptureApp] | None = None,
     policy_version: Callable[[], int | None] = lambda: 0,
+    logprobs_mode: str | None = None,
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
     already), in the running loop; stop it on exit. `policy_version` stamps each turn
-    (`build_capture_app`'s).
+    (`build_capture_app`'s); `logprobs_mode` is the certification's
+    (`CaptureSettings.logprobs_mode`).
 
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
     app = build_capture_app(store, engine,
-                            CaptureSettings(served_model=served_model, stitch=stitch),
+                            CaptureSettings(served_model=served_model, stitch=stitch,
+                                            logprobs_mode=logprobs_mode),
                             policy_version=policy_version)
     served = app if wrap is None else wrap(app)
     sock = bind(host, 0)

@@ -1,0 +1,112 @@
+"""`harbor_ray.integrations.trl.GroupRollouts` against the running controller (the stub
+agent on rollout hosts, through the capture proxy deployment, against the fake engine):
+TRL's prompts become groups, and the groups one sample per rollout in TRL's order.
+The trainer is a stand-in with the attributes TRL's GRPOTrainer hands a `rollout_func`;
+tests/integrations/test_trl_engine.py trains with the real one."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harbor_ray.client import Client
+from harbor_ray.errors import TrainerError
+from harbor_ray.integrations.trl import GroupRollouts, verifier_reward
+from harbor_ray.online.wire import Group
+from tests.online.conftest import KEY
+
+pytestmark = pytest.mark.integration
+
+TRL_KEYS = {"prompt_ids", "completion_ids", "logprobs", "env_mask", "reward"}
+
+
+def trainer(n: int, step: int = 0, temperature: float = 0.7) -> Any:
+    return SimpleNamespace(
+        num_generations=n, num_generations_eval=n, model=SimpleNamespace(training=True),
+        args=SimpleNamespace(temperature=temperature, top_p=1.0, top_k=0, min_p=None),
+        state=SimpleNamespace(global_step=step),
+        processing_class=SimpleNamespace(pad_token_id=2))
+
+
+def test_prompts_become_groups_and_one_sample_per_rollout_in_trls_order(
+        service_factory, fake_engine) -> None:
+    engine, _ = fake_engine
+    service = service_factory("trl-rollouts")
+    with Client(service.url, KEY) as client:
+        # A group someone else asked for, finished before the trainer's call: not taken
+        # for the trainer's, kept apart.
+        [other] = client.submit({"make-directory": 1}, "terminus-2").groups
+        deadline = time.monotonic() + 120
+        while client.stats().groups_ready < 1:
+            assert time.monotonic() < deadline, client.stats()
+            time.sleep(0.1)
+        rollouts = GroupRollouts(client, "terminus-2", max_tokens=16, wait_s=2)
+        prompts = ["count-words"] * 2 + ["hello-file"] * 2 + ["count-words"] * 2
+        columns = rollouts(prompts, trainer(2))
+    assert columns.keys() >= TRL_KEYS
+    assert columns["task"] == prompts
+    assert len(set(columns["group_id"])) == 3 and columns["group_id"][0] == columns["group_id"][1]
+    assert verifier_reward(completions=[], **columns) == columns["reward"] == [1.0] * 6
+    assert all(columns["trainable"])
+    for prompt, completion, logprobs, mask in zip(columns["prompt_ids"],
+                                                  columns["completion_ids"],
+                                                  columns["logprobs"], columns["env_mask"],
+                                                  strict=True):
+        assert prompt and len(completion) == len(logprobs) == len(mask)
+        assert mask[0] == 1 and 0 in mask  # the stub's second prompt sits in the completion
+        assert [lp is not None for lp in logprobs] == [bool(m) for m in mask]
+    # TRL's sampling reached the engine; the rollouts' own max_tokens too.
+    sent = engine.calls[-1]
+    assert (sent["temperature"], sent["top_p"], sent["top_k"], sent["max_tokens"]) == (
+        0.7, 1.0, 0, 16)
+    assert [g.group_id for g in rollouts.unclaimed] == [other.group_id]
+    assert rollouts.last["groups"] == 3 and rollouts.last["trainable"] == 6
+
+
+@pytest.mark.parametrize(("prompts", "why"), [
+    (["a", "a", "b"], "no whole number of groups of 2"),
+    (["a", "b", "b", "b"], "repeated num_generations"),
+    ([[{"role": "user", "content": "hi"}]] * 2, "task name"),
+])
+def test_prompts_that_name_no_groups_are_refused(prompts: list, why: str) -> None:
+    rollouts = GroupRollouts(Client("http://127.0.0.1:9", "key"), "terminus-2")
+    with pytest.raises(TrainerError, match=why):
+        rollouts(prompts, trainer(2))
+
+
+def group(rewards: list[float | None], versions: list[int], *, ok: bool = True) -> Group:
+    rollouts = [{"rollout_id": f"r{i}", "task": "t", "reward": reward, "ok": ok,
+                 "policy_version_min": version, "policy_version_max": version}
+                for i, (reward, version) in enumerate(zip(rewards, versions, strict=True))]
+    sequences = [{"rollout_id": f"r{i}", "role": "agent", "input_ids": [5, 6, 7, 8],
+                  "loss_mask": [0, 1, 0, 1], "logprobs": [0.0, -0.5, 0.0, -0.25]}
+                 for i in range(len(rewards))]
+    return Group(group_id="g", request_id="q", task="t", n=len(rewards), metadata={},
+                 policy_version_min=min(versions), policy_version_max=max(versions),
+                 finished_version=max(versions), staleness=0, rollouts=rollouts,
+                 sequences=sequences, turns=[])
+
+
+def trained(samples: list[dict]) -> list[bool]:
+    return [any(s["env_mask"]) and s["trainable"] for s in samples]
+
+
+def test_a_group_with_an_unscored_rollout_trains_nothing() -> None:
+    rollouts = GroupRollouts(Client("http://127.0.0.1:9", "key"), "terminus-2")
+    assert trained(rollouts._samples(group([1.0, 0.0], [3, 3]), 2, 3, 0)) == [True, True]
+    unscored = rollouts._samples(group([1.0, None], [3, 3]), 2, 3, 0)
+    assert trained(unscored) == [False, False]
+    assert unscored[0]["logprobs"] == [None, None, None]  # nothing left to compare with
+    assert trained(rollouts._samples(group([1.0, 0.0], [3, 3], ok=False), 2, 3, 0)) == [
+        False, False]
+
+
+def test_samples_older_than_max_staleness_train_nothing() -> None:
+    rollouts = GroupRollouts(Client("http://127.0.0.1:9", "key"), "terminus-2",
+                             max_staleness=1)
+    assert trained(rollouts._samples(group([1.0, 0.0], [2, 1]), 2, 3, 0)) == [True, False]
+    with pytest.raises(TrainerError, match="has 2 rollouts, not 3"):
+        rollouts._samples(group([1.0, 0.0], [3, 3]), 3, 3, 0)
