@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -57,10 +57,12 @@ async def _client() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: int = 8,
-               backoff_s: float = 0.5, call_timeout_s: float = 60.0) -> Work:
+               backoff_s: float = 0.5, call_timeout_s: float = 60.0,
+               between: Callable[[int], Awaitable[None]] | None = None) -> Work:
     """Work that makes `calls` chat calls, `think_s` apart. A call with no answer in
     `call_timeout_s` is retried, as SDKs do: a request a dying replica held may never
-    be answered."""
+    be answered. `between(step)`, when given, is awaited after call `step` was answered
+    (where a test holds rollouts mid-way, e.g. for a weight update)."""
 
     async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
         assert capture is not None, "the stub agent calls a model: the sweep needs a proxy"
@@ -85,6 +87,8 @@ def chat_agent(calls: int, think_s: float = 0.0, max_tokens: int = 16, retries: 
                     answers.append(answer)
                     messages += [{"role": "assistant", "content": answer},
                                  {"role": "user", "content": f"step {step} done"}]
+                    if between is not None:
+                        await between(step)
                     await asyncio.sleep(think_s)
         finally:
             called = time.time()

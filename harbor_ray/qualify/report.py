@@ -4,20 +4,23 @@ Two levels. `scripted`: the scripted engine plays a model that solves the task b
 solution commands, so every qualified agent must score 1.0 in one agent root (side calls
 apart), with no retokenization split, the recorded ids exactly the engine's, and no 4xx
 from the proxy. `model`: a real model, which may well fail the task; the agent must
-still be captured (at least one turn) without an infrastructure error.
+still be captured (at least one turn) without an infrastructure error, and the capture
+must hold at both levels: one agent root (but for an agent in `REWRITES_HISTORY`), no
+split, the engine's exact ids, no 4xx.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harbor_ray.trials.result import ErrorType
 
-__all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "Level", "QualifyReport", "QualifyRow",
-           "problems", "render_markdown"]
+__all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "Level", "QualifyReport",
+           "QualifyRow", "problems", "render_markdown"]
 
 # Bumped whenever a field's meaning changes.
 REPORT_VERSION = 1
@@ -30,6 +33,14 @@ INFRASTRUCTURE = frozenset({
     ErrorType.ENGINE_ERROR, ErrorType.CAPTURE_INVALID, ErrorType.NO_MODEL_CALLS,
     ErrorType.INFRA_LOST, ErrorType.INTERNAL, ErrorType.VERIFIER_ERROR,
     ErrorType.VERIFIER_MISSING,
+})
+
+# Agents whose next request may not carry what the model said, so that a call starts a
+# new agent root without any split: at level `model` they may have several roots. A
+# scripted model always answers as they expect, so at level `scripted` they have one.
+REWRITES_HISTORY: Mapping[str, str] = MappingProxyType({
+    "mini-swe-agent": "a reply without a tool call is a format error to it: the reply is "
+                      "left out of the history it sends next, which starts a new root",
 })
 
 
@@ -57,8 +68,9 @@ class QualifyRow(BaseModel):
     refusals: list[str] = Field(default_factory=list,
                                 description="Every 4xx answer: METHOD path status.")
     exact_ids: bool | None = Field(
-        description="Every turn's stored prompt and sampled ids are a generation the "
-                    "engine returned, as many turns as generations; None: no turn.")
+        description="Every turn's stored prompt and sampled ids are those the engine "
+                    "returned for its own call, as many turns as generations; None: no "
+                    "turn.")
     error_type: str | None = None
     error: str | None = None
     seconds: float = 0.0
@@ -92,13 +104,13 @@ def problems(row: QualifyRow, level: Level) -> list[str]:
         found.append(f"{row.error_type}: {row.error}")
     if row.turns == 0:
         found.append("no captured turn")
-    if level == "model":
-        return found
-    if row.reward != 1.0:
-        found.append(f"reward {row.reward}, not 1.0")
-    if not row.row_ok:
-        found.append("row not ok")
-    if row.agent_roots != 1:
+    if level == "scripted":
+        if row.reward != 1.0:
+            found.append(f"reward {row.reward}, not 1.0")
+        if not row.row_ok:
+            found.append("row not ok")
+    if row.turns and row.agent_roots != 1 and not (
+            level == "model" and row.agent_roots > 1 and row.agent in REWRITES_HISTORY):
         found.append(f"{row.agent_roots} agent roots, not 1")
     if row.splits:
         found.append(f"{row.splits} retokenization splits")

@@ -21,6 +21,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
+from harbor_ray.capture.core.detect import detect
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
@@ -31,8 +34,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow, problems, render_markdown
 from harbor_ray.qualify.script import scripted_engine
-from harbor_ray.qualify.taps import EngineTap, ProxyTap
-from harbor_ray.trials.agents import AGENTS
+from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
 from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
 from harbor_ray.trials.rollout import run_rollout
@@ -168,21 +170,19 @@ async def _qualify_one(
     return row.model_copy(update={"qualified": not why, "why": why})
 
 
-def row_of(agent: str, record: RolloutRecord, answers: Sequence[Any],
-           generations: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> QualifyRow:
+def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
+           generations: Sequence[Generation]) -> QualifyRow:
     """The report's row of one finished rollout, what the proxy answered during it, and
     what the engine generated."""
     result, doc = record.result, export_document(record)
     turns = doc["turns"]
-    stored = sorted((tuple(t["prompt_ids"] or ()), tuple(t["token_ids"] or ())) for t in turns)
     calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/"))
              and a.status < 400]
     streamed = {a.streamed for a in calls}
     refusals = [f"{a.method} {a.path} {a.status}" for a in answers if 400 <= a.status < 500]
-    kind = AGENTS.get(agent)
     return QualifyRow(
         agent=agent, version=PINS[agent].version if agent in PINS else _version("harbor"),
-        dialect=kind.dialect if kind else None,
+        dialect=_dialect(calls),
         streaming="-" if not streamed else "mixed" if len(streamed) > 1 else (
             "yes" if streamed == {True} else "no"),
         task=result.task, row_ok=result.ok, turns=len(turns),
@@ -194,10 +194,38 @@ def row_of(agent: str, record: RolloutRecord, answers: Sequence[Any],
         proxy_4xx=sum(1 for a in answers if 400 <= a.status < 500
                       and a.status != _UPGRADE_REFUSED),
         refusals=refusals,
-        exact_ids=None if not turns else stored == sorted(generations),
+        exact_ids=_exact_ids(turns, generations),
         error_type=result.error_type.value if result.error_type else None,
         error=result.error, seconds=round(result.timings.get("total", 0.0), 1),
     )
+
+
+def _dialect(calls: Sequence[Answer]) -> str | None:
+    """The dialect(s) of the model calls the proxy answered, by their routes (what the
+    agent really spoke, not what its configuration says): `a+b` for several."""
+    routes = (detect(a.path, {}, {}) for a in calls)
+    spoken = sorted({r.dialect for r in routes if r is not None and r.kind == "generate"})
+    return "+".join(spoken) or None
+
+
+def _exact_ids(turns: Sequence[dict[str, Any]], generations: Sequence[Generation]
+               ) -> bool | None:
+    """Whether each turn, by index, stores exactly the ids the engine generated for its
+    own call (the generation for the same request messages, the earliest unpaired one
+    among identical requests), with a generation for every turn and none left over.
+    Paired per call, not compared as a whole: ids swapped between two calls are not
+    exact. None: no turn."""
+    if not turns:
+        return None
+    unpaired = list(generations)
+    for turn in sorted(turns, key=lambda t: t["index"]):
+        sent = orjson.dumps(turn["request_messages"])
+        own = next((g for g in unpaired if g.messages == sent), None)
+        if own is None or (own.prompt_ids, own.token_ids) != (
+                tuple(turn["prompt_ids"] or ()), tuple(turn["token_ids"] or ())):
+            return False
+        unpaired.remove(own)
+    return not unpaired
 
 
 def _version(package: str) -> str:

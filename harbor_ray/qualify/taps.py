@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from starlette.types import Message, Receive, Scope, Send
 
 from harbor_ray.capture.proxy.upstream import Engine
@@ -56,21 +57,33 @@ class ProxyTap:
         await self.app(scope, receive, watched)
 
 
+@dataclass(frozen=True)
+class Generation:
+    """One chat completion the engine returned: the messages it was asked (JSON, as
+    the proxy sent them), its prompt ids and its sampled ids."""
+
+    messages: bytes
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+
+
 @dataclass
 class EngineTap:
-    """An engine that keeps the ids of every generation it returned (`generations`:
-    (prompt ids, sampled ids) per chat completion, cleared by the caller)."""
+    """An engine that keeps every generation it returned (`generations`, in the order
+    it returned them, cleared by the caller)."""
 
     engine: Engine
-    generations: list[tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    generations: list[Generation] = field(default_factory=list)
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
         reply = await self.engine.request(method, path, body)
         if path == _CHAT and isinstance(reply, dict):
             choices = reply.get("choices") or [{}]
-            self.generations.append((tuple(reply.get("prompt_token_ids") or ()),
-                                     tuple(choices[0].get("token_ids") or ())))
+            self.generations.append(Generation(
+                orjson.dumps((body or {}).get("messages")),
+                tuple(reply.get("prompt_token_ids") or ()),
+                tuple(choices[0].get("token_ids") or ())))
         return reply
 
     async def aclose(self) -> None:

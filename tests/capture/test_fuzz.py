@@ -1,6 +1,8 @@
 """Property: whatever a valid request of each dialect is mutated into, the proxy answers
-with no 5xx; a refusal is a 4xx in the dialect's own shape with nothing recorded and the
-budget untouched; an answer records exactly one turn.
+with no 5xx, whether or not the engine refuses it too; a refusal is a 4xx in the
+dialect's own shape with nothing recorded and the budget untouched (the session's one
+call still answers the valid request); an answer records exactly one turn, and a stream
+either records its turn or ends in the dialect's error event, never both.
 
 In process (the app, the fake engine, asgi_client), bounded in examples: a few seconds
 of CPU in all. Derandomized, so that CI runs the same examples every time.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -20,6 +23,7 @@ from hypothesis import strategies as st
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.upstream import engine_status_error
 from tests.capture.asgi_client import call
 from tests.capture.test_disconnect import CALLS, STREAMS, error_message
 from tests.capture.test_hostile_input import with_deep_tool
@@ -71,11 +75,19 @@ def mutated(draw: st.DrawFn, body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass
 class WireEngine(FakeEngine):
-    """The fake engine behind the wire: it gets the body as HttpEngine encodes it."""
+    """The fake engine behind the wire: it gets the body as HttpEngine encodes it. With
+    `refuse_first`, it refuses the first generation as vLLM refuses a request it cannot
+    serve (a 400), after the proxy accepted it: a stream's 200 is then already sent."""
+
+    refuse_first: bool = False
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
+        if path == "/v1/chat/completions" and self.refuse_first:
+            self.refuse_first = False
+            raise engine_status_error(400, "the engine refuses this request")
         return await super().request(method, path, orjson.loads(orjson.dumps(body)))
 
 
@@ -84,15 +96,35 @@ def recorded(store: InMemorySessionStore, session_id: str) -> tuple[int, int]:
     return len(state.turns), len(state.in_flight)
 
 
-def check(path: str, dialect: str, body: dict[str, Any], stream: bool) -> None:
-    store, engine = InMemorySessionStore(), WireEngine()
+def error_events(body: bytes) -> list[dict[str, Any]]:
+    """The SSE data payloads that are an error document (every dialect's error event
+    carries an `error` member at its top level; a reply's text never is one)."""
+    events = []
+    for line in body.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            data = orjson.loads(line[len(b"data:"):])
+        except orjson.JSONDecodeError:
+            continue  # OpenAI's [DONE]
+        if isinstance(data, dict) and "error" in data:
+            events.append(data)
+    return events
+
+
+def check(path: str, dialect: str, body: dict[str, Any], stream: bool,
+          valid: dict[str, Any], engine_refuses: bool) -> None:
+    store, engine = InMemorySessionStore(), WireEngine(refuse_first=engine_refuses)
     app = build_capture_app(store, engine, CaptureSettings(served_model="m"))
+
+    async def send(s: Any, request: bytes | dict[str, Any]) -> Any:
+        return await call(app, path, request, key=s.key,
+                          headers={"x-api-key": s.key, "x-goog-api-key": s.key})
 
     async def run() -> None:
         s = await store.create(budget=1)
-        raw = json.dumps(body).encode()  # the stdlib writes integers of any size
-        got = await call(app, path, raw, key=s.key,
-                         headers={"x-api-key": s.key, "x-goog-api-key": s.key})
+        # The stdlib writes integers of any size.
+        got = await send(s, json.dumps(body).encode())
         assert got.status is not None and got.status < 500, (got.status, got.body)
         turns, in_flight = recorded(store, s.session_id)
         assert in_flight == 0, "a budget slot leaked"
@@ -102,9 +134,17 @@ def check(path: str, dialect: str, body: dict[str, Any], stream: bool) -> None:
         elif not stream:
             assert turns == 1
         else:
-            # A stream is a 200 before the engine answers: it either ends in a recorded
-            # turn or carries the dialect's error event.
-            assert turns == 1 or b"error" in got.body, got.body
+            # A stream is a 200 before the engine answers: it ends either in a recorded
+            # turn or in the dialect's error event, exactly one of them.
+            errors = error_events(got.body)
+            assert (turns, len(errors)) in ((1, 0), (0, 1)), (turns, got.body)
+        if turns == 0:
+            # Refused, by the proxy or the engine: the one call of the budget is still
+            # there for a valid request (which the engine serves).
+            engine.refuse_first = False
+            again = await send(s, valid)
+            assert again.status == 200 and not error_events(again.body), again.body
+            assert recorded(store, s.session_id) == (1, 0), "the refusal took the budget"
 
     asyncio.run(run())
 
@@ -119,9 +159,9 @@ def fuzz(dialect: str, stream: bool):
     base = with_deep_tool(dialect, base, levels=1)
 
     @FUZZ
-    @given(body=mutated(base))
-    def test(body: dict[str, Any]) -> None:
-        check(path, dialect, body, stream)
+    @given(body=mutated(base), engine_refuses=st.booleans())
+    def test(body: dict[str, Any], engine_refuses: bool) -> None:
+        check(path, dialect, body, stream, base, engine_refuses)
 
     return test
 

@@ -4,20 +4,25 @@ legal), never a 500 or a cut stream, and nothing is recorded by mistake."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
-import time
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
-from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.server import server_config
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from tests.capture.asgi_client import call
 from tests.capture.live_server import CaptureServer
 from tests.capture.test_disconnect import CALLS, STREAMS, error_message
+from tests.fixtures.threaded import serve_in_thread
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hi"}]
@@ -287,20 +292,49 @@ def test_other_methods_get_405_in_the_dialect(server: CaptureServer, path: str,
     error_message(dialect, reply.json())
 
 
-def test_a_client_gone_mid_body_logs_no_traceback(server: CaptureServer,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
-    _, key = server.new_session()
+@dataclass
+class Watched:
+    """The capture app, which says when each request's handling ended and what it
+    raised: an event to wait on instead of a guess at how long it takes."""
+
+    app: CaptureApp
+    ended: threading.Event = field(default_factory=threading.Event)
+    raised: list[BaseException] = field(default_factory=list)
+
+    @property
+    def settings(self) -> CaptureSettings:  # what server_config reads
+        return self.app.settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except BaseException as exc:
+            self.raised.append(exc)
+            raise
+        finally:
+            self.ended.set()
+
+
+def test_a_client_gone_mid_body_logs_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    store, engine = InMemorySessionStore(), FakeEngine()
+    key = asyncio.run(store.create()).key
+    watched = Watched(build_capture_app(store, engine, CaptureSettings(served_model="m")))
     uvicorn_log = logging.getLogger("uvicorn.error")
     uvicorn_log.addHandler(caplog.handler)
     try:
-        with socket.create_connection(address(server)) as s:
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-                      b"content-type: application/json\r\ncontent-length: 1000\r\n"
-                      b"authorization: Bearer " + key.encode() + b"\r\n\r\n{\"messa")
-            time.sleep(0.1)
-        time.sleep(0.2)
+        with serve_in_thread(watched, config=server_config(watched)) as url:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as s:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                          b"content-type: application/json\r\ncontent-length: 1000\r\n"
+                          b"authorization: Bearer " + key.encode() + b"\r\n\r\n{\"messa")
+            assert watched.ended.wait(30), "the app never finished the request"
     finally:
         uvicorn_log.removeHandler(caplog.handler)
+    assert watched.raised == []
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in
                                                            caplog.records]
-    assert server.engine.calls == []
+    assert engine.calls == []

@@ -42,11 +42,24 @@ async def module_capture(recorder: RecordingEngine) -> AsyncIterator[LocalCaptur
         yield running
 
 
+@pytest.fixture(scope="module")
+async def module_unstitched(recorder: RecordingEngine) -> AsyncIterator[LocalCapture]:
+    async with local_capture(recorder, recorder.inner.root, stitch=False) as running:
+        yield running
+
+
 @pytest.fixture
 def capture(module_capture: LocalCapture, recorder: RecordingEngine) -> LocalCapture:
     """The module's proxy, with only this test's generations kept by `recorder`."""
     recorder.generations.clear()
     return module_capture
+
+
+@pytest.fixture
+def unstitched(module_unstitched: LocalCapture, recorder: RecordingEngine) -> LocalCapture:
+    """The module's proxy with stitching off, with only this test's generations kept."""
+    recorder.generations.clear()
+    return module_unstitched
 
 
 async def session(capture: LocalCapture) -> tuple[str, str]:
@@ -177,33 +190,60 @@ async def test_google_generate_content(capture: LocalCapture, recorder: Recordin
     assert text == recorder.generations[0][1]["choices"][0]["message"]["content"]
 
 
-async def test_three_turn_conversation_is_captured_exactly(
-    capture: LocalCapture, recorder: RecordingEngine
-) -> None:
+async def token_ids(recorder: RecordingEngine, text: str) -> list[int]:
+    """`text` as the engine's own tokenizer encodes it."""
+    reply = await recorder.inner.request("POST", "/tokenize", {
+        "prompt": text, "add_special_tokens": False})
+    return reply["tokens"]
+
+
+async def re_tokenised_conversation(capture: LocalCapture, recorder: RecordingEngine
+                                    ) -> dict:
+    """Three turns whose every reply the engine tokenises differently once the client
+    sends it back as text: the reply is one letter's id sampled over and over (its
+    `logit_bias`), which the tokenizer renders as longer runs of that letter."""
+    [letter] = await token_ids(recorder, "a")
+    assert len(await token_ids(recorder, "aaaa")) < 4  # the tokenizer merges the run
     sid, key = await session(capture)
     client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=key, max_retries=0)
     messages: list[dict] = [{"role": "system", "content": "You are brief."}]
     for question in ("What is 2+2?", "And 3+3?", "And 4+4?"):
         messages.append({"role": "user", "content": question})
-        reply = await client.chat.completions.create(model="any", messages=messages)
+        reply = await client.chat.completions.create(model="any", messages=messages,
+                                                     logit_bias={str(letter): 100})
         messages.append({"role": "assistant", "content": reply.choices[0].message.content})
     doc = await capture.store.export(sid)
     assert_exact_turns(doc, recorder, 3)
+    assert {i for t in doc["turns"] for i in t["token_ids"]} == {letter}
+    return doc
+
+
+async def test_three_turns_re_tokenised_are_one_root_when_stitched(
+    capture: LocalCapture, recorder: RecordingEngine
+) -> None:
+    doc = await re_tokenised_conversation(capture, recorder)
     turns = doc["turns"]
-    # Which way the graph must go follows from the engine's own ids: a reply sent back as
-    # text either came back as the very ids sampled (the next prompt extends the whole
-    # previous call) or re-tokenised otherwise (it extends only the previous prompt).
-    continued = []
+    assert doc["counts"]["roots"] == 1, doc["findings"]
+    assert [t["parent"] for t in turns] == [None, 0, 1]
+    assert [(t["continuation"] or {}).get("stitched") for t in turns] == [None, True, True]
+    assert not [f for f in doc["findings"]
+                if f["code"] in ("retokenization_split", "stitch_fallback")]
+    (sequence,) = doc["sequences"]
+    assert sequence["input_ids"] == turns[-1]["prompt_ids"] + turns[-1]["token_ids"]
+
+
+async def test_three_turns_re_tokenised_split_without_stitching(
+    unstitched: LocalCapture, recorder: RecordingEngine
+) -> None:
+    doc = await re_tokenised_conversation(unstitched, recorder)
+    turns = doc["turns"]
     for earlier, later in itertools.pairwise(turns):
+        # The engine's own rendering of the earlier call extends its prompt, not its
+        # sampled ids: the split is in the engine's ids, not made up by the proxy.
         full = earlier["prompt_ids"] + earlier["token_ids"]
         assert later["prompt_ids"][: len(earlier["prompt_ids"])] == earlier["prompt_ids"]
-        continued.append(later["prompt_ids"][: len(full)] == full)
-    splits = [f["turn"] for f in doc["findings"] if f["code"] == "retokenization_split"]
-    assert splits == [k + 1 for k, linked in enumerate(continued) if not linked]
-    for k, linked in enumerate(continued):
-        if linked:
-            assert turns[k + 1]["parent"] == k
-    if all(continued):
-        (sequence,) = doc["sequences"]
-        assert sequence["input_ids"] == turns[-1]["prompt_ids"] + turns[-1]["token_ids"]
-    print(f"three turns: each reply continued the previous call: {continued}")
+        assert later["prompt_ids"][: len(full)] != full
+    # Each later turn is found split (from every earlier turn its prompt extends).
+    splits = {f["turn"] for f in doc["findings"] if f["code"] == "retokenization_split"}
+    assert splits == {1, 2}
+    assert doc["counts"]["roots"] == 3

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -56,17 +58,19 @@ def checked_in(work: Work, directory: str) -> Work:
 def remote_work(netns: str, calls: int) -> Work:
     """Work whose agent runs in namespace `netns` (tests.cluster.remote_agent), reaching
     the proxy at the capture's `remote_url` only; ok if every answer it got is a recorded
-    turn, a wrong key was refused and the host's loopback URL was out of its reach."""
+    turn, a wrong key was refused and a connection to the host's port on its node's
+    address (routable from there) was refused: the host listens on its loopback only."""
 
     async def run(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
         assert capture is not None and capture.remote_url is not None
         session = await capture.open_session(budget=spec.budget, sampling=spec.sampling)
+        host_port = urlsplit(capture.host_url).port
         try:
             agent = await asyncio.create_subprocess_exec(
                 "ip", "netns", "exec", netns, sys.executable, "-m", "tests.cluster.remote_agent",
                 capture.remote_url, session.key, capture.served_model, str(calls),
-                capture.host_url, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+                f"{ray.util.get_node_ip_address()}:{host_port}",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             out, err = await agent.communicate()
         finally:
             closed = await capture.close_session(session.session_id)
@@ -74,7 +78,7 @@ def remote_work(netns: str, calls: int) -> Work:
                     for t in (closed.turns if closed else ())]
         seen = json.loads(out.decode().strip().splitlines()[-1]) if agent.returncode == 0 else {}
         ok = (len(seen.get("answers", ())) == calls and seen["answers"] == recorded
-              and seen["wrong_key"] == 401 and not seen["host_reachable"])
+              and seen["wrong_key"] == 401 and seen["host_probe"] == "refused")
         return encode_record(RolloutResult(
             rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
             agent=spec.agent, sandbox=spec.sandbox, ok=ok, reward=1.0 if ok else 0.0,
@@ -101,7 +105,9 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     tasks = select_tasks(resolve_dataset(args.get("dataset", "samples")), [args["task"]])
     specs = make_specs(tasks, args["count"], agent=agent, sandbox="local",
                        trials_dir=out / "trials", run_id="mn")
-    work = chat_agent(args["calls"], think_s=args.get("think_s", 0.0)) if stub else None
+    # No retries: a call refused on the way fails its row instead of being retried unseen.
+    work = (chat_agent(args["calls"], think_s=args.get("think_s", 0.0), retries=0)
+            if stub else None)
     if "remote_netns" in args:
         work = remote_work(args["remote_netns"], args["calls"])
     if work is not None and "checkin" in args:
@@ -147,7 +153,8 @@ def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
                              "replicas": 1}), name="capture", route_prefix="/capture")
     config = ControllerArgs(engine=engine, work_dir=Path(args["out"]), concurrency=4,
                             rollouts_per_host=1).controller_config()
-    handle = start_controller("mn", config, FakeWeightUpdater(), work=chat_agent(args["calls"]))
+    handle = start_controller("mn", config, FakeWeightUpdater(),
+                              work=chat_agent(args["calls"], retries=0))
     try:
         with serve_in_thread(build_controller_app(ActorController(handle), "k")) as url:
             http = httpx.Client(base_url=url, headers={"authorization": "Bearer k"},
@@ -157,7 +164,13 @@ def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
                 "tasks": [{"task": task, "n": args["n"]} for task in args["tasks"]]})
             submitted.raise_for_status()
             groups: list[dict[str, Any]] = []
+            # Within the test's limit on this whole job (`_job`'s), so that a stall fails
+            # here, saying what the service had done, not as a killed subprocess.
+            deadline = time.monotonic() + args.get("groups_timeout_s", 180)
             while len(groups) < len(args["tasks"]):  # each poll has every unacked group
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(groups)} of {len(args['tasks'])} groups: "
+                                       f"{http.get('/v1/stats').json()}")
                 groups = http.get("/v1/groups", params={"wait_s": 5}).json()["groups"]
     finally:
         asyncio.run(stop_controller(handle, "capture"))

@@ -1,20 +1,36 @@
 """An agent in a "remote" sandbox: a process in a network namespace with no Ray and no
 host, reaching the capture proxy only through the configured address.
 
-`python -m tests.cluster.remote_agent URL KEY MODEL CALLS HOST_URL` prints one JSON line:
-the answers, the status of a call with a wrong key, and whether the host's own
-(loopback) URL was reachable from here."""
+`python -m tests.cluster.remote_agent URL KEY MODEL CALLS HOST_ADDRESS` prints one JSON
+line: the answers, the status of a call with a wrong key, and what a connection to
+HOST_ADDRESS (HOST:PORT: the host's own port, on its node's address, which this
+namespace routes to) got: `refused` is what must happen, since the host listens on its
+loopback only; `accepted` means it listens where sandboxes reach it, and anything else
+(a timeout, no route) that the probe proved nothing."""
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 
 import httpx
 
 
+def probe(address: str, timeout_s: float = 10) -> str:
+    """`refused`, `accepted`, or the error a TCP connection to HOST:PORT ended in."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return "accepted"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def main() -> None:
-    url, key, model, calls, host_url = sys.argv[1:6]
+    url, key, model, calls, host_address = sys.argv[1:6]
     messages = [{"role": "user", "content": "begin"}]
     answers = []
     with httpx.Client(timeout=60) as http:
@@ -30,13 +46,8 @@ def main() -> None:
         wrong_key = http.post(f"{url}/v1/chat/completions",
                               headers={"authorization": "Bearer not-a-key"},
                               json={"model": model, "messages": messages}).status_code
-        try:
-            http.get(f"{host_url}/health", timeout=2)
-            host_reachable = True
-        except httpx.TransportError:
-            host_reachable = False
     print(json.dumps({"answers": answers, "wrong_key": wrong_key,
-                      "host_reachable": host_reachable}))
+                      "host_probe": probe(host_address)}))
 
 
 if __name__ == "__main__":

@@ -213,8 +213,9 @@ def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
         multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
     """Agents in a namespace of their own (no Ray, no host: a cloud sandbox's machine)
     reach the capture proxy only through `--proxy-url`, which lands on the head's relays;
-    every answer is a recorded turn, a wrong key is refused, the hosts' loopback URLs
-    are out of reach."""
+    every answer is a recorded turn, a wrong key is refused, and a connection to a host's
+    port on its node's address (routable from the sandbox) is refused: hosts listen on
+    their loopback only."""
     remote = multinode.nodes.get("remote") or multinode.add_namespace("remote")
     out, calls, count = tmp_path / "out", 2, 3
     result = _job(multinode, "sweep", out=str(out), llm_url=multinode_engine,

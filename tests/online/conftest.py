@@ -3,23 +3,25 @@ proxy deployment in front of the fake engine, and the HTTP app served over loopb
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import ray
 
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
-from harbor_ray.cluster.host import ProxyTarget
+from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy import policy_actor_name
 from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.online.app import ActorController, build_controller_app
 from harbor_ray.online.controller import ControllerConfig, start_controller
-from harbor_ray.online.weights import FakeWeightUpdater
+from harbor_ray.online.weights import EngineWeights, FakeWeightUpdater
 from tests.fixtures.threaded import fake_engine_in_thread, serve_in_thread
 
 KEY = "test-controller-key"
@@ -60,31 +62,56 @@ class Service:
         return groups
 
 
+@contextlib.contextmanager
+def running_service(name: str, config: ControllerConfig, updater: EngineWeights,
+                    work: Work | None) -> Iterator[Service]:
+    """A controller named `name` behind its HTTP app; removed on exit, with its proxy's
+    policy version actor."""
+    handle = start_controller(name, config, updater, work=work)
+    try:
+        ray.get(handle.policy.remote())
+        app = build_controller_app(ActorController(handle), KEY)
+        with serve_in_thread(app) as url:
+            yield Service(handle, url, app)
+    finally:
+        ray.get(handle.shutdown.remote())
+        ray.kill(handle)
+        assert config.proxy is not None
+        ray.kill(ray.get_actor(policy_actor_name(config.proxy.app), namespace=NAMESPACE))
+
+
+def stub_agent(calls: int, **options: Any) -> Work:
+    """The stub agent as tests that expect no failure run it: without retries, so that a
+    call refused or lost on the way fails its row instead of being retried unseen."""
+    return chat_agent(calls, retries=0, **options)
+
+
+def assert_updated_mid_group(group: dict[str, Any]) -> None:
+    """Each rollout's first call was answered at version 0 and its second at 1 (the
+    update landed between them); the group spans both, finished at 1: staleness 1."""
+    by_rollout: dict[str, list[dict[str, Any]]] = {}
+    for turn in sorted(group["turns"], key=lambda t: t["index"]):
+        by_rollout.setdefault(turn["rollout_id"], []).append(turn)
+    assert len(by_rollout) == group["n"]
+    for turns in by_rollout.values():
+        assert [(t["policy_version_start"], t["policy_version_end"]) for t in turns] == [
+            (0, 0), (1, 1)]
+    assert (group["policy_version_min"], group["policy_version_max"]) == (0, 1)
+    assert (group["finished_version"], group["staleness"]) == (1, 1)
+    assert [(r["policy_version_min"], r["policy_version_max"]) for r in group["rollouts"]
+            ] == [(0, 1)] * group["n"]
+
+
 @pytest.fixture
 def service_factory(proxy: ProxyTarget, tmp_path: Path):
-    started = []
+    with contextlib.ExitStack() as started:
 
-    def make(name: str, *, work=STUB, updater=None, **config) -> Service:
-        """`work=None` runs real Harbor trials on the hosts."""
-        config = {"proxy": proxy, **config}
-        handle = start_controller(
-            name, ControllerConfig(work_dir=tmp_path / name, **config),
-            updater or FakeWeightUpdater(("engine-0", "engine-1")),
-            work=chat_agent(2) if work is STUB else work)
-        ray.get(handle.policy.remote())
-        started.append((handle, config["proxy"].app))
-        app = build_controller_app(ActorController(handle), KEY)
-        context = serve_in_thread(app)
-        service = Service(handle, context.__enter__(), app)
-        started.append(context)
-        return service
+        def make(name: str, *, work=STUB, updater=None, **config) -> Service:
+            """`work=None` runs real Harbor trials on the hosts."""
+            config = {"proxy": proxy, **config}
+            return started.enter_context(running_service(
+                name, ControllerConfig(work_dir=tmp_path / name, **config),
+                updater or FakeWeightUpdater(("engine-0", "engine-1")),
+                stub_agent(2) if work is STUB else work))
 
-    yield make
-    for thing in reversed(started):
-        if hasattr(thing, "__exit__"):
-            thing.__exit__(None, None, None)
-        else:
-            handle, app = thing
-            ray.get(handle.shutdown.remote())
-            ray.kill(handle)
-            ray.kill(ray.get_actor(policy_actor_name(app), namespace=NAMESPACE))
+        yield make

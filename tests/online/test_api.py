@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import ray
 
 from harbor_ray.engine.weights import WeightUpdater
 from harbor_ray.online.weights import FakeWeightUpdater
+from tests.fixtures.gate import Gate, held_after
+from tests.online.conftest import assert_updated_mid_group, stub_agent
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +100,22 @@ def test_weight_updates_move_the_version_only_when_every_replica_did(
     assert all(r["policy_version_min"] == 1 for r in group["rollouts"])
 
 
+def test_a_weight_update_mid_group_reaches_the_proxy_replicas(service_factory) -> None:
+    """Through the service: the controller's update, its policy version actor, the
+    capture proxy's replicas. Each rollout waits after its first call until the update
+    is done, so its second call is the new version's."""
+    gate = Gate.remote()
+    service = service_factory("mid-group", work=stub_agent(2, between=held_after(0, gate)))
+    assert service.http.post("/v1/rollouts", json=SUBMIT).status_code == 202
+    assert ray.get(gate.arrived.remote(2, 120)) == 2  # both first calls answered, at 0
+    update = service.http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1})
+    assert update.status_code == 200, update.text
+    ray.get(gate.open.remote())
+    (group,) = service.wait_groups(1)
+    assert all(r["ok"] for r in group["rollouts"]), group["rollouts"]
+    assert_updated_mid_group(group)
+
+
 def test_a_failed_replica_leaves_the_old_version_serving(service_factory) -> None:
     service = service_factory("weights-fail", updater=FakeWeightUpdater(
         ("engine-0", "engine-1"), fail=("engine-1",)))
@@ -125,9 +144,7 @@ def test_a_path_that_is_no_checkpoint_is_a_400_naming_path(
 
 
 def test_cancel_ends_a_group_s_rollouts_as_cancelled_rows(service_factory) -> None:
-    from harbor_ray.cluster.stub_agent import chat_agent
-
-    service = service_factory("cancel", work=chat_agent(200, think_s=0.5))
+    service = service_factory("cancel", work=stub_agent(200, think_s=0.5))
     (group,) = service.http.post("/v1/rollouts", json=SUBMIT).json()["groups"]
     reply = service.http.post(f"/v1/groups/{group['group_id']}/cancel")
     assert reply.status_code == 200 and reply.json()["cancelled"] == 2

@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from harbor_ray.client import AsyncClient, Client, ClientError, Retry, trl_records
-from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.online.wire import Group
-from tests.online.conftest import KEY
+from tests.online.conftest import KEY, stub_agent
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +90,7 @@ def test_the_async_client_and_weight_updates(service_factory) -> None:
 
 def test_429_is_retried_after_retry_after_then_accepted(service_factory) -> None:
     service = service_factory("client-429", capacity=2, retry_after_s=1,
-                              work=chat_agent(2, think_s=1.0))
+                              work=stub_agent(2, think_s=1.0))
     statuses: list[int] = []
     http = httpx.Client(event_hooks={"response": [lambda r: statuses.append(r.status_code)]})
     with Client(service.url, KEY, http=http, retry=Retry(attempts=30)) as client:
@@ -123,7 +122,7 @@ def test_refusals_surface_as_client_errors(service_factory) -> None:
 
 
 def test_cancel_through_the_client(service_factory) -> None:
-    service = service_factory("client-cancel", work=chat_agent(200, think_s=0.5))
+    service = service_factory("client-cancel", work=stub_agent(200, think_s=0.5))
     with Client(service.url, KEY) as client:
         (ref,) = client.submit({TASK: 2}, "terminus-2").groups
         assert client.cancel(ref.group_id).cancelled == 2

@@ -10,8 +10,8 @@ import ray
 
 from harbor_ray.cluster import reaper
 from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.stub_agent import chat_agent
 from tests.cluster.test_sweep import _slow_tasks
+from tests.online.conftest import stub_agent
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def test_a_host_killed_mid_group_is_retried_on_a_fresh_sandbox_and_leaks_nothing
 
 
 def test_over_capacity_is_429_until_rollouts_finish(service_factory) -> None:
-    service = service_factory("overload", capacity=2, work=chat_agent(2, think_s=1.0))
+    service = service_factory("overload", capacity=2, work=stub_agent(2, think_s=1.0))
     body = {"agent": "terminus-2", "tasks": [{"task": "hello-file", "n": 2}]}
     assert service.http.post("/v1/rollouts", json={**body, "request_id": "a"}
                              ).status_code == 202

@@ -13,8 +13,8 @@ import ray
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from harbor_ray.cluster.stub_agent import chat_agent
-from tests.online.conftest import KEY
+from tests.fixtures.gate import Gate, held_after
+from tests.online.conftest import KEY, stub_agent
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +33,11 @@ def mcp_client(url: str) -> Client:
 
 
 def test_100_tool_calls_in_flight_at_once(service_factory) -> None:
-    # Each rollout lasts ~6 s (two calls, 3 s apart), long enough for all 100 to start.
+    # Each rollout waits at the gate after its first call until all 100 are there: then
+    # they, and the tool calls that started them, were all in flight at once.
+    gate = Gate.remote()
     service = service_factory("mcp", capacity=CALLS, concurrency=CALLS, per_host=CALLS // 2,
-                              work=chat_agent(2, think_s=3.0))
+                              work=stub_agent(2, between=held_after(0, gate)))
     in_flight = service.app.state.mcp_in_flight
     assert httpx.post(f"{service.url}/mcp", json={}).status_code == 401  # no key
 
@@ -48,25 +50,20 @@ def test_100_tool_calls_in_flight_at_once(service_factory) -> None:
             unknown = await mcp.call_tool("run_rollout", {"task": "nope", "agent": "x"})
             assert unknown.is_error and "tasks[0].task" in unknown.content[0].text
 
-            running_rollouts = 0
+            async def open_once_all_wait() -> int:
+                arrived = await gate.arrived.remote(CALLS, 300)
+                await gate.open.remote()  # all of them, or the count that came in time
+                return arrived
 
-            async def watch() -> None:
-                nonlocal running_rollouts
-                while True:
-                    stats = await service.handle.stats.remote()
-                    running_rollouts = max(running_rollouts, stats.in_flight)
-                    await asyncio.sleep(0.2)
-
-            watcher = asyncio.create_task(watch())
+            opener = asyncio.create_task(open_once_all_wait())
             results = await asyncio.gather(*(
                 mcp.call_tool("run_rollout", {"task": TASK, "agent": "terminus-2"})
                 for _ in range(CALLS)))
-            watcher.cancel()
-            return results, running_rollouts
+            return results, await opener
 
-    results, running_rollouts = asyncio.run(run())
+    results, waiting_at_once = asyncio.run(run())
+    assert waiting_at_once == CALLS  # the rollouts, too, all ran at once
     assert in_flight.peak == CALLS and in_flight.running == 0
-    assert running_rollouts == CALLS  # the rollouts, too, all ran at once
     rows = [r.structured_content for r in results]
     assert all(not r.is_error for r in results), results[0]
     assert len({row["rollout_id"] for row in rows}) == CALLS

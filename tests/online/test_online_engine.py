@@ -2,7 +2,8 @@
 session's engine (tests/fixtures/online.py), terminus-2 on two sample tasks x 2 at
 version 0, one policy-gradient step on their sequences with transformers,
 `POST /v1/weights` with version 1, and a new group whose turns carry version 1 and whose
-logprobs are the stepped model's."""
+logprobs are the stepped model's. And a weight update on the real engine that lands
+mid-group (the stub agent, held after its first call)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
+from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.engine.lifecycle import EngineHandle
+from harbor_ray.engine.replicas import serve_weight_updater
+from harbor_ray.online.controller import ControllerConfig
 from harbor_ray.serve_http import serve_details
+from tests.fixtures.gate import Gate, held_after
 from tests.fixtures.online import Online, online_service
 from tests.fixtures.policy_step import CHANGED, max_gap, policy_gradient_step, rescore
+from tests.online.conftest import assert_updated_mid_group, running_service, stub_agent
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +123,29 @@ def test_the_online_loop_moves_the_engine_s_weights(
         restored = http.post("/v1/weights", json={"path": str(prepared_model_dir),
                                                   "version": 2})
         assert restored.status_code == 200, restored.text
+
+
+def test_a_weight_update_lands_mid_group_on_the_real_engine(
+        engine: EngineHandle, prepared_model_dir: Path, tmp_path: Path) -> None:
+    """The controller's update reloads the engine (its default weights again, as version
+    1) while each rollout of a group waits after its first call; the hosts' capture apps
+    learn the version from the policy version actor, so the second calls carry it."""
+    app = "online-mid-group"
+    proxy = ProxyTarget(url=engine.url, served_model=engine.model_id, ingress="host", app=app)
+    updater = serve_weight_updater(engine.app_name, str(prepared_model_dir))
+    gate = Gate.remote()
+    with running_service(app, ControllerConfig(work_dir=tmp_path / "work", proxy=proxy),
+                         updater, stub_agent(2, between=held_after(0, gate))) as service:
+        submitted = service.http.post("/v1/rollouts", json={
+            "request_id": "mid", "agent": "terminus-2",
+            "tasks": [{"task": "hello-file", "n": 2}]})
+        assert submitted.status_code == 202, submitted.text
+        assert ray.get(gate.arrived.remote(2, 600)) == 2
+        update = service.http.post("/v1/weights", timeout=900, json={
+            "path": str(prepared_model_dir), "version": 1})
+        assert update.status_code == 200, update.text
+        print(f"mid-group weight update on the engine: {update.json()['seconds']:.1f}s")
+        ray.get(gate.open.remote())
+        (group,) = service.wait_groups(1, timeout_s=600)
+    assert all(r["ok"] for r in group["rollouts"]), group["rollouts"]
+    assert_updated_mid_group(group)

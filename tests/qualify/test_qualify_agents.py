@@ -5,7 +5,9 @@ install` does) in the real bwrap sandbox, through the in-process capture proxy.
 Level 1 plays the scripted engine: each agent must solve hello-file (reward 1.0) in one
 agent root with the engine's exact ids. Level 2 uses the session's one real engine
 (tests/fixtures/engine.py) with small budgets: a captured turn and no infrastructure
-error per agent.
+error per agent, and the capture as exact as at level 1 (one agent root but for an agent
+that rewrites its history, no split, no 4xx). At both levels each agent speaks the
+dialect its routes show.
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
 
 pytestmark = pytest.mark.integration
+
+# The dialect each agent's model calls arrive in (their routes, as the proxy saw them).
+SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "google",
+          "opencode": "chat", "qwen-coder": "chat", "mini-swe-agent": "chat",
+          "terminus-2": "chat"}
 
 
 @pytest.fixture(scope="session")
@@ -57,8 +65,7 @@ def test_level_1_every_agent_solves_hello_file_in_one_root(
     assert run.returncode == 0, run.stderr[-3000:]
     # Side calls stay out of the agent's root: opencode's title generator.
     assert rows["opencode"]["auxiliary_turns"] >= 1
-    # The dialects the CLIs speak, as the report names them.
-    assert {rows[a]["dialect"] for a in rows} == {"chat", "responses", "anthropic", "google"}
+    assert {agent: row["dialect"] for agent, row in rows.items()} == SPOKEN
 
 
 def test_level_2_every_agent_is_captured_on_the_real_model(
@@ -74,5 +81,9 @@ def test_level_2_every_agent_is_captured_on_the_real_model(
     for agent, row in rows.items():
         assert row["qualified"], (agent, row["why"], row["error"])
         assert row["turns"] >= 1 and row["exact_ids"] is True
+        assert row["splits"] == 0 and row["proxy_4xx"] == 0, (agent, row["refusals"])
+        assert row["agent_roots"] == 1 or (
+            agent in REWRITES_HISTORY and row["agent_roots"] > 1), (agent, row)
+    assert {agent: row["dialect"] for agent, row in rows.items()} == SPOKEN
     assert report["engine"] != "scripted"
     assert run.returncode == 0, run.stderr[-3000:]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from harbor_ray.qualify.report import QualifyReport, QualifyRow, problems, render_markdown
+from harbor_ray.qualify.report import (
+    REWRITES_HISTORY,
+    QualifyReport,
+    QualifyRow,
+    problems,
+    render_markdown,
+)
 
 
 def row(**values) -> QualifyRow:
@@ -27,13 +33,32 @@ def test_scripted_level_names_every_failure() -> None:
 
 
 def test_model_level_accepts_a_failed_task_but_not_infrastructure() -> None:
-    weak = row(reward=0.0, row_ok=False, agent_roots=4, splits=1,
-               error_type="agent_error", error="the agent gave up")
+    weak = row(reward=0.0, row_ok=False, error_type="agent_error", error="the agent gave up")
     assert problems(weak, "model") == []
     assert problems(weak, "scripted")[0] == "agent_error: the agent gave up"
     broken = row(turns=0, error_type="engine_error", error="all 3 model calls failed")
     assert problems(broken, "model") == ["engine_error: all 3 model calls failed",
                                           "no captured turn"]
+
+
+def test_model_level_holds_the_capture_to_what_the_table_shows() -> None:
+    bad = row(reward=0.0, row_ok=False, agent_roots=4, splits=1, exact_ids=False,
+              proxy_4xx=1, refusals=["POST /v1/responses 400"])
+    assert problems(bad, "model") == [
+        "4 agent roots, not 1", "1 retokenization splits",
+        "stored ids differ from the engine's", "1 proxy 4xx: POST /v1/responses 400"]
+
+
+def test_only_an_agent_that_rewrites_its_history_may_have_several_roots() -> None:
+    assert "mini-swe-agent" in REWRITES_HISTORY
+    rewriter = row(agent="mini-swe-agent", dialect="chat", agent_roots=2)
+    assert problems(rewriter, "model") == []
+    assert problems(rewriter, "scripted") == ["2 agent roots, not 1"]
+    # Its splits still count, and an agent root it must still have.
+    assert problems(row(agent="mini-swe-agent", agent_roots=2, splits=1), "model") == [
+        "1 retokenization splits"]
+    assert problems(row(agent="mini-swe-agent", agent_roots=0), "model") == [
+        "0 agent roots, not 1"]
 
 
 def test_markdown_has_a_row_per_agent_and_says_why_one_failed() -> None:

@@ -34,5 +34,7 @@ async def test_the_taps_see_the_answers_and_the_ids_a_rollout_got() -> None:
         ("/v1/chat/completions", 200, False), ("/v1/chat/completions", 200, True),
         ("/v1/chat/completions", 400, False)]
     assert closed is not None and len(engine.generations) == len(closed.turns) == 2
-    assert [(list(p), list(t)) for p, t in engine.generations] == [
-        (turn.prompt_ids.tolist(), turn.token_ids.tolist()) for turn in closed.turns]
+    assert [(list(g.prompt_ids), list(g.token_ids), g.messages)
+            for g in engine.generations] == [
+        (turn.prompt_ids.tolist(), turn.token_ids.tolist(), turn.request_messages_json)
+        for turn in closed.turns]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
@@ -27,6 +29,35 @@ def _rows(driver) -> list:
     return driver.find_elements(By.CSS_SELECTOR, "#rollout-list tbody tr")
 
 
+def rewards_by_task(out: Path) -> dict[str, list[float]]:
+    """Every rollout's reward in the dataset, by task (those without one left out)."""
+    rewards: dict[str, list[float]] = {}
+    for row in pq.read_table(out / "rollouts", columns=["task", "reward"]).to_pylist():
+        if row["reward"] is not None:
+            rewards.setdefault(row["task"], []).append(row["reward"])
+    return {task: sorted(values) for task, values in rewards.items()}
+
+
+def assert_shows_the_dataset_s_ids(tokens: list, out: Path, rollout_id: str) -> None:
+    """The viewer's sampled ids for `rollout_id`, in order, are its turns' in the
+    dataset (by turn index), each with its logprob (shown to 4 places) or none."""
+    turns = pq.read_table(out / "turns", columns=["rollout_id", "index", "token_ids",
+                                                  "logprobs"]).to_pylist()
+    ours = sorted((t for t in turns if t["rollout_id"] == rollout_id),
+                  key=lambda t: t["index"])
+    stored = [(i, lp) for t in ours
+              for i, lp in zip(t["token_ids"], t["logprobs"], strict=True)]
+    shown = [(int(t.text), t.get_attribute("data-logprob")) for t in tokens]
+    assert len(shown) == len(stored) > 0, (len(shown), len(stored))
+    for k, ((id_shown, lp_shown), (id_stored, lp_stored)) in enumerate(
+            zip(shown, stored, strict=True)):
+        assert id_shown == id_stored, (k, id_shown, id_stored)
+        if lp_stored is None or math.isnan(lp_stored):
+            assert lp_shown == "none", (k, lp_shown)
+        else:
+            assert abs(float(lp_shown) - lp_stored) <= 5e-5, (k, lp_shown, lp_stored)
+
+
 def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: Path) -> None:
     page = write_report(sweep_dataset)
     with chromium() as driver:
@@ -39,10 +70,11 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
             assert plot.find_elements(By.CSS_SELECTOR, ".main-svg"), plot.get_attribute("id")
             assert driver.execute_script(
                 "return !!arguments[0].querySelector('.figure')._fullLayout", plot)
-        drawn = driver.execute_script(
+        plotted = driver.execute_script(
             "return [...document.querySelectorAll('#plot-reward-by-task .figure')]"
-            ".map(f => f.data.length)")
-        assert drawn == [len(TASKS)]
+            ".map(f => f.data.map(t => [t.name, Array.from(t.y)]))")
+        assert [{name: sorted(ys) for name, ys in figure} for figure in plotted] == [
+            rewards_by_task(sweep_dataset)]
 
         total = len(TASKS) * ATTEMPTS
         assert len(_rows(driver)) == total
@@ -61,6 +93,9 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
         tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
                                                        "#trace-turns .tok.sampled"),
                           what="sampled ids")
+        selected = driver.find_element(By.CSS_SELECTOR, "tr.selected")
+        assert_shows_the_dataset_s_ids(tokens, sweep_dataset,
+                                       selected.get_attribute("data-rollout-id"))
         scored = [t for t in tokens if t.get_attribute("data-logprob") != "none"]
         assert scored
         for token in tokens:

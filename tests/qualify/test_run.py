@@ -1,0 +1,66 @@
+"""A report row from what a rollout recorded and what the taps saw (`row_of`): pure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.qualify.run import row_of
+from harbor_ray.qualify.taps import Answer, Generation
+from tests.capture.turns_factory import chain
+from tests.data.rollouts import rollout
+
+CHAT = "/v1/chat/completions"
+
+
+def generation(turn: TurnRecord) -> Generation:
+    """What the engine returned for `turn`'s call."""
+    assert turn.prompt_ids is not None and turn.token_ids is not None
+    return Generation(turn.request_messages_json, tuple(turn.prompt_ids.tolist()),
+                      tuple(turn.token_ids.tolist()))
+
+
+def answered(*paths: str, status: int = 200) -> list[Answer]:
+    return [Answer("POST", path, status, streamed=True) for path in paths]
+
+
+def test_each_turn_is_paired_with_its_own_call_s_generation() -> None:
+    turns = chain(3)
+    record = rollout("r", turns)
+    ours = [generation(t) for t in turns]
+    # The engine may return concurrent calls in another order than they were admitted.
+    assert row_of("codex", record, answered(CHAT), ours[::-1]).exact_ids is True
+    first, second = ours[0], ours[1]
+    swapped = [dataclasses.replace(first, prompt_ids=second.prompt_ids,
+                                   token_ids=second.token_ids),
+               dataclasses.replace(second, prompt_ids=first.prompt_ids,
+                                   token_ids=first.token_ids), ours[2]]
+    # The same ids, each stored on the other call's turn: not the engine's for that call.
+    assert sorted((g.prompt_ids, g.token_ids) for g in swapped) == sorted(
+        (g.prompt_ids, g.token_ids) for g in ours)
+    assert row_of("codex", record, answered(CHAT), swapped).exact_ids is False
+    assert row_of("codex", record, answered(CHAT), ours[:2]).exact_ids is False  # a turn more
+    assert row_of("codex", record, answered(CHAT), [*ours, ours[0]]).exact_ids is False
+    assert row_of("codex", rollout("r", []), answered(), []).exact_ids is None
+
+
+def test_a_426_is_listed_but_not_counted_as_a_proxy_4xx() -> None:
+    record = rollout("r", chain(1))
+    answers = [*answered("/v1/responses", status=426), *answered("/v1/responses", status=400),
+               *answered("/v1/responses")]
+    row = row_of("codex", record, answers, [generation(t) for t in chain(1)])
+    assert row.proxy_4xx == 1
+    assert row.refusals == ["POST /v1/responses 426", "POST /v1/responses 400"]
+
+
+def test_the_dialect_is_the_one_the_agent_spoke() -> None:
+    record = rollout("r", chain(1))
+    # codex is configured for the Responses API; here it spoke chat.
+    assert row_of("codex", record, answered(CHAT), []).dialect == "chat"
+    google = "/v1beta/models/m:streamGenerateContent"
+    assert row_of("gemini-cli", record, answered(google, "/v1/messages"), []).dialect == (
+        "anthropic+google")
+    # Refused calls and count_tokens are not what the agent's model calls spoke.
+    assert row_of("claude-code", record, [
+        *answered("/v1/messages/count_tokens"), *answered(CHAT, status=400)], []
+    ).dialect is None
