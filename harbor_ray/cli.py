@@ -118,7 +118,8 @@ async def _serve_proxy(
         await engine.aclose()
         raise
     console.print(f"engine certified: {cert.served_model} at {cert.url} "
-                  f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix})")
+                  f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix}; "
+                  f"logprobs: {cert.logprobs_mode})")
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
         max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,

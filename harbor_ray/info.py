@@ -142,6 +142,7 @@ def render(data: dict[str, Any], console: Console) -> None:
         if engine["certified"]:
             tools = "yes" if engine["tool_calling"] else f"no ({engine['tool_calling_fix']})"
             console.print(f"engine {engine['url']}: certified, serves {engine['served_model']}"
-                          f", version {engine['engine_version']}, tool calling {tools}")
+                          f", version {engine['engine_version']}, tool calling {tools}, "
+                          f"logprobs {engine['logprobs_mode']}")
         else:
             console.print(f"engine {engine['url']}: [red]refused[/red]: {engine['error']}")
