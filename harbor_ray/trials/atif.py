@@ -10,11 +10,12 @@ What counts as a model call in ATIF: a step with `source: "agent"` that is not c
 context (`is_copied_context`, replayed from an earlier trajectory) and not a
 deterministic dispatch (`llm_call_count == 0`). Such a step stands for `llm_call_count`
 calls, one when the producer did not say. These are compared with the captured turns of
-role `agent`; auxiliary turns (summaries, titles) and discarded retries are not the
-agent's loop. Subagents embedded in `subagent_trajectories` are the auxiliary calls and
-are compared with the captured auxiliary turns. terminus-2 stores its summarisation
-subagents in separate files instead; the finding then says so, since the proxy may have
-recorded those calls as agent turns.
+role `agent`, plus at most the calls answered with the budget stop (a reply the agent
+may record, but no model turn); auxiliary turns (summaries, titles) and discarded
+retries are not the agent's loop. Subagents embedded in `subagent_trajectories` are the
+auxiliary calls and are compared with the captured auxiliary turns. terminus-2 stores
+its summarisation subagents in separate files instead; the finding then says so, since
+the proxy may have recorded those calls as agent turns.
 
 Order is checked by evidence, not by position alone. A step's evidence is its token ids
 (`metrics.prompt_token_ids` / `completion_token_ids`, which terminus-2 writes with
@@ -97,7 +98,8 @@ def cross_check(
     agent_turns = [_turn_call(turn) for turn, role in roles if role is Role.AGENT]
     auxiliary = sum(1 for _, role in roles if role is Role.AUXILIARY)
     steps = _model_steps(parsed)
-    findings = _count_findings(parsed, steps, len(agent_turns), auxiliary)
+    findings = _count_findings(parsed, steps, len(agent_turns), auxiliary,
+                               capture.counts.budget_stops)
     if all((step.llm_call_count or 1) == 1 for step in steps):
         findings += _order_findings([_step_call(s) for s in steps], agent_turns)
     else:
@@ -156,15 +158,20 @@ def _subagent_files(trajectory: Trajectory) -> int:
 
 
 def _count_findings(
-    trajectory: Trajectory, steps: Sequence[Step], agent_turns: int, auxiliary: int
+    trajectory: Trajectory, steps: Sequence[Step], agent_turns: int, auxiliary: int,
+    budget_stops: int,
 ) -> list[FindingRecord]:
     findings = []
     recorded = _call_count(steps)
-    if recorded != agent_turns:
+    # A call answered with the budget stop reached the agent as a reply, which its
+    # trajectory may record as a step (terminus-2 does), but it is no model turn.
+    if not agent_turns <= recorded <= agent_turns + budget_stops:
         message = (
             f"the agent's trajectory records {recorded} model calls, "
             f"the capture holds {agent_turns} agent calls"
         )
+        if budget_stops:
+            message += f" and {budget_stops} answered with the budget stop"
         files = _subagent_files(trajectory)
         if files:
             message += (

@@ -266,3 +266,20 @@ def test_a_document_that_is_not_atif_is_a_warning_not_a_crash():
         "the agent's trajectory is not valid ATIF: agent: Field required "
         "(and 1 more problems)"
     )
+
+
+def test_calls_answered_with_the_budget_stop_may_be_recorded_or_not():
+    """terminus-2 records the budget stop's reply as a step; the capture rightly holds
+    no turn for it. Up to that many extra steps are no mismatch; one more is."""
+    turns = chain(2)
+    steps = [with_tokens(t) for t in turns]
+    stopped = close_capture(turns, budget_stops=1)
+    assert cross_check(trajectory(system(), *steps, agent("budget spent")), stopped) == []
+    assert cross_check(trajectory(system(), *steps), stopped) == []
+    [finding] = cross_check(trajectory(system(), *steps, agent("stop"), agent("stop")),
+                            stopped)
+    assert finding.message == ("the agent's trajectory records 4 model calls, the capture "
+                               "holds 2 agent calls and 1 answered with the budget stop")
+    # Without a budget stop the extra step is a mismatch, as before.
+    assert codes(cross_check(trajectory(system(), *steps, agent("budget spent")),
+                             capture(*turns))) == [("atif_call_count_mismatch", "warn", None)]
