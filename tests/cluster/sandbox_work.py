@@ -26,12 +26,12 @@ def sandbox_work(command: str):
     of its own as a Harbor trial has, runs `command` in it (task names ending in `-exec`;
     the others just wait), and tears it down when cancelled. Task `PROBE` instead reports
     its host: the process (timings' `host_pid`), and as its error the files it opens that
-    did not stay open (`_descriptors_intact`)."""
+    did not stay open (`closed_under_us`)."""
 
     async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
         started = time.time()
         if spec.task.name == PROBE:
-            closed = _descriptors_intact()
+            closed = closed_under_us()
             return _row(spec, started, None if not closed else f"closed under us: {closed}",
                         host_pid=os.getpid())
         trial = Path(spec.trials_dir, spec.rollout_id)
@@ -60,10 +60,10 @@ def sandbox_work(command: str):
     return work
 
 
-def _descriptors_intact() -> list[int]:
+def closed_under_us(count: int = 64) -> list[int]:
     """Files opened now that a stray close() of a number this process once gave away
     closes (such a close may wait for the collector): the ones found closed."""
-    canaries = [os.open(os.devnull, os.O_RDONLY) for _ in range(64)]
+    canaries = [os.open(os.devnull, os.O_RDONLY) for _ in range(count)]
     gc.collect()
     closed = []
     for fd in canaries:

@@ -8,7 +8,6 @@ Every count of what is left is read from the host's /proc and file system
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ from harbor_ray.cluster.reaper import reap
 from harbor_ray.trials.sandbox.layout import Layout, init_argv, prepare_root
 from harbor_ray.trials.sandbox.preflight import find_tools
 from harbor_ray.trials.sandbox.processes import pid_namespace, pids_in_pid_namespace
+from tests.cluster.sandbox_work import closed_under_us
 from tests.processes import sandbox_processes
 from tests.trials.test_bwrap_sandbox import make_environment
 
@@ -60,14 +60,7 @@ def test_cancelled_starts_close_no_descriptor_they_do_not_own(tmp_path: Path) ->
                 pass
             else:  # started before the cancellation came
                 await environment.stop(delete=True)
-            canaries = [os.open(os.devnull, os.O_RDONLY) for _ in range(8)]
-            gc.collect()  # what the cancelled start left to the collector is closed now
-            for fd in canaries:
-                try:
-                    os.fstat(fd)
-                    os.close(fd)
-                except OSError:
-                    closed.append(fd)
+            closed += closed_under_us(8)
         return closed
 
     assert uvloop.run(burst()) == []
