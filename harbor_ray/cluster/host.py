@@ -11,8 +11,10 @@ design needs of an actor per rollout:
   Harbor tears its sandbox down);
 - a host that dies takes only its own rollouts with it: each becomes an `infra_lost`
   row (retried by the driver); their bwrap sandboxes die with the host
-  (`--die-with-parent`), and the reaper removes them on the host's node: each host's
-  sandboxes are in a directory of its own (reaper.py).
+  (`--die-with-parent`), and what is left (directories, a pid 1 its bwrap left
+  behind) is reaped on the host's node by the host's guard, a process it starts that
+  outlives it (`_guard`), and by the driver (reaper.py): each host's sandboxes are in
+  a directory of its own.
 
 A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
 - `direct`: a relay (balancer.py) on its own loopback port that splices each connection

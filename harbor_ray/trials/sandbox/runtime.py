@@ -8,10 +8,12 @@ their own network namespace (a server on 127.0.0.1 is unreachable from the next 
 and, without extra binds, their own /tmp. Here pid 1 of the sandbox is a tiny init
 started by bwrap, and every command joins its namespaces through `nsenter`.
 
-The pid namespace also makes teardown complete: when its pid 1 dies, the kernel kills
-every process in it, however it was started, daemonised or renamed. A scan of /proc for
-an env tag or a working directory would miss a process that cleared its environment or
-moved elsewhere; membership of a pid namespace cannot be left.
+The pid namespace also makes teardown complete: stop() SIGKILLs every process in it,
+and when its pid 1 dies the kernel kills the rest, however they were started,
+daemonised or renamed. A scan of /proc for an env tag or a working directory would miss
+a process that cleared its environment or moved elsewhere; membership of a pid
+namespace cannot be left. Teardown is by namespace, not by bwrap: a pid 1 can outlive
+its bwrap (one killed before it finished setting pid 1 up leaves it waiting for ever).
 
 Commands write their output to files, not pipes: a command that leaves a background
 process behind (`server &`) would otherwise hold the pipe open and make the caller wait
