@@ -11,8 +11,10 @@ design needs of an actor per rollout:
   Harbor tears its sandbox down);
 - a host that dies takes only its own rollouts with it: each becomes an `infra_lost`
   row (retried by the driver); their bwrap sandboxes die with the host
-  (`--die-with-parent`), and the reaper removes them on the host's node: each host's
-  sandboxes are in a directory of its own (reaper.py).
+  (`--die-with-parent`), and what is left (directories, a pid 1 its bwrap left
+  behind) is reaped on the host's node by the host's guard, a process it starts that
+  outlives it (`_guard`), and by the driver (reaper.py): each host's sandboxes are in
+  a directory of its own.
 
 A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
 - `direct`: a relay (balancer.py) on its own loopback port that splices each connection
@@ -31,6 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +112,7 @@ class RolloutHost(SessionOwner):
         # being killed, and its server and engine connections with it.
         self._serving = contextlib.AsyncExitStack()
         self._starting = asyncio.Lock()
+        self._guarded: set[Path] = set()  # directories a guard reaps once this host ends
         # Injectable so that tests and benchmarks can run the cluster without Harbor trials.
         self._work = work or run_rollout
         context = ray.get_runtime_context()
@@ -122,7 +128,10 @@ class RolloutHost(SessionOwner):
         (its sandbox and trial directory are on this node); like `run_rollout`, never
         raises but for cancellation."""
         capture = await self._capture_service() if needs_model(spec.agent) else None
-        record = await self._work(self._own_sandboxes(spec), capture)
+        spec = self._own_sandboxes(spec)
+        if (sandboxes := spec.sandbox_kwargs.get("sandboxes_dir")) is not None:
+            await self._guard(Path(sandboxes))
+        record = await self._work(spec, capture)
         return placed(record, node=self.placement.ip, host=self.owner)
 
     def _own_sandboxes(self, spec: RolloutSpec) -> RolloutSpec:
@@ -133,6 +142,22 @@ class RolloutHost(SessionOwner):
             return spec
         return dataclasses.replace(spec, sandbox_kwargs={
             **spec.sandbox_kwargs, "sandboxes_dir": str(host_sandboxes(Path(root), self.owner))})
+
+    async def _guard(self, directory: Path) -> None:
+        """Start, once per directory, a process that reaps it when this host's process
+        ends, however it ends (trials/sandbox/leftovers.py): a host SIGKILLed, or a
+        whole cluster stopped, leaves no driver to reap what its sandboxes left."""
+        if directory in self._guarded:
+            return
+        self._guarded.add(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        guard = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "harbor_ray.trials.sandbox.leftovers",
+            "--after", str(os.getpid()), directory.name, cwd=directory.parent,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        if code := await guard.wait():
+            raise RuntimeError(f"the guard of {directory} failed to start ({code})")
 
     async def capture_url(self) -> str | None:
         """The proxy URL this host's agents use (its relay's, with direct ingress)."""

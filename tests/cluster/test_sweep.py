@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from harbor_ray.cluster import reaper
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
 from tests.cluster import stubs
+from tests.processes import sandbox_processes
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def _rows(out: Path) -> list[dict]:
 def _sandbox_leftovers(config: SweepConfig) -> tuple[list[Path], list[int]]:
     root = config.sandboxes_dir
     dirs = list(root.iterdir()) if root.exists() else []
-    return dirs, reaper._processes_naming(root.resolve())
+    return dirs, sandbox_processes(root)
 
 
 async def test_oracle_sweep_over_samples(tmp_path: Path) -> None:

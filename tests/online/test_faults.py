@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from harbor_ray.cluster import reaper
 from harbor_ray.cluster.owner import NAMESPACE
 from tests.cluster.test_sweep import _slow_tasks
 from tests.online.conftest import stub_agent
+from tests.processes import sandbox_processes
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_a_host_killed_mid_group_is_retried_on_a_fresh_sandbox_and_leaks_nothing
                for r in group["rollouts"])
     # The killed host's sandboxes are gone while the service runs, not only at its end.
     assert _sandboxes_in(sandboxes) == []
-    assert reaper._processes_naming(sandboxes.resolve()) == []
+    assert sandbox_processes(sandboxes) == []
 
 
 def test_over_capacity_is_429_until_rollouts_finish(service_factory) -> None:

@@ -63,7 +63,7 @@ from harbor_ray.trials.sandbox.layout import (
     tools_path,
 )
 from harbor_ray.trials.sandbox.preflight import find_problems, find_tools
-from harbor_ray.trials.sandbox.runtime import Sandbox
+from harbor_ray.trials.sandbox.runtime import Sandbox, to_the_end
 
 __all__ = ["BwrapEnvironment", "shares_host_network"]
 
@@ -243,22 +243,28 @@ class BwrapEnvironment(BaseEnvironment):
         """Kill every process of the trial, end its forwards, remove its directory. Idempotent.
 
         `delete=False` (Harbor's keep-for-debugging) keeps the directory, never the
-        processes.
+        processes. Runs to its end even if the caller is cancelled meanwhile (the
+        cancellation then goes on): a teardown cut short leaves a sandbox nobody owns.
+        The directory is removed only once no process of the sandbox is left; if one
+        survives, it stays (with the error) for the reaper.
         """
+        await to_the_end(self._stop(delete))
+
+    async def _stop(self, delete: bool) -> None:
         sandbox, self._sandbox = self._sandbox, None
         forwarding, self._forwarding = self._forwarding, None
+        directory, self._sandbox_dir = self._sandbox_dir, None
         try:
             if sandbox is not None:
                 await sandbox.stop()
         finally:
             if forwarding is not None:
                 await forwarding.close()
-            if self._sandbox_dir is not None:
-                if delete:
-                    remove_root(self._sandbox_dir)
-                else:
-                    self.logger.info(f"Kept the sandbox's directory {self._sandbox_dir}")
-                self._sandbox_dir = None
+        if directory is not None:
+            if delete:
+                remove_root(directory)
+            else:
+                self.logger.info(f"Kept the sandbox's directory {directory}")
 
     def _running(self) -> Sandbox:
         if self._sandbox is None:

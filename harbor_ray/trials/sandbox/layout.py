@@ -28,6 +28,7 @@ __all__ = [
     "Layout",
     "enter_argv",
     "init_argv",
+    "init_command",
     "prepare_root",
     "remove_root",
     "tool_binds",
@@ -71,11 +72,13 @@ _STICKY_DIRS = ("tmp", "var/tmp")
 # inside the namespace unless pid 1 handles it, so an agent's `kill -9 -1` or
 # `pkill sleep` cannot tear the sandbox down; only the host can (SIGKILL from outside).
 # bash reaps the orphans reparented to it (daemonised tmux servers, `cmd &` left behind).
-# The loop restarts the `sleep` child if an agent kills it. "ready" tells the host that
-# the mounts are in place and commands may enter.
+# The loop restarts the `sleep` child if an agent kills it (a status above 128), and
+# exits if `sleep` cannot run at all (126, 127: its /usr gone with a removed directory;
+# a failed fork), which ends the namespace, where a loop restarting it would spin.
+# "ready" tells the host that the mounts are in place and commands may enter.
 _INIT_SCRIPT = (
     'trap "" HUP INT QUIT TERM; echo ready; exec </dev/null >/dev/null 2>&1; '
-    "while :; do sleep 86400 & wait; done"
+    "while :; do sleep 86400 & wait $! || [ $? -gt 128 ] || exit; done"
 )
 READY_LINE = b"ready\n"
 
@@ -172,12 +175,22 @@ def prepare_root(layout: Layout) -> None:
     (root / "root").chmod(0o700)
 
 
+def init_command(root: Path) -> tuple[str, ...]:
+    """The sandbox's pid 1 (`_INIT_SCRIPT`), its `$0` naming the sandbox's directory.
+
+    The name is how a reaper finds a pid 1 whose bwrap is gone: no other process of the
+    sandbox is certain to name its directory, and pid 1's command line cannot be changed
+    from inside.
+    """
+    return ("/bin/bash", "-c", _INIT_SCRIPT, str(root))
+
+
 def init_argv(
     bwrap: str,
     layout: Layout,
     *,
     info_fd: int | None = None,
-    command: Sequence[str] = ("/bin/bash", "-c", _INIT_SCRIPT),
+    command: Sequence[str] | None = None,
 ) -> list[str]:
     """The bwrap command line for the sandbox's long-lived pid 1 (or a one-shot probe).
 
@@ -206,7 +219,7 @@ def init_argv(
     for bind in layout.binds:
         flag = "--ro-bind" if bind.read_only else "--bind"
         argv += [flag, str(bind.source), str(bind.target)]
-    return [*argv, "--", *command]
+    return [*argv, "--", *(command or init_command(layout.root))]
 
 
 def enter_argv(
@@ -239,6 +252,8 @@ def remove_root(root: Path) -> None:
 
     Run only once no process of the sandbox is left: its binds live in its own mount
     namespace, so by then `root` holds plain files and the host's /usr is not below it.
+    (Removed earlier, the empty directories its mounts sit on go too, and the kernel
+    takes the mounts away from the processes still inside: /usr vanishes under them.)
     `rmtree` never follows the symlinks an agent may have planted.
     """
     shutil.rmtree(root)

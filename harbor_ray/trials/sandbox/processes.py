@@ -12,10 +12,25 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["kill_descendants", "pid_namespace", "pids_in_pid_namespace", "process_tree"]
+# Stopping takes a process its next return from the kernel; one in an uninterruptible
+# wait (a slow disk) may take longer, and is then killed unstopped.
+_STOP_WAIT_S = 1.0
+_STOP_POLL_S = 0.001
+_STOPPED = frozenset({"T", "t", "Z", "X"})
+
+__all__ = [
+    "kill_descendants",
+    "kill_pid_namespace",
+    "kill_tree",
+    "namespace_init",
+    "pid_namespace",
+    "pids_in_pid_namespace",
+    "process_tree",
+]
 
 
 def _processes() -> dict[int, tuple[str, int, int]]:
@@ -62,12 +77,38 @@ def _signal(pid: int, signum: signal.Signals) -> None:
         os.kill(pid, signum)
 
 
-def kill_descendants(root: int) -> None:
-    """SIGKILL everything in `root`'s tree (see `process_tree`) but `root`, then resume it.
+def _freeze(root: int, spared: set[int]) -> set[int]:
+    """SIGSTOP `root`'s tree (see `process_tree`) but `spared`; the stopped pids.
 
     Killing a parent first would reparent its children out of the tree, and a process
     may fork while we look. So the tree is frozen (SIGSTOP, which cannot be caught)
-    until a fresh look finds nothing new, and only then killed.
+    until a fresh look finds nothing new.
+    """
+    frozen: set[int] = set()
+    while new := process_tree(root) - frozen - spared:
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        _wait_stopped(new)
+        frozen |= new
+    return frozen
+
+
+def _wait_stopped(pids: set[int]) -> None:
+    """Until each of `pids` has stopped (or is gone): a signal is only acted on between
+    system calls, so a process told to stop mid-fork may yet add a child we did not
+    see, and that child, its parent killed, may wait for it for ever (a bwrap's pid 1
+    waits for its uid map)."""
+    deadline = time.monotonic() + _STOP_WAIT_S
+    pending = set(pids)
+    while pending and time.monotonic() < deadline:
+        table = _processes()
+        pending = {pid for pid in pending if table.get(pid, ("X",))[0] not in _STOPPED}
+        if pending:
+            time.sleep(_STOP_POLL_S)
+
+
+def kill_descendants(root: int) -> None:
+    """SIGKILL everything in `root`'s tree (see `process_tree`) but `root`, then resume it.
 
     `root` itself is spared so that it reaps its child and exits on its own: `root` is
     the host-side `nsenter` of a command, and a child killed together with it would
@@ -75,14 +116,19 @@ def kill_descendants(root: int) -> None:
     finish dying before that. It is resumed because nsenter stops itself when its child
     stops.
     """
-    frozen: set[int] = set()
-    while new := process_tree(root) - frozen - {root}:
-        for pid in new:
-            _signal(pid, signal.SIGSTOP)
-        frozen |= new
-    for pid in frozen:
+    for pid in _freeze(root, {root}):
         _signal(pid, signal.SIGKILL)
     _signal(root, signal.SIGCONT)
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL `root` and everything in its tree, frozen first (see `_freeze`).
+
+    For a bwrap whose sandbox is not known yet (a start cut short): frozen, it cannot
+    clone the sandbox's pid 1 after we looked, and a pid 1 it did clone is in its tree.
+    """
+    for pid in _freeze(root, set()):
+        _signal(pid, signal.SIGKILL)
 
 
 def pid_namespace(pid: int) -> int:
@@ -102,3 +148,33 @@ def pids_in_pid_namespace(namespace: int) -> list[int]:
         except OSError:
             continue
     return sorted(found)
+
+
+def namespace_init(pid: int) -> bool:
+    """Whether `pid` is pid 1 of a pid namespace below ours (a sandbox's init).
+
+    /proc/PID/status lists its pid in each namespace from ours down (`NSpid:`); a
+    namespace's init has 1 as the last, and more than one.
+    """
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # gone
+        return False
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            pids = line.split()[1:]
+            return len(pids) > 1 and pids[-1] == "1"
+    return False
+
+
+def kill_pid_namespace(namespace: int) -> list[int]:
+    """SIGKILL every process in the given pid namespace; the pids signalled.
+
+    The caller holds the namespace (an open /proc/PID/ns/pid), so that its number has
+    not gone to another one since it was read. Its init is among them: once that dies,
+    the kernel kills whatever else is in the namespace, even one forked after we looked.
+    """
+    pids = pids_in_pid_namespace(namespace)
+    for pid in pids:
+        _signal(pid, signal.SIGKILL)
+    return pids

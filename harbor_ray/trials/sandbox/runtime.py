@@ -8,10 +8,12 @@ their own network namespace (a server on 127.0.0.1 is unreachable from the next 
 and, without extra binds, their own /tmp. Here pid 1 of the sandbox is a tiny init
 started by bwrap, and every command joins its namespaces through `nsenter`.
 
-The pid namespace also makes teardown complete: when its pid 1 dies, the kernel kills
-every process in it, however it was started, daemonised or renamed. A scan of /proc for
-an env tag or a working directory would miss a process that cleared its environment or
-moved elsewhere; membership of a pid namespace cannot be left.
+The pid namespace also makes teardown complete: stop() SIGKILLs every process in it,
+and when its pid 1 dies the kernel kills the rest, however they were started,
+daemonised or renamed. A scan of /proc for an env tag or a working directory would miss
+a process that cleared its environment or moved elsewhere; membership of a pid
+namespace cannot be left. Teardown is by namespace, not by bwrap: a pid 1 can outlive
+its bwrap (one killed before it finished setting pid 1 up leaves it waiting for ever).
 
 Commands write their output to files, not pipes: a command that leaves a background
 process behind (`server &`) would otherwise hold the pipe open and make the caller wait
@@ -24,10 +26,9 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import IO
 
@@ -41,9 +42,14 @@ from harbor_ray.trials.sandbox.layout import (
     prepare_root,
 )
 from harbor_ray.trials.sandbox.preflight import HostTools
-from harbor_ray.trials.sandbox.processes import kill_descendants, pids_in_pid_namespace
+from harbor_ray.trials.sandbox.processes import (
+    kill_descendants,
+    kill_pid_namespace,
+    kill_tree,
+    pids_in_pid_namespace,
+)
 
-__all__ = ["ExecTimeoutError", "Sandbox", "SandboxError"]
+__all__ = ["ExecTimeoutError", "Sandbox", "SandboxError", "to_the_end"]
 
 # How long stop() waits for the kernel to finish killing the pid namespace.
 _TEARDOWN_TIMEOUT_SEC = 10.0
@@ -67,6 +73,10 @@ class Sandbox:
         self._bwrap: asyncio.subprocess.Process | None = None
         self._init_pid: int | None = None
         self._pid_namespace: int | None = None
+        # An open /proc/PID/ns/pid of pid 1, until stop() is done: it keeps the
+        # namespace's number from going to another namespace (numbers are reused once
+        # a namespace is freed), so that stop() never kills by a number that moved on.
+        self._namespace_fd: int | None = None
         self._commands: dict[int, asyncio.subprocess.Process] = {}
 
     @property
@@ -80,6 +90,22 @@ class Sandbox:
     async def start(self) -> None:
         """Lay out the root, start pid 1, and return once commands can enter."""
         prepare_root(self._layout)
+        # Never cut short between bwrap's start and its report of pid 1: the loop would
+        # SIGKILL a bwrap whose start it cancels, and closing the report's pipe early
+        # kills it (SIGPIPE), both perhaps after it cloned pid 1, which then waits for
+        # bwrap for ever (for its uid map), outside bwrap's tree and unknown to us.
+        # bwrap reports as soon as it cloned, so this wait is short.
+        await to_the_end(self._spawn())
+        assert self._bwrap is not None
+        assert self._bwrap.stdout is not None and self._bwrap.stderr is not None
+        ready = await self._bwrap.stdout.readline()
+        if self._pid_namespace is None or ready != READY_LINE:
+            code = await self._bwrap.wait()
+            stderr = (await self._bwrap.stderr.read()).decode(errors="replace").strip()
+            raise SandboxError(f"bwrap exited with {code} before the sandbox was up: {stderr}")
+
+    async def _spawn(self) -> None:
+        """Start bwrap and learn its pid 1 and pid namespace (from `--info-fd`)."""
         info_read, info_write = os.pipe()
         try:
             self._bwrap = await asyncio.create_subprocess_exec(
@@ -97,16 +123,19 @@ class Sandbox:
         finally:
             os.close(info_write)
         info = await _read_to_end(info_read)
-        assert self._bwrap.stdout is not None and self._bwrap.stderr is not None
-        ready = await self._bwrap.stdout.readline()
-        if not info or ready != READY_LINE:
-            code = await self._bwrap.wait()
-            stderr = (await self._bwrap.stderr.read()).decode(errors="replace").strip()
-            raise SandboxError(f"bwrap exited with {code} before the sandbox was up: {stderr}")
+        if not info:
+            return  # bwrap failed before it cloned: start() says why
         # bwrap reports its child, which is the sandbox's pid 1 (`--as-pid-1`).
         details = json.loads(info)
         self._init_pid = int(details["child-pid"])
-        self._pid_namespace = int(details["pid-namespace"])
+        try:
+            self._namespace_fd = os.open(f"/proc/{self._init_pid}/ns/pid", os.O_RDONLY)
+        except OSError as exc:
+            raise SandboxError(f"the sandbox's pid 1 died starting: {exc}") from exc
+        namespace = os.fstat(self._namespace_fd).st_ino
+        if namespace != int(details["pid-namespace"]):
+            raise SandboxError(f"the sandbox's pid 1 ({self._init_pid}) died starting")
+        self._pid_namespace = namespace
 
     async def run(
         self,
@@ -149,37 +178,83 @@ class Sandbox:
             del self._commands[process.pid]
 
     async def stop(self) -> None:
-        """Kill every process of the sandbox and wait until none is left. Idempotent."""
+        """Kill every process of the sandbox and wait until none is left. Idempotent.
+
+        By pid namespace: every process in it gets SIGKILL from the host (the one signal
+        its pid 1 cannot ignore), whether bwrap still runs or not; pid 1's death makes
+        the kernel kill anything forked meanwhile. A start cut short before bwrap said
+        which namespace: bwrap and whatever it started are killed instead.
+        """
         if self._bwrap is None:
             return
-        if self.running:
-            assert self._init_pid is not None
-            # SIGKILL from outside is the one signal pid 1 cannot ignore; its death makes
-            # the kernel kill everything else in the namespace.
-            os.kill(self._init_pid, signal.SIGKILL)
+        if self._pid_namespace is not None:
+            kill_pid_namespace(self._pid_namespace)
         elif self._bwrap.returncode is None:
-            # A start that failed half-way: pid 1 is bwrap's child, not known to us yet.
-            kill_descendants(self._bwrap.pid)
+            kill_tree(self._bwrap.pid)
         # bwrap and the commands' nsenters each wait for their child in the sandbox, now
         # dead, and exit. Waiting for them means no nsenter of ours is left to enter
         # anything once stop() returns.
         await asyncio.gather(*(_reap(p) for p in (self._bwrap, *self._commands.values())))
         if self._pid_namespace is not None:
             await _wait_until_empty(self._pid_namespace)
-        self._init_pid = None
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+            self._namespace_fd = None
+        self._init_pid = self._pid_namespace = None
+
+
+async def to_the_end[T](work: Awaitable[T]) -> T:
+    """Await `work` until it ends, even if the caller is cancelled meanwhile; then raise
+    that cancellation."""
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    try:
+        return task.result()
+    finally:
+        if cancelled is not None:
+            raise cancelled
 
 
 async def _read_to_end(fd: int) -> bytes:
-    """Read a pipe until EOF without blocking the event loop."""
+    """Read a pipe until EOF without blocking the event loop, then close it (once).
+
+    Not with `loop.connect_read_pipe`: under uvloop (a Ray actor's loop) the transport
+    closes the descriptor and so does the file object it was given, the second time
+    after the number may have gone to another file of the process (uvloop#763; on
+    cancellation, whenever the file object is collected). A rollout host then had its
+    log files or Ray's own sockets closed under it: "Bad file descriptor", then an abort.
+    Here the loop only watches the descriptor, and this function alone closes it.
+    """
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-    )
+    chunks = []
     try:
-        return await reader.read()
+        os.set_blocking(fd, False)
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                readable = loop.create_future()
+                loop.add_reader(fd, _set_once, readable)
+                try:
+                    await readable
+                finally:
+                    loop.remove_reader(fd)
+                continue
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
     finally:
-        transport.close()
+        os.close(fd)
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
