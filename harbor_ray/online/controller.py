@@ -251,8 +251,9 @@ class Controller:
             raise
         finally:
             self._awaited.pop(ref.group_id, None)
-        self.book.ack([ref.group_id])
-        return group.payload()
+        payload = group.payload()
+        self.book.ack([ref.group_id])  # which lets its rows go
+        return payload
 
     async def tasks(self, dataset: str | None) -> list[str]:
         """The task names of `dataset` (None: the controller's default), in its order."""

@@ -12,10 +12,12 @@ Retention. A group is closed once nothing more can happen to it: acknowledged, d
 or cancelled with every rollout ended. A closed group stays `retain_s` seconds (a late
 retried ack or cancel still finds it), and at most `retain_groups` of them stay, the
 oldest forgotten first; `forget(now)`, called by the controller on every route, does it.
+Its rows are let go as it closes (delivered, or never to be): what stays is its name.
 An open group (running, or ready and not yet acknowledged) is never forgotten. The
 `request_id` index (what makes a retried submit start nothing new) keeps every request
-with an open group, and beyond those the `request_ids` most recent ones: a request
-retried after that many newer ones closed is taken as new.
+with a group still in the book, and beyond those the `request_ids` most recent ones: a
+request retried after all its groups were forgotten and that many newer requests were
+too is taken as new.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class GroupState:
     finished_version: int | None = None
     # Its submitter waits for it (an MCP tool call): never handed to the long poll.
     awaited: bool = False
+    # Nothing more can happen to it (see the module's docstring): its rows are let go.
+    closed: bool = False
 
     @property
     def n(self) -> int:
@@ -168,8 +172,8 @@ class Book:
     def finish(self, record: RolloutRecord, version: int) -> GroupState | None:
         """Keep a rollout's row; the group if this finished it (now ready or dropped)."""
         group = self.groups.get(self.by_rollout.get(record.rollout_id, ""))
-        if group is None or record.rollout_id in group.records:
-            return None  # a row for nothing accepted, or delivered twice: kept once
+        if group is None or group.closed or record.rollout_id in group.records:
+            return None  # a row for nothing open, or delivered twice: kept once
         group.records[record.rollout_id] = record
         if group.phase is Phase.RUNNING:
             self._unfinished -= 1
@@ -233,6 +237,8 @@ class Book:
         return group
 
     def running_ids(self, group: GroupState) -> list[str]:
+        if group.closed:
+            return []
         return [r for r in group.rollout_ids if r not in group.records]
 
     def forget(self, now: float) -> None:
@@ -268,4 +274,6 @@ class Book:
             del self.requests[request_id]
 
     def _close(self, group: GroupState) -> None:
+        group.closed = True
+        group.records = {}
         self._closing.append(group.group_id)
