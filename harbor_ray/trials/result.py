@@ -8,6 +8,8 @@ that infrastructure failures are its fault).
 
 from __future__ import annotations
 
+import re
+import traceback
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,3 +87,25 @@ class RolloutResult(BaseModel):
     # `trial_dir` is a path on `node`. None: it never reached a host.
     node: str | None = Field(None, description="The IP address of the Ray node that ran it.")
     host: str | None = Field(None, description="The rollout host (actor) that ran it.")
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def describe_bug(exc: BaseException, traceback_text: str | None = None) -> str:
+    """An `internal` row's error: the exception's type, its first line (or that it had
+    none), and where it was raised (the innermost frame: from the exception's
+    traceback, else from `traceback_text`, a remote one as Ray's errors carry it), so
+    that every such row names its cause."""
+    text = str(exc).strip()
+    what = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else (
+        f"{type(exc).__name__} (no message)")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        where = (frames[-1].filename, frames[-1].lineno, frames[-1].name)
+    elif traceback_text and (found := _FRAME.findall(traceback_text)):
+        where = found[-1]
+    else:
+        return what
+    filename, line, function = where
+    return f"{what} (at {filename.rsplit('/harbor_ray/', 1)[-1]}:{line} in {function})"

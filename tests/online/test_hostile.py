@@ -305,3 +305,24 @@ def test_an_empty_string_is_refused_not_the_default(
         http: httpx.Client, runner: LocalRollouts, field: str) -> None:
     refused(http.post("/v1/rollouts", json={**SUBMIT, field: ""}), 400, field)
     assert runner.started == 0
+
+
+# --- 10. every internal row names its cause ------------------------------------------
+
+
+def test_an_internal_row_names_the_exception_and_where_it_was_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harbor_ray.trials import rollout
+    from harbor_ray.trials.spec import make_specs
+
+    async def broken(spec, capture):
+        raise RuntimeError()  # no message: the row must still say what and where
+
+    monkeypatch.setattr(rollout, "_run", broken)
+    (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
+    (spec,) = make_specs([task], 1, agent="oracle", sandbox="local",
+                         trials_dir=tmp_path, run_id="internal")
+    record = asyncio.run(rollout.run_rollout(spec, None))
+    error = record.result.error
+    assert record.result.error_type == "internal"
+    assert "RuntimeError" in error and "test_hostile.py:" in error and "broken" in error
