@@ -53,6 +53,11 @@ class HostGuard:
         if not self.allowed:
             raise ValueError("no Host name allowed: list at least one (or '*')")
 
+    def __getattr__(self, name: str) -> object:
+        # The wrapped app's own attributes (`state`, Starlette's `add_exception_handler`,
+        # which Ray Serve calls on an ingress app) stay reachable through the guard.
+        return getattr(self.app, name)
+
     def admits(self, scope: Scope) -> bool:
         if ANY_HOST in self.allowed:
             return True

@@ -150,7 +150,8 @@ def _query_number(request: Request, name: str, default: float, high: float) -> f
 def build_controller_app(controller: ControllerCalls, key: str, *,
                          allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
     """The API over `controller`; `key` is what every caller must present, and
-    `allowed_hosts` the Host names it answers. `.state` is the Starlette app's."""
+    `allowed_hosts` the Host names it answers (the Starlette app's attributes, `state`
+    included, read through)."""
     if not key:
         raise ValueError("the controller needs a key")
     expected = f"Bearer {key}".encode()
@@ -230,9 +231,7 @@ def build_controller_app(controller: ControllerCalls, key: str, *,
         Route("/openapi.json", route(document), methods=["GET"]),
     ])
     app.state.mcp_in_flight = mcp.in_flight  # MCP tool calls running, and their peak
-    guarded = HostGuard(app, allowed_hosts)
-    guarded.state = app.state  # type: ignore[attr-defined]
-    return guarded
+    return HostGuard(app, allowed_hosts)
 
 
 def _group_json(group: Group) -> bytes:
