@@ -116,9 +116,11 @@ class RolloutRunner:
         except RayTaskError as exc:
             # A host's `run` returns a row whatever the rollout did; this is a bug in the
             # work it ran, which must still end as one row, not end the run.
+            # Ray keeps no frame of an async actor's exception (its text shows only
+            # concurrent.futures'): the row names the exception and the host.
             cause = exc.cause if exc.cause is not None else exc
-            return failed_record(spec, ErrorType.INTERNAL, "the rollout raised "
-                                 f"{describe_bug(cause, getattr(exc, 'traceback_str', None))}",
+            return failed_record(spec, ErrorType.INTERNAL,
+                                 f"the rollout raised {describe_bug(cause)}",
                                  time.time() - started, host)
 
 

@@ -12,7 +12,8 @@ Retention. A group is closed once nothing more can happen to it: acknowledged, d
 or cancelled with every rollout ended. A closed group stays `retain_s` seconds (a late
 retried ack or cancel still finds it), and at most `retain_groups` of them stay, the
 oldest forgotten first; `forget(now)`, called by the controller on every route, does it.
-Its rows are let go as it closes (delivered, or never to be): what stays is its name.
+An acknowledged or cancelled group lets its rows go as it closes (delivered, or never to
+be); a dropped one keeps them until forgotten (what was dropped can be looked at).
 An open group (running, or ready and not yet acknowledged) is never forgotten. The
 `request_id` index (what makes a retried submit start nothing new) keeps every request
 with a group still in the book, and beyond those the `request_ids` most recent ones: a
@@ -59,8 +60,10 @@ class GroupState:
     finished_version: int | None = None
     # Its submitter waits for it (an MCP tool call): never handed to the long poll.
     awaited: bool = False
-    # Nothing more can happen to it (see the module's docstring): its rows are let go.
+    # Nothing more can happen to it (see the module's docstring).
     closed: bool = False
+    # Its versions, kept once every rollout ended: they outlive its rows.
+    span: tuple[int | None, int | None] | None = None
 
     @property
     def n(self) -> int:
@@ -72,6 +75,8 @@ class GroupState:
 
     def versions(self) -> tuple[int | None, int | None]:
         """The oldest and newest policy version over every turn of the group."""
+        if self.span is not None:
+            return self.span
         return version_span(r.turns for r in self.records.values())
 
     def staleness(self) -> int | None:
@@ -185,6 +190,7 @@ class Book:
         if group.unfinished or group.phase is not Phase.RUNNING:
             return None
         group.finished_version = version
+        group.span = group.versions()
         staleness = group.staleness()
         self.staleness_seen[str(staleness)] += 1
         bound = group.max_staleness if group.max_staleness is not None else self.max_staleness
@@ -192,7 +198,7 @@ class Book:
                 and self.stale_policy == "drop"):
             group.phase = Phase.DROPPED
             self.dropped += 1
-            self._close(group)
+            self._close(group, keep_rows=True)
         else:
             group.phase = Phase.READY
             if not group.awaited:
@@ -273,7 +279,8 @@ class Book:
         for request_id in oldest_closed:
             del self.requests[request_id]
 
-    def _close(self, group: GroupState) -> None:
+    def _close(self, group: GroupState, *, keep_rows: bool = False) -> None:
         group.closed = True
-        group.records = {}
+        if not keep_rows:
+            group.records = {}
         self._closing.append(group.group_id)

@@ -8,7 +8,6 @@ that infrastructure failures are its fault).
 
 from __future__ import annotations
 
-import re
 import traceback
 from enum import StrEnum
 
@@ -89,23 +88,16 @@ class RolloutResult(BaseModel):
     host: str | None = Field(None, description="The rollout host (actor) that ran it.")
 
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-
-
-def describe_bug(exc: BaseException, traceback_text: str | None = None) -> str:
+def describe_bug(exc: BaseException) -> str:
     """An `internal` row's error: the exception's type, its first line (or that it had
-    none), and where it was raised (the innermost frame: from the exception's
-    traceback, else from `traceback_text`, a remote one as Ray's errors carry it), so
-    that every such row names its cause."""
+    none), and where it was raised when its traceback is at hand (the innermost frame),
+    so that every such row names its cause."""
     text = str(exc).strip()
     what = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else (
         f"{type(exc).__name__} (no message)")
     frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        where = (frames[-1].filename, frames[-1].lineno, frames[-1].name)
-    elif traceback_text and (found := _FRAME.findall(traceback_text)):
-        where = found[-1]
-    else:
+    if not frames:
         return what
-    filename, line, function = where
-    return f"{what} (at {filename.rsplit('/harbor_ray/', 1)[-1]}:{line} in {function})"
+    where = frames[-1]
+    filename = where.filename.rsplit("/harbor_ray/", 1)[-1]
+    return f"{what} (at {filename}:{where.lineno} in {where.name})"

@@ -167,9 +167,8 @@ async def test_a_rollout_that_raises_is_one_internal_row(tmp_path: Path) -> None
     stats = await sweep(specs, config, {}, work=work)
     rows = {r["task"]: r for r in _rows(out)}
     assert rows["hello-file"]["error_type"] == "internal"
-    # What, and where it was raised (the remote traceback's innermost frame).
-    assert rows["hello-file"]["error"].startswith(
-        "the rollout raised TimeoutError: raised by hello-file (at ")
+    assert rows["hello-file"]["error"] == (
+        "the rollout raised TimeoutError: raised by hello-file")
     assert rows["make-directory"]["error_type"] == "internal"
     assert "ValueError: raised by make-directory" in rows["make-directory"]["error"]
     assert rows["count-words"]["ok"]
