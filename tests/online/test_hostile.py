@@ -91,7 +91,7 @@ def _header_file(path: Path, header: bytes) -> None:
     path.write_bytes(struct.pack("<Q", len(header)) + header)
 
 
-@pytest.mark.parametrize("shape", ["directory", "dangling", "deep"])
+@pytest.mark.parametrize("shape", ["directory", "dangling", "deep", "name too long"])
 def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
         tmp_path: Path, caplog, shape: str) -> None:
     async def no_replicas() -> list:
@@ -104,8 +104,10 @@ def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
         target.mkdir()
     elif shape == "dangling":
         target.symlink_to(tmp_path / "gone")
-    else:
+    elif shape == "deep":
         _header_file(target, b"[" * 200_000 + b"]" * 200_000)
+    else:
+        checkpoint = Path("/" + "a" * 5000)
     updater = WeightUpdater(no_replicas, path=str(tmp_path / "served"))
     with served(local_controller(tmp_path / "work", updater=updater)) as http:
         refused(http.post("/v1/weights", json={"path": str(checkpoint), "version": 1}),
