@@ -850,6 +850,11 @@ def view(
     poll: Annotated[float, typer.Option(
         min=0.1, help="Seconds between the page's checks for new rows.")] = 2.0,
     pass_reward: PassRewardOption = 1.0,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        help="A Host name the viewer answers besides the loopback names and --host "
+             "(repeatable; '*' for any): the name others reach it by. Requests naming "
+             "any other get 421, so a web page cannot read it through DNS rebinding.")
+    ] = None,
 ) -> None:
     """Serve the report and trace viewer of OUT on loopback, live.
 
@@ -863,6 +868,7 @@ def view(
     out.mkdir(parents=True, exist_ok=True)
     try:
         serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
+                   allowed_hosts=allowed_host or (),
                    on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))
     except ServeError as exc:
         _could_not_start(exc)

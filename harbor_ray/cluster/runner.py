@@ -26,7 +26,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from harbor_ray.cluster.pool import Host, HostPool
 from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult, describe_bug
 from harbor_ray.trials.spec import RolloutSpec
 
 __all__ = ["RETRIED", "RetryPolicy", "RolloutRunner", "failed_record", "first_line"]
@@ -116,10 +116,12 @@ class RolloutRunner:
         except RayTaskError as exc:
             # A host's `run` returns a row whatever the rollout did; this is a bug in the
             # work it ran, which must still end as one row, not end the run.
+            # Ray keeps no frame of an async actor's exception (its text shows only
+            # concurrent.futures'): the row names the exception and the host.
             cause = exc.cause if exc.cause is not None else exc
             return failed_record(spec, ErrorType.INTERNAL,
-                                 f"the rollout raised {type(cause).__name__}: "
-                                 f"{first_line(cause)}", time.time() - started, host)
+                                 f"the rollout raised {describe_bug(cause)}",
+                                 time.time() - started, host)
 
 
 def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,

@@ -289,7 +289,10 @@ def check_checkpoint(path: str, reference: str | None = None) -> dict[str, tuple
     the headers costs milliseconds, and refuses what would otherwise fail inside every
     replica's reload, after the engine was paused.
     """
-    tensors = _safetensors_shapes(Path(path))
+    try:
+        tensors = _safetensors_shapes(Path(path))
+    except OSError as exc:  # a name too long, a directory that went away meanwhile
+        raise CheckpointError(f"{path} cannot be read: {exc.strerror or exc}") from exc
     if reference is not None and Path(reference).is_dir():
         expected = _safetensors_shapes(Path(reference))
         _compare(tensors, expected, path, reference)
@@ -314,8 +317,8 @@ def _safetensors_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
 def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes from one safetensors file's header: an 8-byte little-endian length,
     then that many bytes of JSON giving each tensor's dtype, shape and byte range."""
-    size = file.stat().st_size
     try:
+        size = file.stat().st_size
         with file.open("rb") as f:
             (length,) = struct.unpack("<Q", f.read(8))
             if 8 + length > size:
@@ -326,6 +329,12 @@ def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
         if end > size:
             raise ValueError(f"tensors end at byte {end} of a {size}-byte file")
         return {name: tuple(t["shape"]) for name, t in header.items()}
+    except RecursionError as exc:  # json's decoder recurses once per level
+        raise CheckpointError(f"{file} is not a readable safetensors file: its header is "
+                              "nested too deep") from exc
+    except OSError as exc:  # a directory, a dangling link, unreadable
+        raise CheckpointError(f"{file} is not a readable safetensors file: "
+                              f"{exc.strerror or exc}") from exc
     except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise CheckpointError(f"{file} is not a readable safetensors file: {exc}") from exc
 

@@ -2,8 +2,10 @@
 process, or the controller actor through `ActorController`).
 
 Every route needs the controller key (`Authorization: Bearer`), compared in constant
-time: agents never hold it (they hold session keys, which open only the capture
-proxy); the MCP tools at `/mcp` (`mcp_tools`) are behind it too. A body is read
+time, in exactly one Authorization header (two are refused, whatever they hold): agents
+never hold it (they hold session keys, which open only the capture proxy); the MCP tools
+at `/mcp` (`mcp_tools`) are behind it too. Only requests naming one of the allowed Host
+names reach any route (`harbor_ray.host_names`: loopback by default). A body is read
 whole (capped), validated against its model (a 400 naming the first bad field, nothing
 started), then handed to the controller; its refusals (`OnlineError`) carry their
 status.
@@ -14,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
@@ -28,7 +31,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harbor_ray.errors import FieldError, OnlineError, OverCapacity, WeightUpdateError
-from harbor_ray.online.mcp_tools import MCP_PATH, build_mcp
+from harbor_ray.host_names import LOOPBACK_NAMES, HostGuard
+from harbor_ray.online.mcp_tools import MCP_PATH, build_mcp, first_error
 from harbor_ray.online.wire import (
     AckReply,
     AckRequest,
@@ -49,6 +53,8 @@ __all__ = ["ActorController", "ControllerCalls", "build_controller_app", "openap
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_WAIT_S = 300.0  # a long poll's longest wait
 MAX_GROUPS = 1_000
+
+_log = logging.getLogger(__name__)
 
 
 class ControllerCalls(Protocol):
@@ -126,9 +132,8 @@ async def _body[M: BaseModel](request: Request, model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or None
-        raise _Refused(_error(400, f"{where or 'body'}: {first['msg']}", where)) from exc
+        where, message = first_error(exc)
+        raise _Refused(_error(400, message, where)) from exc
 
 
 def _query_number(request: Request, name: str, default: float, high: float) -> float:
@@ -142,18 +147,24 @@ def _query_number(request: Request, name: str, default: float, high: float) -> f
     return value
 
 
-def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
-    """The API over `controller`; `key` is what every caller must present."""
+def build_controller_app(controller: ControllerCalls, key: str, *,
+                         allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
+    """The API over `controller`; `key` is what every caller must present, and
+    `allowed_hosts` the Host names it answers (the Starlette app's attributes, `state`
+    included, read through)."""
     if not key:
         raise ValueError("the controller needs a key")
     expected = f"Bearer {key}".encode()
 
-    def allowed(given: bytes) -> bool:
-        return hmac.compare_digest(given, expected)
+    def allowed(scope: Scope) -> bool:
+        given = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
+        # Two headers are refused, not one of them picked: every route and the MCP
+        # transport decide alike, whatever a proxy in between keeps.
+        return hmac.compare_digest(given[0] if len(given) == 1 else b"", expected)
 
     def route(handler: Callable[[Request], Awaitable[Response]]):
         async def endpoint(request: Request) -> Response:
-            if not allowed(request.headers.get("authorization", "").encode()):
+            if not allowed(request.scope):
                 return _unauthorized()
             try:
                 return await handler(request)
@@ -174,7 +185,9 @@ def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
     async def groups(request: Request) -> Response:
         max_groups = int(_query_number(request, "max", 16, MAX_GROUPS))
         wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
-        return _json(GroupsReply(groups=await controller.groups(max_groups, wait_s)))
+        written = [_group_json(g) for g in await controller.groups(max_groups, wait_s)]
+        return Response(b'{"groups":[' + b",".join(g for g in written if g) + b"]}",
+                        media_type="application/json")
 
     async def ack(request: Request) -> Response:
         return _json(await controller.ack((await _body(request, AckRequest)).group_ids))
@@ -218,7 +231,19 @@ def build_controller_app(controller: ControllerCalls, key: str) -> Starlette:
         Route("/openapi.json", route(document), methods=["GET"]),
     ])
     app.state.mcp_in_flight = mcp.in_flight  # MCP tool calls running, and their peak
-    return app
+    return HostGuard(app, allowed_hosts)
+
+
+def _group_json(group: Group) -> bytes:
+    """One group of a `GET /v1/groups` reply as JSON; b"" (left out, logged) if it cannot
+    be written, so that one group never blocks the others. Submit's limits on
+    `metadata` keep this from happening; this is the guard behind them."""
+    try:
+        return orjson.dumps(group.model_dump(mode="json"))
+    except (orjson.JSONEncodeError, RecursionError, ValueError) as exc:
+        _log.warning("group %s cannot be delivered (left out of the reply): %s",
+                     group.group_id, exc)
+        return b""
 
 
 def _unauthorized() -> Response:
@@ -226,15 +251,21 @@ def _unauthorized() -> Response:
 
 
 class _KeyGuard:
-    """An ASGI app (the MCP transport) behind the controller key."""
+    """An ASGI app (the MCP transport) behind the controller key. GET, the stream of
+    server-initiated messages, is 405 (as the MCP spec lets a server answer): the
+    transport is stateless, so there is nothing to push, and an open stream would only
+    wait to be broken by its client."""
 
-    def __init__(self, app: ASGIApp, allowed: Callable[[bytes], bool]) -> None:
+    def __init__(self, app: ASGIApp, allowed: Callable[[Scope], bool]) -> None:
         self.app, self.allowed = app, allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = dict(scope.get("headers", ())).get(b"authorization", b"")
-        if not self.allowed(given):
+        if not self.allowed(scope):
             await _unauthorized()(scope, receive, send)
+            return
+        if scope.get("method") == "GET":
+            await _error(405, "the MCP transport is stateless: POST tool calls", headers={
+                "allow": "POST, DELETE"})(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

@@ -15,9 +15,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 
@@ -35,7 +35,6 @@ from harbor_ray.errors import (
     DatasetError,
     FieldError,
     OverCapacity,
-    UnknownAgentError,
     WeightsRefusedError,
     WeightUpdateError,
     WeightVersionError,
@@ -56,7 +55,7 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 from harbor_ray.switches import WORKER_ENV
-from harbor_ray.trials.agents import needs_model
+from harbor_ray.trials.agents import AGENTS, needs_model
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.result import ErrorType
@@ -68,6 +67,29 @@ __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_con
 # cancellations they wait on. Ray's default for async actors is 1,000.
 _MAX_CALLS = 10_000
 _NEVER = 1 << 62  # the writer's own thresholds: the controller flushes each group itself
+# Task lists kept resolved: only configured datasets are ever listed, so this bounds
+# nothing a caller can grow; it bounds a config that names very many.
+TASK_LISTS_CACHED = 64
+_SHOWN_CHARS = 120  # of a refused value, in the refusal
+
+
+class Rollouts(Protocol):
+    async def run(self, spec: RolloutSpec) -> RolloutRecord: ...
+
+
+class LocalRollouts:
+    """`Rollouts` that never leave this process: each ends as an `agent_error` row after
+    `hold_s`, nothing run. For tests of the controller's own rules and the memory
+    benchmark; `started` counts the rollouts that began."""
+
+    def __init__(self, hold_s: float = 0.0) -> None:
+        self.hold_s = hold_s
+        self.started = 0
+
+    async def run(self, spec: RolloutSpec) -> RolloutRecord:
+        self.started += 1
+        await asyncio.sleep(self.hold_s)
+        return failed_record(spec, ErrorType.AGENT_ERROR, "a local stand-in ran", self.hold_s)
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,11 @@ class ControllerConfig:
 
     work_dir: Path  # trials and sandboxes live under it
     dataset: str = "samples"  # a submit's default
+    # The other dataset specs a submit may name, spelled exactly so; no other is read.
+    datasets: tuple[str, ...] = ()
+    # Import paths (module:Class) a submit may name as its agent, besides the Harbor
+    # agents `harbor-ray info` lists; no other is accepted, and nothing is imported here.
+    agents: tuple[str, ...] = ()
     sandbox: str = LOCAL  # a submit's default
     capacity: int = 256  # accepted rollouts unfinished at most (429 beyond)
     concurrency: int = 16  # rollouts on hosts at once; the rest wait, queued
@@ -91,10 +118,16 @@ class ControllerConfig:
     # Where every group is also written as it becomes ready (the sweep's dataset
     # layout and writer); None: nowhere.
     out: Path | None = None
+    # Retention of closed groups and of request ids (see harbor_ray.online.groups).
+    retain_s: float = 600.0
+    retain_groups: int = 10_000
+    request_ids: int = 10_000
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
             raise ValueError("capacity and concurrency must be at least 1")
+        for agent in self.agents:
+            needs_model(agent)  # UnknownAgentError (a ValueError) unless an import path
 
 
 class Controller:
@@ -102,15 +135,21 @@ class Controller:
 
     `on_version` is called with each new policy version once every engine replica
     serves it (the proxies' policy clock, which stamps turns). `work` replaces Harbor
-    trials on the hosts (the stub agent, in tests and benchmarks)."""
+    trials on the hosts (the stub agent, in tests and benchmarks); `runner` replaces the
+    hosts themselves (rollouts that never leave this process, no Ray: tests of the
+    controller's own rules and the memory benchmark)."""
 
     def __init__(self, config: ControllerConfig, updater: EngineWeights, *,
                  work: Work | None = None,
-                 on_version: Callable[[int], Awaitable[None]] | None = None) -> None:
+                 on_version: Callable[[int], Awaitable[None]] | None = None,
+                 runner: Rollouts | None = None) -> None:
         self.config, self._updater = config, updater
         self._on_version = on_version
         self.book = Book(capacity=config.capacity, max_staleness=config.max_staleness,
-                         stale_policy=config.stale_policy)
+                         stale_policy=config.stale_policy, retain_s=config.retain_s,
+                         retain_groups=config.retain_groups, request_ids=config.request_ids)
+        self._datasets = frozenset((config.dataset, *config.datasets))
+        self._agents = frozenset((*AGENTS, *config.agents))
         self.version = config.initial_version
         self._replicas: dict[str, ReplicaResult] = {}
         self._updating = asyncio.Lock()
@@ -125,9 +164,14 @@ class Controller:
         self._pool = HostPool(per_host=config.per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
                               sandboxes_dir=self._sandboxes)
-        self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
-                                     on_end=self._end)
-        reap_everywhere(self._sandboxes)
+        self._runner: Rollouts
+        self._on_hosts = runner is None
+        if runner is None:
+            self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
+                                         on_end=self._end)
+            reap_everywhere(self._sandboxes)
+        else:
+            self._runner = runner  # nothing reaches a host: no sandbox to reap
         self._writer = None if config.out is None else DatasetWriter(
             config.out, {"online": _manifest(config), "started_at": self._started},
             flush_rollouts=_NEVER)
@@ -141,21 +185,22 @@ class Controller:
     # --- routes ---------------------------------------------------------------------
 
     async def submit(self, request: SubmitRequest) -> SubmitReply:
+        self.book.forget(time.monotonic())
         known = self.book.known(request.request_id)
         if known is not None:
             return known  # a retried submit: nothing new starts
-        tasks = _tasks(request.dataset or self.config.dataset)
+        tasks = self._dataset_tasks(request.dataset)
         for i, asked in enumerate(request.tasks):
             if asked.task not in tasks:
                 raise FieldError(404, f"tasks[{i}].task",
-                                 f"no task {asked.task!r} in the dataset")
-        try:
-            needs_model(request.agent)
-        except UnknownAgentError as exc:
-            raise FieldError(404, "agent", str(exc)) from exc
-        sandbox = request.sandbox or self.config.sandbox
+                                 f"no task {_shown(asked.task)} in the dataset")
+        if request.agent not in self._agents:
+            raise FieldError(404, "agent", f"unknown agent {_shown(request.agent)}: not a "
+                             "Harbor agent `harbor-ray info` lists, nor an import path in "
+                             "the controller's `agents:`")
+        sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
         if sandbox not in backend_names():
-            raise FieldError(404, "sandbox", f"no sandbox backend {sandbox!r}")
+            raise FieldError(404, "sandbox", f"no sandbox backend {_shown(sandbox)}")
         asked_n = sum(t.n for t in request.tasks)
         if (why := self.book.over_capacity(asked_n)) is not None:
             raise OverCapacity(why, self.config.retry_after_s)
@@ -171,12 +216,15 @@ class Controller:
                 max_staleness=request.max_staleness, metadata=request.metadata))
         reply = self.book.accept(request.request_id, groups, self.version)
         for spec in in_sandboxes_dir(specs, self._sandboxes):
-            self._tasks[spec.rollout_id] = asyncio.create_task(self._run(spec))
+            task = asyncio.create_task(self._run(spec))
+            task.add_done_callback(partial(self._never_ran, spec, time.time()))
+            self._tasks[spec.rollout_id] = task
         return reply
 
     async def groups(self, max_groups: int, wait_s: float) -> list[Group]:
         """The oldest finished groups (at most `max_groups`), waiting up to `wait_s` for
         one when none is ready."""
+        self.book.forget(time.monotonic())
         deadline = time.monotonic() + wait_s
         while not self.book.ready and (left := deadline - time.monotonic()) > 0:
             self._changed.clear()
@@ -203,21 +251,35 @@ class Controller:
             raise
         finally:
             self._awaited.pop(ref.group_id, None)
-        self.book.ack([ref.group_id])
-        return group.payload()
+        payload = group.payload()
+        self.book.ack([ref.group_id])  # which lets its rows go
+        return payload
 
     async def tasks(self, dataset: str | None) -> list[str]:
         """The task names of `dataset` (None: the controller's default), in its order."""
-        return list(_tasks(dataset or self.config.dataset))
+        return list(self._dataset_tasks(dataset))
+
+    def _dataset_tasks(self, dataset: str | None) -> dict[str, TaskRef]:
+        """The tasks of a configured dataset (None: the default). Any other spec is
+        refused before it is read, in words that tell nothing about it (whether it
+        exists, what it holds): the caller learns only that it is not configured."""
+        spec = self.config.dataset if dataset is None else dataset
+        if spec not in self._datasets:
+            raise FieldError(404, "dataset", f"{_shown(spec)} is not a dataset this "
+                             "controller serves: name its default, or add the spec to "
+                             "the controller's `datasets:`")
+        return _tasks(spec)
 
     async def ack(self, group_ids: list[str]) -> AckReply:
+        self.book.forget(time.monotonic())
         done, unknown = self.book.ack(group_ids)
         return AckReply(acknowledged=done, unknown=unknown)
 
     async def cancel(self, group_id: str) -> CancelReply:
+        self.book.forget(time.monotonic())
         group = self.book.cancel(group_id)
         if group is None:
-            raise FieldError(404, "group_id", f"no group {group_id!r}")
+            raise FieldError(404, "group_id", f"no group {_shown(group_id)}")
         running = [self._tasks[r] for r in self.book.running_ids(group) if r in self._tasks]
         for task in running:
             task.cancel()
@@ -253,8 +315,8 @@ class Controller:
             results = replica_results(update)
             self._replicas = {r.replica: r for r in results}
             if not update.ok:
-                failed = ", ".join(f"{r.replica} ({r.failed_step}: {r.error})"
-                                   for r in update.failed) or "no replica answered"
+                failed = ", ".join(f"{r.replica} ({r.step}: {r.error})"
+                                   for r in results if not r.ok) or "no replica answered"
                 raise WeightUpdateError(
                     f"the update failed on {failed}; version {self.version} keeps serving",
                     results)
@@ -282,7 +344,8 @@ class Controller:
         for task in self._tasks.values():
             task.cancel()
         self._pool.shutdown()
-        reap_everywhere(self._sandboxes)
+        if self._on_hosts:
+            reap_everywhere(self._sandboxes)
         if self._writer is not None:
             self._writer.close(time.time())
 
@@ -305,6 +368,13 @@ class Controller:
             record = failed_record(spec, ErrorType.CANCELLED, "cancelled by the trainer",
                                    time.time() - started)
         self._finished(record)
+
+    def _never_ran(self, spec: RolloutSpec, submitted: float, task: asyncio.Task) -> None:
+        """A rollout cancelled before its task first ran (`_run` never saw the
+        cancellation) still ends as its cancelled row."""
+        if task.cancelled() and self._tasks.get(spec.rollout_id) is task:
+            self._finished(failed_record(spec, ErrorType.CANCELLED, "cancelled by the "
+                                         "trainer", time.time() - submitted))
 
     def _finished(self, record: RolloutRecord) -> None:
         self._tasks.pop(record.rollout_id, None)
@@ -331,13 +401,23 @@ def _manifest(config: ControllerConfig) -> dict[str, Any]:
             "retries": config.retry.retries, "initial_version": config.initial_version}
 
 
-@cache
+@lru_cache(maxsize=TASK_LISTS_CACHED)
 def _tasks(dataset: str) -> dict[str, TaskRef]:
     try:
         report = resolve_dataset(dataset)
-    except DatasetError as exc:
-        raise FieldError(404, "dataset", str(exc)) from exc
+    except (DatasetError, OSError, RuntimeError) as exc:
+        # A configured spec: naming it, and why it does not resolve, tells nothing new.
+        raise FieldError(404, "dataset", f"{_shown(dataset)} cannot be read: "
+                         f"{_shown(str(exc))}") from exc
     return {t.name: t for t in report.tasks}
+
+
+def _shown(value: str) -> str:
+    """`value` quoted for a refusal, cut short: a caller's 5,000 characters are not
+    echoed back whole."""
+    if len(value) <= _SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
 
 
 def controller_actor_name(app: str) -> str:

@@ -7,11 +7,23 @@ A group is the n rollouts of one task a submit asked for. It is finished when ev
 of its rollouts ended as a row (retries happen below, in the runner); then it is either
 ready (delivered to `GET /v1/groups` until acknowledged) or, past its staleness bound
 under the `drop` policy, dropped (counted, never silently).
+
+Retention. A group is closed once nothing more can happen to it: acknowledged, dropped,
+or cancelled with every rollout ended. A closed group stays `retain_s` seconds (a late
+retried ack or cancel still finds it), and at most `retain_groups` of them stay, the
+oldest forgotten first; `forget(now)`, called by the controller on every route, does it.
+An acknowledged or cancelled group lets its rows go as it closes (delivered, or never to
+be); a dropped one keeps them until forgotten (what was dropped can be looked at).
+An open group (running, or ready and not yet acknowledged) is never forgotten. The
+`request_id` index (what makes a retried submit start nothing new) keeps every request
+with a group still in the book, and beyond those the `request_ids` most recent ones: a
+request retried after all its groups were forgotten and that many newer requests were
+too is taken as new.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,6 +60,10 @@ class GroupState:
     finished_version: int | None = None
     # Its submitter waits for it (an MCP tool call): never handed to the long poll.
     awaited: bool = False
+    # Nothing more can happen to it (see the module's docstring).
+    closed: bool = False
+    # Its versions, kept once every rollout ended: they outlive its rows.
+    span: tuple[int | None, int | None] | None = None
 
     @property
     def n(self) -> int:
@@ -59,6 +75,8 @@ class GroupState:
 
     def versions(self) -> tuple[int | None, int | None]:
         """The oldest and newest policy version over every turn of the group."""
+        if self.span is not None:
+            return self.span
         return version_span(r.turns for r in self.records.values())
 
     def staleness(self) -> int | None:
@@ -103,7 +121,10 @@ class Book:
     capacity: int
     max_staleness: int | None = None  # the default bound, in policy versions
     stale_policy: StalePolicy = "drop"
-    requests: dict[str, SubmitReply] = field(default_factory=dict)
+    retain_s: float = 600.0  # a closed group's stay
+    retain_groups: int = 10_000  # closed groups kept at most
+    request_ids: int = 10_000  # closed requests whose ids are kept at most
+    requests: OrderedDict[str, SubmitReply] = field(default_factory=OrderedDict)
     groups: dict[str, GroupState] = field(default_factory=dict)
     ready: list[str] = field(default_factory=list)  # finished order, oldest first
     by_rollout: dict[str, str] = field(default_factory=dict)  # rollout id -> group id
@@ -113,14 +134,21 @@ class Book:
     delivered: int = 0
     dropped: int = 0
     cancelled: int = 0
+    _unfinished: int = 0
+    _open: Counter[str] = field(default_factory=Counter)  # request id -> groups kept
+    _closing: list[str] = field(default_factory=list)  # closed since the last forget
+    _closed: OrderedDict[str, float] = field(default_factory=OrderedDict)  # id -> when
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
             raise ValueError("capacity must be at least 1")
+        if self.retain_s < 0 or self.retain_groups < 0 or self.request_ids < 0:
+            raise ValueError("retain_s, retain_groups and request_ids cannot be negative")
 
     @property
     def unfinished(self) -> int:
-        return sum(g.unfinished for g in self.groups.values() if g.phase is Phase.RUNNING)
+        """Rollouts of running groups without a row yet (what counts against capacity)."""
+        return self._unfinished
 
     def known(self, request_id: str) -> SubmitReply | None:
         return self.requests.get(request_id)
@@ -142,20 +170,27 @@ class Book:
         reply = SubmitReply(groups=[GroupRef(group_id=g.group_id, task=g.task, n=g.n)
                                     for g in groups], policy_version=version)
         self.requests[request_id] = reply
+        self._open.update(g.request_id for g in groups)
+        self._unfinished += sum(g.n for g in groups)
         return reply
 
     def finish(self, record: RolloutRecord, version: int) -> GroupState | None:
         """Keep a rollout's row; the group if this finished it (now ready or dropped)."""
         group = self.groups.get(self.by_rollout.get(record.rollout_id, ""))
-        if group is None or record.rollout_id in group.records:
-            return None  # a row for nothing accepted, or delivered twice: kept once
+        if group is None or group.closed or record.rollout_id in group.records:
+            return None  # a row for nothing open, or delivered twice: kept once
         group.records[record.rollout_id] = record
+        if group.phase is Phase.RUNNING:
+            self._unfinished -= 1
         self.finished_rollouts += 1
         if record.result.error_type is not None:
             self.errors[str(record.result.error_type)] += 1
+        if not group.unfinished and group.phase is Phase.CANCELLED:
+            self._close(group)
         if group.unfinished or group.phase is not Phase.RUNNING:
             return None
         group.finished_version = version
+        group.span = group.versions()
         staleness = group.staleness()
         self.staleness_seen[str(staleness)] += 1
         bound = group.max_staleness if group.max_staleness is not None else self.max_staleness
@@ -163,6 +198,7 @@ class Book:
                 and self.stale_policy == "drop"):
             group.phase = Phase.DROPPED
             self.dropped += 1
+            self._close(group, keep_rows=True)
         else:
             group.phase = Phase.READY
             if not group.awaited:
@@ -186,6 +222,7 @@ class Book:
             if group_id in self.ready:  # an awaited group never was
                 self.ready.remove(group_id)
             self.delivered += 1
+            self._close(group)
             done.append(group_id)
         return done, unknown
 
@@ -195,11 +232,55 @@ class Book:
         if group is None:
             return None
         if group.phase in (Phase.RUNNING, Phase.READY):
+            if group.phase is Phase.RUNNING:
+                self._unfinished -= group.unfinished
             if group_id in self.ready:
                 self.ready.remove(group_id)
             group.phase = Phase.CANCELLED
             self.cancelled += 1
+            if not group.unfinished:
+                self._close(group)
         return group
 
     def running_ids(self, group: GroupState) -> list[str]:
+        if group.closed:
+            return []
         return [r for r in group.rollout_ids if r not in group.records]
+
+    def forget(self, now: float) -> None:
+        """Forget the closed groups past the window or the count, and the request ids
+        past theirs (see the module's docstring); `now` stamps what closed since the
+        last call."""
+        for group_id in self._closing:
+            self._closed[group_id] = now
+        self._closing.clear()
+        while self._closed:
+            group_id, closed_at = next(iter(self._closed.items()))
+            if len(self._closed) <= self.retain_groups and now - closed_at < self.retain_s:
+                break
+            del self._closed[group_id]
+            group = self.groups.pop(group_id)
+            for rollout_id in group.rollout_ids:
+                self.by_rollout.pop(rollout_id, None)
+            self._open[group.request_id] -= 1
+            if not self._open[group.request_id]:
+                del self._open[group.request_id]
+        if len(self.requests) - len(self._open) > self.request_ids:
+            self._forget_requests()
+
+    def _forget_requests(self) -> None:
+        excess = len(self.requests) - len(self._open) - self.request_ids
+        oldest_closed = []
+        for request_id in self.requests:  # oldest first; stops at once past the excess
+            if len(oldest_closed) == excess:
+                break
+            if request_id not in self._open:
+                oldest_closed.append(request_id)
+        for request_id in oldest_closed:
+            del self.requests[request_id]
+
+    def _close(self, group: GroupState, *, keep_rows: bool = False) -> None:
+        group.closed = True
+        if not keep_rows:
+            group.records = {}
+        self._closing.append(group.group_id)

@@ -29,7 +29,7 @@ from harbor_ray.online.wire import SubmitRequest
 if TYPE_CHECKING:
     from harbor_ray.online.app import ControllerCalls
 
-__all__ = ["MCP_PATH", "InFlight", "McpTools", "RolloutSummary", "build_mcp"]
+__all__ = ["MCP_PATH", "InFlight", "McpTools", "RolloutSummary", "build_mcp", "first_error"]
 
 MCP_PATH = "/mcp"
 
@@ -96,7 +96,7 @@ def build_mcp(controller: ControllerCalls) -> McpTools:
                              deadline_s=deadline_s)})
                 group = await controller.run_one(request)
             except ValidationError as exc:
-                raise ToolError(str(exc)) from exc
+                raise ToolError(first_error(exc)[1]) from exc
             except OnlineError as exc:
                 raise ToolError(_refusal(exc)) from exc
         (row,) = group.rollouts
@@ -120,6 +120,14 @@ def build_mcp(controller: ControllerCalls) -> McpTools:
         # is what the SDK's Host/Origin checks would otherwise protect against.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     return McpTools(app=app, lifespan=server.session_manager.run(), in_flight=in_flight)
+
+
+def first_error(exc: ValidationError) -> tuple[str | None, str]:
+    """(the field, "field: what is wrong") of a validation's first error: what a 400
+    and a tool error say, never the value given."""
+    first = exc.errors(include_input=False, include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"]) or None
+    return where, f"{where or 'body'}: {first['msg']}"
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from harbor_ray.engine.lifecycle import ENGINE_APP_NAME  # noqa: E402
 from harbor_ray.engine.replicas import serve_weight_updater  # noqa: E402
 from harbor_ray.engine.serve import resolve_model_source  # noqa: E402
 from harbor_ray.errors import ServiceConfigError  # noqa: E402
+from harbor_ray.host_names import LOOPBACK_NAMES  # noqa: E402
 from harbor_ray.online.app import ActorController, build_controller_app  # noqa: E402
 from harbor_ray.online.controller import ControllerConfig, start_controller  # noqa: E402
 from harbor_ray.online.key import load_or_create_key  # noqa: E402
@@ -100,8 +101,17 @@ class ControllerArgs(_Args):
     capture_app: str = CAPTURE_APP_NAME
     work_dir: Path = _CACHE / "work"
     out: Path | None = None
-    dataset: str = "samples"
-    sandbox: str = LOCAL
+    dataset: str = Field("samples", min_length=1)
+    datasets: list[str] = Field(
+        default_factory=list, description="The other dataset specs a submit may name, "
+        "spelled exactly so; no other path or registry is read.")
+    agents: list[str] = Field(
+        default_factory=list, description="Import paths (module:Class) a submit may name "
+        "as its agent, besides the Harbor agents `harbor-ray info` lists.")
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: list(LOOPBACK_NAMES), min_length=1,
+        description="The Host names the API answers (any port); '*': any. Others get 421.")
+    sandbox: str = Field(LOCAL, min_length=1)
     capacity: int = Field(256, ge=1)
     concurrency: int = Field(16, ge=1)
     rollouts_per_host: int = Field(8, ge=1)
@@ -111,6 +121,12 @@ class ControllerArgs(_Args):
     grace_s: float = Field(60.0, gt=0)
     weights_timeout_s: float = Field(900.0, gt=0)
     retry_after_s: int = Field(5, ge=1)
+    retain_s: float = Field(600.0, ge=0, description="How long a closed group (acknowledged, "
+                            "dropped, cancelled) stays known to a late ack or cancel.")
+    retain_groups: int = Field(10_000, ge=0, description="Closed groups kept at most.")
+    request_ids: int = Field(10_000, ge=0, description="Closed requests whose request_id "
+                             "is kept at most: a request retried after that many newer "
+                             "ones is taken as new.")
 
     def controller_config(self) -> ControllerConfig:
         served_model = self.engine_config().model_id
@@ -118,12 +134,14 @@ class ControllerArgs(_Args):
                             served_model=served_model, ingress="direct",
                             app=self.capture_app)
         return ControllerConfig(
-            work_dir=self.work_dir.expanduser(), dataset=self.dataset, sandbox=self.sandbox,
+            work_dir=self.work_dir.expanduser(), dataset=self.dataset,
+            datasets=tuple(self.datasets), agents=tuple(self.agents), sandbox=self.sandbox,
             capacity=self.capacity, concurrency=self.concurrency,
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
             per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
-            retry_after_s=self.retry_after_s,
+            retry_after_s=self.retry_after_s, retain_s=self.retain_s,
+            retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser())
 
 
@@ -161,6 +179,7 @@ class OnlineController:
     def __init__(self, config: ControllerArgs) -> None:
         self._app = serve.get_replica_context().app_name
         self._capture_app = config.capture_app
+        self._allowed_hosts = tuple(config.allowed_hosts)
         key_file = config.key_file.expanduser()
         self._key, created = load_or_create_key(key_file)
         _log.info("controller key %s %s", "created in" if created else "read from", key_file)
@@ -170,7 +189,8 @@ class OnlineController:
         ray.get(self._handle.policy.remote())  # it answers before the replica does
 
     async def __serve_build_asgi_app__(self) -> Any:
-        return build_controller_app(ActorController(self._handle), self._key)
+        return build_controller_app(ActorController(self._handle), self._key,
+                                    allowed_hosts=self._allowed_hosts)
 
     async def check_health(self) -> None:
         # A dead controller actor fails this replica's health check, so Serve replaces

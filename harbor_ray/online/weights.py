@@ -11,6 +11,7 @@ tests. What is refused before any replica is touched raises `WeightsRefusedError
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -28,10 +29,15 @@ class EngineWeights(Protocol):
         ...
 
 
+# Terminal colour and cursor codes: Ray colours the errors it re-raises from actors.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
 def replica_results(update: WeightUpdate) -> list[ReplicaResult]:
-    """Each replica's part in `update`, as the API reports it."""
+    """Each replica's part in `update`, as the API reports it: errors as plain text."""
     return [ReplicaResult(replica=r.replica, ok=r.ok, version=r.serving_version,
-                          step=r.failed_step, error=r.error, steps=dict(r.seconds),
+                          step=r.failed_step, steps=dict(r.seconds),
+                          error=None if r.error is None else _ESCAPES.sub("", r.error),
                           seconds=sum(r.seconds.values()))
             for r in update.replicas]
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
 
 StalePolicy = Literal["drop", "deliver"]
+
+# A submit's `metadata` comes back with every group: held to what any JSON encoder
+# writes (orjson stops at 254 levels) and what a group's reply can carry many times.
+METADATA_MAX_DEPTH = 32
+METADATA_MAX_BYTES = 64 * 1024
 
 
 class _Body(BaseModel):
@@ -28,16 +34,50 @@ class SubmitRequest(_Body):
     request_id: str = Field(min_length=1, max_length=200,
                             description="Idempotency key: a retried submit starts nothing new.")
     tasks: list[TaskRequest] = Field(min_length=1)
-    agent: str = Field(min_length=1)
-    sandbox: str | None = Field(None, description="None: the controller's default.")
-    dataset: str | None = Field(None, description="None: the controller's default.")
+    agent: str = Field(min_length=1, max_length=1000)
+    sandbox: str | None = Field(None, min_length=1, max_length=1000,
+                                description="None (or absent): the controller's default.")
+    dataset: str | None = Field(None, min_length=1, max_length=4096,
+                                description="None (or absent): the controller's default; "
+                                "else one of the datasets the controller is configured "
+                                "with, spelled as there.")
     sampling: Sampling | None = None
     budget: int | None = Field(None, ge=0, le=INT64_MAX, description="Model calls per rollout.")
     deadline_s: float | None = Field(None, gt=0, description="Per rollout.")
     max_staleness: int | None = Field(None, ge=0,
                                       description="Policy versions; None: the controller's.")
-    metadata: dict[str, Any] = Field(default_factory=dict,
-                                     description="Returned with every group as given.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description=f"Returned with every group as given; at most "
+        f"{METADATA_MAX_DEPTH} levels deep and {METADATA_MAX_BYTES} bytes as JSON.")
+
+    @field_validator("metadata")
+    @classmethod
+    def _deliverable(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        if (depth := _depth(metadata, METADATA_MAX_DEPTH)) > METADATA_MAX_DEPTH:
+            raise ValueError(f"nested too deep: over {METADATA_MAX_DEPTH} levels "
+                             f"(at least {depth})")
+        try:
+            size = len(orjson.dumps(metadata))
+        except orjson.JSONEncodeError as exc:  # an integer past 64 bits
+            raise ValueError(f"not writable as JSON: {exc}") from exc
+        if size > METADATA_MAX_BYTES:
+            raise ValueError(f"too many bytes: {size} as JSON, over {METADATA_MAX_BYTES}")
+        return metadata
+
+
+def _depth(value: Any, limit: int) -> int:
+    """The nesting depth of `value` (a scalar is 0), counted no further than `limit` + 1:
+    iterative, so no depth can exhaust the stack."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > limit:
+                return deepest
+            stack.extend((child, level + 1) for child in
+                         (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 class GroupRef(BaseModel):

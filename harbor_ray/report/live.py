@@ -6,7 +6,9 @@ a directory listing, so polling costs nothing while no rows land). The document 
 rebuilt only when the version changed, off the event loop, one rebuild at a time.
 
 The page carries the rollouts' stored messages: serve it to others only knowingly
-(`--host`); the default is loopback.
+(`--host`); the default is loopback. It answers only requests naming a Host it is served
+at (`harbor_ray.host_names`: the loopback names, the address bound, and those given with
+`--allowed-host`), so a web page cannot read it through DNS rebinding.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from harbor_ray.capture.proxy.server import base_url, bind
+from harbor_ray.host_names import LOOPBACK_NAMES, HostGuard, names_served
 from harbor_ray.report.build import report_document
 from harbor_ray.report.page import render_page
 from harbor_ray.report.tables import dataset_version
@@ -59,7 +62,8 @@ class LiveReport:
             return self._document
 
 
-def build_view_app(live: LiveReport, *, poll_s: float = 2.0) -> Starlette:
+def build_view_app(live: LiveReport, *, poll_s: float = 2.0,
+                   allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
     async def page(_: Request) -> Response:
         document = await live.document()
         return HTMLResponse(render_page(document, title=f"harbor_ray view: {live.out}",
@@ -72,23 +76,28 @@ def build_view_app(live: LiveReport, *, poll_s: float = 2.0) -> Starlette:
     async def version(_: Request) -> Response:
         return PlainTextResponse(live.version(), headers=_NO_CACHE)
 
-    return Starlette(routes=[Route("/", page), Route("/data.json", data),
-                             Route("/version", version)])
+    return HostGuard(Starlette(routes=[Route("/", page), Route("/data.json", data),
+                                       Route("/version", version)]), allowed_hosts)
 
 
-def _server(out: str | os.PathLike[str], poll_s: float, pass_reward: float) -> uvicorn.Server:
-    app = build_view_app(LiveReport(out, pass_reward=pass_reward), poll_s=poll_s)
+def _server(out: str | os.PathLike[str], poll_s: float, pass_reward: float,
+            allowed_hosts: Iterable[str]) -> uvicorn.Server:
+    app = build_view_app(LiveReport(out, pass_reward=pass_reward), poll_s=poll_s,
+                         allowed_hosts=allowed_hosts)
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                          lifespan="off"))
 
 
 def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8766,
-               poll_s: float = 2.0, pass_reward: float = 1.0, on_ready=print) -> None:
+               poll_s: float = 2.0, pass_reward: float = 1.0,
+               allowed_hosts: Iterable[str] = (), on_ready=print) -> None:
     """Serve the view of `out` until interrupted. The port is bound here, so a taken one
-    fails at once (ServeError) rather than on the server's thread."""
+    fails at once (ServeError) rather than on the server's thread. It answers the Host
+    names `allowed_hosts`, the loopback names and `host` (when not a wildcard)."""
     sock = bind(host, port)
     on_ready(base_url(sock))
-    asyncio.run(_server(out, poll_s, pass_reward).serve(sockets=[sock]))
+    allowed = names_served((*LOOPBACK_NAMES, *allowed_hosts), host)
+    asyncio.run(_server(out, poll_s, pass_reward, allowed).serve(sockets=[sock]))
 
 
 @contextmanager
@@ -97,7 +106,7 @@ def view_in_thread(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port
     """The view served from a thread of this process (e.g. beside a sweep), yielding its
     URL; stopped on exit."""
     sock = bind(host, port)
-    server = _server(out, poll_s, pass_reward)
+    server = _server(out, poll_s, pass_reward, names_served(LOOPBACK_NAMES, host))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
                               name="harbor-ray-view", daemon=True)
     thread.start()

@@ -8,6 +8,7 @@ that infrastructure failures are its fault).
 
 from __future__ import annotations
 
+import traceback
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,3 +86,18 @@ class RolloutResult(BaseModel):
     # `trial_dir` is a path on `node`. None: it never reached a host.
     node: str | None = Field(None, description="The IP address of the Ray node that ran it.")
     host: str | None = Field(None, description="The rollout host (actor) that ran it.")
+
+
+def describe_bug(exc: BaseException) -> str:
+    """An `internal` row's error: the exception's type, its first line (or that it had
+    none), and where it was raised when its traceback is at hand (the innermost frame),
+    so that every such row names its cause."""
+    text = str(exc).strip()
+    what = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else (
+        f"{type(exc).__name__} (no message)")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return what
+    where = frames[-1]
+    filename = where.filename.rsplit("/harbor_ray/", 1)[-1]
+    return f"{what} (at {filename}:{where.lineno} in {where.name})"

@@ -33,7 +33,7 @@ from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import LOCAL, environment_config, raised_constructing
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, PREINSTALLED, sandbox_tools
 from harbor_ray.trials.outcome import classify
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult, describe_bug
 from harbor_ray.trials.rewards import findings_for, select_reward
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
@@ -55,8 +55,7 @@ async def run_rollout(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug here must still end as a row
-        result = _row(spec, capture, error_type=ErrorType.INTERNAL,
-                      error=f"{type(exc).__name__}: {exc}")
+        result = _row(spec, capture, error_type=ErrorType.INTERNAL, error=describe_bug(exc))
     result.timings["total"] = clock() - started
     return encode_record(result, closed)
 

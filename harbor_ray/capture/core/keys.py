@@ -50,13 +50,23 @@ def session_of(key: str) -> str | None:
 
 
 def extract_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
-    """The API key as OpenAI, Anthropic and Google clients send it (headers lower-case)."""
-    auth = headers.get("authorization", "")
+    """The API key as OpenAI, Anthropic and Google clients send it (headers lower-case).
+    A header sent twice counts as not sent (the controller refuses two Authorization
+    headers alike), whichever of the two a server or a proxy in between would keep."""
+    auth = _once(headers, "authorization")
     # An empty `Bearer ` (an SDK with no OpenAI key set) must not hide a key sent the
     # other ways.
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
     for name in ("x-api-key", "x-goog-api-key"):
-        if headers.get(name, "").strip():
-            return headers[name].strip()
+        if given := _once(headers, name).strip():
+            return given
     return query.get("key") or None
+
+
+def _once(headers: Mapping[str, str], name: str) -> str:
+    """The header's value; "" if it is absent or sent more than once (`headers` with a
+    `getlist`, as Starlette's, tells; a plain mapping holds one value a name)."""
+    getlist = getattr(headers, "getlist", None)
+    values = getlist(name) if getlist is not None else [headers.get(name, "")]
+    return values[0] if len(values) == 1 else ""

@@ -1,0 +1,79 @@
+"""The Host names an HTTP app answers: a guard against DNS rebinding.
+
+A web page can make a browser send requests to a name its attacker controls that
+resolves to 127.0.0.1, and read the answers: the browser's same-origin rule holds, since
+the name is the page's own. What gives the trick away is the Host header, which names
+the attacker's domain. So the viewer, the controller's app and the capture app answer
+only requests whose Host is a name they are served at: the loopback names by default,
+more where a config or flag lists them. The port is not compared (the app does not
+always know the one its clients reach it at), and `*` in the list allows any name.
+
+A refused request gets 421 Misdirected Request (as the MCP SDK answers a wrong Host),
+before the app sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["ANY_HOST", "LOOPBACK_NAMES", "HostGuard", "host_name", "names_served"]
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+ANY_HOST = "*"
+_WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header: no port, no IPv6 brackets, lower case, no final dot."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8000
+        name = header[1:header.find("]")] if "]" in header else header
+    else:
+        name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    return name.rstrip(".")
+
+
+def names_served(allowed: Iterable[str], bind: str | None = None) -> tuple[str, ...]:
+    """`allowed` (names), plus the address bound when it is one a client can name."""
+    names = [host_name(n) if n != ANY_HOST else n for n in allowed]
+    if bind is not None and bind not in _WILDCARD_BINDS:
+        names.append(host_name(bind if ":" not in bind else f"[{bind}]"))
+    return tuple(dict.fromkeys(names))
+
+
+class HostGuard:
+    """`app` behind a Host check: only requests naming one of `allowed` reach it."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str] = LOOPBACK_NAMES) -> None:
+        self.app = app
+        self.allowed = frozenset(names_served(allowed))
+        if not self.allowed:
+            raise ValueError("no Host name allowed: list at least one (or '*')")
+
+    def __getattr__(self, name: str) -> object:
+        # The wrapped app's own attributes (`state`, Starlette's `add_exception_handler`,
+        # which Ray Serve calls on an ingress app) stay reachable through the guard.
+        return getattr(self.app, name)
+
+    def admits(self, scope: Scope) -> bool:
+        if ANY_HOST in self.allowed:
+            return True
+        hosts = [v for k, v in scope.get("headers", ()) if k == b"host"]
+        return len(hosts) == 1 and host_name(hosts[0].decode("latin-1")) in self.allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.admits(scope):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = orjson.dumps({"error": "this server does not answer that Host name: "
+                             "list it among the allowed host names", "field": "host"})
+        await send({"type": "http.response.start", "status": 421, "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

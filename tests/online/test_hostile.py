@@ -1,0 +1,330 @@
+"""The controller's routes and MCP tools under hostile and unlucky input (issue 27's
+triggers): each gets its 4xx naming the field, starts nothing and logs no traceback.
+The controller runs in this process on `LocalRollouts` (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harbor_ray.engine.weights import WeightUpdater
+from harbor_ray.online.app import build_controller_app
+from harbor_ray.online.controller import LocalRollouts
+from harbor_ray.online.weights import FakeWeightUpdater
+from harbor_ray.online.wire import Group
+from harbor_ray.trials.datasets import resolve_dataset
+from tests.fixtures.threaded import serve_in_thread
+from tests.online.local import KEY, local_controller, served
+from tests.online.test_mcp import mcp_client
+
+SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 1}],
+          "agent": "terminus-2"}
+
+
+def deep(levels: int) -> Any:
+    return json.loads('{"a":' * levels + "1" + "}" * levels)
+
+
+def logged_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def refused(reply: httpx.Response, status: int, field: str) -> str:
+    assert (reply.status_code, reply.json().get("field")) == (status, field), reply.text
+    return reply.json()["error"]
+
+
+@pytest.fixture
+def runner() -> LocalRollouts:
+    return LocalRollouts()
+
+
+@pytest.fixture
+def http(tmp_path: Path, runner: LocalRollouts):
+    with served(local_controller(tmp_path, runner=runner)) as client:
+        yield client
+
+
+# --- 1. dataset specs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("dataset", "status"), [
+    ("~nosuchuser", 404), ("~nosuchuser/x:y", 404), ("/" + "a" * 4000, 404),
+    ("/" + "a" * 5000, 400)])  # past PATH_MAX: refused as a value
+def test_a_dataset_spec_that_breaks_path_handling_is_refused(
+        http: httpx.Client, runner: LocalRollouts, caplog, dataset: str, status: int) -> None:
+    error = refused(http.post("/v1/rollouts", json={**SUBMIT, "dataset": dataset}),
+                    status, "dataset")
+    assert len(error) < 1000  # a 5,000-character spec is not echoed whole
+    assert runner.started == 0 and logged_errors(caplog) == []
+
+
+@pytest.mark.parametrize("dataset", ["~nosuchuser", "/" + "a" * 5000, "/etc"])
+def test_mcp_tools_refuse_a_bad_dataset_as_a_tool_error_naming_it(
+        tmp_path: Path, caplog, dataset: str) -> None:
+    controller = local_controller(tmp_path)
+    with serve_in_thread(build_controller_app(controller, KEY)) as url:
+        async def run():
+            async with mcp_client(url) as mcp:
+                return (await mcp.call_tool("list_tasks", {"dataset": dataset}),
+                        await mcp.call_tool("run_rollout", {
+                            "task": "hello-file", "agent": "terminus-2",
+                            "dataset": dataset}))
+        listed, ran = asyncio.run(run())
+    for result in (listed, ran):
+        assert result.is_error and ": dataset: " in result.content[0].text, result
+    assert logged_errors(caplog) == []
+
+
+# --- 2. checkpoints ------------------------------------------------------------------
+
+
+def _header_file(path: Path, header: bytes) -> None:
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+@pytest.mark.parametrize("shape", ["directory", "dangling", "deep", "name too long"])
+def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
+        tmp_path: Path, caplog, shape: str) -> None:
+    async def no_replicas() -> list:
+        raise AssertionError("the engine is asked nothing before the checkpoint is checked")
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    target = checkpoint / "model.safetensors"
+    if shape == "directory":
+        target.mkdir()
+    elif shape == "dangling":
+        target.symlink_to(tmp_path / "gone")
+    elif shape == "deep":
+        _header_file(target, b"[" * 200_000 + b"]" * 200_000)
+    else:
+        checkpoint = Path("/" + "a" * 5000)
+    updater = WeightUpdater(no_replicas, path=str(tmp_path / "served"))
+    with served(local_controller(tmp_path / "work", updater=updater)) as http:
+        refused(http.post("/v1/weights", json={"path": str(checkpoint), "version": 1}),
+                400, "path")
+        assert http.get("/v1/policy").json()["version"] == 0
+    assert logged_errors(caplog) == []
+
+
+# --- 3. metadata ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("metadata", "why"), [
+    (deep(300), "deep"), (deep(60), "deep"),
+    ({"blob": "x" * 200_000}, "bytes"), ({str(i): i for i in range(20_000)}, "bytes"),
+])
+def test_metadata_past_its_limits_is_refused_at_submit(
+        http: httpx.Client, runner: LocalRollouts, metadata: Any, why: str) -> None:
+    error = refused(http.post("/v1/rollouts", json={**SUBMIT, "metadata": metadata}),
+                    400, "metadata")
+    assert why in error
+    assert runner.started == 0
+
+
+def test_metadata_within_the_limits_comes_back_as_given(http: httpx.Client) -> None:
+    metadata = {"step": 3, "nested": deep(20), "tags": ["a", "b"]}
+    assert http.post("/v1/rollouts", json={**SUBMIT, "metadata": metadata}
+                     ).status_code == 202
+    (group,) = http.get("/v1/groups", params={"wait_s": 30}).json()["groups"]
+    assert group["metadata"] == metadata
+
+
+class Undeliverable:
+    """A controller whose first ready group cannot be written as JSON."""
+
+    def __init__(self) -> None:
+        self.groups_asked = 0
+
+    @staticmethod
+    def group(group_id: str, metadata: dict[str, Any]) -> Group:
+        return Group(group_id=group_id, request_id="r", task="t", n=0, metadata=metadata,
+                     policy_version_min=None, policy_version_max=None, finished_version=0,
+                     staleness=None, rollouts=[], sequences=[], turns=[])
+
+    async def groups(self, max_groups: int, wait_s: float) -> list[Group]:
+        return [self.group("bad", deep(300)), self.group("good", {"ok": 1})]
+
+
+def test_a_group_that_cannot_be_delivered_does_not_block_the_others(caplog) -> None:
+    with serve_in_thread(build_controller_app(Undeliverable(), KEY)) as url:  # type: ignore[arg-type]
+        reply = httpx.get(f"{url}/v1/groups", headers={"authorization": f"Bearer {KEY}"})
+    assert reply.status_code == 200, reply.text
+    assert [g["group_id"] for g in reply.json()["groups"]] == ["good"]
+    assert logged_errors(caplog) == []
+
+
+# --- 5. datasets outside the configured ones -----------------------------------------
+
+
+def _task_dir(root: Path) -> Path:
+    (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
+    import shutil
+
+    shutil.copytree(task.path, root / "hello-file")
+    return root
+
+
+def test_only_the_configured_datasets_are_read(tmp_path: Path, runner: LocalRollouts) -> None:
+    elsewhere = _task_dir(tmp_path / "elsewhere")
+    allowed = _task_dir(tmp_path / "allowed")
+    secret = tmp_path / "secret.json"
+    secret.write_text('["the first secret value"]')
+    with served(local_controller(tmp_path / "work", runner=runner,
+                                 datasets=(str(allowed),))) as http:
+        replies = {spec: http.post("/v1/rollouts", json={**SUBMIT, "dataset": spec})
+                   for spec in (str(elsewhere), f"{secret}:x", "/no/such/dir",
+                                f"{allowed}/.", "")}
+        # The allow-listed one, spelled as configured, is read; the default too.
+        assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "a",
+                                               "dataset": str(allowed)}).status_code == 202
+        assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "b"}
+                         ).status_code == 202
+    for spec, reply in replies.items():
+        if spec == "":
+            refused(reply, 400, "dataset")
+            continue
+        error = refused(reply, 404, "dataset")
+        assert "secret value" not in error
+        # Whether the path exists is not told: every refusal reads the same.
+        assert error.replace(repr(spec), "SPEC") == replies["/no/such/dir"].json()[
+            "error"].replace(repr("/no/such/dir"), "SPEC")
+    assert runner.started == 2
+
+
+def test_list_tasks_reads_only_the_configured_datasets(tmp_path: Path) -> None:
+    elsewhere = _task_dir(tmp_path / "elsewhere")
+    controller = local_controller(tmp_path / "work")
+    with pytest.raises(Exception) as refusal:
+        asyncio.run(controller.tasks(str(elsewhere)))
+    assert getattr(refusal.value, "field", None) == "dataset"
+    assert asyncio.run(controller.tasks(None)) == asyncio.run(controller.tasks("samples"))
+
+
+def test_the_task_list_cache_is_bounded(tmp_path: Path) -> None:
+    from harbor_ray.online import controller as module
+
+    module._tasks.cache_clear()
+    controller = local_controller(tmp_path)
+    samples = Path(resolve_dataset("samples").tasks[0].path).parent
+    for i in range(50):
+        with pytest.raises(Exception):  # noqa: B017 - any refusal; the cache is the point
+            asyncio.run(controller.tasks(str(samples) + "/." * (i + 1)))
+    asyncio.run(controller.tasks(None))
+    # Only a configured dataset is ever listed, so only those are ever cached.
+    assert module._tasks.cache_info().currsize == 1
+
+
+# --- 6. agents -----------------------------------------------------------------------
+
+
+def test_an_agent_import_path_not_allowed_is_a_404_and_nothing_is_imported(
+        http: httpx.Client, runner: LocalRollouts) -> None:
+    sys.modules.pop("this", None)
+    for agent in ("this:s", "os:system", "acp:anything"):
+        refused(http.post("/v1/rollouts", json={**SUBMIT, "agent": agent}), 404, "agent")
+    assert "this" not in sys.modules and runner.started == 0
+
+
+def test_an_import_path_the_config_allows_is_accepted(tmp_path: Path) -> None:
+    runner = LocalRollouts()
+    agent = "harbor_ray.online.controller:LocalRollouts"
+    with served(local_controller(tmp_path, runner=runner, agents=(agent,))) as http:
+        assert http.post("/v1/rollouts", json={**SUBMIT, "agent": agent}
+                         ).status_code == 202
+        refused(http.post("/v1/rollouts", json={**SUBMIT, "request_id": "2",
+                                                "agent": "tests.online.local:KEY"}),
+                404, "agent")
+
+
+# --- 7. Host names -------------------------------------------------------------------
+
+
+def test_the_controller_answers_only_the_host_names_it_serves(http: httpx.Client) -> None:
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example"):
+        reply = http.get("/v1/stats", headers={"host": host})
+        assert reply.status_code == 421, (host, reply.status_code)
+        mcp = http.post("/mcp", headers={"host": host}, json={})
+        assert mcp.status_code == 421, (host, mcp.status_code)
+    for host in ("127.0.0.1:8000", "localhost", "[::1]:8000"):
+        assert http.get("/v1/stats", headers={"host": host}).status_code == 200, host
+
+
+def test_the_controller_s_host_names_are_configurable(tmp_path: Path) -> None:
+    controller = local_controller(tmp_path)
+    with served(controller, allowed_hosts=("trainer.internal",)) as http:
+        assert http.get("/v1/stats", headers={"host": "trainer.internal:8000"}
+                        ).status_code == 200
+        assert http.get("/v1/stats").status_code == 421  # loopback no longer listed
+
+
+# --- 10-11. MCP, Authorization, colour codes, empty strings --------------------------
+
+
+def test_mcp_get_is_405_not_an_sse_stream(http: httpx.Client) -> None:
+    # A stateless server has nothing to push: no stream a disconnect could break.
+    with http.stream("GET", "/mcp", headers={"accept": "text/event-stream"}) as reply:
+        assert reply.status_code == 405 and "POST" in reply.headers["allow"]
+
+
+def test_two_authorization_headers_are_refused_on_every_route(http: httpx.Client) -> None:
+    right, wrong = f"Bearer {KEY}", "Bearer nope"
+    url = str(http.base_url)
+    for pair in ((right, wrong), (wrong, right), (right, right)):
+        headers = [("authorization", pair[0]), ("authorization", pair[1])]
+        assert httpx.get(f"{url}/v1/stats", headers=headers).status_code == 401, pair
+        assert httpx.post(f"{url}/mcp", headers=[*headers, (
+            "accept", "application/json, text/event-stream")], json={}).status_code == 401, pair
+
+
+def test_a_failed_weight_update_s_502_carries_no_colour_codes(tmp_path: Path) -> None:
+    class Coloured(FakeWeightUpdater):
+        async def update(self, path: str, version: int):
+            update = await super().update(path, version)
+            replica = update.replicas[0]
+            coloured = type(replica)(**{**replica.__dict__, "error":
+                                        "\x1b[36mray::LLMServer\x1b[39m failed\x1b[0m"})
+            return type(update)(**{**update.__dict__, "replicas": (coloured,)})
+
+    updater = Coloured(("engine-0",), fail=("engine-0",))
+    with served(local_controller(tmp_path, updater=updater)) as http:
+        reply = http.post("/v1/weights", json={"path": "/ckpt", "version": 1})
+    assert reply.status_code == 502
+    assert "\x1b" not in reply.text and "ray::LLMServer failed" in reply.json()["error"]
+
+
+@pytest.mark.parametrize("field", ["sandbox", "dataset", "agent"])
+def test_an_empty_string_is_refused_not_the_default(
+        http: httpx.Client, runner: LocalRollouts, field: str) -> None:
+    refused(http.post("/v1/rollouts", json={**SUBMIT, field: ""}), 400, field)
+    assert runner.started == 0
+
+
+# --- 10. every internal row names its cause ------------------------------------------
+
+
+def test_an_internal_row_names_the_exception_and_where_it_was_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harbor_ray.trials import rollout
+    from harbor_ray.trials.spec import make_specs
+
+    async def broken(spec, capture):
+        raise RuntimeError()  # no message: the row must still say what and where
+
+    monkeypatch.setattr(rollout, "_run", broken)
+    (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
+    (spec,) = make_specs([task], 1, agent="oracle", sandbox="local",
+                         trials_dir=tmp_path, run_id="internal")
+    record = asyncio.run(rollout.run_rollout(spec, None))
+    error = record.result.error
+    assert record.result.error_type == "internal"
+    assert "RuntimeError" in error and "test_hostile.py:" in error and "broken" in error
