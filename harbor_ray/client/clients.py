@@ -110,6 +110,11 @@ class Client:
             if (batch := cursor.batch(self._run(call))) is not None:
                 yield batch
 
+    def poll(self, *, max_groups: int = 16, wait_s: float = 30.0) -> list[Group]:
+        """One long poll: up to `max_groups` finished groups, oldest first, possibly
+        none after `wait_s`; not acknowledged (`ack` them once used)."""
+        return self._run(routes.groups(max_groups, wait_s))
+
     def ack(self, group_ids: Sequence[str]) -> AckReply:
         return self._run(routes.ack(group_ids))
 
@@ -177,6 +182,9 @@ class AsyncClient:
         while (call := cursor.next_call()) is not None:
             if (batch := cursor.batch(await self._run(call))) is not None:
                 yield batch
+
+    async def poll(self, *, max_groups: int = 16, wait_s: float = 30.0) -> list[Group]:
+        return await self._run(routes.groups(max_groups, wait_s))
 
     async def ack(self, group_ids: Sequence[str]) -> AckReply:
         return await self._run(routes.ack(group_ids))

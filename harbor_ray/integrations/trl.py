@@ -116,7 +116,8 @@ class GroupRollouts:
         return sampling
 
     def _wait(self, ids: list[str]) -> dict[str, Group]:
-        """The groups `ids`, acknowledged; others that arrive meanwhile are kept apart."""
+        """The groups `ids`, acknowledged; others that arrive meanwhile are kept apart.
+        One long poll at a time, so that `timeout_s` is checked between polls."""
         deadline = time.monotonic() + self.timeout_s
         got: dict[str, Group] = {}
         while missing := [i for i in ids if i not in got]:
@@ -126,15 +127,16 @@ class GroupRollouts:
                 raise TrainerError(f"{len(missing)} of {len(ids)} groups did not finish in "
                                    f"{self.timeout_s:g} s (cancelled); raise timeout_s, or "
                                    "the rollouts' budget or deadline_s")
-            for batch in self.client.groups(max_groups=len(missing), wait_s=self.wait_s,
-                                            total=len(missing)):
-                for group in batch:
-                    if group.group_id in missing:
-                        got[group.group_id] = group
-                    else:
-                        _log.warning("group %s was not asked for here; kept in `unclaimed`",
-                                     group.group_id)
-                        self.unclaimed.append(group)
+            batch = self.client.poll(max_groups=len(missing), wait_s=self.wait_s)
+            for group in batch:
+                if group.group_id in missing:
+                    got[group.group_id] = group
+                else:
+                    _log.warning("group %s was not asked for here; kept in `unclaimed`",
+                                 group.group_id)
+                    self.unclaimed.append(group)
+            if batch:
+                self.client.ack([group.group_id for group in batch])
         return got
 
     def _samples(self, group: Group, n: int, version: int, filler: int

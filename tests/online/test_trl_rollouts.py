@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from harbor_ray.client import Client
+from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.errors import TrainerError
 from harbor_ray.integrations.trl import GroupRollouts, verifier_reward
 from harbor_ray.online.wire import Group
@@ -110,3 +111,15 @@ def test_samples_older_than_max_staleness_train_nothing() -> None:
     assert trained(rollouts._samples(group([1.0, 0.0], [2, 1]), 2, 3, 0)) == [True, False]
     with pytest.raises(TrainerError, match="has 2 rollouts, not 3"):
         rollouts._samples(group([1.0, 0.0], [3, 3]), 3, 3, 0)
+
+
+def test_groups_that_do_not_finish_in_timeout_s_are_cancelled_and_refused(
+        service_factory) -> None:
+    """The wait is bounded between long polls, not only once groups arrive."""
+    service = service_factory("trl-timeout", work=chat_agent(2, think_s=600))
+    with Client(service.url, KEY) as client:
+        rollouts = GroupRollouts(client, "terminus-2", timeout_s=2, wait_s=1)
+        with pytest.raises(TrainerError, match="1 of 1 groups did not finish in 2 s"):
+            rollouts(["hello-file"] * 2, trainer(2))
+        stats = client.stats()
+    assert stats.in_flight == stats.queued == 0, stats
