@@ -2,10 +2,11 @@
 README's example (examples/trl_grpo.py) run as written, two optimizer steps of one group
 of two rollouts each, against the service of serve_configs/online_cpu.yaml.
 
-The reward device: the test task `brevity` (tests/fixtures/tasks/) rewards terminus-2's
-rollout by how little the model said (its verifier reads the agent's trajectory), so two
-rollouts of one group sampled at temperature 0.7 get different rewards and each step
-has a gradient. The 135M model solves no sample task often enough for that.
+The reward device: the test task `coin` (tests/fixtures/tasks/), whose verifier draws a
+uniform random reward, so the two rollouts of a group get different rewards and each step
+has a gradient. The 135M model solves no sample task often enough for that, and a reward
+on what it said ties when every reply is cut at the token limit (CI saw both rollouts of
+a group record only the proxy's budget-stop message).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_the_trl_example_trains_through_the_online_service(
     run = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "trl_grpo.py"), "--url", online.url,
          "--key-file", str(key_file), "--model", str(prepared_model_dir),
-         "--tasks", "brevity", "--steps", "2", "--num-generations", "2",
+         "--tasks", "coin", "--steps", "2", "--num-generations", "2",
          "--temperature", str(TEMPERATURE), "--learning-rate", "5e-4", "--budget", "2",
          "--max-tokens", "48", "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=2400)
