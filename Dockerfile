@@ -1,7 +1,7 @@
 # harbor_ray's image: one image for every Ray node of a KubeRay cluster (head, CPU
 # rollout hosts, GPU engine workers; deploy/kuberay/). Build: docker build -t harbor-ray .
-# (--build-arg EXTRA=gpu on the GPU workers' image: README "Python, uv and the engine
-# extra"). Every build step is scripts/build_image.sh, which CI also runs on its own
+# (--build-arg EXTRA=gpu on the GPU workers' image: docs/these-machines.md, "Python, uv
+# and the engine extra"). Every build step is scripts/build_image.sh, which CI also runs on its own
 # machine into a fresh prefix (tests/test_build_image.py).
 
 # The official image's Python 3.12 interpreter, carried into the runtime stage inside

@@ -1,7 +1,7 @@
 # Sourced by scripts/test and scripts/main: makes a fresh machine ready, idempotently.
 # Installs the Debian packages the sandbox and the browser tests need, uv, and the
 # locked environment with the CPU engine (on CUDA machines run
-# `uv sync --frozen --extra gpu` instead: README).
+# `uv sync --frozen --extra gpu` instead: docs/these-machines.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -48,7 +48,7 @@ EOF
 }
 
 system_packages() {
-  # bubblewrap, tmux: the local sandbox (README "Sandboxes"); wget: KubeRay's probes.
+  # bubblewrap, tmux: the local sandbox (docs/agents.md, "Sandboxes"); wget: KubeRay's probes.
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     bubblewrap tmux util-linux wget ca-certificates >/dev/null

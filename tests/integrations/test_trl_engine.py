@@ -1,5 +1,5 @@
 """TRL 1.16's GRPOTrainer trains through the online service on the real engine: the
-README's example (examples/trl_grpo.py) run as written, two optimizer steps of one group
+documented example (examples/trl_grpo.py) run as written, two optimizer steps of one group
 of two rollouts each, against the service of serve_configs/online_cpu.yaml.
 
 The reward device: the test task `coin` (tests/fixtures/tasks/), whose verifier draws a
