@@ -1,28 +1,13 @@
 """The capture proxy as a stateless Ray Serve deployment (docs/architecture.md property 1).
 
-Replicas hold no session: each key leads to the actor that owns its session
-(`ActorSessionStore`), so any replica serves any session: Serve's health checks and
-restarts, and the hosts' relays skipping dead replicas, are all the failover there is. A
-replica killed mid-call loses nothing that the agent was told: a turn is recorded on its
-owner before the reply leaves, and the agent's retry lands on another replica.
-
-Two ingresses reach the same app in each replica:
-- direct (what hosts give agents): each replica serves the app at the root of its own
-  socket (loopback; its node's address on a cluster of several nodes, or once a node
-  joins) and registers it
-  (direct_ingress.py, replica_registry.py); each rollout host runs a relay that spreads
-  connections over the registered replicas on its node, or over those on other nodes
-  when its node has none (balancer.py);
-- Serve's HTTP proxy under a route prefix (`http://127.0.0.1:<port>/capture/v1`), kept
-  as the fallback. It is the expensive hop (docs/performance.md): scripts/bench_cluster_proxy.py
-  measured, capture on, 2 replicas, on a busy 2-core VM, +23 ms p50 at 1 client and
-  80-100 calls/s at 64 (~19 ms of CPU per call across proxy, replicas and owner); with
-  RAY_SERVE_ENABLE_HA_PROXY=1 (no code change) +12 ms and ~240 calls/s.
-In one run of both on an overloaded VM (load 7-11), direct took about a third of the
-CPU per call (7-8 vs 20 ms at 64 clients), added 10-13 ms instead of 28-35 at 1 client,
-and carried 130-200 calls/s instead of ~72 at 64. The relay costs no measurable CPU (the
-host's was the same with either ingress): what remains is the replicas' and the owner's
-admit/record round trips.
+Replicas hold no session: each key leads to the actor that owns it (`ActorSessionStore`),
+so any replica serves any session, and a replica killed mid-call loses nothing the agent
+was told (a turn is recorded on its owner before the reply leaves; the retry lands on
+another replica). Serve's health checks and restarts, and the hosts' relays skipping
+dead replicas, are all the failover there is. Two ingresses reach the same app: each
+replica's own socket, over which the hosts' relays spread connections (direct_ingress.py,
+replica_registry.py, balancer.py), and Serve's HTTP proxy under a route prefix
+(`/capture/v1`), the costlier fallback (docs/performance.md, "Ingress").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where the capture proxy's replicas can be reached directly: a named registry actor.
 
-Agents skip Serve's shared HTTP proxy (docs/performance.md: ~13-23 ms and ~100-180 calls/s) by
+Agents skip Serve's shared HTTP proxy (its cost: docs/performance.md, "Ingress") by
 reaching a replica's own loopback socket through their host's relay (balancer.py). Serve
 does not say where those sockets are, so each replica registers `(replica id, url,
 instance id)` once its socket answers, and deregisters when Serve stops it. A replica that

@@ -13,13 +13,12 @@ prefix: the stored size is the rollout's unique tokens, not the sum of its promp
 which grows with the square of the number of turns. `rebuild.rebuild_prompts` inverts it.
 
 Between processes a record's token tables travel as Arrow IPC streams, each compressed
-with zstd as one block (`RolloutRecord.__reduce__`): uncompressed, the token ids of a
-long rollout are about twice their Parquet size, and Ray would copy all of it
-(docs/performance.md). One block, not Arrow's per-buffer compression: that starts zstd
-afresh for every buffer of every column, which cost milliseconds per record for a
-rollout of a few turns. The rollouts/ row travels as its typed `result`, and is made
-where it is needed: the writer makes a commit's rows at once, where Arrow's conversion
-of a row's Python values costs a few per cent of making each row's table alone.
+with zstd as one block (`RolloutRecord.__reduce__`), since uncompressed the ids would
+travel at about twice their Parquet size; one block, since Arrow's per-buffer
+compression starts zstd afresh for every buffer of every column. The rollouts/ row
+travels as its typed `result`, and the writer makes a commit's rows at once, where
+Arrow's conversion of Python values is cheapest (docs/performance.md, "One rollout from
+its turns to Parquet").
 
 Everything here is pure: no Ray, no I/O, no clock.
 """
@@ -53,7 +52,7 @@ from harbor_ray.trials.result import FindingRecord, RolloutResult
 __all__ = ["RolloutRecord", "encode_record", "placed", "rollouts_table", "warm_up",
            "with_findings"]
 
-# zstd at its fastest level: as small as the Parquet parts, a few ms per million ids.
+# zstd at its fastest level: as small as the Parquet parts, and the fastest to make.
 _WIRE_CODEC = pa.Codec("zstd", 1)
 # Given, so that Arrow does not read its defaults from the environment for every stream.
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions()
@@ -121,7 +120,7 @@ def rollouts_table(records: Sequence[RolloutRecord]) -> pa.Table:
 
 def warm_up() -> None:
     """Pay this process's one-off cost of encoding now: Arrow imports pandas on its first
-    conversion of Python values (over a second here), which would otherwise stall the
+    conversion of Python values (a slow import), which would otherwise stall the
     event loop of a host's first finished rollout, and every rollout waiting on it."""
     rollouts_table([encode_record(RolloutResult(
         rollout_id="", task="", agent="", sandbox="", ok=False, reward=None), None)])

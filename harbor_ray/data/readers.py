@@ -6,7 +6,7 @@ rollout's turns in one part file (a flush holds whole rollouts), so `read_turns`
 part by part, one Ray task per part, and rebuilds one rollout at a time: no shuffle,
 and memory for one part's deltas plus one rollout's rebuilt prompts. (Grouping a plain
 `read_parquet` by rollout would also work for any file layout, but shuffles the whole
-table on every read and took minutes to start on a small dataset here.) A part that
+table on every read: docs/performance.md, "Reading a dataset".) A part that
 broke the rule would fail loudly in `rebuild_prompts`, never yield a wrong prompt.
 
 Ray Data is imported on the first read, not with this package: rollout hosts and the

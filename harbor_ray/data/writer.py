@@ -124,10 +124,11 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """How each table is written; chosen for bytes per token (see scripts/bench_data.py).
 
     zstd at level 1 shrinks token ids well below their int32 size at little CPU cost
-    (higher levels gained ~3% for 2-3x the time). Ids stay PLAIN: real token streams
-    are skewed, which zstd exploits better than delta encoding. Float lists are split by
-    byte (exponent bytes compress apart from mantissas). Dictionaries and statistics are
-    kept for the scalar columns only: on token lists they cost time and are useless.
+    (higher levels gain little for much more: docs/performance.md). Ids stay PLAIN: real
+    token streams are skewed, which zstd exploits better than delta encoding. Float lists
+    are split by byte (exponent bytes compress apart from mantissas). Dictionaries and
+    statistics are kept for the scalar columns only: on token lists they cost time and are
+    useless.
     """
     scalars = [f.name for f in schema if not _is_list(f.type)]
     floats = [f"{f.name}.list.element" for f in schema if _is_list_of(f.type, pa.float32())]

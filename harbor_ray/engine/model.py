@@ -42,10 +42,9 @@ _GGUF_FILE = f"{MODEL_NAME}.Q4_1.gguf"
 _MARKER = "harbor_ray_model.json"
 _PARTIAL_PREFIX = ".partial-"
 
-# The GGUF's Q4_1 blocks de-quantise exactly into float32, and this CPU has no native
-# bf16: docs/performance.md measured float32 at 74 / 140 tok/s against bfloat16's 44 / 56 at 8 / 32
-# concurrent streams. The price is a 540 MB directory instead of 270 MB; a GPU engine
-# can still serve it in bfloat16 through vLLM's `dtype`.
+# The GGUF's Q4_1 blocks de-quantise exactly into float32, and a CPU without native
+# bf16 serves float32 faster (docs/performance.md, "The default engine"), at twice the
+# directory's size; a GPU engine can still serve it in bfloat16 through vLLM's `dtype`.
 _SAVED_DTYPE = "float32"
 _CHECK_PROMPT = "What is 2+2?"
 _CHECK_TOKENS = 8

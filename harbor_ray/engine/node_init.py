@@ -3,8 +3,8 @@
 Before it starts vLLM, Ray Serve LLM runs a Ray task on every node of the engine's
 placement group to download the model (`initialize_node`). For a local directory that
 task finds nothing to download and returns the path unchanged, but it still starts a
-worker process that imports torch and transformers: tens of seconds of a start-up on a
-busy 2-core machine. This callback skips it when the model is a local directory.
+worker process that imports torch and transformers (its cost: docs/performance.md,
+"Start-up"). This callback skips it when the model is a local directory.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def _ids_array(values: Any) -> np.ndarray | None:
     try:
         # array('i') takes only ints that fit int32 and is about twice as fast as
         # np.array(values, int64) on a reply's few hundred ids (this is per model call);
-        # np.array would also truncate a float id silently. The copy (1 us) leaves the
+        # np.array would also truncate a float id silently. The copy (cheap at this size) leaves the
         # kept ids without the array/memoryview chain, three objects per array that the
         # garbage collector would otherwise walk for as long as the session lives.
         ids = np.frombuffer(array("i", values), dtype=np.int32).copy()

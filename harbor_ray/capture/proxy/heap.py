@@ -2,8 +2,8 @@
 
 A full collection walks every container object alive, and every model call in flight
 in the process waits it out. What a serving process imports (Ray, pydantic, Starlette,
-Harbor) is ~100k such objects that never become garbage: a full pass over them took
-30 ms in a Ray actor here. Frozen once startup is over, they are never walked again.
+Harbor) never becomes garbage: frozen once startup is over, it is never walked again
+(the cost it saved: docs/performance.md, "The capture proxy").
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A lean keep-alive HTTP/1.1 client for one origin: the engine call on the hot path.
 
-py-spy put aiohttp's client machinery at ~270 µs CPU per engine call on the 2-core VMs,
-~30% of the proxy's CPU, against a budget of ~0.5 ms for the whole proxy. The engine is
-one origin answering with Content-Length or chunked bodies, so one asyncio Protocol per
-connection feeding httptools (llhttp, as uvicorn does) and a stack of idle connections
-is all the client needs.
+The engine is one origin answering with Content-Length or chunked bodies, so one asyncio
+Protocol per connection feeding httptools (llhttp, as uvicorn does) and a stack of idle
+connections is all the client needs; a general client's machinery cost a large share of
+the proxy's CPU (docs/performance.md, "The engine client").
 
 Left out because the engine never needs them: HEAD, 1xx and Upgrade responses, bodies
 delimited by the server closing the connection, redirects, proxies, streaming. Header
