@@ -1,31 +1,14 @@
 """`RolloutHost`: a Ray actor that runs several rollouts and owns their capture sessions.
 
-Why a host rather than one actor per rollout: every Ray worker process costs its own
-memory and seconds of start-up (docs/performance.md), so one per rollout makes a
-thousand concurrent rollouts impossible on a small cluster. A host runs its rollouts as
-asyncio tasks (a rollout mostly waits on its sandbox and the engine) and keeps what the
-design needs of an actor per rollout:
-- the owner holds the data: each session lives in the host that runs its rollout, and
-  its id names the host, so a stateless proxy replica finds the owner from the key;
-- a rollout is cancelled alone (`ray.cancel` on its `run` call cancels its task, and
-  Harbor tears its sandbox down);
-- a host that dies takes only its own rollouts with it: each becomes an `infra_lost`
-  row (retried by the driver); their bwrap sandboxes die with the host
-  (`--die-with-parent`), and what is left (directories, a pid 1 its bwrap left
-  behind) is reaped on the host's node by the host's guard, a process it starts that
-  outlives it (`_guard`), and by the driver (reaper.py): each host's sandboxes are in
-  a directory of its own.
-
-A host also runs its agents' way to the capture proxy (`ProxyTarget.ingress`):
-- `direct`: a relay (balancer.py) on its own loopback port that splices each connection
-  to a replica's direct socket, so that model calls skip Serve's shared HTTP proxy
-  (docs/performance.md);
-- `serve`: Serve's route (for comparison);
-- `host`: no replicas; the host serves the capture app itself, over the sessions it
-  owns, and calls the engine. Admit and record are then calls within the process, not
-  actor round trips, so a model call costs the cluster several times less CPU
-  (docs/performance.md); what it gives up is the deployment's own
-  replicas (health checks, scaling apart from the hosts).
+A host runs its rollouts as asyncio tasks and keeps what the design needs of an actor
+per rollout: each session lives in the host that runs its rollout (its id names the
+host, so a stateless replica finds the owner from the key); a rollout is cancelled
+alone (`ray.cancel` on its `run` call); a host that dies takes only its own rollouts
+(`infra_lost` rows), and its guard (`_guard`, a process that outlives it) and the
+driver's reaper (reaper.py) remove what its sandboxes left. It also runs its agents'
+way to the capture proxy (`ProxyTarget.ingress`: `direct`, `serve` or `host`). Why
+hosts, and what each ingress costs: docs/sweeps.md, docs/architecture.md ("The three
+ingresses"), docs/performance.md.
 """
 
 from __future__ import annotations

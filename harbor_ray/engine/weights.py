@@ -1,37 +1,16 @@
 """In-flight weight updates of a running engine: every replica switches, or none does.
 
 `WeightUpdater.update(path, version)` loads a checkpoint directory (Hugging Face layout,
-safetensors) into every replica of the engine without restarting it, in four steps run
-on all replicas at once, each bounded by its own timeout:
+safetensors) into every replica without restarting it: pause, reload, drop the cache,
+resume, each step on all replicas at once under its own timeout; a failure anywhere
+rolls every replica back to the previous checkpoint, and the result names each
+replica's step and why. A version that does not increase (`WeightVersionError`) and a
+checkpoint whose tensors are not the served one's (`CheckpointError`, from
+`check_checkpoint`) are refused before the engine is touched. The steps and their
+failure modes: docs/architecture.md, "Weight updates in flight".
 
-  pause   stop scheduling, keeping in-flight requests queued with their state
-          (vLLM `mode="keep"`); new requests queue too
-  reload  the workers' `reload_weights(weights_path=...)`, through the replica's
-          `collective_rpc` (by default harbor_ray's `reload_weights_tied`, which also
-          refreshes a head tied to the embeddings: harbor_ray.engine.worker)
-  cache   drop the KV and prefix cache, in-flight requests' included: what was cached
-          was computed by the old weights, and a kept request recomputes its prefix
-          with the new ones when it resumes
-  resume  schedule again
-
-Only once every replica reloaded and dropped its cache is the new version the one
-serving. If any replica fails a step, the update fails as a whole: the previous
-checkpoint is reloaded on every replica that started reloading (a reload that fails
-part-way leaves a model half-loaded, so the failed replica needs it most), the cache is
-dropped again and the replicas resume on the old version. The result names each
-replica, the step it failed and why. A replica whose rollback fails too is left paused
-(`serving_version` None): resuming it would serve weights nobody can name; it needs a
-restart. That is what a checkpoint that fails part-way through loading does in vLLM
-0.32 (its reload state is left broken, and every later reload fails), which is why
-`check_checkpoint` refuses unreadable or mismatched files before the engine sees them.
-A reload that fails before it loads anything (no weights at the path) rolls back.
-
-What is refused before the engine is touched raises instead: a version that does not
-increase (`WeightVersionError`) and a checkpoint whose tensors are not the served one's
-(`CheckpointError`, from `check_checkpoint`).
-
-This module knows the replicas only as `EngineReplica` (a name and a way to call a
-method of Ray Serve LLM's `LLMServer` on that one replica), so it runs without Ray;
+Replicas are known only as `EngineReplica` (a name and a way to call a method of Ray
+Serve LLM's `LLMServer` on that one replica), so this runs without Ray;
 `harbor_ray.engine.replicas` gives the Serve-backed replicas.
 """
 

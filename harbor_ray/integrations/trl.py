@@ -1,27 +1,10 @@
 """TRL's `GRPOTrainer` trained through the online service.
 
-    trainer = GRPOTrainer(
-        model=..., args=GRPOConfig(..., temperature=0.7),
-        train_dataset=task_dataset(["hello-file", "count-words"]),
-        reward_funcs=verifier_reward,
-        rollout_func=GroupRollouts(client, agent="terminus-2"),
-        callbacks=[WeightSync(client, "checkpoints/")],
-    )
-
-- The dataset's `prompt` column holds task names (`task_dataset`). TRL repeats each
-  prompt `num_generations` times; `GroupRollouts` submits one group of that many
-  rollouts per prompt, at TRL's sampling settings, waits for the groups and gives back
-  one sample per rollout in TRL's order (`harbor_ray.client.group_samples`).
-- `verifier_reward` hands TRL the verifier's reward, never recomputed.
-- `WeightSync` saves the weights after every optimizer step and loads them into the
-  engine as version `base + global_step`, so the next groups run on the new policy.
-- Staleness: a sample whose oldest token is more than `max_staleness` versions behind
-  the policy at submit trains nothing. Set TRL's `off_policy_mask_threshold` to have TRL
-  mask sequences that drifted, with the recorded logprobs as the sampling ones (with
-  `use_vllm=False`, TRL's own importance-sampling correction is off).
-
-A group with a rollout the verifier never scored (reward None) trains nothing: its
-reward would enter the group's baseline as 0.
+`task_dataset` (prompts are task names), `GroupRollouts` (the `rollout_func`: a group
+of `num_generations` rollouts per prompt, at TRL's sampling settings, one sample per
+rollout in TRL's order), `verifier_reward` (the verifier's reward, never recomputed) and
+`WeightSync` (the weights into the engine after every optimizer step, as version
+`base + global_step`). Staleness, unscored groups and the logprobs: docs/trainers.md.
 """
 
 from __future__ import annotations

@@ -1,45 +1,9 @@
 """Which Harbor agents harbor_ray can run, and how each one is pointed at the capture proxy.
 
-Every model call a rollout's agent makes must reach the capture proxy with that rollout's
-session key, and nothing else. `agent_config()` turns (agent name, proxy, key, served
-model) into the Harbor `AgentConfig` for that one rollout. It is pure: no network, no
-`os.environ`, no process-global state. The key travels only inside the returned config, so
-concurrent rollouts with different keys cannot see each other's credentials (docs/lessons.md:
-per-agent credentials passed explicitly).
-
-Harbor 0.25 resolves an agent's endpoint through a connection layer
-(`harbor.agents.agent_auth_resolution`): an explicit `AgentConfig.base_url` wins over every
-URL variable, and a key in `AgentConfig.env` wins over the host's environment. Each
-installed agent then projects the pair into its own variables or config file (claude-code
-`ANTHROPIC_BASE_URL`, codex `config.toml`, opencode `opencode.json`, kimi-cli
-`RUNTIME_KIMI_API_KEY`, ...). So the installed agents are wired the same way, from one
-table: the proxy's sandbox URL (plus `/v1` for OpenAI-style clients) as `base_url`, the key
-under the provider's canonical variable in `env`, and a model name whose provider prefix
-selects the dialect. The proxy serves one model and rewrites whatever name the agent asks
-for, so the name only has to be one the harness accepts.
-
-terminus-2 runs on the host and is wired differently: its key goes to LiteLLM as
-`llm_kwargs["api_key"]`, never into `env`, because Harbor copies `AgentConfig.env` into
-every sandbox command and into terminus-2's tmux session, where the model's own shell
-commands would read it. Harbor writes `kwargs` verbatim to the trial's `config.json` and
-terminus-2's `trajectory.json`; a session key is only good for its own session.
-
-An import path (`pkg.mod:Class`) is assumed to run on the host like terminus-2 and gets
-the OpenAI-compatible variables (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENAI_API_BASE`,
-model `openai/<served>`): a custom class is not imported here, and most OpenAI clients
-read those names.
-
-Harbor imports LiteLLM when an agent class loads, and LiteLLM fetches its model cost map
-from the network at import unless `LITELLM_LOCAL_MODEL_COST_MAP=True`: the launcher sets
-it, this module never imports an agent class.
-
-Side calls (titles, summaries, classifiers) go through the proxy too: every small/fast
-model slot an agent has is set to `AUX_MODEL`, a name distinct from the served model the
-main slot names, so the proxy can mark those calls auxiliary by the model they ask for
-(capture.core.auxiliary); the proxy serves both names with the one engine model.
-
-Sampling is the proxy's job (it imposes the session's settings on every call); only
-terminus-2 is also told the temperature, so that its own trajectory records the truth.
+`agent_config()` turns (agent name, proxy, key, served model) into the Harbor
+`AgentConfig` for one rollout. It is pure (no network, no `os.environ`, no
+process-global state), and the session key travels only inside the returned config.
+How each kind of agent is wired, and why: docs/agents.md, "Wiring an agent to the proxy".
 """
 
 from __future__ import annotations

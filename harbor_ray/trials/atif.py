@@ -1,32 +1,9 @@
 """Cross-check an agent's own record of its model calls (ATIF) against the captured calls.
 
 The capture is the truth that is trained on; the agent's trajectory
-(`agent/trajectory.json`, Harbor's ATIF models) is a second, independent witness. When
-they disagree, either the proxy missed, mislabelled or reordered calls, or the agent's
-record is incomplete; either way the rollout deserves a look, so every disagreement is
-a WARN finding (never FATAL: the capture itself is validated elsewhere).
-
-What counts as a model call in ATIF: a step with `source: "agent"` that is not copied
-context (`is_copied_context`, replayed from an earlier trajectory) and not a
-deterministic dispatch (`llm_call_count == 0`). Such a step stands for `llm_call_count`
-calls, one when the producer did not say. These are compared with the captured turns of
-role `agent`, plus at most the calls answered with the budget stop (a reply the agent
-may record, but no model turn); auxiliary turns (summaries, titles) and discarded
-retries are not the agent's loop. Subagents embedded in `subagent_trajectories` are the
-auxiliary calls and are compared with the captured auxiliary turns. terminus-2 stores
-its summarisation subagents in separate files instead; the finding then says so, since
-the proxy may have recorded those calls as agent turns.
-
-Order is checked by evidence, not by position alone. A step's evidence is its token ids
-(`metrics.prompt_token_ids` / `completion_token_ids`, which terminus-2 writes with
-`collect_rollout_details`) or else its reply text, whitespace-normalised. Steps are
-walked in order against the captured calls: evidence found at or after the current
-position moves the position on; evidence found only earlier is an order mismatch; token
-ids found nowhere are a token mismatch. Text found nowhere is not a mismatch: agents
-rewrite what they store (terminus-2 keeps "Analysis: ... Plan: ..." rendered from its
-JSON reply), so only text that does match a captured reply says anything about order.
-When no step has any evidence, or a step stands for several calls (so steps cannot be
-paired with calls), an INFO finding says the order went unchecked.
+(`agent/trajectory.json`, Harbor's ATIF models) is a second, independent witness, so
+every disagreement (count, order, token ids) is a WARN finding, never FATAL. What counts
+as a call and how order is checked: docs/rollouts.md, "The agent's own record".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """Harbor datasets, resolved into an ordered list of validated tasks.
 
-A dataset spec (`resolve_dataset`) is one of:
-
-- `samples` or `harbor_ray:samples`: the sample tasks shipped inside harbor_ray
-  (`harbor_ray/samples/tasks/`). A local directory of that name is `./samples`.
-- a task directory (it holds a task.toml): that one task.
-- a directory of task directories: its subdirectories, sorted by name (hidden ones are
-  skipped). A subdirectory without a task.toml is reported as a broken task.
-- `<registry.json>:<dataset>[@<version>]`: one dataset of a local Harbor registry file,
-  in the order the file lists its tasks. Without a version, Harbor's own choice
-  (`resolve_version`: "head", else the highest version). A task's relative `path` is
-  taken from the registry file's directory, so a registry means the same thing wherever
-  it is used from (Harbor takes it from the working directory).
-
-Everything else needs the network: a dataset of Harbor's remote registry, a package, a
-git URL, a registry entry with a `git_url`. This deployment has none, so those are
-refused with a message that says so rather than left to fail later.
-
-A task is named by its directory (as Harbor's own dataset filter names it) or, in a
-registry, by its listed name. Each is loaded with Harbor's `Task`, which parses task.toml
-into a `TaskConfig` and checks that instruction.md and tests/test.sh exist. A task that
-fails becomes a `TaskProblem` with its name and what is wrong; it never stops the other
-tasks from loading, because one broken task must not cost a whole sweep.
-
-Only files are read here: no network, no subprocess.
+`resolve_dataset` takes a spec (`samples`, a task directory, a directory of them, or
+`<registry.json>:<dataset>[@<version>]`) and loads each task with Harbor's `Task`; a task
+that fails becomes a `TaskProblem` and never stops the others. Specs that need the
+network are refused. Only files are read: no network, no subprocess. Each spec's
+meaning and order: docs/commands.md, "Task datasets".
 """
 
 from __future__ import annotations

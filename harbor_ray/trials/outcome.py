@@ -1,33 +1,10 @@
 """What happened to one finished Harbor trial, as plain data in harbor_ray's terms.
 
 This is the edge where Harbor's `TrialResult` is read and left behind: `classify` takes
-it and returns an `Outcome` (an `ErrorType` from the closed set, the verifier's rewards
-verbatim, seconds per phase), so nothing past this module touches a Harbor object.
-
-How a failure is named, in order:
-  1. by the exception type Harbor recorded, for the names whose meaning is fixed
-     (Harbor's own timeouts, the verifier's reward-file errors, cancellation);
-  2. after a reward exists, any other exception came from tearing the sandbox down:
-     the row keeps its reward and gets a WARN finding, because the trajectory and its
-     grade are complete (the leak is the reaper's business, not the trainer's);
-  3. by Harbor's own failure cause (`ErrorPolicy`) for provider, agent-budget and
-     sandbox errors;
-  4. else by the phase the trial had reached, read from which phase timings exist
-     (Harbor sets `started_at` when a phase begins and `finished_at` in a `finally`).
-
-Harbor keeps going after two agent failures: an agent timeout and a non-zero agent exit
-are recorded and the verifier still runs. The reward is then forwarded, but the error
-type is set, so the row is not `ok`: a timed-out trajectory is truncated, and a grade of
-a truncated trajectory is not the grade of the policy's own ending.
-
-Harbor refuses a whole `reward.json` when any one value is not a finite number
-(`VerifierOutputParseError`). docs/lessons.md asks for the opposite: judge each key on its
-own. So the caller may pass the file's parsed contents (`reward_file`); when Harbor
-refused the file and those contents are a dict, they become the raw rewards and
-`rewards.select_reward` decides key by key. This module does no I/O.
-
-`classify` reads single-step trials fully; for a multi-step trial it takes the first
-recorded exception (trial level, then steps, as Harbor's `failure_cause` does).
+it (and, optionally, the parsed `reward.json`) and returns an `Outcome` (an `ErrorType`
+from the closed set, the verifier's rewards verbatim, seconds per phase), so nothing
+past this module touches a Harbor object. No I/O. The order in which a failure is named,
+and why: docs/rollouts.md, "The outcome".
 """
 
 from __future__ import annotations

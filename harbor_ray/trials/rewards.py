@@ -1,28 +1,10 @@
 """Choosing the one reward a rollout is trained on, from the verifier's rewards as written.
 
-Rewards are forwarded, never recomputed (docs/lessons.md, "Rollouts and rewards"): the
-verifier's dict travels verbatim, and this module only decides which keys are usable
-numbers and which one is the scalar.
-
-Each key is judged on its own. Harbor's contract for `reward.json` is a flat dict of
-finite numbers, so anything else is dropped and named: null, NaN and infinities, text
-(even numeric text such as "1.0": Harbor itself refuses it, and accepting it here would
-make the two disagree about what a reward is), nested objects and lists, and booleans (a
-JSON `true` is a pass/fail flag, not a measurement; a verifier that means 1 writes 1).
-A dropped key only fails the rollout when it is the key being trained on.
-
-The scalar is chosen by an explicit rule, never by guessing:
-  1. the named key, if the caller names one;
-  2. else the only key, if the verifier wrote exactly one;
-  3. else the key named `reward`;
-  4. else refuse, and say which keys exist.
-"Only key" counts every key the verifier wrote, usable or not: with
-`{"accuracy": null, "length_penalty": 0.3}` the rollout must fail, not quietly train on
-the penalty because it happens to be the only number left.
-
-`raw=None` means the verifier never ran. The choice is then reward None (never 0.0, which
-would teach the model that a dead sandbox was its fault) and no error: the caller knows
-why the verifier did not run and records that instead.
+Rewards are forwarded, never recomputed: the verifier's dict travels verbatim, each key
+judged on its own (finite numbers only, the rest dropped and named), and the scalar is
+the named key, else the only key, else `reward`, else refused. `raw=None` (the verifier
+never ran) gives reward None, never 0.0. The rules and why: docs/rollouts.md, "The
+reward".
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Token-faithful continuation: one trajectory per conversation.
 
-An agent that continues a conversation sends back its history as messages, and the
-engine re-renders them: re-serialised tool arguments (`{"x":1}` for the sampled
-`{"x": 1}`) and plain re-tokenisation give the earlier reply other ids than the ones
-sampled, so the next prompt no longer starts with prompt + sampled ids and the
-conversation splits into roots. When a request's messages start with an earlier
-request's messages plus the reply the proxy returned for it, the prompt is built
-instead from ids the engine already produced:
-
-    earlier prompt ids + earlier sampled ids + the turn's closing + the new messages' ids
-
-and sent as the prompt (vLLM's `kv_transfer_params.prompt_token_ids`), so the model
-sees exactly the tokens it sampled. The new messages' ids come from the engine's own
-rendering (`/tokenize`): never from a local tokenizer.
-
-Matching compares messages, not strings: roles, text, tool names and tool-call
-arguments as JSON values (so key order, spacing and `1.0` against `1` do not matter).
-Tool-call ids are left out: the engine mints them, not the model, and some dialects
-re-mint them (a Google functionCall has none). A history that was rewritten
-(summarised, truncated, edited) matches no earlier turn and starts a new root.
-
-Everything here is pure: digests, the match keys a request offers, and the stitched
-ids from renderings the edge fetched.
+When a request's messages start with an earlier request's messages plus the reply the
+proxy returned for it (compared as messages, not strings), its prompt is built from
+ids the engine already produced: earlier prompt + earlier sampled ids + the turn's
+closing + the engine's own rendering of the new messages. Pure: digests, the match keys
+a request offers, and the stitched ids from renderings the edge fetched. Why and how
+messages are matched: docs/capture.md, "Continuation".
 """
 
 from __future__ import annotations

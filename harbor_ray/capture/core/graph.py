@@ -1,28 +1,11 @@
 """The prefix-linked rollout graph of one session, and the training sequences it yields.
 
-Turns link by exact token prefix, never by message content or arrival order: turn k+1's
-prompt is the engine's own tokenisation of everything before it, so a call whose prompt
-begins with another call's prompt + sampled ids continued that call. Re-rendering the
-conversation offline drifted on every model family tried (docs/lessons.md, Tokens), which is
-why nothing here looks at text.
-
-The parent of a turn is the turn whose full sequence (prompt + sampled ids) is the longest
-exact prefix of its prompt; identical full sequences resolve to the lowest index. The
-graph is therefore a function of the set of turns: a late ancestor adopts earlier
-arrivals. Each leaf yields one training sequence (root to leaf) whose loss mask covers
-exactly the tokens the engine sampled with a logprob.
-
-Speed matters (a 50-turn rollout must build in a few ms). Linking (`prefixes.link`) is
-exact, never by hash: every turn's ids are compared token for token against a trie of
-the turns' sequences, about once each in an agent's conversation and within a constant
-factor in any case (see `prefixes`); parents, same-prompt classes and re-tokenisation
-splits are then read off the trie without comparing again, so forks, retries,
-duplicates and arrival order add Python steps, not comparisons. That read skips memory
-two turns share: the session holds a prompt as a view of the buffer its parent's ids are
-in (`held`), so the build grows with the unique tokens; turns that each carry their own
-copy of their prompt are read whole, since an exact check cannot skip a token of them.
-A training sequence is a view of that buffer when its leaf's prompt and reply lie
-together there, else a fresh array.
+Turns link by exact token prefix, never by message content or arrival order: the parent
+of a turn is the turn whose full sequence (prompt + sampled ids) is the longest exact
+prefix of its prompt, identical ones resolving to the lowest index, so the graph is a
+function of the set of turns. Each leaf yields one training sequence (root to leaf)
+whose loss mask covers exactly the tokens the engine sampled with a logprob. Why, and
+what the build costs: docs/capture.md, "The rollout graph".
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """A session's recorded turns with their token ids held once, as views of shared buffers.
 
-An agent's next prompt is its last prompt + the ids it sampled + what it added, so held
-as separate arrays a session's prompts sum to the square of its length (a 50-turn
-rollout of 2.4M unique ids holds about 61M). Here each conversation line is one
-append-only buffer: a turn whose prompt starts with everything the buffer holds gets
-its prompt as a view of the buffer (only the ids after it are appended), and so do its
-sampled ids; a turn whose prompt is a prefix of the buffer (a retry) is a view without
-appending. A turn that fits no buffer (a fork, an unrelated root) starts its own, with
-a copy of its prompt. Memory then grows with the unique tokens, and because the views
-share memory, linking and validation prove most prefixes equal from addresses alone
-(`memory`) instead of reading them at close.
-
-The one read is here, when a turn is recorded: its prompt is compared with the buffers
-it may continue (the turn it is known to continue, then the most recently used), up to
-the first difference. Nothing below a buffer's length is ever written again, so a view
-handed out (a turn, a stitching base in flight) never changes. Growing a buffer moves
-it to a larger array and re-points the turns' views there; old views stay valid.
-
-Semantics are untouched: a view holds exactly the ids the turn arrived with (checked
-token for token before it is made), and arrays this module does not take (missing ids,
-another dtype) are kept as they came.
-
-Pure: no I/O, no clock.
+Each conversation line is one append-only buffer: a turn that continues it gets its
+prompt and sampled ids as views of the buffer (only the new ids appended), a retry a
+view without appending, and a turn that fits no buffer starts its own with a copy.
+Memory grows with the unique tokens, a view handed out never changes, and a view holds
+exactly the ids the turn arrived with. Pure: no I/O, no clock. Why and how:
+docs/capture.md, "Held ids".
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
 """Exact prefix relations among a session's turns, from one trie of their ids.
 
-The turns' full sequences (prompt + sampled ids) go into a compacted trie: a node is a
-token sequence, an edge a run of tokens, and every turn's prompt and full sequence end
-on a node. "A is a prefix of B" is then "A's node is B's or above it", answered from the
-tree's shape with no token compared; parents, same-prompt classes and re-tokenisation
-splits are all read off it that way.
-
-Exact, not probabilistic: a sequence is placed by comparing its ids with ids already in
-the trie token for token (numpy), never by hash. Invariant: sequences go in longest
-first, so each node's *witness*, the first sequence placed through it, is a longest
-sequence through it, and the nodes one sequence witnesses form one downward run along
-it. A new sequence follows a witness as far as the two agree in one vectorised
-comparison, jumps to that depth along the witness's run by bisection, and compares
-again only where it leaves that witness for another branch. Comparisons run in chunks
-growing `_GROWTH` times from `_FIRST_CHUNK` and stop at the chunk holding the first
-difference, so placing a sequence compares at most about `_GROWTH` times its length
-plus a first chunk per branch point it passes, and in an agent's conversation (long
-agreements, short divergences) about its length once; forks, retries, duplicates and
-arrival order add Python steps, not comparisons.
-
-A stretch of two sequences that lies in the same memory (same address, dtype and
-stride: `memory`) agrees without being read. A session holds its turns' ids as views
-of shared buffers (`held`), a prompt on the memory of its parent's prompt and reply, so
-in an agent's conversation placing a sequence reads only what lies in other memory: a
-fork's own copy, a turn that arrived as its own array. An exact check must read every
-token that is not shared (one left unread could differ), so for turns that each hold
-their own copy the build grows with the prompts summed over the turns, at the speed
-numpy compares memory. Beyond that read, everything costs Python steps per turn, per
-trie node and per reported split.
+The turns' full sequences (prompt + sampled ids) go into a compacted trie, so "A is a
+prefix of B" is read off the tree's shape with no token compared; parents, same-prompt
+classes and re-tokenisation splits all come from it. Exact, never by hash: sequences
+are placed by comparing ids (numpy), longest first. How placing stays near one read per
+token: docs/capture.md, "Prefixes".
 """
 
 from __future__ import annotations

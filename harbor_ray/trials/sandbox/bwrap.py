@@ -1,32 +1,11 @@
 """A Harbor environment that runs each trial in a bubblewrap sandbox on this machine.
 
-For machines without a container engine (development, CI, laptops, training nodes):
-plug it in with `EnvironmentConfig(import_path="harbor_ray.trials.sandbox.bwrap:
-BwrapEnvironment", kwargs={...})`. Constructor kwargs: `share_network` (bool, see
-`shares_host_network`), `forward` (`{sandbox port: "host:port"}`, JSON-friendly: host
-TCP addresses the sandbox reaches at 127.0.0.1:port without any other network, see
-forward.py and `forward_url`), `sandboxes_dir` (where the per-trial directories go;
-default the system temp dir), `search_path` (PATH-style string used to find bwrap,
-nsenter and tmux; default this process's PATH) and `tools` (`{sandbox dir: host dir}`:
-host directories of installed programs, such as an agent CLI's cache entry, mounted
-read-only, each one's `bin/` put first on PATH).
-
-What a trial gets (layout.py): its own writable `/` in a per-trial host directory, so
-its /app (or the task's workdir), /tests, /logs, /solution, /installed-agent, /tmp and
-/root are its own; the host's /usr, /etc and /bin, /lib* read-only, so it runs the
-host's programs; no network unless allowed; one pid namespace whose teardown kills every
-process of the trial (runtime.py). The task's Dockerfile or image is not built: tasks
-must run on the host's userland.
-
-Every command runs as root inside the sandbox (the host uid running the trial, mapped
-1:1; root on our machines), without capabilities. Other users cannot be provided (the
-user namespace maps a single uid), so a task asking for one is refused rather than
-silently run as root.
-
-Files move in and out through `tar`/`cat` run inside the sandbox, never by copying on
-the host: the sandbox's files are written by the agent, and a host-side copy would
-follow a symlink it planted (say `/tests -> /usr/lib/...`) on the host, as the host's
-root. Inside, the same path resolves in the sandbox's view, where /usr is read-only.
+Plug it in with `EnvironmentConfig(import_path="harbor_ray.trials.sandbox.bwrap:
+BwrapEnvironment", kwargs={...})`; the kwargs are `BwrapEnvironment`'s (`share_network`,
+`forward`, `sandboxes_dir`, `search_path`, `tools`). A trial gets its own writable `/`,
+the host's userland read-only, no network unless allowed, and one pid namespace whose
+teardown kills all of it; files move through `tar`/`cat` inside the sandbox, never a
+host-side copy. The whole contract: docs/agents.md, "The bubblewrap sandbox".
 """
 
 from __future__ import annotations

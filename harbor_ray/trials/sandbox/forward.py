@@ -1,29 +1,10 @@
 """Port forwards: a sandbox without network reaching chosen host TCP addresses.
 
-Agents installed in the sandbox (claude-code, codex, ...) must reach the capture proxy
-on the host, but sharing the host's network would hand them every host loopback service
-too (Ray, the proxy's admin side, other trials' servers). A forward gives them one
-address and nothing else:
-
-    agent -> 127.0.0.1:PORT    relay.py, inside the sandbox's own network namespace
-          -> /run/harbor-ray/PORT.sock   unix socket, host directory bound read-only
-          -> host half (`Forwarding`), an asyncio server in this process
-          -> the configured host address, e.g. 127.0.0.1:8765
-
-Why a unix socket: it is the one thing that crosses a network namespace without a
-network, and a file the sandbox can be shown (or not) like any other. Why the host half
-connects only to the address configured for that socket: the sandbox picks a socket,
-never a destination, so no byte it sends can choose where the host connects.
-
-Why the sockets live in a host directory of their own (in the system temp dir, short
-enough for a socket path; mode 0700, so no other host user connects), bound read-only at
-/run/harbor-ray, rather than in the sandbox's writable `/`: the agent cannot remove or
-replace them, and the host never removes anything by a path the agent could have turned
-into a symlink. The directory also holds the copy of relay.py that the sandbox runs, out
-of the agent's reach.
-
-Ports below 1024 cannot be forwarded: commands in the sandbox hold no capabilities, so
-the sandbox's relay may not bind them (start() fails and says so).
+Each forward is 127.0.0.1:PORT inside the sandbox (relay.py) -> a unix socket in a
+host directory bound read-only -> the host half (`Forwarding`) in this process -> the
+one host address configured for that socket: the sandbox picks a socket, never a
+destination. Ports below 1024 cannot be forwarded. Why each piece: docs/agents.md,
+"Port forwards".
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Google generateContent (Gemini API): `contents` of parts in, GenerateContentResponse out.
 
-The model and streaming are named by the URL (`models/<model>:streamGenerateContent`),
-never by the body. Field names are accepted in camelCase and snake_case: the REST API's
-proto-JSON parser takes both, the google-genai SDK sends camelCase, hand-written agents
-often send snake_case. Both spellings of one field in one object is refused rather
-than guessed.
-
-Exact prefix linking needs the same history to give byte-identical engine messages, so
-every translation here is a pure function of the request:
-- the text parts of one content are concatenated with nothing between them, as the
-  SDK's own `.text` does; an agent that keeps a streamed reply as one part per chunk
-  then replays exactly the text the model produced;
-- thought parts are dropped (the engine's chat template decides how past reasoning
-  is shown);
-- a functionCall without an `id` gets one from its position (`call_<content>_<part>`)
-  and its functionResponse (matched by id, else by name in order) gets the same;
-- call arguments and function responses are written as compact JSON, keys in the
-  order the agent sent them.
-
-Accepted but ignored: `safetySettings`, `thinkingConfig`, and the JSON output modes
-(`responseMimeType`, `responseSchema`, `responseJsonSchema`): the engine is asked for a
-plain chat reply, and the recorded turn is still exactly what the model saw and wrote.
-Left out of the engine request, and named on the turn (`EngineCall.not_forwarded`):
-tools other than functionDeclarations (googleSearch, codeExecution, urlContext, ...),
-which Google's side runs. Refused with a RequestError naming the field: media parts,
-`cachedContent` (its text is invisible to the proxy) and `candidateCount` > 1 (each
-call must be one recorded turn).
+The model and streaming are named by the URL, never by the body; camelCase and
+snake_case field names are both accepted (both spellings in one object are refused).
+Every translation is a pure function of the request, so the same history gives
+byte-identical engine messages. What is ignored, left out or refused, and how parts
+and function calls are translated: docs/proxy.md, "Google".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """OpenAI Responses (`POST /v1/responses`), the wire of codex and other newer agents.
 
-Requests are typed input items; the engine speaks chat-completions, so `to_engine`
-rebuilds the chat history the items describe. That history must come out byte-identical
-every time the agent resends it (prefix linking compares turns token by token), so
-multi-part text is joined one fixed way and nothing depends on dict order or ids we mint.
-Replies are a `response` object whose `output` lists reasoning, the assistant message
-and function calls as separate items; a stream replays them as the event sequence the
-official SDK's accumulator checks (item added, content, item done, terminal event).
-
-The proxy keeps no response state, so `previous_response_id`, `conversation` and item
-references are refused rather than answered from a silently shortened history.
-
-Tools: the engine calls functions only. A `function` tool reaches it as a chat function;
-so does each function of a `namespace` tool (codex declares its sub-agent tools so),
-under its own name, and the reply's `function_call` names the namespace again, as the
-API does. Every other tool type (`web_search`, `local_shell`, `custom` freeform tools,
-`mcp`, `file_search`, ...) is served by OpenAI's side or needs a grammar the engine's
-tool parser does not take: it stays out of the engine request, and the turn records
-which ones (`EngineCall.not_forwarded`). Two tools the engine would see under one name
-are refused, since the model's call could not be told apart. Fields this proxy does not
-use (`reasoning`, `store`, `include`, `client_metadata`, ...) are ignored.
+`to_engine` rebuilds, byte-identically each time, the chat history the typed input
+items describe; replies are a `response` whose `output` lists reasoning, the assistant
+message and function calls as items, streamed as the event sequence the official SDK
+checks. No response state is kept: `previous_response_id`, `conversation` and item
+references are refused. Which tools reach the engine: docs/proxy.md, "OpenAI Responses".
 """
 
 from __future__ import annotations
