@@ -1,25 +1,11 @@
 """A proxy replica's own socket, registered where relays find it.
 
-Serve's shared HTTP proxy costs more per call than the whole capture budget (docs/performance.md),
-so each replica also serves its app on <address>:<free port> with plain uvicorn, in the
-replica's own event loop (the app's engine client and owner handles live there), and
-registers the socket once the app answers on it as itself. Serve still places, restarts
-and health-checks the replicas, and its route stays as the fallback ingress.
-
-The address is loopback, unless the deployment spans nodes (`across_nodes`): then it is
-the replica's node address, the one Ray's own services on that node listen on, so that
-a host on a node without a replica relays to one on another node. Agents' calls carry
-their session keys either way, and a replica's app has no admin routes (owners open
-and export sessions).
-
-A cluster of one node may grow (an autoscaler, a worker started later, an online
-service that runs for days), and a host on the new node reaches no loopback socket.
-So a replica on loopback watches the node count while the cluster has one node, and
-when another node joins it also serves on its node's address and registers that
-instead (`widen`): no redeploy, nothing in flight lost, and the same for a `serve run`
-deployment, which has no driver to do it. Relays on its own node move to the new
-socket at their next refresh, and the loopback one keeps serving until the replica
-stops, for connections already on it.
+Each replica also serves its app on <address>:<free port> with plain uvicorn, in its own
+event loop, and registers the socket once the app answers on it as itself; Serve still
+places, restarts and health-checks the replicas. The address is loopback, or the node's
+address when the deployment spans nodes (`across_nodes`); a replica on loopback widens
+to its node's address when a second node joins (`widen`), with no redeploy. Why and how:
+docs/architecture.md, "The three ingresses".
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The sweep driver: tasks x attempts on rollout hosts, into one resumable dataset.
 
-Used by `harbor-ray sweep` and by `jobs/sweep.py` (the `ray job submit` entry). What it
-guarantees:
-- at most `concurrency` rollouts at once, and nothing else caps them (hosts ask for a
-  sliver of a CPU and are started for as many slots as the concurrency needs); the
-  in-flight count is measured, queue time included, and its peak is kept;
-- every rollout ends as one row (runner.py, shared with the online controller). A
-  rollout ends itself at its deadline (its sandbox torn down); one with no row `grace`
-  seconds later is cancelled on its host, and if it ignores that for another `grace`,
-  its host is killed. Either way the row says `deadline`. A rollout whose host died is
-  `infra_lost`; only infrastructure errors are retried;
-- finished rows are committed every `commit_s` seconds (one Parquet part per table per
-  commit), so a killed driver loses only what was in flight or finished since the last
-  commit, and a rerun with the same output skips finished ids and duplicates nothing;
-- the sweep's sandboxes live under OUT/sandboxes on the node of the host that runs
-  each (a directory per host), and are reaped on every node at start and end, and on
-  its node when a host dies (reaper.py). Trial directories (OUT/trials) also stay on
-  the node that ran the rollout: its row records the node.
+Used by `harbor-ray sweep` and by `jobs/sweep.py` (the `ray job submit` entry). It
+guarantees at most `concurrency` rollouts at once (and nothing else caps them), every
+rollout ends as one row (runner.py), rows committed every `commit_s` seconds so a rerun
+skips finished ids and duplicates nothing, and the sweep's sandboxes reaped on every
+node at start and end (reaper.py). How each holds: docs/sweeps.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """A finished rollout as Arrow tables: its rollouts/ row, its sequences, its turns.
 
-`encode_record` runs where the rollout's capture session ended (the rollout host, or
-the one process of `harbor-ray rollout`), from the `ClosedCapture` the session's owner
-built: the turns' own numpy arrays and the graph built from them once. The resulting
-`RolloutRecord` is what travels to the writer, which only concatenates and writes it.
-No Python loop runs over tokens: ids are sliced and concatenated by numpy and wrapped by
-Arrow without a copy where one array suffices.
-
-A turn's prompt is stored as the ids after its parent's prompt + sampled ids (the whole
-prompt for a root or an unlinked turn), because the graph links turns by exactly that
-prefix: the stored size is the rollout's unique tokens, not the sum of its prompts,
-which grows with the square of the number of turns. `rebuild.rebuild_prompts` inverts it.
-
-Between processes a record's token tables travel as Arrow IPC streams, each compressed
-with zstd as one block (`RolloutRecord.__reduce__`), since uncompressed the ids would
-travel at about twice their Parquet size; one block, since Arrow's per-buffer
-compression starts zstd afresh for every buffer of every column. The rollouts/ row
-travels as its typed `result`, and the writer makes a commit's rows at once, where
-Arrow's conversion of Python values is cheapest (docs/performance.md, "One rollout from
-its turns to Parquet").
-
-Everything here is pure: no Ray, no I/O, no clock.
+`encode_record` runs where the rollout's capture session ended, from the
+`ClosedCapture` its owner built; the `RolloutRecord` it makes is what travels to the
+writer (zstd-compressed Arrow IPC between processes). A turn's prompt is stored as the
+delta from its parent's prompt + sampled ids (`rebuild.rebuild_prompts` inverts it).
+Pure: no Ray, no I/O, no clock. Why: docs/data.md, "How a record is encoded".
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """The controller's bookkeeping, pure: accepted requests, groups and their rollouts'
 rows, what is ready, delivered, dropped; capacity and staleness. No Ray, no clock, no
-I/O: the controller calls in with what happened (and the time), so every rule here is
-tested without a cluster, and the whole book can be kept in one actor.
+I/O: the controller calls in with what happened (and the time).
 
-A group is the n rollouts of one task a submit asked for. It is finished when every one
-of its rollouts ended as a row (retries happen below, in the runner); then it is either
-ready (delivered to `GET /v1/groups` until acknowledged) or, past its staleness bound
-under the `drop` policy, dropped (counted, never silently).
-
-Retention. A group is closed once nothing more can happen to it: acknowledged, dropped,
-or cancelled with every rollout ended. A closed group stays `retain_s` seconds (a late
-retried ack or cancel still finds it), and at most `retain_groups` of them stay, the
-oldest forgotten first; `forget(now)`, called by the controller on every route, does it.
-An acknowledged or cancelled group lets its rows go as it closes (delivered, or never to
-be); a dropped one keeps them until forgotten (what was dropped can be looked at).
-An open group (running, or ready and not yet acknowledged) is never forgotten. The
-`request_id` index (what makes a retried submit start nothing new) keeps every request
-with a group still in the book, and beyond those the `request_ids` most recent ones: a
-request retried after all its groups were forgotten and that many newer requests were
-too is taken as new.
+A group (the n rollouts of one task a submit asked for) is finished when every rollout
+ended as a row; then it is ready until acknowledged, or dropped past its staleness bound
+under the `drop` policy. Retention: a closed group (acknowledged, dropped, or cancelled
+with every rollout ended) stays `retain_s` seconds and at most `retain_groups` of them
+stay; an acknowledged or cancelled group lets its rows go as it closes, a dropped one
+keeps them until forgotten; an open group is never forgotten. The `request_id` index
+keeps every request with a group in the book and the `request_ids` most recent others.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The Ray Serve application builders behind `serve_configs/online_*.yaml`.
 
-One `serve run` brings up three applications: the engine (`build_engine_app`, the same
-as `serve_configs/engine_*.yaml`), the capture proxy (`build_capture`: the sweep's
-`CaptureProxy` deployment) and the controller (`build_controller`: the HTTP API in front
-of the `Controller` actor, which runs rollouts on rollout hosts through the cluster
-layer's `RolloutRunner`, as a sweep does). Builders take the YAML's `args:` as a plain
-dict and validate it themselves (a closed model: an unknown field fails the deploy,
-naming it), as `build_engine_app` does, so the YAML works with `serve run` unchanged.
-
-Both builders take the engine's own `args:` (`engine:`, a YAML alias of the engine
-app's), so the served model's name and weights are written once.
-
-Lifetimes. The controller's state lives in a named detached actor, not in the HTTP
-replicas: a replica that Serve restarts (or a second one) finds the same actor by name,
-so no accepted request or undelivered group is lost. The actor goes when its
-application does: the replica's destructor, which Serve runs whenever it stops a replica
-gracefully, removes the actor (and its hosts, sandboxes and the policy version actor)
-only when the application itself is being deleted (`serve delete`, `serve shutdown`, a
-`serve run` interrupted), not when one replica is replaced. A replica that is killed
-runs no destructor, and leaves the actor to its successor.
+Three applications: the engine (`build_engine_app`), the capture proxy (`build_capture`:
+the sweep's `CaptureProxy` deployment) and the controller (`build_controller`: the HTTP
+API in front of the detached `Controller` actor). Each builder validates the YAML's
+`args:` as a closed model, and the capture and controller apps take the engine's args
+through a YAML alias. Lifetimes (the actor outlives a replaced replica, goes with the
+application): docs/architecture.md, "The service as one `serve run`".
 """
 
 from __future__ import annotations

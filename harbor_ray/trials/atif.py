@@ -171,7 +171,7 @@ def _count_findings(
 
 
 def _order_findings(steps: Sequence[_Call], turns: Sequence[_Call]) -> list[FindingRecord]:
-    """Walk the steps against the captured calls (see the module docstring)."""
+    """Walk the steps against the captured calls (docs/rollouts.md, "The agent's own record")."""
     position = 0
     evidenced = 0
     misplaced: list[tuple[_Call, _Call]] = []  # (step, the earlier turn it matches)

@@ -1,22 +1,11 @@
 """Agent CLIs installed on the host, for sandboxes that have no network to install them.
 
-Harbor's own install step for an agent fetches nvm, Node, bootstrap scripts or the uv
-installer from outside the package registries, and a sandbox has no network. So the CLIs
-are installed once on the host, from the npm registry and PyPI, at the versions pinned in
-`agent_versions.toml`, into a versioned cache:
-
-    CACHE/<agent>-<version>/      one entry per pinned release, never changed once made
-        bin/<command>             relative links to the CLI's entry points
-        node_modules/ | venv/     what npm or uv installed
-
-An entry is built in a temporary sibling directory and renamed into place only once its
-commands answered (`--version`, or the pin's `check`), so an entry that exists is
-complete: an interrupted install leaves only a temporary directory, removed by the next
-install. The local sandbox mounts an entry read-only at `sandbox_dir(pin)` and puts its
-`bin/` first on PATH (`sandbox_tools`); Harbor adapters that would install regardless
-are swapped for their `PREINSTALLED` variants (preinstalled.py).
-
-Planning (the pins, the paths, the commands) is pure; `install` runs the commands.
+Each pinned CLI (`agent_versions.toml`) is installed once from the npm registry or PyPI
+into `CACHE/<agent>-<version>/` (`bin/` links, `node_modules/` or `venv/`), built in a
+temporary sibling and renamed into place once its commands answered, so an entry that
+exists is complete. Planning (the pins, the paths, the commands) is pure; `install`
+runs the commands. The layout and how a sandbox mounts it: docs/agents.md, "The agents
+cache".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ BwrapEnvironment", kwargs={...})`; the kwargs are `BwrapEnvironment`'s (`share_n
 `forward`, `sandboxes_dir`, `search_path`, `tools`). A trial gets its own writable `/`,
 the host's userland read-only, no network unless allowed, and one pid namespace whose
 teardown kills all of it; files move through `tar`/`cat` inside the sandbox, never a
-host-side copy. The whole contract: docs/agents.md, "The bubblewrap sandbox".
+host-side copy. The whole contract: docs/sandbox.md, "The bubblewrap sandbox".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each forward is 127.0.0.1:PORT inside the sandbox (relay.py) -> a unix socket in a
 host directory bound read-only -> the host half (`Forwarding`) in this process -> the
 one host address configured for that socket: the sandbox picks a socket, never a
-destination. Ports below 1024 cannot be forwarded. Why each piece: docs/agents.md,
+destination. Ports below 1024 cannot be forwarded. Why each piece: docs/sandbox.md,
 "Port forwards".
 """
 

@@ -1,23 +1,14 @@
 """What dead sandboxes left in a directory, found from /proc and removed.
 
-A rollout tears its sandbox down itself, even when cancelled or past its deadline. Only
-an owner that died (a killed host, a killed driver, a stopped cluster) leaves something
-behind: its bwraps die with it (`--die-with-parent`), but their directories stay, and a
-process can outlive them: a sandbox's pid 1 whose bwrap died before it was set up waits
-for it for ever, and names nothing but what bwrap's command line did. A pid 1 names its
-own directory (layout.py), and is killed with its whole pid namespace.
-
-Run as a program, this module is a rollout host's guard (started by the host, see
-cluster/host.py): it waits for the host's process to end, however it ends, then reaps
-the host's sandboxes directory, so that nothing is left even when no driver is there to
-reap (a `serve run` stopped, the whole cluster gone):
+Only an owner that died leaves anything: directories, and a pid 1 whose bwrap is gone
+(killed with its whole pid namespace). Run as a program it is a rollout host's guard:
 
     python -m harbor_ray.trials.sandbox.leftovers --after PID DIRECTORY
 
-DIRECTORY is given relative to the guard's working directory (its parent), so that its
-command line names no sandbox's path: reapers kill whatever does. It imports nothing
-but the standard library and this package's /proc helpers, so that a guard costs a
-small process, not a Ray worker's imports.
+waits for the host's process to end, however it ends, then reaps DIRECTORY (relative to
+its working directory, so its own command line names no sandbox's path). Standard
+library and this package's /proc helpers only. Why: docs/sandbox.md, "Leftovers and the
+guard".
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """A byte relay between two stream connections, and the sandbox's half of a port forward.
 
-The host half (forward.py) imports `relay` from here; the sandbox half is this same file
-run as a program by the sandbox's own Python (the host's /usr/bin/python3, bound
-read-only), so both halves move bytes the same way. For that it imports nothing but the
-standard library and stays compatible with Python 3.8, the oldest python3 a host's /usr
-may hold.
-
     python3 -I relay.py PORT=SOCKET [PORT=SOCKET ...]
 
 listens on 127.0.0.1:PORT inside the sandbox and relays each connection to the unix
-socket SOCKET (the host half). It binds every port, then forks a server and exits once
-that server is up: 0 means every port accepts connections, anything else comes with the
-reason on stderr. The server outlives the command that started it and dies with the
-sandbox's pid namespace.
-
-A relay is a pipe in each direction. Each direction ends on its own (half-close: an EOF
-read on one side is passed on as an EOF to the other, so a client that shuts down its
-sending side still gets the reply); the connection ends when both have, or as soon as
-either side fails, which closes both. Backpressure comes from awaiting `drain()` after
-every write, and from the stream readers pausing a socket whose unread data piles up.
+socket SOCKET (the host half, forward.py, which imports `relay` from here). It binds
+every port, forks a server and exits 0 once every port accepts connections (else the
+reason on stderr). Standard library only, Python 3.8 and later: the sandbox runs it with
+the host's python3. How a relay half-closes: docs/sandbox.md, "The sandbox's relay".
 """
 
 from __future__ import annotations

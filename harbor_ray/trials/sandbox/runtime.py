@@ -1,23 +1,9 @@
 """A running sandbox: one long-lived bwrap per trial, and the commands that enter it.
 
-Why one bwrap that lives as long as the trial, instead of one bwrap per command: agents
-keep state between commands. terminus-2 starts a tmux server in one command and talks to
-it in the next; agents start servers in the background and query them later. Separate
-bwrap runs would each get their own pid namespace (the tmux server dies with the first),
-their own network namespace (a server on 127.0.0.1 is unreachable from the next command)
-and, without extra binds, their own /tmp. Here pid 1 of the sandbox is a tiny init
-started by bwrap, and every command joins its namespaces through `nsenter`.
-
-The pid namespace also makes teardown complete: stop() SIGKILLs every process in it,
-and when its pid 1 dies the kernel kills the rest, however they were started,
-daemonised or renamed. A scan of /proc for an env tag or a working directory would miss
-a process that cleared its environment or moved elsewhere; membership of a pid
-namespace cannot be left. Teardown is by namespace, not by bwrap: a pid 1 can outlive
-its bwrap (one killed before it finished setting pid 1 up leaves it waiting for ever).
-
-Commands write their output to files, not pipes: a command that leaves a background
-process behind (`server &`) would otherwise hold the pipe open and make the caller wait
-for that process instead of the command.
+pid 1 of the sandbox is a tiny init started by bwrap, and every command joins its
+namespaces through `nsenter`, so agents keep state between commands; stop() kills the
+whole pid namespace, whatever its processes did. Commands write their output to files,
+not pipes. Why: docs/sandbox.md, "The sandbox's runtime".
 """
 
 from __future__ import annotations
