@@ -1,19 +1,12 @@
 """A host's relay to the capture proxy's replicas: balancing and failover per connection.
 
-Agents in a rollout host call the proxy at this relay's loopback URL; each connection
-they open is spliced, byte for byte, to one live replica's own socket (round-robin), so
-the hot path skips Serve's shared HTTP proxy (docs/performance.md). No HTTP is parsed here: a
-keep-alive connection stays on its replica, and a replica that dies takes its
-connections with it; the agent's retry opens a new connection, which goes to a replica
-that accepts it (refusing replicas are dropped on the spot and reported as dead).
-
-Which replicas exist comes from `fetch` (the registry, replica_registry.py), checked
-against each URL's `/health` instance id when fetched, and fetched again when none is
-left or the list is older than `refresh_s`.
-
-The splice pairs two asyncio transports: whatever one side reads is written to the
-other, a full write buffer pauses reading on the other side, and an EOF is passed on
-(half-close), the pair ending when both sides have sent one or either side closes.
+Each connection agents open to the relay's loopback URL is spliced, byte for byte, to
+one live replica's own socket (round-robin), skipping Serve's shared HTTP proxy. No HTTP
+is parsed: a keep-alive connection stays on its replica, a replica that dies takes its
+connections with it, and a refusing replica is dropped on the spot and reported dead.
+Replicas come from `fetch` (replica_registry.py), checked against each URL's `/health`
+instance id and fetched again when none is left or the list is older than `refresh_s`.
+The splice passes EOFs on (half-close) and pauses a side whose peer's buffer is full.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Removing what dead rollouts left in a sweep's sandboxes directory, on every node.
 
-A rollout tears its sandbox down itself, even when cancelled or past its deadline; what
-an owner that died leaves, and how it is found and removed: trials/sandbox/leftovers.py.
-Each host has a guard of its own on its node that reaps its directory once the host's
-process ends (host.py); the driver reaps too, for what no guard saw (a guard killed with
-its node's processes, a directory a host never guarded).
-
-Sandboxes are node-local: each lives on the node of the host that runs it, under
-`SANDBOXES/<host>/` (the host puts it there), and only a process on that node can see
-its processes and files. So reaping runs *on* the nodes, as Ray tasks pinned to each:
-- the sweep owns SANDBOXES, so when no rollout of the sweep runs (its start and its end)
-  everything under it is orphaned on every live node (`reap_everywhere`);
-- a host that dies mid-sweep leaves `SANDBOXES/<host>/` on its node, reaped there at
-  once while the node's other hosts go on (`reap_host`). A node that died took its
-  sandboxes with it."""
+Sandboxes are node-local (`SANDBOXES/<host>/` on the host's node), so reaping runs on
+the nodes, as Ray tasks pinned to each: everything under SANDBOXES on every live node
+when no rollout of the sweep runs, at its start and end (`reap_everywhere`), and a dead
+host's directory on its node at once (`reap_host`). Each host's guard reaps too
+(trials/sandbox/leftovers.py); the driver's reaping covers what no guard saw.
+"""
 
 from __future__ import annotations
 
