@@ -10,8 +10,8 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── AgentCallError                   an agent's call cannot be served as sent
 │   │   ├── RequestError                 not translatable; a 4xx in the agent's dialect
 │   │   ├── SessionGone (LookupError)    the session ended after its key was accepted
-│   │   ├── _HttpError                   a refused call and its status (capture.app)
-│   │   └── _ClientGone                  the agent left mid-request (capture.app)
+│   │   ├── _HttpError                   a refused call and its status (capture.refusals)
+│   │   └── _ClientGone                  the agent left mid-request (capture.refusals)
 │   ├── EngineCallError                  the proxy's call to the engine failed
 │   │   ├── EngineError                  an error status, or no answer at all
 │   │   ├── EngineReplyError (ValueError)  a 200 that is not a usable chat completion

@@ -1,7 +1,7 @@
 """Rollouts per minute through the online service against `sweep` at the same concurrency,
 and the controller's CPU per rollout.
 
-Both run the stub agent (harbor_ray.cluster.stub_agent: `--calls` chat calls through the
+Both run the stub agent (tests/fixtures/stub_agent.py: `--calls` chat calls through the
 capture proxy deployment, `--think` seconds apart) on the same kind of rollout hosts,
 against a stub engine, so what differs is the driver: the sweep driver writing Parquet,
 or the controller actor behind its HTTP API, with a trainer loop submitting groups of
@@ -19,6 +19,7 @@ import asyncio
 import math
 import os
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,12 +28,16 @@ import httpx
 import psutil
 import ray
 import uvicorn
+
+# The repo root, for the stub agent (tests/fixtures); run from the root, as above, so
+# that Ray's workers, which get the driver's working directory on their path, find it too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench_sweep import add_workload_args, certified_model, start_engine
 
 from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.runner import RetryPolicy
-from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.online.app import ActorController, build_controller_app
 from harbor_ray.online.controller import ControllerConfig, start_controller
@@ -40,6 +45,7 @@ from harbor_ray.online.weights import FakeWeightUpdater
 from harbor_ray.switches import set_switches
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
+from tests.fixtures.stub_agent import chat_agent
 
 KEY = "bench-key"
 TASK = "hello-file"

@@ -2,7 +2,7 @@
 proxy deployment, with a stub agent and a stub engine, so that what is measured is the
 cluster's own overhead.
 
-The stub agent (harbor_ray.cluster.stub_agent, run on the hosts like a real rollout)
+The stub agent (tests/fixtures/stub_agent.py, run on the hosts like a real rollout)
 makes `--calls` chat calls through the proxy to the stub engine, `--think` seconds
 apart; its row, turns and sequences are written to Parquet like any other. At each
 concurrency C the sweep runs `--waves` x C rollouts; the figures are wall-clock
@@ -45,15 +45,20 @@ import _procfs as procfs
 import pyarrow.parquet as pq
 import ray
 
+# The repo root, for the tests' fixtures (the stub agent, the namespaced cluster). Run
+# from the root, as above: Ray puts the driver's working directory on its workers' path,
+# and the hosts' workers import the stub agent's module.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
-from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.switches import set_switches
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
+from tests.fixtures.stub_agent import chat_agent
 
 
 def start_engine(delay_ms: float) -> tuple[subprocess.Popen, str]:
@@ -496,7 +501,6 @@ def cpu_limits(rows: list[dict[str, Any]], quiet: dict[str, Any]) -> None:
 def on_netns_cluster(nodes: int, delay_ms: float) -> None:
     """This script again, inside the head's namespace of a cluster of `nodes` namespaced
     nodes, against the stub engine in a namespace of its own."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.fixtures.multinode import netns_cluster
 
     forwarded = _without_option(sys.argv[1:], "--netns-nodes")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
@@ -103,17 +102,3 @@ async def _actor_alive(holder: str) -> bool:
     except TimeoutError:
         pass  # busy, not known dead
     return True
-
-
-def start_session_owner(owner: str, *, num_cpus: float = 0.0) -> Any:  # ActorHandle
-    """An actor that only owns sessions (tests, benchmarks, sessions opened by a trainer).
-
-    `SessionOwner`'s own methods are the actor's, so it answers replicas exactly as a
-    rollout host does. The concurrency limit is high because every replica's admit and
-    record calls for its sessions share it (Ray's default for async actors is 1,000).
-    """
-    remote = ray.remote(SessionOwner).options(
-        name=owner_actor_name(owner), namespace=NAMESPACE, num_cpus=num_cpus,
-        max_concurrency=100_000,
-    )
-    return remote.remote(owner)

@@ -26,7 +26,7 @@ from harbor_ray.cluster.nodes import this_node
 from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
-from harbor_ray.serve_http import app_going_away, serve_details, serve_http_base
+from harbor_ray.serve_http import app_going_away, serve_http_base
 
 CAPTURE_ROUTE_PREFIX = "/capture"
 # A replica's calls mostly wait on the engine, so one replica holds many at once. Below
@@ -177,16 +177,3 @@ def ensure_serve(http_port: int | None = None, *, across_nodes: bool = False) ->
         if http_port is not None:
             options["port"] = http_port
         serve.start(http_options=options)
-
-
-def replica_actor_names(app_name: str = CAPTURE_APP_NAME) -> list[str]:
-    """The proxy's running replica actors (in `SERVE_NAMESPACE`), e.g. to kill one."""
-    app = serve_details().applications.get(app_name)
-    if app is None:
-        return []
-    return [
-        replica.actor_name
-        for deployment in app.deployments.values()
-        for replica in deployment.replicas
-        if replica.state == "RUNNING"
-    ]

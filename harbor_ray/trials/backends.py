@@ -127,10 +127,6 @@ def raised_constructing(exc: BaseException) -> bool:
     return False
 
 
-def check_backends() -> list[BackendStatus]:
-    return [check_backend(name) for name in backend_names()]
-
-
 def _preflight_problem(cls: Any) -> str | None:
     # Preflights report by SystemExit (Harbor's convention) or by raising; some print.
     printed = io.StringIO()

@@ -21,13 +21,13 @@ from ray import serve
 from harbor_ray.capture.proxy.certify import certify_url
 from harbor_ray.cluster.host import Work
 from harbor_ray.cluster.setup import ClusterSpec, certify_from_every_node, running_cluster
-from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.errors import CertificationError
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.result import ErrorType, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec, make_specs
+from tests.fixtures.stub_agent import chat_agent
 
 
 def placement(address: str, args: dict[str, Any]) -> dict[str, Any]:

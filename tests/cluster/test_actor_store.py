@@ -21,9 +21,10 @@ from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, render_prompt
 from harbor_ray.capture.proxy.session import SessionInfo
 from harbor_ray.cluster.actor_store import ActorSessionStore
-from harbor_ray.cluster.owner import NAMESPACE, actor_holder, start_session_owner
+from harbor_ray.cluster.owner import NAMESPACE, actor_holder
 from harbor_ray.errors import SessionGone
 from tests.capture.test_session import turn
+from tests.fixtures.cluster_actors import start_session_owner
 
 pytestmark = pytest.mark.integration
 

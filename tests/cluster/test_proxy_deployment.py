@@ -30,14 +30,14 @@ from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.core.keys import mint_key, new_session_id
 from harbor_ray.capture.proxy.fake_engine import IM_END, encode, render_prompt
 from harbor_ray.cluster.host import ProxyTarget, start_host
-from harbor_ray.cluster.owner import actor_holder, start_session_owner
+from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.proxy_deployment import (
     SERVE_NAMESPACE,
     deploy_capture_proxy,
     remove_capture_proxy,
-    replica_actor_names,
 )
 from harbor_ray.cluster.replica_registry import ReplicaEntry, registry_name
+from tests.fixtures.cluster_actors import replica_actor_names, start_session_owner
 from tests.fixtures.fake_engine import fake_engine_process, free_port
 
 pytestmark = pytest.mark.integration

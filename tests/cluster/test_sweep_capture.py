@@ -23,12 +23,13 @@ from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
-from harbor_ray.cluster.proxy_deployment import remove_capture_proxy, replica_actor_names
-from harbor_ray.cluster.stub_agent import chat_agent
+from harbor_ray.cluster.proxy_deployment import remove_capture_proxy
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.readers import read_sequences
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
+from tests.fixtures.cluster_actors import replica_actor_names
+from tests.fixtures.stub_agent import chat_agent
 from tests.fixtures.threaded import fake_engine_in_thread
 from tests.trials.scripts import terminus_script
 

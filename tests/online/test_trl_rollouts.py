@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from harbor_ray.client import Client
-from harbor_ray.cluster.stub_agent import chat_agent
 from harbor_ray.errors import TrainerError
 from harbor_ray.integrations.trl import GroupRollouts, verifier_reward
 from harbor_ray.online.wire import Group
+from tests.fixtures.stub_agent import chat_agent
 from tests.online.conftest import KEY
 
 pytestmark = pytest.mark.integration
