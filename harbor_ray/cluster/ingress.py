@@ -16,6 +16,7 @@ from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from harbor_ray.cluster.remote_entry import start_entry_relays, stop_entry_relays
+from harbor_ray.host_names import LOOPBACK_NAMES
 
 
 def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
@@ -35,7 +36,8 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
     across_nodes = len(alive_nodes()) > 1
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
-                               across_nodes=across_nodes, logprobs_mode=logprobs_mode)
+                               across_nodes=across_nodes, logprobs_mode=logprobs_mode,
+                               allowed_hosts=capture_hosts(remote_url if remote else None))
     target = ProxyTarget(url=url, served_model=served_model, ingress=ingress,
                          engine_timeout_s=engine_timeout_s, stitch=stitch,
                          remote_url=remote_url if remote else None,
@@ -47,6 +49,14 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
             remove_capture_proxy()
             raise
     return target
+
+
+def capture_hosts(remote_url: str | None) -> tuple[str, ...]:
+    """The Host names the replicas answer besides IP addresses: the loopback names, and
+    the name in the URL sandboxes use, since the entry relays pass their requests on as
+    sent."""
+    name = urlsplit(remote_url).hostname if remote_url else None
+    return (*LOOPBACK_NAMES, *([name] if name else []))
 
 
 def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None

@@ -61,8 +61,10 @@ class CaptureProxy:
         stitch: bool = True,
         across_nodes: bool = False,
         logprobs_mode: str | None = None,
+        allowed_hosts: tuple[str, ...] | None = None,
     ) -> None:
-        overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
+        overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes,
+                     "allowed_hosts": allowed_hosts}
         self._settings = CaptureSettings(
             served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode,
             **{name: value for name, value in overrides.items() if value is not None},
@@ -122,6 +124,7 @@ def deploy_capture_proxy(
     stitch: bool = True,
     across_nodes: bool = False,
     logprobs_mode: str | None = None,
+    allowed_hosts: tuple[str, ...] | None = None,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -131,7 +134,8 @@ def deploy_capture_proxy(
     in which case its own port is used. `num_cpus` is small so that replicas never wait
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
-    `stitch` and `logprobs_mode` are `CaptureSettings`'. `across_nodes`: each replica's
+    `stitch`, `logprobs_mode` and `allowed_hosts` (None: the default) are
+    `CaptureSettings`'. `across_nodes`: each replica's
     direct socket listens on its node's address instead of loopback, so that hosts on
     nodes without a replica reach it (session keys still required; a replica has no admin routes);
     without it, a replica adds that socket once a second node joins (direct_ingress.py).
@@ -148,6 +152,7 @@ def deploy_capture_proxy(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
             app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
             across_nodes=across_nodes, logprobs_mode=logprobs_mode,
+            allowed_hosts=allowed_hosts,
         ),
         name=app_name,
         route_prefix=route_prefix,

@@ -78,6 +78,9 @@ class CaptureArgs(_Args):
     max_ongoing_requests: int = Field(MAX_ONGOING_REQUESTS, ge=1)
     engine_timeout_s: float = Field(DEFAULT_ENGINE_TIMEOUT_S, gt=0)
     stitch: bool = True
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: list(LOOPBACK_NAMES), description="The Host names the "
+        "proxy answers besides any IP address (any port); '*': any. Others get 421.")
 
 
 class ControllerArgs(_Args):
@@ -155,7 +158,8 @@ def build_capture(args: dict[str, Any]) -> Application:
         ray_actor_options={"num_cpus": config.num_cpus},
     ).bind(config.engine_url, engine.model_id,
            app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch,
-           logprobs_mode=engine.recorded_logprobs_mode)
+           logprobs_mode=engine.recorded_logprobs_mode,
+           allowed_hosts=tuple(config.allowed_hosts))
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)

@@ -25,7 +25,7 @@ def mounted(store: InMemorySessionStore, engine: FakeEngine, admin: InMemorySess
     app = build_capture_app(store, engine, CaptureSettings(served_model="fake-model"),
                             admin=admin)
     transport = httpx.ASGITransport(app=app, root_path=PREFIX)
-    return httpx.AsyncClient(transport=transport, base_url="http://proxy")
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1")
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ async def client() -> AsyncIterator[tuple[httpx.AsyncClient, InMemorySessionStor
 async def test_the_sdk_works_through_a_route_prefix(client) -> None:
     http, store, engine = client
     session = await store.create()
-    sdk = openai.AsyncOpenAI(base_url=f"http://proxy{PREFIX}/v1", api_key=session.key,
+    sdk = openai.AsyncOpenAI(base_url=f"http://127.0.0.1{PREFIX}/v1", api_key=session.key,
                              http_client=http, max_retries=0)
     reply = await sdk.chat.completions.create(model="m", messages=HELLO)
     assert reply.choices[0].message.content == "echo: hello"

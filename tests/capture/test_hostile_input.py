@@ -170,7 +170,7 @@ async def test_the_app_checks_the_head_where_its_server_did_not() -> None:
     app = build_capture_app(store, FakeEngine(), CaptureSettings(served_model="m"))
     s = await store.create()
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         reply = await client.post("/v1/messages", json={}, headers={
             "x-api-key": s.key, "x-big": "a" * 70_000})
         assert reply.status_code == 431 and reply.json()["type"] == "error"

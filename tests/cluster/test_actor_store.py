@@ -64,7 +64,7 @@ async def proxy(ray_cluster: None) -> AsyncIterator[httpx.AsyncClient]:
     app = build_capture_app(ActorSessionStore(), FakeEngine(),
                             CaptureSettings(served_model="fake-model"))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://proxy") as client:
+                                 base_url="http://127.0.0.1") as client:
         yield client
 
 
@@ -73,7 +73,7 @@ async def open_session(owner: Any, budget: int | None = None) -> SessionInfo:
 
 
 def sdk(proxy: httpx.AsyncClient, key: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url="http://proxy/v1", api_key=key, http_client=proxy,
+    return openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key=key, http_client=proxy,
                               max_retries=0)
 
 
@@ -150,7 +150,7 @@ async def test_a_session_closed_while_its_call_runs_gets_401(owner) -> None:
                             CaptureSettings(served_model="fake-model"))
     session = await open_session(owner)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://proxy") as proxy:
+                                 base_url="http://127.0.0.1") as proxy:
         calling = asyncio.ensure_future(chat(proxy, session.key))
         while not engine.calls:
             await asyncio.sleep(0.01)

@@ -15,6 +15,8 @@ admin.py's. Not model calls (probes.py): a websocket upgrade gets 426 at once (c
 then uses HTTP), `HEAD` and `GET /` a 200.
 
 Failures, by where they happen, and what the agent sees (always in its own dialect):
+  host        a Host that is not an IP address or an allowed name, or two -> 421, first
+              (host_names.py: a guard against DNS rebinding)
   request     head (URL, headers) too large -> 414 / 431 before anything else; unreadable,
               oversized, wrong type, untranslatable, not encodable for the engine (nested
               too deeply, an integer out of range) -> 4xx; nothing recorded
@@ -57,6 +59,7 @@ from harbor_ray.capture.proxy.probes import (
 from harbor_ray.capture.proxy.refusals import error_reply
 from harbor_ray.capture.proxy.session import AdminStore, CallStore
 from harbor_ray.capture.proxy.upstream import Engine
+from harbor_ray.host_names import LOOPBACK_NAMES, REFUSED_HOST, HostNames
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class CaptureSettings:
     # Which logprobs the engine returns (`Certification.logprobs_mode`), recorded with
     # every turn; None: not known (the engine was not certified here).
     logprobs_mode: str | None = None
+    # The Host names answered besides any IP address (agents reach the proxy by
+    # address); `*`: any. A name agents use (a tunnel's, a service's) must be listed.
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
 
 
 def build_capture_app(
@@ -140,8 +146,12 @@ class CaptureApp:
         self._pipeline, self._router, self._admin_routes = pipeline, router, admin_routes
         self.state = router.state
         self.settings = pipeline.settings
+        self._hosts = HostNames(self.settings.allowed_hosts, any_address=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not self._hosts.admits(scope):
+            await _host_refused(scope, receive, send)
+            return
         if scope["type"] == "websocket":
             await refuse_websocket(_route_path(scope), scope, receive, send)
             return
@@ -164,6 +174,14 @@ class CaptureApp:
                 await response(scope, receive, send)
                 return
         await self._router(scope, receive, send)
+
+
+async def _host_refused(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await error_reply(_dialect_for(_route_path(scope), scope), 421, REFUSED_HOST,
+                      "invalid_request")(scope, receive, send)
 
 
 def _head_refused(scope: Scope, path: str, settings: CaptureSettings) -> Response | None:

@@ -71,7 +71,7 @@ def sdk_client(
         return httpx2.Response(status, json=reply)
 
     return anthropic.Anthropic(
-        api_key="session-key", base_url="http://proxy.test", max_retries=0,
+        api_key="session-key", base_url="http://127.0.0.1", max_retries=0,
         http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
     )
 

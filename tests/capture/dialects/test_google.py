@@ -37,7 +37,7 @@ class FakeServer:
         self.client = genai.Client(
             api_key="session-key",
             http_options=types.HttpOptions(
-                base_url="http://proxy", httpx_client=httpx.Client(transport=transport)
+                base_url="http://127.0.0.1", httpx_client=httpx.Client(transport=transport)
             ),
         )
         self.seen: list[httpx.Request] = []

@@ -321,7 +321,7 @@ def test_stream_on_length_ends_incomplete():
 
 def sdk_client(reply: httpx.Response) -> openai.OpenAI:
     transport = httpx.MockTransport(lambda request: reply)
-    return openai.OpenAI(api_key="k", base_url="http://proxy/v1", max_retries=0,
+    return openai.OpenAI(api_key="k", base_url="http://127.0.0.1/v1", max_retries=0,
                          http_client=httpx.Client(transport=transport))
 
 
