@@ -22,7 +22,7 @@ import orjson
 
 from harbor_ray.cluster.host import Work
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 _RETRYABLE = frozenset({404, 500, 502, 503, 504})  # a replica restarting answers 404/5xx

@@ -13,8 +13,8 @@ import pytest
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.local import LocalCapture, local_capture
 from harbor_ray.data.rebuild import export_document
+from harbor_ray.data.result import ErrorType, RolloutResult
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
-from harbor_ray.trials.result import ErrorType, RolloutResult
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
 from tests.processes import all_cmdlines, gone
 from tests.trials.scripts import terminus_script
