@@ -25,7 +25,7 @@ from harbor.trial.trial import Trial
 
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
-from harbor_ray.capture.proxy.session import SessionInfo
+from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult, describe_bug
 from harbor_ray.errors import AgentInstallError, AgentNotWiredError

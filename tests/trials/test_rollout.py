@@ -165,7 +165,7 @@ class _Capture:
 
 
 def _cached_config(agent: str, cache: Path):
-    from harbor_ray.capture.proxy.session import SessionInfo
+    from harbor_ray.capture.core.session_info import SessionInfo
     from harbor_ray.trials.rollout import _trial_config
 
     pinned = RolloutSpec(rollout_id="r", task=sample("hello-file"), agent=agent,
