@@ -14,10 +14,11 @@ from rich.console import Console
 
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify, certify_url
-from harbor_ray.capture.proxy.server import bind, check_exposure, run_server, serve
+from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.errors import CertificationError, EngineSetupError, HarborRayError, ServeError
+from harbor_ray.listening import bind
 from harbor_ray.switches import set_switches
 from harbor_ray.terminal import Phases, Terminal, quiet_output
 

@@ -55,9 +55,9 @@ from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.rebuild import rebuild_prompts
+from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.switches import set_switches
-from harbor_ray.trials.result import RolloutResult
 
 TURNS = 50
 TOKENS = 2_400_000

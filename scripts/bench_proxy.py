@@ -28,9 +28,10 @@ import uvicorn
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, fake_engine_app
 from harbor_ray.capture.proxy.http1 import Http1Pool
-from harbor_ray.capture.proxy.server import base_url, bind, run_server, serve
+from harbor_ray.capture.proxy.server import run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import HttpEngine
+from harbor_ray.listening import base_url, bind
 
 PROMPT = [{"role": "system", "content": "You are a careful coding agent. " * 20},
           {"role": "user", "content": "List the files in /app and explain each one."}]

@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))  # the tests' Chromium driver (tests/report/browse
 from harbor_ray.capture.core.record import close_capture  # noqa: E402
 from harbor_ray.capture.core.turn import TurnRecord  # noqa: E402
 from harbor_ray.data.encode import encode_record  # noqa: E402
+from harbor_ray.data.result import ErrorType, RolloutResult  # noqa: E402
 from harbor_ray.data.writer import DatasetWriter  # noqa: E402
 from harbor_ray.report import write_report  # noqa: E402
 from harbor_ray.switches import set_switches  # noqa: E402
-from harbor_ray.trials.result import ErrorType, RolloutResult  # noqa: E402
 
 VOCAB = 49_152
 TASKS = 20

@@ -14,7 +14,7 @@ from typing import Any, Self, Unpack
 
 import httpx
 
-from harbor_ray.client import routes
+import harbor_ray.client.routes as routes
 from harbor_ray.client.calls import Call, Exchange, Outcome, Retry, Send, Sleep, exchange
 from harbor_ray.client.routes import GroupCursor, SubmitOptions
 from harbor_ray.online.wire import (

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harbor_ray.capture.proxy.app import CaptureApp
-from harbor_ray.capture.proxy.server import bind, serve
+from harbor_ray.capture.proxy.server import serve
 from harbor_ray.cluster.nodes import ClusterNode, alive_nodes
 from harbor_ray.cluster.replica_registry import ReplicaEntry
+from harbor_ray.listening import bind
 
 _log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.continuation import PrefixKey
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.capture.proxy.session import Admission, Counter, InMemorySessionStore, SessionInfo
+from harbor_ray.capture.proxy.session import Admission, Counter, InMemorySessionStore
 
 NAMESPACE = "harbor_ray"
 _PING_S = 10.0  # an actor that does not answer this fast is busy, not known dead

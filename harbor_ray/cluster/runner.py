@@ -26,7 +26,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from harbor_ray.cluster.pool import Host, HostPool
 from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult, describe_bug
+from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult, describe_bug
 from harbor_ray.trials.spec import RolloutSpec
 
 __all__ = ["RETRIED", "RetryPolicy", "RolloutRunner", "failed_record", "first_line"]

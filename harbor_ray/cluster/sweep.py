@@ -23,9 +23,9 @@ from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner
 from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.trials.backends import LOCAL
-from harbor_ray.trials.result import RolloutResult
 from harbor_ray.trials.spec import RolloutSpec
 
 

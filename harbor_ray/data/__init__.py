@@ -1,5 +1,8 @@
 """harbor_ray's dataset: rollouts/, sequences/ and turns/ as Parquet (see SCHEMA.md).
 
+Every rollout ends as one `RolloutResult` (`result`, with the closed `ErrorType`), the
+row that both the trial layer fills and the encoding writes.
+
 Writing (`DatasetWriter`, `encode_record`) is pure Arrow and Parquet; the Ray Data
 readers import Ray Data only when called.
 """

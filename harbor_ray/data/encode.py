@@ -21,6 +21,7 @@ import pyarrow as pa
 from harbor_ray.capture.core.graph import RolloutGraph, build_graph
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.data.result import FindingRecord, RolloutResult
 from harbor_ray.data.schema import (
     COUNTS,
     IDS,
@@ -31,7 +32,6 @@ from harbor_ray.data.schema import (
     SEQUENCES,
     TURNS,
 )
-from harbor_ray.trials.result import FindingRecord, RolloutResult
 
 __all__ = ["RolloutRecord", "encode_record", "placed", "rollouts_table", "warm_up",
            "with_findings"]

@@ -18,7 +18,7 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 import ray
@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harbor_ray.errors import FieldError, OnlineError, OverCapacity, WeightUpdateError
 from harbor_ray.host_names import LOOPBACK_NAMES, HostGuard
+from harbor_ray.online.controller_calls import ControllerCalls
 from harbor_ray.online.mcp_tools import MCP_PATH, build_mcp, first_error
 from harbor_ray.online.wire import (
     AckReply,
@@ -48,25 +49,13 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 
-__all__ = ["ActorController", "ControllerCalls", "build_controller_app", "openapi"]
+__all__ = ["ActorController", "build_controller_app", "openapi"]
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_WAIT_S = 300.0  # a long poll's longest wait
 MAX_GROUPS = 1_000
 
 _log = logging.getLogger(__name__)
-
-
-class ControllerCalls(Protocol):
-    async def submit(self, request: SubmitRequest) -> SubmitReply: ...
-    async def groups(self, max_groups: int, wait_s: float) -> list[Group]: ...
-    async def ack(self, group_ids: list[str]) -> AckReply: ...
-    async def cancel(self, group_id: str) -> CancelReply: ...
-    async def update_weights(self, request: WeightsRequest) -> WeightsReply: ...
-    async def policy(self) -> PolicyReply: ...
-    async def stats(self) -> StatsReply: ...
-    async def run_one(self, request: SubmitRequest) -> Group: ...
-    async def tasks(self, dataset: str | None) -> list[str]: ...
 
 
 # Calls that only wait: when their caller gives up, the actor stops waiting too (and

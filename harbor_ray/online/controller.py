@@ -29,6 +29,7 @@ from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
 from harbor_ray.cluster.sweep import in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.result import ErrorType
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import (
     CheckpointError,
@@ -58,7 +59,6 @@ from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import AGENTS, needs_model
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
-from harbor_ray.trials.result import ErrorType
 from harbor_ray.trials.spec import RolloutSpec
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]

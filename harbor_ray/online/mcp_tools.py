@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -24,10 +24,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp
 
 from harbor_ray.errors import OnlineError
+from harbor_ray.online.controller_calls import ControllerCalls
 from harbor_ray.online.wire import SubmitRequest
-
-if TYPE_CHECKING:
-    from harbor_ray.online.app import ControllerCalls
 
 __all__ = ["MCP_PATH", "InFlight", "McpTools", "RolloutSummary", "build_mcp", "first_error"]
 

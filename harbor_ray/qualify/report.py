@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harbor_ray.trials.result import ErrorType
+from harbor_ray.data.result import ErrorType
 
 __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "Level", "QualifyReport",
            "QualifyRow", "problems", "render_markdown"]

@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from harbor_ray.capture.proxy.server import base_url, bind
 from harbor_ray.host_names import LOOPBACK_NAMES, HostGuard, names_served
+from harbor_ray.listening import base_url, bind
 from harbor_ray.report.build import report_document
 from harbor_ray.report.page import render_page
 from harbor_ray.report.tables import dataset_version

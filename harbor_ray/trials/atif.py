@@ -24,7 +24,7 @@ from harbor_ray.capture.core.findings import Severity
 from harbor_ray.capture.core.graph import Role
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.trials.result import FindingRecord
+from harbor_ray.data.result import FindingRecord
 
 __all__ = ["AtifCode", "cross_check"]
 

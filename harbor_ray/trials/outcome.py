@@ -20,7 +20,7 @@ from harbor.models.trial.error_policy import FailureCause
 from harbor.models.trial.result import ExceptionInfo, TrialResult
 
 from harbor_ray.capture.core.findings import Severity
-from harbor_ray.trials.result import ErrorType, FindingRecord
+from harbor_ray.data.result import ErrorType, FindingRecord
 
 __all__ = ["TEARDOWN_FAILED", "Outcome", "classify"]
 

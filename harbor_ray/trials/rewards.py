@@ -17,7 +17,7 @@ from numbers import Real
 from typing import Any
 
 from harbor_ray.capture.core.findings import Severity
-from harbor_ray.trials.result import FindingRecord
+from harbor_ray.data.result import FindingRecord
 
 __all__ = ["REWARD_KEY", "RewardChoice", "RewardCode", "findings_for", "select_reward"]
 

@@ -25,15 +25,15 @@ from harbor.trial.trial import Trial
 
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
-from harbor_ray.capture.proxy.session import SessionInfo
+from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
+from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult, describe_bug
 from harbor_ray.errors import AgentInstallError, AgentNotWiredError
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import LOCAL, environment_config, raised_constructing
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, PREINSTALLED, sandbox_tools
 from harbor_ray.trials.outcome import classify
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult, describe_bug
 from harbor_ray.trials.rewards import findings_for, select_reward
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.proxy.session import SessionInfo
+from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.datasets import TaskRef
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import harbor_ray.capture
 from harbor_ray.capture import CORE
@@ -22,6 +23,14 @@ def test_the_core_imports_no_edge_library() -> None:
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=120, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_the_list_names_every_module_of_the_core() -> None:
+    # A module left out of CORE would escape the check above.
+    core = Path(harbor_ray.capture.__file__).parent / "core"
+    modules = {path.stem for path in core.glob("*.py")} - {"__init__"}
+    modules |= {path.parent.name for path in core.glob("*/__init__.py")}
+    assert sorted(CORE) == sorted(modules)
 
 
 def test_an_edge_module_is_seen_by_the_same_check() -> None:

@@ -27,8 +27,8 @@ from cryptography.x509.oid import NameOID
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from harbor_ray.capture.proxy.http1 import Http1Pool
-from harbor_ray.capture.proxy.server import base_url, bind
 from harbor_ray.errors import ConnectError, Http1Timeout, ProtocolError
+from harbor_ray.listening import base_url, bind
 
 JSON = {"Content-Type": "application/json"}
 

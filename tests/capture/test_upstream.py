@@ -10,9 +10,9 @@ import uvicorn
 
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, fake_engine_app
-from harbor_ray.capture.proxy.server import base_url, bind
 from harbor_ray.capture.proxy.upstream import HttpEngine, api_root
 from harbor_ray.errors import CertificationError, EngineError
+from harbor_ray.listening import base_url, bind
 
 
 async def served(fake: FakeEngine) -> AsyncIterator[str]:

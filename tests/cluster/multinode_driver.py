@@ -23,9 +23,9 @@ from harbor_ray.cluster.host import Work
 from harbor_ray.cluster.setup import ClusterSpec, certify_from_every_node, running_cluster
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.data.encode import RolloutRecord, encode_record
+from harbor_ray.data.result import ErrorType, RolloutResult
 from harbor_ray.errors import CertificationError
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
-from harbor_ray.trials.result import ErrorType, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec, make_specs
 from tests.fixtures.stub_agent import chat_agent
 

@@ -14,7 +14,7 @@ from harbor.models.task.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.trials.result import ErrorType, RolloutResult
+from harbor_ray.data.result import ErrorType, RolloutResult
 from harbor_ray.trials.sandbox.bwrap import BwrapEnvironment
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.trials.result import RolloutResult
+from harbor_ray.data.result import RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 

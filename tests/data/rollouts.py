@@ -17,7 +17,7 @@ from harbor_ray.capture.core.graph import RolloutGraph
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.trials.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult
 from tests.capture.turns_factory import chain, follow, turn
 
 NAN = float("nan")

@@ -10,8 +10,8 @@ from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.data.encode import encode_record, placed, rollouts_table, with_findings
 from harbor_ray.data.rebuild import turn_records
+from harbor_ray.data.result import FindingRecord, RolloutResult
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
-from harbor_ray.trials.result import FindingRecord, RolloutResult
 from tests.capture.turns_factory import chain, full, turn
 from tests.data.rollouts import (
     SEQUENCE_FIELDS,

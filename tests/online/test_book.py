@@ -9,8 +9,8 @@ import pytest
 
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.data.encode import RolloutRecord, encode_record
+from harbor_ray.data.result import ErrorType, RolloutResult
 from harbor_ray.online.groups import Book, GroupState, Phase
-from harbor_ray.trials.result import ErrorType, RolloutResult
 from tests.capture.turns_factory import turn
 
 

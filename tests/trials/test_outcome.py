@@ -36,8 +36,8 @@ from harbor.verifier.verifier import (
     VerifierOutputParseError,
 )
 
+from harbor_ray.data.result import ErrorType
 from harbor_ray.trials.outcome import TEARDOWN_FAILED, Outcome, classify
-from harbor_ray.trials.result import ErrorType
 from harbor_ray.trials.rewards import select_reward
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -13,8 +13,8 @@ import pytest
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.local import LocalCapture, local_capture
 from harbor_ray.data.rebuild import export_document
+from harbor_ray.data.result import ErrorType, RolloutResult
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
-from harbor_ray.trials.result import ErrorType, RolloutResult
 from harbor_ray.trials.rollout import RolloutSpec, run_rollout
 from tests.processes import all_cmdlines, gone
 from tests.trials.scripts import terminus_script
@@ -165,7 +165,7 @@ class _Capture:
 
 
 def _cached_config(agent: str, cache: Path):
-    from harbor_ray.capture.proxy.session import SessionInfo
+    from harbor_ray.capture.core.session_info import SessionInfo
     from harbor_ray.trials.rollout import _trial_config
 
     pinned = RolloutSpec(rollout_id="r", task=sample("hello-file"), agent=agent,

@@ -101,7 +101,7 @@ def build_capture_app(
     """The ASGI app. `on_shutdown` (e.g. closing the engine client) runs at lifespan end.
     `policy_version` is read when a call is forwarded and when its reply arrives (the
     turn's `policy_version_start`/`_end`); it must be cheap (the online service's is a
-    cached value, harbor_ray/online/policy.py). Offline runs record version 0.
+    cached value, `PolicyClock` in harbor_ray/cluster/policy.py). Offline runs record version 0.
 
     Without `admin` (cluster replicas, whose sessions their owner actors open and
     export; `serve_capture`, whose caller does) there are no admin routes: /sessions

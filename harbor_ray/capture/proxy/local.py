@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
-from harbor_ray.capture.proxy.server import bind, serve
-from harbor_ray.capture.proxy.session import InMemorySessionStore, SessionInfo
+from harbor_ray.capture.proxy.server import serve
+from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import Engine
+from harbor_ray.listening import bind
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 docs/lessons.md: a liveness probe that connected to whoever held the port, while the real
 bind error died on a background thread, produced 401s and rollouts with zero model
-calls. So the socket is bound here, in the caller's thread (a taken port fails loudly,
-at once), and readiness is confirmed by the app's own instance id, not by "something
-answered".
+calls. So the socket is bound before the server starts, in the caller's thread
+(`harbor_ray.listening`: a taken port fails loudly, at once), and readiness is confirmed
+by the app's own instance id, not by "something answered".
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from harbor_ray.capture.proxy.app import CaptureApp
 from harbor_ray.capture.proxy.head_limit import bounded_protocol
 from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.errors import ServeError
+from harbor_ray.listening import base_url
 
 
 def is_loopback(host: str) -> bool:
@@ -41,30 +42,6 @@ def check_exposure(host: str, admin_key: str | None) -> None:
             f"refusing to bind {host} without an admin key: anyone who can reach it could "
             "mint and read sessions. Pass --admin-key, or bind 127.0.0.1."
         )
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it. uvloop sets it on them anyway; the stdlib loop
-    # does not for a socket made with protocol 0, and uvicorn writes a response's head
-    # and body separately, so Nagle and delayed ACKs added ~40 ms to reused connections.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ServeError(f"cannot bind {host}:{port}: {exc.strerror}") from exc
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def base_url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{port}"
 
 
 async def serve(

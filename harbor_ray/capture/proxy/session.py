@@ -28,18 +28,11 @@ from harbor_ray.capture.core.keys import (
 )
 from harbor_ray.capture.core.record import ClosedCapture, close_capture
 from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import SessionGone
 
 Counter = Literal["engine_error", "budget_stop"]
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    session_id: str
-    key: str
-    budget: int | None
-    sampling: Sampling | None = None
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import harbor_ray.trials.sandbox.relay as relay
 from harbor_ray.errors import ExecTimeoutError, SandboxError
-from harbor_ray.trials.sandbox import relay
 from harbor_ray.trials.sandbox.layout import SANDBOX_PATH, Bind
 from harbor_ray.trials.sandbox.runtime import Sandbox
 

@@ -1,10 +1,10 @@
-"""The proxy's own listening socket."""
+"""A listening socket bound in the caller's thread."""
 
 from __future__ import annotations
 
 import socket
 
-from harbor_ray.capture.proxy.server import base_url, bind
+from harbor_ray.listening import base_url, bind
 
 
 def test_accepted_connections_do_not_wait_for_nagle() -> None:
