@@ -24,7 +24,7 @@ from harbor_ray.capture.proxy.request_body import read_body
 from harbor_ray.capture.proxy.session import AdminStore
 
 if TYPE_CHECKING:
-    from harbor_ray.capture.proxy.app import CaptureSettings
+    from harbor_ray.capture.proxy.settings import CaptureSettings
 
 
 class SessionRequest(BaseModel):

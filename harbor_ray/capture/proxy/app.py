@@ -36,7 +36,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -58,34 +57,9 @@ from harbor_ray.capture.proxy.probes import (
 )
 from harbor_ray.capture.proxy.refusals import error_reply
 from harbor_ray.capture.proxy.session import AdminStore, CallStore
+from harbor_ray.capture.proxy.settings import CaptureSettings
 from harbor_ray.capture.proxy.upstream import Engine
-from harbor_ray.host_names import LOOPBACK_NAMES, REFUSED_HOST, HostNames
-
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    """What the app needs to know besides its store and engine."""
-
-    served_model: str
-    admin_key: str | None = None
-    max_body_bytes: int = 32 * 1024 * 1024
-    # The request head: the URL (path and query), and the request line and headers
-    # together. The servers of this package refuse a larger one while reading it
-    # (server.py); the app checks again for servers that do not (Serve's HTTP proxy).
-    max_url_bytes: int = 16 * 1024
-    max_header_bytes: int = 64 * 1024
-    keepalive_s: float = 10.0
-    default_budget: int | None = None
-    # A call that continues a recorded turn's conversation gets that turn's prompt +
-    # sampled ids as the start of its prompt (continuation.py); False: the engine
-    # renders every prompt from the messages.
-    stitch: bool = True
-    # Which logprobs the engine returns (`Certification.logprobs_mode`), recorded with
-    # every turn; None: not known (the engine was not certified here).
-    logprobs_mode: str | None = None
-    # The Host names answered besides any IP address (agents reach the proxy by
-    # address); `*`: any. A name agents use (a tunnel's, a service's) must be listed.
-    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
+from harbor_ray.host_names import REFUSED_HOST, HostNames
 
 
 def build_capture_app(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response, StreamingResponse
@@ -21,6 +20,7 @@ from harbor_ray.capture.core.completion import Completion
 from harbor_ray.capture.core.dialects import Dialect
 from harbor_ray.capture.core.dialects.base import EngineCall, ReplyContext
 from harbor_ray.capture.core.sse import KEEPALIVE
+from harbor_ray.capture.proxy.admitted import Admitted, CallSteps
 from harbor_ray.capture.proxy.fast_json import JSONResponse
 from harbor_ray.capture.proxy.refusals import (
     SESSION_ENDED,
@@ -30,13 +30,10 @@ from harbor_ray.capture.proxy.refusals import (
 )
 from harbor_ray.errors import EngineError, SessionGone
 
-if TYPE_CHECKING:
-    from harbor_ray.capture.proxy.pipeline import Admitted, CallPipeline
-
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def streamed(pipeline: CallPipeline, dialect: Dialect, admitted: Admitted,
+def streamed(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
              ctx: ReplyContext) -> ASGIApp:
     """The streamed answer to an admitted call: keep-alives while the engine works, then
     the reply's frames (or an error event; the 200 went out with the first keep-alive)."""
@@ -53,7 +50,7 @@ def answered(dialect: Dialect, call: EngineCall, completion: Completion, ctx: Re
     return JSONResponse(dialect.render(completion, ctx))
 
 
-async def _frames(pipeline: CallPipeline, dialect: Dialect, admitted: Admitted,
+async def _frames(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
                   ctx: ReplyContext) -> AsyncIterator[bytes]:
     task = asyncio.ensure_future(pipeline.generate(admitted))
     delivered = False
@@ -109,7 +106,7 @@ class Delivery:
     take (ASGI servers raise OSError for a closed connection), has the turn withdrawn.
     """
 
-    def __init__(self, pipeline: CallPipeline, dialect: Dialect, admitted: Admitted,
+    def __init__(self, pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
                  ctx: ReplyContext) -> None:
         self._pipeline, self._dialect, self._admitted, self._ctx = (
             pipeline, dialect, admitted, ctx)

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,8 +24,6 @@ from harbor_ray.capture.core.auxiliary import is_auxiliary
 from harbor_ray.capture.core.budget import budget_stop
 from harbor_ray.capture.core.completion import Completion, parse_engine_reply
 from harbor_ray.capture.core.continuation import (
-    Continuation,
-    ContinuationBase,
     Conversation,
     extend,
 )
@@ -34,12 +31,13 @@ from harbor_ray.capture.core.count_tokens import count_call
 from harbor_ray.capture.core.detect import Route as CallRoute
 from harbor_ray.capture.core.detect import answering_dialect, detect
 from harbor_ray.capture.core.dialects import DIALECTS, Dialect
-from harbor_ray.capture.core.dialects.base import EngineCall, ReplyContext
+from harbor_ray.capture.core.dialects.base import ReplyContext
 from harbor_ray.capture.core.keys import extract_key
 from harbor_ray.capture.core.models_list import models_reply
 from harbor_ray.capture.core.normalize import engine_body
 from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.admitted import Admitted, EngineReply
 from harbor_ray.capture.proxy.delivery import Delivery, answered, streamed
 from harbor_ray.capture.proxy.fast_json import JSONResponse
 from harbor_ray.capture.proxy.refusals import (
@@ -56,31 +54,7 @@ from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import EngineError, EngineReplyError, RequestError, SessionGone
 
 if TYPE_CHECKING:
-    from harbor_ray.capture.proxy.app import CaptureSettings
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """A model call that holds a slot of its session's budget."""
-
-    session_id: str
-    index: int
-    route: CallRoute
-    call: EngineCall
-    payload: dict[str, Any]
-    messages_json: bytes  # the payload's messages, encoded once for the record
-    auxiliary: bool = False  # a side call (capture.core.auxiliary)
-    conversation: Conversation | None = None  # None: its prompt is never stitched
-    base: ContinuationBase | None = None  # the recorded turn it continues
-
-
-@dataclass(frozen=True)
-class EngineReply:
-    completion: Completion
-    message: dict[str, Any]  # the engine reply's message, as recorded
-    started: float
-    version: int | None  # the policy version when the call was forwarded
-    continuation: Continuation | None = None
+    from harbor_ray.capture.proxy.settings import CaptureSettings
 
 
 class CallPipeline:
