@@ -81,9 +81,9 @@ from harbor_ray.capture.proxy.session import AdminStore, CallStore, SessionGrant
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import (
     AgentCallError,
+    AgentRequestError,
     EngineError,
     EngineReplyError,
-    RequestError,
     SessionGone,
 )
 
@@ -133,7 +133,7 @@ class SessionRequest(BaseModel):
 class _HttpError(AgentCallError):
     """A call the proxy refuses itself (key, size, content type, JSON), with its status."""
 
-    def __init__(self, status: int, message: str, kind: ErrorKind) -> None:
+    def __init__(self, message: str, *, status: int, kind: ErrorKind) -> None:
         self.status, self.message, self.kind = status, message, kind
 
 
@@ -353,7 +353,7 @@ class _CaptureHandler:
             return _NOTHING
         except _HttpError as exc:
             return _error(dialect, exc.status, exc.message, exc.kind)
-        except RequestError as exc:
+        except AgentRequestError as exc:
             return _error(dialect, exc.status, exc.message, "invalid_request")
         except RecursionError:
             # A translator walking a nested value (a tool's schema) that JSON's own depth
@@ -397,22 +397,24 @@ class _CaptureHandler:
         key = extract_key(request.headers, request.query_params)
         grant = await self.store.authenticate(key) if key else None
         if grant is None:
-            raise _HttpError(401, "invalid or missing session key", "authentication")
+            raise _HttpError("invalid or missing session key", status=401, kind="authentication")
         return grant
 
     async def _read_json(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("content-type", "")
         if content_type.split(";")[0].strip().lower() != "application/json":
-            raise _HttpError(415, "content-type must be application/json", "invalid_request")
+            raise _HttpError("content-type must be application/json", status=415,
+                             kind="invalid_request")
         raw = await _read_body(request, self.settings.max_body_bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise _HttpError(
-                400, f"request body is not valid JSON: {exc}", "invalid_request"
+                f"request body is not valid JSON: {exc}", status=400, kind="invalid_request"
             ) from exc
         if not isinstance(body, dict):
-            raise _HttpError(400, "request body must be a JSON object", "invalid_request")
+            raise _HttpError("request body must be a JSON object", status=400,
+                             kind="invalid_request")
         return body
 
     async def _count_tokens(
@@ -449,7 +451,7 @@ class _CaptureHandler:
             raise
         except EngineReplyError as exc:
             await self.store.release(session_id, index, "engine_error")
-            raise EngineError(f"engine reply unusable: {exc}", 502) from exc
+            raise EngineError(f"engine reply unusable: {exc}", status=502) from exc
         except BaseException:
             # Cancelled (client went away) or a bug: the call produced no turn.
             await self._withdraw(admitted)
@@ -722,13 +724,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
     """The whole body, refused (413) past the limit before more of it is read."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+        raise _HttpError(f"request body exceeds {limit} bytes", status=413, kind="too_large")
     chunks, size = [], 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+                raise _HttpError(f"request body exceeds {limit} bytes", status=413,
+                                 kind="too_large")
             chunks.append(chunk)
     except ClientDisconnect as exc:
         # Clients leave mid-body routinely (a cancelled call); nobody is left to answer.
@@ -768,8 +771,9 @@ def _encodable(payload: dict[str, Any]) -> bytes:
         messages = orjson.dumps(payload["messages"])
         orjson.dumps({k: v for k, v in payload.items() if k != "messages"})
     except orjson.JSONEncodeError as exc:
-        raise _HttpError(400, f"request cannot be forwarded: {exc} (nested too deeply, or "
-                              "an integer beyond 64 bits)", "invalid_request") from exc
+        raise _HttpError(f"request cannot be forwarded: {exc} (nested too deeply, or "
+                         "an integer beyond 64 bits)", status=400,
+                         kind="invalid_request") from exc
     return messages
 
 
