@@ -38,7 +38,8 @@ HarborRayError                           harbor_ray refused or failed something
 ├── DataError                            the Parquet dataset under OUT (harbor_ray.data)
 │   ├── NotADatasetError (FileNotFoundError)  a directory with no dataset in it
 │   ├── DuplicateRolloutError (ValueError)  a rollout id the dataset already holds
-│   └── SchemaMismatchError (ValueError)  rows or a directory of another schema version
+│   ├── SchemaMismatchError (ValueError)  rows or a directory of another schema version
+│   └── BrokenRowsError (ValueError)     turns whose parent links do not hold
 ├── ReportError                          the report and its viewer (harbor_ray.report)
 │   └── ViewerError                      the live viewer cannot start
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
@@ -233,6 +234,11 @@ class DuplicateRolloutError(DataError, ValueError):
 
 class SchemaMismatchError(DataError, ValueError):
     """Rows, or a dataset directory, of another schema version than this writer's."""
+
+
+class BrokenRowsError(DataError, ValueError):
+    """Turns whose parent links do not hold (a parent missing, without ids, or a cycle):
+    their prompts cannot be rebuilt."""
 
 
 # --- the report (harbor_ray.report) ------------------------------------------------------

@@ -15,6 +15,7 @@ from harbor_ray.capture.proxy.local import local_capture
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
+from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
 from harbor_ray.jobs.runs import (
     CheckedStart,
@@ -54,6 +55,8 @@ def run_rollouts(
     before the first starts, `on_result` each one as it finishes (after its line is
     written). A request that cannot work raises before anything starts; `checked`: its
     `checked_start`, when the caller made it already."""
+    if request.concurrency < 1:
+        raise StartError("--concurrency must be at least 1")
     checked = checked or checked_start(request, progress)
     specs = specs_of(request, checked.tasks, trials_dir=request.out.resolve() / "trials")
     if on_planned is not None:

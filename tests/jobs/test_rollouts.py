@@ -16,6 +16,11 @@ def test_an_agent_that_calls_a_model_needs_an_engine(tmp_path: Path) -> None:
     assert not (tmp_path / "results.jsonl").exists()
 
 
+def test_no_rollouts_at_once_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StartError, match="--concurrency"):
+        run_rollouts(RolloutRequest(agent="oracle", concurrency=0, out=tmp_path))
+
+
 @pytest.mark.integration
 def test_the_rollouts_land_in_results_jsonl(tmp_path: Path) -> None:
     planned: list[int] = []
