@@ -6,9 +6,10 @@ environment raises. The few private classes are signals that never leave their m
 they are defined there and drawn here.
 
 HarborRayError                           harbor_ray refused or failed something
+├── StartError (ValueError)              a job's request cannot work here (harbor_ray.jobs)
 ├── CaptureError                         the capture proxy (harbor_ray.capture)
 │   ├── AgentCallError                   an agent's call cannot be served as sent
-│   │   ├── RequestError                 not translatable; a 4xx in the agent's dialect
+│   │   ├── AgentRequestError            not translatable; a 4xx in the agent's dialect
 │   │   ├── SessionGone (LookupError)    the session ended after its key was accepted
 │   │   ├── _HttpError                   a refused call and its status (capture.refusals)
 │   │   └── _ClientGone                  the agent left mid-request (capture.refusals)
@@ -16,9 +17,9 @@ HarborRayError                           harbor_ray refused or failed something
 │   │   ├── EngineError                  an error status, or no answer at all
 │   │   ├── EngineReplyError (ValueError)  a 200 that is not a usable chat completion
 │   │   ├── Http1Error                   the engine client's transport failed
-│   │   │   ├── ConnectError             no connection: refused, unreachable, DNS, TLS
+│   │   │   ├── EngineConnectError       no connection: refused, unreachable, DNS, TLS
 │   │   │   ├── Http1Timeout             the whole request exceeded its timeout
-│   │   │   └── ProtocolError            bytes that are not HTTP/1.1, or cut mid-answer
+│   │   │   └── EngineProtocolError      bytes that are not HTTP/1.1, or cut mid-answer
 │   │   └── _Stale                       a reused connection closed idle (capture.http1)
 │   ├── CertificationError               the engine cannot serve capture
 │   └── ServeError                       the proxy cannot start
@@ -34,6 +35,13 @@ HarborRayError                           harbor_ray refused or failed something
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
 │       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
+├── DataError                            the Parquet dataset under OUT (harbor_ray.data)
+│   ├── NotADatasetError (FileNotFoundError)  a directory with no dataset in it
+│   ├── DuplicateRolloutError (ValueError)  a rollout id the dataset already holds
+│   ├── SchemaMismatchError (ValueError)  rows or a directory of another schema version
+│   └── BrokenRowsError (ValueError)     turns whose parent links do not hold
+├── ReportError                          the report and its viewer (harbor_ray.report)
+│   └── ViewerError                      the live viewer cannot start
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
 │   ├── ModelUnavailableError (RuntimeError)  the default model cannot be prepared here
 │   └── EngineStartError (RuntimeError)  the engine did not start or become ready
@@ -45,10 +53,12 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── FieldError                       a field names nothing usable; its status and name
 │   ├── OverCapacity                     too many accepted rollouts unfinished (429)
 │   ├── WeightUpdateError                a weight update failed; the old version serves
-│   ├── ClientError                      the controller refused a client's call, or is unreachable
 │   ├── _Refused                         a refused request and its reply (online.app)
 │   └── ServiceConfigError (ValueError)  the service's YAML cannot work (online.serve)
-└── _StartError                          rollout/sweep flags that cannot work (cli)
+└── ClientError                          a call by the trainer's client failed (client)
+
+Every class takes the message first; what else it carries (`status`, `field`, ...) is
+keyword-only, so a raise site reads the same whichever class it raises.
 """
 
 
@@ -69,6 +79,14 @@ def _rebuilt(cls: type[HarborRayError], args: tuple, state: dict) -> HarborRayEr
     return error
 
 
+# --- jobs (harbor_ray.jobs): sweeps, rollouts, qualification ----------------------------
+
+
+class StartError(HarborRayError, ValueError):
+    """A job's request cannot work here (flags that contradict each other, a sandbox this
+    machine cannot run); nothing was started. The message names what to change."""
+
+
 # --- the capture proxy -------------------------------------------------------------------
 
 
@@ -80,10 +98,10 @@ class AgentCallError(CaptureError):
     """An agent's call cannot be served as sent; the agent is answered, not the engine."""
 
 
-class RequestError(AgentCallError):
+class AgentRequestError(AgentCallError):
     """The agent's request cannot be translated. Answered with a 4xx in its dialect."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, *, status: int = 400) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -105,7 +123,7 @@ class EngineCallError(CaptureError):
 class EngineError(EngineCallError):
     """The engine answered an error status, or could not be reached (`status` says which)."""
 
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, *, status: int) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -123,7 +141,7 @@ class Http1Error(EngineCallError):
     """Base of the engine client's errors; the caller maps each kind to its own status."""
 
 
-class ConnectError(Http1Error):
+class EngineConnectError(Http1Error):
     """No connection could be made: refused, unreachable, DNS or the TLS handshake."""
 
 
@@ -131,7 +149,7 @@ class Http1Timeout(Http1Error):
     """The whole request, waiting for a free connection included, exceeded `timeout_s`."""
 
 
-class ProtocolError(Http1Error):
+class EngineProtocolError(Http1Error):
     """The origin answered bytes that are not HTTP/1.1, or dropped the connection mid-answer."""
 
 
@@ -199,6 +217,41 @@ class ExecTimeoutError(BackendError, RuntimeError):
     """
 
 
+# --- the dataset (harbor_ray.data) -------------------------------------------------------
+
+
+class DataError(HarborRayError):
+    """The Parquet dataset under OUT cannot be read or written as asked."""
+
+
+class NotADatasetError(DataError, FileNotFoundError):
+    """A directory that holds no dataset (no rollouts/ in it)."""
+
+
+class DuplicateRolloutError(DataError, ValueError):
+    """A rollout the dataset already holds: writing it again would duplicate its rows."""
+
+
+class SchemaMismatchError(DataError, ValueError):
+    """Rows, or a dataset directory, of another schema version than this writer's."""
+
+
+class BrokenRowsError(DataError, ValueError):
+    """Turns whose parent links do not hold (a parent missing, without ids, or a cycle):
+    their prompts cannot be rebuilt."""
+
+
+# --- the report (harbor_ray.report) ------------------------------------------------------
+
+
+class ReportError(HarborRayError):
+    """The report or its live viewer cannot be made."""
+
+
+class ViewerError(ReportError):
+    """The live viewer cannot start (its port, most often); the message names the fix."""
+
+
 # --- the engine harbor_ray starts itself --------------------------------------------------
 
 
@@ -250,7 +303,7 @@ class FieldError(OnlineError):
     """A request field names nothing the controller can use (an unknown task, agent,
     sandbox or dataset, a version that does not increase)."""
 
-    def __init__(self, status: int, field: str, message: str) -> None:
+    def __init__(self, message: str, *, status: int, field: str) -> None:
         super().__init__(message)
         self.status, self.field = status, field
 
@@ -260,7 +313,7 @@ class OverCapacity(OnlineError):
 
     status = 429
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
@@ -271,23 +324,26 @@ class WeightUpdateError(OnlineError):
 
     status = 502
 
-    def __init__(self, message: str, replicas: list) -> None:
+    def __init__(self, message: str, *, replicas: list) -> None:
         super().__init__(message)
         self.replicas = replicas
-
-
-class ClientError(OnlineError):
-    """A call through `harbor_ray.client` failed: the controller refused it (`status`,
-    the `field` it named, and for a weight update each replica's result), or it could not
-    be reached after the retries (`status` None)."""
-
-    def __init__(self, status: int | None, message: str, *, field: str | None = None,
-                 replicas: list | None = None) -> None:
-        super().__init__(message)
-        self.status, self.field = status, field
-        self.replicas = replicas or []
 
 
 class ServiceConfigError(OnlineError, ValueError):
     """The online service's YAML (`args:` of its apps) names something unusable: the
     application does not deploy, saying which field."""
+
+
+# --- the client (harbor_ray.client): the trainer's side of the online service -----------
+
+
+class ClientError(HarborRayError):
+    """A call through `harbor_ray.client` failed: the controller refused it (`status`,
+    the `field` it named, and for a weight update each replica's result), or it could not
+    be reached after the retries (`status` None)."""
+
+    def __init__(self, message: str, *, status: int | None, field: str | None = None,
+                 replicas: list | None = None) -> None:
+        super().__init__(message)
+        self.status, self.field = status, field
+        self.replicas = replicas or []

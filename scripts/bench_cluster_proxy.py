@@ -21,7 +21,12 @@ ingress goes through Serve's bundled HAProxy instead of its Python HTTP proxy (w
 is then still listed, but idle; HAProxy's own is not counted).
 """
 
+# ruff: noqa: E402  (the switches are set before Ray is imported, below)
 from __future__ import annotations
+
+from harbor_ray.switches import set_switches
+
+set_switches()  # Ray reads its uv switch once, when imported
 
 import argparse
 import asyncio

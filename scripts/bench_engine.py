@@ -34,6 +34,7 @@ import aiohttp
 
 from harbor_ray.capture.proxy.local import local_capture
 from harbor_ray.capture.proxy.upstream import HttpEngine
+from harbor_ray.switches import set_switches
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
 ROOT = Path(__file__).resolve().parents[1]
@@ -357,6 +358,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2, help="requests per client")
     args = parser.parse_args()
+    set_switches()  # before Ray is imported (start_and_bench imports it)
     if args.llm_url is not None:
         asyncio.run(bench(args.llm_url, args.concurrency, args.max_tokens, args.rounds,
                           Run(args.config)))

@@ -77,7 +77,7 @@ def _drawn_tree() -> dict[str, tuple[str | None, tuple[str, ...]]]:
 
 def test_module_walk_finds_the_classes_of_namespace_subpackages():
     found = _defined_exceptions()
-    assert {"SessionGone", "RequestError", "SandboxError", "DatasetError"} <= set(found)
+    assert {"SessionGone", "AgentRequestError", "SandboxError", "DatasetError"} <= set(found)
 
 
 def test_every_exception_class_derives_from_harbor_ray_error():
@@ -101,11 +101,24 @@ def test_the_docstring_tree_is_the_hierarchy():
             assert stdlib == others, f"{name} is drawn with bases {stdlib}, has {others}"
 
 
+def test_every_error_takes_its_message_first_and_the_rest_by_keyword():
+    """One constructor shape, so a raise site reads the same whichever class it raises."""
+    for name, cls in _defined_exceptions().items():
+        if "__init__" not in vars(cls):
+            continue
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        if name.startswith("_") and params[0].name != "message":
+            continue  # a private signal carrying something else (a reply), not a message
+        assert params[0].name == "message", f"{name} takes {params[0].name} first"
+        rest = [p.name for p in params[1:] if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        assert rest == [], f"{name} takes {rest} by position"
+
+
 @pytest.mark.parametrize("error", [
-    FieldError(400, "task", "no task 'x'"),
+    FieldError("no task 'x'", status=400, field="task"),
     OverCapacity("at capacity", retry_after_s=5),
     WeightUpdateError("replica 1 timed out", replicas=[{"replica": "r1", "ok": False}]),
-    ClientError(409, "stale", field="version", replicas=[{"replica": "r1"}]),
+    ClientError("stale", status=409, field="version", replicas=[{"replica": "r1"}]),
     HarborRayError("plain"),
 ], ids=lambda e: type(e).__name__)
 def test_errors_survive_pickling_with_their_attributes(error: HarborRayError) -> None:

@@ -101,8 +101,8 @@ def exchange[R](call: Call[R], retry: Retry, url: str) -> Exchange[R]:
         outcome = yield Send(call)
         if outcome.failure is not None:
             if attempt == retry.attempts or (outcome.sent and not call.resendable):
-                raise ClientError(None, f"{call.method} {url}{call.path}: "
-                                  f"{outcome.failure}")
+                raise ClientError(f"{call.method} {url}{call.path}: "
+                                  f"{outcome.failure}", status=None)
             yield Sleep(retry.wait(attempt, None))
             continue
         assert outcome.status is not None
@@ -110,8 +110,9 @@ def exchange[R](call: Call[R], retry: Retry, url: str) -> Exchange[R]:
             try:
                 return call.parse(outcome.content)
             except (ValidationError, ValueError) as exc:
-                raise ClientError(outcome.status, f"{call.method} {url}{call.path}: "
-                                  f"not the reply of this API: {exc}") from exc
+                raise ClientError(f"{call.method} {url}{call.path}: "
+                                  f"not the reply of this API: {exc}",
+                                  status=outcome.status) from exc
         if attempt < retry.attempts and (
                 outcome.status == 429
                 or (outcome.status in _UNAVAILABLE and call.resendable)):
@@ -135,7 +136,7 @@ def refusal(call: Call[Any], outcome: Outcome, url: str) -> ClientError:
     replicas = [ReplicaResult.model_validate(r) for r in data.get("replicas") or []
                 if isinstance(r, dict)]
     field_name = data.get("field")
-    return ClientError(outcome.status, f"{call.method} {url}{call.path}: {message}",
+    return ClientError(f"{call.method} {url}{call.path}: {message}", status=outcome.status,
                        field=field_name if isinstance(field_name, str) else None,
                        replicas=replicas)
 

@@ -20,6 +20,7 @@ from harbor_ray.capture.proxy.app import CaptureApp
 from harbor_ray.capture.proxy.server import serve
 from harbor_ray.cluster.nodes import ClusterNode, alive_nodes
 from harbor_ray.cluster.replica_registry import ReplicaEntry
+from harbor_ray.errors import ServeError
 from harbor_ray.listening import bind
 
 _log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class DirectIngress:
         """Raise if a socket no longer serves (Serve then replaces the replica)."""
         for serving in self._serving:
             if serving.done():
-                raise RuntimeError(f"direct ingress of {self.entry.replica_id} stopped")
+                raise ServeError(f"direct ingress of {self.entry.replica_id} stopped")
         if self._watching is not None and self._watching.done():
             self._watching.result()  # raises why the watch failed
 
@@ -105,5 +106,5 @@ async def _serving(app: CaptureApp, address: str, stop: asyncio.Event
     await asyncio.wait({ready, serving}, return_when=asyncio.FIRST_COMPLETED)
     if not ready.done():
         serving.result()  # raises why it stopped
-        raise RuntimeError("the direct ingress stopped before it was ready")
+        raise ServeError("the direct ingress stopped before it was ready")
     return serving, ready.result()

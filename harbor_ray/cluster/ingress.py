@@ -16,6 +16,7 @@ from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
 from harbor_ray.cluster.remote_entry import start_entry_relays, stop_entry_relays
+from harbor_ray.errors import StartError
 from harbor_ray.host_names import LOOPBACK_NAMES
 
 
@@ -69,19 +70,19 @@ def remote_endpoint(ingress: Ingress, url: str | None, bind: str | None
     """
     if url is None:
         if bind is not None:
-            raise ValueError("--proxy-bind needs --proxy-url (the address sandboxes use)")
+            raise StartError("--proxy-bind needs --proxy-url (the address sandboxes use)")
         return None
     if ingress != "direct":
-        raise ValueError(f"--proxy-url needs --ingress direct, not {ingress} (the default "
+        raise StartError(f"--proxy-url needs --ingress direct, not {ingress} (the default "
                          f"is host): only direct's relays serve any session on one address")
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.port is None:
-        raise ValueError(f"--proxy-url must be http://HOST:PORT[/...], not {url!r}")
+        raise StartError(f"--proxy-url must be http://HOST:PORT[/...], not {url!r}")
     if bind is None:
         return ("0.0.0.0", parts.port)
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--proxy-bind must be HOST:PORT, not {bind!r}")
+        raise StartError(f"--proxy-bind must be HOST:PORT, not {bind!r}")
     return (host.strip("[]"), int(port))
 
 

@@ -27,6 +27,7 @@ from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.schema import IDS
+from harbor_ray.errors import BrokenRowsError
 
 __all__ = ["export_document", "rebuild_prompts", "turn_records"]
 
@@ -52,7 +53,7 @@ def rebuild_prompts(turns: pa.Table) -> pa.Table:
         parent = parents[row]
         if parent is not None:
             if delta_null[parent] or token_null[parent]:
-                raise ValueError(f"row {row}: parent row {parent} lacks prompt or sampled ids")
+                raise BrokenRowsError(f"row {row}: parent row {parent} lacks prompt or sampled ids")
             length[row] = length[parent] + t_off[parent + 1] - t_off[parent]
         length[row] += d_off[row + 1] - d_off[row]
 
@@ -147,7 +148,7 @@ def _parent_rows(turns: pa.Table) -> list[int | None]:
         elif (rollout, parent) in row_of:
             parents.append(row_of[rollout, parent])
         else:
-            raise ValueError(
+            raise BrokenRowsError(
                 f"rollout {rollout!r}: parent turn {parent} is not in the table; "
                 "rebuilding needs every turn of a rollout"
             )
@@ -163,7 +164,7 @@ def _parents_first(parents: list[int | None]) -> list[int]:
         while at is not None and depth[at] < 0:
             chain.append(at)
             if len(chain) > len(parents):
-                raise ValueError(f"row {row}: parent links form a cycle")
+                raise BrokenRowsError(f"row {row}: parent links form a cycle")
             at = parents[at]
         known = -1 if at is None else depth[at]
         for step, link in enumerate(reversed(chain), start=1):

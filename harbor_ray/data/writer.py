@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from harbor_ray.data.encode import RolloutRecord, rollouts_table
 from harbor_ray.data.schema import SCHEMA_VERSION, TABLES
+from harbor_ray.errors import DuplicateRolloutError, SchemaMismatchError
 
 __all__ = ["MANIFEST", "PART_SUFFIX", "DatasetWriter", "parquet_options"]
 
@@ -78,14 +79,14 @@ class DatasetWriter:
     def add(self, record: RolloutRecord) -> None:
         """Buffer one rollout; flush if a threshold is reached.
 
-        Raises ValueError for a rollout id already finished or buffered: writing it twice
+        Raises DuplicateRolloutError for a rollout id already finished or buffered: writing it twice
         would duplicate its rows, so the caller must skip `finished_ids()`.
         """
         if self._closed:
             raise RuntimeError("the writer is closed")
         rollout_id = record.rollout_id
         if rollout_id in self._finished or rollout_id in self._pending_ids:
-            raise ValueError(f"rollout {rollout_id!r} is already in the dataset")
+            raise DuplicateRolloutError(f"rollout {rollout_id!r} is already in the dataset")
         self._pending.append(record)
         self._pending_ids.add(rollout_id)
         self._pending_bytes += record.nbytes
@@ -152,7 +153,8 @@ def _is_list_of(type_: pa.DataType, value: pa.DataType) -> bool:
 def _write_atomically(path: Path, table: pa.Table, schema: pa.Schema) -> None:
     """Write `table` so that `path` exists only complete, and durably before returning."""
     if not table.schema.equals(schema, check_metadata=True):
-        raise ValueError(f"{path.parent.name}/ rows do not have schema version {SCHEMA_VERSION}")
+        raise SchemaMismatchError(
+            f"{path.parent.name}/ rows do not have schema version {SCHEMA_VERSION}")
     temp = path.with_name(f".{path.name}{_TEMP_SUFFIX}")
     with temp.open("wb") as sink:
         pq.write_table(table, sink, **parquet_options(schema))
@@ -227,7 +229,7 @@ def _open_manifest(root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     if path.exists():
         previous = json.loads(path.read_text())
         if previous.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(
+            raise SchemaMismatchError(
                 f"{root} holds schema version {previous.get('schema_version')!r}, "
                 f"this writer writes {SCHEMA_VERSION}"
             )

@@ -192,18 +192,18 @@ class Controller:
         tasks = self._dataset_tasks(request.dataset)
         for i, asked in enumerate(request.tasks):
             if asked.task not in tasks:
-                raise FieldError(404, f"tasks[{i}].task",
-                                 f"no task {_shown(asked.task)} in the dataset")
+                raise FieldError(f"no task {_shown(asked.task)} in the dataset", status=404,
+                                 field=f"tasks[{i}].task")
         if request.agent not in self._agents:
-            raise FieldError(404, "agent", f"unknown agent {_shown(request.agent)}: not a "
+            raise FieldError(f"unknown agent {_shown(request.agent)}: not a "
                              "Harbor agent `harbor-ray info` lists, nor an import path in "
-                             "the controller's `agents:`")
+                             "the controller's `agents:`", status=404, field="agent")
         sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
         if sandbox not in backend_names():
-            raise FieldError(404, "sandbox", f"no sandbox backend {_shown(sandbox)}")
+            raise FieldError(f"no sandbox backend {_shown(sandbox)}", status=404, field="sandbox")
         asked_n = sum(t.n for t in request.tasks)
         if (why := self.book.over_capacity(asked_n)) is not None:
-            raise OverCapacity(why, self.config.retry_after_s)
+            raise OverCapacity(why, retry_after_s=self.config.retry_after_s)
         groups, specs = [], []
         for asked in request.tasks:
             group_id = uuid.uuid4().hex[:16]
@@ -265,9 +265,9 @@ class Controller:
         exists, what it holds): the caller learns only that it is not configured."""
         spec = self.config.dataset if dataset is None else dataset
         if spec not in self._datasets:
-            raise FieldError(404, "dataset", f"{_shown(spec)} is not a dataset this "
+            raise FieldError(f"{_shown(spec)} is not a dataset this "
                              "controller serves: name its default, or add the spec to "
-                             "the controller's `datasets:`")
+                             "the controller's `datasets:`", status=404, field="dataset")
         return _tasks(spec)
 
     async def ack(self, group_ids: list[str]) -> AckReply:
@@ -279,12 +279,13 @@ class Controller:
         self.book.forget(time.monotonic())
         group = self.book.cancel(group_id)
         if group is None:
-            raise FieldError(404, "group_id", f"no group {_shown(group_id)}")
+            raise FieldError(f"no group {_shown(group_id)}", status=404, field="group_id")
         running = [self._tasks[r] for r in self.book.running_ids(group) if r in self._tasks]
         for task in running:
             task.cancel()
         if (waiter := self._awaited.get(group_id)) is not None and not waiter.done():
-            waiter.set_exception(FieldError(409, "group_id", f"group {group_id} cancelled"))
+            waiter.set_exception(FieldError(f"group {group_id} cancelled", status=409,
+                                            field="group_id"))
         # Answer once the rollouts ended (rows made, sandboxes torn down).
         await asyncio.gather(*running, return_exceptions=True)
         return CancelReply(group_id=group_id, cancelled=len(running))
@@ -292,8 +293,8 @@ class Controller:
     async def update_weights(self, request: WeightsRequest) -> WeightsReply:
         async with self._updating:
             if request.version <= self.version:
-                raise FieldError(409, "version", f"version {request.version} does not "
-                                 f"exceed the current {self.version}")
+                raise FieldError(f"version {request.version} does not "
+                                 f"exceed the current {self.version}", status=409, field="version")
             self._paused = True
             try:
                 update = await asyncio.wait_for(
@@ -302,14 +303,14 @@ class Controller:
             except TimeoutError as exc:
                 raise WeightUpdateError(
                     f"the update did not finish in {self.config.weights_timeout_s:g} s; "
-                    f"version {self.version} keeps serving", []) from exc
+                    f"version {self.version} keeps serving", replicas=[]) from exc
             except CheckpointError as exc:
-                raise FieldError(400, "path", str(exc)) from exc
+                raise FieldError(str(exc), status=400, field="path") from exc
             except WeightVersionError as exc:
-                raise FieldError(409, "version", str(exc)) from exc
+                raise FieldError(str(exc), status=409, field="version") from exc
             except WeightsRefusedError as exc:
                 raise WeightUpdateError(f"{exc}; version {self.version} keeps serving",
-                                        []) from exc
+                                        replicas=[]) from exc
             finally:
                 self._paused = False
             results = replica_results(update)
@@ -319,7 +320,7 @@ class Controller:
                                    for r in results if not r.ok) or "no replica answered"
                 raise WeightUpdateError(
                     f"the update failed on {failed}; version {self.version} keeps serving",
-                    results)
+                    replicas=results)
             self.version = request.version
             if self._on_version is not None:
                 await self._on_version(self.version)
@@ -407,8 +408,8 @@ def _tasks(dataset: str) -> dict[str, TaskRef]:
         report = resolve_dataset(dataset)
     except (DatasetError, OSError, RuntimeError) as exc:
         # A configured spec: naming it, and why it does not resolve, tells nothing new.
-        raise FieldError(404, "dataset", f"{_shown(dataset)} cannot be read: "
-                         f"{_shown(str(exc))}") from exc
+        raise FieldError(f"{_shown(dataset)} cannot be read: "
+                         f"{_shown(str(exc))}", status=404, field="dataset") from exc
     return {t.name: t for t in report.tasks}
 
 

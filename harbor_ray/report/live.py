@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from harbor_ray.errors import ServeError, ViewerError
 from harbor_ray.host_names import LOOPBACK_NAMES, HostGuard, names_served
 from harbor_ray.listening import base_url, bind
 from harbor_ray.report.build import report_document
@@ -92,9 +94,9 @@ def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: in
                poll_s: float = 2.0, pass_reward: float = 1.0,
                allowed_hosts: Iterable[str] = (), on_ready=print) -> None:
     """Serve the view of `out` until interrupted. The port is bound here, so a taken one
-    fails at once (ServeError) rather than on the server's thread. It answers the Host
+    fails at once (ViewerError) rather than on the server's thread. It answers the Host
     names `allowed_hosts`, the loopback names and `host` (when not a wildcard)."""
-    sock = bind(host, port)
+    sock = _bound(host, port)
     on_ready(base_url(sock))
     allowed = names_served((*LOOPBACK_NAMES, *allowed_hosts), host)
     asyncio.run(_server(out, poll_s, pass_reward, allowed).serve(sockets=[sock]))
@@ -105,7 +107,7 @@ def view_in_thread(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port
                    poll_s: float = 2.0, pass_reward: float = 1.0) -> Iterator[str]:
     """The view served from a thread of this process (e.g. beside a sweep), yielding its
     URL; stopped on exit."""
-    sock = bind(host, port)
+    sock = _bound(host, port)
     server = _server(out, poll_s, pass_reward, names_served(LOOPBACK_NAMES, host))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
                               name="harbor-ray-view", daemon=True)
@@ -116,3 +118,11 @@ def view_in_thread(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """The viewer's listening socket, or a ViewerError naming why there is none."""
+    try:
+        return bind(host, port)
+    except ServeError as exc:  # the shared server's word; the viewer has its own
+        raise ViewerError(f"the viewer cannot start: {exc}") from exc

@@ -27,7 +27,7 @@ from cryptography.x509.oid import NameOID
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from harbor_ray.capture.proxy.http1 import Http1Pool
-from harbor_ray.errors import ConnectError, Http1Timeout, ProtocolError
+from harbor_ray.errors import EngineConnectError, EngineProtocolError, Http1Timeout
 from harbor_ray.listening import base_url, bind
 
 JSON = {"Content-Type": "application/json"}
@@ -331,7 +331,7 @@ async def test_fresh_connection_closed_without_answer_is_not_retried() -> None:
 
     async with raw_served(close_on_request) as (url, tally):
         pool = Http1Pool(url, timeout_s=5)
-        with pytest.raises(ProtocolError, match="before any response"):
+        with pytest.raises(EngineProtocolError, match="before any response"):
             await pool.request("POST", "/a", b"{}")
         await pool.aclose()
     assert tally.made == 1 and tally.requests == 1
@@ -348,7 +348,7 @@ async def test_close_mid_response_is_a_protocol_error_and_not_retried() -> None:
     async with raw_served(second_answer_cut_short) as (url, tally):
         pool = Http1Pool(url, timeout_s=5)
         assert await pool.request("POST", "/a", b"{}") == (200, b"ok")
-        with pytest.raises(ProtocolError, match="mid-response"):
+        with pytest.raises(EngineProtocolError, match="mid-response"):
             await pool.request("POST", "/b", b"{}")
         await pool.aclose()
     assert tally.made == 1 and tally.requests == 2
@@ -362,7 +362,7 @@ async def test_garbage_response_is_a_protocol_error() -> None:
 
     async with raw_served(garbage) as (url, tally):
         pool = Http1Pool(url, timeout_s=5)
-        with pytest.raises(ProtocolError, match="malformed"):
+        with pytest.raises(EngineProtocolError, match="malformed"):
             await pool.request("GET", "/a")
         await tally.until_lost(1)  # the client dropped the connection
         await pool.aclose()
@@ -385,7 +385,7 @@ async def test_unsolicited_bytes_on_an_idle_connection_drop_it() -> None:
 
 async def test_refused_connection_is_a_connect_error() -> None:
     pool = Http1Pool(f"http://127.0.0.1:{unused_port()}")
-    with pytest.raises(ConnectError):
+    with pytest.raises(EngineConnectError):
         await pool.request("GET", "/v1/models")
 
 
@@ -487,7 +487,7 @@ async def test_https_with_a_trusted_self_signed_cert(tmp_path: Path) -> None:
         await pool.aclose()
         assert tally.made == 1
         untrusting = Http1Pool(url, timeout_s=5)
-        with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(EngineConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await untrusting.request("GET", "/raw")
 
 

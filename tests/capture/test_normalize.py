@@ -2,7 +2,7 @@ import pytest
 
 from harbor_ray.capture.core.dialects.base import EngineCall
 from harbor_ray.capture.core.normalize import engine_body
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 
 def call(**body) -> EngineCall:
@@ -34,6 +34,6 @@ def test_stream_options_dropped() -> None:
 
 
 def test_n_above_one_refused() -> None:
-    with pytest.raises(RequestError, match="n=2"):
+    with pytest.raises(AgentRequestError, match="n=2"):
         engine_body(call(n=2), "s")
     assert "n" not in engine_body(call(n=1), "s")

@@ -8,6 +8,7 @@ import pytest
 from harbor_ray.data import rebuild
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import TURNS
+from harbor_ray.errors import BrokenRowsError
 from tests.capture.turns_factory import chain
 from tests.data.rollouts import assert_same_table, assert_same_turns, encode, rich_session
 
@@ -50,7 +51,7 @@ def test_rows_in_any_order_and_mixed_rollouts() -> None:
 
 def test_a_missing_parent_is_refused() -> None:
     table = stored(chain(3))
-    with pytest.raises(ValueError, match="parent turn 0 is not in the table"):
+    with pytest.raises(BrokenRowsError, match="parent turn 0 is not in the table"):
         rebuild_prompts(table.slice(1))
 
 

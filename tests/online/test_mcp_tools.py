@@ -27,9 +27,9 @@ class HeldController:
     async def run_one(self, request: SubmitRequest) -> Group:
         task = request.tasks[0].task
         if task == "nope":
-            raise FieldError(404, "tasks[0].task", "no task 'nope' in the dataset")
+            raise FieldError("no task 'nope' in the dataset", status=404, field="tasks[0].task")
         if task == "full":
-            raise OverCapacity("100 rollouts unfinished", 5)
+            raise OverCapacity("100 rollouts unfinished", retry_after_s=5)
         self.waiting += 1
         if self.waiting == CALLS:
             self.all_in.set()

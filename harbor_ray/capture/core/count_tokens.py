@@ -11,7 +11,7 @@ from harbor_ray.capture.core.dialects.base import EngineCall
 
 
 def count_call(route: Route, body: dict[str, Any]) -> EngineCall:
-    """The engine request whose prompt is being counted. Raises RequestError."""
+    """The engine request whose prompt is being counted. Raises AgentRequestError."""
     if route.dialect == "anthropic":
         return anthropic.count_tokens_call(body)
     if route.dialect == "google":

@@ -11,7 +11,7 @@ from typing import Any
 
 from harbor_ray.capture.core.dialects.base import EngineCall
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 # Streaming is synthesised by the proxy, so the engine never streams.
 _DROPPED = ("stream", "stream_options", "model")
@@ -24,7 +24,7 @@ def engine_body(
     body = {k: v for k, v in call.body.items() if k not in _DROPPED}
     n = body.pop("n", 1)
     if n not in (1, None):
-        raise RequestError(
+        raise AgentRequestError(
             f"n={n} is not supported: each model call must be one recorded turn; "
             "send n separate requests instead"
         )

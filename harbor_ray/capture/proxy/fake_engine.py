@@ -123,7 +123,7 @@ class FakeEngine:
                                    generation=body.get("add_generation_prompt", True))
             return {"count": len(tokens), "max_model_len": 8192, "tokens": tokens}
         if path != "/v1/chat/completions" or body is None:
-            raise EngineError(f"fake engine has no route {method} {path}", 400)
+            raise EngineError(f"fake engine has no route {method} {path}", status=400)
         return await self.complete(body)
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from harbor_ray.errors import ConnectError, EngineCallError, Http1Timeout, ProtocolError
+from harbor_ray.errors import EngineCallError, EngineConnectError, EngineProtocolError, Http1Timeout
 
 
 class _Stale(EngineCallError):
@@ -59,11 +59,12 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
-            self._fail(ProtocolError(f"malformed response: {exc}"))
+            self._fail(EngineProtocolError(f"malformed response: {exc}"))
             self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ProtocolError("connection closed mid-response") if self._answered else _Stale())
+        self._fail(EngineProtocolError("connection closed mid-response") if self._answered
+                   else _Stale())
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -71,7 +72,7 @@ class _Connection(asyncio.Protocol):
         if self._answer is None or self._answer.done():
             # An answer nobody asked for (e.g. a 408 on an idle connection): the stream
             # is out of step, and raising here makes data_received drop the connection.
-            raise ProtocolError("unsolicited response")
+            raise EngineProtocolError("unsolicited response")
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
@@ -169,7 +170,7 @@ class Http1Pool:
         try:
             return await self._exchange(conn, data)
         except _Stale:
-            raise ProtocolError("connection closed before any response") from None
+            raise EngineProtocolError("connection closed before any response") from None
 
     async def _exchange(self, conn: _Connection, data: bytes) -> tuple[int, bytes]:
         try:
@@ -214,5 +215,5 @@ class Http1Pool:
                 server_hostname=self._host if self._ssl else None,
             )
         except OSError as exc:
-            raise ConnectError(f"cannot connect to {self._host}:{self._port}: {exc}") from exc
+            raise EngineConnectError(f"cannot connect to {self._host}:{self._port}: {exc}") from exc
         return conn

@@ -51,7 +51,7 @@ from harbor_ray.capture.proxy.request_body import read_json_object
 from harbor_ray.capture.proxy.session import CallStore, SessionGrant
 from harbor_ray.capture.proxy.stitching import Stitcher
 from harbor_ray.capture.proxy.upstream import Engine
-from harbor_ray.errors import EngineError, EngineReplyError, RequestError, SessionGone
+from harbor_ray.errors import AgentRequestError, EngineError, EngineReplyError, SessionGone
 
 if TYPE_CHECKING:
     from harbor_ray.capture.proxy.settings import CaptureSettings
@@ -94,7 +94,7 @@ class CallPipeline:
             return NOTHING
         except _HttpError as exc:
             return error_reply(dialect, exc.status, exc.message, exc.kind)
-        except RequestError as exc:
+        except AgentRequestError as exc:
             return error_reply(dialect, exc.status, exc.message, "invalid_request")
         except RecursionError:
             # A translator walking a nested value (a tool's schema) that JSON's own depth
@@ -137,7 +137,7 @@ class CallPipeline:
         key = extract_key(request.headers, request.query_params)
         grant = await self.store.authenticate(key) if key else None
         if grant is None:
-            raise _HttpError(401, "invalid or missing session key", "authentication")
+            raise _HttpError("invalid or missing session key", status=401, kind="authentication")
         return grant
 
     async def _count_tokens(
@@ -174,7 +174,7 @@ class CallPipeline:
             raise
         except EngineReplyError as exc:
             await self.store.release(session_id, index, "engine_error")
-            raise EngineError(f"engine reply unusable: {exc}", 502) from exc
+            raise EngineError(f"engine reply unusable: {exc}", status=502) from exc
         except BaseException:
             # Cancelled (client went away) or a bug: the call produced no turn.
             await self.withdraw(admitted)
@@ -239,6 +239,7 @@ def _encodable(payload: dict[str, Any]) -> bytes:
         messages = orjson.dumps(payload["messages"])
         orjson.dumps({k: v for k, v in payload.items() if k != "messages"})
     except orjson.JSONEncodeError as exc:
-        raise _HttpError(400, f"request cannot be forwarded: {exc} (nested too deeply, or "
-                              "an integer beyond 64 bits)", "invalid_request") from exc
+        raise _HttpError(f"request cannot be forwarded: {exc} (nested too deeply, or "
+                         "an integer beyond 64 bits)", status=400,
+                         kind="invalid_request") from exc
     return messages

@@ -22,7 +22,7 @@ SESSION_ENDED = "session has ended"
 class _HttpError(AgentCallError):
     """A call the proxy refuses itself (key, size, content type, JSON), with its status."""
 
-    def __init__(self, status: int, message: str, kind: ErrorKind) -> None:
+    def __init__(self, message: str, *, status: int, kind: ErrorKind) -> None:
         self.status, self.message, self.kind = status, message, kind
 
 

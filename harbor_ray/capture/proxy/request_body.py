@@ -18,13 +18,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refused (413) past `limit` bytes."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+        raise _HttpError(f"request body exceeds {limit} bytes", status=413, kind="too_large")
     chunks, size = [], 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _HttpError(413, f"request body exceeds {limit} bytes", "too_large")
+                raise _HttpError(f"request body exceeds {limit} bytes", status=413,
+                                 kind="too_large")
             chunks.append(chunk)
     except ClientDisconnect as exc:
         # Clients leave mid-body routinely (a cancelled call); nobody is left to answer.
@@ -36,14 +37,16 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object, sent as application/json (415 / 400 otherwise)."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
-        raise _HttpError(415, "content-type must be application/json", "invalid_request")
+        raise _HttpError("content-type must be application/json", status=415,
+                         kind="invalid_request")
     raw = await read_body(request, limit)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise _HttpError(
-            400, f"request body is not valid JSON: {exc}", "invalid_request"
+            f"request body is not valid JSON: {exc}", status=400, kind="invalid_request"
         ) from exc
     if not isinstance(body, dict):
-        raise _HttpError(400, "request body must be a JSON object", "invalid_request")
+        raise _HttpError("request body must be a JSON object", status=400,
+                         kind="invalid_request")
     return body

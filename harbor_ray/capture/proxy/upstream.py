@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from harbor_ray.capture.proxy.http1 import Http1Pool
-from harbor_ray.errors import ConnectError, EngineError, Http1Error, Http1Timeout
+from harbor_ray.errors import EngineConnectError, EngineError, Http1Error, Http1Timeout
 
 _JSON = {"content-type": "application/json"}
 
@@ -37,7 +37,7 @@ def engine_status_error(status: int, detail: str) -> EngineError:
     agent's 400 (the request itself was refused; retrying won't help).
     """
     agent_status = 502 if status >= 500 else 429 if status == 429 else 400
-    return EngineError(f"engine answered {status}: {detail}", agent_status)
+    return EngineError(f"engine answered {status}: {detail}", status=agent_status)
 
 
 DEFAULT_ENGINE_TIMEOUT_S = 600.0
@@ -80,19 +80,19 @@ class HttpEngine:
             status, raw = await self._connections().request(
                 method, path, data, _JSON if data is not None else None)
         except Http1Timeout as exc:
-            raise EngineError(f"engine timed out on {path}", 504) from exc
-        except ConnectError as exc:
-            raise EngineError(f"engine unreachable at {self.root}: {exc}", 503) from exc
+            raise EngineError(f"engine timed out on {path}", status=504) from exc
+        except EngineConnectError as exc:
+            raise EngineError(f"engine unreachable at {self.root}: {exc}", status=503) from exc
         except Http1Error as exc:
-            raise EngineError(f"engine request failed: {exc}", 502) from exc
+            raise EngineError(f"engine request failed: {exc}", status=502) from exc
         if status >= 400:
             raise engine_status_error(status, _error_detail(raw))
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise EngineError(f"engine answered non-JSON on {path}", 502) from exc
+            raise EngineError(f"engine answered non-JSON on {path}", status=502) from exc
         if not isinstance(value, dict):
-            raise EngineError(f"engine answered a non-object on {path}", 502)
+            raise EngineError(f"engine answered a non-object on {path}", status=502)
         return value
 
     async def aclose(self) -> None:

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from harbor_ray.capture.core.completion import Completion, ToolCall
 from harbor_ray.capture.core.dialects.anthropic import ANTHROPIC, count_tokens_call
 from harbor_ray.capture.core.dialects.base import ErrorKind, ReplyContext
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 CTX = ReplyContext(response_id="msg_0001", created=1_700_000_000, model="claude-test")
 EVENT = TypeAdapter(RawMessageStreamEvent)
@@ -281,7 +281,7 @@ def test_count_tokens_call_translates_without_max_tokens() -> None:
         model="claude-test", system="s", messages=[{"role": "user", "content": "hi"}])
     assert isinstance(counted, MessageTokensCount) and counted.input_tokens == 42
     assert "max_tokens" not in seen[0]
-    with pytest.raises(RequestError, match="max_tokens is required"):
+    with pytest.raises(AgentRequestError, match="max_tokens is required"):
         ANTHROPIC.to_engine(seen[0], url_model=None, url_stream=False)
     call = count_tokens_call(seen[0])
     assert call.body == {"messages": [{"role": "system", "content": "s"},
@@ -349,7 +349,7 @@ _IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png
     ([], "request body"),
 ])
 def test_malformed_request_names_the_field(body: Any, named: str) -> None:
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(AgentRequestError) as info:
         ANTHROPIC.to_engine(body, url_model=None, url_stream=False)
     assert named in info.value.message
     assert info.value.status == 400

@@ -6,7 +6,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from harbor_ray.capture.core.completion import Completion, ToolCall
 from harbor_ray.capture.core.dialects.base import ReplyContext, loads_arguments
 from harbor_ray.capture.core.dialects.chat import CHAT
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 CTX = ReplyContext(response_id="r1", created=7, model="agent-model")
 TOOL_REPLY = Completion(
@@ -42,7 +42,7 @@ def test_messages_pass_through_untouched_and_proxy_fields_removed() -> None:
     {"messages": [{"role": "user"}], "model": 3},
 ])
 def test_malformed_requests(body: dict) -> None:
-    with pytest.raises(RequestError):
+    with pytest.raises(AgentRequestError):
         CHAT.to_engine(body, url_model=None, url_stream=False)
 
 

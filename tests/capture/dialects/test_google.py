@@ -20,7 +20,7 @@ from google.genai import errors, types
 from harbor_ray.capture.core.completion import Completion, ToolCall
 from harbor_ray.capture.core.dialects.base import ReplyContext
 from harbor_ray.capture.core.dialects.google import GOOGLE, count_tokens_call
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 CTX = ReplyContext(response_id="resp-1", created=1_700_000_000, model="gemini-test")
 
@@ -405,7 +405,7 @@ MALFORMED: list[tuple[dict[str, Any], str]] = [
 def test_malformed_requests_raise_request_error_naming_the_field(
     body: dict[str, Any], named: str
 ) -> None:
-    with pytest.raises(RequestError) as caught:
+    with pytest.raises(AgentRequestError) as caught:
         engine(body)
     assert named in caught.value.message
     assert caught.value.status == 400
@@ -421,10 +421,10 @@ def test_count_tokens_call_accepts_both_body_forms() -> None:
     assert bare.body == {"messages": [{"role": "user", "content": "count me"}]}
     assert wrapped == snake == direct
     assert wrapped.stream is False and wrapped.request_model == "g"
-    with pytest.raises(RequestError, match="not both"):
+    with pytest.raises(AgentRequestError, match="not both"):
         count_tokens_call({"contents": request["contents"], "generateContentRequest": request},
                           "g")
-    with pytest.raises(RequestError, match="generateContentRequest"):
+    with pytest.raises(AgentRequestError, match="generateContentRequest"):
         count_tokens_call({"generateContentRequest": []}, "g")
 
 

@@ -15,7 +15,7 @@ from harbor_ray.capture.core.completion import Completion, ToolCall
 from harbor_ray.capture.core.dialects.base import ReplyContext
 from harbor_ray.capture.core.dialects.responses import RESPONSES
 from harbor_ray.capture.core.normalize import engine_body
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 CTX = ReplyContext(response_id="resp_abc", created=1_700_000_000, model="agent-model")
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
@@ -202,7 +202,7 @@ def test_rendered_reply_echoed_back_is_the_engine_turn():
     ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
 ])
 def test_malformed_requests_name_the_field(body, field):
-    with pytest.raises(RequestError) as caught:
+    with pytest.raises(AgentRequestError) as caught:
         engine(body)
     assert field in caught.value.message
     assert caught.value.status == 400

@@ -32,7 +32,7 @@ from harbor_ray.capture.core.dialects.base import (
     require_string,
 )
 from harbor_ray.capture.core.sse import sse_event
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 _JOIN = "\n"
 
@@ -73,7 +73,7 @@ class AnthropicDialect:
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
     ) -> EngineCall:
         if require_dict(body, "request body").get("max_tokens") is None:
-            raise RequestError("max_tokens is required")
+            raise AgentRequestError("max_tokens is required")
         return _engine_call(body)
 
     def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
@@ -139,10 +139,10 @@ def count_tokens_call(body: dict[str, Any]) -> EngineCall:
 def _engine_call(body: dict[str, Any]) -> EngineCall:
     model = body.get("model", "")
     if not isinstance(model, str):
-        raise RequestError("model must be a string")
+        raise AgentRequestError("model must be a string")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
-        raise RequestError("stream must be a boolean")
+        raise AgentRequestError("stream must be a boolean")
 
     left_out: list[str] = []
     engine: dict[str, Any] = {"messages": _messages(body, left_out)}
@@ -171,7 +171,7 @@ def _messages(body: dict[str, Any], left_out: list[str]) -> list[dict[str, Any]]
     prompt = [] if system is None else [_joined_text(system, "system")]
     messages = require_list(body.get("messages"), "messages")
     if not messages:
-        raise RequestError("messages must not be empty")
+        raise AgentRequestError("messages must not be empty")
     out: list[dict[str, Any]] = []
     fold = _SystemFold(out)
     for i, message in enumerate(messages):
@@ -191,10 +191,10 @@ def _messages(body: dict[str, Any], left_out: list[str]) -> list[dict[str, Any]]
             fold.flush()
             out.append(_assistant(blocks, f"{where}.content"))
         else:
-            raise RequestError(f"{where}.role must be 'user', 'assistant' or 'system'")
+            raise AgentRequestError(f"{where}.role must be 'user', 'assistant' or 'system'")
     fold.flush()
     if not out:
-        raise RequestError("messages must hold a user or an assistant message")
+        raise AgentRequestError("messages must hold a user or an assistant message")
     system_text = _JOIN.join(t for t in prompt if t)
     return [{"role": "system", "content": system_text}, *out] if system_text else out
 
@@ -287,7 +287,7 @@ def _tool_result(block: dict[str, Any], where: str, left_out: list[str]) -> dict
     # A chat tool message has no error flag, and agents already say "error" in the
     # result text; adding our own marker would put words in the prompt no agent wrote.
     if not isinstance(block.get("is_error", False), bool):
-        raise RequestError(f"{where}.is_error must be a boolean")
+        raise AgentRequestError(f"{where}.is_error must be a boolean")
     content = block.get("content")
     parts = [] if content is None else _blocks(content, f"{where}.content")
     texts = []
@@ -322,7 +322,7 @@ def _blocks(content: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
     if isinstance(content, str):
         return [("text", {"type": "text", "text": content})]
     if not isinstance(content, list):
-        raise RequestError(f"{where} must be a string or an array of content blocks")
+        raise AgentRequestError(f"{where} must be a string or an array of content blocks")
     pairs = []
     for j, block in enumerate(content):
         kind = require_dict(block, f"{where}[{j}]").get("type")
@@ -334,10 +334,12 @@ def _block_text(block: dict[str, Any], where: str) -> str:
     return require_string(block.get("text"), f"{where}.text")
 
 
-def _unsupported(kind: str, where: str, context: str) -> RequestError:
+def _unsupported(kind: str, where: str, context: str) -> AgentRequestError:
     if kind in ("image", "document"):
-        return RequestError(f"{where}: {kind} blocks are not supported (the engine is text-only)")
-    return RequestError(f"{where}: block type {kind!r} is not supported in {context} content")
+        return AgentRequestError(
+            f"{where}: {kind} blocks are not supported (the engine is text-only)")
+    return AgentRequestError(
+        f"{where}: block type {kind!r} is not supported in {context} content")
 
 
 def _tools(value: Any, left_out: list[str]) -> list[dict[str, Any]]:
@@ -369,11 +371,11 @@ def _tool_choice(value: Any) -> dict[str, Any]:
     elif kind in _TOOL_CHOICES:
         out["tool_choice"] = _TOOL_CHOICES[kind]
     else:
-        raise RequestError("tool_choice.type must be one of 'auto', 'any', 'tool', 'none'")
+        raise AgentRequestError("tool_choice.type must be one of 'auto', 'any', 'tool', 'none'")
     disable = choice.get("disable_parallel_tool_use")
     if disable is not None:
         if not isinstance(disable, bool):
-            raise RequestError("tool_choice.disable_parallel_tool_use must be a boolean")
+            raise AgentRequestError("tool_choice.disable_parallel_tool_use must be a boolean")
         out["parallel_tool_calls"] = not disable
     return out
 

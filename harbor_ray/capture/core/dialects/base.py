@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from harbor_ray.capture.core.completion import Completion
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 DialectName = Literal["chat", "responses", "anthropic", "google"]
 ErrorKind = Literal[
@@ -63,7 +63,7 @@ class Dialect(Protocol):
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
     ) -> EngineCall:
-        """Translate the agent's request. Raises RequestError on malformed input.
+        """Translate the agent's request. Raises AgentRequestError on malformed input.
 
         `url_model` / `url_stream` come from the route (Google puts both in the URL);
         other dialects ignore them and read `model` / `stream` from the body.
@@ -93,32 +93,32 @@ class Dialect(Protocol):
 
 def require_dict(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise RequestError(f"{what} must be a JSON object")
+        raise AgentRequestError(f"{what} must be a JSON object")
     return value
 
 
 def require_list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
-        raise RequestError(f"{what} must be a JSON array")
+        raise AgentRequestError(f"{what} must be a JSON array")
     return value
 
 
 def require_string(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        raise RequestError(f"{what} must be a string")
+        raise AgentRequestError(f"{what} must be a string")
     return value
 
 
 def require_number(value: Any, what: str) -> int | float:
     # bool is an int subclass; `true` is never a valid temperature or token count.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RequestError(f"{what} must be a number")
+        raise AgentRequestError(f"{what} must be a number")
     return value
 
 
 def require_integer(value: Any, what: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise RequestError(f"{what} must be an integer >= {minimum}")
+        raise AgentRequestError(f"{what} must be an integer >= {minimum}")
     return value
 
 
@@ -140,8 +140,8 @@ def openai_stream_and_model(body: dict[str, Any]) -> tuple[bool, str]:
     stream = body.get("stream")
     stream = False if stream is None else stream
     if not isinstance(stream, bool):
-        raise RequestError("stream must be a boolean")
+        raise AgentRequestError("stream must be a boolean")
     model = body.get("model", "")
     if not isinstance(model, str):
-        raise RequestError("model must be a string")
+        raise AgentRequestError("model must be a string")
     return stream, model

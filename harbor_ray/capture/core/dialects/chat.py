@@ -25,7 +25,7 @@ from harbor_ray.capture.core.dialects.base import (
     require_string,
 )
 from harbor_ray.capture.core.sse import sse_event
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 # Fields the proxy decides itself; everything else is a sampling setting the engine reads.
 _PROXY_FIELDS = frozenset({"model", "stream", "stream_options", "messages"})
@@ -56,7 +56,7 @@ class ChatDialect:
     ) -> EngineCall:
         messages = require_list(body.get("messages"), "messages")
         if not messages:
-            raise RequestError("messages must not be empty")
+            raise AgentRequestError("messages must not be empty")
         for i, message in enumerate(messages):
             _check_message(require_dict(message, f"messages[{i}]"), f"messages[{i}]")
         stream, model = openai_stream_and_model(body)
@@ -151,20 +151,20 @@ def _check_fields(body: dict[str, Any]) -> None:
     choice = body.get("tool_choice")
     if choice is not None and choice not in _TOOL_CHOICES:
         if not isinstance(choice, dict) or choice.get("type") != "function":
-            raise RequestError(f"tool_choice must be one of {sorted(_TOOL_CHOICES)} or "
+            raise AgentRequestError(f"tool_choice must be one of {sorted(_TOOL_CHOICES)} or "
                                '{"type": "function", "function": {"name": ...}}')
         require_string(require_dict(choice.get("function"), "tool_choice.function").get(
             "name"), "tool_choice.function.name")
     if body.get("parallel_tool_calls") is not None and not isinstance(
             body["parallel_tool_calls"], bool):
-        raise RequestError("parallel_tool_calls must be a boolean")
+        raise AgentRequestError("parallel_tool_calls must be a boolean")
     if body.get("response_format") is not None:
         require_dict(body["response_format"], "response_format")
 
 
 def _check_tool(tool: dict[str, Any], where: str) -> None:
     if tool.get("type") != "function":
-        raise RequestError(f"{where}.type must be 'function'")
+        raise AgentRequestError(f"{where}.type must be 'function'")
     function = require_dict(tool.get("function"), f"{where}.function")
     require_string(function.get("name"), f"{where}.function.name")
     if function.get("parameters") is not None:
@@ -174,7 +174,7 @@ def _check_tool(tool: dict[str, Any], where: str) -> None:
 def _check_message(message: dict[str, Any], where: str) -> None:
     role = message.get("role")
     if not isinstance(role, str) or role not in _ROLES:
-        raise RequestError(f"{where}.role must be one of {sorted(_ROLES)}")
+        raise AgentRequestError(f"{where}.role must be one of {sorted(_ROLES)}")
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         for j, part in enumerate(require_list(content, f"{where}.content")):

@@ -26,7 +26,7 @@ from harbor_ray.capture.core.dialects.base import (
     require_list,
 )
 from harbor_ray.capture.core.sse import sse_event
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 # Keys of a Part that carry content the engine reads; exactly one per part.
 _PART_CONTENT = ("text", "functionCall", "functionResponse")
@@ -80,7 +80,8 @@ class GoogleDialect:
     ) -> EngineCall:
         request = _camel(body, "request")
         if "cachedContent" in request:
-            raise RequestError("cachedContent is not supported: the proxy cannot read its text")
+            raise AgentRequestError(
+                "cachedContent is not supported: the proxy cannot read its text")
         messages = _system(request.get("systemInstruction")) + _messages(request.get("contents"))
         engine: dict[str, Any] = {"messages": messages}
         left_out: list[str] = []
@@ -127,7 +128,7 @@ def count_tokens_call(body: dict[str, Any], url_model: str | None) -> EngineCall
     if inner is None:
         return GOOGLE.to_engine(request, url_model=url_model, url_stream=False)
     if "contents" in request:
-        raise RequestError("send either contents or generateContentRequest, not both")
+        raise AgentRequestError("send either contents or generateContentRequest, not both")
     return GOOGLE.to_engine(
         require_dict(inner, "generateContentRequest"), url_model=url_model, url_stream=False
     )
@@ -142,20 +143,20 @@ def _camel(value: Any, what: str) -> dict[str, Any]:
     for key, item in require_dict(value, what).items():
         name = _SNAKE.sub(lambda m: m.group(1).upper(), key)
         if name in out:
-            raise RequestError(f"{what} has the field {name} twice (camelCase and snake_case)")
+            raise AgentRequestError(f"{what} has the field {name} twice (camelCase and snake_case)")
         out[name] = item
     return out
 
 
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        raise RequestError(f"{what} must be a string")
+        raise AgentRequestError(f"{what} must be a string")
     return value
 
 
 def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value:
-        raise RequestError(f"{what} must be a non-empty string")
+        raise AgentRequestError(f"{what} must be a non-empty string")
     return value
 
 
@@ -185,14 +186,14 @@ def _part(value: Any, what: str) -> _Part | None:
     part = _camel(value, what)
     for key in part:
         if key not in _PART_CONTENT and key not in _PART_METADATA:
-            raise RequestError(f"{what}.{key} is not supported: the engine takes text and "
+            raise AgentRequestError(f"{what}.{key} is not supported: the engine takes text and "
                                "function calls only")
     present = [key for key in _PART_CONTENT if key in part]
     if len(present) > 1:
-        raise RequestError(f"{what} must hold one of {', '.join(_PART_CONTENT)}, not several")
+        raise AgentRequestError(f"{what} must hold one of {', '.join(_PART_CONTENT)}, not several")
     thought = part.get("thought", False)
     if not isinstance(thought, bool):
-        raise RequestError(f"{what}.thought must be a boolean")
+        raise AgentRequestError(f"{what}.thought must be a boolean")
     if thought or not present:
         return None
     key = present[0]
@@ -202,7 +203,7 @@ def _part(value: Any, what: str) -> _Part | None:
     name = _name(body.get("name"), f"{what}.{key}.name")
     call_id = body.get("id")
     if call_id is not None and not isinstance(call_id, str):
-        raise RequestError(f"{what}.{key}.id must be a string")
+        raise AgentRequestError(f"{what}.{key}.id must be a string")
     if key == "functionCall":
         args = require_dict(body.get("args", {}), f"{what}.functionCall.args")
         return _Call(call_id or None, name, _compact(args))
@@ -223,7 +224,7 @@ def _system(value: Any) -> list[dict[str, Any]]:
     texts = []
     for j, part in _parts(_camel(value, "systemInstruction"), "systemInstruction"):
         if not isinstance(part, str):
-            raise RequestError(f"systemInstruction.parts[{j}] must be a text part")
+            raise AgentRequestError(f"systemInstruction.parts[{j}] must be a text part")
         texts.append(part)
     return [{"role": "system", "content": "".join(texts)}]
 
@@ -231,7 +232,7 @@ def _system(value: Any) -> list[dict[str, Any]]:
 def _messages(value: Any) -> list[dict[str, Any]]:
     contents = require_list(value, "contents")
     if not contents:
-        raise RequestError("contents must not be empty")
+        raise AgentRequestError("contents must not be empty")
     # Calls not yet answered, in order, for matching functionResponses that have no id.
     pending: list[tuple[str, str]] = []
     messages: list[dict[str, Any]] = []
@@ -247,7 +248,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         elif role in ("user", "function"):
             messages.extend(_user(parts, i, what, pending))
         else:
-            raise RequestError(f"{what}.role must be 'user' or 'model'")
+            raise AgentRequestError(f"{what}.role must be 'user' or 'model'")
     return messages
 
 
@@ -258,7 +259,8 @@ def _assistant(
     calls: list[dict[str, Any]] = []
     for j, part in parts:
         if isinstance(part, _Reply):
-            raise RequestError(f"{what}.parts[{j}]: a functionResponse belongs to a user content")
+            raise AgentRequestError(
+                f"{what}.parts[{j}]: a functionResponse belongs to a user content")
         if isinstance(part, str):
             texts.append(part)
             continue
@@ -283,7 +285,7 @@ def _user(
     texts: list[str] = []
     for j, part in parts:
         if isinstance(part, _Call):
-            raise RequestError(f"{what}.parts[{j}]: a functionCall belongs to a model content")
+            raise AgentRequestError(f"{what}.parts[{j}]: a functionCall belongs to a model content")
         if isinstance(part, str):
             texts.append(part)
             continue
@@ -332,7 +334,7 @@ def _function(value: Any, what: str) -> dict[str, Any]:
     if "description" in declaration:
         function["description"] = _text(declaration["description"], f"{what}.description")
     if "parameters" in declaration and "parametersJsonSchema" in declaration:
-        raise RequestError(f"{what} must give parameters or parametersJsonSchema, not both")
+        raise AgentRequestError(f"{what} must give parameters or parametersJsonSchema, not both")
     if "parameters" in declaration:
         function["parameters"] = _json_schema(declaration["parameters"], f"{what}.parameters")
     elif "parametersJsonSchema" in declaration:
@@ -367,7 +369,7 @@ def _json_schema(value: Any, what: str) -> dict[str, Any]:
             out[key] = item
     nullable = schema.get("nullable", False)
     if not isinstance(nullable, bool):
-        raise RequestError(f"{what}.nullable must be a boolean")
+        raise AgentRequestError(f"{what}.nullable must be a boolean")
     if nullable and "type" in out:
         out["type"] = [out["type"], "null"]
     return out
@@ -398,7 +400,7 @@ def _tool_choice(value: Any) -> str | dict[str, Any] | None:
         if len(names) == 1:
             return {"type": "function", "function": {"name": names[0]}}
         return "required"
-    raise RequestError(f"{what}.mode must be AUTO, ANY, NONE or VALIDATED")
+    raise AgentRequestError(f"{what}.mode must be AUTO, ANY, NONE or VALIDATED")
 
 
 def _sampling(value: Any) -> dict[str, Any]:
@@ -415,18 +417,18 @@ def _sampling(value: Any) -> dict[str, Any]:
                        for k, s in enumerate(stops)]
     count = config.get("candidateCount")
     if count is not None and _number(count, "generationConfig.candidateCount", True) > 1:
-        raise RequestError("generationConfig.candidateCount > 1 is not supported: each model "
+        raise AgentRequestError("generationConfig.candidateCount > 1 is not supported: each model "
                            "call must be one recorded turn; send separate requests instead")
     return out
 
 
 def _number(value: Any, what: str, integer: bool) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"{what} must be a number")
+        raise AgentRequestError(f"{what} must be a number")
     if not integer:
         return value
     if value != int(value):
-        raise RequestError(f"{what} must be an integer")
+        raise AgentRequestError(f"{what} must be an integer")
     return int(value)
 
 

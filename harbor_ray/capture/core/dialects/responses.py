@@ -25,7 +25,7 @@ from harbor_ray.capture.core.dialects.base import (
 )
 from harbor_ray.capture.core.dialects.chat import openai_error_body
 from harbor_ray.capture.core.sse import sse_event
-from harbor_ray.errors import RequestError
+from harbor_ray.errors import AgentRequestError
 
 # vLLM itself joins a message's text parts with a newline when it flattens them for the
 # chat template; joining the same way keeps what the model sees unchanged.
@@ -49,7 +49,7 @@ class ResponsesDialect:
     ) -> EngineCall:
         for name in _STATEFUL_FIELDS:
             if body.get(name) is not None:
-                raise RequestError(
+                raise AgentRequestError(
                     f"{name} is not supported: this proxy keeps no response state; "
                     "send the full conversation in input"
                 )
@@ -57,7 +57,7 @@ class ResponsesDialect:
 
         messages = _instructions(body.get("instructions")) + _messages(body.get("input"))
         if not messages:
-            raise RequestError("input must not be empty")
+            raise AgentRequestError("input must not be empty")
         engine: dict[str, Any] = {"messages": messages}
         tools = _Tools()
         if body.get("tools") is not None:
@@ -106,7 +106,7 @@ def _instructions(value: Any) -> list[dict[str, Any]]:
     if value is None or value == "":
         return []
     if not isinstance(value, str):
-        raise RequestError("instructions must be a string")
+        raise AgentRequestError("instructions must be a string")
     return [{"role": "system", "content": value}]
 
 
@@ -120,7 +120,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
-        raise RequestError("input must be a string or a JSON array of items")
+        raise AgentRequestError("input must be a string or a JSON array of items")
     messages: list[dict[str, Any]] = []
     for i, raw in enumerate(value):
         where = f"input[{i}]"
@@ -144,14 +144,14 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not part of the prompt the engine sees
         else:
-            raise RequestError(f"{where}.type {kind!r} is not supported")
+            raise AgentRequestError(f"{where}.type {kind!r} is not supported")
     return messages
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
     if not isinstance(role, str) or role not in _CHAT_ROLES:
-        raise RequestError(f"{where}.role must be one of {sorted(_CHAT_ROLES)}")
+        raise AgentRequestError(f"{where}.role must be one of {sorted(_CHAT_ROLES)}")
     return {"role": _CHAT_ROLES[role], "content": _text(item.get("content"), f"{where}.content")}
 
 
@@ -164,7 +164,7 @@ def _text(content: Any, where: str) -> str:
         part = require_dict(raw, f"{where}[{j}]")
         kind = part.get("type")
         if not isinstance(kind, str) or kind not in _TEXT_PARTS:
-            raise RequestError(
+            raise AgentRequestError(
                 f"{where}[{j}].type {kind!r} is not supported: the engine reads text only"
             )
         texts.append(_string(part, "text", f"{where}[{j}]"))
@@ -173,7 +173,7 @@ def _text(content: Any, where: str) -> str:
 
 def _output_text(output: Any, where: str) -> str:
     if output is None:
-        raise RequestError(f"{where} is required")
+        raise AgentRequestError(f"{where} is required")
     return _text(output, where)
 
 
@@ -200,7 +200,7 @@ class _Tools:
     def add(self, tool: dict[str, Any], where: str, namespace: str | None) -> None:
         name = tool["function"]["name"]
         if name in self._where:
-            raise RequestError(
+            raise AgentRequestError(
                 f"{where}.name {name!r} is also the name of {self._where[name]}: "
                 "the engine sees every function under its own name"
             )
@@ -252,7 +252,7 @@ def _tool_choice(value: Any) -> str | dict[str, Any]:
         return value
     if isinstance(value, dict) and value.get("type") == "function":
         return {"type": "function", "function": {"name": _string(value, "name", "tool_choice")}}
-    raise RequestError(
+    raise AgentRequestError(
         f"tool_choice must be one of {sorted(_TOOL_CHOICE_MODES)} "
         'or {"type": "function", "name": ...}'
     )
@@ -261,7 +261,7 @@ def _tool_choice(value: Any) -> str | dict[str, Any]:
 def _string(obj: dict[str, Any], key: str, where: str) -> str:
     value = obj.get(key)
     if not isinstance(value, str):
-        raise RequestError(f"{where}.{key} must be a string")
+        raise AgentRequestError(f"{where}.{key} must be a string")
     return value
 
 
@@ -269,7 +269,7 @@ def _typed(body: dict[str, Any], key: str, kind: Any, what: str) -> Any:
     value = body[key]
     # bool is an int subclass; `true` is never a valid token count or temperature.
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise RequestError(f"{key} must be {what}")
+        raise AgentRequestError(f"{key} must be {what}")
     return value
 
 

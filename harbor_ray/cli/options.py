@@ -1,0 +1,114 @@
+"""What every command shares: the terminal, the exit codes, the flags declared once, and
+the output of a command that starts Ray or an engine (phases on the terminal, the rest in
+a log file)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from harbor_ray.errors import HarborRayError
+from harbor_ray.terminal import Phases, Terminal, quiet_output
+
+# soft_wrap: a path or URL is never broken across lines (CI logs are 80 columns wide).
+console = Console(stderr=True, soft_wrap=True)
+
+LOG_NAME = Path("logs") / "harbor-ray.log"
+
+
+class Exit:
+    """Exit codes of `harbor-ray rollout`, `sweep` and `qualify`."""
+
+    ALL_OK = 0
+    SOME_FAILED = 1
+    COULD_NOT_START = 2
+
+
+# Declared once for every command that calls the engine (`proxy`, `rollout`, `sweep`).
+EngineTimeoutOption = Annotated[float, typer.Option(
+    "--engine-timeout", min=0.001,
+    help="Seconds one engine call may take; past it the agent gets a 504 (retryable) and "
+         "the call's budget slot is given back.")]
+
+
+VerboseOption = Annotated[bool, typer.Option(
+    "--verbose", help="Let Ray's, Serve's and the engine's logs through to the terminal "
+                      "instead of the log file.")]
+
+
+def log_option(default: str) -> Any:
+    return typer.Option(
+        "--log-file", help=f"Where Ray's, Serve's and the engine's logs go (default: "
+                           f"{default}); the terminal shows phases, progress and results.")
+
+
+# Declared once for `info`, `rollout` and `sweep`.
+SandboxArgOption = Annotated[list[str] | None, typer.Option(
+    "--sandbox-arg", metavar="KEY=VALUE",
+    help="A constructor argument of the sandbox backend (repeatable), e.g. "
+         "region=us-east-1 for ec2; a VALUE that is JSON is read as JSON. "
+         "`harbor-ray info` names the ones a backend requires.")]
+AgentsCacheOption = Annotated[Path | None, typer.Option(
+    "--agents-cache",
+    help="The agent CLI cache (default: ~/.cache/harbor_ray/agents); made by "
+         "`harbor-ray agents install`.")]
+StitchOption = Annotated[bool, typer.Option(
+    "--stitch/--no-stitch",
+    help="A call that continues a conversation the proxy answered gets the earlier "
+         "prompt + sampled ids + the engine's rendering of what was added as its prompt, "
+         "so the conversation stays one trajectory (needs the engine's /tokenize). "
+         "--no-stitch: the engine renders every prompt from the messages.")]
+
+# Declared once for `rollout`, `sweep` and `qualify`.
+TaskOption = Annotated[list[str] | None, typer.Option(
+    help="Run only these tasks (repeatable). Default: every task.")]
+LlmUrlOption = Annotated[str | None, typer.Option(
+    help="Engine base URL. Agents that call a model need it or --engine; no default.")]
+ModelOption = Annotated[str | None, typer.Option(
+    help="Served model id (default: the first one the engine lists).")]
+SandboxOption = Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
+AttemptsOption = Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")]
+BudgetOption = Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")]
+TemperatureOption = Annotated[float | None, typer.Option(
+    help="Sampling temperature imposed on every model call.")]
+MaxTokensOption = Annotated[int | None, typer.Option(
+    help="Cap on tokens sampled per model call.")]
+RewardKeyOption = Annotated[str | None, typer.Option(
+    help="Reward key to train on (default: the only key, else `reward`).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")]
+
+
+@contextlib.contextmanager
+def command_output(log: Path | None, *, verbose: bool) -> Iterator[Terminal]:
+    """`quiet_output` on the command's console; an error leaving it carries the log's
+    path as a note, which the CLI prints after the error."""
+    with quiet_output(console, log, verbose=verbose) as terminal:
+        try:
+            yield terminal
+        except HarborRayError as exc:
+            if terminal.log is not None:
+                exc.add_note(f"logs: {terminal.log}")
+            raise
+
+
+def phases_of(terminal: Terminal) -> Phases:
+    """The command's phase lines, starting with where its logs go."""
+    phases = Phases(terminal.err)
+    if terminal.log is not None:
+        phases(f"logs: {terminal.log} (--verbose shows them here)")
+    return phases
+
+
+def notice(message: str) -> None:
+    """What a check says before the command starts (a task or an agent left out)."""
+    console.print(f"[yellow]{message}[/yellow]")
+
+
+def show_log(terminal: Terminal) -> None:
+    if terminal.log is not None:
+        console.print(f"logs: {terminal.log}")

@@ -1,0 +1,75 @@
+"""`harbor-ray proxy`: the capture proxy in front of an engine, in this process."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from typing import Annotated
+
+import typer
+
+from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
+from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.cli.options import EngineTimeoutOption, StitchOption, console
+from harbor_ray.listening import bind
+
+
+def proxy(
+    llm_url: Annotated[str, typer.Option(
+        help="The engine's base URL (a vLLM OpenAI server, e.g. http://127.0.0.1:8000). "
+             "Required: there is no default engine.")],
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback "
+                                           "needs --admin-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
+    admin_key: Annotated[str | None, typer.Option(
+        help="Key required on the session routes (/sessions...).")] = None,
+    budget: Annotated[int | None, typer.Option(
+        help="Default model-call budget of a new session (none: unlimited).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Served model id to use (default: the first one the engine lists).")] = None,
+    max_body_mb: Annotated[float, typer.Option(
+        help="Largest request body accepted, in MiB (larger gets 413).")] = 32.0,
+    engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
+    stitch: StitchOption = True,
+) -> None:
+    """Serve the capture proxy in front of an engine, after certifying the engine.
+
+    Mint a session with `POST /sessions` (returns its id and key), point an agent at
+    this URL with the key as its API key, and read the capture with
+    `GET /sessions/{id}/export`.
+    """
+    check_exposure(host, admin_key)
+    sock = bind(host, port)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
+        run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
+                                engine_timeout, stitch))
+
+
+async def _serve_proxy(
+    sock: socket.socket, llm_url: str, admin_key: str | None, budget: int | None,
+    model: str | None, max_body_mb: float, engine_timeout: float, stitch: bool,
+) -> None:
+    engine = HttpEngine(llm_url, timeout_s=engine_timeout)
+    try:
+        cert = await certify(engine, engine.root, model=model)
+    except BaseException:
+        await engine.aclose()
+        raise
+    console.print(f"engine certified: {cert.served_model} at {cert.url} "
+                  f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix}; "
+                  f"logprobs: {cert.logprobs_mode})")
+    settings = CaptureSettings(
+        served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
+        max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
+        logprobs_mode=cert.logprobs_mode,
+    )
+    store = InMemorySessionStore()
+    capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
+
+    def ready(url: str) -> None:
+        console.print(f"capture proxy ready at [bold]{url}[/bold]")
+
+    await serve(capture, sock, on_ready=ready)

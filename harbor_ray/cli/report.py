@@ -1,0 +1,77 @@
+"""`harbor-ray report` and `harbor-ray view`: a dataset's report, as a file or live."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harbor_ray.cli.options import console
+from harbor_ray.errors import NotADatasetError
+
+PassRewardOption = Annotated[float, typer.Option(
+    help="A rollout passes (for pass@k) when its reward is at least this; no reward "
+         "never passes.")]
+
+
+def report(
+    out: Annotated[Path, typer.Argument(
+        help="A dataset directory (a sweep's --out: rollouts/, sequences/, turns/).")],
+    dest: Annotated[Path | None, typer.Option(
+        "--to", help="Where to write the page (default: OUT/report.html).")] = None,
+    pass_reward: PassRewardOption = 1.0,
+) -> None:
+    """Write a dataset's report: one self-contained HTML file (no server, no network).
+
+    Plots: reward by task, pass@k by task, error types, findings by code,
+    turns and sampled tokens per rollout, time by trial phase, engine tokens/s
+    and calls in flight over time; for online datasets (policy_version_*
+    columns) reward and staleness by policy version.
+
+    Then a trace viewer: filter rollouts by task, ok, error type and reward;
+    pick one to see its findings, its rollout graph (roots, forks, discarded
+    retries, auxiliary calls), each turn's messages, and its ids: every
+    sampled id coloured by its logprob, with its loss mask.
+
+    Only committed rows are read: safe on a dataset a sweep is writing
+    (`harbor-ray view` follows one as it grows).
+    """
+    from harbor_ray.report import write_report
+
+    if not (out / "rollouts").is_dir():
+        raise NotADatasetError(f"{out} is not a dataset (no rollouts/ in it)")
+    console.print(f"report: {write_report(out, dest, pass_reward=pass_reward)}")
+
+
+def view(
+    out: Annotated[Path, typer.Argument(
+        help="A dataset directory; it may be empty or still being written.")],
+    host: Annotated[str, typer.Option(
+        help="Address to bind. The page shows the rollouts' messages: bind beyond "
+             "loopback only if everyone who can reach it may read them.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8766,
+    poll: Annotated[float, typer.Option(
+        min=0.1, help="Seconds between the page's checks for new rows.")] = 2.0,
+    pass_reward: PassRewardOption = 1.0,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        help="A Host name the viewer answers besides the loopback names and --host "
+             "(repeatable; '*' for any): the name others reach it by. Requests naming "
+             "any other get 421, so a web page cannot read it through DNS rebinding.")
+    ] = None,
+) -> None:
+    """Serve the report and trace viewer of OUT on loopback, live.
+
+    The page is `harbor-ray report`'s: it checks the dataset every --poll
+    seconds and redraws when a commit landed (during a sweep or an online
+    run), keeping the filters and the open rollout. `harbor-ray sweep --view`
+    starts it beside a sweep.
+    """
+    from harbor_ray.report.live import serve_view
+
+    out.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
+        serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
+                   allowed_hosts=allowed_host or (),
+                   on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))

@@ -1,0 +1,98 @@
+"""Qualifying agent CLIs (`harbor-ray qualify`): each agent runs each task in the local
+sandbox through the capture proxy, against the scripted engine (level 1) or a real one
+(level 2), and the report is written under OUT."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harbor_ray.capture.proxy.upstream import HttpEngine
+from harbor_ray.errors import StartError
+from harbor_ray.jobs.engine import started_engine
+from harbor_ray.jobs.runs import Progress, check_sandbox, sampling_of, silent, tasks_of
+from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow
+from harbor_ray.qualify.run import QualifyPlan, default_agents, qualify
+from harbor_ray.trials.agents import needs_model
+from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.installs import DEFAULT_CACHE
+
+__all__ = ["SCRIPTED", "QualifyRequest", "plan_qualify", "run_qualify"]
+
+SCRIPTED = "scripted"  # `engine` of level 1: the scripted engine plays the model
+
+
+@dataclass(frozen=True)
+class QualifyRequest:
+    """Which agents to qualify, on what; the fields are `harbor-ray qualify`'s flags."""
+
+    agents: Sequence[str] = ()  # empty: every qualified agent installed here
+    engine: str = SCRIPTED  # or a Serve YAML started for the run (level 2)
+    llm_url: str | None = None  # level 2 against an engine already running
+    model: str | None = None
+    tasks: Sequence[str] = ("hello-file",)
+    dataset: str = "samples"
+    budget: int | None = 20
+    max_tokens: int | None = None  # level 2's cap per model call (None: 256)
+    deadline_s: float = 600.0
+    concurrency: int = 1
+    out: Path = Path("qualify")
+    agents_cache: Path | None = None
+
+    @property
+    def level(self) -> Level:
+        return "scripted" if self.engine == SCRIPTED and self.llm_url is None else "model"
+
+
+def plan_qualify(request: QualifyRequest, progress: Progress = silent) -> QualifyPlan:
+    """The agents and tasks to qualify; raises before anything starts when the request
+    cannot work (an agent skipped for not being installed is told to `progress`)."""
+    if request.llm_url is not None and request.engine != SCRIPTED:
+        raise StartError("give --llm-url or --engine YAML, not both")
+    cache = (request.agents_cache or DEFAULT_CACHE).resolve()
+    agents = list(request.agents)
+    if not agents:
+        agents, missing = default_agents(cache)
+        for name in missing:
+            progress(f"skipped {name}: not installed (run `harbor-ray agents install "
+                     f"{name}`)")
+    for name in agents:  # an unknown name fails here, before anything starts
+        needs_model(name)
+    tasks = tasks_of(request.dataset, request.tasks, progress)
+    check_sandbox(LOCAL, {})
+    return QualifyPlan(
+        agents=tuple(agents), tasks=tuple(tasks), out=request.out.resolve(),
+        agents_cache=cache, budget=request.budget, deadline_s=request.deadline_s,
+        concurrency=request.concurrency,
+        sampling=(None if request.level == "scripted"
+                  else sampling_of(None, request.max_tokens or 256)))
+
+
+def run_qualify(
+    request: QualifyRequest, *, progress: Progress = silent,
+    on_row: Callable[[QualifyRow], None] | None = None, plan: QualifyPlan | None = None,
+) -> QualifyReport:
+    """Qualify the request's agents and write the report (`report_paths` says where).
+    A request that cannot work raises before anything starts; `plan`: its
+    `plan_qualify`, when the caller made it already."""
+    plan = plan or plan_qualify(request, progress)
+    if request.level == "scripted":
+        return asyncio.run(qualify(plan, level="scripted", on_row=on_row))
+    config = Path(request.engine) if request.llm_url is None else None
+    with started_engine(config, None, progress) as started_url:
+        return asyncio.run(_against(plan, started_url or request.llm_url, request.model,
+                                    on_row))
+
+
+async def _against(
+    plan: QualifyPlan, llm_url: str | None, model: str | None,
+    on_row: Callable[[QualifyRow], None] | None,
+) -> QualifyReport:
+    engine = HttpEngine(llm_url or "")
+    try:
+        return await qualify(plan, level="model", engine=engine, url=engine.root,
+                             model=model, on_row=on_row)
+    finally:
+        await engine.aclose()

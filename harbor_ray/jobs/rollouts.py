@@ -1,0 +1,95 @@
+"""Rollouts end to end in this process (`harbor-ray rollout`): no Ray, no server. Each
+finished rollout is appended to OUT/results.jsonl as it lands: its row, and the capture's
+export document under `capture`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from harbor_ray.capture.proxy.local import local_capture
+from harbor_ray.capture.proxy.upstream import HttpEngine
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.rebuild import export_document
+from harbor_ray.errors import StartError
+from harbor_ray.jobs.engine import started_engine
+from harbor_ray.jobs.runs import (
+    CheckedStart,
+    Progress,
+    RunRequest,
+    checked_start,
+    silent,
+    specs_of,
+)
+from harbor_ray.trials.local_run import run_many
+from harbor_ray.trials.spec import RolloutSpec
+
+__all__ = ["RESULTS", "RolloutRequest", "run_rollouts"]
+
+RESULTS = "results.jsonl"
+
+
+@dataclass(frozen=True)
+class RolloutRequest(RunRequest):
+    """What to run in this process; the fields are `harbor-ray rollout`'s flags."""
+
+    concurrency: int = 1
+    out: Path = Path("rollouts")  # results.jsonl and trials/
+
+    @property
+    def results_path(self) -> Path:
+        return self.out.resolve() / RESULTS
+
+
+def run_rollouts(
+    request: RolloutRequest, *, progress: Progress = silent,
+    on_planned: Callable[[int], None] | None = None,
+    on_result: Callable[[RolloutRecord], None] | None = None,
+    checked: CheckedStart | None = None,
+) -> list[RolloutRecord]:
+    """Run the request's rollouts, in spec order. `on_planned` hears how many there are
+    before the first starts, `on_result` each one as it finishes (after its line is
+    written). A request that cannot work raises before anything starts; `checked`: its
+    `checked_start`, when the caller made it already."""
+    if request.concurrency < 1:
+        raise StartError("--concurrency must be at least 1")
+    checked = checked or checked_start(request, progress)
+    specs = specs_of(request, checked.tasks, trials_dir=request.out.resolve() / "trials")
+    if on_planned is not None:
+        on_planned(len(specs))
+    engine = request.engine if checked.wants_model else None
+    with started_engine(engine, None, progress) as started_url:
+        url = (started_url or request.llm_url) if checked.wants_model else None
+        return asyncio.run(_run(specs, url, request, on_result))
+
+
+async def _run(
+    specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
+    on_result: Callable[[RolloutRecord], None] | None,
+) -> list[RolloutRecord]:
+    request.results_path.parent.mkdir(parents=True, exist_ok=True)
+    with request.results_path.open("a") as sink:
+
+        def done(record: RolloutRecord) -> None:
+            row = record.result.model_dump(mode="json")
+            sink.write(orjson.dumps({**row, "capture": export_document(record)}).decode()
+                       + "\n")
+            sink.flush()
+            if on_result is not None:
+                on_result(record)
+
+        if llm_url is None:
+            return await run_many(specs, None, concurrency=request.concurrency,
+                                  on_result=done)
+        engine = HttpEngine(llm_url, timeout_s=request.engine_timeout_s)
+        try:
+            async with local_capture(engine, engine.root, model=request.model,
+                                     stitch=request.stitch) as capture:
+                return await run_many(specs, capture, concurrency=request.concurrency,
+                                      on_result=done)
+        finally:
+            await engine.aclose()

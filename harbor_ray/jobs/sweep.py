@@ -1,0 +1,147 @@
+"""A sweep (`harbor-ray sweep`): tasks x attempts on Ray rollout hosts, into a resumable
+Parquet dataset under OUT, with the manifest that says what made it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args
+
+from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.cluster.host import Ingress
+from harbor_ray.cluster.ingress import remote_endpoint
+from harbor_ray.cluster.setup import ClusterSpec, running_cluster
+from harbor_ray.cluster.sweep import SweepConfig, SweepStats, sweep
+from harbor_ray.errors import StartError
+from harbor_ray.jobs.runs import (
+    CheckedStart,
+    Progress,
+    RunRequest,
+    checked_start,
+    silent,
+    specs_of,
+)
+from harbor_ray.trials.spec import RolloutSpec
+
+__all__ = ["StartedSweep", "SweepRequest", "check_sweep", "run_sweep", "started_sweep"]
+
+
+@dataclass(frozen=True)
+class SweepRequest(RunRequest):
+    """What to sweep and how; the fields are `harbor-ray sweep`'s flags."""
+
+    concurrency: int = 8
+    retries: int = 1
+    grace_s: float = 60.0
+    name: str = "sweep"  # part of every rollout id: the same name and out resume
+    out: Path = Path("sweep")
+    ray_address: str | None = None  # None: a local Ray for the sweep
+    proxy_replicas: int = 2
+    rollouts_per_host: int = 8
+    commit_every_s: float = 2.0
+    ingress: str = "host"
+    proxy_url: str | None = None
+    proxy_bind: str | None = None
+
+    def manifest(self, tasks: Sequence[str], engine: Certification | None) -> dict[str, Any]:
+        """What the dataset's manifest says made it (`engine`: the certified one, None
+        when the agent calls no model)."""
+        return {
+            "run": self.name, "agent": self.agent, "sandbox": self.sandbox,
+            "sandbox_kwargs": dict(self.sandbox_kwargs), "dataset": self.dataset,
+            "tasks": list(tasks), "attempts": self.attempts,
+            "concurrency": self.concurrency, "retries": self.retries,
+            "deadline_s": self.deadline_s, "grace_s": self.grace_s, "budget": self.budget,
+            "temperature": self.temperature, "max_tokens": self.max_tokens,
+            "reward_key": self.reward_key,
+            "engine": engine.model_dump() if engine else None,
+            "proxy_replicas": (self.proxy_replicas if engine and self.ingress != "host"
+                               else None),
+            "ingress": self.ingress if engine else None,
+            "rollouts_per_host": self.rollouts_per_host,
+            "commit_every_s": self.commit_every_s,
+            "engine_timeout_s": self.engine_timeout_s, "stitch": self.stitch,
+        }
+
+
+@dataclass(frozen=True)
+class StartedSweep:
+    """A sweep whose cluster, engine and proxy are up: what `run` sweeps, and where."""
+
+    specs: list[RolloutSpec]
+    config: SweepConfig
+    manifest: dict[str, Any]
+
+    def run(self, on_stats: Callable[[SweepStats], None] | None = None) -> SweepStats:
+        """Sweep into `config.out`; `on_stats` hears the counts after every row."""
+        return asyncio.run(sweep(self.specs, self.config, self.manifest, on_stats=on_stats))
+
+
+def run_sweep(
+    request: SweepRequest, *, progress: Progress = silent,
+    on_stats: Callable[[SweepStats], None] | None = None,
+) -> SweepStats:
+    """Start (or join) what the request needs, sweep into `request.out`, stop what was
+    started. A request that cannot work raises before anything starts; `on_stats` hears
+    the sweep's counts after every row."""
+    with started_sweep(request, progress=progress) as started:
+        return started.run(on_stats)
+
+
+def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedStart:
+    """What a sweep checks before starting anything (`started_sweep` does it itself
+    unless given the result)."""
+    checked = checked_start(request, progress)
+    _config(request)
+    return checked
+
+
+@contextlib.contextmanager
+def started_sweep(
+    request: SweepRequest, *, progress: Progress = silent,
+    checked: CheckedStart | None = None,
+) -> Iterator[StartedSweep]:
+    """Ray, the engine and the proxy the request needs, up for the duration (the CLI
+    shows the sweep's progress only once they are)."""
+    checked = checked or check_sweep(request, progress)
+    config = _config(request)
+    cluster = ClusterSpec(
+        ray_address=request.ray_address, llm_url=request.llm_url,
+        engine_config=request.engine, model=request.model,
+        ingress=request.ingress,  # type: ignore[arg-type]  # checked by _config
+        proxy_replicas=request.proxy_replicas, engine_timeout_s=request.engine_timeout_s,
+        stitch=request.stitch, wants_model=checked.wants_model, proxy_url=request.proxy_url,
+        proxy_bind=request.proxy_bind, logs_dir=config.out / "logs")
+    with contextlib.ExitStack() as stack:
+        try:
+            running = stack.enter_context(running_cluster(cluster, progress=progress))
+        except OSError as exc:  # a port, a path or Ray's own start: the fix is the user's
+            raise StartError(f"the sweep could not start: {exc}") from exc
+        engine = running.certification
+        if engine is not None:
+            progress(f"engine: {engine.served_model} (tool calling: "
+                     f"{'yes' if engine.tool_calling else 'no'})")
+        specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
+                         run_id=request.name)
+        yield StartedSweep(specs, dataclasses.replace(config, proxy=running.proxy),
+                           request.manifest([t.name for t in checked.tasks], engine))
+
+
+def _config(request: SweepRequest) -> SweepConfig:
+    """The driver's config, or a StartError naming the flag that cannot work."""
+    if request.ingress not in get_args(Ingress):
+        raise StartError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
+                         f"not {request.ingress!r}")
+    remote_endpoint(request.ingress, request.proxy_url,  # type: ignore[arg-type]
+                    request.proxy_bind)  # raises the StartError itself
+    try:
+        return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
+                           retries=request.retries, grace_s=request.grace_s,
+                           per_host=request.rollouts_per_host,
+                           commit_s=request.commit_every_s)
+    except ValueError as exc:  # the driver's own checks (concurrency, retries, ...)
+        raise StartError(str(exc)) from exc

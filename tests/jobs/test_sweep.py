@@ -1,0 +1,57 @@
+"""`harbor_ray.jobs.sweep`: what a sweep request refuses before anything starts, and the
+manifest it writes. (The sweep itself runs in tests/cluster.)"""
+
+from pathlib import Path
+
+import pytest
+
+from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.errors import DatasetError, StartError, UnknownAgentError
+from harbor_ray.jobs.sweep import SweepRequest, started_sweep
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"agent": "terminus-2"}, "pass --llm-url"),
+    ({"llm_url": "http://127.0.0.1:1", "engine": Path("e.yaml")}, "not both"),
+    ({"ingress": "carrier-pigeon"}, "--ingress must be one of"),
+    ({"proxy_url": "http://10.0.0.1:8770"}, "needs --ingress direct"),
+    ({"ingress": "direct", "proxy_url": "ftp://x"}, "--proxy-url must be"),
+    ({"concurrency": 0}, "concurrency must be at least 1"),
+])
+def test_a_request_that_cannot_work_is_refused_before_anything_starts(
+    tmp_path: Path, changes: dict, says: str
+) -> None:
+    request = SweepRequest(**{"agent": "oracle", "out": tmp_path, **changes})
+    with pytest.raises(StartError, match=says), started_sweep(request):
+        pass
+    assert not (tmp_path / "rollouts").exists()
+
+
+@pytest.mark.parametrize(("changes", "error"), [
+    ({"agent": "no-such-agent"}, UnknownAgentError),
+    ({"tasks": ["no-such-task"]}, DatasetError),
+])
+def test_unknown_names_are_the_trial_layer_s_errors(
+    tmp_path: Path, changes: dict, error: type[Exception]
+) -> None:
+    with pytest.raises(error), started_sweep(SweepRequest(
+            **{"agent": "oracle", "out": tmp_path, **changes})):
+        pass
+
+
+def test_the_manifest_says_what_made_the_dataset() -> None:
+    request = SweepRequest(agent="oracle", sandbox_kwargs={"k": 1}, attempts=3, name="r1",
+                           ingress="direct", proxy_replicas=4)
+    without_engine = request.manifest(["a", "b"], None)
+    assert without_engine["run"] == "r1" and without_engine["tasks"] == ["a", "b"]
+    assert without_engine["attempts"] == 3 and without_engine["sandbox_kwargs"] == {"k": 1}
+    assert (without_engine["engine"], without_engine["ingress"],
+            without_engine["proxy_replicas"]) == (None, None, None)
+    cert = Certification(url="http://e/v1", served_model="m", models=["m"],
+                         engine_version=None, returns_token_ids=True, returns_logprobs=True,
+                         tool_calling=True, tool_calling_fix=None, logprobs_mode="processed")
+    with_engine = request.manifest(["a"], cert)
+    assert with_engine["engine"]["served_model"] == "m"
+    assert (with_engine["ingress"], with_engine["proxy_replicas"]) == ("direct", 4)
+    host = SweepRequest(agent="oracle").manifest(["a"], cert)
+    assert (host["ingress"], host["proxy_replicas"]) == ("host", None)
