@@ -49,9 +49,12 @@ def proxy_process(*args: str) -> Iterator[tuple[int, list[str]]]:
         proc.wait(10)
 
 
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
 def chat(url: str, key: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
-                      json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                      json=CHAT)
 
 
 def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
@@ -84,6 +87,18 @@ def test_off_loopback_the_session_routes_need_the_admin_key(fake_engine_url: str
         assert httpx.get(f"{url}/sessions").status_code == 401
         assert httpx.get(f"{url}/sessions", headers=admin).json() == {
             "sessions": [session["session_id"]]}
+
+
+def test_only_addresses_loopback_and_allowed_names_are_answered(fake_engine_url: str) -> None:
+    with proxy_process("--llm-url", fake_engine_url,
+                       "--allowed-host", "gateway.internal") as (port, _):
+        url = f"http://127.0.0.1:{port}"
+        key = httpx.post(f"{url}/sessions").json()["key"]
+        for host, status in [("evil.example", 421), (f"gateway.internal:{port}", 200),
+                             (f"localhost:{port}", 200), (f"10.9.8.7:{port}", 200)]:
+            reply = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers={
+                "authorization": f"Bearer {key}", "host": host})
+            assert reply.status_code == status, (host, reply.text)
 
 
 def test_refuses_non_loopback_without_admin_key(fake_engine_url: str) -> None:

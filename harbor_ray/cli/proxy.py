@@ -14,6 +14,7 @@ from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cli.options import EngineTimeoutOption, StitchOption, console
+from harbor_ray.host_names import LOOPBACK_NAMES, names_served
 from harbor_ray.listening import bind
 
 
@@ -34,6 +35,10 @@ def proxy(
         help="Largest request body accepted, in MiB (larger gets 413).")] = 32.0,
     engine_timeout: EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
     stitch: StitchOption = True,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", help="A Host name agents reach the proxy by (repeatable; '*': "
+        "any). IP addresses, the loopback names and --host are always answered; other "
+        "names get 421 (a guard against DNS rebinding).")] = None,
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -45,12 +50,14 @@ def proxy(
     sock = bind(host, port)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
-                                engine_timeout, stitch))
+                                engine_timeout, stitch,
+                                names_served((*LOOPBACK_NAMES, *(allowed_host or ())), host)))
 
 
 async def _serve_proxy(
     sock: socket.socket, llm_url: str, admin_key: str | None, budget: int | None,
     model: str | None, max_body_mb: float, engine_timeout: float, stitch: bool,
+    allowed_hosts: tuple[str, ...],
 ) -> None:
     engine = HttpEngine(llm_url, timeout_s=engine_timeout)
     try:
@@ -64,7 +71,7 @@ async def _serve_proxy(
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
         max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
-        logprobs_mode=cert.logprobs_mode,
+        logprobs_mode=cert.logprobs_mode, allowed_hosts=allowed_hosts,
     )
     store = InMemorySessionStore()
     capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
