@@ -77,7 +77,7 @@ class CaptureProxy:
         across_nodes: bool = False,
         logprobs_mode: str | None = None,
     ) -> None:
-        overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
+        overrides: dict[str, Any] = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes}
         self._settings = CaptureSettings(
             served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode,
             **{name: value for name, value in overrides.items() if value is not None},
@@ -153,7 +153,8 @@ def deploy_capture_proxy(
     """
     ensure_serve(http_port, across_nodes=across_nodes)
     ensure_registry(app_name)
-    deployment = CaptureProxy.options(
+    # serve.ingress's types hide the Deployment that serve.deployment makes of the class.
+    deployment = CaptureProxy.options(  # type: ignore[attr-defined]
         num_replicas=replicas,
         max_ongoing_requests=max_ongoing_requests,
         ray_actor_options={"num_cpus": num_cpus},
@@ -199,8 +200,9 @@ def replica_actor_names(app_name: str = CAPTURE_APP_NAME) -> list[str]:
     app = serve_details().applications.get(app_name)
     if app is None:
         return []
+    # A RUNNING replica has its actor, so its name is set.
     return [
-        replica.actor_name
+        replica.actor_name  # type: ignore[misc]
         for deployment in app.deployments.values()
         for replica in deployment.replicas
         if replica.state == "RUNNING"
