@@ -87,7 +87,11 @@ class Client:
                 step = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
             except StopIteration as done:
                 return done.value
-            outcome = self._send(step) if isinstance(step, Send) else _sleep(step)
+            if isinstance(step, Send):
+                outcome = self._send(step)
+            else:
+                _sleep(step)
+                outcome = None
 
     def _send(self, send: Send) -> Outcome:
         try:

@@ -221,8 +221,9 @@ class Relay:
                 address = urlsplit(entry.url)
                 try:
                     async with asyncio.timeout(self._connect_timeout_s):
+                        # A registered replica's URL always names its host and port.
                         _, pipe = await loop.create_connection(
-                            protocol, address.hostname, address.port)
+                            protocol, address.hostname, address.port)  # type: ignore[arg-type]
                     return pipe
                 except ConnectionRefusedError:
                     self._report(entry)

@@ -103,7 +103,8 @@ async def _serving(app: CaptureApp, address: str, stop: asyncio.Event
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     serving = asyncio.create_task(
         serve(app, bind(address, 0), on_ready=ready.set_result, stop=stop, lifespan="off"))
-    await asyncio.wait({ready, serving}, return_when=asyncio.FIRST_COMPLETED)
+    first: set[asyncio.Future[Any]] = {ready, serving}
+    await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     if not ready.done():
         serving.result()  # raises why it stopped
         raise ServeError("the direct ingress stopped before it was ready")

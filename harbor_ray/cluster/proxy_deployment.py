@@ -63,8 +63,9 @@ class CaptureProxy:
         logprobs_mode: str | None = None,
         allowed_hosts: tuple[str, ...] | None = None,
     ) -> None:
-        overrides = {"keepalive_s": keepalive_s, "max_body_bytes": max_body_bytes,
-                     "allowed_hosts": allowed_hosts}
+        overrides: dict[str, Any] = {"keepalive_s": keepalive_s,
+                                     "max_body_bytes": max_body_bytes,
+                                     "allowed_hosts": allowed_hosts}
         self._settings = CaptureSettings(
             served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode,
             **{name: value for name, value in overrides.items() if value is not None},
@@ -142,7 +143,8 @@ def deploy_capture_proxy(
     """
     ensure_serve(http_port, across_nodes=across_nodes)
     ensure_registry(app_name)
-    deployment = CaptureProxy.options(
+    # serve.ingress's types hide the Deployment that serve.deployment makes of the class.
+    deployment = CaptureProxy.options(  # type: ignore[attr-defined]
         num_replicas=replicas,
         max_ongoing_requests=max_ongoing_requests,
         ray_actor_options={"num_cpus": num_cpus},

@@ -64,7 +64,8 @@ def start_entry_relays(app: str, bind: tuple[str, int]) -> None:
     try:
         for node, relay in zip(nodes, relays, strict=True):
             try:
-                ray.get(relay.listen.remote(*bind), timeout=_START_S)
+                # Ray types the actor handle as the class, whose methods have no .remote.
+                ray.get(relay.listen.remote(*bind), timeout=_START_S)  # type: ignore[attr-defined]
             except RayError as exc:  # reported per node below (a timeout is one too)
                 failed.append(f"{node.ip}: {getattr(exc, 'cause', None) or exc}")
     except BaseException:  # interrupted: none of them is left listening

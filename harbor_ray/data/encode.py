@@ -72,7 +72,7 @@ class RolloutRecord:
     @property
     def nbytes(self) -> int:
         """The memory its token tables hold (the row's is small)."""
-        return self.turns.get_total_buffer_size() + self.sequences.get_total_buffer_size()
+        return int(self.turns.get_total_buffer_size() + self.sequences.get_total_buffer_size())
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (_from_wire, (self.result, self.versions, _to_wire(self.turns),

@@ -57,8 +57,10 @@ def read_turns(out: str | os.PathLike[str], *, messages: bool = False) -> Datase
     if not parts:
         return ray.data.from_arrow(rebuild_prompts(TURNS.empty_table().select(columns)))
     paths = ray.data.from_items([{"path": str(p)} for p in parts], override_num_blocks=len(parts))
+    # Ray types `fn` as taking the batch alone; `fn_kwargs` passes it `columns`.
     return paths.map_batches(
-        _rebuilt_parts, batch_size=1, batch_format="pyarrow", fn_kwargs={"columns": columns}
+        _rebuilt_parts,  # type: ignore[arg-type]
+        batch_size=1, batch_format="pyarrow", fn_kwargs={"columns": columns},
     )
 
 

@@ -189,7 +189,7 @@ def _chunked_lists(values: np.ndarray, starts: np.ndarray, null: list[bool]) -> 
     Rebuilt prompts hold the sum of all prompts, which for long rollouts outgrows one
     list array; splitting keeps the column's type the same as the other id columns.
     """
-    chunks = []
+    chunks: list[pa.Array] = []
     first, rows = 0, len(starts) - 1
     while first < rows or not chunks:
         # The last row boundary within 2**31 - 1 values of this chunk's first value.

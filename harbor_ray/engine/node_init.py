@@ -20,6 +20,7 @@ class SkipNodeInitForLocalModel(CallbackBase):
     """Skip the download step when the model source is a directory on this node."""
 
     async def on_before_node_init(self) -> None:
-        source = self.llm_config.model_loading_config.model_source
+        # LLMConfig has validated the dict it may be given into a ModelLoadingConfig.
+        source = self.llm_config.model_loading_config.model_source  # type: ignore[union-attr]
         if isinstance(source, str) and Path(source).is_dir():
             self.ctx.run_init_node = False

@@ -73,9 +73,11 @@ def running_replicas(app_name: str, deployment: str) -> list[ServeReplica]:
     details = app.deployments.get(deployment) if app is not None else None
     if details is None:
         raise WeightsRefusedError(f"no deployment {deployment!r} in application {app_name!r}")
+    # A RUNNING replica has its actor, so its name is set.
     return [
         ServeReplica(name=replica.replica_id,
-                     actor=ray.get_actor(replica.actor_name, namespace=SERVE_NAMESPACE))
+                     actor=ray.get_actor(replica.actor_name,  # type: ignore[arg-type]
+                                         namespace=SERVE_NAMESPACE))
         for replica in details.replicas
         if replica.state == "RUNNING"
     ]

@@ -32,7 +32,7 @@ class WeightReloadExtension:
         return refresh_tied_layers(worker.model_runner.get_model(), UnquantizedEmbeddingMethod)
 
 
-def refresh_tied_layers(model: Any, method_type: type) -> int:
+def refresh_tied_layers(model: Any, method_type: type[Any]) -> int:
     """Re-run `process_weights_after_loading` on every layer of `model` whose `weight`
     parameter another layer shares and whose quant method is a `method_type` (one whose
     processing only derives from the weight, so running it again is safe)."""

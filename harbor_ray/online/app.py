@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 import orjson
@@ -69,7 +69,7 @@ class ActorController:
     def __init__(self, handle: Any) -> None:
         self._handle = handle
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
         method = getattr(self._handle, name)
 
         async def call(*args: Any) -> Any:

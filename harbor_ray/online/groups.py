@@ -260,7 +260,7 @@ class Book:
 
     def _forget_requests(self) -> None:
         excess = len(self.requests) - len(self._open) - self.request_ids
-        oldest_closed = []
+        oldest_closed: list[str] = []
         for request_id in self.requests:  # oldest first; stops at once past the excess
             if len(oldest_closed) == excess:
                 break

@@ -153,7 +153,8 @@ def build_capture(args: dict[str, Any]) -> Application:
     """The capture proxy application from its YAML `args:` (`CaptureArgs`)."""
     config = _validated(CaptureArgs, args)
     engine = config.engine_config()
-    return CaptureProxy.options(
+    # serve.ingress's types hide the Deployment that serve.deployment makes of the class.
+    return CaptureProxy.options(  # type: ignore[attr-defined]
         num_replicas=config.replicas, max_ongoing_requests=config.max_ongoing_requests,
         ray_actor_options={"num_cpus": config.num_cpus},
     ).bind(config.engine_url, engine.model_id,
@@ -206,4 +207,5 @@ async def stop_controller(handle: Any, capture_app: str) -> None:
 
 def build_controller(args: dict[str, Any]) -> Application:
     """The controller application from its YAML `args:` (`ControllerArgs`)."""
-    return OnlineController.bind(_validated(ControllerArgs, args))
+    return OnlineController.bind(  # type: ignore[attr-defined]  # as CaptureProxy's above
+        _validated(ControllerArgs, args))

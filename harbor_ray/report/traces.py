@@ -134,8 +134,8 @@ def _masks(turns: list[dict[str, Any]], sequences: list[dict[str, Any]]
             mask = sequence["loss_mask"][start:end]
             if index not in masks:
                 masks[index] = mask
-            elif masks[index] is not None:
-                masks[index] = [a | b for a, b in zip(masks[index], mask, strict=True)]
+            elif (earlier := masks[index]) is not None:
+                masks[index] = [a | b for a, b in zip(earlier, mask, strict=True)]
     return masks
 
 

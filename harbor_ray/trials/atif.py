@@ -193,15 +193,15 @@ def _order_findings(steps: Sequence[_Call], turns: Sequence[_Call]) -> list[Find
 
     findings = []
     if misplaced:
-        step, turn = misplaced[0]
+        step, earlier = misplaced[0]
         findings.append(
             _finding(
                 AtifCode.ORDER_MISMATCH,
                 Severity.WARN,
                 f"ATIF steps out of the captured order: {_steps(s for s, _ in misplaced)} "
-                f"(step {step.where} matches captured turn {turn.where}, which precedes "
+                f"(step {step.where} matches captured turn {earlier.where}, which precedes "
                 "the calls matched before it)",
-                turn.where,
+                earlier.where,
             )
         )
     if unmatched:

@@ -52,7 +52,8 @@ def missing_arguments(cls: type, kwargs: Mapping[str, Any]) -> list[str]:
     # Harbor's factory passes BaseEnvironment's own parameters; the rest are the
     # backend's, given per rollout (`--sandbox-arg`).
     harbor_supplies = set(inspect.signature(BaseEnvironment.__init__).parameters)
-    parameters = inspect.signature(cls.__init__).parameters
+    # The class's own constructor, read for its signature, never called through `cls`.
+    parameters = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
     problems = [
         f"its constructor requires `{p.name}`: pass --sandbox-arg {p.name}=VALUE"
         for p in parameters.values()

@@ -65,8 +65,8 @@ async def _run(
 ) -> tuple[RolloutResult, ClosedCapture | None]:
     wants_model = needs_model(spec.agent)
     if wants_model and capture is None:
-        error = f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
-        return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR, error=error), None
+        no_engine = f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
+        return _row(spec, capture, error_type=ErrorType.ENGINE_ERROR, error=no_engine), None
     session = None
     if wants_model and capture is not None:
         # The wiring names the served model in every agent's main slot (and another

@@ -78,7 +78,7 @@ def parse_engine_reply(body: dict[str, Any]) -> Completion:
     if tool_calls:
         finish = "tool_calls"
     elif raw_finish in _FINISH_REASONS:
-        finish = raw_finish  # type: ignore[assignment]
+        finish = raw_finish
     else:
         finish = "stop"
 

@@ -249,6 +249,7 @@ def stitch(
         return Fallback.RENDER_MISMATCH
     sampled = base.token_ids
     ended = len(sampled) > 0 and int(sampled[-1]) == int(closing[0])
-    return np.concatenate((
+    ids: np.ndarray = np.concatenate((
         base.prompt_ids, sampled, closing[1:] if ended else closing, full[len(history):],
-    )).astype(np.int32, copy=False)
+    ))
+    return ids.astype(np.int32, copy=False)

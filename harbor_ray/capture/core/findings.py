@@ -211,7 +211,7 @@ def _bad_prompt_ids(
     checked whole, each longer one only past the previous, and the counts add up (what
     lies at an address is one value for every view of it).
     """
-    by_start: dict[tuple[int, int, str], list[TurnRecord]] = {}
+    by_start: dict[tuple[int, int, str], list[tuple[int, np.ndarray]]] = {}
     checked: dict[int, tuple[int, int]] = {}
     for turn in turns:
         if turn.prompt_ids is None:
@@ -219,19 +219,18 @@ def _bad_prompt_ids(
         if turn.prompt_ids.ndim != 1:
             checked[turn.index] = _bad_ids(turn.prompt_ids, vocab_size)
             continue
-        at = Place(turn.prompt_ids)
-        by_start.setdefault((at.address, at.step, at.dtype.str), []).append(turn)
+        place = Place(turn.prompt_ids)
+        key = (place.address, place.step, place.dtype.str)
+        by_start.setdefault(key, []).append((turn.index, turn.prompt_ids))
     for group in by_start.values():
-        group.sort(key=lambda t: len(t.prompt_ids))  # type: ignore[arg-type]
+        group.sort(key=lambda indexed: len(indexed[1]))
         count = first = end = 0
-        for turn in group:
-            ids = turn.prompt_ids
-            assert ids is not None
+        for index, ids in group:
             more, at = _bad_ids(ids[end:], vocab_size)
             if more and not count:
                 first = end + at
             count, end = count + more, len(ids)
-            checked[turn.index] = (count, first)
+            checked[index] = (count, first)
     return checked
 
 

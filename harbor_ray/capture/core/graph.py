@@ -222,7 +222,8 @@ def _joined(prompt: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     buffer (read-only, nothing copied), else a fresh int32 array."""
     if prompt.dtype == np.int32 and (view := span(prompt, tokens)) is not None:
         return view
-    return np.concatenate((prompt, tokens)).astype(np.int32, copy=False)
+    joined: np.ndarray = np.concatenate((prompt, tokens))
+    return joined.astype(np.int32, copy=False)
 
 
 def _place(path: list[TurnRecord], loss_mask: np.ndarray, logprobs: np.ndarray) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
@@ -89,7 +90,8 @@ async def serve_capture(
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
     serving = asyncio.create_task(serve(served, sock, on_ready=ready.set_result, stop=stop))
-    done, _ = await asyncio.wait({serving, ready}, return_when=asyncio.FIRST_COMPLETED)
+    first: set[asyncio.Future[Any]] = {serving, ready}
+    done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     if serving in done:
         serving.result()  # raises why it stopped
     try:

@@ -13,7 +13,7 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import uvicorn
@@ -24,6 +24,9 @@ from harbor_ray.capture.proxy.head_limit import bounded_protocol
 from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.errors import ServeError
 from harbor_ray.listening import base_url
+
+# The lifespan modes uvicorn.Config takes.
+Lifespan = Literal["auto", "on", "off"]
 
 
 def is_loopback(host: str) -> bool:
@@ -51,7 +54,7 @@ async def serve(
     on_ready: Callable[[str], Awaitable[None] | None] | None = None,
     stop: asyncio.Event | None = None,
     log_level: str = "warning",
-    lifespan: str = "on",
+    lifespan: Lifespan = "on",
 ) -> None:
     """Run until signalled, cancelled or `stop` is set; call `on_ready(url)` once the app
     answers as itself. Shutdown is graceful (lifespan end runs, unless `lifespan` is
@@ -77,13 +80,15 @@ async def serve(
             await asyncio.wait({serving}, timeout=10)
 
 
-def server_config(app: CaptureApp, *, log_level: str = "warning", lifespan: str = "on"
-                  ) -> uvicorn.Config:
+def server_config(app: CaptureApp, *, log_level: str = "warning",
+                  lifespan: Lifespan = "on") -> uvicorn.Config:
     """How every server of the capture app runs: its request heads bounded by the app's
     settings while they are read (head_limit.py)."""
     settings = app.settings
     # No proxy-headers middleware: nothing here reads the client's address, and it
     # would run on every model call.
+    # uvicorn types `http` as a protocol class; it calls it per connection, as it does
+    # the factory given here.
     return uvicorn.Config(
         app, log_level=log_level, access_log=False, lifespan=lifespan, proxy_headers=False,
         http=bounded_protocol(settings.max_url_bytes, settings.max_header_bytes),  # type: ignore[arg-type]

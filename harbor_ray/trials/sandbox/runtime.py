@@ -217,7 +217,7 @@ async def _read_to_end(fd: int) -> bytes:
     Here the loop only watches the descriptor, and this function alone closes it.
     """
     loop = asyncio.get_running_loop()
-    chunks = []
+    chunks: list[bytes] = []
     try:
         os.set_blocking(fd, False)
         while True:

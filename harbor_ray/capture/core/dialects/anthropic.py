@@ -21,6 +21,7 @@ from typing import Any
 
 from harbor_ray.capture.core.completion import Completion, FinishReason
 from harbor_ray.capture.core.dialects.base import (
+    DialectName,
     EngineCall,
     ErrorKind,
     ReplyContext,
@@ -67,7 +68,7 @@ _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
 
 
 class AnthropicDialect:
-    name = "anthropic"
+    name: DialectName = "anthropic"
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
@@ -212,7 +213,8 @@ class _SystemFold:
     """
 
     def __init__(self, out: list[dict[str, Any]]) -> None:
-        self.out, self.pending = out, []
+        self.out = out
+        self.pending: list[str] = []
 
     def add(self, text: str) -> None:
         last = self.out[-1] if self.out else None

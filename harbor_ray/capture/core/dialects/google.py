@@ -18,6 +18,7 @@ from typing import Any
 
 from harbor_ray.capture.core.completion import Completion, FinishReason
 from harbor_ray.capture.core.dialects.base import (
+    DialectName,
     EngineCall,
     ErrorKind,
     ReplyContext,
@@ -73,7 +74,7 @@ _SNAKE = re.compile(r"_([a-z0-9])")
 
 
 class GoogleDialect:
-    name = "google"
+    name: DialectName = "google"
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
