@@ -61,18 +61,21 @@ Every class takes the message first; what else it carries (`status`, `field`, ..
 keyword-only, so a raise site reads the same whichever class it raises.
 """
 
+from typing import Any
+
 
 class HarborRayError(Exception):
     """Root of every exception harbor_ray raises on purpose."""
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Errors cross Ray (raised in an actor, caught by its caller), which pickles them.
         # Exception's own pickling calls __init__ with `args` (the message alone here),
         # which a subclass taking more arguments refuses: rebuild without __init__.
         return _rebuilt, (type(self), self.args, self.__dict__)
 
 
-def _rebuilt(cls: type[HarborRayError], args: tuple, state: dict) -> HarborRayError:
+def _rebuilt(cls: type[HarborRayError], args: tuple[Any, ...], state: dict[str, Any]
+             ) -> HarborRayError:
     error = cls.__new__(cls, *args)
     error.args = args
     error.__dict__.update(state)
@@ -324,7 +327,7 @@ class WeightUpdateError(OnlineError):
 
     status = 502
 
-    def __init__(self, message: str, *, replicas: list) -> None:
+    def __init__(self, message: str, *, replicas: list[Any]) -> None:
         super().__init__(message)
         self.replicas = replicas
 
@@ -343,7 +346,7 @@ class ClientError(HarborRayError):
     be reached after the retries (`status` None)."""
 
     def __init__(self, message: str, *, status: int | None, field: str | None = None,
-                 replicas: list | None = None) -> None:
+                 replicas: list[Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.field = status, field
         self.replicas = replicas or []

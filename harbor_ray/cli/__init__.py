@@ -27,7 +27,9 @@ class _Commands(TyperGroup):
     """The root group: the one place a `HarborRayError` becomes a message and an exit
     code, whichever command (or subcommand) raised it."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    # typer.Context is what typer passes; the base names click's, which typer vendors
+    # privately (typer._click).
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except HarborRayError as exc:

@@ -16,7 +16,7 @@ from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cli.options import LOG_NAME, Exit, command_output, console, phases_of, show_log
 
 if TYPE_CHECKING:
-    from harbor_ray.trials.result import RolloutResult
+    from harbor_ray.data.result import RolloutResult
 
 
 def rollout(

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.keys import extract_key
@@ -71,7 +72,7 @@ class AdminRoutes:
             return None
         return JSONResponse({"error": "admin key required"}, status_code=401)
 
-    async def create_session(self, request: Request) -> Response:
+    async def create_session(self, request: Request) -> ASGIApp:
         if denied := self._denied(request):
             return denied
         try:

@@ -90,7 +90,7 @@ def build_capture_app(
 
     admin_routes = [] if admin is None else AdminRoutes(admin, settings).routes()
 
-    async def model_call(request: Request) -> Response:
+    async def model_call(request: Request) -> ASGIApp:
         return await pipeline.model_call(request, _route_path(request.scope))
 
     routes = [
