@@ -28,10 +28,12 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── AgentError                       the agent cannot be run through the proxy
 │   │   ├── UnknownAgentError (ValueError)  not a Harbor agent name, not an import path
 │   │   ├── AgentNotWiredError (ValueError)  no way to point it at the proxy
-│   │   └── AgentInstallError            its CLI is not installed, or will not install
+│   │   ├── AgentInstallError            its CLI is not installed, or will not install
+│   │   └── AgentPinError (ValueError)   an agent_versions.toml entry that cannot work
 │   └── BackendError                     the sandbox backend
 │       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
 │       ├── SandboxArgumentError (ValueError)  a --sandbox-arg that is not KEY=VALUE
+│       ├── SandboxSetupError (ValueError)  a task, tool, forward or user it cannot set up
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
 │       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
@@ -191,6 +193,11 @@ class AgentInstallError(AgentError):
     """An agent CLI could not be installed into the host's cache, or is not in it."""
 
 
+class AgentPinError(AgentError, ValueError):
+    """An `agent_versions.toml` entry that names no installable CLI (its registry, bins
+    or interpreter); the message names the agent and the key to fix."""
+
+
 class BackendError(TrialError):
     """The sandbox backend is unknown, unusable on this machine, or failed."""
 
@@ -201,6 +208,11 @@ class UnknownBackendError(BackendError, ValueError):
 
 class SandboxArgumentError(BackendError, ValueError):
     """A backend constructor argument given on the command line that is not KEY=VALUE."""
+
+
+class SandboxSetupError(BackendError, ValueError):
+    """The sandbox cannot be set up as asked: a task definition, tool directory, port
+    forward or user it does not support. Nothing was started."""
 
 
 class SandboxUnavailableError(BackendError, RuntimeError):

@@ -17,6 +17,7 @@ import httpx
 import harbor_ray.client.routes as routes
 from harbor_ray.client.calls import Call, Exchange, Outcome, Retry, Send, Sleep, exchange
 from harbor_ray.client.routes import GroupCursor, SubmitOptions
+from harbor_ray.errors import ClientError
 from harbor_ray.online.wire import (
     AckReply,
     CancelReply,
@@ -41,7 +42,8 @@ class _Connection:
 
     def __init__(self, url: str, key: str, retry: Retry, timeout_s: float) -> None:
         if not key:
-            raise ValueError("the controller key is empty")
+            raise ClientError("the controller key is empty: pass the key the online service "
+                              "wrote to its key file", status=None)
         self.url, self.retry = url.rstrip("/"), retry
         self.headers = {"authorization": f"Bearer {key}"}
         self.timeout_s = timeout_s

@@ -36,6 +36,7 @@ from harbor_ray.cluster.policy import PolicyClock
 from harbor_ray.cluster.reaper import host_sandboxes
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
 from harbor_ray.data.encode import RolloutRecord, placed, warm_up
+from harbor_ray.errors import SandboxError
 from harbor_ray.serve_http import serve_url_on
 from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
@@ -140,7 +141,8 @@ class RolloutHost(SessionOwner):
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         if code := await guard.wait():
-            raise RuntimeError(f"the guard of {directory} failed to start ({code})")
+            raise SandboxError(f"the guard of {directory} failed to start (exit {code}): "
+                               "check that this node can write there and run harbor_ray")
 
     async def capture_url(self) -> str | None:
         """The proxy URL this host's agents use (its relay's, with direct ingress)."""

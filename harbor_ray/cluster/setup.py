@@ -25,7 +25,7 @@ from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.nodes import alive_nodes, on_each
 from harbor_ray.cluster.runner import first_line
-from harbor_ray.errors import CertificationError, ServeError
+from harbor_ray.errors import CertificationError, ServeError, StartError
 
 __all__ = ["ClusterSpec", "RunningCluster", "running_cluster"]
 
@@ -78,7 +78,8 @@ def running_cluster(
                 stack.callback(engine_down, handle.app_name)
                 url = handle.url
             if url is None:
-                raise ValueError("an agent that calls a model needs llm_url or engine_config")
+                raise StartError("an agent that calls a model needs llm_url or engine_config: "
+                                 "give the URL of a running engine, or the engine to start")
             certification = asyncio.run(certify_url(url, spec.model))
             progress("certifying the engine from every node")
             certify_from_every_node(url, certification.served_model)

@@ -25,6 +25,7 @@ from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
+from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.spec import RolloutSpec
 
@@ -47,13 +48,14 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise StartError("concurrency must be at least 1")
         if self.retries < 0:
-            raise ValueError("retries cannot be negative")
+            raise StartError("retries cannot be negative: 0 tries each rollout once")
         if self.per_host < 1:
-            raise ValueError("rollouts per host must be at least 1")
+            raise StartError("rollouts per host must be at least 1")
         if self.commit_s < 0:
-            raise ValueError("the commit interval cannot be negative")
+            raise StartError("the commit interval cannot be negative: 0 commits each row "
+                             "on its own")
 
     @property
     def retry_policy(self) -> RetryPolicy:

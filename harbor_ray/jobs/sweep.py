@@ -138,10 +138,7 @@ def _config(request: SweepRequest) -> SweepConfig:
                          f"not {request.ingress!r}")
     remote_endpoint(request.ingress, request.proxy_url,  # type: ignore[arg-type]
                     request.proxy_bind)  # raises the StartError itself
-    try:
-        return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
-                           retries=request.retries, grace_s=request.grace_s,
-                           per_host=request.rollouts_per_host,
-                           commit_s=request.commit_every_s)
-    except ValueError as exc:  # the driver's own checks (concurrency, retries, ...)
-        raise StartError(str(exc)) from exc
+    return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
+                       retries=request.retries, grace_s=request.grace_s,
+                       per_host=request.rollouts_per_host,
+                       commit_s=request.commit_every_s)  # raises the StartError itself

@@ -36,6 +36,7 @@ from harbor_ray.errors import (
     DatasetError,
     FieldError,
     OverCapacity,
+    ServiceConfigError,
     WeightsRefusedError,
     WeightUpdateError,
     WeightVersionError,
@@ -125,7 +126,7 @@ class ControllerConfig:
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
-            raise ValueError("capacity and concurrency must be at least 1")
+            raise ServiceConfigError("capacity and concurrency must be at least 1")
         for agent in self.agents:
             needs_model(agent)  # UnknownAgentError (a ValueError) unless an import path
 

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import rebuild_prompts
+from harbor_ray.errors import ServiceConfigError
 from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
 
 __all__ = ["Book", "GroupState", "Phase", "version_span"]
@@ -131,9 +132,10 @@ class Book:
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
-            raise ValueError("capacity must be at least 1")
+            raise ServiceConfigError("capacity must be at least 1")
         if self.retain_s < 0 or self.retain_groups < 0 or self.request_ids < 0:
-            raise ValueError("retain_s, retain_groups and request_ids cannot be negative")
+            raise ServiceConfigError("retain_s, retain_groups and request_ids cannot be negative "
+                                     "(0 keeps none)")
 
     @property
     def unfinished(self) -> int:

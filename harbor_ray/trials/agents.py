@@ -89,7 +89,8 @@ class ProxyEndpoint:
         for name in ("host_url", "sandbox_url"):
             url = urlsplit(getattr(self, name))
             if url.scheme not in ("http", "https") or not url.netloc or url.query:
-                raise ValueError(f"{name} must be an http(s) URL without a query")
+                raise AgentNotWiredError(f"{name} must be an http(s) URL without a query, "
+                                         f"not {getattr(self, name)!r}")
             object.__setattr__(self, name, getattr(self, name).rstrip("/"))
 
     def url(self, runs: Runs) -> str:
@@ -297,7 +298,8 @@ def _merge(wired: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
     merged = dict(wired)
     for name, value in extra.items():
         if name in _CONNECTION_KWARGS:
-            raise ValueError(f"extra_kwargs may not set {name!r}: the proxy wiring owns it")
+            raise AgentNotWiredError(f"extra_kwargs may not set {name!r}: the proxy wiring owns "
+                                     "it; drop it from the agent's kwargs")
         if isinstance(value, Mapping):
             base = merged.get(name)
             merged[name] = _merge(base if isinstance(base, Mapping) else {}, value)

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Literal
 
-from harbor_ray.errors import AgentInstallError
+from harbor_ray.errors import AgentInstallError, AgentPinError
 
 __all__ = [
     "DEFAULT_CACHE",
@@ -82,19 +82,19 @@ class Installed:
 
 
 def load_pins(text: str) -> Mapping[str, AgentPin]:
-    """The pins of an `agent_versions.toml`, by agent name (ValueError when malformed)."""
+    """The pins of an `agent_versions.toml`, by agent name (AgentPinError when malformed)."""
     table = tomllib.loads(text).get("agents", {})
     pins: dict[str, AgentPin] = {}
     for agent, entry in table.items():
         registry = entry.get("registry")
         if registry not in ("npm", "pypi"):
-            raise ValueError(f"{agent}: registry must be 'npm' or 'pypi', not {registry!r}")
+            raise AgentPinError(f"{agent}: registry must be 'npm' or 'pypi', not {registry!r}")
         bins = tuple(entry.get("bins", ()))
         if not bins or not all(isinstance(b, str) and b and "/" not in b for b in bins):
-            raise ValueError(f"{agent}: bins must be a non-empty list of command names")
+            raise AgentPinError(f"{agent}: bins must be a non-empty list of command names")
         python = entry.get("python")
         if registry == "pypi" and not python:
-            raise ValueError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
+            raise AgentPinError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
         pins[agent] = AgentPin(
             agent=agent, registry=registry, package=str(entry["package"]),
             version=str(entry["version"]), bins=bins, python=python,

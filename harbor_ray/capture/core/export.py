@@ -30,6 +30,7 @@ from harbor_ray.capture.core.graph import Node, TrainingSequence
 from harbor_ray.capture.core.record import ClosedCapture, close_capture
 from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.errors import SchemaMismatchError
 
 __all__ = ["EXPORT_VERSION", "build_export", "render_export", "turns_from_export"]
 
@@ -70,8 +71,9 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
     """Rebuild the turn records a document was made from, ids and NaNs included."""
     version = doc.get("schema_version")
     if version not in _READABLE_VERSIONS:
-        raise ValueError(f"export schema_version {version!r} is not one of the supported "
-                         f"{_READABLE_VERSIONS}")
+        raise SchemaMismatchError(f"export schema_version {version!r} is not one of the "
+                                  f"supported {_READABLE_VERSIONS}: export it again with "
+                                  "this version of harbor_ray")
     return [
         TurnRecord(
             index=int(t["index"]),

@@ -109,7 +109,8 @@ class Http1Pool:
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"expected http(s)://host[:port][/prefix], got {url!r}")
+            raise EngineConnectError(f"expected http(s)://host[:port][/prefix], got {url!r}: "
+                                     "give the engine's URL with its scheme")
         tls = parts.scheme == "https"
         default_port = 443 if tls else 80
         self._host = parts.hostname

@@ -26,7 +26,7 @@ from harbor_ray.capture.core.continuation import (
     turn_closing,
 )
 from harbor_ray.capture.proxy.upstream import Engine
-from harbor_ray.errors import EngineError
+from harbor_ray.errors import EngineError, EngineReplyError
 
 
 @dataclass(frozen=True)
@@ -110,5 +110,5 @@ class Stitcher:
         # Every id's type at C speed: a genexpr's frame per id was a visible share of a
         # host's CPU per call (two renderings of the whole conversation per stitched call).
         if not isinstance(tokens, list) or not set(map(type, tokens)) <= {int}:
-            raise ValueError("/tokenize answered no token list")
+            raise EngineReplyError("/tokenize answered no token list")
         return tokens

@@ -30,7 +30,7 @@ from harbor.environments.definition import COMPOSE_FILE_NAME, DOCKERFILE_NAME
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
-from harbor_ray.errors import SandboxError
+from harbor_ray.errors import SandboxError, SandboxSetupError
 from harbor_ray.trials.sandbox.forward import Forwarding, parse_forwards
 from harbor_ray.trials.sandbox.layout import (
     DEFAULT_WORKDIR,
@@ -150,13 +150,13 @@ class BwrapEnvironment(BaseEnvironment):
 
     def _validate_definition(self) -> None:
         if (self.environment_dir / COMPOSE_FILE_NAME).exists():
-            raise ValueError(
+            raise SandboxSetupError(
                 f"{COMPOSE_FILE_NAME} tasks need a container engine: the bwrap sandbox "
-                "runs a single environment on the host's userland."
+                "runs a single environment on the host's userland: use a container backend."
             )
         for mount in self._host_mounts:
             if mount["type"] != "bind":
-                raise ValueError(
+                raise SandboxSetupError(
                     f"The bwrap sandbox supports bind mounts only, not {mount['type']!r} "
                     f"(target {mount['target']})."
                 )
@@ -175,7 +175,8 @@ class BwrapEnvironment(BaseEnvironment):
             if forward.port == port:
                 return forward.target_url if self._shares_network else forward.sandbox_url
         forwarded = [forward.port for forward in self._forwards]
-        raise ValueError(f"sandbox port {port} is not forwarded (forwarded: {forwarded})")
+        raise SandboxSetupError(f"sandbox port {port} is not forwarded (forwarded: {forwarded}): "
+                                "add it to the sandbox's forward mapping")
 
     def _layout(self, root: Path, extra_binds: tuple[Bind, ...]) -> Layout:
         binds = tuple(
@@ -264,7 +265,7 @@ class BwrapEnvironment(BaseEnvironment):
         """
         resolved = self._resolve_user(user)
         if resolved not in _ROOT_USERS:
-            raise ValueError(
+            raise SandboxSetupError(
                 f"The bwrap sandbox runs every command as root; user {resolved!r} "
                 "cannot be provided (its user namespace maps a single uid)."
             )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import harbor_ray.trials.sandbox.relay as relay
-from harbor_ray.errors import ExecTimeoutError, SandboxError
+from harbor_ray.errors import ExecTimeoutError, SandboxError, SandboxSetupError
 from harbor_ray.trials.sandbox.layout import SANDBOX_PATH, Bind
 from harbor_ray.trials.sandbox.runtime import Sandbox
 
@@ -60,9 +60,10 @@ def _port(value: int | str, what: str) -> int:
     try:
         port = int(value)
     except ValueError:
-        raise ValueError(f"{what} must be a port number, got {value!r}") from None
+        raise SandboxSetupError(f"{what} must be a port number (1-65535), got {value!r}"
+                                ) from None
     if not 0 < port < 65536:
-        raise ValueError(f"{what} must be a port number, got {value!r}")
+        raise SandboxSetupError(f"{what} must be a port number (1-65535), got {value!r}")
     return port
 
 
@@ -72,7 +73,7 @@ def parse_forwards(spec: Mapping[int | str, str]) -> tuple[Forward, ...]:
     for port, address in spec.items():
         host, separator, target = str(address).rpartition(":")
         if not separator or not host:
-            raise ValueError(f"forward target must be 'host:port', got {address!r}")
+            raise SandboxSetupError(f"forward target must be 'host:port', got {address!r}")
         forwards.append(
             Forward(
                 port=_port(port, "forwarded sandbox port"),

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from harbor_ray.errors import SandboxSetupError
+
 __all__ = [
     "DEFAULT_WORKDIR",
     "DROP_PRIVILEGES",
@@ -126,11 +128,12 @@ def tool_binds(tools: Mapping[str, str]) -> tuple[Bind, ...]:
     for target, source in sorted(tools.items()):
         path = PurePosixPath(target)
         if not path.is_absolute() or path == PurePosixPath("/") or ".." in path.parts:
-            raise ValueError(f"tool directory {target!r} must be an absolute path below /")
+            raise SandboxSetupError(f"tool directory {target!r} must be an absolute path below /")
         if path.parts[1] in _SYSTEM_DIRS:
-            raise ValueError(f"tool directory {target!r} is inside the host's /{path.parts[1]}")
+            raise SandboxSetupError(f"tool directory {target!r} is inside the host's "
+                                    f"/{path.parts[1]}: mount it elsewhere")
         if not Path(source).is_dir():
-            raise ValueError(f"tool directory {source!r} (for {target}) is not a directory")
+            raise SandboxSetupError(f"tool directory {source!r} (for {target}) is not a directory")
         binds.append(Bind(source=Path(source), target=path, read_only=True))
     return tuple(binds)
 
