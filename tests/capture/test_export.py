@@ -10,6 +10,7 @@ import pytest
 from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.export import EXPORT_VERSION, build_export, turns_from_export
 from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.errors import SchemaMismatchError
 from tests.capture.turns_factory import VOCAB, chain, follow, full, shuffled, turn
 
 NAN = float("nan")
@@ -208,5 +209,5 @@ def test_fatal_finding_clears_trainable() -> None:
 def test_unknown_schema_version_is_refused() -> None:
     doc = build_export(chain(1))
     doc["schema_version"] = EXPORT_VERSION + 1
-    with pytest.raises(ValueError, match="schema_version"):
+    with pytest.raises(SchemaMismatchError, match="schema_version"):
         turns_from_export(doc)

@@ -441,6 +441,12 @@ async def test_aclose_closes_idle_connections() -> None:
             await pool.request("GET", "/slow")
 
 
+def test_a_url_without_a_scheme_is_a_connect_error() -> None:
+    """The engine URL a user typed: the engine client maps it to a 503 that names it."""
+    with pytest.raises(EngineConnectError, match="with its scheme"):
+        Http1Pool("127.0.0.1:8000")
+
+
 async def test_head_is_refused_rather_than_hanging() -> None:
     with pytest.raises(ValueError, match="HEAD"):
         await Http1Pool("http://127.0.0.1:9").request("HEAD", "/")

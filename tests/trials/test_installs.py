@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harbor_ray.errors import AgentInstallError
+from harbor_ray.errors import AgentInstallError, AgentPinError
 from harbor_ray.trials.installs import (
     PINS,
     PREINSTALLED,
@@ -93,7 +93,7 @@ def test_every_pin_is_a_harbor_agent_and_every_preinstalled_variant_keeps_its_na
     ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]', "python"),
 ])
 def test_malformed_pins_are_refused(toml: str, problem: str) -> None:
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(AgentPinError, match=problem):
         load_pins(toml)
 
 

@@ -22,7 +22,7 @@ import pytest
 from harbor.environments.base import ExecResult
 from harbor.models.trial.config import EnvironmentConfig as TrialEnvironmentConfig
 
-from harbor_ray.errors import SandboxError
+from harbor_ray.errors import SandboxError, SandboxSetupError
 from harbor_ray.trials.sandbox import BwrapEnvironment
 from harbor_ray.trials.sandbox.forward import Forward, parse_forwards
 from harbor_ray.trials.sandbox.processes import pid_namespace
@@ -242,7 +242,7 @@ async def test_without_the_forward_the_request_fails(tmp_path: Path, upstream: U
     assert result.return_code != 0
     assert "Connection refused" in (result.stderr or "")
     assert upstream.paths == []
-    with pytest.raises(ValueError, match="not forwarded"):
+    with pytest.raises(SandboxSetupError, match="not forwarded"):
         environment.forward_url(SANDBOX_PORT)
 
 
@@ -339,5 +339,5 @@ def test_forward_config() -> None:
         "http://[::1]:80",
     ]
     for bad in ({"x": "127.0.0.1:1"}, {0: "127.0.0.1:1"}, {1: "127.0.0.1"}, {1: "h:70000"}):
-        with pytest.raises(ValueError, match="port"):
+        with pytest.raises(SandboxSetupError, match="port"):
             parse_forwards(bad)
