@@ -355,7 +355,7 @@ class ServiceConfigError(OnlineError, ValueError):
 class ClientError(HarborRayError):
     """A call through `harbor_ray.client` failed: the controller refused it (`status`,
     the `field` it named, and for a weight update each replica's result), or it could not
-    be reached after the retries (`status` None)."""
+    be reached after the retries, or was given no key (`status` None)."""
 
     def __init__(self, message: str, *, status: int | None, field: str | None = None,
                  replicas: list[Any] | None = None) -> None:
