@@ -23,7 +23,7 @@ import ray
 
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.policy import publish_version, start_policy_version
+from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record

@@ -16,8 +16,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from harbor_ray.capture.core.export import render_export
-from harbor_ray.capture.core.keys import mint_key, new_session_id
 from harbor_ray.capture.core.session_info import SessionInfo
+from harbor_ray.capture.core.session_keys import mint_key, new_session_id
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, render_prompt
 from harbor_ray.cluster.actor_store import ActorSessionStore

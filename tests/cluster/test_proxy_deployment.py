@@ -27,7 +27,7 @@ import ray
 
 from harbor_ray.capture.core.budget import BUDGET_MESSAGE
 from harbor_ray.capture.core.export import render_export
-from harbor_ray.capture.core.keys import mint_key, new_session_id
+from harbor_ray.capture.core.session_keys import mint_key, new_session_id
 from harbor_ray.capture.proxy.fake_engine import IM_END, encode, render_prompt
 from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.owner import actor_holder

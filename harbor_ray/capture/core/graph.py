@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from harbor_ray.capture.core.memory import span
+from harbor_ray.capture.core.address_equality import span
 from harbor_ray.capture.core.prefixes import Links, link, prompt_ids, token_ids
 from harbor_ray.capture.core.turn import TurnRecord
 

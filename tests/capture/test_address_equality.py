@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harbor_ray.capture.core.memory import equal, same_memory, span
+from harbor_ray.capture.core.address_equality import equal, same_memory, span
 
 BUFFER = np.array([5, -1, 7, 7, 2, 9], dtype=np.int32)
 

@@ -1,6 +1,6 @@
 """Equality of token arrays proved from where they live, without reading them.
 
-A session holds its turns' ids as views of shared buffers (`held`): a turn's prompt is
+A session holds its turns' ids as views of shared buffers (`token_buffers`): a turn's prompt is
 the memory its parent's prompt and sampled ids already occupy, plus what it added. Two
 integer arrays that start at the same address, with the same dtype and strides, read
 the same bytes at every position, so they are equal over their common length; that is
