@@ -141,7 +141,7 @@ def _config(request: SweepRequest) -> SweepConfig:
     try:
         return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
                            retries=request.retries, grace_s=request.grace_s,
-                           per_host=request.rollouts_per_host,
-                           commit_s=request.commit_every_s)
+                           rollouts_per_host=request.rollouts_per_host,
+                           commit_every_s=request.commit_every_s)
     except ValueError as exc:  # the driver's own checks (concurrency, retries, ...)
         raise StartError(str(exc)) from exc

@@ -129,7 +129,7 @@ class ControllerArgs(_Args):
             capacity=self.capacity, concurrency=self.concurrency,
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
-            per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
+            rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser())
