@@ -44,7 +44,7 @@ async def gather(
         "probe": None,
     }
     if probe is not None:
-        from harbor_ray.trials.probe import DEFAULT_PROBE_IMAGE, probe_backend
+        from harbor_ray.trials.sandbox_probe import DEFAULT_PROBE_IMAGE, probe_backend
 
         result = await probe_backend(probe, sandbox_kwargs,
                                      image=probe_image or DEFAULT_PROBE_IMAGE)

@@ -2,7 +2,7 @@
 
 (0) Recording: each turn of one synthetic 50-turn rollout goes through the session
     store's record (admit + record, as the proxy's calls reach a rollout's owner), which
-    holds its ids as views of the session's shared buffers (capture.core.held): the
+    holds its ids as views of the session's shared buffers (capture.core.token_buffers): the
     per-call cost of that (it compares the prompt with the line it continues once), and
     the bytes the session's turns hold as they arrived (each its own copy) and as held.
 (1) Closing the session (graph build + validation) and Arrow encoding of that rollout,
@@ -49,8 +49,8 @@ import pyarrow.parquet as pq
 
 from harbor_ray.capture.core.findings import validate
 from harbor_ray.capture.core.graph import build_graph
-from harbor_ray.capture.core.held import held_bytes
 from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.token_buffers import held_bytes
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.data.encode import RolloutRecord, encode_record

@@ -57,7 +57,7 @@ async def through_sweep(concurrency: int, count: int, args: argparse.Namespace,
     specs = make_specs(select_tasks(resolve_dataset("samples"), [TASK]), count,
                        agent="terminus-2", sandbox="local", trials_dir=out / "trials",
                        run_id=f"sweep{concurrency}")
-    config = SweepConfig(out=out, concurrency=concurrency, per_host=args.per_host,
+    config = SweepConfig(out=out, concurrency=concurrency, rollouts_per_host=args.rollouts_per_host,
                          proxy=proxy, retries=0)
     started = time.perf_counter()
     stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think))
@@ -71,7 +71,7 @@ async def through_service(concurrency: int, count: int, args: argparse.Namespace
     `concurrency`, and the controller process's CPU seconds over them."""
     name = f"bench{concurrency}"
     config = ControllerConfig(work_dir=out, proxy=proxy, concurrency=concurrency,
-                              capacity=count, per_host=args.per_host,
+                              capacity=count, rollouts_per_host=args.rollouts_per_host,
                               retry=RetryPolicy(retries=0))
     handle = start_controller(name, config, FakeWeightUpdater(),
                               work=chat_agent(args.calls, args.think))
@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=192, help="per concurrency and driver")
     parser.add_argument("--group", type=int, default=8, help="rollouts per submitted group")
     add_workload_args(parser)
-    parser.add_argument("--per-host", type=int, default=16, help="rollouts per host")
+    parser.add_argument("--per-host", dest="rollouts_per_host", type=int, default=16,
+                        help="rollouts per host")
     args = parser.parse_args()
     set_switches()  # before Ray starts
 
@@ -149,7 +150,8 @@ def main() -> None:
         engine.terminate()
         ray.shutdown()
     print(f"\n{args.rollouts} rollouts per run (groups of {args.group}), {args.calls} calls "
-          f"{args.think:g} s apart, stub engine {args.delay_ms:g} ms, {args.per_host} per host")
+          f"{args.think:g} s apart, stub engine {args.delay_ms:g} ms, "
+          f"{args.rollouts_per_host} per host")
     print("| concurrency | sweep rollouts/min | service rollouts/min | ratio (target >= 0.9) "
           "| controller CPU ms per rollout |")
     print("|---|---|---|---|---|")

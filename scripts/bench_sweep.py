@@ -245,9 +245,9 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
     out = out_root / f"c{concurrency}"
     specs = make_specs(tasks, count, agent="terminus-2", sandbox="local",
                        trials_dir=out / "trials", run_id=f"bench{concurrency}")
-    per_host = args.per_host or max(8, math.ceil(concurrency / args.max_hosts))
-    config = SweepConfig(out=out, concurrency=concurrency, per_host=per_host, proxy=proxy,
-                         retries=0, commit_s=args.commit_s)
+    rollouts_per_host = args.rollouts_per_host or max(8, math.ceil(concurrency / args.max_hosts))
+    config = SweepConfig(out=out, concurrency=concurrency, rollouts_per_host=rollouts_per_host,
+                         proxy=proxy, retries=0, commit_every_s=args.commit_every_s)
     cpu: dict[str, float] = {}
     tree: dict[str, dict[int, tuple[str, float]]] = {}
     hosts: list[int] = []
@@ -301,7 +301,7 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
             "host_thread_ms_per_rollout": by_thread,
             "steady_window_s": window_s, "load": os.getloadavg(),
             "profiles": None if profiler is None else profiler.summaries(),
-            "hosts": math.ceil(concurrency / per_host), "peak": stats.peak_in_flight,
+            "hosts": math.ceil(concurrency / rollouts_per_host), "peak": stats.peak_in_flight,
             "wall_s": wall, "per_min": 60 * count / wall,
             "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error),
             **breakdown(out, wall_start, wall, concurrency, stats.write_s)}
@@ -355,10 +355,11 @@ def main() -> None:
     parser.add_argument("--ingress", choices=get_args(Ingress), default="direct",
                         help="agents reach the replicas via their host's relay or Serve, "
                              "or the hosts serve the proxy themselves (no replicas)")
-    parser.add_argument("--per-host", type=int, default=None,
+    parser.add_argument("--per-host", dest="rollouts_per_host", type=int, default=None,
                         help="rollouts per host (default: enough for --max-hosts hosts)")
     parser.add_argument("--max-hosts", type=int, default=20)
-    parser.add_argument("--commit-s", type=float, default=SweepConfig.commit_s,
+    parser.add_argument("--commit-s", dest="commit_every_s", type=float,
+                        default=SweepConfig.commit_every_s,
                         help="seconds between the driver's commits (0: one per rollout)")
     parser.add_argument("--ray-address", default=None)
     parser.add_argument("--llm-url", default=None,
@@ -402,7 +403,7 @@ def main() -> None:
         ray.shutdown()
     print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "
           f"{args.delay_ms:g} ms, {args.replicas} proxy replicas ({args.ingress} ingress), "
-          f"{args.waves} waves, a commit every {args.commit_s:g} s")
+          f"{args.waves} waves, a commit every {args.commit_every_s:g} s")
     # A level's own work time stretches when the machine is the limit, which flatters its
     # ratio; the first (least concurrent) level's work is the rollout's unstretched time.
     quiet = rows[0]

@@ -5,10 +5,10 @@ and a test imports them in a fresh interpreter to hold that line): `dialects/` (
 wire dialects), `detect`, `normalize`, `sampling`, `completion`, `turn` (one recorded call),
 `prefixes` and `graph` (exact prefix linking), `continuation` (a continued
 conversation's prompt from the ids it already has), `auxiliary` (an agent's side calls),
-`held` (a session's turns with their ids held once) and `memory` (equality proved from
-where arrays live), `findings` (validation), `record` (a closed session), `export` (its
-JSON view), `session_info` (what opening a session gives its rollout), `budget`,
-`count_tokens`, `keys`, `sse`, `models_list`.
+`token_buffers` (a session's turns with their ids held once) and `address_equality`
+(equality proved from where arrays live), `findings` (validation), `record` (a closed
+session), `export` (its JSON view), `session_info` (what opening a session gives its
+rollout), `budget`, `count_tokens`, `session_keys`, `sse`, `models_list`.
 
 `proxy/`, the edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine
 client), `certify`, `session` (session stores), `server`, `local` (the proxy in this
@@ -25,7 +25,8 @@ from harbor_ray.capture.core.turn import TurnRecord
 CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
     "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
-    "keys", "sse", "models_list", "auxiliary", "held", "memory", "session_info",
+    "session_keys", "sse", "models_list", "auxiliary", "token_buffers", "address_equality",
+    "session_info",
 )
 
 __all__ = [

@@ -57,7 +57,8 @@ def sweep(
     rollouts_per_host: Annotated[int, typer.Option(
         help="Rollouts one host actor runs at once; hosts are started for --concurrency "
              "slots. A host that dies fails (and retries) only its own rollouts.")] = 8,
-    commit_every: Annotated[float, typer.Option(
+    commit_every_s: Annotated[float, typer.Option(
+        "--commit-every",
         help="Seconds between commits of finished rows to --out (one Parquet part per "
              "table per commit; 0: a commit per rollout). A driver killed in between "
              "loses only the rows since the last commit; a rerun redoes them.")] = 2.0,
@@ -105,7 +106,7 @@ def sweep(
         concurrency=concurrency, retries=retries, budget=budget, deadline_s=deadline,
         grace_s=grace, temperature=temperature, max_tokens=max_tokens, reward_key=reward_key,
         name=name, out=out.resolve(), ray_address=ray_address, proxy_replicas=proxy_replicas,
-        rollouts_per_host=rollouts_per_host, commit_every_s=commit_every, ingress=ingress,
+        rollouts_per_host=rollouts_per_host, commit_every_s=commit_every_s, ingress=ingress,
         engine_timeout_s=engine_timeout, proxy_url=proxy_url, proxy_bind=proxy_bind,
         agents_cache=agents_cache, stitch=stitch)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing

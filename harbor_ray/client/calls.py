@@ -3,7 +3,7 @@
 Both clients (`Client`, `AsyncClient`) run the same exchanges; only how a request is
 sent and how a wait is slept differ. So an exchange is a generator: it yields `Send`
 (an HTTP request to make) and `Sleep` (a wait before a retry), is resumed with the
-`Outcome` of a send, and returns the typed reply or raises `ClientError`. The drivers
+`SendOutcome` of a send, and returns the typed reply or raises `ClientError`. The drivers
 loop over it; every rule (which failures are retried, how long to wait, what a refusal
 means) lives here once.
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from harbor_ray.errors import ClientError
 from harbor_ray.online.wire import ReplicaResult
 
-__all__ = ["Call", "Exchange", "Outcome", "Retry", "Send", "Sleep", "exchange", "refusal"]
+__all__ = ["Call", "Exchange", "Retry", "Send", "SendOutcome", "Sleep", "exchange", "refusal"]
 
 # Statuses a proxy in front of the controller (Serve's) answers while a replica starts
 # or is replaced: worth resending what may be resent. 502 is not among them: the
@@ -81,7 +81,7 @@ class Sleep:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SendOutcome:
     """What one send gave: an answer (status, headers, body), or a transport failure;
     `sent` is False when the connection was never made (nothing reached the server)."""
 
@@ -92,7 +92,7 @@ class Outcome:
     sent: bool = True
 
 
-type Exchange[R] = Generator[Send | Sleep, Outcome, R]
+type Exchange[R] = Generator[Send | Sleep, SendOutcome, R]
 
 
 def exchange[R](call: Call[R], retry: Retry, url: str) -> Exchange[R]:
@@ -122,7 +122,7 @@ def exchange[R](call: Call[R], retry: Retry, url: str) -> Exchange[R]:
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def refusal(call: Call[Any], outcome: Outcome, url: str) -> ClientError:
+def refusal(call: Call[Any], outcome: SendOutcome, url: str) -> ClientError:
     """The controller's refusal (its `ErrorReply`) as a `ClientError`."""
     try:
         data = orjson.loads(outcome.content)

@@ -15,7 +15,7 @@ from typing import Any, Self, Unpack
 import httpx
 
 import harbor_ray.client.routes as routes
-from harbor_ray.client.calls import Call, Exchange, Outcome, Retry, Send, Sleep, exchange
+from harbor_ray.client.calls import Call, Exchange, Retry, Send, SendOutcome, Sleep, exchange
 from harbor_ray.client.routes import GroupCursor, SubmitOptions
 from harbor_ray.errors import ClientError
 from harbor_ray.online.wire import (
@@ -62,13 +62,13 @@ class _Connection:
                 "timeout": call.timeout_s if call.timeout_s is not None else self.timeout_s}
 
     @staticmethod
-    def answered(response: httpx.Response) -> Outcome:
-        return Outcome(status=response.status_code, headers=response.headers,
+    def answered(response: httpx.Response) -> SendOutcome:
+        return SendOutcome(status=response.status_code, headers=response.headers,
                        content=response.content)
 
     @staticmethod
-    def failed(exc: httpx.TransportError) -> Outcome:
-        return Outcome(failure=f"{type(exc).__name__}: {exc}",
+    def failed(exc: httpx.TransportError) -> SendOutcome:
+        return SendOutcome(failure=f"{type(exc).__name__}: {exc}",
                        sent=not isinstance(exc, _NOT_SENT))
 
 
@@ -95,7 +95,7 @@ class Client:
                 _sleep(step)
                 outcome = None
 
-    def _send(self, send: Send) -> Outcome:
+    def _send(self, send: Send) -> SendOutcome:
         try:
             return self._conn.answered(self._http.request(**self._conn.request(send)))
         except httpx.TransportError as exc:
@@ -171,7 +171,7 @@ class AsyncClient:
             outcome = await (self._send(step) if isinstance(step, Send)
                              else _async_sleep(step))
 
-    async def _send(self, send: Send) -> Outcome:
+    async def _send(self, send: Send) -> SendOutcome:
         try:
             return self._conn.answered(
                 await self._http.request(**self._conn.request(send)))

@@ -28,7 +28,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
 from harbor_ray.capture.core.continuation import PrefixKey
-from harbor_ray.capture.core.keys import digest_matches, owner_of, session_of
+from harbor_ray.capture.core.session_keys import digest_matches, owner_of, session_of
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.session import Admission, Counter, SessionGrant
 from harbor_ray.cluster.owner import NAMESPACE, owner_actor_name

@@ -32,10 +32,10 @@ from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
-from harbor_ray.cluster.policy import PolicyClock
+from harbor_ray.cluster.policy_version import PolicyClock
 from harbor_ray.cluster.reaper import host_sandboxes
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
-from harbor_ray.data.encode import RolloutRecord, placed, warm_up
+from harbor_ray.data.encode import RolloutRecord, preload_encoder_imports, with_placement
 from harbor_ray.errors import SandboxError
 from harbor_ray.serve_http import serve_url_on
 from harbor_ray.switches import WORKER_ENV
@@ -101,7 +101,8 @@ class RolloutHost(SessionOwner):
         self._work = work or run_rollout
         context = ray.get_runtime_context()
         self.placement = Placement(ray.util.get_node_ip_address(), context.get_node_id())
-        warm_up()  # before the host counts as started: its rollouts' loop must not stall
+        # Before the host counts as started: its rollouts' loop must not stall.
+        preload_encoder_imports()
 
     def node(self) -> Placement:
         """Where this host runs (the driver's `ready` call)."""
@@ -116,7 +117,7 @@ class RolloutHost(SessionOwner):
         if (sandboxes := spec.sandbox_kwargs.get("sandboxes_dir")) is not None:
             await self._guard(Path(sandboxes))
         record = await self._work(spec, capture)
-        return placed(record, node=self.placement.ip, host=self.owner)
+        return with_placement(record, node=self.placement.ip, host=self.owner)
 
     def _own_sandboxes(self, spec: RolloutSpec) -> RolloutSpec:
         """Sandboxes under the run's directory go in this host's own subdirectory, so that

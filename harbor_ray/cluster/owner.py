@@ -37,13 +37,13 @@ class SessionOwner:
         self.owner = owner
         self.store = InMemorySessionStore(owner=owner)
 
-    async def open(
+    async def open_session(
         self, *, budget: int | None, sampling: Sampling | None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo:
         return await self.store.create(budget=budget, sampling=sampling, main_loop=main_loop)
 
-    async def close(self, session_id: str) -> ClosedCapture | None:
+    async def close_session(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone."""
         return await self.store.close(session_id)
 

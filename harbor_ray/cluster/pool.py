@@ -1,7 +1,7 @@
 """The driver's rollout hosts: enough to hold `concurrency` rollouts, replaced when lost.
 
 A rollout takes a slot on the least-loaded live host; hosts start when a slot is first
-needed (never more than `ceil(concurrency / per_host)` alive), and a host that died or
+needed (never more than `ceil(concurrency / rollouts_per_host)` alive), and a host that died or
 was killed is dropped, its rollouts already failed, and a fresh one takes its place.
 Fresh hosts keep off the nodes where hosts died until those are shown alive
 (suspects.py): a node lost at once is still listed alive for a while.
@@ -56,7 +56,7 @@ class HostPool:
     def __init__(
         self,
         *,
-        per_host: int,
+        rollouts_per_host: int,
         proxy: ProxyTarget | None,
         num_cpus: float,
         work: Work | None = None,
@@ -64,9 +64,9 @@ class HostPool:
         suspect_s: float = SUSPECT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if per_host < 1:
+        if rollouts_per_host < 1:
             raise ValueError("rollouts per host must be at least 1")
-        self._per_host = per_host
+        self._rollouts_per_host = rollouts_per_host
         self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
         self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
         self.reaping: list[Any] = []  # ObjectRefs of the reapers of lost hosts
@@ -84,7 +84,7 @@ class HostPool:
     def acquire(self) -> Host:
         """A slot for one rollout. The caller bounds the rollouts in flight, so there is
         always a live host with room or room for a new host."""
-        open_hosts = [h for h in self.hosts if h.running < self._per_host]
+        open_hosts = [h for h in self.hosts if h.running < self._rollouts_per_host]
         host = min(open_hosts, key=lambda h: h.running) if open_hosts else self._start()
         host.running += 1
         return host
@@ -103,7 +103,7 @@ class HostPool:
         if (node_id := host.node_id) is None:
             return
         self._suspects.suspect(node_id)
-        probe = reaper if reaper is not None else pinned(_ran, node_id).remote()
+        probe = reaper if reaper is not None else pinned(_alive_check, node_id).remote()
         self._probes[probe] = node_id
 
     def kill(self, host: Host) -> None:
@@ -163,5 +163,5 @@ class HostPool:
 
 
 @ray.remote
-def _ran() -> None:
+def _alive_check() -> None:
     """Nothing, on a node: that it returns shows the node alive."""

@@ -24,7 +24,7 @@ from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.nodes import this_node
 from harbor_ray.cluster.owner import actor_holder
-from harbor_ray.cluster.policy import PolicyClock
+from harbor_ray.cluster.policy_version import PolicyClock
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, ensure_registry, remove_registry
 from harbor_ray.serve_http import app_going_away, serve_http_base
 

@@ -2,7 +2,7 @@
 
 Used by `harbor-ray sweep` and by `jobs/sweep.py` (the `ray job submit` entry). It
 guarantees at most `concurrency` rollouts at once (and nothing else caps them), every
-rollout ends as one row (runner.py), rows committed every `commit_s` seconds so a rerun
+rollout ends as one row (runner.py), rows committed every `commit_every_s` seconds so a rerun
 skips finished ids and duplicates nothing, and the sweep's sandboxes reaped on every
 node at start and end (reaper.py). How each holds: docs/sweeps.md.
 """
@@ -39,21 +39,21 @@ class SweepConfig:
     retries: int = 1
     grace_s: float = 60.0
     proxy: ProxyTarget | None = None  # where agents call the model; None: no agent does
-    per_host: int = 8
+    rollouts_per_host: int = 8
     host_cpus: float = 0.01
     host_start_s: float = 600.0  # a host not running by then is lost (and retried)
     # Finished rows are committed together every this many seconds (0: each on its own).
     # A driver killed in between loses the rows of the last interval (rerun, not doubled).
-    commit_s: float = 2.0
+    commit_every_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise StartError("concurrency must be at least 1")
         if self.retries < 0:
             raise StartError("retries cannot be negative: 0 tries each rollout once")
-        if self.per_host < 1:
+        if self.rollouts_per_host < 1:
             raise StartError("rollouts per host must be at least 1")
-        if self.commit_s < 0:
+        if self.commit_every_s < 0:
             raise StartError("the commit interval cannot be negative: 0 commits each row "
                              "on its own")
 
@@ -124,8 +124,8 @@ async def run_rollouts(
     """Run every spec on the pool's hosts, `config.concurrency` at once; rows to
     `on_result` in the order they finish."""
     gate = asyncio.Semaphore(config.concurrency)
-    pool = HostPool(per_host=config.per_host, proxy=config.proxy, num_cpus=config.host_cpus,
-                    work=work, sandboxes_dir=config.sandboxes_dir)
+    pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
+                    num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
                            on_end=stats.finished)
 
@@ -167,7 +167,7 @@ async def sweep(
     started = time.time()
     # One part per commit: thresholds only bound a commit's memory, the interval sets it.
     writer = DatasetWriter(config.out, {**manifest, "started_at": started},
-                           flush_rollouts=1 if config.commit_s == 0 else 10_000)
+                           flush_rollouts=1 if config.commit_every_s == 0 else 10_000)
     finished = writer.finished_ids()
     todo = [s for s in in_sandboxes_dir(specs, config.sandboxes_dir)
             if s.rollout_id not in finished]
@@ -189,7 +189,8 @@ async def sweep(
             await asyncio.sleep(seconds)
             timed(writer.flush)
 
-    committing = asyncio.create_task(commit_every(config.commit_s)) if config.commit_s else None
+    committing = (asyncio.create_task(commit_every(config.commit_every_s))
+                  if config.commit_every_s else None)
     try:
         await run_rollouts(todo, config, stats, on_result, work=work)
     finally:

@@ -11,19 +11,19 @@ from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.readers import read_rollouts, read_sequences, read_turns
 from harbor_ray.data.rebuild import rebuild_prompts, turn_records
 from harbor_ray.data.schema import SCHEMA_VERSION
-from harbor_ray.data.trl import rollout_samples, to_trl_records
+from harbor_ray.data.trl import call_records, rollout_samples
 from harbor_ray.data.writer import DatasetWriter
 
 __all__ = [
     "SCHEMA_VERSION",
     "DatasetWriter",
     "RolloutRecord",
+    "call_records",
     "encode_record",
     "read_rollouts",
     "read_sequences",
     "read_turns",
     "rebuild_prompts",
     "rollout_samples",
-    "to_trl_records",
     "turn_records",
 ]

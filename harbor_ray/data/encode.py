@@ -33,8 +33,8 @@ from harbor_ray.data.schema import (
     TURNS,
 )
 
-__all__ = ["RolloutRecord", "encode_record", "placed", "rollouts_table", "warm_up",
-           "with_findings"]
+__all__ = ["RolloutRecord", "encode_record", "preload_encoder_imports", "rollouts_table",
+           "with_findings", "with_placement"]
 
 # zstd at its fastest level: as small as the Parquet parts, and the fastest to make.
 _WIRE_CODEC = pa.Codec("zstd", 1)
@@ -102,7 +102,7 @@ def rollouts_table(records: Sequence[RolloutRecord]) -> pa.Table:
                                 schema=ROLLOUTS)
 
 
-def warm_up() -> None:
+def preload_encoder_imports() -> None:
     """Pay this process's one-off cost of encoding now: Arrow imports pandas on its first
     conversion of Python values (a slow import), which would otherwise stall the
     event loop of a host's first finished rollout, and every rollout waiting on it."""
@@ -116,7 +116,7 @@ def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> R
     return _with_row(record, findings=[*record.result.findings, *findings])
 
 
-def placed(record: RolloutRecord, *, node: str | None, host: str | None) -> RolloutRecord:
+def with_placement(record: RolloutRecord, *, node: str | None, host: str | None) -> RolloutRecord:
     """`record` with where it ran (its node's address and its host's name) in its row."""
     return _with_row(record, node=node, host=host)
 

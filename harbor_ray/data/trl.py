@@ -10,7 +10,7 @@ group is n rollouts of one task) and TRL's own multi-turn shape: the prompt is t
 sequence up to its first sampled id, the completion the rest (tool output included),
 `env_mask` its loss mask, `logprobs` the engine's for sampled ids and None elsewhere.
 
-`to_trl_records` (a turns/ table) and `rows_to_trl_records` (the same rows as dicts, an
+`call_records` (a turns/ table) and `call_records_from_rows` (the same rows as dicts, an
 online group's `turns`): one record per model call, for trainers that train on turns.
 Each re-reads the history before it, and one rollout's records are no GRPO group. A
 logprob the engine did not give is 0.0 with `env_mask` 0 (NaN would poison TRL's
@@ -30,9 +30,9 @@ from harbor_ray.capture.core.graph import Role
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.schema import IDS, TURNS
 
-__all__ = ["rollout_samples", "rows_to_trl_records", "to_trl_records", "trl_columns"]
+__all__ = ["call_records", "call_records_from_rows", "rollout_samples", "trl_columns"]
 
-# The turns/ columns a record is made of, prompts in full: what `rows_to_trl_records`
+# The turns/ columns a record is made of, prompts in full: what `call_records_from_rows`
 # types dict rows as (any other key of a row is left out).
 _RECORD_COLUMNS = pa.schema([
     pa.field("prompt_ids", IDS),
@@ -41,7 +41,7 @@ _RECORD_COLUMNS = pa.schema([
 ])
 
 
-def to_trl_records(
+def call_records(
     turns: pa.Table, *, include_discarded: bool = False, only_ok: bool = True
 ) -> list[dict[str, Any]]:
     """One TRL record per model call of `turns`, in the table's row order.
@@ -85,13 +85,13 @@ def to_trl_records(
     ]
 
 
-def rows_to_trl_records(rows: Iterable[Mapping[str, Any]], *,
-                        include_discarded: bool = False, only_ok: bool = True
-                        ) -> list[dict[str, Any]]:
-    """`to_trl_records` over turns/ rows given as dicts with `prompt_ids` in full (as
+def call_records_from_rows(rows: Iterable[Mapping[str, Any]], *,
+                           include_discarded: bool = False, only_ok: bool = True
+                           ) -> list[dict[str, Any]]:
+    """`call_records` over turns/ rows given as dicts with `prompt_ids` in full (as
     JSON gives them: a logprob the engine did not give is None, and trains nothing)."""
     table = pa.Table.from_pylist(list(rows), schema=_RECORD_COLUMNS)
-    return to_trl_records(table, include_discarded=include_discarded, only_ok=only_ok)
+    return call_records(table, include_discarded=include_discarded, only_ok=only_ok)
 
 
 def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],

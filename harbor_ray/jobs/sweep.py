@@ -140,5 +140,5 @@ def _config(request: SweepRequest) -> SweepConfig:
                     request.proxy_bind)  # raises the StartError itself
     return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
                        retries=request.retries, grace_s=request.grace_s,
-                       per_host=request.rollouts_per_host,
-                       commit_s=request.commit_every_s)  # raises the StartError itself
+                       rollouts_per_host=request.rollouts_per_host,
+                       commit_every_s=request.commit_every_s)  # raises the StartError itself

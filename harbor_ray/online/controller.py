@@ -23,7 +23,7 @@ import ray
 
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.policy import publish_version, start_policy_version
+from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
@@ -111,7 +111,7 @@ class ControllerConfig:
     stale_policy: StalePolicy = "drop"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     proxy: ProxyTarget | None = None  # where agents call the model
-    per_host: int = 8
+    rollouts_per_host: int = 8
     host_cpus: float = 0.01
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
@@ -162,7 +162,7 @@ class Controller:
         self._changed = asyncio.Event()
         self._started = time.time()
         self._sandboxes = config.work_dir / "sandboxes"
-        self._pool = HostPool(per_host=config.per_host, proxy=config.proxy,
+        self._pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
                               sandboxes_dir=self._sandboxes)
         self._runner: Rollouts

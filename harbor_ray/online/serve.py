@@ -30,7 +30,7 @@ from ray.serve import Application  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
 from harbor_ray.cluster.owner import NAMESPACE  # noqa: E402
-from harbor_ray.cluster.policy import policy_actor_name  # noqa: E402
+from harbor_ray.cluster.policy_version import policy_actor_name  # noqa: E402
 from harbor_ray.cluster.proxy_deployment import (  # noqa: E402
     CAPTURE_ROUTE_PREFIX,
     MAX_ONGOING_REQUESTS,
@@ -46,7 +46,7 @@ from harbor_ray.errors import ServiceConfigError  # noqa: E402
 from harbor_ray.host_names import LOOPBACK_NAMES  # noqa: E402
 from harbor_ray.online.app import ActorController, build_controller_app  # noqa: E402
 from harbor_ray.online.controller import ControllerConfig, start_controller  # noqa: E402
-from harbor_ray.online.key import load_or_create_key  # noqa: E402
+from harbor_ray.online.controller_key import load_or_create_key  # noqa: E402
 from harbor_ray.online.wire import StalePolicy  # noqa: E402
 from harbor_ray.serve_http import app_going_away, serve_http_base  # noqa: E402
 from harbor_ray.trials.backends import LOCAL  # noqa: E402
@@ -129,7 +129,7 @@ class ControllerArgs(_Args):
             capacity=self.capacity, concurrency=self.concurrency,
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
-            per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
+            rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser())

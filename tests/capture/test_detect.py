@@ -1,29 +1,29 @@
 import pytest
 
-from harbor_ray.capture.core.detect import Route, detect
+from harbor_ray.capture.core.detect import CallRoute, detect
 
 
 @pytest.mark.parametrize(("path", "expected"), [
-    ("/v1/chat/completions", Route("chat", "generate")),
-    ("/V1/Chat/Completions/", Route("chat", "generate")),
-    ("/v1/responses", Route("responses", "generate")),
-    ("/v1/messages", Route("anthropic", "generate")),
-    ("/v1/messages/count_tokens", Route("anthropic", "count_tokens")),
-    ("/v1beta/models/gemini-2.5:generateContent", Route("google", "generate", "gemini-2.5")),
-    ("/v1beta/models/g:streamGenerateContent", Route("google", "generate", "g", True)),
+    ("/v1/chat/completions", CallRoute("chat", "generate")),
+    ("/V1/Chat/Completions/", CallRoute("chat", "generate")),
+    ("/v1/responses", CallRoute("responses", "generate")),
+    ("/v1/messages", CallRoute("anthropic", "generate")),
+    ("/v1/messages/count_tokens", CallRoute("anthropic", "count_tokens")),
+    ("/v1beta/models/gemini-2.5:generateContent", CallRoute("google", "generate", "gemini-2.5")),
+    ("/v1beta/models/g:streamGenerateContent", CallRoute("google", "generate", "g", True)),
     # docs/lessons.md: capital G; compared case-insensitively, streaming is still detected.
-    ("/v1beta/models/g:STREAMGENERATECONTENT", Route("google", "generate", "g", True)),
-    ("/models/g:generateContent", Route("google", "generate", "g")),
-    ("/v1beta/models/g:countTokens", Route("google", "count_tokens", "g")),
-    ("/v1/models", Route("chat", "models")),
+    ("/v1beta/models/g:STREAMGENERATECONTENT", CallRoute("google", "generate", "g", True)),
+    ("/models/g:generateContent", CallRoute("google", "generate", "g")),
+    ("/v1beta/models/g:countTokens", CallRoute("google", "count_tokens", "g")),
+    ("/v1/models", CallRoute("chat", "models")),
 ])
-def test_paths(path: str, expected: Route) -> None:
+def test_paths(path: str, expected: CallRoute) -> None:
     assert detect(path, {}, {}) == expected
 
 
 def test_google_alt_sse_streams() -> None:
     route = detect("/v1beta/models/g:generateContent", {}, {"alt": "sse"})
-    assert route == Route("google", "generate", "g", True)
+    assert route == CallRoute("google", "generate", "g", True)
 
 
 def test_models_route_follows_anthropic_header() -> None:

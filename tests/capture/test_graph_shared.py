@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from harbor_ray.capture.core.findings import validate
 from harbor_ray.capture.core.graph import build_graph
-from harbor_ray.capture.core.held import HeldTurns
+from harbor_ray.capture.core.token_buffers import HeldTurns
 from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.graph_reference import build_graph_reference
 from tests.capture.test_graph import signature

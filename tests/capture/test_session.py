@@ -127,13 +127,13 @@ async def test_admission_finds_the_turn_a_call_continues_and_forgets_a_withdrawn
 
 
 async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
-    """An agent loop's prompts are held as views of one buffer (capture.core.held); the
+    """An agent loop's prompts are held as views of one buffer (capture.core.token_buffers); the
     turn a later call continues is found with its current ids after the buffer grew, and
     the session closes to the graph of the ids as they arrived."""
     import dataclasses
 
     from harbor_ray.capture.core.continuation import Continuation, PrefixKey
-    from harbor_ray.capture.core.held import held_bytes
+    from harbor_ray.capture.core.token_buffers import held_bytes
 
     store = InMemorySessionStore()
     s = await store.create()

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from harbor_ray.client import routes
-from harbor_ray.client.calls import Call, Outcome, Retry, Send, Sleep, exchange
+from harbor_ray.client.calls import Call, Retry, Send, SendOutcome, Sleep, exchange
 from harbor_ray.errors import ClientError
 from harbor_ray.online.wire import Group
 
@@ -18,11 +18,11 @@ SUBMITTED = orjson.dumps({"groups": [{"group_id": "g", "task": "t", "n": 2}],
                           "policy_version": 3})
 
 
-def answer(status: int, body: Any, **headers: str) -> Outcome:
-    return Outcome(status=status, headers=headers, content=orjson.dumps(body))
+def answer(status: int, body: Any, **headers: str) -> SendOutcome:
+    return SendOutcome(status=status, headers=headers, content=orjson.dumps(body))
 
 
-def drive(call: Call[Any], outcomes: list[Outcome], retry: Retry | None = None
+def drive(call: Call[Any], outcomes: list[SendOutcome], retry: Retry | None = None
           ) -> tuple[Any, list[Send | Sleep]]:
     """Run the exchange over `outcomes` (one per send); (its result, every step)."""
     steps: list[Send | Sleep] = []
@@ -46,7 +46,7 @@ def test_429_waits_what_retry_after_says_and_resends_the_same_request_id() -> No
     call = routes.submit({"t": 2}, "terminus-2", {})
     reply, steps = drive(call, [answer(429, {"error": "full"}, **{"retry-after": "2"}),
                                 answer(429, {"error": "full"}),
-                                Outcome(status=202, content=SUBMITTED)])
+                                SendOutcome(status=202, content=SUBMITTED)])
     assert reply.policy_version == 3 and reply.groups[0].group_id == "g"
     assert sleeps(steps) == [2.0, 1.0]  # Retry-After, then the backoff (0.5 x 2**1)
     bodies = {s.content for s in steps if isinstance(s, Send)}
@@ -62,9 +62,9 @@ def test_429_past_the_attempts_is_the_controller_s_refusal() -> None:
 
 
 def test_a_lost_answer_is_resent_only_where_resending_is_safe() -> None:
-    lost = Outcome(failure="ReadError: reset", sent=True)
-    never_sent = Outcome(failure="ConnectError: refused", sent=False)
-    policy = Outcome(status=200, content=orjson.dumps(
+    lost = SendOutcome(failure="ReadError: reset", sent=True)
+    never_sent = SendOutcome(failure="ConnectError: refused", sent=False)
+    policy = SendOutcome(status=200, content=orjson.dumps(
         {"version": 1, "paused": False, "replicas": []}))
     assert drive(routes.policy(), [lost, never_sent, policy])[0].version == 1
     weights = routes.update_weights("/ckpt", 2, 60.0)
@@ -96,7 +96,7 @@ def test_refusals_carry_status_field_and_replicas() -> None:
         drive(routes.update_weights("/c", 1, 60.0), [answer(502, failed)])
     assert [r.step for r in caught.value.replicas] == ["load"]
     with pytest.raises(ClientError) as caught:
-        drive(routes.stats(), [Outcome(status=500, content=b"<html>oops")])
+        drive(routes.stats(), [SendOutcome(status=500, content=b"<html>oops")])
     assert caught.value.status == 500 and "oops" in str(caught.value)
     with pytest.raises(ClientError, match="not the reply"):
         drive(routes.stats(), [answer(200, {"queued": "many"})])

@@ -114,8 +114,10 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
         work = checked_in(work, args["checkin"])
     with running_cluster(spec) as cluster:
         config = SweepConfig(out=out, concurrency=args["concurrency"], proxy=cluster.proxy,
-                             per_host=args.get("per_host", 2), retries=args.get("retries", 1),
-                             host_cpus=args.get("host_cpus", SweepConfig.host_cpus), commit_s=0)
+                             rollouts_per_host=args.get("rollouts_per_host", 2),
+                             retries=args.get("retries", 1),
+                             host_cpus=args.get("host_cpus", SweepConfig.host_cpus),
+                             commit_every_s=0)
         stats = asyncio.run(sweep(specs, config, {}, work=work))
     return {"ok": stats.ok, "done": stats.done}
 

@@ -16,8 +16,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from harbor_ray.capture.core.export import render_export
-from harbor_ray.capture.core.keys import mint_key, new_session_id
 from harbor_ray.capture.core.session_info import SessionInfo
+from harbor_ray.capture.core.session_keys import mint_key, new_session_id
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, render_prompt
 from harbor_ray.cluster.actor_store import ActorSessionStore
@@ -69,7 +69,7 @@ async def proxy(ray_cluster: None) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def open_session(owner: Any, budget: int | None = None) -> SessionInfo:
-    return await owner.open.remote(budget=budget, sampling=None)
+    return await owner.open_session.remote(budget=budget, sampling=None)
 
 
 def sdk(proxy: httpx.AsyncClient, key: str) -> openai.AsyncOpenAI:
@@ -86,7 +86,7 @@ async def test_calls_are_admitted_and_recorded_on_the_owner(owner, proxy) -> Non
     session = await open_session(owner)
     assert await chat(proxy, session.key) == "echo: hello"
     assert await chat(proxy, session.key) == "echo: hello"
-    doc = render_export(await owner.close.remote(session.session_id))
+    doc = render_export(await owner.close_session.remote(session.session_id))
     assert [t["index"] for t in doc["turns"]] == [0, 1]
     assert doc["turns"][0]["prompt_ids"] == render_prompt(doc["turns"][0]["request_messages"])
 
@@ -94,7 +94,7 @@ async def test_calls_are_admitted_and_recorded_on_the_owner(owner, proxy) -> Non
 async def test_a_closed_session_ends_with_401(owner, proxy) -> None:
     session = await open_session(owner)
     await chat(proxy, session.key)  # the grant is now cached
-    await owner.close.remote(session.session_id)
+    await owner.close_session.remote(session.session_id)
     with pytest.raises(openai.AuthenticationError, match="session has ended"):
         await chat(proxy, session.key)
     # That evicted the cached grant: the owner is asked again, and says no.
@@ -154,7 +154,7 @@ async def test_a_session_closed_while_its_call_runs_gets_401(owner) -> None:
         calling = asyncio.ensure_future(chat(proxy, session.key))
         while not engine.calls:
             await asyncio.sleep(0.01)
-        await owner.close.remote(session.session_id)
+        await owner.close_session.remote(session.session_id)
         with pytest.raises(openai.AuthenticationError, match="session has ended"):
             await calling
 
@@ -167,7 +167,7 @@ async def test_an_evicted_grant_still_reaches_its_owner(owner) -> None:
     assert store.cached_sessions() == 2
     admission = await store.admit(sessions[0].session_id)  # the evicted one
     await store.record(sessions[0].session_id, turn(admission.call_index))
-    doc = render_export(await owner.close.remote(sessions[0].session_id))
+    doc = render_export(await owner.close_session.remote(sessions[0].session_id))
     assert len(doc["turns"]) == 1
 
 

@@ -49,7 +49,8 @@ def test_sweep_with_hosts_on_every_node(multinode: NetnsCluster, multinode_engin
     row ok, on the node and host that ran it, each answered call one recorded turn."""
     out, calls, count = tmp_path / "out", 3, 6
     result = _job(multinode, "sweep", out=str(out), ingress=ingress, llm_url=multinode_engine,
-                  task="hello-file", count=count, calls=calls, concurrency=count, per_host=1)
+                  task="hello-file", count=count, calls=calls, concurrency=count,
+                  rollouts_per_host=1)
     rows = _rows(out)
     assert result == {"ok": count, "done": count}
     assert sorted(r["rollout_id"] for r in rows) == [f"hello-file__{k}__mn" for k in range(count)]
@@ -127,7 +128,7 @@ def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path)
     out, count = tmp_path / "out", 6
     victim = multinode.nodes["w2"]
     args = {"out": str(out), "agent": "oracle", "dataset": str(_slow_task(tmp_path, 15)),
-            "task": "slow", "count": count, "concurrency": count, "per_host": 1,
+            "task": "slow", "count": count, "concurrency": count, "rollouts_per_host": 1,
             # One retry is enough: while Ray still lists w2 alive, the pool places no
             # new host there (its hosts died), so a retry does not die on w2 again.
             "retries": 1}
@@ -175,7 +176,7 @@ def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
     calls, count = 4, 6
     args = {"out": str(out), "ingress": "direct", "llm_url": multinode_engine,
             "task": "hello-file", "count": count, "calls": calls, "think_s": 3.0,
-            "concurrency": count, "per_host": 1, "host_cpus": 0.9, "checkin": str(checkin)}
+            "concurrency": count, "rollouts_per_host": 1, "host_cpus": 0.9, "checkin": str(checkin)}
     down = list(multinode.workers)
     for worker in down:
         assert multinode.kill_node(worker) > 0
@@ -220,7 +221,7 @@ def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
     out, calls, count = tmp_path / "out", 2, 3
     result = _job(multinode, "sweep", out=str(out), llm_url=multinode_engine,
                   task="hello-file", count=count, calls=calls, concurrency=count,
-                  per_host=1, remote_netns=remote.netns,
+                  rollouts_per_host=1, remote_netns=remote.netns,
                   proxy_url=f"http://{multinode.head.ip}:8770")
     rows = _rows(out)
     assert result == {"ok": count, "done": count}, [r["error"] for r in rows]

@@ -27,7 +27,7 @@ import ray
 
 from harbor_ray.capture.core.budget import BUDGET_MESSAGE
 from harbor_ray.capture.core.export import render_export
-from harbor_ray.capture.core.keys import mint_key, new_session_id
+from harbor_ray.capture.core.session_keys import mint_key, new_session_id
 from harbor_ray.capture.proxy.fake_engine import IM_END, encode, render_prompt
 from harbor_ray.cluster.host import ProxyTarget, start_host
 from harbor_ray.cluster.owner import actor_holder
@@ -99,7 +99,7 @@ def ingress(request: pytest.FixtureRequest, proxy_url: str, owner: Any, host: An
 
 
 async def open_session(owner: Any, budget: int | None = None) -> tuple[str, str]:
-    info = await owner.open.remote(budget=budget, sampling=None)
+    info = await owner.open_session.remote(budget=budget, sampling=None)
     return info.session_id, info.key
 
 
@@ -130,7 +130,7 @@ async def test_chat_and_streamed_chat_are_recorded_once_each(proxy_url: str, own
     sdk = client(proxy_url, key)
     assert await ask(sdk, "one") == "echo: one"
     assert await ask(sdk, "two", stream=True) == "echo: two"
-    doc = render_export(await owner.close.remote(sid))
+    doc = render_export(await owner.close_session.remote(sid))
     assert_turns_hold_engine_ids(doc, ["echo: one", "echo: two"])
     assert [t["index"] for t in doc["turns"]] == [0, 1]
 
@@ -141,7 +141,7 @@ async def test_keys_that_open_nothing_get_401(proxy_url: str, owner: Any) -> Non
     for bad in [mint_key(new_session_id("nobodyhere")), "sk-not-ours", wrong_secret]:
         with pytest.raises(openai.AuthenticationError):
             await ask(client(proxy_url, bad), "x")
-    assert render_export(await owner.close.remote(sid))["turns"] == []
+    assert render_export(await owner.close_session.remote(sid))["turns"] == []
 
 
 async def test_a_killed_owner_ends_its_sessions_with_401(proxy_url: str) -> None:
@@ -164,7 +164,7 @@ async def test_past_the_budget_the_agent_is_told_to_stop_and_nothing_is_recorded
     assert await ask(sdk, "one") == "echo: one"
     assert await ask(sdk, "two") == BUDGET_MESSAGE
     assert await ask(sdk, "three", stream=True) == BUDGET_MESSAGE
-    doc = render_export(await owner.close.remote(sid))
+    doc = render_export(await owner.close_session.remote(sid))
     assert_turns_hold_engine_ids(doc, ["echo: one"])
     assert doc["counts"]["budget_stops"] == 2
 
@@ -180,7 +180,7 @@ async def test_through_a_hosts_relay_calls_are_recorded_on_the_host(host: Any) -
     # A fresh SDK client per call: a new connection each time, spread over the replicas.
     assert await ask(client(relay_url, key), "one") == "echo: one"
     assert await ask(client(relay_url, key), "two", stream=True) == "echo: two"
-    doc = render_export(await host.close.remote(sid))
+    doc = render_export(await host.close_session.remote(sid))
     assert_turns_hold_engine_ids(doc, ["echo: one", "echo: two"])
 
 
@@ -200,7 +200,7 @@ async def test_stale_registry_entries_are_skipped_and_removed(proxy_url: str) ->
         sid, key = await open_session(fresh)
         for n in range(4):
             assert await ask(client(relay_url, key), f"call {n}") == f"echo: call {n}"
-        assert len(render_export(await fresh.close.remote(sid))["turns"]) == 4
+        assert len(render_export(await fresh.close_session.remote(sid))["turns"]) == 4
     finally:
         ray.kill(fresh)
     assert sorted(await registry.entries.remote(), key=str) == sorted(live, key=str)
@@ -298,7 +298,7 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
 
     duplicates: Counter[str] = Counter()
     for (sid, _), got in zip(sessions, received, strict=True):
-        doc = render_export(await owner.close.remote(sid))
+        doc = render_export(await owner.close_session.remote(sid))
         indices = [t["index"] for t in doc["turns"]]
         prompts = Counter(t["request_messages"][-1]["content"] for t in doc["turns"])
         assert len(indices) == len(set(indices)), "a turn index recorded twice"

@@ -93,7 +93,7 @@ async def test_a_client_gone_before_its_reply_costs_no_turn_and_no_budget(
     ingress: Ingress, engine: tuple[FakeEngine, str]
 ) -> None:
     fake, _ = engine
-    info = await ingress.owner.open.remote(budget=1, sampling=None)
+    info = await ingress.owner.open_session.remote(budget=1, sampling=None)
     fake.delay_s = 1.0
     async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=0.3)) as client:
         with pytest.raises(httpx.ReadTimeout):
@@ -105,7 +105,7 @@ async def test_a_client_gone_before_its_reply_costs_no_turn_and_no_budget(
     # Its slot was given back: the session's one call is still there.
     assert await ask(ingress.url, info.key) == "echo: hi"
     assert await ask(ingress.url, info.key) == BUDGET_MESSAGE
-    doc = render_export(await ingress.owner.close.remote(info.session_id))
+    doc = render_export(await ingress.owner.close_session.remote(info.session_id))
     assert [t["response_message"]["content"] for t in doc["turns"]] == ["echo: hi"]
 
 
@@ -113,7 +113,7 @@ async def test_a_session_closed_while_its_call_runs_gets_401(
     ingress: Ingress, engine: tuple[FakeEngine, str]
 ) -> None:
     fake, _ = engine
-    info = await ingress.owner.open.remote(budget=None, sampling=None)
+    info = await ingress.owner.open_session.remote(budget=None, sampling=None)
     assert await ask(ingress.url, info.key) == "echo: hi"  # the grant is cached
     fake.delay_s = 0.5
     calls = len(fake.calls)
@@ -122,6 +122,6 @@ async def test_a_session_closed_while_its_call_runs_gets_401(
     while len(fake.calls) == calls:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
-    await ingress.owner.close.remote(info.session_id)
+    await ingress.owner.close_session.remote(info.session_id)
     with pytest.raises(openai.AuthenticationError, match="session has ended"):
         await calling

@@ -84,14 +84,14 @@ async def test_oracle_sweep_over_samples(tmp_path: Path) -> None:
 CONCURRENT = 12
 
 
-@pytest.mark.parametrize(("count", "per_host"), [(CONCURRENT, 8), (100, 25)])
-async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path, count: int, per_host: int
-                                                    ) -> None:
+@pytest.mark.parametrize(("count", "rollouts_per_host"), [(CONCURRENT, 8), (100, 25)])
+async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path, count: int,
+                                                    rollouts_per_host: int) -> None:
     checked_in = tmp_path / "in"
     checked_in.mkdir()
     out = tmp_path / "out"
     specs = _specs("samples", out, names=["hello-file"], attempts=count)
-    config = SweepConfig(out=out, concurrency=count, per_host=per_host)
+    config = SweepConfig(out=out, concurrency=count, rollouts_per_host=rollouts_per_host)
     await sweep(specs, config, {}, work=stubs.barrier_work(str(checked_in), count, 900))
     rows = _rows(out)
     assert len(rows) == count
@@ -108,7 +108,7 @@ async def test_no_more_rollouts_run_than_the_concurrency(tmp_path: Path) -> None
     out = tmp_path / "out"
     concurrency, count = 4, 12
     specs = _specs("samples", out, names=["hello-file"], attempts=count)
-    config = SweepConfig(out=out, concurrency=concurrency, per_host=2)
+    config = SweepConfig(out=out, concurrency=concurrency, rollouts_per_host=2)
     work = stubs.barrier_work(str(checked_in), concurrency, 300, hold_s=1.0)
     stats = await sweep(specs, config, {}, work=work)
     rows = _rows(out)
@@ -144,7 +144,7 @@ async def test_rollout_deaf_to_cancellation_costs_its_host_and_only_that(tmp_pat
     """A rollout that blocks its host's event loop cannot be cancelled: its host is killed,
     and the other rollout on that host is retried elsewhere, not lost."""
     out = tmp_path / "out"
-    config = SweepConfig(out=out, grace_s=2, concurrency=2, per_host=2, retries=1)
+    config = SweepConfig(out=out, grace_s=2, concurrency=2, rollouts_per_host=2, retries=1)
     specs = (_specs("samples", out, names=["hello-file"], deadline=3)
              + _specs("samples", out, names=["make-directory"]))
     work = stubs.deaf_work(block_task="hello-file", seconds=120)
@@ -257,12 +257,12 @@ def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
     assert written <= set(ids)
 
 
-@pytest.mark.parametrize(("commit_s", "parts"), [(0, 6), (600, 1)])
-async def test_rows_are_committed_per_interval(tmp_path: Path, commit_s: float, parts: int
+@pytest.mark.parametrize(("commit_every_s", "parts"), [(0, 6), (600, 1)])
+async def test_rows_are_committed_per_interval(tmp_path: Path, commit_every_s: float, parts: int
                                                ) -> None:
     out = tmp_path / "out"
     specs = _specs("samples", out, names=["hello-file"], attempts=6)
-    config = SweepConfig(out=out, concurrency=6, commit_s=commit_s)
+    config = SweepConfig(out=out, concurrency=6, commit_every_s=commit_every_s)
     stats = await sweep(specs, config, {}, work=stubs.raising_work({}))
     assert stats.ok == 6
     for table in ("rollouts", "sequences", "turns"):

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.capture.core.record import close_capture
-from harbor_ray.data.encode import encode_record, placed, rollouts_table, with_findings
+from harbor_ray.data.encode import encode_record, rollouts_table, with_findings, with_placement
 from harbor_ray.data.rebuild import turn_records
 from harbor_ray.data.result import FindingRecord, RolloutResult
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
@@ -113,7 +113,7 @@ def test_the_rollout_row() -> None:
                    "discarded": 1, "engine_errors": 1, "budget_stops": 0},
         "timings": [("agent_execution", 9.5), ("total", 12.25)],
         "trial_dir": "/trials/a1",
-        "node": None,  # not placed yet: its host stamps it (`placed`)
+        "node": None,  # not placed yet: its host stamps it (`with_placement`)
         "host": None,
         "policy_version_min": None,  # the session's turns recorded no version
         "policy_version_max": None,
@@ -124,9 +124,9 @@ def test_the_rollout_row() -> None:
     )
 
 
-def test_placed_stamps_the_row_only() -> None:
+def test_with_placement_stamps_the_row_only() -> None:
     record = rollout("a1", rich_session())
-    stamped = placed(record, node="10.0.0.3", host="ab12h0")
+    stamped = with_placement(record, node="10.0.0.3", host="ab12h0")
     (row,) = stamped.rollout.to_pylist()
     assert (row["node"], row["host"]) == ("10.0.0.3", "ab12h0")
     assert (stamped.result.node, stamped.result.host) == ("10.0.0.3", "ab12h0")
@@ -185,7 +185,7 @@ def test_a_small_record_is_smaller_on_the_wire_than_its_plain_streams() -> None:
 
 
 def test_rows_made_together_are_the_rows_made_alone() -> None:
-    records = [placed(rollout("a1", rich_session()), node="10.0.0.1", host="h0"),
+    records = [with_placement(rollout("a1", rich_session()), node="10.0.0.1", host="h0"),
                dead_rollout("d1"),
                with_findings(rollout("a2", rich_session()), [FindingRecord(
                    code="infra_retries", severity="info", message="1 retries")])]

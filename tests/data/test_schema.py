@@ -73,7 +73,7 @@ def test_the_public_surface() -> None:
             "read_turns",
             "rebuild_prompts",
             "rollout_samples",
-            "to_trl_records",
+            "call_records",
             "turn_records",
         ]
     )

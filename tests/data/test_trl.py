@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.data.rebuild import rebuild_prompts
-from harbor_ray.data.trl import rollout_samples, rows_to_trl_records, to_trl_records, trl_columns
+from harbor_ray.data.trl import call_records, call_records_from_rows, rollout_samples, trl_columns
 from tests.capture.turns_factory import chain, turn
 from tests.data.rollouts import broken_session, encode, rich_session
 
@@ -23,7 +23,7 @@ def by_turn(records) -> dict[int, dict]:
 
 def test_one_record_per_trainable_call_with_trls_keys() -> None:
     session = rich_session()
-    records = by_turn(to_trl_records(stored(session)))
+    records = by_turn(call_records(stored(session)))
     assert sorted(records) == [0, 2, 3, 4, 5, 6, 7, 8]  # turn 1 is an abandoned retry
     for t in session:
         if t.index in records:
@@ -49,7 +49,7 @@ def test_one_record_per_trainable_call_with_trls_keys() -> None:
 def test_masks_match_the_sequences_loss_mask() -> None:
     session = rich_session()
     graph = build_graph(session)
-    records = by_turn(to_trl_records(stored(session)))
+    records = by_turn(call_records(stored(session)))
     for sequence in graph.sequences:
         if sequence.role.value == "discarded":
             continue
@@ -61,26 +61,26 @@ def test_masks_match_the_sequences_loss_mask() -> None:
 
 
 def test_discarded_calls_on_request() -> None:
-    records = by_turn(to_trl_records(stored(rich_session()), include_discarded=True))
+    records = by_turn(call_records(stored(rich_session()), include_discarded=True))
     assert records[1]["role"] == "discarded"
     assert records[1]["completion_ids"] == [20]
 
 
 def test_calls_without_ids_are_skipped_and_unusable_rollouts_on_request() -> None:
     table = stored(broken_session(), ok=False)
-    assert to_trl_records(table) == []
-    assert sorted(by_turn(to_trl_records(table, only_ok=False))) == [0, 1, 2]
+    assert call_records(table) == []
+    assert sorted(by_turn(call_records(table, only_ok=False))) == [0, 1, 2]
 
 
 def test_a_missing_reward_stays_none() -> None:
-    records = to_trl_records(stored(chain(2), reward=None))
+    records = call_records(stored(chain(2), reward=None))
     assert [r["reward"] for r in records] == [None, None]
 
 
 def test_logprobs_absent_or_misaligned_train_nothing() -> None:
     absent = turn(0, [1, 2], [3, 4], None)
     misaligned = turn(1, [5], [6, 7], [-0.5])
-    records = by_turn(to_trl_records(stored([absent, misaligned]), only_ok=False))
+    records = by_turn(call_records(stored([absent, misaligned]), only_ok=False))
     for record in records.values():
         assert record["logprobs"] == [0.0, 0.0]
         assert record["env_mask"] == [0, 0]
@@ -89,7 +89,7 @@ def test_logprobs_absent_or_misaligned_train_nothing() -> None:
 
 def test_stored_and_rebuilt_tables_give_the_same_records() -> None:
     table = pa.concat_tables([stored(rich_session(), rollout_id="a"), stored(chain(3))])
-    assert to_trl_records(table) == to_trl_records(rebuild_prompts(table))
+    assert call_records(table) == call_records(rebuild_prompts(table))
 
 
 def test_rows_as_dicts_give_the_same_records_as_the_table() -> None:
@@ -99,11 +99,11 @@ def test_rows_as_dicts_give_the_same_records_as_the_table() -> None:
     for row in rows:
         if row["logprobs"] is not None:
             row["logprobs"] = [None if math.isnan(x) else x for x in row["logprobs"]]
-    assert rows_to_trl_records(rows) == to_trl_records(table)
-    assert rows_to_trl_records(rows, include_discarded=True) == to_trl_records(
+    assert call_records_from_rows(rows) == call_records(table)
+    assert call_records_from_rows(rows, include_discarded=True) == call_records(
         table, include_discarded=True)
-    assert trl_columns(to_trl_records(table))["turn"] == [
-        r["turn"] for r in to_trl_records(table)]
+    assert trl_columns(call_records(table))["turn"] == [
+        r["turn"] for r in call_records(table)]
     assert trl_columns([]) == {}
 
 

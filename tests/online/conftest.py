@@ -17,7 +17,7 @@ from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.policy import policy_actor_name
+from harbor_ray.cluster.policy_version import policy_actor_name
 from harbor_ray.online.app import ActorController, build_controller_app
 from harbor_ray.online.controller import ControllerConfig, start_controller
 from harbor_ray.online.weights import EngineWeights, FakeWeightUpdater

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from harbor_ray.client import AsyncClient, Client, ClientError, Retry, trl_records
+from harbor_ray.client import AsyncClient, Client, ClientError, Retry, group_call_records
 from harbor_ray.online.wire import Group
 from tests.online.conftest import KEY, stub_agent
 
@@ -22,7 +22,7 @@ TASK = "hello-file"
 
 def assert_records_are_the_turns(group: Group) -> None:
     """The TRL records of `group` hold exactly its turns' ids and logprobs."""
-    records = trl_records([group])
+    records = group_call_records([group])
     turns = {(t["rollout_id"], t["index"]): t for t in group.turns}
     rewards = {r["rollout_id"]: r["reward"] for r in group.rollouts}
     assert len(records) == len(turns) == 4  # two calls per stub rollout, all trainable

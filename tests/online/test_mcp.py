@@ -36,7 +36,8 @@ def test_100_tool_calls_in_flight_at_once(service_factory) -> None:
     # Each rollout waits at the gate after its first call until all 100 are there: then
     # they, and the tool calls that started them, were all in flight at once.
     gate = Gate.remote()
-    service = service_factory("mcp", capacity=CALLS, concurrency=CALLS, per_host=CALLS // 2,
+    service = service_factory("mcp", capacity=CALLS, concurrency=CALLS,
+                              rollouts_per_host=CALLS // 2,
                               work=stub_agent(2, between=held_after(0, gate)))
     in_flight = service.app.state.mcp_in_flight
     assert httpx.post(f"{service.url}/mcp", json={}).status_code == 401  # no key

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harbor_ray.errors import ServiceConfigError
-from harbor_ray.online.key import load_or_create_key
+from harbor_ray.online.controller_key import load_or_create_key
 from harbor_ray.online.serve import CaptureArgs, ControllerArgs, _validated
 
 CONFIGS = Path(__file__).resolve().parents[2] / "serve_configs"

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from harbor_ray.capture.core.detect import Route
+from harbor_ray.capture.core.detect import CallRoute
 from harbor_ray.capture.core.dialects import DIALECTS, anthropic, google
 from harbor_ray.capture.core.dialects.base import EngineCall
 
 
-def count_call(route: Route, body: dict[str, Any]) -> EngineCall:
+def count_call(route: CallRoute, body: dict[str, Any]) -> EngineCall:
     """The engine request whose prompt is being counted. Raises AgentRequestError."""
     if route.dialect == "anthropic":
         return anthropic.count_tokens_call(body)

@@ -18,7 +18,7 @@ CallKind = Literal["generate", "count_tokens", "models"]
 
 
 @dataclass(frozen=True)
-class Route:
+class CallRoute:
     dialect: DialectName
     kind: CallKind
     url_model: str | None = None
@@ -33,16 +33,16 @@ _GOOGLE_METHODS: dict[str, tuple[CallKind, bool]] = {
     "streamgeneratecontent": ("generate", True),
     "counttokens": ("count_tokens", False),
 }
-_PATHS: dict[str, Route] = {
-    "/v1/chat/completions": Route("chat", "generate"),
-    "/chat/completions": Route("chat", "generate"),
-    "/v1/responses": Route("responses", "generate"),
-    "/responses": Route("responses", "generate"),
-    "/v1/responses/input_tokens": Route("responses", "count_tokens"),
-    "/v1/messages": Route("anthropic", "generate"),
-    "/messages": Route("anthropic", "generate"),
-    "/v1/messages/count_tokens": Route("anthropic", "count_tokens"),
-    "/messages/count_tokens": Route("anthropic", "count_tokens"),
+_PATHS: dict[str, CallRoute] = {
+    "/v1/chat/completions": CallRoute("chat", "generate"),
+    "/chat/completions": CallRoute("chat", "generate"),
+    "/v1/responses": CallRoute("responses", "generate"),
+    "/responses": CallRoute("responses", "generate"),
+    "/v1/responses/input_tokens": CallRoute("responses", "count_tokens"),
+    "/v1/messages": CallRoute("anthropic", "generate"),
+    "/messages": CallRoute("anthropic", "generate"),
+    "/v1/messages/count_tokens": CallRoute("anthropic", "count_tokens"),
+    "/messages/count_tokens": CallRoute("anthropic", "count_tokens"),
 }
 _MODELS_PATHS = frozenset({"/v1/models", "/models", "/v1beta/models"})
 
@@ -52,7 +52,7 @@ def detect(
     headers: Mapping[str, str],
     query: Mapping[str, str],
     body: Any = None,
-) -> Route | None:
+) -> CallRoute | None:
     """The route of a request, or None when nothing identifies it.
 
     `body` is only consulted for paths that do not say the dialect themselves (a bare
@@ -66,11 +66,11 @@ def detect(
             return None
         kind, stream = found
         stream = stream or query.get("alt", "").lower() == "sse"
-        return Route("google", kind, url_model=google.group("model"), url_stream=stream)
+        return CallRoute("google", kind, url_model=google.group("model"), url_stream=stream)
     if clean in _MODELS_PATHS:
         dialect: DialectName = "google" if clean.startswith("/v1beta") else (
             "anthropic" if _has_anthropic_header(headers) else "chat")
-        return Route(dialect, "models")
+        return CallRoute(dialect, "models")
     if clean in _PATHS:
         return _PATHS[clean]
     if clean in ("/", "/v1") and isinstance(body, dict):
@@ -94,13 +94,13 @@ def _has_anthropic_header(headers: Mapping[str, str]) -> bool:
     return any(k.lower() == "anthropic-version" for k in headers)
 
 
-def _from_body(body: dict[str, Any], headers: Mapping[str, str]) -> Route | None:
+def _from_body(body: dict[str, Any], headers: Mapping[str, str]) -> CallRoute | None:
     if _has_anthropic_header(headers):
-        return Route("anthropic", "generate")
+        return CallRoute("anthropic", "generate")
     if "contents" in body:
-        return Route("google", "generate", url_model=body.get("model"))
+        return CallRoute("google", "generate", url_model=body.get("model"))
     if "input" in body or "instructions" in body:
-        return Route("responses", "generate")
+        return CallRoute("responses", "generate")
     if "messages" in body:
-        return Route("chat", "generate")
+        return CallRoute("chat", "generate")
     return None

@@ -17,8 +17,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from harbor_ray.capture.core.address_equality import Place, equal
 from harbor_ray.capture.core.graph import Role, RolloutGraph, TrainingSequence
-from harbor_ray.capture.core.memory import Place, equal
 from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = [
@@ -207,7 +207,7 @@ def _bad_prompt_ids(
 ) -> dict[int, tuple[int, int]]:
     """`_bad_ids` of every prompt, each shared run of memory read once.
 
-    Prompts held as views of one buffer (`held`) start at one address: the shortest is
+    Prompts held as views of one buffer (`token_buffers`) start at one address: the shortest is
     checked whole, each longer one only past the previous, and the counts add up (what
     lies at an address is one value for every view of it).
     """

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from harbor_ray.capture.core.memory import span
+from harbor_ray.capture.core.address_equality import joined_view
 from harbor_ray.capture.core.prefixes import Links, link, prompt_ids, token_ids
 from harbor_ray.capture.core.turn import TurnRecord
 
@@ -220,7 +220,7 @@ def _sequence(
 def _joined(prompt: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """The leaf's prompt + sampled ids: one view when they are adjacent in a session's
     buffer (read-only, nothing copied), else a fresh int32 array."""
-    if prompt.dtype == np.int32 and (view := span(prompt, tokens)) is not None:
+    if prompt.dtype == np.int32 and (view := joined_view(prompt, tokens)) is not None:
         return view
     joined: np.ndarray = np.concatenate((prompt, tokens))
     return joined.astype(np.int32, copy=False)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harbor_ray.capture.core.memory import Place
+from harbor_ray.capture.core.address_equality import Place
 from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = ["Links", "common_prefix", "link", "prompt_ids", "token_ids"]
@@ -232,7 +232,7 @@ class _Trie:
 
     def _shared(self, a: int, b: int, depth: int) -> bool:
         """Whether sequences a and b hold depth `depth` (and on, within one part of each)
-        in the same memory: then they agree there without a read (`memory`)."""
+        in the same memory: then they agree there without a read (`address_equality`)."""
         place, k = self._located(a, depth)
         return place.shares(k, *self._located(b, depth))
 

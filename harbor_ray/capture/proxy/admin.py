@@ -17,8 +17,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from harbor_ray.capture.core.auxiliary import MainLoop
-from harbor_ray.capture.core.keys import extract_key
 from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
+from harbor_ray.capture.core.session_keys import extract_key
 from harbor_ray.capture.proxy.fast_json import JSONResponse
 from harbor_ray.capture.proxy.refusals import NOTHING, _ClientGone, _HttpError
 from harbor_ray.capture.proxy.request_body import read_body

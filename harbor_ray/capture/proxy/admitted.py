@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harbor_ray.capture.core.completion import Completion
 from harbor_ray.capture.core.continuation import Continuation, ContinuationBase, Conversation
-from harbor_ray.capture.core.detect import Route as CallRoute
+from harbor_ray.capture.core.detect import CallRoute
 from harbor_ray.capture.core.dialects.base import EngineCall
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ the admin routes that open, list, export and delete them.
 This module is the ASGI entry: the head limits, the routing, the settings. A model
 call's steps are pipeline.py's (stitching.py makes a continued call's prompt), its
 answer's delivery delivery.py's, the refusals' answers refusals.py's, the admin routes
-admin.py's. Not model calls (probes.py): a websocket upgrade gets 426 at once (codex
+admin.py's. Not model calls (preflight.py): a websocket upgrade gets 426 at once (codex
 then uses HTTP), `HEAD` and `GET /` a 200.
 
 Failures, by where they happen, and what the agent sees (always in its own dialect):
@@ -49,7 +49,7 @@ from harbor_ray.capture.core.dialects import DIALECTS, Dialect
 from harbor_ray.capture.proxy.admin import AdminRoutes, is_admin_path
 from harbor_ray.capture.proxy.fast_json import JSONResponse
 from harbor_ray.capture.proxy.pipeline import CallPipeline
-from harbor_ray.capture.proxy.probes import (
+from harbor_ray.capture.proxy.preflight import (
     http_upgrade_refused,
     is_upgrade,
     probe_answer,
@@ -75,7 +75,8 @@ def build_capture_app(
     """The ASGI app. `on_shutdown` (e.g. closing the engine client) runs at lifespan end.
     `policy_version` is read when a call is forwarded and when its reply arrives (the
     turn's `policy_version_start`/`_end`); it must be cheap (the online service's is a
-    cached value, `PolicyClock` in harbor_ray/cluster/policy.py). Offline runs record version 0.
+    cached value, `PolicyClock` in harbor_ray/cluster/policy_version.py). Offline runs
+    record version 0.
 
     Without `admin` (cluster replicas, whose sessions their owner actors open and
     export; `serve_capture`, whose caller does) there are no admin routes: /sessions

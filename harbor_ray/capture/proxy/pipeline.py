@@ -28,14 +28,13 @@ from harbor_ray.capture.core.continuation import (
     extend,
 )
 from harbor_ray.capture.core.count_tokens import count_call
-from harbor_ray.capture.core.detect import Route as CallRoute
-from harbor_ray.capture.core.detect import answering_dialect, detect
+from harbor_ray.capture.core.detect import CallRoute, answering_dialect, detect
 from harbor_ray.capture.core.dialects import DIALECTS, Dialect
 from harbor_ray.capture.core.dialects.base import ReplyContext
-from harbor_ray.capture.core.keys import extract_key
 from harbor_ray.capture.core.models_list import models_reply
 from harbor_ray.capture.core.normalize import engine_body
 from harbor_ray.capture.core.sampling import TurnSampling
+from harbor_ray.capture.core.session_keys import extract_key
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.admitted import Admitted, EngineReply
 from harbor_ray.capture.proxy.delivery import Delivery, answered, streamed

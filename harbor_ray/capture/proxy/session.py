@@ -18,17 +18,17 @@ from typing import Any, Literal, Protocol
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.continuation import ContinuationBase, PrefixKey
 from harbor_ray.capture.core.export import render_export
-from harbor_ray.capture.core.held import HeldTurns
-from harbor_ray.capture.core.keys import (
+from harbor_ray.capture.core.record import ClosedCapture, close_capture
+from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.session_info import SessionInfo
+from harbor_ray.capture.core.session_keys import (
     digest_matches,
     key_digest,
     mint_key,
     new_session_id,
     session_of,
 )
-from harbor_ray.capture.core.record import ClosedCapture, close_capture
-from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.core.session_info import SessionInfo
+from harbor_ray.capture.core.token_buffers import HeldTurns
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import SessionGone
 
@@ -106,7 +106,7 @@ class SessionState:
     budget: int | None
     sampling: Sampling | None = None
     main_loop: MainLoop | None = None
-    # The recorded turns, their ids held once in shared buffers (capture.core.held).
+    # The recorded turns, their ids held once in shared buffers (capture.core.token_buffers).
     held: HeldTurns = field(default_factory=HeldTurns)
     recorded: set[int] = field(default_factory=set)
     admitted: int = 0
@@ -158,7 +158,7 @@ class SessionState:
         self.recorded.add(turn.index)
         self.in_flight.pop(turn.index, None)
         # Its prompt is checked against the turn it continued (when the proxy knows it)
-        # and the latest lines, once, here: see capture.core.held.
+        # and the latest lines, once, here: see capture.core.token_buffers.
         self.held.add(turn, turn.continuation.turn if turn.continuation else None)
         if turn.conversation_key:
             same = self.by_conversation.setdefault(turn.conversation_key, [])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harbor_ray.trials.probe import probe_backend
+from harbor_ray.trials.sandbox_probe import probe_backend
 from tests.fake_docker import without_cloud_credentials
 
 

@@ -1,6 +1,6 @@
 """Equality of token arrays proved from where they live, without reading them.
 
-A session holds its turns' ids as views of shared buffers (`held`): a turn's prompt is
+A session holds its turns' ids as views of shared buffers (`token_buffers`): a turn's prompt is
 the memory its parent's prompt and sampled ids already occupy, plus what it added. Two
 integer arrays that start at the same address, with the same dtype and strides, read
 the same bytes at every position, so they are equal over their common length; that is
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Place", "equal", "same_memory", "span"]
+__all__ = ["Place", "equal", "joined_view", "same_memory"]
 
 # Kinds whose equal bytes are equal values (bool, signed and unsigned integers).
 _EXACT_KINDS = frozenset("biu")
@@ -61,7 +61,7 @@ def equal(a: np.ndarray, b: np.ndarray) -> bool:
     return same_memory(a, b) or bool(np.array_equal(a, b))
 
 
-def span(head: np.ndarray, tail: np.ndarray) -> np.ndarray | None:
+def joined_view(head: np.ndarray, tail: np.ndarray) -> np.ndarray | None:
     """One view of `head` followed by `tail` when `tail` starts where `head` ends in the
     same buffer (1-D, contiguous, same dtype), else None; nothing is copied."""
     owner = head.base

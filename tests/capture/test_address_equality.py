@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harbor_ray.capture.core.memory import equal, same_memory, span
+from harbor_ray.capture.core.address_equality import equal, joined_view, same_memory
 
 BUFFER = np.array([5, -1, 7, 7, 2, 9], dtype=np.int32)
 
@@ -30,10 +30,10 @@ def test_equal_reads_what_memory_cannot_prove() -> None:
     assert not equal(BUFFER[:3], BUFFER[1:4])
 
 
-def test_span_joins_adjacent_views_of_one_buffer_only() -> None:
-    joined = span(BUFFER[1:3], BUFFER[3:5])
+def test_joined_view_joins_adjacent_views_of_one_buffer_only() -> None:
+    joined = joined_view(BUFFER[1:3], BUFFER[3:5])
     assert joined is not None and joined.tolist() == [-1, 7, 7, 2]
     assert same_memory(joined[:2], BUFFER[1:3]) and not joined.flags.writeable
-    assert span(BUFFER[1:3], BUFFER[4:5]) is None  # a gap
-    assert span(BUFFER[1:3], BUFFER.copy()[3:5]) is None  # another buffer
-    assert span(BUFFER.copy(), BUFFER[:0]) is None  # owns its data: nothing to view
+    assert joined_view(BUFFER[1:3], BUFFER[4:5]) is None  # a gap
+    assert joined_view(BUFFER[1:3], BUFFER.copy()[3:5]) is None  # another buffer
+    assert joined_view(BUFFER.copy(), BUFFER[:0]) is None  # owns its data: nothing to view

@@ -1,4 +1,4 @@
-from harbor_ray.capture.core.keys import extract_key, mint_key, session_of
+from harbor_ray.capture.core.session_keys import extract_key, mint_key, session_of
 
 
 def test_minted_keys_name_their_session_and_are_unguessable() -> None:

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from harbor_ray.capture.core.held import HeldTurns, held_bytes
+from harbor_ray.capture.core.token_buffers import HeldTurns, held_bytes
 from harbor_ray.capture.core.turn import TurnRecord
 from tests.capture.turns_factory import follow, full, turn
 
