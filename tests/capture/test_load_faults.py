@@ -6,6 +6,7 @@ budget is spent by those alone, and no slot leaks. In process, seeded: under a s
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 from typing import Any
 
@@ -20,17 +21,26 @@ from tests.capture.asgi_client import Exchange, call
 
 CALLS, BUDGET = 400, 150
 CHAT = "/v1/chat/completions"
+# Calls the engine holds until their client leaves: some clients surely leave while the
+# engine works, however the random timings fall on a loaded machine.
+HELD = frozenset(range(3))
 
 
 class FlakyEngine(FakeEngine):
-    """Takes 0-20 ms; one call in six fails (unreachable, overloaded, 5xx)."""
+    """Takes 0-20 ms; one call in six fails (unreachable, overloaded, 5xx); the calls
+    `held` wait until they are cancelled, and `reached` says when each call arrived."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, held: frozenset[str] = frozenset()) -> None:
         super().__init__()
-        self.rng, self.failed = rng, 0
+        self.rng, self.failed, self.held = rng, 0, held
+        self.reached: dict[str, asyncio.Event] = collections.defaultdict(asyncio.Event)
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        content = body["messages"][-1]["content"]
+        self.reached[content].set()
         try:
+            if content in self.held:
+                await asyncio.Event().wait()
             await asyncio.sleep(self.rng.random() * 0.02)
         except asyncio.CancelledError:
             self.cancelled += 1
@@ -60,7 +70,8 @@ def answered(got: Exchange) -> bool:
 
 async def test_recorded_turns_are_exactly_the_answers_received() -> None:
     rng = random.Random(12)
-    store, engine = SlowRecords(rng), FlakyEngine(rng)
+    store = SlowRecords(rng)
+    engine = FlakyEngine(rng, frozenset(f"call {n}" for n in HELD))
     app = build_capture_app(store, engine,
                             CaptureSettings(served_model="fake-model", keepalive_s=0.005))
     session = await store.create(budget=BUDGET)
@@ -71,14 +82,19 @@ async def test_recorded_turns_are_exactly_the_answers_received() -> None:
         body = {"model": "m", "stream": stream,
                 "messages": [{"role": "user", "content": f"call {n}"}]}
         behaviour = rng.choice(["stay", "stay", "leave", "leave", "mid-body"])
-        behaviours.append(behaviour)
         leave = asyncio.Event()
-        if behaviour == "leave":
+        if n in HELD:
+            behaviour = "leave"
+            leaving = asyncio.ensure_future(engine.reached[f"call {n}"].wait())
+            leaving.add_done_callback(lambda _: leave.set())
+        elif behaviour == "leave":
             asyncio.get_running_loop().call_later(rng.random() * 0.025, leave.set)
+        behaviours.append(behaviour)
         return await call(app, CHAT, body, key=session.key, leave=leave,
                           leave_mid_body=behaviour == "mid-body")
 
-    exchanges = await asyncio.gather(*(client(n) for n in range(CALLS)))
+    # Bounded: a held call whose client left but that is never cancelled would wait forever.
+    exchanges = await asyncio.wait_for(asyncio.gather(*(client(n) for n in range(CALLS))), 60)
     state = store.state(session.session_id)
     received = [got for got in exchanges if answered(got)]
     left_after_the_engine = sum(1 for got, b in zip(exchanges, behaviours, strict=True)
