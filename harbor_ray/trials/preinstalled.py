@@ -1,7 +1,7 @@
 """Harbor's installed agents, made to use a CLI that is already in the sandbox.
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
-their install when it is. gemini-cli, qwen-code, opencode and mini-swe-agent always
+their install when it is. gemini-cli, qwen-code, opencode, pi and mini-swe-agent always
 install: nvm and Node from GitHub and nodejs.org, or the uv installer from astral.sh,
 none of which a sandbox without network reaches. When the local sandbox mounts the
 agent's cache entry (installs.py), the rollout names these subclasses instead
@@ -23,6 +23,7 @@ from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
+from harbor.agents.installed.pi import Pi
 from harbor.agents.installed.qwen_code import QwenCode
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
@@ -31,6 +32,7 @@ __all__ = [
     "PreinstalledGeminiCli",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenCode",
+    "PreinstalledPi",
     "PreinstalledQwenCode",
     "presence_command",
 ]
@@ -96,6 +98,20 @@ class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):
 
 class PreinstalledOpenCode(_SkipInstallWhenPresent, OpenCode):
     COMMANDS = ("opencode",)
+
+
+class PreinstalledPi(_SkipInstallWhenPresent, Pi):
+    """Names its key variable the way the pinned release reads it: Harbor writes the
+    models.json `apiKey` as `$NAME`, which newer pi resolves, but pi 0.73 (the last on
+    Node 20) takes a bare variable name and would send `$NAME` itself as the key."""
+
+    COMMANDS = ("pi", "node")
+
+    def _build_custom_models_json(self, access: Any, model_id: str) -> dict[str, Any] | None:
+        models = super()._build_custom_models_json(access, model_id)
+        for provider in (models or {}).get("providers", {}).values():
+            provider["apiKey"] = str(provider["apiKey"]).removeprefix("$")
+        return models
 
 
 class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
