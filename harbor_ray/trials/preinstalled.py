@@ -1,8 +1,9 @@
 """Harbor's installed agents, made to use a CLI that is already in the sandbox.
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
-their install when it is. gemini-cli, qwen-code, opencode, pi and mini-swe-agent always
-install: nvm and Node from GitHub and nodejs.org, or the uv installer from astral.sh,
+their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent and
+code-puppy always install: nvm and Node from GitHub and nodejs.org, or the uv installer
+from astral.sh,
 none of which a sandbox without network reaches. When the local sandbox mounts the
 agent's cache entry (installs.py), the rollout names these subclasses instead
 (`AgentConfig.import_path`, from `installs.PREINSTALLED`); each keeps everything of its
@@ -20,6 +21,7 @@ import shlex
 from typing import Any, ClassVar
 
 from harbor.agents.installed.base import BaseInstalledAgent
+from harbor.agents.installed.code_puppy import CodePuppy
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
@@ -29,6 +31,7 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
 __all__ = [
+    "PreinstalledCodePuppy",
     "PreinstalledGeminiCli",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenCode",
@@ -117,3 +120,6 @@ class PreinstalledPi(_SkipInstallWhenPresent, Pi):
 class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
     COMMANDS = ("mini-swe-agent",)
 
+
+class PreinstalledCodePuppy(_SkipInstallWhenPresent, CodePuppy):
+    COMMANDS = ("code-puppy",)

@@ -58,6 +58,16 @@ def test_each_step_once_then_a_final_text() -> None:
     assert solver(history, tools).text == FINAL_TEXT
 
 
+def test_code_puppy_s_shell_call_spells_out_every_argument_in_the_tool_s_order() -> None:
+    # code-puppy sends the call back with its defaults filled in: a call of the command
+    # alone would come back rewritten (a new root at level 1).
+    tools = [{"type": "function", "function": {"name": "shell", "parameters": {}}}]
+    (call,) = ToolSolver(("echo hi",))([{"role": "user", "content": "go"}], tools).tool_calls
+    assert call[0] == "shell"
+    assert list(call[1].items()) == [("command", "echo hi"), ("cwd", None), ("timeout", 60),
+                                     ("background", False)]
+
+
 def test_a_call_without_a_shell_tool_gets_text() -> None:
     # A title generator declares no tools; a tool set without any shell gets text too.
     solver = ToolSolver(("echo",))
