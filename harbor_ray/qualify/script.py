@@ -32,8 +32,8 @@ __all__ = [
 
 # The shell-like tool of each qualified CLI, and the argument that holds the command
 # (codex exec_command, claude-code Bash, gemini-cli and qwen-code run_shell_command,
-# opencode, pi and mini-swe-agent bash, code-puppy shell): names as their recorded
-# requests declare them.
+# opencode, pi, copilot-cli and mini-swe-agent bash, code-puppy shell): names as their
+# recorded requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec_command": "cmd",
     "Bash": "command",

@@ -113,7 +113,8 @@ PREINSTALLED: Mapping[str, str] = MappingProxyType({
     agent: f"harbor_ray.trials.preinstalled:Preinstalled{cls}"
     for agent, cls in (("gemini-cli", "GeminiCli"), ("qwen-coder", "QwenCode"),
                        ("opencode", "OpenCode"), ("pi", "Pi"),
-                       ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"))
+                       ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"),
+                       ("copilot-cli", "CopilotCli"))
 })
 
 

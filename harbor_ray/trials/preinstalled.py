@@ -1,14 +1,13 @@
 """Harbor's installed agents, made to use a CLI that is already in the sandbox.
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
-their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent and
-code-puppy always install: nvm and Node from GitHub and nodejs.org, or the uv installer
-from astral.sh,
-none of which a sandbox without network reaches. When the local sandbox mounts the
-agent's cache entry (installs.py), the rollout names these subclasses instead
-(`AgentConfig.import_path`, from `installs.PREINSTALLED`); each keeps everything of its
-Harbor class (its name, its wiring, its run) and only skips the install when every
-command it runs is present.
+their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
+code-puppy and copilot-cli always install: nvm and Node from GitHub and nodejs.org, the
+uv installer from astral.sh, or GitHub's copilot install script, none of which a sandbox
+without network reaches. When the local sandbox mounts the agent's cache entry
+(installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
+from `installs.PREINSTALLED`); each keeps everything of its Harbor class (its name, its
+wiring, its run) and only skips the install when every command it runs is present.
 Where a command is missing, Harbor's own install runs, as it would have.
 
 Imported by Harbor when a trial loads its agent (never by harbor_ray's own modules, which
@@ -22,6 +21,7 @@ from typing import Any, ClassVar
 
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.code_puppy import CodePuppy
+from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
@@ -32,6 +32,7 @@ from harbor.models.agent.context import AgentContext
 
 __all__ = [
     "PreinstalledCodePuppy",
+    "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenCode",
@@ -123,3 +124,7 @@ class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
 
 class PreinstalledCodePuppy(_SkipInstallWhenPresent, CodePuppy):
     COMMANDS = ("code-puppy",)
+
+
+class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
+    COMMANDS = ("copilot", "node")

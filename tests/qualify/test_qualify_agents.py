@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 # The dialect each agent's model calls arrive in (their routes, as the proxy saw them).
 SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "google",
           "opencode": "chat", "qwen-coder": "chat", "mini-swe-agent": "chat",
-          "pi": "chat", "code-puppy": "chat", "terminus-2": "chat"}
+          "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
+          "terminus-2": "chat"}
 
 
 @pytest.fixture(scope="session")
