@@ -127,4 +127,18 @@ class PreinstalledCodePuppy(_SkipInstallWhenPresent, CodePuppy):
 
 
 class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
+    """Also takes `available_tools`: the only tools copilot declares to the model
+    (`--available-tools`), for models whose context cannot hold all of them."""
+
     COMMANDS = ("copilot", "node")
+
+    def __init__(self, *args: Any, available_tools: list[str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._available_tools = None if available_tools is None else list(available_tools)
+
+    def build_cli_flags(self) -> str:
+        flags = super().build_cli_flags()
+        if self._available_tools is None:
+            return flags
+        tools = " ".join(shlex.quote(tool) for tool in self._available_tools)
+        return f"{flags} --available-tools {tools}".strip()

@@ -128,6 +128,19 @@ def test_gemini_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
     assert unlimited is not None and "tools" not in unlimited
 
 
+def test_copilot_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
+    # The model level's setting: copilot declares only the tools named after
+    # --available-tools; without the option its flags are Harbor's.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledCopilotCli
+
+    limited = PreinstalledCopilotCli(logs_dir=tmp_path, model_name="openai/m",
+                                     **SMALL_CONTEXT_KWARGS["copilot-cli"])
+    assert limited.build_cli_flags().endswith("--available-tools bash")
+    unlimited = PreinstalledCopilotCli(logs_dir=tmp_path, model_name="openai/m")
+    assert "--available-tools" not in unlimited.build_cli_flags()
+
+
 async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> None:
     # The model level's setting: the prompt is written where QWEN_SYSTEM_MD points,
     # before qwen runs.
