@@ -48,9 +48,9 @@ _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
 
 # At the model level, agent options that keep a CLI's first prompt inside the default
-# model's 8192-token context: as they ship, the tools codex, claude-code, gemini-cli and
-# qwen-code declare (rendered by the served template), and qwen-code's system prompt,
-# take it past that before the task is read.
+# model's 8192-token context: as they ship, the tools codex, claude-code, gemini-cli,
+# copilot-cli and qwen-code declare (rendered by the served template), and qwen-code's
+# system prompt, take it past that before the task is read.
 # Each keeps the agent's shell tool; the scripted level runs the CLIs as they ship.
 _CLAUDE_TOOLS_BUT_BASH = (
     "Agent,CronCreate,CronDelete,CronList,Edit,EnterWorktree,ExitWorktree,NotebookEdit,"
@@ -63,6 +63,8 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "claude-code": {"disallowed_tools": _CLAUDE_TOOLS_BUT_BASH},
     # Its system prompt alone is about 6,800 tokens; its shell tool fits beside it.
     "gemini-cli": {"core_tools": ["run_shell_command"]},
+    # As it ships it declares about 35,000 bytes of tools.
+    "copilot-cli": {"available_tools": ["bash"]},
     # Its system prompt alone is past 8,700 tokens: a short one in its place.
     "qwen-coder": {"config": {"tools": {"core": ["run_shell_command"]}},
                    "system_prompt": "You are a coding agent in a Linux shell. Complete the "

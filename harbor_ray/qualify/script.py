@@ -32,12 +32,21 @@ __all__ = [
 
 # The shell-like tool of each qualified CLI, and the argument that holds the command
 # (codex exec_command, claude-code Bash, gemini-cli and qwen-code run_shell_command,
-# opencode and mini-swe-agent bash): names as their recorded requests declare them.
+# opencode, pi, copilot-cli and mini-swe-agent bash, code-puppy shell): names as their
+# recorded requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec_command": "cmd",
     "Bash": "command",
     "run_shell_command": "command",
     "bash": "command",
+    "shell": "command",
+})
+# Every other argument of a shell tool whose CLI sends a call back with all of them
+# filled in (code-puppy: pydantic-ai's validated arguments, defaults included): a call
+# that spells them out, in the tool's order, comes back as it was sampled, where one
+# that leaves them out would come back rewritten and start a new root.
+_SPELLED_OUT: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "shell": {"cwd": None, "timeout": 60, "background": False},
 })
 # Agents that end only on a command of their own, not on a text reply: shell calls made
 # after the solution's.
@@ -69,7 +78,8 @@ class ToolSolver:
         if shell is None or done >= len(self.steps):
             return FakeReply(text=FINAL_TEXT)
         name, argument = shell
-        return FakeReply(tool_calls=((name, {argument: self.steps[done]}),))
+        call = {argument: self.steps[done], **_SPELLED_OUT.get(name, {})}
+        return FakeReply(tool_calls=((name, call),))
 
 
 def _shell_tool(tools: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:

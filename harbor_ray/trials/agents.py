@@ -214,7 +214,11 @@ _TABLE = (
     _installed("goose", "chat", url_path="",
                note="OPENAI_HOST is the server root: goose appends v1/chat/completions"),
     _installed("hermes", "chat", pin_dialect=True),
-    _installed("copilot-cli", "chat", note="COPILOT_PROVIDER_* variables"),
+    # Offline: no GitHub sign-in, telemetry or update check (a sandbox has no network);
+    # the model calls still go to COPILOT_PROVIDER_BASE_URL.
+    _installed("copilot-cli", "chat", pinned_env={"COPILOT_OFFLINE": "true"},
+               note="COPILOT_PROVIDER_* variables"),
+    # Its models.json key names a variable: PreinstalledPi writes it as the pinned pi reads it.
     _installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
     _installed("vibe", "chat", note="provider in config.toml"),
     _installed("mcode", "chat", note="provider added with `mcode provider add`"),

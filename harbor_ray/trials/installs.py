@@ -112,7 +112,9 @@ PINS: Mapping[str, AgentPin] = load_pins(PINS_FILE.read_text())
 PREINSTALLED: Mapping[str, str] = MappingProxyType({
     agent: f"harbor_ray.trials.preinstalled:Preinstalled{cls}"
     for agent, cls in (("gemini-cli", "GeminiCli"), ("qwen-coder", "QwenCode"),
-                       ("opencode", "OpenCode"), ("mini-swe-agent", "MiniSweAgent"))
+                       ("opencode", "OpenCode"), ("pi", "Pi"),
+                       ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"),
+                       ("copilot-cli", "CopilotCli"))
 })
 
 

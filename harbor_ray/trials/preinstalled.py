@@ -1,13 +1,13 @@
 """Harbor's installed agents, made to use a CLI that is already in the sandbox.
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
-their install when it is. gemini-cli, qwen-code, opencode and mini-swe-agent always
-install: nvm and Node from GitHub and nodejs.org, or the uv installer from astral.sh,
-none of which a sandbox without network reaches. When the local sandbox mounts the
-agent's cache entry (installs.py), the rollout names these subclasses instead
-(`AgentConfig.import_path`, from `installs.PREINSTALLED`); each keeps everything of its
-Harbor class (its name, its wiring, its run) and only skips the install when every
-command it runs is present.
+their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
+code-puppy and copilot-cli always install: nvm and Node from GitHub and nodejs.org, the
+uv installer from astral.sh, or GitHub's copilot install script, none of which a sandbox
+without network reaches. When the local sandbox mounts the agent's cache entry
+(installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
+from `installs.PREINSTALLED`); each keeps everything of its Harbor class (its name, its
+wiring, its run) and only skips the install when every command it runs is present.
 Where a command is missing, Harbor's own install runs, as it would have.
 
 Imported by Harbor when a trial loads its agent (never by harbor_ray's own modules, which
@@ -20,17 +20,23 @@ import shlex
 from typing import Any, ClassVar
 
 from harbor.agents.installed.base import BaseInstalledAgent
+from harbor.agents.installed.code_puppy import CodePuppy
+from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
+from harbor.agents.installed.pi import Pi
 from harbor.agents.installed.qwen_code import QwenCode
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
 __all__ = [
+    "PreinstalledCodePuppy",
+    "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenCode",
+    "PreinstalledPi",
     "PreinstalledQwenCode",
     "presence_command",
 ]
@@ -98,6 +104,41 @@ class PreinstalledOpenCode(_SkipInstallWhenPresent, OpenCode):
     COMMANDS = ("opencode",)
 
 
+class PreinstalledPi(_SkipInstallWhenPresent, Pi):
+    """Names its key variable the way the pinned release reads it: Harbor writes the
+    models.json `apiKey` as `$NAME`, which newer pi resolves, but pi 0.73 (the last on
+    Node 20) takes a bare variable name and would send `$NAME` itself as the key."""
+
+    COMMANDS = ("pi", "node")
+
+    def _build_custom_models_json(self, access: Any, model_id: str) -> dict[str, Any] | None:
+        models = super()._build_custom_models_json(access, model_id)
+        for provider in (models or {}).get("providers", {}).values():
+            provider["apiKey"] = str(provider["apiKey"]).removeprefix("$")
+        return models
+
+
 class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
     COMMANDS = ("mini-swe-agent",)
 
+
+class PreinstalledCodePuppy(_SkipInstallWhenPresent, CodePuppy):
+    COMMANDS = ("code-puppy",)
+
+
+class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
+    """Also takes `available_tools`: the only tools copilot declares to the model
+    (`--available-tools`), for models whose context cannot hold all of them."""
+
+    COMMANDS = ("copilot", "node")
+
+    def __init__(self, *args: Any, available_tools: list[str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._available_tools = None if available_tools is None else list(available_tools)
+
+    def build_cli_flags(self) -> str:
+        flags = super().build_cli_flags()
+        if self._available_tools is None:
+            return flags
+        tools = " ".join(shlex.quote(tool) for tool in self._available_tools)
+        return f"{flags} --available-tools {tools}".strip()

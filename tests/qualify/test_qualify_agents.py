@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 # The dialect each agent's model calls arrive in (their routes, as the proxy saw them).
 SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "google",
           "opencode": "chat", "qwen-coder": "chat", "mini-swe-agent": "chat",
+          "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
           "terminus-2": "chat"}
 
 

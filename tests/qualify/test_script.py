@@ -58,6 +58,16 @@ def test_each_step_once_then_a_final_text() -> None:
     assert solver(history, tools).text == FINAL_TEXT
 
 
+def test_code_puppy_s_shell_call_spells_out_every_argument_in_the_tool_s_order() -> None:
+    # code-puppy sends the call back with its defaults filled in: a call of the command
+    # alone would come back rewritten (a new root at level 1).
+    tools = [{"type": "function", "function": {"name": "shell", "parameters": {}}}]
+    (call,) = ToolSolver(("echo hi",))([{"role": "user", "content": "go"}], tools).tool_calls
+    assert call[0] == "shell"
+    assert list(call[1].items()) == [("command", "echo hi"), ("cwd", None), ("timeout", 60),
+                                     ("background", False)]
+
+
 def test_a_call_without_a_shell_tool_gets_text() -> None:
     # A title generator declares no tools; a tool set without any shell gets text too.
     solver = ToolSolver(("echo",))
@@ -116,6 +126,19 @@ def test_gemini_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
     unlimited, _ = PreinstalledGeminiCli(logs_dir=tmp_path, model_name="gemini/m"
                                          )._build_settings_config("m", "gemini-api-key")
     assert unlimited is not None and "tools" not in unlimited
+
+
+def test_copilot_cli_can_be_limited_to_its_shell_tool(tmp_path: Path) -> None:
+    # The model level's setting: copilot declares only the tools named after
+    # --available-tools; without the option its flags are Harbor's.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledCopilotCli
+
+    limited = PreinstalledCopilotCli(logs_dir=tmp_path, model_name="openai/m",
+                                     **SMALL_CONTEXT_KWARGS["copilot-cli"])
+    assert limited.build_cli_flags().endswith("--available-tools bash")
+    unlimited = PreinstalledCopilotCli(logs_dir=tmp_path, model_name="openai/m")
+    assert "--available-tools" not in unlimited.build_cli_flags()
 
 
 async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> None:

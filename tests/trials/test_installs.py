@@ -68,6 +68,9 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "opencode": ("opencode-ai", "1.18.33"),
         "qwen-coder": ("@qwen-code/qwen-code", "0.15.10"),
         "mini-swe-agent": ("mini-swe-agent", "2.4.6"),
+        "pi": ("@mariozechner/pi-coding-agent", "0.73.1"),
+        "code-puppy": ("code-puppy", "0.0.946"),
+        "copilot-cli": ("@github/copilot", "1.0.102"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
