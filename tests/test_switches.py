@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CONSTANT = ("import ray._private.ray_constants as c; "
             "print('hook on' if c.RAY_ENABLE_UV_RUN_RUNTIME_ENV else 'hook off')")
@@ -56,3 +58,15 @@ def test_without_uv_run_nothing_is_refused(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", "import ray; import harbor_ray.jobs"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("builder", ["harbor_ray.engine.serve:build_engine_app",
+                                     "harbor_ray.online.serve:build_controller"])
+def test_a_serve_config_s_builder_is_refused_naming_the_fix(tmp_path: Path, builder: str
+                                                            ) -> None:
+    """`uv run serve run YAML`: Serve imports Ray, then the YAML's builder."""
+    module, name = builder.split(":")
+    done = under_uv_run(tmp_path, f"import ray, importlib; m = importlib.import_module("
+                                  f"{module!r}); m.{name}({{}})")
+    assert done.returncode != 0
+    assert "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0" in done.stderr, done.stderr[-2000:]

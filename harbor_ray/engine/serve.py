@@ -22,12 +22,14 @@ from ray.serve.llm import build_openai_app
 from harbor_ray.engine.config import EngineConfig, to_llm_config
 from harbor_ray.engine.model import prepare_model
 from harbor_ray.engine.tokenize import TokenizingIngress
+from harbor_ray.switches import set_switches
 
 DEFAULT_CHAT_TEMPLATE = Path(__file__).with_name("smollm2_chat.jinja")
 
 
 def build_engine_app(args: dict[str, Any]) -> Application:
     """Build the OpenAI-compatible engine application from a Serve YAML's `args`."""
+    set_switches()  # under `uv run serve run`: refused at once, naming the fix
     config = EngineConfig.model_validate(args)
     return build_openai_app(
         {
