@@ -138,10 +138,7 @@ def default_cache_root() -> Path:
 
 
 def local_dataset(dataset: RemoteDataset, cache: Path) -> Path:
-    """The dataset's task directory in the cache, fetched first if it is not there."""
-    tasks = cache / dataset.cache_key() / _TASKS
-    if tasks.is_dir():
-        return tasks
+    """The dataset's task directory in the cache, fetched first (silently) if it is not."""
     return fetch_dataset(dataset, cache, progress=lambda _: None)
 
 
