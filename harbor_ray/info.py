@@ -15,6 +15,7 @@ from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.trials.agents import describe_agents
 from harbor_ray.trials.backends import LOCAL, backend_names, check_backend
+from harbor_ray.trials.dataset_cache import cached_datasets, default_cache_root
 from harbor_ray.trials.datasets import resolve_dataset
 from harbor_ray.trials.installs import DEFAULT_CACHE, installed
 
@@ -27,10 +28,13 @@ async def gather(
     sandbox_kwargs: Mapping[str, Any] | None = None,
     probe_image: str | None = None,
     agents_cache: Path | None = None,
+    datasets_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Everything `info` shows, JSON-serialisable. `sandbox_kwargs` are the constructor
     kwargs of the `probe` backend (its row is checked with them); `probe` also starts
-    and stops one sandbox of it; `agents_cache` is where agent CLIs are installed."""
+    and stops one sandbox of it; `agents_cache` is where agent CLIs are installed;
+    `datasets_cache` where hub and registry datasets are."""
+    datasets_cache = datasets_cache or default_cache_root()
     data = {
         "sandboxes": [
             {**asdict(check_backend(name, sandbox_kwargs if name == probe else None)),
@@ -39,7 +43,11 @@ async def gather(
         ],
         "agents": describe_agents(),
         "installed_agents": installed_agents(agents_cache),
-        "datasets": [_dataset(spec) for spec in dataset_specs],
+        "datasets": [_dataset(spec, datasets_cache) for spec in dataset_specs],
+        "cached_datasets": [
+            {"spec": entry.spec, "path": str(entry.path), "fetched_at": entry.fetched_at}
+            for entry in cached_datasets(datasets_cache)
+        ],
         "engine": await _engine(llm_url) if llm_url else None,
         "probe": None,
     }
@@ -72,9 +80,9 @@ def render_installed(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
-def _dataset(spec: str) -> dict[str, Any]:
+def _dataset(spec: str, cache: Path) -> dict[str, Any]:
     try:
-        report = resolve_dataset(spec)
+        report = resolve_dataset(spec, cache=cache)
     except DatasetError as exc:
         return {"spec": spec, "error": str(exc), "tasks": [], "problems": []}
     return {
@@ -128,6 +136,12 @@ def render(data: dict[str, Any], console: Console) -> None:
                       + ", ".join(dataset["tasks"]))
         for problem in dataset["problems"]:
             console.print(f"  [yellow]broken[/yellow] {problem['task']}: {problem['reason']}")
+    cached = Table(title="cached datasets (harbor-ray datasets prefetch)")
+    for column in ("spec", "fetched", "path"):
+        cached.add_column(column)
+    for row in data["cached_datasets"]:
+        cached.add_row(row["spec"], row["fetched_at"], row["path"])
+    console.print(cached)
 
     probe = data["probe"]
     if probe is not None:

@@ -15,7 +15,17 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from harbor_ray.cli import agents, engine, info, proxy, qualify, report, rollout, sweep
+from harbor_ray.cli import (
+    agents,
+    datasets,
+    engine,
+    info,
+    proxy,
+    qualify,
+    report,
+    rollout,
+    sweep,
+)
 from harbor_ray.cli.options import Exit, console
 from harbor_ray.errors import HarborRayError
 from harbor_ray.switches import set_switches
@@ -57,6 +67,7 @@ app.command()(info.info)
 app.add_typer(engine.model_app, name="model")
 app.add_typer(engine.engine_app, name="engine")
 app.add_typer(agents.agents_app, name="agents")
+app.add_typer(datasets.datasets_app, name="datasets")
 app.command()(rollout.rollout)
 app.command()(qualify.qualify)
 app.command()(sweep.sweep)

@@ -9,7 +9,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from harbor_ray.cli.options import AgentsCacheOption, JsonOption, SandboxArgOption
+from harbor_ray.cli.options import (
+    AgentsCacheOption,
+    DatasetsCacheOption,
+    JsonOption,
+    SandboxArgOption,
+)
 
 
 def info(
@@ -28,16 +33,18 @@ def info(
         help="Image the probe asks of backends that run one (default ubuntu:24.04; "
              "`local` takes none).")] = None,
     agents_cache: AgentsCacheOption = None,
+    datasets_cache: DatasetsCacheOption = None,
 ) -> None:
     """What this machine can run: sandbox backends, agents (and which agent CLIs are
-    installed for the sandbox, at which versions), datasets, the engine."""
+    installed for the sandbox, at which versions), datasets (and which hub and registry
+    datasets are cached), the engine."""
     from harbor_ray.info import gather, render
     from harbor_ray.trials.backends import parse_sandbox_args
 
     kwargs = parse_sandbox_args(sandbox_arg or [])
     data = asyncio.run(gather(llm_url, ["samples", *(dataset or [])], probe=probe,
                               sandbox_kwargs=kwargs, probe_image=probe_image,
-                              agents_cache=agents_cache))
+                              agents_cache=agents_cache, datasets_cache=datasets_cache))
     if as_json:
         print(json.dumps(data, indent=2))
     else:

@@ -57,6 +57,10 @@ AgentsCacheOption = Annotated[Path | None, typer.Option(
     "--agents-cache",
     help="The agent CLI cache (default: ~/.cache/harbor_ray/agents); made by "
          "`harbor-ray agents install`.")]
+DatasetsCacheOption = Annotated[Path | None, typer.Option(
+    "--datasets-cache",
+    help="The cache of hf:// and harbor:// datasets (default: "
+         "~/.cache/harbor_ray/datasets); filled by `harbor-ray datasets prefetch`.")]
 StitchOption = Annotated[bool, typer.Option(
     "--stitch/--no-stitch",
     help="A call that continues a conversation the proxy answered gets the earlier "

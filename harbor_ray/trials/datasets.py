@@ -1,10 +1,12 @@
 """Harbor datasets, resolved into an ordered list of validated tasks.
 
-`resolve_dataset` takes a spec (`samples`, a task directory, a directory of them, or
-`<registry.json>:<dataset>[@<version>]`) and loads each task with Harbor's `Task`; a task
-that fails becomes a `TaskProblem` and never stops the others. Specs that need the
-network are refused. Only files are read: no network, no subprocess. Each spec's
-meaning and order: docs/commands.md, "Task datasets".
+`resolve_dataset` takes a spec (`samples`, a task directory, a directory of them,
+`<registry.json>:<dataset>[@<version>]`, or a hub or registry dataset marked `hf://` or
+`harbor://`) and loads each task with Harbor's `Task`; a task that fails becomes a
+`TaskProblem` and never stops the others. A marked dataset is served from the dataset
+cache (`dataset_cache`), fetched into it first when missing; any other spec that needs
+the network is refused, and the rest only read files. Each spec's meaning and order:
+docs/commands.md, "Task datasets".
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ from harbor.registry.client.base import resolve_version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harbor_ray.errors import DatasetError
+from harbor_ray.trials.dataset_cache import (
+    HUB_PREFIX,
+    REGISTRY_PREFIX,
+    default_cache_root,
+    local_dataset,
+    parse_remote_spec,
+)
 
 __all__ = [
     "SAMPLES_SPECS",
@@ -37,6 +46,7 @@ SAMPLES_SPECS = frozenset({"samples", "harbor_ray:samples"})
 
 _REGISTRY_SUFFIX = ".json"
 _NEEDS_NETWORK = "needs the network, which this deployment does not have"
+_REMOTE_MARKS = f"{HUB_PREFIX}ORG/NAME[@REVISION] or {REGISTRY_PREFIX}NAME[@VERSION]"
 
 
 class TaskRef(BaseModel):
@@ -91,17 +101,23 @@ class DatasetReport(BaseModel):
     problems: list[TaskProblem]
 
 
-def resolve_dataset(spec: str) -> DatasetReport:
+def resolve_dataset(spec: str, *, cache: Path | None = None) -> DatasetReport:
     """Resolve a dataset spec (see the module docstring) into its tasks and problems.
 
-    Raises `DatasetError` when the spec names no dataset at all: a missing path, an
-    unreadable registry, an unknown dataset, a directory without tasks, or a source that
-    needs the network.
+    `cache` is the dataset cache for `hf://` and `harbor://` specs (default:
+    `default_cache_root()`). Raises `DatasetError` when the spec names no dataset at all:
+    a missing path, an unreadable registry, an unknown dataset, a directory without
+    tasks, or a source that needs the network and is neither cached nor fetchable.
     """
     if spec in SAMPLES_SPECS:
         loaded = _directory_tasks(_samples_dir())
+    elif (remote := parse_remote_spec(spec)) is not None:
+        loaded = _directory_tasks(local_dataset(remote, cache or default_cache_root()))
     elif "://" in spec or spec.startswith("git@"):
-        raise DatasetError(f"{spec!r} is a remote source: resolving it {_NEEDS_NETWORK}.")
+        raise DatasetError(
+            f"{spec!r} is a remote source: resolving it {_NEEDS_NETWORK}. "
+            f"Datasets marked {_REMOTE_MARKS} are fetched into the dataset cache."
+        )
     elif (registry := _registry_spec(spec)) is not None:
         loaded = _registry_tasks(*registry)
     elif Path(spec).expanduser().is_dir():
@@ -110,7 +126,8 @@ def resolve_dataset(spec: str) -> DatasetReport:
         raise DatasetError(
             f"{spec!r} is not a task directory, a directory of tasks or "
             "<registry.json>:<dataset>[@<version>]. As a dataset or package name it would "
-            f"be looked up in Harbor's remote registry: that {_NEEDS_NETWORK}."
+            f"be looked up in Harbor's remote registry: that {_NEEDS_NETWORK}. "
+            f"Datasets marked {_REMOTE_MARKS} are fetched into the dataset cache."
         )
     return DatasetReport(
         spec=spec,

@@ -24,6 +24,7 @@ from harbor_ray.trials.datasets import resolve_dataset
 from tests.fixtures.threaded import serve_in_thread
 from tests.online.local import KEY, local_controller, served
 from tests.online.test_mcp import mcp_client
+from tests.trials.hub_standin import HubRepo, serve_hub
 
 SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 1}],
           "agent": "terminus-2"}
@@ -222,6 +223,32 @@ def test_the_task_list_cache_is_bounded(tmp_path: Path) -> None:
     asyncio.run(controller.tasks(None))
     # Only a configured dataset is ever listed, so only those are ever cached.
     assert module._tasks.cache_info().currsize == 1
+
+
+def test_a_hub_dataset_is_fetched_only_when_configured(
+    tmp_path: Path, runner: LocalRollouts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harbor_ray.online import controller as module
+
+    (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
+    files = {f"hello-file/{path.relative_to(task.path)}": path.read_bytes()
+             for path in task.path.rglob("*") if path.is_file()}
+    module._tasks.cache_clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with serve_hub({"org/allowed": HubRepo(files), "org/other": HubRepo(files)}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        controller = local_controller(tmp_path / "work", runner=runner,
+                                      datasets=("hf://org/allowed",))
+        with served(controller) as http:
+            reply = http.post("/v1/rollouts", json={**SUBMIT, "dataset": "hf://org/other"})
+            refused(reply, 404, "dataset")
+            assert not any("org/other" in path for path in hub.requests)
+            assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "a",
+                                                   "dataset": "hf://org/allowed"}
+                             ).status_code == 202
+    assert any("org/allowed" in path for path in hub.requests)
+    assert runner.started == 1
+    module._tasks.cache_clear()
 
 
 # --- 6. agents -----------------------------------------------------------------------
