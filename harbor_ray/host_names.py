@@ -88,18 +88,14 @@ class HostGuard:
     def __init__(self, app: ASGIApp, allowed: Iterable[str] = LOOPBACK_NAMES) -> None:
         self.app = app
         self.names = HostNames(allowed)
-        self.allowed = self.names.allowed
 
     def __getattr__(self, name: str) -> object:
         # The wrapped app's own attributes (`state`, Starlette's `add_exception_handler`,
         # which Ray Serve calls on an ingress app) stay reachable through the guard.
         return getattr(self.app, name)
 
-    def admits(self, scope: Scope) -> bool:
-        return self.names.admits(scope)
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self.admits(scope):
+        if scope["type"] not in ("http", "websocket") or self.names.admits(scope):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":
