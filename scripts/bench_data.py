@@ -126,7 +126,7 @@ def recorded(turns: list[TurnRecord]) -> tuple[list[TurnRecord], list[float]]:
     seconds each record took."""
     async def run() -> tuple[list[TurnRecord], list[float]]:
         store = InMemorySessionStore(owner="bench")
-        info = await store.create()
+        info = await store.open_session()
         times = []
         for turn in turns:
             await store.admit(info.session_id)
@@ -238,7 +238,7 @@ class _Owner:
         self.store = InMemorySessionStore(owner="bench")
 
     async def fill(self) -> str:
-        info = await self.store.create()
+        info = await self.store.open_session()
         for turn in self.turns:
             await self.store.admit(info.session_id)
             await self.store.record(info.session_id, turn)
@@ -246,7 +246,7 @@ class _Owner:
 
     async def finish(self, session_id: str) -> RolloutRecord:
         # What a rollout host does when the rollout ends (trials.rollout.run_rollout).
-        return encode_record(RESULT, await self.store.close(session_id))
+        return encode_record(RESULT, await self.store.close_session(session_id))
 
 
 def through_ray(name: str, turns: list[TurnRecord], growth: int, repeats: int) -> None:

@@ -15,11 +15,14 @@ from ray.exceptions import RayActorError
 
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.continuation import PrefixKey
-from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.capture.proxy.session import Admission, Counter, InMemorySessionStore
+from harbor_ray.capture.proxy.session import (
+    Admission,
+    Counter,
+    InMemorySessionStore,
+    StoreSessions,
+)
 
 NAMESPACE = "harbor_ray"
 _PING_S = 10.0  # an actor that does not answer this fast is busy, not known dead
@@ -30,22 +33,12 @@ def owner_actor_name(owner: str) -> str:
     return f"sessions-{owner}"
 
 
-class SessionOwner:
+class SessionOwner(StoreSessions):
     """Sessions minted and held in this process, keyed by ids that name `owner`."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self.store = InMemorySessionStore(owner=owner)
-
-    async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None,
-        main_loop: MainLoop | None = None,
-    ) -> SessionInfo:
-        return await self.store.create(budget=budget, sampling=sampling, main_loop=main_loop)
-
-    async def close_session(self, session_id: str) -> ClosedCapture | None:
-        """The session's closed record, after which the session is gone."""
-        return await self.store.close(session_id)
 
     # What a replica calls, each one actor round trip.
 

@@ -104,17 +104,18 @@ async def qualify(
     """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report.
     Rows are in plan order (agents, then tasks), whatever order they finish in."""
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    model_engine = engine if level == "model" else None
     if level == "model":
-        if engine is None:
+        if model_engine is None:
             raise ValueError("the model level needs an engine")
-        certification = await certify(engine, url, model=model)
+        certification = await certify(model_engine, url, model=model)
         served, logprobs_mode = certification.served_model, certification.logprobs_mode
     gate = asyncio.Semaphore(plan.concurrency)
 
     async def one(agent: str, task: TaskRef) -> QualifyRow:
         async with gate:
-            played = EngineTap(scripted_engine(agent, task.path) if level == "scripted"
-                               else engine)
+            played = EngineTap(scripted_engine(agent, task.path) if model_engine is None
+                               else model_engine)
             scripted = level == "scripted"
             async with _capture(played, SCRIPTED_MODEL if scripted else served,
                                 None if scripted else logprobs_mode) as (capture, answers):
@@ -177,7 +178,7 @@ def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
     """The report's row of one finished rollout, what the proxy answered during it, and
     what the engine generated."""
     result, doc = record.result, export_document(record)
-    turns = doc["turns"]
+    turns = doc["turns"] if doc else []  # no document: the rollout failed before a call
     calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/"))
              and a.status < 400]
     streamed = {a.streamed for a in calls}

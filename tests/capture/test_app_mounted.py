@@ -37,7 +37,7 @@ async def client() -> AsyncIterator[tuple[httpx.AsyncClient, InMemorySessionStor
 
 async def test_the_sdk_works_through_a_route_prefix(client) -> None:
     http, store, engine = client
-    session = await store.create()
+    session = await store.open_session()
     sdk = openai.AsyncOpenAI(base_url=f"http://127.0.0.1{PREFIX}/v1", api_key=session.key,
                              http_client=http, max_retries=0)
     reply = await sdk.chat.completions.create(model="m", messages=HELLO)
@@ -50,7 +50,7 @@ async def test_the_sdk_works_through_a_route_prefix(client) -> None:
 
 async def test_paths_in_the_url_are_read_below_the_prefix(client) -> None:
     http, store, _ = client
-    session = await store.create()
+    session = await store.open_session()
     reply = await http.post(
         f"{PREFIX}/v1beta/models/gemini:generateContent",
         json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
@@ -65,7 +65,7 @@ async def test_paths_in_the_url_are_read_below_the_prefix(client) -> None:
 
 async def test_without_admin_routes_sessions_cannot_be_minted_or_read() -> None:
     store, engine = InMemorySessionStore(), FakeEngine()
-    session = await store.create()
+    session = await store.open_session()
     async with mounted(store, engine, admin=None) as http:
         for method, path in [("POST", "/sessions"), ("GET", "/sessions"),
                              ("GET", f"/sessions/{session.session_id}/export")]:

@@ -65,7 +65,7 @@ def until(condition: Callable[[], bool], timeout_s: float = 5) -> None:
 
 async def test_a_deleted_sessions_record_and_release_raise_session_gone() -> None:
     store = InMemorySessionStore()
-    s = await store.create()
+    s = await store.open_session()
     admission = await store.admit(s.session_id)
     await store.delete(s.session_id)
     with pytest.raises(SessionGone):
@@ -76,7 +76,7 @@ async def test_a_deleted_sessions_record_and_release_raise_session_gone() -> Non
 
 async def test_releasing_a_recorded_call_withdraws_its_turn_and_budget() -> None:
     store = InMemorySessionStore()
-    s = await store.create(budget=1)
+    s = await store.open_session(budget=1)
     first = await store.admit(s.session_id)
     await store.record(s.session_id, turn(first.call_index))
     await store.release(s.session_id, first.call_index)  # its reply was never delivered
@@ -171,7 +171,7 @@ async def test_a_client_that_leaves_while_its_turn_is_recorded_has_it_withdrawn(
     nothing stays recorded and the budget is whole."""
     store = SlowRecords(record_s=0.05)
     app = app_over(store)
-    s = await store.create(budget=1)
+    s = await store.open_session(budget=1)
     leave = asyncio.Event()
 
     async def leave_while_recording() -> None:
@@ -193,7 +193,7 @@ async def test_a_reply_the_server_cannot_send_is_withdrawn() -> None:
     ASGI servers raise it), and the turn recorded just before is withdrawn."""
     store = InMemorySessionStore()
     app = app_over(store)
-    s = await store.create(budget=1)
+    s = await store.open_session(budget=1)
     leave = asyncio.Event()
 
     original = store.record
@@ -214,7 +214,7 @@ async def test_a_client_gone_mid_body_is_not_answered_and_nothing_is_logged(
 ) -> None:
     store = InMemorySessionStore()
     engine = FakeEngine()
-    s = await store.create()
+    s = await store.open_session()
     got = await call(app_over(store, engine), CHAT, {"messages": HELLO}, key=s.key,
                      leave_mid_body=True)
     assert got.status is None and engine.calls == []

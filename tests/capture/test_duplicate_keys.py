@@ -20,7 +20,7 @@ from tests.fixtures.threaded import serve_in_thread
                                                 ("x-api-key", ""), ("x-goog-api-key", "")])
 def test_two_key_headers_are_refused(header: str, prefix: str) -> None:
     store = InMemorySessionStore()
-    session = asyncio.run(store.create())
+    session = asyncio.run(store.open_session())
     path, body = CALLS["chat"]
     right, wrong = f"{prefix}{session.key}", f"{prefix}hr-nope-nope"
     with serve_in_thread(build_capture_app(store, FakeEngine(),

@@ -122,7 +122,7 @@ def check(path: str, dialect: str, body: dict[str, Any], stream: bool,
                           headers={"x-api-key": s.key, "x-goog-api-key": s.key})
 
     async def run() -> None:
-        s = await store.create(budget=1)
+        s = await store.open_session(budget=1)
         # The stdlib writes integers of any size.
         got = await send(s, json.dumps(body).encode())
         assert got.status is not None and got.status < 500, (got.status, got.body)

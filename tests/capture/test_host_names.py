@@ -35,7 +35,7 @@ def _app(allowed: tuple[str, ...] | None = None):
 async def test_a_name_it_is_not_reached_at_gets_421_in_the_agent_s_dialect(
         host: str, path: str, shape: str) -> None:
     app, store, engine = _app()
-    key = (await store.create(budget=3)).key
+    key = (await store.open_session(budget=3)).key
     reply = await call(app, path, CHAT, key=key, headers={"host": host})
     assert reply.status == 421, reply.body
     assert shape in reply.json()  # OpenAI's {"error": ...}, Anthropic's {"type": "error"}
@@ -57,7 +57,7 @@ async def test_two_host_headers_are_refused_one_or_none_answered() -> None:
 async def test_addresses_loopback_and_listed_names_reach_the_engine() -> None:
     app, store, engine = _app(("sandbox-gateway.internal", "localhost", "127.0.0.1", "::1"))
     for host in (*ANSWERED, "sandbox-gateway.internal:4000", "SANDBOX-GATEWAY.internal."):
-        key = (await store.create(budget=3)).key
+        key = (await store.open_session(budget=3)).key
         reply = await call(app, "/v1/chat/completions", CHAT, key=key, headers={"host": host})
         assert reply.status == 200, (host, reply.body)
     assert len(engine.calls) == len(ANSWERED) + 2
@@ -65,7 +65,7 @@ async def test_addresses_loopback_and_listed_names_reach_the_engine() -> None:
 
 async def test_any_name_with_a_star() -> None:
     app, store, _ = _app(("*",))
-    key = (await store.create(budget=3)).key
+    key = (await store.open_session(budget=3)).key
     reply = await call(app, "/v1/chat/completions", CHAT, key=key,
                        headers={"host": "evil.example"})
     assert reply.status == 200

@@ -168,7 +168,7 @@ async def test_the_app_checks_the_head_where_its_server_did_not() -> None:
     """Serve's HTTP proxy runs the app behind its own server: the app refuses too."""
     store = InMemorySessionStore()
     app = build_capture_app(store, FakeEngine(), CaptureSettings(served_model="m"))
-    s = await store.create()
+    s = await store.open_session()
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         reply = await client.post("/v1/messages", json={}, headers={
@@ -248,7 +248,7 @@ async def test_an_empty_bearer_does_not_hide_an_api_key_header() -> None:
     # take it (and strip it to `Bearer`, which must not hide the key either).
     store = InMemorySessionStore()
     app = build_capture_app(store, FakeEngine(), CaptureSettings(served_model="m"))
-    s = await store.create()
+    s = await store.open_session()
     for empty in ("Bearer ", "Bearer"):
         got = await call(app, "/v1/messages", CALLS["anthropic"][1],
                          headers={"authorization": empty, "x-api-key": s.key})
@@ -320,7 +320,7 @@ class Watched:
 
 def test_a_client_gone_mid_body_logs_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     store, engine = InMemorySessionStore(), FakeEngine()
-    key = asyncio.run(store.create()).key
+    key = asyncio.run(store.open_session()).key
     watched = Watched(build_capture_app(store, engine, CaptureSettings(served_model="m")))
     uvicorn_log = logging.getLogger("uvicorn.error")
     uvicorn_log.addHandler(caplog.handler)

@@ -74,7 +74,7 @@ async def test_recorded_turns_are_exactly_the_answers_received() -> None:
     engine = FlakyEngine(rng, frozenset(f"call {n}" for n in HELD))
     app = build_capture_app(store, engine,
                             CaptureSettings(served_model="fake-model", keepalive_s=0.005))
-    session = await store.create(budget=BUDGET)
+    session = await store.open_session(budget=BUDGET)
     behaviours: list[str] = []
 
     async def client(n: int) -> Exchange:

@@ -49,13 +49,13 @@ async def test_each_turn_records_its_sampling_and_the_engines_logprobs_mode() ->
     store = InMemorySessionStore()
     app = build_capture_app(store, engine, CaptureSettings(served_model="m",
                                                            logprobs_mode="processed"))
-    info = await store.create(sampling=Sampling(temperature=0.7, min_p=0.05))
+    info = await store.open_session(sampling=Sampling(temperature=0.7, min_p=0.05))
     reply = await call(app, "/v1/chat/completions",
                        {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                         "temperature": 0.2, "top_p": 0.9}, key=info.key)
     assert reply.status == 200, reply.json()
     assert engine.calls[-1]["min_p"] == 0.05
-    [turn] = (await store.close(info.session_id)).turns
+    [turn] = (await store.close_session(info.session_id)).turns
     assert turn.logprobs_mode == "processed"
     assert turn.sampling == TurnSampling(temperature=0.7, top_p=0.9, top_k=None, min_p=0.05)
 

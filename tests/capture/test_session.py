@@ -19,7 +19,7 @@ def turn(index: int) -> TurnRecord:
 
 async def test_keys_open_only_their_own_session() -> None:
     store = InMemorySessionStore()
-    a, b = await store.create(), await store.create()
+    a, b = await store.open_session(), await store.open_session()
     assert (await store.authenticate(a.key)).session_id == a.session_id
     assert (await store.authenticate(b.key)).session_id == b.session_id
     assert await store.authenticate(a.key + "x") is None
@@ -28,13 +28,13 @@ async def test_keys_open_only_their_own_session() -> None:
 
 async def test_the_grant_carries_the_sessions_sampling() -> None:
     store = InMemorySessionStore()
-    s = await store.create(sampling=Sampling(temperature=0.7))
+    s = await store.open_session(sampling=Sampling(temperature=0.7))
     assert (await store.authenticate(s.key)).sampling == Sampling(temperature=0.7)
 
 
 async def test_budget_counts_in_flight_calls_atomically() -> None:
     store = InMemorySessionStore()
-    s = await store.create(budget=3)
+    s = await store.open_session(budget=3)
     admissions = await asyncio.gather(*(store.admit(s.session_id) for _ in range(10)))
     admitted = [a.call_index for a in admissions if a.admitted]
     assert admitted == [0, 1, 2]
@@ -44,7 +44,7 @@ async def test_budget_counts_in_flight_calls_atomically() -> None:
 
 async def test_released_calls_give_budget_back_and_count_why() -> None:
     store = InMemorySessionStore()
-    s = await store.create(budget=1)
+    s = await store.open_session(budget=1)
     first = await store.admit(s.session_id)
     await store.release(s.session_id, first.call_index, "engine_error")
     second = await store.admit(s.session_id)
@@ -59,7 +59,7 @@ async def test_a_release_delivered_twice_gives_back_one_call() -> None:
     """Release names its call: the old count-based release, delivered twice (a retried
     actor call), gave back a call still in flight, and the budget was overrun."""
     store = InMemorySessionStore()
-    s = await store.create(budget=2)
+    s = await store.open_session(budget=2)
     first, _ = await store.admit(s.session_id), await store.admit(s.session_id)
     await store.release(s.session_id, first.call_index)
     await store.release(s.session_id, first.call_index)
@@ -69,7 +69,7 @@ async def test_a_release_delivered_twice_gives_back_one_call() -> None:
 
 async def test_calls_of_a_dead_holder_are_given_back() -> None:
     store = InMemorySessionStore()
-    s = await store.create(budget=3)
+    s = await store.open_session(budget=3)
     state = store.state(s.session_id)
     await store.admit(s.session_id, holder="serve/replica-a")
     await store.admit(s.session_id, holder="serve/replica-a")
@@ -83,7 +83,7 @@ async def test_calls_of_a_dead_holder_are_given_back() -> None:
 
 async def test_delete() -> None:
     store = InMemorySessionStore()
-    s = await store.create()
+    s = await store.open_session()
     assert await store.delete(s.session_id)
     assert not await store.delete(s.session_id)
     assert await store.export(s.session_id) is None
@@ -94,14 +94,14 @@ async def test_delete() -> None:
 
 async def test_close_gives_the_closed_record_then_forgets_the_session() -> None:
     store = InMemorySessionStore()
-    s = await store.create()
+    s = await store.open_session()
     await store.admit(s.session_id)
     await store.record(s.session_id, turn(0))
-    closed = await store.close(s.session_id)
+    closed = await store.close_session(s.session_id)
     assert closed is not None and [t.index for t in closed.turns] == [0]
     assert closed.counts.turns == 1 and closed.graph.roots == (0,)
     assert await store.authenticate(s.key) is None
-    assert await store.close(s.session_id) is None
+    assert await store.close_session(s.session_id) is None
 
 
 async def test_admission_finds_the_turn_a_call_continues_and_forgets_a_withdrawn_one() -> None:
@@ -110,7 +110,7 @@ async def test_admission_finds_the_turn_a_call_continues_and_forgets_a_withdrawn
     from harbor_ray.capture.core.continuation import PrefixKey
 
     store = InMemorySessionStore()
-    s = await store.create()
+    s = await store.open_session()
     key = b"k" * 16
     for index in (0, 1):  # the same conversation twice (a retry): the lowest index wins
         await store.admit(s.session_id)
@@ -136,7 +136,7 @@ async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
     from harbor_ray.capture.core.token_buffers import held_bytes
 
     store = InMemorySessionStore()
-    s = await store.create()
+    s = await store.open_session()
     arrived, prompt = [], np.arange(1, 50, dtype=np.int32)
     for index in range(8):
         record = dataclasses.replace(
@@ -154,7 +154,7 @@ async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
     assert base is not None and base.turn == 2
     assert base.prompt_ids.base is state.turns[-1].prompt_ids.base  # re-pointed on growth
     assert base.prompt_ids.tolist() == arrived[2].prompt_ids.tolist()
-    closed = await store.close(s.session_id)
+    closed = await store.close_session(s.session_id)
     assert closed is not None
     assert [n.parent for n in closed.graph.nodes.values()] == [None, *range(7)]
     assert [t.prompt_ids.tolist() for t in closed.turns] == [

@@ -28,7 +28,7 @@ async def tool_loop(engine: FakeEngine, *, stitch: bool = True,
     `rewrite`: before the last call it rewrites the history (a summary)."""
     store = InMemorySessionStore()
     app = build_capture_app(store, engine, CaptureSettings(served_model="m", stitch=stitch))
-    info = await store.create()
+    info = await store.open_session()
     messages: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
     for step in range(3):
         if rewrite and step == 2:

@@ -64,3 +64,9 @@ def test_the_dialect_is_the_one_the_agent_spoke() -> None:
     assert row_of("claude-code", record, [
         *answered("/v1/messages/count_tokens"), *answered(CHAT, status=400)], []
     ).dialect is None
+
+
+def test_a_rollout_that_failed_before_any_capture_is_a_row_not_a_crash() -> None:
+    row = row_of("codex", rollout("r", None, error="sandbox did not start"), answered(), [])
+    assert row.turns == 0 and row.auxiliary_turns == 0 and row.exact_ids is None
+    assert row.error == "sandbox did not start"

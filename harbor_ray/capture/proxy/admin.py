@@ -87,7 +87,7 @@ class AdminRoutes:
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
         main_loop = (MainLoop(model=spec.main_model, agent=spec.agent)
                      if spec.main_model or spec.agent else None)
-        info = await self.admin.create(budget=budget, sampling=spec.sampling,
+        info = await self.admin.open_session(budget=budget, sampling=spec.sampling,
                                        main_loop=main_loop)
         return JSONResponse(
             {"session_id": info.session_id, "key": info.key, "budget": info.budget,

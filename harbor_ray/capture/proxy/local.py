@@ -14,20 +14,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harbor_ray.capture.core.auxiliary import MainLoop
-from harbor_ray.capture.core.record import ClosedCapture
-from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.server import serve
-from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.session import InMemorySessionStore, StoreSessions
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.listening import bind
 
 
 @dataclass(frozen=True)
-class LocalCapture:
+class LocalCapture(StoreSessions):
     """What a rollout needs of a capture service, when its sessions live in this process:
     here the in-process proxy's store; in the cluster, the rollout host's (its agents
     then call the proxy replicas, which ask the host)."""
@@ -38,16 +34,6 @@ class LocalCapture:
     # Where agents in sandboxes off the host's node (cloud backends) reach the proxy:
     # the address the user configured (`--proxy-url`); None: not configured.
     remote_url: str | None = None
-
-    async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None,
-        main_loop: MainLoop | None = None,
-    ) -> SessionInfo:
-        return await self.store.create(budget=budget, sampling=sampling, main_loop=main_loop)
-
-    async def close_session(self, session_id: str) -> ClosedCapture | None:
-        """The session's closed record, after which the session is gone."""
-        return await self.store.close(session_id)
 
 
 @contextlib.asynccontextmanager

@@ -82,7 +82,7 @@ class AdminStore(Protocol):
     """Opening, reading and ending sessions: only where the sessions live (the admin
     routes of a proxy that holds them)."""
 
-    async def create(
+    async def open_session(
         self, *, budget: int | None = None, sampling: Sampling | None = None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
@@ -210,7 +210,7 @@ class InMemorySessionStore:
         self._sessions: dict[str, SessionState] = {}
         self._owner = owner
 
-    async def create(
+    async def open_session(
         self, *, budget: int | None = None, sampling: Sampling | None = None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo:
@@ -258,10 +258,28 @@ class InMemorySessionStore:
     async def delete(self, session_id: str) -> bool:
         return self._sessions.pop(session_id, None) is not None
 
-    async def close(self, session_id: str) -> ClosedCapture | None:
+    async def close_session(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone (None if unknown)."""
         state = self._sessions.pop(session_id, None)
         return state.close() if state else None
 
     def session_ids(self) -> list[str]:
         return list(self._sessions)
+
+
+class StoreSessions:
+    """A rollout's capture sessions opened and closed in the `store` held here: what
+    `LocalCapture` and the cluster's `SessionOwner` share."""
+
+    store: InMemorySessionStore
+
+    async def open_session(
+        self, *, budget: int | None, sampling: Sampling | None,
+        main_loop: MainLoop | None = None,
+    ) -> SessionInfo:
+        return await self.store.open_session(budget=budget, sampling=sampling,
+                                             main_loop=main_loop)
+
+    async def close_session(self, session_id: str) -> ClosedCapture | None:
+        """The session's closed record, after which the session is gone."""
+        return await self.store.close_session(session_id)
