@@ -11,7 +11,9 @@ import zlib
 from urllib.parse import urlsplit
 
 from ray.serve.context import _get_global_client
-from ray.serve.schema import ApplicationStatus, ServeInstanceDetails
+from ray.serve.schema import ApplicationStatus, HTTPOptionsSchema, ServeInstanceDetails
+
+from harbor_ray.errors import StartError
 
 # A wildcard bind accepts local connections; it is not an address to connect to.
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -19,12 +21,21 @@ _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 def serve_details() -> ServeInstanceDetails:
     """Serve's own description of itself: HTTP options, applications, replicas."""
-    return ServeInstanceDetails(**_get_global_client().get_serve_details())
+    client = _get_global_client()  # raises RayServeException when Serve is not running
+    assert client is not None
+    return ServeInstanceDetails(**client.get_serve_details())
+
+
+def _http_options(details: ServeInstanceDetails) -> HTTPOptionsSchema:
+    if details.http_options is None:
+        raise StartError("Ray Serve reports no HTTP options: its HTTP proxy is off "
+                         "(serve.start(proxy_location=...) must not be Disabled)")
+    return details.http_options
 
 
 def serve_http_base(route_prefix: str | None = None) -> str:
     """`http://host:port<prefix>` of the running Serve, without a trailing slash."""
-    options = serve_details().http_options
+    options = _http_options(serve_details())
     host = "127.0.0.1" if options.host in _WILDCARD_HOSTS else options.host
     return f"http://{host}:{options.port}{(route_prefix or '/').rstrip('/')}"
 
@@ -35,7 +46,7 @@ def serve_url_on(node_id: str, url: str) -> str:
     so a node without one uses another node's, at that node's address; possible only
     when Serve listens on every interface (a deployment across nodes starts it so)."""
     details = serve_details()
-    if details.http_options.host not in _WILDCARD_HOSTS:
+    if _http_options(details).host not in _WILDCARD_HOSTS:
         return url
     proxies = sorted((nid, proxy.node_ip) for nid, proxy in details.proxies.items()
                      if proxy.status == "HEALTHY")
