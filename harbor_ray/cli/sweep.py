@@ -29,6 +29,11 @@ def sweep(
     sandbox: opt.SandboxOption = "local",
     sandbox_arg: opt.SandboxArgOption = None,
     n: opt.AttemptsOption = 1,
+    sandbox_start_rate: Annotated[float, typer.Option(
+        help="Sandboxes created a second at most, across the sweep (each host waits for "
+             "its even share before a rollout's sandbox starts). Cloud backends cap "
+             "creation (Modal: about 5 a second a workspace). Default 0: no limit, as the "
+             "local sandbox needs none.")] = 0.0,
     concurrency: Annotated[int, typer.Option(
         help="Rollouts at once (the only cap); with --max-concurrency, the cap to start "
              "from.")] = 8,
@@ -128,7 +133,7 @@ def sweep(
         engine_timeout_s=engine_timeout, proxy_url=proxy_url, proxy_bind=proxy_bind,
         agents_cache=agents_cache, stitch=stitch, max_concurrency=max_concurrency,
         min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
-        metrics_every_s=metrics_every)
+        metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \

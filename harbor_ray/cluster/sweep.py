@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.spec import RolloutSpec
+from harbor_ray.trials.start_rate import StartRate
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,15 @@ class SweepConfig:
     min_concurrency: int = 1
     engine_metrics: tuple[str, ...] = ()
     metrics_every_s: float = 5.0
+    # Sandboxes created a second at most, the whole sweep (each host takes an even
+    # share: no call between hosts per start); 0: no limit.
+    sandbox_starts_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise StartError("concurrency must be at least 1")
+        if self.sandbox_starts_per_s < 0:
+            raise StartError("--sandbox-start-rate cannot be negative (0: no limit)")
         if self.max_concurrency is not None:
             if not 1 <= self.min_concurrency <= self.concurrency <= self.max_concurrency:
                 raise StartError(
@@ -92,6 +99,14 @@ class SweepConfig:
             return None
         return AdmissionPolicy(floor=self.min_concurrency, ceiling=self.max_concurrency,
                                start=self.concurrency)
+
+    @property
+    def host_start_rate(self) -> StartRate | None:
+        """Each host's share of the sandbox start rate; None: no limit."""
+        if not self.sandbox_starts_per_s:
+            return None
+        hosts = math.ceil(self.ceiling / self.rollouts_per_host)
+        return StartRate(per_s=self.sandbox_starts_per_s / hosts)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -169,7 +184,8 @@ async def run_rollouts(
     gate = ResizableGate(config.concurrency)
     stats.capped(gate.limit)
     pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
-                    num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir)
+                    num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir,
+                    start_rate=config.host_start_rate)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
                            on_end=stats.finished)
 

@@ -54,6 +54,7 @@ class SweepRequest(RunRequest):
     min_concurrency: int = 1
     engine_metrics: tuple[str, ...] = ()  # default: /metrics of --llm-url's server
     metrics_every_s: float = 5.0
+    sandbox_starts_per_s: float = 0.0  # 0: no limit
 
     def manifest(self, tasks: Sequence[str], engine: Certification | None) -> dict[str, Any]:
         """What the dataset's manifest says made it (`engine`: the certified one, None
@@ -64,6 +65,7 @@ class SweepRequest(RunRequest):
             "tasks": list(tasks), "attempts": self.attempts,
             "concurrency": self.concurrency, "max_concurrency": self.max_concurrency,
             "min_concurrency": self.min_concurrency, "retries": self.retries,
+            "sandbox_starts_per_s": self.sandbox_starts_per_s,
             "deadline_s": self.deadline_s, "grace_s": self.grace_s, "budget": self.budget,
             "temperature": self.temperature, "max_tokens": self.max_tokens,
             "reward_key": self.reward_key,
@@ -161,4 +163,5 @@ def _config(request: SweepRequest) -> SweepConfig:
                        min_concurrency=request.min_concurrency,
                        engine_metrics=engine_metrics,
                        metrics_every_s=request.metrics_every_s,
+                       sandbox_starts_per_s=request.sandbox_starts_per_s,
                        )  # raises the StartError itself
