@@ -58,4 +58,4 @@ def plan_hosts(concurrency: int, rollouts_per_host: int,
         f"{wanted} host processes (~{HOST_MEMORY_BYTES // 2**20} MB each), but "
         f"{len(nodes)} node(s) with {cpus:g} CPUs and {memory_gib:.1f} GiB hold {room} "
         f"(at most {HOSTS_PER_CPU} per CPU, {MEMORY_SHARE:.0%} of memory): running "
-        f"{per_host} rollouts per host instead (set --rollouts-per-host to choose)"))
+        f"{per_host} rollouts per host instead"))

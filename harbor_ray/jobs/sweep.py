@@ -140,7 +140,8 @@ def started_sweep(
                          run_id=request.name)
         hosts = plan_hosts(config.ceiling, config.rollouts_per_host, node_capacities())
         if hosts.warning is not None:
-            progress(f"warning: {hosts.warning}")
+            progress(f"warning: {hosts.warning} (--rollouts-per-host "
+                     f"{hosts.rollouts_per_host} silences this)")
         yield StartedSweep(specs, dataclasses.replace(
             config, proxy=running.proxy, rollouts_per_host=hosts.rollouts_per_host),
             request.manifest([t.name for t in checked.tasks], engine))

@@ -203,8 +203,8 @@ class Controller:
         ceiling = config.concurrency if config.admission is None else config.admission.ceiling
         plan = plan_hosts(ceiling, config.rollouts_per_host, node_capacities())
         if plan.warning is not None:
-            _log.warning("%s", plan.warning.replace("--rollouts-per-host",
-                                                    "rollouts_per_host"))
+            _log.warning("%s (rollouts_per_host: %d silences this)", plan.warning,
+                         plan.rollouts_per_host)
         return plan.rollouts_per_host
 
     def _steer(self) -> None:

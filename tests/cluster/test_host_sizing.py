@@ -21,7 +21,7 @@ def test_too_many_hosts_take_more_rollouts_each_and_the_warning_shows_the_sums()
     assert plan.warning is not None
     for part in ("concurrency 1000 at 8 rollouts per host needs 125 host processes",
                  "~150 MB each", "1 node(s) with 16 CPUs and 20.0 GiB hold 32",
-                 "running 32 rollouts per host", "--rollouts-per-host"):
+                 "running 32 rollouts per host instead"):
         assert part in plan.warning, plan.warning
 
 
