@@ -29,7 +29,28 @@ def sweep(
     sandbox: opt.SandboxOption = "local",
     sandbox_arg: opt.SandboxArgOption = None,
     n: opt.AttemptsOption = 1,
-    concurrency: Annotated[int, typer.Option(help="Rollouts at once (the only cap).")] = 8,
+    sandbox_start_rate: Annotated[float, typer.Option(
+        help="Sandboxes created a second at most, across the sweep (each host waits for "
+             "its even share before a rollout's sandbox starts). Cloud backends cap "
+             "creation (Modal: about 5 a second a workspace). Default 0: no limit, as the "
+             "local sandbox needs none.")] = 0.0,
+    concurrency: Annotated[int, typer.Option(
+        help="Rollouts at once (the only cap); with --max-concurrency, the cap to start "
+             "from.")] = 8,
+    max_concurrency: Annotated[int | None, typer.Option(
+        help="Make the cap adaptive: it rises (to this at most) while the engines are "
+             "idle and falls on preemptions, requests queued in the engines or a KV cache "
+             "over 90% full, read from their /metrics every --metrics-every seconds. "
+             "Default: off, --concurrency is fixed. Hosts are sized for this.")] = None,
+    min_concurrency: Annotated[int, typer.Option(
+        help="With --max-concurrency: the adaptive cap never falls below this.")] = 1,
+    engine_metrics: Annotated[list[str] | None, typer.Option(
+        help="With --max-concurrency: an engine replica's Prometheus URL (repeatable). "
+             "Default: /metrics of --llm-url's server (as `vllm serve` answers). For an "
+             "engine on Ray Serve LLM (--engine, log_engine_metrics: true): each node's "
+             "Ray metrics endpoint, e.g. http://NODE:8080/metrics.")] = None,
+    metrics_every: Annotated[float, typer.Option(
+        help="Seconds between reads of the engines' metrics (--max-concurrency).")] = 5.0,
     retries: Annotated[int, typer.Option(
         help="Retries of a rollout lost to infrastructure (infra_lost, sandbox_start).")] = 1,
     budget: opt.BudgetOption = 20,
@@ -56,7 +77,9 @@ def sweep(
              "engine, with --ingress direct or serve (host deploys none).")] = 2,
     rollouts_per_host: Annotated[int, typer.Option(
         help="Rollouts one host actor runs at once; hosts are started for --concurrency "
-             "slots. A host that dies fails (and retries) only its own rollouts.")] = 8,
+             "slots. A host that dies fails (and retries) only its own rollouts. Hosts "
+             "(~150 MB each) are capped at 2 per CPU within half of each node's memory; "
+             "past that each takes more rollouts, and the sweep warns with the sums.")] = 8,
     commit_every_s: Annotated[float, typer.Option(
         "--commit-every",
         help="Seconds between commits of finished rows to --out (one Parquet part per "
@@ -108,7 +131,9 @@ def sweep(
         name=name, out=out.resolve(), ray_address=ray_address, proxy_replicas=proxy_replicas,
         rollouts_per_host=rollouts_per_host, commit_every_s=commit_every_s, ingress=ingress,
         engine_timeout_s=engine_timeout, proxy_url=proxy_url, proxy_bind=proxy_bind,
-        agents_cache=agents_cache, stitch=stitch)
+        agents_cache=agents_cache, stitch=stitch, max_concurrency=max_concurrency,
+        min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
+        metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \

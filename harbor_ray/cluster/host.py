@@ -42,6 +42,7 @@ from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
+from harbor_ray.trials.start_rate import StartLimiter, StartRate
 
 # Method calls a host serves at once: its rollouts' `run`s plus the proxy replicas'
 # admit/record calls for their sessions. Ray's default for async actors is 1,000.
@@ -87,8 +88,11 @@ class ProxyTarget:
 class RolloutHost(SessionOwner):
     """Runs rollouts (`run`); as their sessions' owner, answers the proxy replicas."""
 
-    def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None) -> None:
+    def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None,
+                 start_rate: StartRate | None = None) -> None:
         super().__init__(name)
+        # Every rollout here waits its turn before its trial creates a sandbox.
+        self._starts = None if start_rate is None else StartLimiter(start_rate)
         self._proxy = proxy
         self._capture: LocalCapture | None = None
         self._relay: Relay | None = None
@@ -116,6 +120,8 @@ class RolloutHost(SessionOwner):
         spec = self._own_sandboxes(spec)
         if (sandboxes := spec.sandbox_kwargs.get("sandboxes_dir")) is not None:
             await self._guard(Path(sandboxes))
+        if self._starts is not None:
+            await self._starts.wait()
         record = await self._work(spec, capture)
         return with_placement(record, node=self.placement.ip, host=self.owner)
 
@@ -183,7 +189,7 @@ class RolloutHost(SessionOwner):
 
 def start_host(
     name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
-    node_id: str | None = None,
+    node_id: str | None = None, start_rate: StartRate | None = None,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
@@ -201,4 +207,4 @@ def start_host(
         max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV},
     )
-    return remote.remote(name, proxy, work)
+    return remote.remote(name, proxy, work, start_rate)

@@ -10,6 +10,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from harbor_ray.cluster.host_sizing import NodeCapacity
+
 
 @dataclass(frozen=True)
 class ClusterNode:
@@ -48,3 +50,10 @@ def on_each(remote_function: Any, nodes: Sequence[ClusterNode], *args: Any
         except Exception as exc:  # reported per node by the caller
             results.append((node, getattr(exc, "cause", None) or exc))
     return results
+
+
+def node_capacities() -> list[NodeCapacity]:
+    """What each live node offers rollout hosts: its CPUs and Ray's `memory` resource."""
+    return [NodeCapacity(cpus=n["Resources"].get("CPU", 0.0),
+                         memory_bytes=n["Resources"].get("memory", 0.0))
+            for n in ray.nodes() if n["Alive"]]

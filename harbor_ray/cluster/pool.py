@@ -24,6 +24,7 @@ from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
 from harbor_ray.cluster.nodes import alive_nodes, pinned
 from harbor_ray.cluster.reaper import reap_host
 from harbor_ray.cluster.suspects import SuspectNodes, choose_node
+from harbor_ray.trials.start_rate import StartRate
 
 # How long a node where a host died is avoided at most, if nothing shows it alive and
 # Ray keeps listing it: far longer than Ray takes to declare a lost node dead.
@@ -63,12 +64,14 @@ class HostPool:
         sandboxes_dir: Path | None = None,
         suspect_s: float = SUSPECT_S,
         clock: Callable[[], float] = time.monotonic,
+        start_rate: StartRate | None = None,  # each host's own share of the sweep's
     ) -> None:
         if rollouts_per_host < 1:
             raise ValueError("rollouts per host must be at least 1")
         self._rollouts_per_host = rollouts_per_host
         self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
         self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
+        self._start_rate = start_rate
         self.reaping: list[Any] = []  # ObjectRefs of the reapers of lost hosts
         self._prefix = secrets.token_hex(4)
         self._started = 0
@@ -132,7 +135,7 @@ class HostPool:
         self._started += 1
         node_id = self._node_for_new_host()
         handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                            work=self._work, node_id=node_id)
+                            work=self._work, node_id=node_id, start_rate=self._start_rate)
         host = Host(name, handle, handle.node.remote(), target=node_id)
         self._hosts.append(host)
         return host

@@ -68,7 +68,7 @@ def status_line(stats: SweepStats, now: float) -> str:
     mean = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
     return (f"{stats.done}/{stats.total} done, {stats.ok} ok, {stats.failed} failed, "
             f"mean reward {mean}, {stats.per_minute(now):.1f}/min, "
-            f"in flight {stats.in_flight} (peak {stats.peak_in_flight})")
+            f"in flight {stats.in_flight} (peak {stats.peak_in_flight}), cap {stats.limit}")
 
 
 def print_summary(stats: SweepStats, out: Path, console: Console) -> None:
@@ -87,6 +87,8 @@ def print_summary(stats: SweepStats, out: Path, console: Console) -> None:
             by_error.add_row(error, str(count))
         console.print(by_error)
     seconds = (stats.ended_at or time.time()) - stats.started_at
+    low, high = stats.limits_seen
+    cap = f", cap {low}..{high}" if low != high else ""
     console.print(f"{stats.done} rollouts in {seconds:.1f} s ({stats.skipped} already done), "
-                  f"{stats.ok} ok, peak in flight {stats.peak_in_flight}")
+                  f"{stats.ok} ok, peak in flight {stats.peak_in_flight}{cap}")
     console.print(f"dataset: {out}")

@@ -1,7 +1,9 @@
 """The sweep driver: tasks x attempts on rollout hosts, into one resumable dataset.
 
 Used by `harbor-ray sweep` and by `jobs/sweep.py` (the `ray job submit` entry). It
-guarantees at most `concurrency` rollouts at once (and nothing else caps them), every
+guarantees at most `concurrency` rollouts at once (and nothing else caps them; with
+`max_concurrency` the cap moves between `min_concurrency` and it, steered by the engines'
+load: admission.py), every
 rollout ends as one row (runner.py), rows committed every `commit_every_s` seconds so a rerun
 skips finished ids and duplicates nothing, and the sweep's sandboxes reaped on every
 node at start and end (reaper.py). How each holds: docs/sweeps.md.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
+from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
+from harbor_ray.cluster.metrics_poller import steer_gate
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner
@@ -28,6 +34,7 @@ from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.spec import RolloutSpec
+from harbor_ray.trials.start_rate import StartRate
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,33 @@ class SweepConfig:
     # Finished rows are committed together every this many seconds (0: each on its own).
     # A driver killed in between loses the rows of the last interval (rerun, not doubled).
     commit_every_s: float = 2.0
+    # The adaptive cap: None keeps `concurrency` fixed; else the cap starts at
+    # `concurrency` and moves between `min_concurrency` and this, steered by the
+    # engines' `/metrics` at `engine_metrics`, read every `metrics_every_s` seconds.
+    max_concurrency: int | None = None
+    min_concurrency: int = 1
+    engine_metrics: tuple[str, ...] = ()
+    metrics_every_s: float = 5.0
+    # Sandboxes created a second at most, the whole sweep (each host takes an even
+    # share: no call between hosts per start); 0: no limit.
+    sandbox_starts_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise StartError("concurrency must be at least 1")
+        if self.sandbox_starts_per_s < 0:
+            raise StartError("--sandbox-start-rate cannot be negative (0: no limit)")
+        if self.max_concurrency is not None:
+            if not 1 <= self.min_concurrency <= self.concurrency <= self.max_concurrency:
+                raise StartError(
+                    f"the adaptive cap needs 1 <= --min-concurrency ({self.min_concurrency})"
+                    f" <= --concurrency ({self.concurrency}) <= --max-concurrency "
+                    f"({self.max_concurrency})")
+            if not self.engine_metrics:
+                raise StartError("--max-concurrency needs the engines' metrics: an "
+                                 "engine the sweep starts, --llm-url, or --engine-metrics")
+            if self.metrics_every_s <= 0:
+                raise StartError("--metrics-every must be positive")
         if self.retries < 0:
             raise StartError("retries cannot be negative: 0 tries each rollout once")
         if self.rollouts_per_host < 1:
@@ -56,6 +86,27 @@ class SweepConfig:
         if self.commit_every_s < 0:
             raise StartError("the commit interval cannot be negative: 0 commits each row "
                              "on its own")
+
+    @property
+    def ceiling(self) -> int:
+        """The most rollouts ever in flight."""
+        return self.max_concurrency or self.concurrency
+
+    @property
+    def admission(self) -> AdmissionPolicy | None:
+        """The adaptive cap's policy; None for a fixed cap."""
+        if self.max_concurrency is None:
+            return None
+        return AdmissionPolicy(floor=self.min_concurrency, ceiling=self.max_concurrency,
+                               start=self.concurrency)
+
+    @property
+    def host_start_rate(self) -> StartRate | None:
+        """Each host's share of the sandbox start rate; None: no limit."""
+        if not self.sandbox_starts_per_s:
+            return None
+        hosts = math.ceil(self.ceiling / self.rollouts_per_host)
+        return StartRate(per_s=self.sandbox_starts_per_s / hosts)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -77,6 +128,8 @@ class SweepStats:
     ended_at: float | None = None
     in_flight: int = 0
     peak_in_flight: int = 0
+    limit: int = 0  # the cap on rollouts in flight now (it moves when adaptive)
+    limits_seen: tuple[int, int] = (0, 0)  # the lowest and highest cap so far
     done: int = 0
     ok: int = 0
     rewards: list[float] = field(default_factory=list)
@@ -90,6 +143,11 @@ class SweepStats:
 
     def finished(self) -> None:
         self.in_flight -= 1
+
+    def capped(self, limit: int) -> None:
+        self.limit = limit
+        low, high = self.limits_seen
+        self.limits_seen = (min(low, limit) if low else limit, max(high, limit))
 
     def add(self, result: RolloutResult) -> None:
         self.done += 1
@@ -121,11 +179,13 @@ async def run_rollouts(
     *,
     work: Work | None = None,
 ) -> None:
-    """Run every spec on the pool's hosts, `config.concurrency` at once; rows to
-    `on_result` in the order they finish."""
-    gate = asyncio.Semaphore(config.concurrency)
+    """Run every spec on the pool's hosts, `config.concurrency` at once (or as many as
+    the adaptive cap allows); rows to `on_result` in the order they finish."""
+    gate = ResizableGate(config.concurrency)
+    stats.capped(gate.limit)
     pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
-                    num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir)
+                    num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir,
+                    start_rate=config.host_start_rate)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
                            on_end=stats.finished)
 
@@ -135,9 +195,16 @@ async def run_rollouts(
         stats.add(record.result)
         on_result(record)
 
+    steering = None
+    if (policy := config.admission) is not None:
+        steering = asyncio.create_task(steer_gate(
+            gate, AdmissionController(policy), config.engine_metrics,
+            every_s=config.metrics_every_s, on_limit=stats.capped))
     try:
         await asyncio.gather(*(one(spec) for spec in specs))
     finally:
+        if steering is not None:
+            steering.cancel()
         pool.shutdown()
 
 

@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any, get_args
 
 from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.cluster.engine_metrics import metrics_url
 from harbor_ray.cluster.host import Ingress
+from harbor_ray.cluster.host_sizing import plan_hosts
 from harbor_ray.cluster.ingress import remote_endpoint
+from harbor_ray.cluster.nodes import node_capacities
 from harbor_ray.cluster.setup import ClusterSpec, running_cluster
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, sweep
 from harbor_ray.errors import StartError
@@ -46,6 +49,12 @@ class SweepRequest(RunRequest):
     ingress: str = "host"
     proxy_url: str | None = None
     proxy_bind: str | None = None
+    # The adaptive cap (SweepConfig): None keeps --concurrency fixed.
+    max_concurrency: int | None = None
+    min_concurrency: int = 1
+    engine_metrics: tuple[str, ...] = ()  # default: /metrics of --llm-url's server
+    metrics_every_s: float = 5.0
+    sandbox_starts_per_s: float = 0.0  # 0: no limit
 
     def manifest(self, tasks: Sequence[str], engine: Certification | None) -> dict[str, Any]:
         """What the dataset's manifest says made it (`engine`: the certified one, None
@@ -54,7 +63,9 @@ class SweepRequest(RunRequest):
             "run": self.name, "agent": self.agent, "sandbox": self.sandbox,
             "sandbox_kwargs": dict(self.sandbox_kwargs), "dataset": self.dataset,
             "tasks": list(tasks), "attempts": self.attempts,
-            "concurrency": self.concurrency, "retries": self.retries,
+            "concurrency": self.concurrency, "max_concurrency": self.max_concurrency,
+            "min_concurrency": self.min_concurrency, "retries": self.retries,
+            "sandbox_starts_per_s": self.sandbox_starts_per_s,
             "deadline_s": self.deadline_s, "grace_s": self.grace_s, "budget": self.budget,
             "temperature": self.temperature, "max_tokens": self.max_tokens,
             "reward_key": self.reward_key,
@@ -127,8 +138,13 @@ def started_sweep(
                      f"{'yes' if engine.tool_calling else 'no'})")
         specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
                          run_id=request.name)
-        yield StartedSweep(specs, dataclasses.replace(config, proxy=running.proxy),
-                           request.manifest([t.name for t in checked.tasks], engine))
+        hosts = plan_hosts(config.ceiling, config.rollouts_per_host, node_capacities())
+        if hosts.warning is not None:
+            progress(f"warning: {hosts.warning} (--rollouts-per-host "
+                     f"{hosts.rollouts_per_host} silences this)")
+        yield StartedSweep(specs, dataclasses.replace(
+            config, proxy=running.proxy, rollouts_per_host=hosts.rollouts_per_host),
+            request.manifest([t.name for t in checked.tasks], engine))
 
 
 def _config(request: SweepRequest) -> SweepConfig:
@@ -138,7 +154,15 @@ def _config(request: SweepRequest) -> SweepConfig:
                          f"not {request.ingress!r}")
     remote_endpoint(request.ingress, request.proxy_url,  # type: ignore[arg-type]
                     request.proxy_bind)  # raises the StartError itself
+    engine_metrics = request.engine_metrics or (
+        (metrics_url(request.llm_url),) if request.llm_url is not None else ())
     return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
                        retries=request.retries, grace_s=request.grace_s,
                        rollouts_per_host=request.rollouts_per_host,
-                       commit_every_s=request.commit_every_s)  # raises the StartError itself
+                       commit_every_s=request.commit_every_s,
+                       max_concurrency=request.max_concurrency,
+                       min_concurrency=request.min_concurrency,
+                       engine_metrics=engine_metrics,
+                       metrics_every_s=request.metrics_every_s,
+                       sandbox_starts_per_s=request.sandbox_starts_per_s,
+                       )  # raises the StartError itself

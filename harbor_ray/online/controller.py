@@ -11,6 +11,7 @@ are the pure `Book`'s; this module runs rollouts and keeps the policy version.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,12 @@ from typing import Any, Protocol
 
 import ray
 
+from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
+from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
+from harbor_ray.cluster.host_sizing import plan_hosts
+from harbor_ray.cluster.metrics_poller import steer_gate
+from harbor_ray.cluster.nodes import node_capacities
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
@@ -73,6 +79,8 @@ _NEVER = 1 << 62  # the writer's own thresholds: the controller flushes each gro
 TASK_LISTS_CACHED = 64
 _SHOWN_CHARS = 120  # of a refused value, in the refusal
 
+_log = logging.getLogger(__name__)
+
 
 class Rollouts(Protocol):
     async def run(self, spec: RolloutSpec) -> RolloutRecord: ...
@@ -107,6 +115,12 @@ class ControllerConfig:
     sandbox: str = LOCAL  # a submit's default
     capacity: int = 256  # accepted rollouts unfinished at most (429 beyond)
     concurrency: int = 16  # rollouts on hosts at once; the rest wait, queued
+    # The adaptive cap (cluster/admission.py): None keeps `concurrency` fixed; else the
+    # cap starts at `admission.start` and follows the engines' `/metrics` at
+    # `engine_metrics`, read every `metrics_every_s` seconds.
+    admission: AdmissionPolicy | None = None
+    engine_metrics: tuple[str, ...] = ()
+    metrics_every_s: float = 5.0
     max_staleness: int | None = None  # the default bound, in policy versions
     stale_policy: StalePolicy = "drop"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -127,6 +141,8 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
             raise ServiceConfigError("capacity and concurrency must be at least 1")
+        if self.admission is not None and not self.engine_metrics:
+            raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
         for agent in self.agents:
             needs_model(agent)  # UnknownAgentError (a ValueError) unless an import path
 
@@ -155,18 +171,20 @@ class Controller:
         self._replicas: dict[str, ReplicaResult] = {}
         self._updating = asyncio.Lock()
         self._paused = False
-        self._gate = asyncio.Semaphore(config.concurrency)
+        self._gate = ResizableGate(config.concurrency if config.admission is None
+                                   else config.admission.start)
+        self._steering: asyncio.Task[None] | None = None  # the adaptive cap's poller
         self._in_flight = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._awaited: dict[str, asyncio.Future[None]] = {}  # group id -> its end
         self._changed = asyncio.Event()
         self._started = time.time()
         self._sandboxes = config.work_dir / "sandboxes"
-        self._pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
+        self._on_hosts = runner is None
+        self._pool = HostPool(rollouts_per_host=self._rollouts_per_host(), proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
                               sandboxes_dir=self._sandboxes)
         self._runner: Rollouts
-        self._on_hosts = runner is None
         if runner is None:
             self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
                                          on_end=self._end)
@@ -176,6 +194,27 @@ class Controller:
         self._writer = None if config.out is None else DatasetWriter(
             config.out, {"online": _manifest(config), "started_at": self._started},
             flush_rollouts=_NEVER)
+
+    def _rollouts_per_host(self) -> int:
+        """As configured, unless the nodes cannot hold that many hosts (host_sizing.py)."""
+        config = self.config
+        if not self._on_hosts:
+            return config.rollouts_per_host
+        ceiling = config.concurrency if config.admission is None else config.admission.ceiling
+        plan = plan_hosts(ceiling, config.rollouts_per_host, node_capacities())
+        if plan.warning is not None:
+            _log.warning("%s (rollouts_per_host: %d silences this)", plan.warning,
+                         plan.rollouts_per_host)
+        return plan.rollouts_per_host
+
+    def _steer(self) -> None:
+        """Start the adaptive cap's poller, once, from a route (it needs the loop)."""
+        config = self.config
+        if config.admission is None or self._steering is not None:
+            return
+        self._steering = asyncio.create_task(steer_gate(
+            self._gate, AdmissionController(config.admission), config.engine_metrics,
+            every_s=config.metrics_every_s))
 
     def _start(self) -> None:
         self._in_flight += 1
@@ -216,6 +255,7 @@ class Controller:
                 rollout_ids=tuple(s.rollout_id for s in group_specs),
                 max_staleness=request.max_staleness, metadata=request.metadata))
         reply = self.book.accept(request.request_id, groups, self.version)
+        self._steer()
         for spec in in_sandboxes_dir(specs, self._sandboxes):
             task = asyncio.create_task(self._run(spec))
             task.add_done_callback(partial(self._never_ran, spec, time.time()))
@@ -340,9 +380,12 @@ class Controller:
             finished=book.finished_rollouts, groups_ready=len(book.ready),
             delivered=book.delivered, dropped=book.dropped, cancelled=book.cancelled,
             errors=dict(book.errors), staleness=dict(book.staleness_seen),
-            rollouts_per_min=book.finished_rollouts / minutes)
+            rollouts_per_min=book.finished_rollouts / minutes,
+            concurrency_limit=self._gate.limit)
 
     def shutdown(self) -> None:
+        if self._steering is not None:
+            self._steering.cancel()
         for task in self._tasks.values():
             task.cancel()
         self._pool.shutdown()
@@ -399,6 +442,7 @@ def _manifest(config: ControllerConfig) -> dict[str, Any]:
     """What the dataset's manifest says made it: the controller's settings."""
     return {"dataset": config.dataset, "sandbox": config.sandbox,
             "capacity": config.capacity, "concurrency": config.concurrency,
+            "max_concurrency": None if config.admission is None else config.admission.ceiling,
             "max_staleness": config.max_staleness, "stale_policy": config.stale_policy,
             "retries": config.retry.retries, "initial_version": config.initial_version}
 

@@ -23,11 +23,12 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import ray  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field, ValidationError  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
+from harbor_ray.cluster.admission import AdmissionPolicy  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
 from harbor_ray.cluster.owner import NAMESPACE  # noqa: E402
 from harbor_ray.cluster.policy_version import policy_actor_name  # noqa: E402
@@ -103,8 +104,23 @@ class ControllerArgs(_Args):
         description="The Host names the API answers (any port); '*': any. Others get 421.")
     sandbox: str = Field(LOCAL, min_length=1)
     capacity: int = Field(256, ge=1)
-    concurrency: int = Field(16, ge=1)
-    rollouts_per_host: int = Field(8, ge=1)
+    concurrency: int = Field(16, ge=1, description="Rollouts on hosts at once; with "
+                             "max_concurrency, the cap to start from.")
+    max_concurrency: int | None = Field(
+        None, ge=1, description="Make the cap adaptive: it rises (to this at most) while "
+        "the engines are idle and falls on preemptions, requests queued in the engines or "
+        "a KV cache over 90% full, read from engine_metrics. None: concurrency is fixed.")
+    min_concurrency: int = Field(1, ge=1, description="The adaptive cap's floor.")
+    engine_metrics: list[str] = Field(
+        default_factory=list, description="With max_concurrency: the Prometheus URLs "
+        "that carry the engine's vLLM metrics (Ray Serve LLM with log_engine_metrics: "
+        "each node's Ray metrics endpoint, e.g. http://NODE:8080/metrics).")
+    metrics_every_s: float = Field(5.0, gt=0, description="Seconds between reads of "
+                                   "engine_metrics.")
+    rollouts_per_host: int = Field(8, ge=1, description="Rollouts one host runs at once. "
+                                   "Hosts (~150 MB each) are capped at 2 per CPU within "
+                                   "half of each node's memory; past that each host takes "
+                                   "more rollouts, and the controller logs a warning.")
     max_staleness: int | None = Field(None, ge=0)
     stale_policy: StalePolicy = "drop"
     retries: int = Field(1, ge=0)
@@ -118,6 +134,18 @@ class ControllerArgs(_Args):
                              "is kept at most: a request retried after that many newer "
                              "ones is taken as new.")
 
+    @model_validator(mode="after")
+    def _adaptive_cap(self) -> ControllerArgs:
+        if self.max_concurrency is None:
+            return self
+        if not self.min_concurrency <= self.concurrency <= self.max_concurrency:
+            raise ValueError("the adaptive cap needs min_concurrency <= concurrency <= "
+                             "max_concurrency")
+        if not self.engine_metrics:
+            raise ValueError("max_concurrency needs engine_metrics: the URLs of the "
+                             "engine's vLLM metrics")
+        return self
+
     def controller_config(self) -> ControllerConfig:
         served_model = self.engine_config().model_id
         proxy = ProxyTarget(url=serve_http_base(CAPTURE_ROUTE_PREFIX),
@@ -127,6 +155,10 @@ class ControllerArgs(_Args):
             work_dir=self.work_dir.expanduser(), dataset=self.dataset,
             datasets=tuple(self.datasets), agents=tuple(self.agents), sandbox=self.sandbox,
             capacity=self.capacity, concurrency=self.concurrency,
+            admission=None if self.max_concurrency is None else AdmissionPolicy(
+                floor=self.min_concurrency, ceiling=self.max_concurrency,
+                start=self.concurrency),
+            engine_metrics=tuple(self.engine_metrics), metrics_every_s=self.metrics_every_s,
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
             rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,

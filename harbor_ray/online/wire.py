@@ -179,6 +179,8 @@ class StatsReply(BaseModel):
     errors: dict[str, int] = Field(description="Rows by error type.")
     staleness: dict[str, int] = Field(description="Finished groups by staleness (versions).")
     rollouts_per_min: float
+    concurrency_limit: int = Field(description="Rollouts allowed on hosts at once now "
+                                   "(it moves with an adaptive cap: max_concurrency).")
 
 
 class ErrorReply(BaseModel):

@@ -97,3 +97,14 @@ def raising_work(errors: dict[str, str]):
         return ok_row(spec, started)
 
     return work
+
+
+def sleeping_work(seconds: float):
+    """Each rollout holds for `seconds`, then is one ok row."""
+
+    async def work(spec: RolloutSpec, capture: CaptureService | None) -> RolloutRecord:
+        started = time.time()
+        await asyncio.sleep(seconds)
+        return ok_row(spec, started)
+
+    return work

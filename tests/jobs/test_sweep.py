@@ -1,11 +1,15 @@
 """`harbor_ray.jobs.sweep`: what a sweep request refuses before anything starts, and the
 manifest it writes. (The sweep itself runs in tests/cluster.)"""
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
+import harbor_ray.jobs.sweep as jobs_sweep
 from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.cluster.host_sizing import NodeCapacity
+from harbor_ray.cluster.setup import RunningCluster
 from harbor_ray.errors import DatasetError, StartError, UnknownAgentError
 from harbor_ray.jobs.sweep import SweepRequest, started_sweep
 
@@ -17,6 +21,9 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
     ({"proxy_url": "http://10.0.0.1:8770"}, "needs --ingress direct"),
     ({"ingress": "direct", "proxy_url": "ftp://x"}, "--proxy-url must be"),
     ({"concurrency": 0}, "concurrency must be at least 1"),
+    ({"max_concurrency": 16}, "needs the engines' metrics"),
+    ({"max_concurrency": 16, "min_concurrency": 9, "engine_metrics": ("http://e/m",)},
+     "--min-concurrency"),
 ])
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, says: str
@@ -55,3 +62,19 @@ def test_the_manifest_says_what_made_the_dataset() -> None:
     assert (with_engine["ingress"], with_engine["proxy_replicas"]) == ("direct", 4)
     host = SweepRequest(agent="oracle").manifest(["a"], cert)
     assert (host["ingress"], host["proxy_replicas"]) == ("host", None)
+
+
+def test_more_hosts_than_the_nodes_hold_is_a_warning_and_bigger_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs_sweep, "running_cluster", lambda *a, **k: contextlib.nullcontext(
+        RunningCluster(proxy=None, certification=None)))
+    monkeypatch.setattr(jobs_sweep, "node_capacities", lambda: [
+        NodeCapacity(cpus=2, memory_bytes=24 * 2**30)])
+    said: list[str] = []
+    request = SweepRequest(agent="oracle", out=tmp_path, concurrency=1000)
+    with started_sweep(request, progress=said.append) as started:
+        assert started.config.rollouts_per_host == 250  # 4 hosts: 2 CPUs, 2 a CPU
+    warning, = [line for line in said if line.startswith("warning:")]
+    assert "concurrency 1000 at 8 rollouts per host needs 125 host processes" in warning
+    assert "--rollouts-per-host 250 silences this" in warning
