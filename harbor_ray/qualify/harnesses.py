@@ -5,7 +5,7 @@ qualify run and `harbor-ray info`), so a harness Harbor adds shows up here unass
 rather than silently missing. `NOT_QUALIFIED` gives each harness outside `QUALIFIED` the
 reason it is not qualified, as found on machines that reach only PyPI, npm and Debian:
 "tried" where an install or a run was attempted, "read" where the reason comes from the
-adapter's install script, "not tried" where neither went further than that.
+adapter's install script, "not tried" where nothing went further than reading.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ QUALIFIED = (*sorted(PINS), "terminus-2")
 # The reason given to a harness Harbor knows that this table does not name.
 UNASSESSED = "not assessed: Harbor knows it, this table does not name it yet"
 
-_PY312 = ("needs Python >= 3.12; the sandbox sees the host's 3.11, and uv's Python "
-          "downloads come from GitHub, which is unreachable (tried)")
+_PY312 = ("needs Python >= 3.12 (PyPI's requires-python); the sandbox sees the host's "
+          "3.11, and uv's Python downloads come from GitHub, which is unreachable (tried)")
 _OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (read)"
 
 NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
@@ -56,7 +56,8 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "hermes": _OUTSIDE.format(what="its install script", where="raw.githubusercontent.com"),
     "junie": _OUTSIDE.format(what="its installer", where="junie.jetbrains.com"),
     "kimi-cli": _PY312,
-    "kimi-code": _PY312,
+    "kimi-code": "@moonshot-ai/kimi-code (npm, 2.1.0) needs Node >= 22.19; the sandbox "
+                 "has the host's Node 20 (npm view; not tried)",
     "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
                  "agent to qualify without one (read)",
     "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
@@ -65,7 +66,8 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "nemo-agent": "not tried: nvidia-nat 1.9.0 on PyPI accepts Python 3.11, but the "
                   "adapter fetches uv from astral.sh when the sandbox lacks it (read)",
     "nop": "does nothing and calls no model: nothing to capture",
-    "openclaw": "needs Node >= 24; the sandbox has the host's Node 20 (tried)",
+    "openclaw": "needs Node >= 24.16 (npm view); the sandbox has the host's Node 20 "
+                "(tried)",
     "openhands": "openhands-ai needs Python >= 3.12 (PyPI: <3.14,>=3.12), the sandbox "
                  "sees the host's 3.11; the adapter also fetches uv from astral.sh "
                  "(read, not tried)",
