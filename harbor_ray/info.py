@@ -13,6 +13,7 @@ from rich.table import Table
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError, DatasetError
+from harbor_ray.qualify.harnesses import harbor_harnesses, harness_table
 from harbor_ray.trials.agents import describe_agents
 from harbor_ray.trials.backends import LOCAL, backend_names, check_backend
 from harbor_ray.trials.dataset_cache import cached_datasets, default_cache_root
@@ -43,6 +44,7 @@ async def gather(
         ],
         "agents": describe_agents(),
         "installed_agents": installed_agents(agents_cache),
+        "harnesses": [asdict(harness) for harness in harness_table(harbor_harnesses())],
         "datasets": [_dataset(spec, datasets_cache) for spec in dataset_specs],
         "cached_datasets": [
             {"spec": entry.spec, "path": str(entry.path), "fetched_at": entry.fetched_at}
@@ -77,6 +79,18 @@ def render_installed(rows: list[dict[str, Any]], console: Console) -> None:
     for row in rows:
         table.add_row(row["agent"], f"{row['package']} ({row['registry']})", row["version"],
                       "yes" if row["installed"] else "[yellow]no[/yellow]")
+    console.print(table)
+
+
+def render_harnesses(rows: list[dict[str, Any]], console: Console) -> None:
+    qualified = sum(1 for row in rows if row["qualified"])
+    table = Table(title=f"Harbor's harnesses ({len(rows)}; {qualified} qualified at levels "
+                        "1 and 2, harbor-ray qualify)")
+    for column in ("harness", "qualified", "why not"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], "yes" if row["qualified"] else "[yellow]no[/yellow]",
+                      row["reason"])
     console.print(table)
 
 
@@ -127,6 +141,7 @@ def render(data: dict[str, Any], console: Console) -> None:
                        row["dialect"] or "-", "yes" if row["wired"] else "no", row["note"])
     console.print(agents)
     render_installed(data["installed_agents"], console)
+    render_harnesses(data["harnesses"], console)
 
     for dataset in data["datasets"]:
         if "error" in dataset:

@@ -39,3 +39,6 @@ def test_info_json_lists_backends_agents_and_datasets(tmp_path) -> None:
     assert len(samples["tasks"]) == 7 and "hello-file" in samples["tasks"]
     assert mine["tasks"] == [] and mine["problems"][0]["task"] == "broken-task"
     assert data["engine"] is None
+    harnesses = {row["name"]: row for row in data["harnesses"]}
+    assert harnesses["codex"]["qualified"] and not harnesses["aider"]["qualified"]
+    assert harnesses["aider"]["reason"]

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harbor_ray.data.result import ErrorType
 
-__all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "Level", "QualifyReport",
-           "QualifyRow", "problems", "render_markdown"]
+__all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow", "Level",
+           "QualifyReport", "QualifyRow", "problems", "render_markdown"]
 
-# Bumped whenever a field's meaning changes.
-REPORT_VERSION = 1
+# Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`.
+REPORT_VERSION = 2
 
 Level = Literal["scripted", "model"]
 
@@ -78,6 +78,16 @@ class QualifyRow(BaseModel):
     why: list[str] = Field(default_factory=list, description="What failed the row.")
 
 
+class HarnessRow(BaseModel):
+    """One harness Harbor knows: qualified, or why not (qualify/harnesses.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    qualified: bool
+    reason: str = Field(description="Why it is not qualified; empty when it is.")
+
+
 class QualifyReport(BaseModel):
     """A qualification run: what ran it, against what, and its rows."""
 
@@ -90,6 +100,9 @@ class QualifyReport(BaseModel):
     harbor: str
     started_at: str
     rows: list[QualifyRow]
+    harnesses: list[HarnessRow] = Field(
+        default_factory=list, description="Every harness Harbor knows, qualified or why "
+                                          "not; empty in a v1 report.")
 
     @property
     def qualified(self) -> bool:
@@ -136,7 +149,20 @@ def render_markdown(report: QualifyReport) -> str:
     if failed:
         lines.append("")
         lines += [f"- {row.agent} on {row.task}: {'; '.join(row.why)}" for row in failed]
+    if report.harnesses:
+        lines += ["", *_harness_section(report)]
     return "\n".join(lines) + "\n"
+
+
+def _harness_section(report: QualifyReport) -> list[str]:
+    """Counts, then every harness Harbor knows that is not qualified, with its reason."""
+    qualified = sum(1 for h in report.harnesses if h.qualified)
+    cells = sum(1 for row in report.rows if row.qualified)
+    lines = [f"Harnesses: Harbor {report.harbor} knows {len(report.harnesses)}; "
+             f"qualified at level 1 (scripted): {qualified}, at level 2 (model): "
+             f"{qualified}; this report: {len(report.rows)} cells, {cells} qualified.",
+             "", "Not qualified:", ""]
+    return lines + [f"- {h.name}: {h.reason}" for h in report.harnesses if not h.qualified]
 
 
 def _cells(row: QualifyRow) -> Sequence[str]:

@@ -32,7 +32,15 @@ from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
-from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow, problems, render_markdown
+from harbor_ray.qualify.harnesses import QUALIFIED, harbor_harnesses, harness_table
+from harbor_ray.qualify.report import (
+    HarnessRow,
+    Level,
+    QualifyReport,
+    QualifyRow,
+    problems,
+    render_markdown,
+)
 from harbor_ray.qualify.script import scripted_engine
 from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
 from harbor_ray.trials.datasets import TaskRef
@@ -42,8 +50,6 @@ from harbor_ray.trials.spec import RolloutSpec
 
 __all__ = ["QUALIFIED", "QualifyPlan", "default_agents", "qualify", "report_paths"]
 
-# The agents qualification covers: the pinned CLIs, and terminus-2 (Harbor's own).
-QUALIFIED = (*sorted(PINS), "terminus-2")
 _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
 
@@ -129,7 +135,9 @@ async def qualify(
     report = QualifyReport(
         level=level, engine="scripted" if level == "scripted" else served,
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
-        rows=list(rows))
+        rows=list(rows),
+        harnesses=[HarnessRow(name=h.name, qualified=h.qualified, reason=h.reason)
+                   for h in harness_table(harbor_harnesses())])
     plan.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_paths(plan.out, level)
     json_path.write_text(report.model_dump_json(indent=2) + "\n")

@@ -4,10 +4,11 @@ install` does) in the real bwrap sandbox, through the in-process capture proxy.
 
 Level 1 plays the scripted engine: each agent must solve hello-file (reward 1.0) in one
 agent root with the engine's exact ids. Level 2 uses the session's one real engine
-(tests/fixtures/engine.py) with small budgets: a captured turn and no infrastructure
-error per agent, and the capture as exact as at level 1 (one agent root but for an agent
-that rewrites its history, no split, no 4xx). At both levels each agent speaks the
-dialect its routes show.
+(tests/fixtures/engine.py) with small budgets, for today's rotating subset of the agents
+(tests/qualify/rotation.py; the test id names them): a captured turn and no
+infrastructure error per agent, and the capture as exact as at level 1 (one agent root
+but for an agent that rewrites its history, no split, no 4xx). At both levels each agent
+speaks the dialect its routes show.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+from tests.qualify.rotation import rotating_subset, today
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +41,10 @@ def agents_cache() -> Path:
     return DEFAULT_CACHE
 
 
-def qualify(out: Path, cache: Path, *args: str, timeout_s: float
+def qualify(out: Path, cache: Path, agents: tuple[str, ...], *args: str, timeout_s: float
             ) -> tuple[subprocess.CompletedProcess[str], dict]:
     run = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "qualify", *QUALIFIED, "--out", str(out),
+        [sys.executable, "-m", "harbor_ray.cli", "qualify", *agents, "--out", str(out),
          "--agents-cache", str(cache), *args],
         capture_output=True, text=True, timeout=timeout_s)
     level = "model" if "--llm-url" in args else "scripted"
@@ -55,7 +57,8 @@ def qualify(out: Path, cache: Path, *args: str, timeout_s: float
 def test_level_1_every_agent_solves_hello_file_in_one_root(
     tmp_path: Path, agents_cache: Path
 ) -> None:
-    run, report = qualify(tmp_path, agents_cache, "--concurrency", "3", timeout_s=1500)
+    run, report = qualify(tmp_path, agents_cache, QUALIFIED, "--concurrency", "3",
+                          timeout_s=1500)
     rows = {row["agent"]: row for row in report["rows"]}
     assert list(rows) == list(QUALIFIED)
     for agent, row in rows.items():
@@ -69,22 +72,24 @@ def test_level_1_every_agent_solves_hello_file_in_one_root(
     assert {agent: row["dialect"] for agent, row in rows.items()} == SPOKEN
 
 
-def test_level_2_every_agent_is_captured_on_the_real_model(
-    tmp_path: Path, agents_cache: Path, engine_url: str
+@pytest.mark.parametrize("agents", [rotating_subset(QUALIFIED, today())], ids="+".join)
+def test_level_2_todays_agents_are_captured_on_the_real_model(
+    tmp_path: Path, agents_cache: Path, engine_url: str, agents: tuple[str, ...]
 ) -> None:
     # Budget 2: opencode's first call is its title generator (auxiliary), so with one
     # call its agent never reached the model.
-    run, report = qualify(tmp_path, agents_cache, "--llm-url", engine_url, "--budget", "2",
-                          "--max-tokens", "32", "--deadline", "300", "--concurrency", "3",
-                          timeout_s=2400)
+    run, report = qualify(tmp_path, agents_cache, agents, "--llm-url", engine_url,
+                          "--budget", "2", "--max-tokens", "32", "--deadline", "300",
+                          "--concurrency", "3", timeout_s=2400)
     rows = {row["agent"]: row for row in report["rows"]}
-    assert list(rows) == list(QUALIFIED)
+    assert list(rows) == list(agents)
     for agent, row in rows.items():
         assert row["qualified"], (agent, row["why"], row["error"])
         assert row["turns"] >= 1 and row["exact_ids"] is True
         assert row["splits"] == 0 and row["proxy_4xx"] == 0, (agent, row["refusals"])
         assert row["agent_roots"] == 1 or (
             agent in REWRITES_HISTORY and row["agent_roots"] > 1), (agent, row)
-    assert {agent: row["dialect"] for agent, row in rows.items()} == SPOKEN
+    assert {agent: row["dialect"] for agent, row in rows.items()} == {
+        agent: SPOKEN[agent] for agent in agents}
     assert report["engine"] != "scripted"
     assert run.returncode == 0, run.stderr[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harbor_ray.qualify.report import (
     REWRITES_HISTORY,
+    HarnessRow,
     QualifyReport,
     QualifyRow,
     problems,
@@ -72,3 +73,26 @@ def test_markdown_has_a_row_per_agent_and_says_why_one_failed() -> None:
     assert "| gemini-cli |" in text and "- gemini-cli on hello-file: no captured turn" in text
     assert not report.qualified
     assert QualifyReport.model_validate_json(report.model_dump_json()) == report
+
+
+def test_the_report_lists_every_unqualified_harness_with_its_reason_and_counts() -> None:
+    report = QualifyReport(
+        level="scripted", engine="scripted", harbor_ray="0.1.0", harbor="0.25.0",
+        started_at="2026-12-03T12:00:00+00:00",
+        rows=[row(), row(agent="pi", qualified=False, why=["no captured turn"])],
+        harnesses=[HarnessRow(name="codex", qualified=True, reason=""),
+                   HarnessRow(name="pi", qualified=True, reason=""),
+                   HarnessRow(name="aider", qualified=False, reason="runs no command")])
+    text = render_markdown(report)
+    assert ("Harnesses: Harbor 0.25.0 knows 3; qualified at level 1 (scripted): 2, at "
+            "level 2 (model): 2; this report: 2 cells, 0 qualified.") in text
+    assert text.endswith("Not qualified:\n\n- aider: runs no command\n")
+    again = QualifyReport.model_validate_json(report.model_dump_json())
+    assert render_markdown(again) == text
+
+
+def test_a_v1_report_without_harnesses_renders_without_the_section() -> None:
+    old = QualifyReport.model_validate({
+        "report_version": 1, "level": "scripted", "engine": "scripted",
+        "harbor_ray": "0.1.0", "harbor": "0.25.0", "started_at": "t", "rows": []})
+    assert "Harnesses" not in render_markdown(old)

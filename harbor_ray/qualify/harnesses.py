@@ -1,0 +1,108 @@
+"""Every harness Harbor knows, and whether qualification covers it or why not. Pure.
+
+Harbor's own registry gives the names (`harbor_harnesses`, read where it is needed: the
+qualify run and `harbor-ray info`), so a harness Harbor adds shows up here unassessed
+rather than silently missing. `NOT_QUALIFIED` gives each harness outside `QUALIFIED` the
+reason it is not qualified, as found on machines that reach only PyPI, npm and Debian:
+"tried" where an install or a run was attempted, "read" where the reason comes from the
+adapter's install script, "not tried" where nothing went further than reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from harbor_ray.trials.installs import PINS
+
+__all__ = ["NOT_QUALIFIED", "QUALIFIED", "UNASSESSED", "Harness", "harbor_harnesses",
+           "harness_table"]
+
+# The agents qualification covers, at both levels: the pinned CLIs, and terminus-2
+# (Harbor's own).
+QUALIFIED = (*sorted(PINS), "terminus-2")
+
+# The reason given to a harness Harbor knows that this table does not name.
+UNASSESSED = "not assessed: Harbor knows it, this table does not name it yet"
+
+_PY312 = ("needs Python >= 3.12 (PyPI's requires-python); the sandbox sees the host's "
+          "3.11, and uv's Python downloads come from GitHub, which is unreachable (tried)")
+_OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (read)"
+
+NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
+    "acp": "a client for agents from the ACP registry, not an agent of its own; it "
+           "fetches uv from astral.sh, which is unreachable (read, not tried)",
+    "aider": "under --yes it runs no shell command, so no task is solved (tried)",
+    "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
+    "antigravity-sdk": _OUTSIDE.format(what="uv", where="astral.sh") + "; not tried",
+    "cline-cli": "Harbor cannot override its base URL, so its calls cannot reach the "
+                 "capture proxy (read)",
+    "computer-1": "a computer-use agent driving a desktop by screenshots; the sandbox "
+                  "has no desktop (read, not tried)",
+    "cortex-code": _OUTSIDE.format(what="its install script", where="ai.snowflake.com"),
+    "cursor-cli": _OUTSIDE.format(what="its install script", where="cursor.com"),
+    "deerflow": "installed by a git clone from GitHub, which is unreachable (read)",
+    "devin": "a hosted service: the model runs at Cognition, not on our engine (read)",
+    "dspy-rlm": "needs Harbor's dspy extra and Deno on the host, neither installed "
+                "here (read, not tried)",
+    "eve": "runs a user's own Eve app project; there is no agent to qualify without "
+           "one (read)",
+    "fabric": "needs Harbor's fabric extra, not installed here (read, not tried)",
+    "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
+    "fx-dev": _OUTSIDE.format(what="its install script", where="fx.sh"),
+    "goose": _OUTSIDE.format(what="its binary", where="GitHub releases"),
+    "grok-build": _OUTSIDE.format(what="its install script", where="x.ai"),
+    "hermes": _OUTSIDE.format(what="its install script", where="raw.githubusercontent.com"),
+    "junie": _OUTSIDE.format(what="its installer", where="junie.jetbrains.com"),
+    "kimi-cli": _PY312,
+    "kimi-code": "@moonshot-ai/kimi-code (npm, 2.1.0) needs Node >= 22.19; the sandbox "
+                 "has the host's Node 20 (npm view; not tried)",
+    "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
+                 "agent to qualify without one (read)",
+    "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
+    "mimo": _OUTSIDE.format(what="its install script", where="mimo.xiaomi.com"),
+    "muse-code": _OUTSIDE.format(what="its install script", where="dev.meta.ai"),
+    "nemo-agent": "not tried: nvidia-nat 1.9.0 on PyPI accepts Python 3.11, but the "
+                  "adapter fetches uv from astral.sh when the sandbox lacks it (read)",
+    "nop": "does nothing and calls no model: nothing to capture",
+    "openclaw": "needs Node >= 24.16 (npm view); the sandbox has the host's Node 20 "
+                "(tried)",
+    "openhands": "openhands-ai needs Python >= 3.12 (PyPI: <3.14,>=3.12), the sandbox "
+                 "sees the host's 3.11; the adapter also fetches uv from astral.sh "
+                 "(read, not tried)",
+    "openhands-sdk": _PY312,
+    "oracle": "runs the task's solution and calls no model: nothing to capture",
+    "rovodev-cli": _OUTSIDE.format(what="its package", where="Atlassian's apt repository"),
+    "strands": "runs a user-supplied Strands agent factory; there is no agent to "
+               "qualify without one (read)",
+    "swe-agent": "installed only from GitHub, which is unreachable (tried)",
+    "trae-agent": "installed only from GitHub, which is unreachable (tried)",
+    "vibe": _PY312,
+})
+
+
+@dataclass(frozen=True)
+class Harness:
+    """One harness Harbor knows: qualified, or the reason it is not."""
+
+    name: str
+    qualified: bool
+    reason: str  # "" when qualified
+
+
+def harness_table(known: Iterable[str]) -> tuple[Harness, ...]:
+    """Every harness in `known` (Harbor's registry) by name, each qualified or with the
+    reason it is not."""
+    return tuple(
+        Harness(name, True, "") if name in QUALIFIED
+        else Harness(name, False, NOT_QUALIFIED.get(name, UNASSESSED))
+        for name in sorted(set(known))
+    )
+
+
+def harbor_harnesses() -> list[str]:
+    """The harness names Harbor's agent factory accepts (`--agent`)."""
+    from harbor.agents.factory import AgentFactory
+
+    return AgentFactory.registered_names()

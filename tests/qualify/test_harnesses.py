@@ -1,0 +1,39 @@
+"""Every harness Harbor knows is in the table: qualified, or with its reason."""
+
+from __future__ import annotations
+
+from harbor_ray.qualify.harnesses import (
+    NOT_QUALIFIED,
+    QUALIFIED,
+    UNASSESSED,
+    Harness,
+    harbor_harnesses,
+    harness_table,
+)
+
+
+def test_the_table_covers_every_harness_harbor_knows() -> None:
+    # Fails when a Harbor upgrade adds a harness: give it its reason in NOT_QUALIFIED.
+    known = set(harbor_harnesses())
+    assert known - set(QUALIFIED) - NOT_QUALIFIED.keys() == set()
+    assert all(h.reason != UNASSESSED for h in harness_table(known))
+
+
+def test_the_table_names_no_harness_harbor_does_not_know() -> None:
+    known = set(harbor_harnesses())
+    assert NOT_QUALIFIED.keys() - known == set()
+    assert set(QUALIFIED) <= known
+    assert not NOT_QUALIFIED.keys() & set(QUALIFIED)
+
+
+def test_ten_qualified_the_rest_each_with_a_reason() -> None:
+    table = harness_table(harbor_harnesses())
+    assert [h.name for h in table if h.qualified] == sorted(QUALIFIED)
+    assert len(QUALIFIED) == 10
+    assert all(h.reason for h in table if not h.qualified)
+    assert all(h.reason == "" for h in table if h.qualified)
+
+
+def test_a_harness_the_table_does_not_name_is_shown_unassessed() -> None:
+    assert harness_table(["codex", "brand-new", "codex"]) == (
+        Harness("brand-new", False, UNASSESSED), Harness("codex", True, ""))
