@@ -20,9 +20,10 @@ offers tools is refused here (as vLLM refuses one without its flags) rather than
 recorded as a turn whose tool calls no agent can see.
 
 What SGLang cannot do here: stitched prompts. It takes a prompt as ids (`input_ids` on
-chat completions), but its `/v1/tokenize` renders messages only as a chat completion
-would (always with the generation prompt), and the stitcher needs the history rendered
-without it; so continuation is off on SGLang (engine_adapter.py).
+chat completions), but its `/v1/tokenize` renders messages as a chat completion would
+(its TokenizeRequest has no `add_generation_prompt`), and the stitcher needs the
+history rendered without the generation prompt; so continuation is off on SGLang
+(engine_adapter.py).
 """
 
 from __future__ import annotations
