@@ -161,7 +161,7 @@ _TOOL_FLAGS_FIX: dict[EngineKind, str] = {
 
 
 async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int,
-                            engine_kind: EngineKind = "vllm") -> str | None:
+                            engine_kind: EngineKind) -> str | None:
     """None if tool calling works; else what to change. `plain_prompt_len` is the prompt
     length of the same messages without tools."""
     probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
