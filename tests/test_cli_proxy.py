@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from tests.fixtures.fake_engine import fake_engine_process, free_port, wait_for
+from tests.fixtures.sglang_engine import SglangStandIn, sglang_app
+from tests.fixtures.threaded import serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,23 @@ def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
             "echo: hi")
         doc = httpx.get(f"{url}/sessions/{session['session_id']}/export").json()
         assert len(doc["turns"]) == 1 and doc["trainable"]
+
+
+def test_fronts_an_sglang_server_found_from_its_answers() -> None:
+    """Over HTTP, as users run it: the SGLang adapter is chosen, continuation is off,
+    and the turn keeps the ids SGLang returned in its own fields."""
+    stand_in = SglangStandIn(return_token_ids=False)
+    with serve_in_thread(sglang_app(stand_in)) as engine_url, \
+            proxy_process("--llm-url", engine_url) as (port, lines):
+        assert any("continuation off: sglang" in line for line in lines), lines
+        assert any("engine: sglang" in line for line in lines), lines
+        url = f"http://127.0.0.1:{port}"
+        session = httpx.post(f"{url}/sessions").json()
+        assert chat(url, session["key"]).json()["choices"][0]["message"]["content"] == (
+            "echo: hi")
+        doc = httpx.get(f"{url}/sessions/{session['session_id']}/export").json()
+    assert len(doc["turns"]) == 1 and doc["trainable"], doc["findings"]
+    assert stand_in.calls[-1]["return_prompt_token_ids"] is True
 
 
 def test_off_loopback_the_session_routes_need_the_admin_key(fake_engine_url: str) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
@@ -20,8 +21,8 @@ from harbor_ray.listening import bind
 
 def proxy(
     llm_url: Annotated[str, typer.Option(
-        help="The engine's base URL (a vLLM OpenAI server, e.g. http://127.0.0.1:8000). "
-             "Required: there is no default engine.")],
+        help="The engine's base URL (a vLLM or SGLang OpenAI server, e.g. "
+             "http://127.0.0.1:8000). Required: there is no default engine.")],
     host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback "
                                            "needs --admin-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
@@ -39,6 +40,9 @@ def proxy(
         "--allowed-host", help="A Host name agents reach the proxy by (repeatable; '*': "
         "any). IP addresses, the loopback names and --host are always answered; other "
         "names get 421 (a guard against DNS rebinding).")] = None,
+    engine_kind: Annotated[EngineChoice, typer.Option(
+        help="Which engine --llm-url is: vllm, sglang (no stitched prompts there), or "
+             "auto (found from what the server answers).")] = "auto",
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -51,30 +55,36 @@ def proxy(
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
                                 engine_timeout, stitch,
-                                names_served((*LOOPBACK_NAMES, *(allowed_host or ())), host)))
+                                names_served((*LOOPBACK_NAMES, *(allowed_host or ())), host),
+                                engine_kind))
 
 
 async def _serve_proxy(
     sock: socket.socket, llm_url: str, admin_key: str | None, budget: int | None,
     model: str | None, max_body_mb: float, engine_timeout: float, stitch: bool,
-    allowed_hosts: tuple[str, ...],
+    allowed_hosts: tuple[str, ...], engine_kind: EngineChoice,
 ) -> None:
-    engine = HttpEngine(llm_url, timeout_s=engine_timeout)
+    http = HttpEngine(llm_url, timeout_s=engine_timeout)
     try:
-        cert = await certify(engine, engine.root, model=model)
+        adapted = await adapt_engine(http, engine_kind)
+        engine = adapted.engine
+        cert = await certify(engine, http.root, model=model, engine_kind=adapted.kind)
     except BaseException:
-        await engine.aclose()
+        await http.aclose()
         raise
+    if stitch and not adapted.stitch:
+        console.print(f"continuation off: {adapted.kind} takes no stitched prompts here "
+                      "(docs/proxy.md)")
     console.print(f"engine certified: {cert.served_model} at {cert.url} "
                   f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix}; "
-                  f"logprobs: {cert.logprobs_mode})")
+                  f"logprobs: {cert.logprobs_mode}; engine: {cert.engine_kind})")
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
-        max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch,
+        max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch and adapted.stitch,
         logprobs_mode=cert.logprobs_mode, allowed_hosts=allowed_hosts,
     )
     store = InMemorySessionStore()
-    capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=engine.aclose)
+    capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=http.aclose)
 
     def ready(url: str) -> None:
         console.print(f"capture proxy ready at [bold]{url}[/bold]")

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harbor_ray.capture.proxy.engine_adapter import EngineKind
+from harbor_ray.capture.proxy.sglang import TOOL_PARSER_FIX
 from harbor_ray.capture.proxy.upstream import Engine, HttpEngine
 from harbor_ray.errors import CertificationError, EngineError
 
@@ -49,10 +51,16 @@ class Certification(BaseModel):
         "`raw`: the model's at temperature 1, whatever the sampling temperature (vLLM's "
         "default, `raw_logprobs`)."
     )
+    engine_kind: EngineKind = Field(
+        default="vllm", description="Which engine answered: `vllm`, or `sglang` (reached "
+        "through the proxy's SGLang adapter; no stitched prompts)."
+    )
 
 
-async def certify(engine: Engine, url: str, *, model: str | None = None) -> Certification:
-    """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable."""
+async def certify(engine: Engine, url: str, *, model: str | None = None,
+                  engine_kind: EngineKind = "vllm") -> Certification:
+    """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable.
+    `engine_kind`: which engine `engine` is (engine_adapter.py), recorded."""
     models, model = await _listed(engine, url, model)
 
     probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
@@ -67,7 +75,8 @@ async def certify(engine: Engine, url: str, *, model: str | None = None) -> Cert
             f"engine at {url} cannot be used for training: " + "; ".join(problems)
         )
 
-    tool_fix = await _tool_calling_fix(engine, model, len(reply["prompt_token_ids"]))
+    tool_fix = await _tool_calling_fix(engine, model, len(reply["prompt_token_ids"]),
+                                       engine_kind)
     logprobs_mode = await _logprobs_mode(engine, model)
     return Certification(
         url=url,
@@ -79,6 +88,7 @@ async def certify(engine: Engine, url: str, *, model: str | None = None) -> Cert
         tool_calling=tool_fix is None,
         tool_calling_fix=tool_fix,
         logprobs_mode=logprobs_mode,
+        engine_kind=engine_kind,
     )
 
 
@@ -143,7 +153,15 @@ def _capture_problems(reply: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int) -> str | None:
+_TOOL_FLAGS_FIX: dict[EngineKind, str] = {
+    "vllm": "start vLLM with --enable-auto-tool-choice --tool-call-parser <parser> "
+            "(e.g. hermes); agents that use the text protocol (terminus-2) work without",
+    "sglang": TOOL_PARSER_FIX,
+}
+
+
+async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int,
+                            engine_kind: EngineKind) -> str | None:
     """None if tool calling works; else what to change. `plain_prompt_len` is the prompt
     length of the same messages without tools."""
     probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
@@ -152,8 +170,7 @@ async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int) -
         reply = await engine.request("POST", "/v1/chat/completions", probe)
     except EngineError as exc:
         if "enable-auto-tool-choice" in exc.message or "tool-call-parser" in exc.message:
-            return ("start vLLM with --enable-auto-tool-choice --tool-call-parser <parser> "
-                    "(e.g. hermes); agents that use the text protocol (terminus-2) work without")
+            return _TOOL_FLAGS_FIX[engine_kind]
         return f"tool calling failed: {exc.message}"
     # A template that ignores `tools` accepts them and the model never sees them: the
     # request succeeds and no call can come back.
