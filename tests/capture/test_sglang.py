@@ -98,7 +98,7 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
     store = InMemorySessionStore()
     app = build_capture_app(store, adapted.engine, CaptureSettings(
         served_model="sgl-model", stitch=adapted.stitch))
-    info = await store.create()
+    info = await store.open_session()
     messages: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
     for _ in range(2):
         reply = await call(app, CHAT, {"model": "m", "messages": messages, "tools": TOOLS},
@@ -108,7 +108,7 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
         messages.append({k: v for k, v in message.items() if v is not None})
         for tool_call in message.get("tool_calls") or []:
             messages.append({"role": "tool", "tool_call_id": tool_call["id"], "content": "a"})
-    closed = await store.close(info.session_id)
+    closed = await store.close_session(info.session_id)
     assert closed is not None and len(closed.turns) == 2
     first, second = closed.turns
     assert second.continuation is None  # no stitching on SGLang
