@@ -12,7 +12,7 @@ from harbor_ray.qualify.report import (
 
 
 def row(**values) -> QualifyRow:
-    base = dict(agent="codex", version="0.171.0", dialect="responses", streaming="yes",
+    base = dict(agent="codex", profile="openai-responses", version="0.171.0", dialect="responses", streaming="yes",
                 task="hello-file", row_ok=True, turns=2, agent_roots=1, auxiliary_turns=0,
                 splits=0, stitched=1, reward=1.0, proxy_4xx=0, exact_ids=True)
     return QualifyRow(**{**base, **values})
@@ -61,14 +61,19 @@ def test_only_an_agent_that_rewrites_its_history_may_have_several_roots() -> Non
         "0 agent roots, not 1"]
 
 
-def test_markdown_has_a_row_per_agent_and_says_why_one_failed() -> None:
-    failed = row(agent="gemini-cli", reward=None, qualified=False, why=["no captured turn"])
+def test_markdown_has_a_row_per_agent_and_profile_and_says_why_one_failed() -> None:
+    failed = row(agent="gemini-cli", profile="google", reward=None, qualified=False,
+                 why=["no captured turn"])
     report = QualifyReport(level="scripted", engine="scripted", harbor_ray="0.1.0",
                            harbor="0.25.0", started_at="2026-01-01T00:00:00+00:00",
-                           rows=[row(qualified=True), failed])
+                           rows=[row(qualified=True), row(task="count-words", qualified=True),
+                                 row(profile="anthropic", qualified=True), failed])
     text = render_markdown(report)
-    assert "| codex | 0.171.0 | responses | yes | hello-file | yes | 2 | 1 | 0 | 1 | 1 | 0 " \
-           "| yes |" in text
-    assert "| gemini-cli |" in text and "- gemini-cli on hello-file: no captured turn" in text
+    assert "| codex | openai-responses | 0.171.0 | responses | yes | hello-file | yes | 2 | " \
+           "1 | 0 | 1 | 1 | 0 | yes |" in text
+    assert "| codex | anthropic |" in text
+    assert "| gemini-cli | google |" in text
+    assert "- gemini-cli (google) on hello-file: no captured turn" in text
+    assert "3 of 4 rows qualified; 2 of 3 (agent, profile) cells on every task." in text
     assert not report.qualified
     assert QualifyReport.model_validate_json(report.model_dump_json()) == report

@@ -64,3 +64,11 @@ def test_the_dialect_is_the_one_the_agent_spoke() -> None:
     assert row_of("claude-code", record, [
         *answered("/v1/messages/count_tokens"), *answered(CHAT, status=400)], []
     ).dialect is None
+
+
+def test_a_rollout_without_a_capture_is_a_row_with_no_turn() -> None:
+    # An agent that fails before its first call (Harbor refusing its configuration).
+    record = rollout("r", None, reward=None, error_type="internal", error="ValueError: no")
+    row = row_of("pi", record, [], [])
+    assert (row.turns, row.agent_roots, row.exact_ids, row.dialect) == (0, 0, None, None)
+    assert row.error == "ValueError: no"
