@@ -272,8 +272,9 @@ _TABLE = (
 
 AGENTS: Mapping[str, AgentKind] = MappingProxyType({kind.name: kind for kind in _TABLE})
 
-# LiteLLM's gemini provider appends models/<model>:generateContent to a custom base.
-_LITELLM_GEMINI_PATH = "/v1beta"
+# Google clients that take a base holding the API version (LiteLLM's gemini provider,
+# @ai-sdk/google, pi's google provider) append only models/<model>:generateContent.
+_GOOGLE_VERSIONED = "/v1beta"
 
 # The profiles an agent speaks besides its default one (AGENTS), each wired as it needs.
 _OTHER_PROFILES = (
@@ -284,23 +285,27 @@ _OTHER_PROFILES = (
     AgentKind("terminus-2", "host", dialect="anthropic", channel="litellm",
               model_prefix="anthropic/"),
     AgentKind("terminus-2", "host", dialect="google", channel="litellm",
-              model_prefix="gemini/", url_path=_LITELLM_GEMINI_PATH),
+              model_prefix="gemini/", url_path=_GOOGLE_VERSIONED),
     _installed("opencode", "anthropic", pin_dialect=True, url_path="/v1",
                model_prefix=f"{_OPENCODE_PROVIDER}/", key_env="OPENAI_API_KEY",
                wired_kwargs=_OPENCODE_AUX),
     # Its built-in google provider, which reads its own key variable; Harbor would still
     # forward the host's OPENAI_API_KEY (opencode's default key), so that one is blanked.
-    _installed("opencode", "google", model_prefix="google/",
+    _installed("opencode", "google", model_prefix="google/", url_path=_GOOGLE_VERSIONED,
                key_env="GOOGLE_GENERATIVE_AI_API_KEY", pinned_env={"OPENAI_API_KEY": ""}),
+    # Its built-in `openai` provider speaks Responses; Harbor will not pin that format
+    # for opencode, nor does it need to.
+    _installed("opencode", "responses"),
     _installed("pi", "responses", pin_dialect=True),
     _installed("pi", "anthropic", pin_dialect=True),
     # Harbor 0.25 refuses to pin Google's format for pi, yet writes the API pi is given
     # (`model_api`) into its models.json as it is.
     _installed("pi", "google", model_prefix="openai/", key_env="OPENAI_API_KEY",
+               url_path=_GOOGLE_VERSIONED,
                wired_kwargs={"model_api": "google-generative-ai"}),
     _installed("mini-swe-agent", "responses", pin_dialect=True),
     _installed("mini-swe-agent", "anthropic"),
-    _installed("mini-swe-agent", "google", url_path=_LITELLM_GEMINI_PATH),
+    _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
     _installed("code-puppy", "responses", pin_dialect=True),
     _installed("code-puppy", "anthropic", pin_dialect=True),
     _installed("copilot-cli", "responses", pin_dialect=True,

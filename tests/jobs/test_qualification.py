@@ -38,7 +38,8 @@ def test_the_level_follows_the_engine() -> None:
 @pytest.mark.parametrize(("profiles", "cells"), [
     ((), [("codex", "openai-responses"), ("opencode", "openai-chat"), ("oracle", None)]),
     (("all",), [("codex", "openai-responses"), ("opencode", "openai-chat"),
-                ("opencode", "anthropic"), ("opencode", "google"), ("oracle", None)]),
+                ("opencode", "anthropic"), ("opencode", "google"),
+                ("opencode", "openai-responses"), ("oracle", None)]),
 ])
 def test_the_plan_has_a_cell_per_agent_and_profile_asked(
     tmp_path: Path, profiles: tuple[str, ...], cells: list[tuple[str, str | None]]

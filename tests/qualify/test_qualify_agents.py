@@ -21,6 +21,7 @@ import pytest
 
 from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
+from harbor_ray.trials.agents import PROFILES, profiles
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
 
 pytestmark = pytest.mark.integration
@@ -30,6 +31,10 @@ SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "googl
           "opencode": "chat", "qwen-coder": "chat", "mini-swe-agent": "chat",
           "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
           "terminus-2": "chat"}
+# The profiles besides the defaults that CI runs, a representative few (its time is
+# short: about 20 s of the 15 cells' 4 min): LiteLLM on the host (terminus-2), a CLI's
+# own clients (copilot-cli), and the profile Harbor's layer needs help with (pi google).
+OTHER_PROFILES_IN_CI = ("copilot-cli", "pi", "terminus-2")
 
 
 @pytest.fixture(scope="session")
@@ -39,10 +44,11 @@ def agents_cache() -> Path:
     return DEFAULT_CACHE
 
 
-def qualify(out: Path, cache: Path, *args: str, timeout_s: float
+def qualify(out: Path, cache: Path, *args: str, timeout_s: float,
+            agents: tuple[str, ...] = QUALIFIED
             ) -> tuple[subprocess.CompletedProcess[str], dict]:
     run = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "qualify", *QUALIFIED, "--out", str(out),
+        [sys.executable, "-m", "harbor_ray.cli", "qualify", *agents, "--out", str(out),
          "--agents-cache", str(cache), *args],
         capture_output=True, text=True, timeout=timeout_s)
     level = "model" if "--llm-url" in args else "scripted"
@@ -67,6 +73,20 @@ def test_level_1_every_agent_solves_hello_file_in_one_root(
     # Side calls stay out of the agent's root: opencode's title generator.
     assert rows["opencode"]["auxiliary_turns"] >= 1
     assert {agent: row["dialect"] for agent, row in rows.items()} == SPOKEN
+
+
+def test_level_1_other_profiles_solve_hello_file_in_one_root(
+    tmp_path: Path, agents_cache: Path
+) -> None:
+    run, report = qualify(tmp_path, agents_cache, "--profile", "all", "--concurrency", "3",
+                          agents=OTHER_PROFILES_IN_CI, timeout_s=900)
+    cells = {(row["agent"], row["profile"]): row for row in report["rows"]}
+    assert list(cells) == [(a, p) for a in OTHER_PROFILES_IN_CI for p in profiles(a)]
+    spoken = {profile: dialect for dialect, profile in PROFILES.items()}
+    for (agent, profile), row in cells.items():
+        assert row["qualified"], (agent, profile, row["why"], row["error"])
+        assert row["dialect"] == spoken[profile], (agent, profile, row["dialect"])
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_level_2_every_agent_is_captured_on_the_real_model(

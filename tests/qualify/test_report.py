@@ -12,7 +12,8 @@ from harbor_ray.qualify.report import (
 
 
 def row(**values) -> QualifyRow:
-    base = dict(agent="codex", profile="openai-responses", version="0.171.0", dialect="responses", streaming="yes",
+    base = dict(agent="codex", profile="openai-responses", version="0.171.0",
+                dialect="responses", streaming="yes",
                 task="hello-file", row_ok=True, turns=2, agent_roots=1, auxiliary_turns=0,
                 splits=0, stitched=1, reward=1.0, proxy_4xx=0, exact_ids=True)
     return QualifyRow(**{**base, **values})

@@ -173,13 +173,13 @@ def test_unwired_agent_is_refused_not_passed_through(agent: str):
 
 def test_profiles_name_the_default_first_and_refuse_the_others():
     assert profiles("codex") == ("openai-responses",)
-    assert profiles("opencode") == ("openai-chat", "anthropic", "google")
+    assert profiles("opencode") == ("openai-chat", "anthropic", "google", "openai-responses")
     assert profiles("oracle") == () and profiles("cline-cli") == ()
     assert build("codex", profile="openai-responses") == build("codex")
     check_profile("pi", "google")
     with pytest.raises(ProfileNotSupportedError,
-                       match="'codex' is not wired to speak profile 'anthropic'; its "
-                             "profiles: openai-responses$"):
+                       match=r"'codex' is not wired to speak profile 'anthropic'; its "
+                             r"profiles: openai-responses$"):
         build("codex", profile="anthropic")
     with pytest.raises(ProfileNotSupportedError, match="its profiles: none"):
         check_profile("oracle", "anthropic")
