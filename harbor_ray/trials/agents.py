@@ -289,10 +289,10 @@ _OTHER_PROFILES = (
     _installed("opencode", "anthropic", pin_dialect=True, url_path="/v1",
                model_prefix=f"{_OPENCODE_PROVIDER}/", key_env="OPENAI_API_KEY",
                wired_kwargs=_OPENCODE_AUX),
-    # Its built-in google provider, which reads its own key variable; Harbor would still
-    # forward the host's OPENAI_API_KEY (opencode's default key), so that one is blanked.
+    # Its built-in google provider; Harbor writes opencode's own key variable into the
+    # provider's options, so the key goes there, not under Google's name.
     _installed("opencode", "google", model_prefix="google/", url_path=_GOOGLE_VERSIONED,
-               key_env="GOOGLE_GENERATIVE_AI_API_KEY", pinned_env={"OPENAI_API_KEY": ""}),
+               key_env="OPENAI_API_KEY"),
     # Its built-in `openai` provider speaks Responses; Harbor will not pin that format
     # for opencode, nor does it need to.
     _installed("opencode", "responses"),

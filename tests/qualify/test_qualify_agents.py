@@ -32,8 +32,9 @@ SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "googl
           "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
           "terminus-2": "chat"}
 # The profiles besides the defaults that CI runs, a representative few (its time is
-# short: about 20 s of the 15 cells' 4 min): LiteLLM on the host (terminus-2), a CLI's
-# own clients (copilot-cli), and the profile Harbor's layer needs help with (pi google).
+# short: their 8 cells take about 55 s of the 16 new cells' 6 min on hello-file, one at
+# a time): LiteLLM on the host (terminus-2), a CLI's own clients (copilot-cli), and the
+# profile Harbor's layer needs help with (pi google). `qualify --profile all` runs all.
 OTHER_PROFILES_IN_CI = ("copilot-cli", "pi", "terminus-2")
 
 
