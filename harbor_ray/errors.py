@@ -28,6 +28,7 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── AgentError                       the agent cannot be run through the proxy
 │   │   ├── UnknownAgentError (ValueError)  not a Harbor agent name, not an import path
 │   │   ├── AgentNotWiredError (ValueError)  no way to point it at the proxy
+│   │   │   └── ProfileNotSupportedError  not wired to speak that profile (dialect)
 │   │   ├── AgentInstallError            its CLI is not installed, or will not install
 │   │   └── AgentPinError (ValueError)   an agent_versions.toml entry that cannot work
 │   └── BackendError                     the sandbox backend
@@ -187,6 +188,11 @@ class UnknownAgentError(AgentError, ValueError):
 
 class AgentNotWiredError(AgentError, ValueError):
     """A Harbor agent harbor_ray cannot point at the capture proxy; the message says why."""
+
+
+class ProfileNotSupportedError(AgentNotWiredError):
+    """An agent asked to speak a profile (dialect) it is not wired for; the message lists
+    the profiles it has."""
 
 
 class AgentInstallError(AgentError):

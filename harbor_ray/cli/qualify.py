@@ -18,6 +18,11 @@ def qualify(
     agents: Annotated[list[str] | None, typer.Argument(
         help="Agents to qualify (default: every qualified agent installed here: the "
              "pinned CLIs of `harbor-ray agents list`, and terminus-2).")] = None,
+    profile: Annotated[list[str] | None, typer.Option(
+        help="The profile (dialect) each agent speaks to the proxy: openai-chat, "
+             "openai-responses, anthropic or google (repeatable; default: each agent's "
+             "own; `all`: every profile it is wired for). An agent not wired for a "
+             "profile asked for is refused (exit 2), its profiles named.")] = None,
     engine: Annotated[str, typer.Option(
         help="`scripted` (level 1: a scripted engine that solves each task by its "
              "solution commands, through each agent's own tools), or a Serve YAML to "
@@ -62,7 +67,8 @@ def qualify(
     from harbor_ray.qualify.run import report_paths
 
     request = QualifyRequest(
-        agents=tuple(agents or ()), engine=engine, llm_url=llm_url, model=model,
+        agents=tuple(agents or ()), profiles=tuple(profile or ()), engine=engine,
+        llm_url=llm_url, model=model,
         tasks=tuple(task or QualifyRequest.tasks), dataset=dataset, budget=budget,
         max_tokens=max_tokens, deadline_s=deadline, concurrency=concurrency,
         out=out.resolve(), agents_cache=agents_cache)
@@ -78,6 +84,6 @@ def qualify(
 
 def _shown(row: QualifyRow) -> None:
     mark = "[green]qualified[/green]" if row.qualified else "[red]not qualified[/red]"
-    console.print(f"{row.agent} on {row.task}: {mark} ({row.turns} turns, "
+    console.print(f"{row.agent} ({row.profile or '-'}) on {row.task}: {mark} ({row.turns} turns, "
                   f"{row.seconds:.0f} s){'' if row.qualified else ': '}"
                   f"{'; '.join(row.why)}")

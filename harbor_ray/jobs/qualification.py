@@ -14,14 +14,15 @@ from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
 from harbor_ray.jobs.runs import Progress, check_sandbox, sampling_of, silent, tasks_of
 from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow
-from harbor_ray.qualify.run import QualifyPlan, default_agents, qualify
-from harbor_ray.trials.agents import needs_model
+from harbor_ray.qualify.run import Cell, QualifyPlan, default_agents, qualify
+from harbor_ray.trials.agents import check_profile, profiles
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.installs import DEFAULT_CACHE
 
 __all__ = ["SCRIPTED", "QualifyRequest", "plan_qualify", "run_qualify"]
 
 SCRIPTED = "scripted"  # `engine` of level 1: the scripted engine plays the model
+ALL_PROFILES = "all"  # `profiles` entry: every profile each agent is wired to speak
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class QualifyRequest:
     """Which agents to qualify, on what; the fields are `harbor-ray qualify`'s flags."""
 
     agents: Sequence[str] = ()  # empty: every qualified agent installed here
+    profiles: Sequence[str] = ()  # empty: each agent's default; or names, or "all"
     engine: str = SCRIPTED  # or a Serve YAML started for the run (level 2)
     llm_url: str | None = None  # level 2 against an engine already running
     model: str | None = None
@@ -58,16 +60,30 @@ def plan_qualify(request: QualifyRequest, progress: Progress = silent) -> Qualif
         for name in missing:
             progress(f"skipped {name}: not installed (run `harbor-ray agents install "
                      f"{name}`)")
-    for name in agents:  # an unknown name fails here, before anything starts
-        needs_model(name)
+    # An unknown name or an unsupported profile fails here, before anything starts.
+    cells = [cell for name in agents for cell in _cells(name, request.profiles)]
     tasks = tasks_of(request.dataset, request.tasks, progress)
     check_sandbox(LOCAL, {})
     return QualifyPlan(
-        agents=tuple(agents), tasks=tuple(tasks), out=request.out.resolve(),
+        cells=tuple(cells), tasks=tuple(tasks), out=request.out.resolve(),
         agents_cache=cache, budget=request.budget, deadline_s=request.deadline_s,
         concurrency=request.concurrency,
         sampling=(None if request.level == "scripted"
                   else sampling_of(None, request.max_tokens or 256)))
+
+
+def _cells(agent: str, wanted: Sequence[str]) -> list[Cell]:
+    """The (agent, profile) cells `wanted` asks of `agent`."""
+    has = profiles(agent)
+    if not has:  # no model, or not wired: run as it is (its row says why)
+        return [(agent, None)]
+    if not wanted:
+        return [(agent, has[0])]
+    if ALL_PROFILES in wanted:
+        return [(agent, profile) for profile in has]
+    for profile in wanted:
+        check_profile(agent, profile)
+    return [(agent, profile) for profile in has if profile in wanted]
 
 
 def run_qualify(

@@ -1,4 +1,5 @@
-"""The qualification report: a row per (agent, task), its verdict, JSON and markdown. Pure.
+"""The qualification report: a row per (agent, profile, task), its verdict, JSON and
+markdown. Pure.
 
 Two levels. `scripted`: the scripted engine plays a model that solves the task by its
 solution commands, so every qualified agent must score 1.0 in one agent root (side calls
@@ -22,8 +23,9 @@ from harbor_ray.data.result import ErrorType
 __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow", "Level",
            "QualifyReport", "QualifyRow", "problems", "render_markdown"]
 
-# Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`.
-REPORT_VERSION = 2
+# Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`; 3: a
+# row's `profile`.
+REPORT_VERSION = 3
 
 Level = Literal["scripted", "model"]
 
@@ -45,11 +47,13 @@ REWRITES_HISTORY: Mapping[str, str] = MappingProxyType({
 
 
 class QualifyRow(BaseModel):
-    """One agent on one task, as qualification saw it."""
+    """One agent, speaking one profile, on one task, as qualification saw it."""
 
     model_config = ConfigDict(extra="forbid")
 
     agent: str
+    profile: str | None = Field(default=None, description="The profile (dialect) the "
+                                "agent was wired to speak; None: it calls no model.")
     version: str = Field(description="The pinned CLI release; Harbor's for terminus-2.")
     dialect: str | None
     streaming: str = Field(description="yes, no or mixed: whether the model calls' "
@@ -134,7 +138,7 @@ def problems(row: QualifyRow, level: Level) -> list[str]:
     return found
 
 
-_COLUMNS = ("agent", "version", "dialect", "streaming", "task", "row ok", "turns",
+_COLUMNS = ("agent", "profile", "version", "dialect", "streaming", "task", "row ok", "turns",
             "agent roots", "splits", "stitched", "reward", "proxy 4xx", "qualified")
 
 
@@ -145,10 +149,16 @@ def render_markdown(report: QualifyReport) -> str:
              f" {report.started_at})", "",
              "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in report.rows]
+    cells = {(row.agent, row.profile) for row in report.rows}
+    failing = {(row.agent, row.profile) for row in report.rows if not row.qualified}
+    lines += ["", f"{sum(row.qualified for row in report.rows)} of {len(report.rows)} rows "
+                  f"qualified; {len(cells - failing)} of {len(cells)} (agent, profile) "
+                  "cells on every task."]
     failed = [row for row in report.rows if not row.qualified]
     if failed:
         lines.append("")
-        lines += [f"- {row.agent} on {row.task}: {'; '.join(row.why)}" for row in failed]
+        lines += [f"- {row.agent} ({row.profile or '-'}) on {row.task}: {'; '.join(row.why)}"
+                  for row in failed]
     if report.harnesses:
         lines += ["", *_harness_section(report)]
     return "\n".join(lines) + "\n"
@@ -157,16 +167,15 @@ def render_markdown(report: QualifyReport) -> str:
 def _harness_section(report: QualifyReport) -> list[str]:
     """Counts, then every harness Harbor knows that is not qualified, with its reason."""
     qualified = sum(1 for h in report.harnesses if h.qualified)
-    cells = sum(1 for row in report.rows if row.qualified)
     lines = [f"Harnesses: Harbor {report.harbor} knows {len(report.harnesses)}; "
              f"qualified at level 1 (scripted): {qualified}, at level 2 (model): "
-             f"{qualified}; this report: {len(report.rows)} cells, {cells} qualified.",
-             "", "Not qualified:", ""]
+             f"{qualified}.", "", "Not qualified:", ""]
     return lines + [f"- {h.name}: {h.reason}" for h in report.harnesses if not h.qualified]
 
 
 def _cells(row: QualifyRow) -> Sequence[str]:
-    return (row.agent, row.version, row.dialect or "-", row.streaming, row.task,
+    return (row.agent, row.profile or "-", row.version, row.dialect or "-", row.streaming,
+            row.task,
             _yes(row.row_ok), str(row.turns), str(row.agent_roots), str(row.splits),
             str(row.stitched), "-" if row.reward is None else f"{row.reward:g}",
             str(row.proxy_4xx), _yes(row.qualified))

@@ -48,7 +48,7 @@ from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["QUALIFIED", "QualifyPlan", "default_agents", "qualify", "report_paths"]
+__all__ = ["QUALIFIED", "Cell", "QualifyPlan", "default_agents", "qualify", "report_paths"]
 
 _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
@@ -79,9 +79,13 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 })
 
 
+# One agent speaking one profile (None: an agent without a model, or not wired).
+Cell = tuple[str, str | None]
+
+
 @dataclass(frozen=True)
 class QualifyPlan:
-    agents: tuple[str, ...]
+    cells: tuple[Cell, ...]  # (agent, profile), each run on every task
     tasks: tuple[TaskRef, ...]
     out: Path
     agents_cache: Path = DEFAULT_CACHE
@@ -108,7 +112,7 @@ async def qualify(
     model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
 ) -> QualifyReport:
     """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report.
-    Rows are in plan order (agents, then tasks), whatever order they finish in."""
+    Rows are in plan order (cells, then tasks), whatever order they finish in."""
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     model_engine = engine if level == "model" else None
     if level == "model":
@@ -118,20 +122,20 @@ async def qualify(
         served, logprobs_mode = certification.served_model, certification.logprobs_mode
     gate = asyncio.Semaphore(plan.concurrency)
 
-    async def one(agent: str, task: TaskRef) -> QualifyRow:
+    async def one(agent: str, profile: str | None, task: TaskRef) -> QualifyRow:
         async with gate:
             played = EngineTap(scripted_engine(agent, task.path) if model_engine is None
                                else model_engine)
             scripted = level == "scripted"
             async with _capture(played, SCRIPTED_MODEL if scripted else served,
                                 None if scripted else logprobs_mode) as (capture, answers):
-                row = await _qualify_one(plan, level, agent, task, capture, answers,
-                                         played)
+                row = await _qualify_one(plan, level, (agent, profile), task, capture,
+                                         answers, played)
         if on_row is not None:
             on_row(row)
         return row
 
-    rows = await asyncio.gather(*(one(a, t) for a in plan.agents for t in plan.tasks))
+    rows = await asyncio.gather(*(one(a, p, t) for a, p in plan.cells for t in plan.tasks))
     report = QualifyReport(
         level=level, engine="scripted" if level == "scripted" else served,
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
@@ -163,12 +167,14 @@ async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | No
 
 
 async def _qualify_one(
-    plan: QualifyPlan, level: Level, agent: str, task: TaskRef, capture: LocalCapture,
+    plan: QualifyPlan, level: Level, cell: Cell, task: TaskRef, capture: LocalCapture,
     proxy_tap: ProxyTap, engine_tap: EngineTap,
 ) -> QualifyRow:
+    agent, profile = cell
     stamp = time.strftime("%Y%m%d-%H%M%S")
     spec = RolloutSpec(
-        rollout_id=f"{agent}__{task.name}__{level}__{stamp}", task=task, agent=agent,
+        rollout_id=f"{agent}__{profile}__{task.name}__{level}__{stamp}", task=task,
+        agent=agent, profile=profile,
         trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
         sampling=plan.sampling, agents_cache=plan.agents_cache,
         agent_kwargs=copy.deepcopy(dict(SMALL_CONTEXT_KWARGS.get(agent, {})))
@@ -178,7 +184,7 @@ async def _qualify_one(
     record = await run_rollout(spec, capture)
     row = row_of(agent, record, proxy_tap.answers, engine_tap.generations)
     why = problems(row, level)
-    return row.model_copy(update={"qualified": not why, "why": why})
+    return row.model_copy(update={"profile": profile, "qualified": not why, "why": why})
 
 
 def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
@@ -186,7 +192,7 @@ def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
     """The report's row of one finished rollout, what the proxy answered during it, and
     what the engine generated."""
     result, doc = record.result, export_document(record)
-    turns = doc["turns"] if doc else []  # no document: the rollout failed before a call
+    turns = doc["turns"] if doc is not None else []  # None: the rollout had no capture
     calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/"))
              and a.status < 400]
     streamed = {a.streamed for a in calls}

@@ -1,7 +1,9 @@
 """Which Harbor agents harbor_ray can run, and how each one is pointed at the capture proxy.
 
-`agent_config()` turns (agent name, proxy, key, served model) into the Harbor
-`AgentConfig` for one rollout. It is pure (no network, no `os.environ`, no
+`agent_config()` turns (agent name, profile, proxy, key, served model) into the Harbor
+`AgentConfig` for one rollout. A profile names the dialect an agent speaks to the proxy
+(`PROFILES`): each wired agent has its default one, and some can be wired to speak others
+(`profiles()`). It is pure (no network, no `os.environ`, no
 process-global state), and the session key travels only inside the returned config.
 How each kind of agent is wired, and why: docs/agents.md, "Wiring an agent to the proxy".
 """
@@ -21,19 +23,23 @@ from harbor.models.trial.config import AgentConfig
 
 from harbor_ray.capture.core.dialects.base import DialectName
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
+from harbor_ray.errors import AgentNotWiredError, ProfileNotSupportedError, UnknownAgentError
 
 __all__ = [
     "AGENTS",
     "AUX_MODEL",
     "DEFAULT_CONTEXT_WINDOW",
+    "PROFILES",
     "AgentKind",
     "AgentNotWiredError",
+    "ProfileNotSupportedError",
     "ProxyEndpoint",
     "UnknownAgentError",
     "agent_config",
+    "check_profile",
     "describe_agents",
     "needs_model",
+    "profiles",
     "runs_in_sandbox",
 ]
 
@@ -48,6 +54,14 @@ AUX_MODEL = "harbor-aux"
 
 # SmolLM2-135M-Instruct, the default served model, has an 8192-token context.
 DEFAULT_CONTEXT_WINDOW = 8192
+
+# A profile is named by the API its dialect is: what `--profile` takes.
+PROFILES: Mapping[DialectName, str] = MappingProxyType({
+    "chat": "openai-chat",
+    "responses": "openai-responses",
+    "anthropic": "anthropic",
+    "google": "google",
+})
 
 _FORMATS: Mapping[DialectName, ModelApiFormat] = MappingProxyType({
     "chat": ModelApiFormat.OPENAI_CHAT_COMPLETIONS,
@@ -119,12 +133,17 @@ class AgentKind:
     pinned_env: tuple[tuple[str, str], ...] = ()
     # Variables naming the agent's small/fast model slots, set to AUX_MODEL.
     aux_env: tuple[str, ...] = ()
-    # Agent kwargs that set its small/fast slots where a config file holds them.
-    aux_kwargs: Mapping[str, Any] = MappingProxyType({})
+    # Agent kwargs the wiring sets: its small/fast slots where a config file holds them,
+    # the API it speaks where Harbor's connection layer will not pin that format.
+    wired_kwargs: Mapping[str, Any] = MappingProxyType({})
 
     @property
     def wired(self) -> bool:
         return self.channel is not None
+
+    @property
+    def profile(self) -> str | None:
+        return PROFILES[self.dialect] if self.dialect else None
 
 
 def _installed(
@@ -137,7 +156,7 @@ def _installed(
     pin_dialect: bool = False,
     pinned_env: Mapping[str, str] | None = None,
     aux_env: tuple[str, ...] = (),
-    aux_kwargs: Mapping[str, Any] | None = None,
+    wired_kwargs: Mapping[str, Any] | None = None,
     note: str = "",
 ) -> AgentKind:
     prefix, key, path = _DIALECT_DEFAULTS[dialect]
@@ -153,7 +172,7 @@ def _installed(
         pin_dialect=pin_dialect,
         pinned_env=tuple(sorted((pinned_env or {}).items())),
         aux_env=aux_env,
-        aux_kwargs=MappingProxyType(dict(aux_kwargs or {})),
+        wired_kwargs=MappingProxyType(dict(wired_kwargs or {})),
     )
 
 
@@ -162,6 +181,10 @@ def _unwired(name: str, runs: Runs, note: str) -> AgentKind:
 
 
 _OPENCODE_PROVIDER = "harbor"
+_OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
+    "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
+    "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
+}})
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
@@ -194,10 +217,7 @@ _TABLE = (
     # Its provider is not called `openai`: opencode sends that one's calls to the
     # Responses API whatever the npm package; `small_model` is its title generator's.
     _installed("opencode", "chat", pin_dialect=True, model_prefix=f"{_OPENCODE_PROVIDER}/",
-               aux_kwargs={"opencode_config": {
-                   "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
-                   "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
-               }},
+               wired_kwargs=_OPENCODE_AUX,
                note=f"provider {_OPENCODE_PROVIDER!r} (@ai-sdk/openai-compatible) in "
                     "opencode.json, key {env:OPENAI_API_KEY}"),
     _installed("mimo", "chat", pin_dialect=True,
@@ -252,6 +272,80 @@ _TABLE = (
 
 AGENTS: Mapping[str, AgentKind] = MappingProxyType({kind.name: kind for kind in _TABLE})
 
+# Google clients that take a base holding the API version (LiteLLM's gemini provider,
+# @ai-sdk/google, pi's google provider) append only models/<model>:generateContent.
+_GOOGLE_VERSIONED = "/v1beta"
+
+# The profiles an agent speaks besides its default one (AGENTS), each wired as it needs.
+_OTHER_PROFILES = (
+    # LiteLLM picks the provider by the model's prefix; `openai/responses/` sends a chat
+    # call to the Responses API.
+    AgentKind("terminus-2", "host", dialect="responses", channel="litellm",
+              model_prefix="openai/responses/", url_path="/v1"),
+    AgentKind("terminus-2", "host", dialect="anthropic", channel="litellm",
+              model_prefix="anthropic/"),
+    AgentKind("terminus-2", "host", dialect="google", channel="litellm",
+              model_prefix="gemini/", url_path=_GOOGLE_VERSIONED),
+    _installed("opencode", "anthropic", pin_dialect=True, url_path="/v1",
+               model_prefix=f"{_OPENCODE_PROVIDER}/", key_env="OPENAI_API_KEY",
+               wired_kwargs=_OPENCODE_AUX),
+    # Its built-in google provider; Harbor writes opencode's own key variable into the
+    # provider's options, so the key goes there, not under Google's name.
+    _installed("opencode", "google", model_prefix="google/", url_path=_GOOGLE_VERSIONED,
+               key_env="OPENAI_API_KEY"),
+    # Its built-in `openai` provider speaks Responses; Harbor will not pin that format
+    # for opencode, nor does it need to.
+    _installed("opencode", "responses"),
+    _installed("pi", "responses", pin_dialect=True),
+    _installed("pi", "anthropic", pin_dialect=True),
+    # Harbor 0.25 refuses to pin Google's format for pi, yet writes the API pi is given
+    # (`model_api`) into its models.json as it is.
+    _installed("pi", "google", model_prefix="openai/", key_env="OPENAI_API_KEY",
+               url_path=_GOOGLE_VERSIONED,
+               wired_kwargs={"model_api": "google-generative-ai"}),
+    _installed("mini-swe-agent", "responses", pin_dialect=True),
+    _installed("mini-swe-agent", "anthropic"),
+    _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
+    _installed("code-puppy", "responses", pin_dialect=True),
+    _installed("code-puppy", "anthropic", pin_dialect=True),
+    _installed("copilot-cli", "responses", pin_dialect=True,
+               pinned_env={"COPILOT_OFFLINE": "true"}),
+    _installed("copilot-cli", "anthropic", pin_dialect=True,
+               pinned_env={"COPILOT_OFFLINE": "true"}),
+)
+
+# (agent, profile) -> its wiring: every wired agent's default profile, and the others.
+_WIRINGS: Mapping[tuple[str, str], AgentKind] = MappingProxyType({
+    (kind.name, kind.profile): kind
+    for kind in (*(k for k in _TABLE if k.profile), *_OTHER_PROFILES)
+    if kind.profile is not None
+})
+
+
+def profiles(agent: str) -> tuple[str, ...]:
+    """The profiles `agent` is wired to speak, its default one first (none for an agent
+    without a model or a wiring)."""
+    default = _kind(agent).profile
+    others = sorted(p for (name, p) in _WIRINGS if name == agent and p != default)
+    return (default, *others) if default else ()
+
+
+def check_profile(agent: str, profile: str) -> None:
+    """Raises `ProfileNotSupportedError` (listing its profiles) unless `agent` is wired to
+    speak `profile`."""
+    _profiled(agent, profile)
+
+
+def _profiled(agent: str, profile: str | None) -> AgentKind:
+    kind = _kind(agent)
+    if profile is None or profile == kind.profile:
+        return kind
+    if (agent, profile) in _WIRINGS:
+        return _WIRINGS[agent, profile]
+    raise ProfileNotSupportedError(
+        f"agent {agent!r} is not wired to speak profile {profile!r}; its profiles: "
+        f"{', '.join(profiles(agent)) or 'none'}")
+
 
 def _kind(agent: str) -> AgentKind:
     if agent in AGENTS:
@@ -287,6 +381,7 @@ def describe_agents() -> list[dict[str, Any]]:
             "runs": kind.runs,
             "needs_model": kind.needs_model,
             "dialect": kind.dialect,
+            "profiles": list(profiles(kind.name)),
             "wired": kind.wired,
             # Which proxy URL it gets, and what is appended: "sandbox_url/v1".
             "endpoint": f"{kind.runs}_url{kind.url_path}" if kind.dialect else None,
@@ -355,15 +450,17 @@ def agent_config(
     extra_kwargs: Mapping[str, Any] | None = None,
     context_window: int = DEFAULT_CONTEXT_WINDOW,
     budget: int | None = None,
+    profile: str | None = None,
 ) -> AgentConfig:
     """The Harbor AgentConfig that sends this agent's model calls to the proxy with this key.
 
-    `agent` is a Harbor agent name or an import path. `extra_kwargs` become agent kwargs
-    (over harbor_ray's defaults) but may not touch the connection. Raises
-    `UnknownAgentError` for a name that is neither, `AgentNotWiredError` for an agent
-    harbor_ray cannot point at the proxy.
+    `agent` is a Harbor agent name or an import path; `profile` the dialect it speaks to
+    the proxy (None: its default). `extra_kwargs` become agent kwargs (over harbor_ray's
+    defaults) but may not touch the connection. Raises `UnknownAgentError` for a name that
+    is neither, `AgentNotWiredError` for an agent harbor_ray cannot point at the proxy
+    (`ProfileNotSupportedError` for a profile it is not wired to speak).
     """
-    kind = _kind(agent)
+    kind = _profiled(agent, profile)
     if not kind.wired:
         raise AgentNotWiredError(f"agent {agent!r} cannot be wired to the proxy: {kind.note}")
     # Deep-copied: a caller's nested dict must not end up shared by several rollouts.
@@ -392,7 +489,7 @@ def agent_config(
         base_url=url,
         model_api_format=_FORMATS[kind.dialect] if kind.pin_dialect and kind.dialect else None,
         env={**dict(kind.pinned_env), **aux, kind.key_env: session_key},
-        kwargs=_merge(copy.deepcopy(_plain(kind.aux_kwargs)), extra),
+        kwargs=_merge(copy.deepcopy(_plain(kind.wired_kwargs)), extra),
     )
 
 

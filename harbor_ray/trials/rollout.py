@@ -111,6 +111,7 @@ def _trial_config(
             sampling=spec.sampling,
             extra_kwargs=spec.agent_kwargs,
             budget=spec.budget,
+            profile=spec.profile,
         )
         if inside and spec.sandbox == LOCAL:
             agent = _preinstalled(spec, agent, sandbox_kwargs)

@@ -49,6 +49,7 @@ class RolloutSpec:
     agent: str
     trials_dir: Path
     sandbox: str = LOCAL
+    profile: str | None = None  # the dialect the agent speaks (None: its default)
     attempt: int = 0
     sampling: Sampling | None = None
     budget: int | None = None

@@ -13,7 +13,8 @@ from harbor_ray.qualify.report import (
 
 
 def row(**values) -> QualifyRow:
-    base = dict(agent="codex", version="0.171.0", dialect="responses", streaming="yes",
+    base = dict(agent="codex", profile="openai-responses", version="0.171.0",
+                dialect="responses", streaming="yes",
                 task="hello-file", row_ok=True, turns=2, agent_roots=1, auxiliary_turns=0,
                 splits=0, stitched=1, reward=1.0, proxy_4xx=0, exact_ids=True)
     return QualifyRow(**{**base, **values})
@@ -62,15 +63,20 @@ def test_only_an_agent_that_rewrites_its_history_may_have_several_roots() -> Non
         "0 agent roots, not 1"]
 
 
-def test_markdown_has_a_row_per_agent_and_says_why_one_failed() -> None:
-    failed = row(agent="gemini-cli", reward=None, qualified=False, why=["no captured turn"])
+def test_markdown_has_a_row_per_agent_and_profile_and_says_why_one_failed() -> None:
+    failed = row(agent="gemini-cli", profile="google", reward=None, qualified=False,
+                 why=["no captured turn"])
     report = QualifyReport(level="scripted", engine="scripted", harbor_ray="0.1.0",
                            harbor="0.25.0", started_at="2026-01-01T00:00:00+00:00",
-                           rows=[row(qualified=True), failed])
+                           rows=[row(qualified=True), row(task="count-words", qualified=True),
+                                 row(profile="anthropic", qualified=True), failed])
     text = render_markdown(report)
-    assert "| codex | 0.171.0 | responses | yes | hello-file | yes | 2 | 1 | 0 | 1 | 1 | 0 " \
-           "| yes |" in text
-    assert "| gemini-cli |" in text and "- gemini-cli on hello-file: no captured turn" in text
+    assert "| codex | openai-responses | 0.171.0 | responses | yes | hello-file | yes | 2 | " \
+           "1 | 0 | 1 | 1 | 0 | yes |" in text
+    assert "| codex | anthropic |" in text
+    assert "| gemini-cli | google |" in text
+    assert "- gemini-cli (google) on hello-file: no captured turn" in text
+    assert "3 of 4 rows qualified; 2 of 3 (agent, profile) cells on every task." in text
     assert not report.qualified
     assert QualifyReport.model_validate_json(report.model_dump_json()) == report
 
@@ -85,7 +91,7 @@ def test_the_report_lists_every_unqualified_harness_with_its_reason_and_counts()
                    HarnessRow(name="aider", qualified=False, reason="runs no command")])
     text = render_markdown(report)
     assert ("Harnesses: Harbor 0.25.0 knows 3; qualified at level 1 (scripted): 2, at "
-            "level 2 (model): 2; this report: 2 cells, 0 qualified.") in text
+            "level 2 (model): 2.") in text
     assert text.endswith("Not qualified:\n\n- aider: runs no command\n")
     again = QualifyReport.model_validate_json(report.model_dump_json())
     assert render_markdown(again) == text

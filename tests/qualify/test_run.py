@@ -66,7 +66,9 @@ def test_the_dialect_is_the_one_the_agent_spoke() -> None:
     ).dialect is None
 
 
-def test_a_rollout_that_failed_before_any_capture_is_a_row_not_a_crash() -> None:
-    row = row_of("codex", rollout("r", None, error="sandbox did not start"), answered(), [])
-    assert row.turns == 0 and row.auxiliary_turns == 0 and row.exact_ids is None
-    assert row.error == "sandbox did not start"
+def test_a_rollout_without_a_capture_is_a_row_with_no_turn() -> None:
+    # An agent that fails before its first call (Harbor refusing its configuration).
+    record = rollout("r", None, reward=None, error_type="internal", error="ValueError: no")
+    row = row_of("pi", record, [], [])
+    assert (row.turns, row.agent_roots, row.exact_ids, row.dialect) == (0, 0, None, None)
+    assert row.error == "ValueError: no"

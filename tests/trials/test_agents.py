@@ -31,15 +31,17 @@ from harbor.models.trial.config import AgentConfig
 from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.errors import AgentNotWiredError, UnknownAgentError
+from harbor_ray.errors import AgentNotWiredError, ProfileNotSupportedError, UnknownAgentError
 from harbor_ray.trials.agents import (
     AGENTS,
     AUX_MODEL,
     DEFAULT_CONTEXT_WINDOW,
     ProxyEndpoint,
     agent_config,
+    check_profile,
     describe_agents,
     needs_model,
+    profiles,
     runs_in_sandbox,
 )
 from tests.capture.live_server import CaptureServer, capture_server
@@ -62,6 +64,8 @@ FORMATS = {
 WIRED = sorted(name for name, kind in AGENTS.items() if kind.wired and kind.needs_model)
 INSTALLED = sorted(name for name in WIRED if AGENTS[name].runs == "sandbox")
 UNWIRED = sorted(name for name, kind in AGENTS.items() if not kind.wired)
+# Every (agent, profile) besides the agents' default ones.
+OTHER_PROFILES = [(name, profile) for name in WIRED for profile in profiles(name)[1:]]
 
 # Variables Harbor's adapters read from the host when the config does not say otherwise.
 _HOST_KEYS = (
@@ -153,6 +157,7 @@ def test_unwired_agents_say_why():
         assert rows[name]["wired"] is False and rows[name]["note"]
     assert rows["terminus-2"] | {"note": ""} == {
         "agent": "terminus-2", "runs": "host", "needs_model": True, "dialect": "chat",
+        "profiles": ["openai-chat", "anthropic", "google", "openai-responses"],
         "wired": True, "endpoint": "host_url/v1", "key_variable": None, "note": "",
     }
     assert rows["claude-code"]["endpoint"] == "sandbox_url"
@@ -164,6 +169,46 @@ def test_unwired_agents_say_why():
 def test_unwired_agent_is_refused_not_passed_through(agent: str):
     with pytest.raises(AgentNotWiredError, match=agent):
         build(agent)
+
+
+def test_profiles_name_the_default_first_and_refuse_the_others():
+    assert profiles("codex") == ("openai-responses",)
+    assert profiles("opencode") == ("openai-chat", "anthropic", "google", "openai-responses")
+    assert profiles("oracle") == () and profiles("cline-cli") == ()
+    assert build("codex", profile="openai-responses") == build("codex")
+    check_profile("pi", "google")
+    with pytest.raises(ProfileNotSupportedError,
+                       match=r"'codex' is not wired to speak profile 'anthropic'; its "
+                             r"profiles: openai-responses$"):
+        build("codex", profile="anthropic")
+    with pytest.raises(ProfileNotSupportedError, match="its profiles: none"):
+        check_profile("oracle", "anthropic")
+
+
+@pytest.mark.parametrize(("profile", "model_name", "url"), [
+    ("openai-responses", f"openai/responses/{SERVED}", f"{PROXY.host_url}/v1"),
+    ("anthropic", f"anthropic/{SERVED}", PROXY.host_url),
+    ("google", f"gemini/{SERVED}", f"{PROXY.host_url}/v1beta"),
+])
+def test_terminus_profiles_pick_litellms_provider_by_prefix(
+    profile: str, model_name: str, url: str
+):
+    config = build("terminus-2", profile=profile)
+    assert (config.model_name, config.base_url) == (model_name, url)
+    assert config.kwargs["llm_kwargs"] == {"api_key": KEY}
+
+
+@pytest.mark.parametrize(("agent", "profile"),
+                         [cell for cell in OTHER_PROFILES if cell[0] in INSTALLED])
+async def test_other_profiles_send_the_sandbox_url_and_key_into_the_sandbox(
+    agent: str, profile: str, hostile_env: None, tmp_path: Path
+):
+    config = build(agent, profile=profile)
+    assert config.base_url is not None and config.base_url.startswith(PROXY.sandbox_url)
+    everything = (await run_installed(config, tmp_path)).text()
+    assert KEY in everything and config.base_url in everything
+    assert PROXY.host_url not in everything
+    assert HOST_SECRET not in everything and HOST_URL not in everything
 
 
 def test_needs_model_and_where_it_runs():
