@@ -12,11 +12,6 @@ from harbor_ray.playground.catalog import Catalog
 from harbor_ray.trials.datasets import resolve_dataset
 
 
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog([resolve_dataset("samples")])
-
-
 def test_every_sample_task_is_listed_with_its_instruction(catalog: Catalog) -> None:
     summaries = {s.name: s for s in catalog.summaries()}
     assert {"hello-file", "fix-mean"} <= set(summaries)
