@@ -46,16 +46,19 @@ class Catalog:
         self.problems = [
             {"dataset": report.spec, "task": problem.name, "reason": problem.reason}
             for report in reports for problem in report.problems]
+        # Read once: the task browser asks for every summary on each page load.
+        self._summaries = [
+            TaskSummary(dataset=spec, name=task.name,
+                        summary=_opening(_read(task.path / _INSTRUCTION)),
+                        has_solution=task.has_solution)
+            for spec, tasks in self._tasks.items() for task in tasks.values()]
 
     @property
     def datasets(self) -> list[str]:
         return list(self._tasks)
 
     def summaries(self) -> list[TaskSummary]:
-        return [TaskSummary(dataset=spec, name=task.name,
-                            summary=_opening(_read(task.path / _INSTRUCTION)),
-                            has_solution=task.has_solution)
-                for spec, tasks in self._tasks.items() for task in tasks.values()]
+        return list(self._summaries)
 
     def task(self, dataset: str, name: str) -> TaskRef:
         """The task `name` of the served dataset `dataset`, or a refusal naming neither
