@@ -45,6 +45,8 @@ HarborRayError                           harbor_ray refused or failed something
 │   └── BrokenRowsError (ValueError)     turns whose parent links do not hold
 ├── ReportError                          the report and its viewer (harbor_ray.report)
 │   └── ViewerError                      the live viewer cannot start
+├── PlaygroundError                      the playground (harbor_ray.playground)
+│   └── PlaygroundRefusal (LookupError)  a request names nothing it serves; its status
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
 │   ├── ModelUnavailableError (RuntimeError)  the default model cannot be prepared here
 │   └── EngineStartError (RuntimeError)  the engine did not start or become ready
@@ -271,6 +273,22 @@ class ReportError(HarborRayError):
 
 class ViewerError(ReportError):
     """The live viewer cannot start (its port, most often); the message names the fix."""
+
+
+# --- the playground (harbor_ray.playground) ---------------------------------------------
+
+
+class PlaygroundError(HarborRayError):
+    """The playground cannot start, or refused a request."""
+
+
+class PlaygroundRefusal(PlaygroundError, LookupError):
+    """A request names a dataset, task, file or run the playground does not serve to its
+    visitor (or no valid key): answered with `status`, never a 5xx."""
+
+    def __init__(self, message: str, *, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --- the engine harbor_ray starts itself --------------------------------------------------

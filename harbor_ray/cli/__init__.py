@@ -20,6 +20,7 @@ from harbor_ray.cli import (
     datasets,
     engine,
     info,
+    playground,
     proxy,
     qualify,
     report,
@@ -73,6 +74,7 @@ app.command()(qualify.qualify)
 app.command()(sweep.sweep)
 app.command()(report.report)
 app.command()(report.view)
+app.command()(playground.playground)
 
 
 def main() -> None:

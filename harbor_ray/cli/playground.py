@@ -1,0 +1,48 @@
+"""`harbor-ray playground`: tasks, runs and this machine's setup in the browser."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harbor_ray.cli.options import LlmUrlOption, console
+
+
+def playground(
+    dataset: Annotated[list[str] | None, typer.Argument(
+        help="Dataset specs to serve (as `harbor-ray rollout --dataset` takes them); "
+             "default: samples. Visitors reach only these.")] = None,
+    host: Annotated[str, typer.Option(
+        help="Address to bind. Beyond loopback, --key-file is required.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8767,
+    llm_url: LlmUrlOption = None,
+    key_file: Annotated[Path | None, typer.Option(
+        help="A file holding the key every visitor must give (created, mode 600, when "
+             "missing). Required when --host is not loopback.")] = None,
+    out: Annotated[Path, typer.Option(
+        help="Where runs write their results.jsonl and trials (OUT/<run id>/).")]
+        = Path("playground-runs"),
+    share_runs: Annotated[bool, typer.Option(
+        help="Show every visitor's runs to every visitor (default: each sees its own).")]
+        = False,
+    max_runs: Annotated[int, typer.Option(
+        min=1, help="Runs at once; the others wait their turn.")] = 2,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        help="A Host name it answers besides the loopback names and --host "
+             "(repeatable; '*' for any). Others get 421 (no DNS rebinding).")] = None,
+) -> None:
+    """Serve a playground in the browser: browse the datasets' tasks (filter as
+    you type; instruction, files, task.toml), start a rollout of one through the
+    same code as `harbor-ray rollout`, follow the runs (status, reward), and see
+    what this machine can run (`harbor-ray info`)."""
+    from harbor_ray.playground import serve_playground
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
+        serve_playground(
+            dataset or ["samples"], out=out, host=host, port=port, llm_url=llm_url,
+            key_file=key_file, share_runs=share_runs, max_runs=max_runs,
+            allowed_hosts=allowed_host or (),
+            on_ready=lambda url: console.print(f"playground at [bold]{url}[/bold]"))

@@ -1,0 +1,181 @@
+"""The playground's HTTP app: the page, and the JSON it reads and posts.
+
+Routes: `/` the page (static: it holds no data, so it is served to anyone who passes the
+Host check), `POST /login` (the key, when there is one), and under `/api/`: `session`,
+`tasks`, `task`, `file`, `setup`, `runs` (GET: the visitor's runs; POST: start one),
+`run`. Every API route checks the key, resolves the visitor from its signed cookie (a
+new one gets a fresh id) and answers a refusal as JSON with its status, never a 5xx.
+Every answer passes a last scrub: no response body holds the key or the server's engine
+URL (which may carry a credential).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from harbor_ray.errors import PlaygroundRefusal
+from harbor_ray.host_names import LOOPBACK_NAMES, HostGuard
+from harbor_ray.playground.access import KEY_COOKIE, VISITOR_COOKIE, Access
+from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.form import RunForm
+from harbor_ray.playground.launch import Launcher
+
+__all__ = ["Playground", "build_playground_app"]
+
+_NO_CACHE = {"cache-control": "no-store"}
+_HIDDEN = "[hidden]"
+Setup = Callable[[], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Playground:
+    """What the app serves: the tasks, the runs' launcher, who may use it, and the
+    Setup tab's content (gathered once, on first ask)."""
+
+    catalog: Catalog
+    launcher: Launcher
+    access: Access
+    setup: Setup
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("harbor_ray.playground").joinpath("assets", name).read_text()
+
+
+def page_html() -> str:
+    return "".join([
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        "<title>harbor_ray playground</title><link rel=\"icon\" href=\"data:,\">",
+        f"<style>{_asset('playground.css')}</style></head>\n<body>",
+        _asset("body.html"), f"<script>{_asset('playground.js')}</script>",
+        "</body></html>\n"])
+
+
+def secrets_of(access: Access, llm_url: str | None) -> list[str]:
+    """The strings no answer may hold: the key, the engine URL and its credentials."""
+    found = [access.key] if access.key else []
+    if llm_url:
+        parts = urlsplit(llm_url)
+        found += [llm_url, llm_url.rstrip("/"), parts.password or "", parts.username or ""]
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
+def build_playground_app(playground: Playground, *, llm_url: str | None = None,
+                         allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
+    access = playground.access
+    hidden = [s.encode() for s in secrets_of(access, llm_url)]
+    setup_cache: dict[str, Any] = {}
+
+    def answer(data: Any, status: int = 200) -> Response:
+        body = orjson.dumps(data)
+        for secret in hidden:
+            body = body.replace(secret, _HIDDEN.encode())
+        return Response(body, status, media_type="application/json", headers=_NO_CACHE)
+
+    Handler = Callable[[Request, str], Awaitable[Any]]
+
+    def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if not access.admits(request.cookies, request.headers.get("authorization")):
+                return answer({"error": "a key is needed: log in"}, 401)
+            visitor = access.visitor(request.cookies.get(VISITOR_COOKIE))
+            cookie = None
+            if visitor is None:
+                visitor, cookie = access.new_visitor()
+            try:
+                response = answer(await handler(request, visitor))
+            except PlaygroundRefusal as exc:
+                response = answer({"error": str(exc)}, exc.status)
+            if cookie is not None:
+                response.set_cookie(VISITOR_COOKIE, cookie, httponly=True,
+                                    samesite="strict")
+            return response
+        return endpoint
+
+    async def page(_: Request) -> Response:
+        return HTMLResponse(page_html(), headers=_NO_CACHE)
+
+    async def login(request: Request) -> Response:
+        offered = str((await request.form()).get("key", ""))
+        if not access.key_matches(offered):
+            return answer({"error": "that is not the key"}, 401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(KEY_COOKIE, access.key_cookie(), httponly=True,
+                            samesite="strict")
+        return response
+
+    async def session(request: Request) -> Response:
+        return answer({"needs_key": access.key is not None,
+                       "admitted": access.admits(request.cookies,
+                                                 request.headers.get("authorization"))})
+
+    async def tasks(_: Request, __: str) -> Any:
+        catalog = playground.catalog
+        return {"datasets": catalog.datasets, "problems": catalog.problems,
+                "tasks": [asdict(t) for t in catalog.summaries()]}
+
+    async def task(request: Request, _: str) -> Any:
+        query = request.query_params
+        return playground.catalog.detail(query.get("dataset", ""), query.get("task", ""))
+
+    async def file(request: Request, _: str) -> Any:
+        query = request.query_params
+        return {"text": playground.catalog.file_text(
+            query.get("dataset", ""), query.get("task", ""), query.get("path", ""))}
+
+    async def setup(_: Request, __: str) -> Any:
+        if "data" not in setup_cache:
+            setup_cache["data"] = await playground.setup()
+        return setup_cache["data"]
+
+    async def runs(request: Request, visitor: str) -> Any:
+        launcher = playground.launcher
+        if request.method == "POST":
+            try:
+                form = RunForm.model_validate_json(await request.body())
+            except ValidationError as exc:
+                raise PlaygroundRefusal(_first_problem(exc.errors()), status=400) from exc
+            return (await launcher.start(visitor, form)).view()
+        return {"runs": [run.view() for run in launcher.board.visible(visitor)],
+                "server_engine": launcher.llm_url is not None}
+
+    async def run(request: Request, visitor: str) -> Any:
+        return playground.launcher.board.get(visitor, request.query_params.get("id", "")
+                                             ).view()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await playground.launcher.aclose()
+
+    routes = [Route("/", page), Route("/login", login, methods=["POST"]),
+              Route("/api/session", session), Route("/api/tasks", api(tasks)),
+              Route("/api/task", api(task)), Route("/api/file", api(file)),
+              Route("/api/setup", api(setup)),
+              Route("/api/runs", api(runs), methods=["GET", "POST"]),
+              Route("/api/run", api(run))]
+    return HostGuard(Starlette(routes=routes, lifespan=lifespan), allowed_hosts)
+
+
+def _first_problem(errors: Iterable[Mapping[str, Any]]) -> str:
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ())) or "body"
+        return f"{where}: {error.get('msg', 'invalid')}"
+    return "invalid form"

@@ -1,0 +1,118 @@
+"""Runs started from the page, through the same code as `harbor-ray rollout`
+(`jobs.rollouts.run_rollouts`), in this process: each run on a worker thread of its own
+(it runs its own event loop, as the command does), at most `max_runs` at once; the
+others wait their turn as `starting`. Each rollout's outcome reaches the run board as it
+lands; a run that fails is recorded on the board, never raised into the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from harbor_ray.capture.proxy.certify import Certification, certify_url
+from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.errors import CertificationError, PlaygroundRefusal
+from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
+from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.form import RunForm
+from harbor_ray.playground.runs import Run, RunBoard
+
+__all__ = ["Launcher", "Rollouts"]
+
+
+class Rollouts(Protocol):
+    """`run_rollouts`' shape: what a launcher calls to run a request."""
+
+    def __call__(self, request: RolloutRequest, *,
+                 on_planned: Callable[[int], None] | None = ...,
+                 on_result: Callable[[RolloutRecord], None] | None = ...,
+                 ) -> list[RolloutRecord]: ...
+
+
+class Launcher:
+    """Starts the runs visitors ask for. `llm_url`: the server's engine (None: agents
+    that call a model need a visitor's); `out`: where each run writes results.jsonl
+    (OUT/<run id>/)."""
+
+    def __init__(self, board: RunBoard, catalog: Catalog, *, out: Path,
+                 llm_url: str | None, max_runs: int = 2,
+                 rollouts: Rollouts = run_rollouts,
+                 certify: Callable[[str], Awaitable[Certification]] = certify_url) -> None:
+        self.board = board
+        self.catalog = catalog
+        self.out = out
+        self.llm_url = llm_url
+        self._rollouts = rollouts
+        self._certify = certify
+        self._slots = asyncio.Semaphore(max_runs)
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def start(self, visitor: str, form: RunForm) -> Run:
+        """Check the form against what is served, then start its run; refused forms
+        start nothing."""
+        self.catalog.task(form.dataset, form.task)
+        llm_url = await self._engine_url(form)
+        run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
+                  dataset=form.dataset, tasks=(form.task,), engine=form.engine,
+                  started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+        request = RolloutRequest(
+            agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
+            attempts=form.attempts, budget=form.budget, temperature=form.temperature,
+            max_tokens=form.max_tokens, out=self.out / run.id)
+        self.board.add(run)
+        task = asyncio.create_task(self._run(run, request))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return run
+
+    async def aclose(self) -> None:
+        for task in self._running:
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def _engine_url(self, form: RunForm) -> str | None:
+        if form.engine == "server":
+            return self.llm_url
+        if not form.llm_url:
+            raise PlaygroundRefusal("engine=visitor needs llm_url", status=400)
+        try:
+            await self._certify(form.llm_url)
+        except CertificationError as exc:
+            raise PlaygroundRefusal(f"that engine cannot be used: {exc}",
+                                    status=400) from exc
+        return form.llm_url
+
+    async def _run(self, run: Run, request: RolloutRequest) -> None:
+        loop = asyncio.get_running_loop()
+
+        def planned(count: int) -> None:
+            loop.call_soon_threadsafe(lambda: self.board.update(run.id, planned=count))
+
+        def landed(record: RolloutRecord) -> None:
+            outcome = _outcome(record)
+            loop.call_soon_threadsafe(lambda: self.board.landed(run.id, outcome))
+
+        async with self._slots:
+            self.board.update(run.id, status="running")
+            try:
+                await asyncio.to_thread(self._rollouts, request, on_planned=planned,
+                                        on_result=landed)
+            except Exception as exc:  # a failed run is data on the board, not a crash
+                self.board.update(run.id, status="failed",
+                                  error=f"{type(exc).__name__}: {exc}")
+            else:
+                self.board.update(run.id, status="done")
+
+
+def _outcome(record: RolloutRecord) -> dict[str, Any]:
+    result = record.result
+    return {"rollout_id": result.rollout_id, "task": result.task, "ok": result.ok,
+            "reward": result.reward, "error_type": result.error_type, "error": result.error,
+            "model_calls": result.model_calls}
+
+

@@ -1,0 +1,73 @@
+"""The runs visitors started from the playground: who started each, its status, and
+each rollout's outcome as it lands. Plain state, no I/O: the launcher writes it, the app
+reads it, and every read names its visitor.
+
+A visitor sees only its own runs unless the server shares them (`--share-runs`); a run
+it may not see is answered exactly as one that does not exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from harbor_ray.errors import PlaygroundRefusal
+
+__all__ = ["Run", "RunBoard", "RunStatus"]
+
+RunStatus = Literal["starting", "running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: an agent on some tasks of a served dataset."""
+
+    id: str
+    owner: str
+    agent: str
+    dataset: str
+    tasks: tuple[str, ...]
+    engine: str  # "server" or "visitor": never the URL, which may carry a credential
+    started_at: str
+    status: RunStatus = "starting"
+    planned: int = 0
+    rollouts: tuple[dict[str, Any], ...] = ()
+    error: str | None = None
+
+    @property
+    def reward(self) -> float | None:
+        """The mean reward of its rollouts that have one."""
+        rewards = [r["reward"] for r in self.rollouts if r["reward"] is not None]
+        return sum(rewards) / len(rewards) if rewards else None
+
+    def view(self) -> dict[str, Any]:
+        return {**{k: v for k, v in dataclasses.asdict(self).items() if k != "owner"},
+                "reward": self.reward}
+
+
+class RunBoard:
+    """Every run of this server, by id, in the order started."""
+
+    def __init__(self, *, share: bool = False) -> None:
+        self.share = share
+        self._runs: dict[str, Run] = {}
+
+    def add(self, run: Run) -> None:
+        self._runs[run.id] = run
+
+    def update(self, run_id: str, **changes: Any) -> None:
+        self._runs[run_id] = dataclasses.replace(self._runs[run_id], **changes)
+
+    def landed(self, run_id: str, rollout: dict[str, Any]) -> None:
+        run = self._runs[run_id]
+        self.update(run_id, rollouts=(*run.rollouts, rollout))
+
+    def visible(self, visitor: str) -> list[Run]:
+        return [run for run in self._runs.values() if self.share or run.owner == visitor]
+
+    def get(self, visitor: str, run_id: str) -> Run:
+        run = self._runs.get(run_id)
+        if run is None or not (self.share or run.owner == visitor):
+            raise PlaygroundRefusal("no such run")
+        return run

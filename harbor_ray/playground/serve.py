@@ -1,0 +1,76 @@
+"""`harbor-ray playground`: the app made from the command line's choices, and served.
+
+On loopback it needs no key (whoever reaches the port is this machine's user). Bound to
+any other address it refuses to start without a key file (`--key-file`, the online
+service's format: created with a fresh key, mode 600, when missing), and it keeps the
+Host check, so a web page cannot reach it through DNS rebinding either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from harbor_ray.errors import DatasetError, PlaygroundError, ServeError
+from harbor_ray.host_names import LOOPBACK_NAMES, names_served
+from harbor_ray.info import gather
+from harbor_ray.listening import base_url, bind
+from harbor_ray.online.controller_key import load_or_create_key
+from harbor_ray.playground.access import Access
+from harbor_ray.playground.app import Playground, build_playground_app
+from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.launch import Launcher
+from harbor_ray.playground.runs import RunBoard
+from harbor_ray.trials.datasets import resolve_dataset
+
+__all__ = ["is_loopback", "open_playground", "serve_playground"]
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+def open_playground(datasets: Sequence[str], *, out: Path, llm_url: str | None = None,
+                    key: str | None = None, share_runs: bool = False,
+                    max_runs: int = 2) -> Playground:
+    """The playground of `datasets` (specs, resolved now: one that names no dataset is
+    refused before anything is served)."""
+    try:
+        catalog = Catalog([resolve_dataset(spec) for spec in datasets])
+    except DatasetError as exc:
+        raise PlaygroundError(f"the playground cannot serve it: {exc}") from exc
+
+    async def setup() -> dict[str, Any]:
+        return await gather(llm_url, list(datasets))
+
+    launcher = Launcher(RunBoard(share=share_runs), catalog, out=out, llm_url=llm_url,
+                        max_runs=max_runs)
+    return Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
+                      setup=setup)
+
+
+def serve_playground(datasets: Sequence[str], *, out: Path, host: str = "127.0.0.1",
+                     port: int = 8767, llm_url: str | None = None,
+                     key_file: Path | None = None, share_runs: bool = False,
+                     max_runs: int = 2, allowed_hosts: Iterable[str] = (),
+                     on_ready: Callable[[str], object] = print) -> None:
+    """Serve the playground until interrupted."""
+    if key_file is None and not is_loopback(host):
+        raise PlaygroundError(f"bound to {host} the playground is reachable by others: "
+                              "give --key-file (its key is asked of every visitor)")
+    key = load_or_create_key(key_file)[0] if key_file is not None else None
+    playground = open_playground(datasets, out=out, llm_url=llm_url, key=key,
+                                 share_runs=share_runs, max_runs=max_runs)
+    try:
+        sock = bind(host, port)
+    except ServeError as exc:
+        raise PlaygroundError(f"the playground cannot start: {exc}") from exc
+    app = build_playground_app(playground, llm_url=llm_url, allowed_hosts=names_served(
+        (*LOOPBACK_NAMES, *allowed_hosts), host))
+    on_ready(base_url(sock))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    asyncio.run(server.serve(sockets=[sock]))

@@ -1,0 +1,94 @@
+"""What the playground's task browser costs on a large dataset, in the browser.
+
+Generates `--tasks` tasks (default 5,000; each a task.toml, an instruction of a few
+hundred characters and a test), serves them with `harbor-ray playground`'s app (runs
+are not started), and measures in headless Chromium (Debian's /usr/bin/chromium):
+  - resolving the dataset (Harbor loads each task) and the /api/tasks answer's size;
+  - time from navigation to the full list drawn (the first 500 rows; the count of all);
+  - filtering as you type: `--query` typed one character at a time, each keystroke's
+    redraw timed in the page (input event to the list replaced), median and max.
+
+    .venv/bin/python scripts/bench_playground.py [--tasks 5000] [--query task-4242]
+
+Not measured (not built yet): a 200-turn rollout's calls rendered in a run view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' Chromium driver and served playground
+
+from harbor_ray.playground.catalog import Catalog  # noqa: E402
+from harbor_ray.trials.datasets import resolve_dataset  # noqa: E402
+from tests.playground.served import served  # noqa: E402
+from tests.report.browser import chromium, js_errors, wait_for  # noqa: E402
+
+_TOML = 'version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 300.0\n'
+_WORDS = ("parse", "the", "log", "file", "and", "count", "distinct", "users", "per",
+          "region", "then", "write", "a", "json", "summary", "sorted", "by", "name")
+
+_TYPE_ONE = """
+const [box, text] = arguments;
+box.value = text;
+const start = performance.now();
+box.dispatchEvent(new Event('input'));
+return performance.now() - start;
+"""
+
+
+def write_tasks(root: Path, count: int) -> Path:
+    for i in range(count):
+        task = root / f"task-{i:05d}"
+        (task / "tests").mkdir(parents=True)
+        (task / "task.toml").write_text(_TOML)
+        words = [_WORDS[(i * 7 + k) % len(_WORDS)] for k in range(40)]
+        (task / "instruction.md").write_text(f"Task {i}: " + " ".join(words) + ".\n")
+        (task / "tests" / "test.sh").write_text("exit 0\n")
+    return root
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--query", default="task-04242")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = write_tasks(Path(scratch) / "tasks", args.tasks)
+        began = time.perf_counter()
+        catalog = Catalog([resolve_dataset(str(root))])
+        print(f"tasks: {args.tasks}; resolved in {time.perf_counter() - began:.2f} s")
+        with served(catalog, Path(scratch) / "runs") as url, chromium() as driver:
+            began = time.perf_counter()
+            driver.get(url)
+            wait_for(lambda: driver.execute_script(
+                "return document.querySelectorAll('#task-list li').length") > 0,
+                what="the list")
+            drawn = time.perf_counter() - began
+            count = driver.execute_script(
+                "return document.getElementById('task-count').textContent")
+            print(f"page to full list drawn: {drawn:.2f} s ({count})")
+            size = driver.execute_script(
+                "return fetch('/api/tasks').then(r => r.text()).then(t => t.length)")
+            print(f"/api/tasks: {size / 1e6:.2f} MB")
+            box = driver.find_element("id", "task-filter")
+            times = [driver.execute_script(_TYPE_ONE, box, args.query[:n])
+                     for n in range(1, len(args.query) + 1)]
+            shown = driver.execute_script(
+                "return document.querySelectorAll('#task-list li').length")
+            print(f"filter as you type ({len(times)} keystrokes of {args.query!r}, "
+                  f"{shown} shown at the end): median {statistics.median(times):.1f} ms, "
+                  f"max {max(times):.1f} ms")
+            assert js_errors(driver) == []
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
