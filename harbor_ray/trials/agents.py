@@ -181,6 +181,7 @@ def _unwired(name: str, runs: Runs, note: str) -> AgentKind:
 
 
 _OPENCODE_PROVIDER = "harbor"
+_COPILOT_OFFLINE: Mapping[str, str] = MappingProxyType({"COPILOT_OFFLINE": "true"})
 _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
     "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
     "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
@@ -236,7 +237,7 @@ _TABLE = (
     _installed("hermes", "chat", pin_dialect=True),
     # Offline: no GitHub sign-in, telemetry or update check (a sandbox has no network);
     # the model calls still go to COPILOT_PROVIDER_BASE_URL.
-    _installed("copilot-cli", "chat", pinned_env={"COPILOT_OFFLINE": "true"},
+    _installed("copilot-cli", "chat", pinned_env=_COPILOT_OFFLINE,
                note="COPILOT_PROVIDER_* variables"),
     # Its models.json key names a variable: PreinstalledPi writes it as the pinned pi reads it.
     _installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
@@ -308,17 +309,14 @@ _OTHER_PROFILES = (
     _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
     _installed("code-puppy", "responses", pin_dialect=True),
     _installed("code-puppy", "anthropic", pin_dialect=True),
-    _installed("copilot-cli", "responses", pin_dialect=True,
-               pinned_env={"COPILOT_OFFLINE": "true"}),
-    _installed("copilot-cli", "anthropic", pin_dialect=True,
-               pinned_env={"COPILOT_OFFLINE": "true"}),
+    _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
 )
 
 # (agent, profile) -> its wiring: every wired agent's default profile, and the others.
 _WIRINGS: Mapping[tuple[str, str], AgentKind] = MappingProxyType({
     (kind.name, kind.profile): kind
-    for kind in (*(k for k in _TABLE if k.profile), *_OTHER_PROFILES)
-    if kind.profile is not None
+    for kind in (*_TABLE, *_OTHER_PROFILES) if kind.profile is not None
 })
 
 
