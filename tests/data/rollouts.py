@@ -164,3 +164,11 @@ def sequence_rows(graph: RolloutGraph) -> list[dict[str, Any]]:
         }
         for k, s in enumerate(graph.sequences)
     ]
+
+
+def evaluated(turns: list[TurnRecord]) -> list[TurnRecord]:
+    """`turns` as a `--capture text` proxy records them: no ids, no logprobs, the
+    engine's usage counts."""
+    return [dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None,
+                                capture_level="text", prompt_tokens=7, completion_tokens=3)
+            for t in turns]

@@ -20,6 +20,7 @@ from tests.data.rollouts import (
     broken_session,
     dead_rollout,
     encode,
+    evaluated,
     rich_session,
     rollout,
     sequence_rows,
@@ -241,13 +242,6 @@ def test_policy_versions_reach_every_table_and_come_back() -> None:
     assert_same_turns(turn_records(record.turns), turns)
     kept = with_findings(record, []).rollout.to_pylist()[0]
     assert (kept["policy_version_min"], kept["policy_version_max"]) == (1, 3)
-
-
-def evaluated(turns: list) -> list:
-    """`turns` as a `--capture text` proxy records them: no ids, no logprobs."""
-    return [dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None,
-                                capture_level="text", prompt_tokens=7, completion_tokens=3)
-            for t in turns]
 
 
 def test_an_evaluation_is_ok_untrainable_and_has_no_sequences() -> None:
