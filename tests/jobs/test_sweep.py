@@ -17,6 +17,7 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
     ({"proxy_url": "http://10.0.0.1:8770"}, "needs --ingress direct"),
     ({"ingress": "direct", "proxy_url": "ftp://x"}, "--proxy-url must be"),
     ({"concurrency": 0}, "concurrency must be at least 1"),
+    ({"capture": "text"}, "rollout --capture text"),
 ])
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, says: str
