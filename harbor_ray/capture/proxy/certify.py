@@ -43,8 +43,10 @@ class Certification(BaseModel):
     served_model: str = Field(description="The model id requests are rewritten to.")
     models: list[str] = Field(description="Every model id the engine lists at /v1/models.")
     engine_version: str | None = Field(description="What /version reported, if anything.")
+    # Defaults to `tokens`: a certification stored before the level existed was made of
+    # an engine that returned ids (any other was refused).
     capture_level: CaptureLevel = Field(
-        description="What a model call can record: `tokens` (ids and logprobs: "
+        "tokens", description="What a model call can record: `tokens` (ids and logprobs: "
         "trainable), `logprobs` (logprobs, no ids) or `text` (neither).")
     returns_token_ids: bool = Field(description="prompt_token_ids and token_ids came back.")
     returns_logprobs: bool = Field(description="Per-token logprobs came back.")
