@@ -2,13 +2,14 @@
 
 `core/` (pure: no Ray, no HTTP stack, no Harbor, no clock; `CORE` lists its modules,
 and a test imports them in a fresh interpreter to hold that line): `dialects/` (the four
-wire dialects), `detect`, `normalize`, `sampling`, `completion`, `turn` (one recorded call),
-`prefixes` and `graph` (exact prefix linking), `continuation` (a continued
-conversation's prompt from the ids it already has), `auxiliary` (an agent's side calls),
-`token_buffers` (a session's turns with their ids held once) and `address_equality`
-(equality proved from where arrays live), `findings` (validation), `record` (a closed
-session), `export` (its JSON view), `session_info` (what opening a session gives its
-rollout), `budget`, `count_tokens`, `session_keys`, `sse`, `models_list`.
+wire dialects), `detect`, `normalize`, `capture_level` (what a call records),
+`sampling`, `completion`, `turn` (one recorded call), `prefixes` and `graph` (exact
+prefix linking), `continuation` (a continued conversation's prompt from the ids it
+already has), `auxiliary` (an agent's side calls), `token_buffers` (a session's turns
+with their ids held once) and `address_equality` (equality proved from where arrays
+live), `findings` (validation), `record` (a closed session), `export` (its JSON view),
+`session_info` (what opening a session gives its rollout), `budget`, `count_tokens`,
+`session_keys`, `sse`, `models_list`.
 
 `proxy/`, the edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine
 client), `certify`, `session` (session stores), `server`, `local` (the proxy in this
@@ -26,7 +27,7 @@ CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
     "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
     "session_keys", "sse", "models_list", "auxiliary", "token_buffers", "address_equality",
-    "session_info",
+    "session_info", "capture_level",
 )
 
 __all__ = [

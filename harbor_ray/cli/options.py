@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.errors import HarborRayError
 from harbor_ray.terminal import Phases, Terminal, quiet_output
 
@@ -67,6 +68,14 @@ StitchOption = Annotated[bool, typer.Option(
          "prompt + sampled ids + the engine's rendering of what was added as its prompt, "
          "so the conversation stays one trajectory (needs the engine's /tokenize). "
          "--no-stitch: the engine renders every prompt from the messages.")]
+CaptureOption = Annotated[CaptureLevel, typer.Option(
+    "--capture",
+    help="What each model call records. `tokens`: prompt and sampled ids and logprobs, "
+         "for training (the engine must return ids: vLLM). `logprobs`: logprobs, no ids; "
+         "`text`: the conversation, tool calls, finish reasons and usage only. Below "
+         "`tokens` the run is an evaluation: rows are never trainable, nothing is "
+         "stitched, and an engine is accepted at that level or above. An engine below "
+         "the level asked for is refused (exit 2).")]
 
 # Declared once for `rollout`, `sweep` and `qualify`.
 TaskOption = Annotated[list[str] | None, typer.Option(

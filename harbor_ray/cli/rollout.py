@@ -49,6 +49,7 @@ def rollout(
     verbose: opt.VerboseOption = False,
     agents_cache: opt.AgentsCacheOption = None,
     stitch: opt.StitchOption = True,
+    capture: opt.CaptureOption = "tokens",
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -65,8 +66,11 @@ def rollout(
         concurrency=concurrency, budget=budget, deadline_s=deadline, temperature=temperature,
         max_tokens=max_tokens, reward_key=reward_key,
         out=(out or RolloutRequest.out).resolve(), engine_timeout_s=engine_timeout,
-        agents_cache=agents_cache, stitch=stitch)
+        agents_cache=agents_cache, stitch=stitch, capture=capture)
     checked = checked_start(request, opt.notice)  # before the log: a refusal leaves nothing
+    if capture != "tokens":
+        opt.notice(f"--capture {capture}: an evaluation; no row is trainable, and nothing is "
+                   "stitched (continuing a conversation's prompt needs its token ids)")
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal, \
             Progress(console=console) as progress:
         bar = progress.add_task("rollouts", total=None)

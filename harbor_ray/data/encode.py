@@ -181,6 +181,9 @@ def _turns_table(
         "stitched": [c.stitched if (c := t.continuation) else None for t in ordered],
         "stitch_fallback": [c.fallback.value if (c := t.continuation) and c.fallback else None
                             for t in ordered],
+        "capture_level": [t.capture_level for t in ordered],
+        "prompt_tokens": [t.prompt_tokens for t in ordered],
+        "completion_tokens": [t.completion_tokens for t in ordered],
         "reward": [reward] * n,
         "ok": [ok] * n,
         "request_messages": [t.request_messages_json.decode() for t in ordered],
@@ -278,6 +281,8 @@ def _rollout_row(result: RolloutResult, versions: Versions = (None, None)) -> di
         "host": result.host,
         "policy_version_min": versions[0],
         "policy_version_max": versions[1],
+        "capture_level": result.capture_level,
+        "trainable": result.trainable,
         "schema_version": SCHEMA_VERSION,
     }
 

@@ -107,9 +107,19 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             policy_version_start=rows["policy_version_start"][row],
             policy_version_end=rows["policy_version_end"][row],
             continuation=_continuation(rows, row),
+            # Null or absent in rows written before version 5: those were all `tokens`.
+            capture_level=_since_v5(rows, "capture_level", row) or "tokens",
+            prompt_tokens=_since_v5(rows, "prompt_tokens", row) or 0,
+            completion_tokens=_since_v5(rows, "completion_tokens", row) or 0,
         )
         for row in range(turns.num_rows)
     ]
+
+
+def _since_v5(rows: dict[str, list[Any]], column: str, row: int) -> Any:
+    """A turns/ column schema version 5 added; None in a table without it."""
+    values = rows.get(column)
+    return None if values is None else values[row]
 
 
 def _continuation(rows: dict[str, list[Any]], row: int) -> Continuation | None:

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.findings import Finding
 from harbor_ray.capture.core.record import CaptureCounts
 
@@ -65,7 +66,8 @@ class RolloutResult(BaseModel):
     agent: str
     sandbox: str
     model: str | None = Field(None, description="Served model id; None for agents without one.")
-    ok: bool = Field(description="Usable for training: no error, no fatal finding.")
+    ok: bool = Field(description="No error, no fatal finding. Usable for training when "
+                     "also captured at the `tokens` level (`trainable`).")
     reward: float | None = Field(description="The chosen scalar; None: the verifier never ran.")
     reward_key: str | None = None
     rewards: dict[str, float] = Field(
@@ -86,6 +88,14 @@ class RolloutResult(BaseModel):
     # `trial_dir` is a path on `node`. None: it never reached a host.
     node: str | None = Field(None, description="The IP address of the Ray node that ran it.")
     host: str | None = Field(None, description="The rollout host (actor) that ran it.")
+    capture_level: CaptureLevel | None = Field(
+        None, description="What its model calls recorded (`tokens`, `logprobs`, `text`); "
+        "None without a capture.")
+
+    @property
+    def trainable(self) -> bool:
+        """Ok, and nothing in it was captured below the `tokens` level (an evaluation)."""
+        return self.ok and self.capture_level in (None, "tokens")
 
 
 def describe_bug(exc: BaseException) -> str:

@@ -49,7 +49,12 @@ __all__ = [
 # logprobs of the distribution sampled from (`processed`), where up to version 3 they
 # were always the model's at temperature 1 (`raw`) whatever the sampling temperature; a
 # reader of a version-3 dataset must know its logprobs are raw.
-SCHEMA_VERSION = 4
+# 5: evaluations (rollouts/ `capture_level`, `trainable`; turns/ `capture_level`,
+# `prompt_tokens`, `completion_tokens`). Nullable, bumped on purpose: `ok` no longer
+# means trainable. A version-5 row may be ok and captured below the `tokens` level (no
+# ids: an evaluation of a hosted model), which a trainer must skip by `trainable`; up to
+# version 4 every ok row was trainable, and a reader takes a null `trainable` as `ok`.
+SCHEMA_VERSION = 5
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -113,6 +118,8 @@ ROLLOUTS = versioned(
         pa.field("host", pa.string()),
         pa.field("policy_version_min", pa.int64()),
         pa.field("policy_version_max", pa.int64()),
+        pa.field("capture_level", pa.string()),
+        pa.field("trainable", pa.bool_()),
         pa.field("schema_version", pa.int32(), nullable=False),
     ]
 )
@@ -172,6 +179,9 @@ TURNS = versioned(
         pa.field("continues", pa.int32()),
         pa.field("stitched", pa.bool_()),
         pa.field("stitch_fallback", pa.string()),
+        pa.field("capture_level", pa.string()),
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("completion_tokens", pa.int32()),
         pa.field("reward", pa.float64()),
         pa.field("ok", pa.bool_(), nullable=False),
         pa.field(MESSAGE_COLUMNS[0], pa.string(), nullable=False),

@@ -48,12 +48,15 @@ def call_records(
 
     `turns` is a table of turns/ rows: as read (`prompt_ids`, e.g. a `read_turns` batch)
     or as stored (`prompt_delta`, rebuilt here; then it must hold whole rollouts). Calls
-    without ids are skipped (nothing to train); abandoned retries unless
+    without ids are skipped (nothing to train), and so are calls captured below the
+    `tokens` level (an evaluation's, whatever they hold); abandoned retries unless
     `include_discarded`; rows of unusable rollouts unless `only_ok` is False.
     """
     if "prompt_ids" not in turns.column_names:
         turns = rebuild_prompts(turns)
     keep = pc.and_(pc.is_valid(turns["prompt_ids"]), pc.is_valid(turns["token_ids"]))
+    if "capture_level" in turns.column_names:  # absent before schema version 5
+        keep = pc.and_(keep, pc.fill_null(pc.equal(turns["capture_level"], "tokens"), True))
     if not include_discarded:
         keep = pc.and_(keep, pc.not_equal(turns["role"], Role.DISCARDED.value))
     if only_ok:
@@ -134,12 +137,19 @@ def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
                                                         strict=True)],
         "env_mask": mask[first:],
         "reward": reward,
-        "trainable": bool(rollout["ok"]) and reward is not None and any(mask),
+        "trainable": _trainable(rollout) and reward is not None and any(mask),
         "rollout_id": rollout["rollout_id"],
         "task": rollout["task"],
         "policy_version_min": rollout["policy_version_min"],
         "policy_version_max": rollout["policy_version_max"],
     }
+
+
+def _trainable(rollout: Mapping[str, Any]) -> bool:
+    """The row's `trainable`; `ok` in rows written before schema version 5, when every
+    ok row was (an evaluation's row is ok and not trainable)."""
+    trainable = rollout.get("trainable")
+    return bool(rollout["ok"] if trainable is None else trainable)
 
 
 def trl_columns(records: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -88,7 +88,8 @@ async def _run(
         engine = HttpEngine(llm_url, timeout_s=request.engine_timeout_s)
         try:
             async with local_capture(engine, engine.root, model=request.model,
-                                     stitch=request.stitch) as capture:
+                                     stitch=request.stitch,
+                                     capture=request.capture) as capture:
                 return await run_many(specs, capture, concurrency=request.concurrency,
                                       on_result=done)
         finally:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.errors import StartError
@@ -51,6 +52,7 @@ class RunRequest:
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     agents_cache: Path | None = None
     stitch: bool = True
+    capture: CaptureLevel = "tokens"  # below `tokens`: an evaluation (capture_level.py)
 
 
 @dataclass(frozen=True)

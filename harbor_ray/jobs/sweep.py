@@ -107,6 +107,11 @@ def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedSt
     """What a sweep checks before starting anything (`started_sweep` does it itself
     unless given the result)."""
     checked = checked_start(request, progress)
+    if request.capture != "tokens":
+        # A sweep writes a training dataset; its proxies record every call's ids.
+        raise StartError(f"a sweep records at the `tokens` level only, not "
+                         f"{request.capture!r}: evaluate with `harbor-ray rollout --capture "
+                         f"{request.capture}`")
     _config(request)
     return checked
 

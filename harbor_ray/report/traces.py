@@ -41,11 +41,24 @@ _TURN_SCALARS = ("index", "parent", "root", "role", "auxiliary", "dialect", "fin
                  "request_model", "started_at", "ended_at")
 
 
+# Written from schema version 5 on: an older dataset's rows were all `tokens`.
+_SINCE_V5 = {"capture_level": "tokens", "prompt_tokens": None, "completion_tokens": None}
+
+
 def summaries(rollouts: pa.Table) -> list[dict[str, Any]]:
     """One small record per rollout: what the viewer lists and filters on."""
     rows = rollouts.select(list(_SUMMARY)).to_pylist()
     turns = pc.struct_field(rollouts["counts"], "turns").to_pylist()
-    return [{**row, "turns": n} for row, n in zip(rows, turns, strict=True)]
+    levels = _column(rollouts, "capture_level")
+    return [{**row, "turns": n, "capture_level": level}
+            for row, n, level in zip(rows, turns, levels, strict=True)]
+
+
+def _column(table: pa.Table, name: str) -> list[Any]:
+    """A column added in schema version 5, or its older meaning in every row."""
+    if name in table.column_names:
+        return table[name].to_pylist()
+    return [_SINCE_V5[name]] * table.num_rows
 
 
 def traces(tables: DatasetTables) -> dict[str, dict[str, Any]]:
@@ -150,6 +163,7 @@ def _turns(turns: list[dict[str, Any]], sequences: list[dict[str, Any]]) -> list
         skipped = len(parent) if parent and messages[: len(parent)] == parent else 0
         out.append({
             **{k: turn[k] for k in _TURN_SCALARS},
+            **{k: turn.get(k, default) for k, default in _SINCE_V5.items()},
             "prompt_delta": turn["prompt_delta"],
             "token_ids": turn["token_ids"],
             "logprobs": None if turn["logprobs"] is None else [

@@ -196,6 +196,7 @@ def _judge(
         spec, capture, ok=ok, error_type=error_type, error=error, reward=choice.reward,
         reward_key=choice.reward_key, rewards=choice.rewards, findings=findings,
         counts=None if closed is None else closed.counts,
+        capture_level=None if closed is None else closed.capture_level,
         model_calls=model_calls, timings=timings,
         trial_dir=str(trial_dir) if trial_dir.exists() else None,
     )
@@ -218,7 +219,7 @@ def _late_error(
         if engine_errors:
             return ErrorType.ENGINE_ERROR, f"all {engine_errors} model calls failed at the engine"
         return ErrorType.NO_MODEL_CALLS, f"agent {spec.agent!r} made no model call"
-    if closed is not None and not closed.trainable:
+    if closed is not None and not closed.valid:
         return ErrorType.CAPTURE_INVALID, "the capture has a fatal finding"
     return None, None
 

@@ -54,6 +54,8 @@ def test_document_shape_and_values() -> None:
         "token_ids": [10, 11],
         "logprobs": [-0.5, None],
         "logprobs_mode": None,  # the factory's turns were not made on a certified engine
+        "capture_level": "tokens",
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
         "sampling": {"temperature": None, "top_p": None, "top_k": None, "min_p": None},
         "finish_reason": "stop",
         "request_messages": [{"role": "user", "content": "call 0"}],

@@ -73,6 +73,7 @@ def test_code_values_are_stable() -> None:
         "BUDGET_EXHAUSTED": "budget_exhausted",
         "NOT_FORWARDED": "not_forwarded",
         "RAW_LOGPROBS_SAMPLED_OTHERWISE": "raw_logprobs_sampled_otherwise",
+        "EVALUATION_ONLY": "evaluation_only",
     }
     assert [s.value for s in Severity] == ["fatal", "warn", "info"]
 
@@ -391,3 +392,14 @@ def test_findings_are_in_a_stable_order() -> None:
     for arrival in ([t0, t1], [t1, t0]):
         findings = validate(arrival, build_graph(arrival), engine_errors=1)
         assert [(f.code, f.turn) for f in findings] == expected
+
+
+def test_an_evaluation_is_valid_and_says_so_once() -> None:
+    """Turns captured below `tokens` have no ids by design: no fatal finding (the rollout
+    is ok), one info finding naming them, and no id or graph checks."""
+    turns = [dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None,
+                                 capture_level="text") for t in chain(3)]
+    findings = check(turns, vocab_size=VOCAB)
+    assert codes(findings) == [Code.EVALUATION_ONLY]
+    assert findings[0].severity is Severity.INFO and "0, 1, 2" in findings[0].message
+    assert is_trainable(findings)

@@ -65,7 +65,8 @@ def broken_session() -> list[TurnRecord]:
 def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> RolloutRecord:
     """A finished rollout's record with `turns` captured (None: no capture), reward 1.0.
 
-    `ok` follows the capture's verdict and the reward unless given.
+    `ok` follows the capture's verdict and the reward unless given; `capture_level` the
+    turns'.
     """
     capture = None if turns is None else close_capture(turns, engine_errors=1)
     reward = fields.get("reward", 1.0)
@@ -76,12 +77,13 @@ def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> R
         "agent": "terminus-2",
         "sandbox": "bwrap",
         "model": "test-model",
-        "ok": capture is not None and capture.trainable and reward is not None,
+        "ok": capture is not None and capture.valid and reward is not None,
         "reward": reward,
         "reward_key": None if reward is None else "reward",
         "rewards": {} if reward is None else {"reward": reward, "length": 3.0},
         "findings": [] if capture is None else [FindingRecord.of(f) for f in capture.findings],
         "counts": None if capture is None else capture.counts,
+        "capture_level": None if capture is None else capture.capture_level,
         "model_calls": 0 if turns is None else len(turns),
         "timings": {"agent_execution": 9.5, "total": 12.25},
         "trial_dir": f"/trials/{rollout_id}",
@@ -162,3 +164,11 @@ def sequence_rows(graph: RolloutGraph) -> list[dict[str, Any]]:
         }
         for k, s in enumerate(graph.sequences)
     ]
+
+
+def evaluated(turns: list[TurnRecord]) -> list[TurnRecord]:
+    """`turns` as a `--capture text` proxy records them: no ids, no logprobs, the
+    engine's usage counts."""
+    return [dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None,
+                                capture_level="text", prompt_tokens=7, completion_tokens=3)
+            for t in turns]

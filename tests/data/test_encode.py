@@ -20,6 +20,7 @@ from tests.data.rollouts import (
     broken_session,
     dead_rollout,
     encode,
+    evaluated,
     rich_session,
     rollout,
     sequence_rows,
@@ -117,6 +118,8 @@ def test_the_rollout_row() -> None:
         "host": None,
         "policy_version_min": None,  # the session's turns recorded no version
         "policy_version_max": None,
+        "capture_level": "tokens",
+        "trainable": True,
         "schema_version": SCHEMA_VERSION,
     }
     assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (
@@ -239,3 +242,25 @@ def test_policy_versions_reach_every_table_and_come_back() -> None:
     assert_same_turns(turn_records(record.turns), turns)
     kept = with_findings(record, []).rollout.to_pylist()[0]
     assert (kept["policy_version_min"], kept["policy_version_max"]) == (1, 3)
+
+
+def test_an_evaluation_is_ok_untrainable_and_has_no_sequences() -> None:
+    record = rollout("e1", evaluated(chain(3)))
+    (row,) = record.rollout.to_pylist()
+    assert row["ok"] and row["reward"] == 1.0
+    assert (row["capture_level"], row["trainable"]) == ("text", False)
+    assert record.sequences.num_rows == 0
+    turns = record.turns.to_pylist()
+    assert [(t["prompt_delta"], t["token_ids"], t["logprobs"]) for t in turns] == [
+        (None, None, None)] * 3
+    assert {(t["capture_level"], t["prompt_tokens"], t["completion_tokens"]) for t in turns} == {
+        ("text", 7, 3)}
+    assert all(t["request_messages"] and t["response_message"] for t in turns)
+    assert [(t.capture_level, t.completion_tokens) for t in turn_records(record.turns)] == [
+        ("text", 3)] * 3
+
+
+def test_version_4_turns_read_back_as_tokens() -> None:
+    new = ("capture_level", "prompt_tokens", "completion_tokens")
+    old = rollout("a1", chain(2)).turns.drop_columns(list(new))
+    assert [(t.capture_level, t.prompt_tokens) for t in turn_records(old)] == [("tokens", 0)] * 2

@@ -153,3 +153,22 @@ def test_every_rollout_gives_a_sample_in_order_even_with_nothing_to_train() -> N
     assert [s["trainable"] for s in samples] == [True, False, True]
     unscored = rollout_samples([rollout_row("a", reward=None)], sequences)
     assert not unscored[0]["trainable"] and any(unscored[0]["env_mask"])
+
+
+def test_an_untrainable_row_gives_an_untrainable_sample_and_old_rows_read_ok() -> None:
+    """A version-5 row says `trainable` (an evaluation is ok and not trainable); a
+    version-4 row has none, and is trainable exactly when ok."""
+    sequences = sequences_of(chain(2), "a")
+    evaluation = {**rollout_row("a"), "capture_level": "text", "trainable": False}
+    assert [s["trainable"] for s in rollout_samples([evaluation], sequences)] == [False]
+    assert [s["trainable"] for s in rollout_samples([rollout_row("a")], sequences)] == [True]
+
+
+def test_calls_captured_below_tokens_are_skipped() -> None:
+    """Even were an evaluation's turn to hold ids, no record is made of it."""
+    turns = stored(chain(2))
+    levels = pa.array(["text", "tokens"])
+    marked = turns.set_column(turns.schema.get_field_index("capture_level"), "capture_level",
+                              levels)
+    assert [r["turn"] for r in call_records(marked)] == [1]
+    assert [r["turn"] for r in call_records(turns.drop_columns(["capture_level"]))] == [0, 1]

@@ -24,6 +24,7 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
     ({"max_concurrency": 16}, "needs the engines' metrics"),
     ({"max_concurrency": 16, "min_concurrency": 9, "engine_metrics": ("http://e/m",)},
      "--min-concurrency"),
+    ({"capture": "text"}, "rollout --capture text"),
 ])
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, says: str

@@ -8,8 +8,8 @@ import pyarrow as pa
 
 from harbor_ray.report.tables import DatasetTables, read_tables
 from harbor_ray.report.traces import summaries, traces
-from tests.capture.turns_factory import follow, turn
-from tests.data.rollouts import rollout
+from tests.capture.turns_factory import chain, follow, turn
+from tests.data.rollouts import evaluated, rollout
 from tests.report.datasets import sample_tables, write_dataset
 
 
@@ -73,3 +73,24 @@ def test_summaries_and_traces_cover_every_rollout(tmp_path: Path) -> None:
     found = traces(tables)
     assert found["c1"]["turns"] == [] and found["c1"]["reward"] is None
     assert [s["role"] for s in found["a1"]["sequences"]].count("discarded") == 1
+
+
+def test_an_evaluation_shows_its_capture_level_and_text_only_turns(tmp_path: Path) -> None:
+    tables = read_tables(write_dataset(tmp_path, [rollout("e1", evaluated(chain(2)))]))
+    (row,) = summaries(tables.rollouts)
+    assert row["capture_level"] == "text"
+    trace = traces(tables)["e1"]
+    assert (trace["capture_level"], trace["trainable"], trace["sequences"]) == (
+        "text", False, [])
+    assert [(t["capture_level"], t["token_ids"], t["completion_tokens"], bool(t["messages"]))
+            for t in trace["turns"]] == [("text", None, 3, True)] * 2
+
+
+def test_an_older_dataset_reads_as_tokens(tmp_path: Path) -> None:
+    tables = sample_tables(tmp_path)
+    old = dataclasses.replace(
+        tables, rollouts=tables.rollouts.drop_columns(["capture_level", "trainable"]),
+        turns=tables.turns.drop_columns(["capture_level", "prompt_tokens",
+                                         "completion_tokens"]))
+    assert {r["capture_level"] for r in summaries(old.rollouts)} == {"tokens"}
+    assert {t["capture_level"] for t in traces(old)["a1"]["turns"]} == {"tokens"}

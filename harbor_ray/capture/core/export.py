@@ -38,8 +38,10 @@ __all__ = ["EXPORT_VERSION", "build_export", "render_export", "turns_from_export
 # 2: each turn says whether its prompt was stitched (`continuation`).
 # 3: each turn says which logprobs it has and what it was sampled with (`logprobs_mode`,
 # `sampling`); a version-2 document reads as "not known" for both.
-EXPORT_VERSION = 3
-_READABLE_VERSIONS = (2, EXPORT_VERSION)
+# 4: each turn says what it recorded and the engine's usage (`capture_level`, `usage`):
+# below `tokens` its null ids are by design; a version-3 document reads as `tokens`.
+EXPORT_VERSION = 4
+_READABLE_VERSIONS = (2, 3, EXPORT_VERSION)
 
 
 def build_export(
@@ -60,6 +62,7 @@ def render_export(capture: ClosedCapture) -> dict[str, Any]:
     return {
         "schema_version": EXPORT_VERSION,
         "trainable": capture.trainable,
+        "capture_level": capture.capture_level,
         "counts": dataclasses.asdict(capture.counts),
         "turns": [_turn_doc(turn, graph.nodes[turn.index]) for turn in capture.turns],
         "sequences": [_sequence_doc(s) for s in graph.sequences],
@@ -96,6 +99,10 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             policy_version_start=t.get("policy_version_start"),
             policy_version_end=t.get("policy_version_end"),
             continuation=_continuation_from_json(t["continuation"]),
+            # Absent from exports written before version 4.
+            capture_level=t.get("capture_level", "tokens"),
+            prompt_tokens=(t.get("usage") or {}).get("prompt_tokens", 0),
+            completion_tokens=(t.get("usage") or {}).get("completion_tokens", 0),
         )
         for t in doc["turns"]
     ]
@@ -112,6 +119,9 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "token_ids": _ids_to_json(turn.token_ids),
         "logprobs": _logprobs_to_json(turn.logprobs),
         "logprobs_mode": turn.logprobs_mode,
+        "capture_level": turn.capture_level,
+        "usage": {"prompt_tokens": turn.prompt_tokens,
+                  "completion_tokens": turn.completion_tokens},
         "sampling": dataclasses.asdict(turn.sampling),
         "finish_reason": turn.finish_reason,
         "request_messages": orjson.loads(turn.request_messages_json),

@@ -65,6 +65,7 @@ class Code(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     NOT_FORWARDED = "not_forwarded"
     RAW_LOGPROBS_SAMPLED_OTHERWISE = "raw_logprobs_sampled_otherwise"
+    EVALUATION_ONLY = "evaluation_only"
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,19 @@ def validate(
     findings: list[Finding] = []
     if not turns:
         findings.append(Finding(Code.NO_TURNS, Severity.FATAL, "the session made no model calls"))
+    evaluated = [t.index for t in turns if t.capture_level != "tokens"]
+    if evaluated:
+        # Recorded without ids on purpose (an evaluation): nothing to check them against,
+        # and no graph to build, so the id checks would only report the choice as faults.
+        findings.append(Finding(
+            Code.EVALUATION_ONLY, Severity.INFO,
+            f"{len(evaluated)} turn(s) captured below the `tokens` level (turns "
+            f"{_names(evaluated)}): kept for evaluation, never trained on"))
     prompts = _bad_prompt_ids(turns, vocab_size)
     for turn in sorted(turns, key=lambda t: t.index):
-        findings.extend(_turn_findings(turn, vocab_size, prompts.get(turn.index, (0, 0))))
-    if turns:
+        if turn.capture_level == "tokens":
+            findings.extend(_turn_findings(turn, vocab_size, prompts.get(turn.index, (0, 0))))
+    if turns and not evaluated:
         findings.extend(_graph_findings(graph, {t.index: t for t in turns}))
     if engine_errors > 0:
         findings.append(

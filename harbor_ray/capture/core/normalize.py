@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harbor_ray.capture.core.capture_level import CaptureLevel, ask_for
 from harbor_ray.capture.core.dialects.base import EngineCall
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentRequestError
@@ -18,9 +19,11 @@ _DROPPED = ("stream", "stream_options", "model")
 
 
 def engine_body(
-    call: EngineCall, served_model: str, sampling: Sampling | None = None
+    call: EngineCall, served_model: str, sampling: Sampling | None = None,
+    capture: CaptureLevel = "tokens",
 ) -> dict[str, Any]:
-    """The exact chat-completions body sent to the engine for one agent call."""
+    """The exact chat-completions body sent to the engine for one agent call, asking
+    for what the `capture` level records."""
     body = {k: v for k, v in call.body.items() if k not in _DROPPED}
     n = body.pop("n", 1)
     if n not in (1, None):
@@ -35,6 +38,5 @@ def engine_body(
         sampling.apply(body)
     body["model"] = served_model
     body["stream"] = False
-    body["return_token_ids"] = True
-    body["logprobs"] = True
+    ask_for(body, capture)
     return body

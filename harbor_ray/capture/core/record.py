@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harbor_ray.capture.core.capture_level import CaptureLevel, lowest
 from harbor_ray.capture.core.findings import Finding, is_trainable, validate
 from harbor_ray.capture.core.graph import RolloutGraph, build_graph
 from harbor_ray.capture.core.turn import TurnRecord
@@ -42,8 +43,19 @@ class ClosedCapture:
     findings: tuple[Finding, ...]
 
     @property
-    def trainable(self) -> bool:
+    def capture_level(self) -> CaptureLevel:
+        """What its turns recorded (capture_level.py); `tokens` for a session without."""
+        return lowest([t.capture_level for t in self.turns])
+
+    @property
+    def valid(self) -> bool:
+        """No fatal finding: the capture holds what its level records."""
         return is_trainable(self.findings)
+
+    @property
+    def trainable(self) -> bool:
+        """Valid, and captured at the `tokens` level: what a trainer may use."""
+        return self.valid and self.capture_level == "tokens"
 
 
 def close_capture(

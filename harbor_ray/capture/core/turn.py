@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.continuation import Continuation
 from harbor_ray.capture.core.sampling import TurnSampling
 
@@ -56,3 +57,10 @@ class TurnRecord:
     # The digest of the request messages + the reply (`continuation.extend`), by which a
     # later request that continues this conversation finds this turn; b"" for none.
     conversation_key: bytes = b""
+    # What the proxy was set to record (capture_level.py): below `tokens` the ids are
+    # None by design, not missing, and the turn is for evaluation only.
+    capture_level: CaptureLevel = "tokens"
+    # The engine's usage counts (`usage.prompt_tokens`/`completion_tokens`); what a
+    # turn without ids still says of its length.
+    prompt_tokens: int = 0
+    completion_tokens: int = 0

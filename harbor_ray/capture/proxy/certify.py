@@ -1,8 +1,10 @@
-"""Certify an engine before the first rollout: refuse one that cannot be trained on.
+"""Certify an engine before the first rollout: find its capture level, and refuse it
+when that is below the level the run asks for.
 
 docs/lessons.md: an endpoint that returns no token ids produces rollouts that look normal
 and carry nothing trainable. So we ask for exactly what capture needs, once, and name
-the request field or server flag that fixes whatever is missing.
+the request field or server flag that fixes whatever is missing. An engine that cannot
+return ids may still be evaluated, but only when the run says so (`--capture`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harbor_ray.capture.core.capture_level import (
+    CAPTURE_LEVELS,
+    CaptureLevel,
+    capture_fields,
+    covers,
+)
 from harbor_ray.capture.proxy.engine_adapter import EngineKind
 from harbor_ray.capture.proxy.sglang import TOOL_PARSER_FIX
 from harbor_ray.capture.proxy.upstream import Engine, HttpEngine
@@ -37,6 +45,11 @@ class Certification(BaseModel):
     served_model: str = Field(description="The model id requests are rewritten to.")
     models: list[str] = Field(description="Every model id the engine lists at /v1/models.")
     engine_version: str | None = Field(description="What /version reported, if anything.")
+    # Defaults to `tokens`: a certification stored before the level existed was made of
+    # an engine that returned ids (any other was refused).
+    capture_level: CaptureLevel = Field(
+        "tokens", description="What a model call can record: `tokens` (ids and logprobs: "
+        "trainable), `logprobs` (logprobs, no ids) or `text` (neither).")
     returns_token_ids: bool = Field(description="prompt_token_ids and token_ids came back.")
     returns_logprobs: bool = Field(description="Per-token logprobs came back.")
     tool_calling: bool = Field(
@@ -45,11 +58,11 @@ class Certification(BaseModel):
     tool_calling_fix: str | None = Field(
         description="What to change on the engine to enable tool calling, when it is off."
     )
-    logprobs_mode: Literal["processed", "raw"] = Field(
+    logprobs_mode: Literal["processed", "raw"] | None = Field(
         description="`processed`: the logprobs are those of the distribution sampled from "
         "(they change with the temperature; vLLM `logprobs_mode: processed_logprobs`). "
         "`raw`: the model's at temperature 1, whatever the sampling temperature (vLLM's "
-        "default, `raw_logprobs`)."
+        "default, `raw_logprobs`). None: the engine returns no logprobs."
     )
     engine_kind: EngineKind = Field(
         default="vllm", description="Which engine answered: `vllm`, or `sglang` (reached "
@@ -57,34 +70,30 @@ class Certification(BaseModel):
     )
 
 
-async def certify(engine: Engine, url: str, *, model: str | None = None,
-                  engine_kind: EngineKind = "vllm") -> Certification:
-    """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable.
+async def certify(
+    engine: Engine, url: str, *, model: str | None = None, capture: CaptureLevel = "tokens",
+    engine_kind: EngineKind = "vllm",
+) -> Certification:
+    """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable,
+    or if the engine's capture level is below `capture` (training needs `tokens`).
     `engine_kind`: which engine `engine` is (engine_adapter.py), recorded."""
     models, model = await _listed(engine, url, model)
 
-    probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
-             "return_token_ids": True, "logprobs": True}
-    try:
-        reply = await engine.request("POST", "/v1/chat/completions", probe)
-    except EngineError as exc:
-        raise CertificationError(f"probe completion failed: {exc.message}") from exc
-    problems = _capture_problems(reply)
-    if problems:
-        raise CertificationError(
-            f"engine at {url} cannot be used for training: " + "; ".join(problems)
-        )
+    reply, level = await _capture_probe(engine, model)
+    if not covers(level, capture):
+        raise CertificationError(_refusal(url, capture, level, _capture_problems(reply)))
 
-    tool_fix = await _tool_calling_fix(engine, model, len(reply["prompt_token_ids"]),
+    tool_fix = await _tool_calling_fix(engine, model, level, _prompt_length(reply),
                                        engine_kind)
-    logprobs_mode = await _logprobs_mode(engine, model)
+    logprobs_mode = None if level == "text" else await _logprobs_mode(engine, model)
     return Certification(
         url=url,
         served_model=model,
         models=models,
         engine_version=await _version(engine),
-        returns_token_ids=True,
-        returns_logprobs=True,
+        capture_level=level,
+        returns_token_ids=level == "tokens",
+        returns_logprobs=level != "text",
         tool_calling=tool_fix is None,
         tool_calling_fix=tool_fix,
         logprobs_mode=logprobs_mode,
@@ -128,9 +137,58 @@ async def _listed(engine: Engine, url: str, model: str | None) -> tuple[list[str
     return models, model
 
 
+async def _capture_probe(engine: Engine, model: str) -> tuple[dict[str, Any], CaptureLevel]:
+    """One tiny completion asking for each level's fields in turn, most first, and the
+    level its reply shows. A level is what came back, not what was accepted: an engine
+    that ignores `return_token_ids` answers without ids. One that refuses a field it does
+    not know (a hosted API, 400) is asked again without it."""
+    for asked in CAPTURE_LEVELS:
+        probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1,
+                 "temperature": 0, **capture_fields(asked)}
+        try:
+            reply = await engine.request("POST", "/v1/chat/completions", probe)
+        except EngineError as exc:
+            if asked != "text" and exc.status in (400, 422):
+                continue
+            raise CertificationError(f"probe completion failed: {exc.message}") from exc
+        return reply, _level_of(reply)
+    raise AssertionError("the `text` probe asks for nothing an engine can refuse")
+
+
+def _level_of(reply: dict[str, Any]) -> CaptureLevel:
+    if _logprob_problems(reply):
+        return "text"
+    return "logprobs" if _id_problems(reply) else "tokens"
+
+
+def _refusal(url: str, wanted: CaptureLevel, level: CaptureLevel, problems: list[str]
+             ) -> str:
+    """Why the engine cannot serve `wanted`, what fixes it, and the mode it can serve."""
+    use = "training" if wanted == "tokens" else f"--capture {wanted}"
+    return (f"engine at {url} cannot be used for {use}: " + "; ".join(problems)
+            + f". Its capture level is `{level}`: to evaluate it without training, pass "
+            f"--capture {level}")
+
+
+def _prompt_length(reply: dict[str, Any]) -> int:
+    """The probe's prompt length: its ids when it sent them, else its usage count."""
+    ids = reply.get("prompt_token_ids")
+    if isinstance(ids, list) and ids:
+        return len(ids)
+    return int((reply.get("usage") or {}).get("prompt_tokens") or 0)
+
+
 def _capture_problems(reply: dict[str, Any]) -> list[str]:
+    return _id_problems(reply) + _logprob_problems(reply)
+
+
+def _choice(reply: dict[str, Any]) -> dict[str, Any]:
     choices = reply.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
+    return choices[0] if isinstance(choices[0], dict) else {}
+
+
+def _id_problems(reply: dict[str, Any]) -> list[str]:
+    choice = _choice(reply)
     problems = []
     prompt_ids = reply.get("prompt_token_ids", choice.get("prompt_token_ids"))
     if not isinstance(prompt_ids, list) or not prompt_ids:
@@ -143,14 +201,16 @@ def _capture_problems(reply: dict[str, Any]) -> list[str]:
             "no choices[0].token_ids in the reply (request field `return_token_ids: true` "
             "was ignored: use a vLLM OpenAI server, not a generic OpenAI-compatible one)"
         )
-    content = (choice.get("logprobs") or {}).get("content")
-    if not isinstance(content, list) or not content:
-        problems.append(
-            "no choices[0].logprobs.content in the reply (request field `logprobs: true` "
-            "was ignored; check the server does not disable logprobs, e.g. vLLM "
-            "`--max-logprobs 0`)"
-        )
     return problems
+
+
+def _logprob_problems(reply: dict[str, Any]) -> list[str]:
+    content = (_choice(reply).get("logprobs") or {}).get("content")
+    if isinstance(content, list) and content:
+        return []
+    return ["no choices[0].logprobs.content in the reply (request field `logprobs: true` "
+            "was ignored; check the server does not disable logprobs, e.g. vLLM "
+            "`--max-logprobs 0`)"]
 
 
 _TOOL_FLAGS_FIX: dict[EngineKind, str] = {
@@ -160,12 +220,14 @@ _TOOL_FLAGS_FIX: dict[EngineKind, str] = {
 }
 
 
-async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int,
-                            engine_kind: EngineKind) -> str | None:
+async def _tool_calling_fix(
+    engine: Engine, model: str, level: CaptureLevel, plain_prompt_len: int,
+    engine_kind: EngineKind,
+) -> str | None:
     """None if tool calling works; else what to change. `plain_prompt_len` is the prompt
     length of the same messages without tools."""
     probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
-             "tools": [_TOOL], "tool_choice": "auto", "return_token_ids": True}
+             "tools": [_TOOL], "tool_choice": "auto", **capture_fields(level)}
     try:
         reply = await engine.request("POST", "/v1/chat/completions", probe)
     except EngineError as exc:
@@ -174,7 +236,7 @@ async def _tool_calling_fix(engine: Engine, model: str, plain_prompt_len: int,
         return f"tool calling failed: {exc.message}"
     # A template that ignores `tools` accepts them and the model never sees them: the
     # request succeeds and no call can come back.
-    if len(reply.get("prompt_token_ids") or []) <= plain_prompt_len:
+    if _prompt_length(reply) <= plain_prompt_len:
         return ("the chat template ignores `tools` (the prompt did not grow): serve the model "
                 "with a template that renders them (vLLM --chat-template)")
     return None

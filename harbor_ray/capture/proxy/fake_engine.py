@@ -100,6 +100,10 @@ class FakeEngine:
     model: str = "fake-model"
     delay_s: float = 0.0
     token_ids: bool = True  # False imitates an engine without return_token_ids support
+    logprobs: bool = True  # False imitates an engine that ignores `logprobs: true`
+    # True imitates a hosted OpenAI-compatible API: it refuses a request argument it does
+    # not know (400 "Unrecognized request argument supplied"), as OpenAI's does.
+    refuses_unknown_fields: bool = False
     tool_calling: bool = True  # False imitates vLLM without --enable-auto-tool-choice
     renders_tools: bool = True  # False imitates a chat template that ignores `tools`
     fail_with: int | None = None  # answer every generation with this HTTP status
@@ -136,6 +140,9 @@ class FakeEngine:
                 raise
         if self.fail_with is not None:
             raise engine_status_error(self.fail_with, "fake engine failure")
+        if self.refuses_unknown_fields and "return_token_ids" in body:
+            raise engine_status_error(
+                400, "Unrecognized request argument supplied: return_token_ids")
         if body.get("tools") == []:
             raise engine_status_error(400, "[] is too short - 'tools'")  # what vLLM says
         if body.get("tool_choice") == "auto" and not self.tool_calling:
@@ -163,7 +170,7 @@ class FakeEngine:
                 for i, (name, args) in enumerate(reply.tool_calls)
             ]
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
-        if body.get("logprobs"):
+        if body.get("logprobs") and self.logprobs:
             temperature = body.get("temperature") if self.logprobs_mode == "processed" else None
             top = body.get("top_logprobs") or 0
             choice["logprobs"] = {"content": [
@@ -237,10 +244,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--no-token-ids", action="store_true",
                         help="imitate an engine that ignores return_token_ids")
+    parser.add_argument("--no-logprobs", action="store_true",
+                        help="imitate an engine that ignores `logprobs: true` (with "
+                             "--no-token-ids: a text-only engine)")
     parser.add_argument("--delay-ms", type=float, default=0.0,
                         help="answer each generation after this long, like a real engine")
     args = parser.parse_args()
-    engine = FakeEngine(token_ids=not args.no_token_ids, delay_s=args.delay_ms / 1000)
+    engine = FakeEngine(token_ids=not args.no_token_ids, logprobs=not args.no_logprobs,
+                        delay_s=args.delay_ms / 1000)
     uvicorn.run(fake_engine_app(engine), host=args.host, port=args.port, log_level="warning")
 
 

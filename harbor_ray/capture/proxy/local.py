@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.server import serve
@@ -40,15 +41,18 @@ class LocalCapture(StoreSessions):
 async def local_capture(
     engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
     stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
+    capture: CaptureLevel = "tokens",
 ) -> AsyncIterator[LocalCapture]:
-    """Certify `engine`, serve the proxy on a free loopback port, stop it on exit.
-    `wrap`, when given, wraps the proxy's app (e.g. to watch what it answers); the
-    wrapper keeps the app's `settings` and `state`, which the server reads."""
-    certification = await certify(engine, url, model=model)
+    """Certify `engine` for the `capture` level, serve the proxy on a free loopback
+    port, stop it on exit. `wrap`, when given, wraps the proxy's app (e.g. to watch what
+    it answers); the wrapper keeps the app's `settings` and `state`, which the server
+    reads."""
+    certification = await certify(engine, url, model=model, capture=capture)
     async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
                              host=host, stitch=stitch, wrap=wrap,
-                             logprobs_mode=certification.logprobs_mode) as capture:
-        yield capture
+                             logprobs_mode=certification.logprobs_mode,
+                             capture=capture) as capture_app:
+        yield capture_app
 
 
 @contextlib.asynccontextmanager
@@ -58,18 +62,19 @@ async def serve_capture(
     wrap: Callable[[CaptureApp], CaptureApp] | None = None,
     policy_version: Callable[[], int | None] = lambda: 0,
     logprobs_mode: str | None = None,
+    capture: CaptureLevel = "tokens",
 ) -> AsyncIterator[LocalCapture]:
     """Serve the proxy over `store` on a free port of `host` (the engine certified
     already), in the running loop; stop it on exit. `policy_version` stamps each turn
     (`build_capture_app`'s); `logprobs_mode` is the certification's
-    (`CaptureSettings.logprobs_mode`).
+    (`CaptureSettings.logprobs_mode`); `capture` what each call records.
 
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
     app = build_capture_app(store, engine,
                             CaptureSettings(served_model=served_model, stitch=stitch,
-                                            logprobs_mode=logprobs_mode),
+                                            logprobs_mode=logprobs_mode, capture=capture),
                             policy_version=policy_version)
     served = app if wrap is None else wrap(app)
     sock = bind(host, 0)

@@ -86,7 +86,8 @@ class CallPipeline:
             if route.kind == "count_tokens":
                 return JSONResponse(await self._count_tokens(dialect, route, body))
             call = dialect.to_engine(body, url_model=route.url_model, url_stream=route.url_stream)
-            payload = engine_body(call, self.settings.served_model, grant.sampling)
+            payload = engine_body(call, self.settings.served_model, grant.sampling,
+                                  self.settings.capture)
             messages_json = _encodable(payload)
             conversation = self._conversation(payload)
         except _ClientGone:
@@ -123,9 +124,11 @@ class CallPipeline:
 
     def _conversation(self, payload: dict[str, Any]) -> Conversation | None:
         """The request's message digests, when its prompt may be stitched: not with
-        stitching off, nor when the agent asked for a rendering of its own (echo, an
-        open final message), which vLLM then makes from the messages."""
-        if (not self.settings.stitch or payload.get("echo")
+        stitching off or below the `tokens` capture level (a stitch is made of ids), nor
+        when the agent asked for a rendering of its own (echo, an open final message),
+        which vLLM then makes from the messages."""
+        if (not self.settings.stitch or self.settings.capture != "tokens"
+                or payload.get("echo")
                 or payload.get("continue_final_message")
                 or payload.get("add_generation_prompt", True) is not True
                 or not isinstance(payload.get("messages"), list)):
@@ -185,13 +188,18 @@ class CallPipeline:
     async def record(self, admitted: Admitted, reply: EngineReply) -> None:
         """Keep the turn (before its reply leaves: a replica killed after answering must
         not take the turn with it); `SessionGone` if the session ended meanwhile."""
-        completion = reply.completion
+        completion, level = reply.completion, self.settings.capture
+        # What the level records and no more: an agent that asked for logprobs itself
+        # gets them, but a `text` capture does not keep them.
         await self.store.record(admitted.session_id, TurnRecord(
             index=admitted.index,
             dialect=admitted.route.dialect,
-            prompt_ids=completion.prompt_ids,
-            token_ids=completion.token_ids,
-            logprobs=completion.logprobs,
+            prompt_ids=completion.prompt_ids if level == "tokens" else None,
+            token_ids=completion.token_ids if level == "tokens" else None,
+            logprobs=completion.logprobs if level != "text" else None,
+            capture_level=level,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
             logprobs_mode=self.settings.logprobs_mode,
             sampling=TurnSampling.of(admitted.payload),
             finish_reason=completion.raw_finish_reason or completion.finish_reason,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.host_names import LOOPBACK_NAMES
 
 __all__ = ["CaptureSettings"]
@@ -27,6 +28,9 @@ class CaptureSettings:
     # sampled ids as the start of its prompt (continuation.py); False: the engine
     # renders every prompt from the messages.
     stitch: bool = True
+    # What each call records (capture_level.py). Below `tokens` the engine sends no ids,
+    # so nothing is stitched whatever `stitch` says, and no turn is trainable.
+    capture: CaptureLevel = "tokens"
     # Which logprobs the engine returns (`Certification.logprobs_mode`), recorded with
     # every turn; None: not known (the engine was not certified here).
     logprobs_mode: str | None = None

@@ -94,7 +94,7 @@
         onclick: () => select(r.rollout_id) },
       el("td", { text: r.rollout_id }), el("td", { text: r.ok ? "yes" : "no" }),
       el("td", { text: r.error_type || "" }), el("td", { text: fmt(r.reward) }),
-      el("td", { text: fmt(r.turns) }))));
+      el("td", { text: fmt(r.turns) }), el("td", {}, captureBadge(r.capture_level)))));
     document.getElementById("rollout-count").textContent =
       `${rows.length} of ${doc.rollouts.length} rollouts`;
   }
@@ -127,6 +127,12 @@
       el("tr", {}, el("td", { text: k }), el("td", { text: typeof v === "string" ? v : fmt(v) }))));
   }
 
+  // Below `tokens` a rollout is an evaluation: no ids, never trained on.
+  function captureBadge(level) {
+    if (!level) return "-";
+    return el("span", { class: "badge capture-" + level, text: level });
+  }
+
   function header(trace) {
     const policy = Object.entries(trace.policy).map(([k, v]) => [k, v]);
     const rewards = Object.entries(trace.rewards).map(([k, v]) => `${k}=${fmt(v)}`).join(", ");
@@ -135,6 +141,8 @@
     return el("div", { id: "trace-header" }, el("h3", { text: trace.rollout_id }), kv([
       ["task", `${trace.task} (attempt ${trace.attempt})`], ["agent", trace.agent],
       ["model", trace.model || "-"], ["ok", trace.ok ? "yes" : "no"],
+      ["capture", trace.capture_level && trace.capture_level !== "tokens"
+        ? `${trace.capture_level}: an evaluation, not trainable` : (trace.capture_level || "-")],
       trace.error_type ? ["error", `${trace.error_type}: ${trace.error}`] : null,
       ["reward", trace.reward === null ? "none (unknown, not 0)" : `${fmt(trace.reward)} (key ${trace.reward_key})`],
       ["rewards", rewards || "-"],
@@ -162,6 +170,7 @@
     else if (t.parent === null) out.push("root");
     if (t.parent !== null && siblings > 1) out.push("fork");
     if (t.role !== "agent") out.push(t.role);
+    if (t.capture_level && t.capture_level !== "tokens") out.push(t.capture_level + " only");
     return out.map((b) => el("span", { class: "badge " + b, text: b }));
   }
 
@@ -271,7 +280,17 @@
         ...messages),
       el("div", { class: "response" }, el("span", { class: "hint", text: "reply (chat-completions form):" }),
         messageNode(t.response)),
-      promptTokens(t), el("div", { class: "hint", text: "sampled ids:" }), sampledTokens(t), maskNote);
+      ...tokenView(t), maskNote);
+  }
+
+  function tokenView(t) {
+    if (t.capture_level && t.capture_level !== "tokens") {
+      return [el("p", { class: "hint capture-note", text:
+        `captured at the ${t.capture_level} level: no token view (the engine sent no ids); ` +
+        `${fmt(t.prompt_tokens)} prompt and ${fmt(t.completion_tokens)} completion tokens ` +
+        "by the engine's usage count" })];
+    }
+    return [promptTokens(t), el("div", { class: "hint", text: "sampled ids:" }), sampledTokens(t)];
   }
 
   // ---- start, and the live view ----------------------------------------------------
