@@ -24,7 +24,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["ANY_HOST", "LOOPBACK_NAMES", "HostGuard", "HostNames", "host_name",
-           "names_served"]
+           "is_loopback", "names_served"]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = "*"
@@ -39,6 +39,17 @@ def host_name(header: str) -> str:
     else:
         name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
     return name.rstrip(".")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a bind address or a URL's host) is this machine only:
+    `localhost` or a loopback address; any other name is not ours to judge."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def names_served(allowed: Iterable[str], bind: str | None = None) -> tuple[str, ...]:

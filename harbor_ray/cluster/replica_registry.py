@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +21,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from harbor_ray.cluster.owner import NAMESPACE
+from harbor_ray.host_names import is_loopback
 
 CAPTURE_APP_NAME = "capture"
 
@@ -82,11 +82,7 @@ def reachable(entries: list[ReplicaEntry], node: str) -> list[ReplicaEntry]:
 
 
 def _on_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: not ours to judge, not loopback
-        return False
+    return is_loopback(urlsplit(url).hostname or "")
 
 
 class RegistryReader:

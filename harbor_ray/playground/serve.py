@@ -16,7 +16,7 @@ from typing import Any
 import uvicorn
 
 from harbor_ray.errors import DatasetError, PlaygroundError, ServeError
-from harbor_ray.host_names import LOOPBACK_NAMES, names_served
+from harbor_ray.host_names import LOOPBACK_NAMES, is_loopback, names_served
 from harbor_ray.info import gather
 from harbor_ray.listening import base_url, bind
 from harbor_ray.online.controller_key import load_or_create_key
@@ -27,11 +27,7 @@ from harbor_ray.playground.launch import Launcher
 from harbor_ray.playground.runs import RunBoard
 from harbor_ray.trials.datasets import resolve_dataset
 
-__all__ = ["is_loopback", "open_playground", "serve_playground"]
-
-
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_NAMES or host.startswith("127.")
+__all__ = ["open_playground", "serve_playground"]
 
 
 def open_playground(datasets: Sequence[str], *, out: Path, llm_url: str | None = None,

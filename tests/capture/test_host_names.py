@@ -13,7 +13,7 @@ from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.local import serve_capture
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.cluster.ingress import capture_hosts
-from harbor_ray.host_names import HostNames
+from harbor_ray.host_names import HostNames, is_loopback
 from tests.capture.asgi_client import call
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -89,3 +89,11 @@ def test_a_remote_endpoint_s_name_is_answered_by_the_replicas() -> None:
     assert "localhost" in capture_hosts(None)
     assert capture_hosts("http://10.0.0.5:4000") == (*capture_hosts(None), "10.0.0.5")
 
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("localhost", True), ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
+    ("0.0.0.0", False), ("10.0.0.1", False), ("127.evil.example", False), ("", False)])
+def test_only_this_machine_s_own_addresses_are_loopback(host: str, loopback: bool) -> None:
+    # What the proxy, the playground and the replica registry decide exposure by.
+    assert is_loopback(host) is loopback

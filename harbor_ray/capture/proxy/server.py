@@ -10,7 +10,6 @@ by the app's own instance id, not by "something answered".
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal
@@ -23,19 +22,11 @@ from harbor_ray.capture.proxy.app import CaptureApp
 from harbor_ray.capture.proxy.head_limit import bounded_protocol
 from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.errors import ServeError
+from harbor_ray.host_names import is_loopback
 from harbor_ray.listening import base_url
 
 # The lifespan modes uvicorn.Config takes.
 Lifespan = Literal["auto", "on", "off"]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, admin_key: str | None) -> None:
