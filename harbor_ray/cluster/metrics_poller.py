@@ -24,10 +24,11 @@ log = logging.getLogger(__name__)
 async def read_engine_load(client: httpx.AsyncClient, urls: Sequence[str]) -> EngineLoad | None:
     """The engines' load from every URL that answers; None if none does."""
     replies = await asyncio.gather(*(client.get(url) for url in urls), return_exceptions=True)
-    texts = [r.text for r in replies
-             if isinstance(r, httpx.Response) and r.status_code == 200]
+    texts = []
     for url, reply in zip(urls, replies, strict=True):
-        if not isinstance(reply, httpx.Response) or reply.status_code != 200:
+        if isinstance(reply, httpx.Response) and reply.status_code == 200:
+            texts.append(reply.text)
+        else:
             log.debug("engine metrics at %s unread: %r", url, reply)
     return parse_engine_metrics(texts) if texts else None
 
