@@ -95,13 +95,27 @@ async def test_pid_1_exits_when_it_cannot_run_its_child(tmp_path: Path) -> None:
     [directory] = _sandboxes(tmp_path)
     try:
         shutil.rmtree(directory)
-        [sleeper] = [pid for pid in pids_in_pid_namespace(namespace)
-                     if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"]
+        # Under load the exec's own processes may still be exiting, and pid 1 may not
+        # have started its `sleep` yet: wait until exactly one `sleep` is seen.
+        assert await _wait_for(lambda: len(_named(namespace, "sleep")) == 1)
+        [sleeper] = _named(namespace, "sleep")
         os.kill(sleeper, signal.SIGKILL)
         assert await _wait_for(lambda: not pids_in_pid_namespace(namespace)), (
             f"pid 1 still runs: {_cpu_ticks(pids_in_pid_namespace(namespace))}")
     finally:
         await environment.stop(delete=False)
+
+
+def _named(namespace: int, comm: str) -> list[int]:
+    """The processes of a pid namespace called `comm`; one that exits meanwhile is not."""
+    named = []
+    for pid in pids_in_pid_namespace(namespace):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+                named.append(pid)
+        except FileNotFoundError:
+            pass
+    return named
 
 
 def _cpu_ticks(pids: list[int]) -> dict[int, int]:
