@@ -98,7 +98,7 @@ async def collect(journaling: Journaling, host: str, node_id: str) -> Salvaged:
     return found
 
 
-@ray.remote(num_cpus=0)
+@ray.remote
 def _read_task(path: Path) -> dict[str, tuple[TurnRecord, ...]]:
     return dict(unfinished_turns(read_journal(path).entries))
 
