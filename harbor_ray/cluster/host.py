@@ -31,6 +31,7 @@ from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.balancer import Relay
+from harbor_ray.cluster.journaling import JournaledCapture, Journaling
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.policy_version import PolicyClock
 from harbor_ray.cluster.reaper import host_sandboxes
@@ -89,8 +90,10 @@ class RolloutHost(SessionOwner):
     """Runs rollouts (`run`); as their sessions' owner, answers the proxy replicas."""
 
     def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None,
-                 start_rate: StartRate | None = None) -> None:
-        super().__init__(name)
+                 start_rate: StartRate | None = None, journaling: Journaling | None = None
+                 ) -> None:
+        # Every turn its sessions record goes to its journal first (journaling.py).
+        super().__init__(name, None if journaling is None else journaling.open(name))
         # Every rollout here waits its turn before its trial creates a sandbox.
         self._starts = None if start_rate is None else StartLimiter(start_rate)
         self._proxy = proxy
@@ -116,7 +119,10 @@ class RolloutHost(SessionOwner):
         """The rollout's record, encoded here where its session lived, with where it ran
         (its sandbox and trial directory are on this node); like `run_rollout`, never
         raises but for cancellation."""
-        capture = await self._capture_service() if needs_model(spec.agent) else None
+        capture: CaptureService | None = (
+            await self._capture_service() if needs_model(spec.agent) else None)
+        if capture is not None and (journal := self.store.journal) is not None:
+            capture = JournaledCapture(capture, journal, spec.rollout_id)
         spec = self._own_sandboxes(spec)
         if (sandboxes := spec.sandbox_kwargs.get("sandboxes_dir")) is not None:
             await self._guard(Path(sandboxes))
@@ -190,6 +196,7 @@ class RolloutHost(SessionOwner):
 def start_host(
     name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
     node_id: str | None = None, start_rate: StartRate | None = None,
+    journaling: Journaling | None = None,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
@@ -207,4 +214,4 @@ def start_host(
         max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV},
     )
-    return remote.remote(name, proxy, work, start_rate)
+    return remote.remote(name, proxy, work, start_rate, journaling)

@@ -17,6 +17,7 @@ from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.continuation import PrefixKey
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.journal_file import JournalFile
 from harbor_ray.capture.proxy.session import (
     Admission,
     Counter,
@@ -34,11 +35,12 @@ def owner_actor_name(owner: str) -> str:
 
 
 class SessionOwner(StoreSessions):
-    """Sessions minted and held in this process, keyed by ids that name `owner`."""
+    """Sessions minted and held in this process, keyed by ids that name `owner`; their
+    turns journaled in `journal`, if given."""
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, journal: JournalFile | None = None) -> None:
         self.owner = owner
-        self.store = InMemorySessionStore(owner=owner)
+        self.store = InMemorySessionStore(owner=owner, journal=journal)
 
     # What a replica calls, each one actor round trip.
 

@@ -9,6 +9,7 @@ Fresh hosts keep off the nodes where hosts died until those are shown alive
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
+from harbor_ray.cluster.journaling import Journaling, Salvaged, collect
 from harbor_ray.cluster.nodes import alive_nodes, pinned
 from harbor_ray.cluster.reaper import reap_host
 from harbor_ray.cluster.suspects import SuspectNodes, choose_node
@@ -65,6 +67,7 @@ class HostPool:
         suspect_s: float = SUSPECT_S,
         clock: Callable[[], float] = time.monotonic,
         start_rate: StartRate | None = None,  # each host's own share of the sweep's
+        journaling: Journaling | None = None,  # None: hosts keep no journal
     ) -> None:
         if rollouts_per_host < 1:
             raise ValueError("rollouts per host must be at least 1")
@@ -72,6 +75,8 @@ class HostPool:
         self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
         self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
         self._start_rate = start_rate
+        self.journaling = journaling
+        self._salvaged: dict[str, asyncio.Task[Salvaged]] = {}  # dead host -> its journal
         self.reaping: list[Any] = []  # ObjectRefs of the reapers of lost hosts
         self._prefix = secrets.token_hex(4)
         self._started = 0
@@ -109,6 +114,16 @@ class HostPool:
         probe = reaper if reaper is not None else pinned(_alive_check, node_id).remote()
         self._probes[probe] = node_id
 
+    async def salvaged(self, host: Host) -> Salvaged:
+        """The unfinished rollouts' turns in dead `host`'s journal, read on its node once
+        however many of its rollouts ask; none without a journal."""
+        if self.journaling is None or self.journaling.mode == "off" or host.node_id is None:
+            return {}
+        if host.name not in self._salvaged:
+            self._salvaged[host.name] = asyncio.ensure_future(
+                collect(self.journaling, host.name, host.node_id))
+        return await asyncio.shield(self._salvaged[host.name])
+
     def kill(self, host: Host) -> None:
         """End a host that no longer answers (a rollout ignored its cancellation, or it
         never started): the host is at fault, not its node."""
@@ -135,7 +150,8 @@ class HostPool:
         self._started += 1
         node_id = self._node_for_new_host()
         handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                            work=self._work, node_id=node_id, start_rate=self._start_rate)
+                            work=self._work, node_id=node_id, start_rate=self._start_rate,
+                            journaling=self.journaling)
         host = Host(name, handle, handle.node.remote(), target=node_id)
         self._hosts.append(host)
         return host

@@ -9,6 +9,10 @@ controller share.
   way the row says `deadline`.
 - A rollout whose host died (or never started) is `infra_lost`; only infrastructure
   errors (`RETRIED`) are retried, `retries` times, each on a fresh try (a new sandbox).
+  With journaling, the row of a rollout whose host died carries the turns the host's
+  journal kept (`partial`); a lost try that is retried keeps its turns in a row of its
+  own, `<rollout_id>@<host>` (`on_lost`), so that each recorded turn is in exactly one row
+  and the retry starts afresh.
 - A caller that cancels `run` (the online controller cancelling a group) cancels the
   rollout on its host the same way, then sees the cancellation.
 """
@@ -24,6 +28,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from harbor_ray.cluster.journaling import partial_record
 from harbor_ray.cluster.pool import Host, HostPool
 from harbor_ray.data.encode import RolloutRecord, encode_record, with_findings
 from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult, describe_bug
@@ -49,13 +54,14 @@ class RetryPolicy:
 
 class RolloutRunner:
     """Runs specs on `pool`'s hosts; `on_start`/`on_end` bracket every try (the callers'
-    in-flight counts)."""
+    in-flight counts); `on_lost` gets the partial row of each lost try that is retried."""
 
     def __init__(self, pool: HostPool, policy: RetryPolicy, *,
                  on_start: Callable[[], None] = lambda: None,
-                 on_end: Callable[[], None] = lambda: None) -> None:
+                 on_end: Callable[[], None] = lambda: None,
+                 on_lost: Callable[[RolloutRecord], None] = lambda _: None) -> None:
         self.pool, self.policy = pool, policy
-        self._on_start, self._on_end = on_start, on_end
+        self._on_start, self._on_end, self._on_lost = on_start, on_end, on_lost
 
     async def run(self, spec: RolloutSpec) -> RolloutRecord:
         """The rollout's row, after the retries its infrastructure errors allow."""
@@ -63,13 +69,16 @@ class RolloutRunner:
         while True:
             self._on_start()
             host = self.pool.acquire()
+            last = retry >= self.policy.retries
             try:
-                record = await self._on_host(spec, host)
+                record = await self._on_host(spec, host, last)
             finally:
                 self.pool.release(host)
                 self._on_end()
-            if record.result.error_type not in RETRIED or retry >= self.policy.retries:
+            if record.result.error_type not in RETRIED or last:
                 break
+            if record.result.partial and record.result.counts and record.result.counts.turns:
+                self._on_lost(record)  # under its own id: the retry starts afresh
             retry += 1
         if retry:
             record = with_findings(record, [FindingRecord(
@@ -77,7 +86,8 @@ class RolloutRunner:
                 message=f"{retry} retries after infrastructure errors")])
         return record
 
-    async def _on_host(self, spec: RolloutSpec, host: Host) -> RolloutRecord:
+    async def _on_host(self, spec: RolloutSpec, host: Host, last: bool) -> RolloutRecord:
+        """One try; `last`: no retry follows it."""
         policy, pool = self.policy, self.pool
         started = time.time()
         try:
@@ -89,7 +99,7 @@ class RolloutRunner:
                                  f"the rollout's host did not start in {policy.host_start_s:g} s",
                                  time.time() - started, host)
         except RayActorError as exc:
-            return _host_died(spec, host, pool, exc, started)
+            return await _host_died(spec, host, pool, exc, started, last)
         ref = host.handle.run.remote(spec)
         # Only this clock makes a row `deadline`: a TimeoutError the rollout raised
         # arrives as a RayTaskError that is also a TimeoutError.
@@ -112,7 +122,7 @@ class RolloutRunner:
             await _cancel(ref, running, policy.grace_s, host, pool)
             raise
         except RayActorError as exc:
-            return _host_died(spec, host, pool, exc, started)
+            return await _host_died(spec, host, pool, exc, started, last)
         except RayTaskError as exc:
             # A host's `run` returns a row whatever the rollout did; this is a bug in the
             # work it ran, which must still end as one row, not end the run.
@@ -124,12 +134,19 @@ class RolloutRunner:
                                  time.time() - started, host)
 
 
-def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
-               started: float) -> RolloutRecord:
+async def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
+                     started: float, last: bool) -> RolloutRecord:
+    """The lost try's row: partial, with the turns of the host's journal, when the
+    rollout is found there; named `<rollout_id>@<host>` unless no retry follows."""
     pool.lost(host)
-    return failed_record(spec, ErrorType.INFRA_LOST,
-                         f"the rollout's host died: {first_line(exc)}", time.time() - started,
-                         host)
+    error = f"the rollout's host died: {first_line(exc)}"
+    turns = (await pool.salvaged(host)).get(spec.rollout_id)
+    if turns is None or pool.journaling is None:
+        return failed_record(spec, ErrorType.INFRA_LOST, error, time.time() - started, host)
+    return partial_record(
+        spec, turns, rollout_id=spec.rollout_id if last else f"{spec.rollout_id}@{host.name}",
+        error=error, seconds=time.time() - started, node=host.node, host=host.name,
+        train_partial=pool.journaling.train_partial)
 
 
 async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,

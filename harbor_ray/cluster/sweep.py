@@ -19,11 +19,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
+from harbor_ray.cluster.journaling import Journaling
 from harbor_ray.cluster.metrics_poller import steer_gate
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
@@ -62,6 +64,10 @@ class SweepConfig:
     # Sandboxes created a second at most, the whole sweep (each host takes an even
     # share: no call between hosts per start); 0: no limit.
     sandbox_starts_per_s: float = 0.0
+    # Each host's turn journal (OUT/journal/<host>.journal on its node), from which a
+    # dead host's rollouts become partial rows; `train_partial` makes those trainable.
+    journal: JournalMode = "flush"
+    train_partial: bool = False
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -83,6 +89,9 @@ class SweepConfig:
             raise StartError("retries cannot be negative: 0 tries each rollout once")
         if self.rollouts_per_host < 1:
             raise StartError("rollouts per host must be at least 1")
+        if self.journal not in get_args(JournalMode):
+            raise StartError(f"--journal must be one of {', '.join(get_args(JournalMode))}, "
+                             f"not {self.journal!r}")
         if self.commit_every_s < 0:
             raise StartError("the commit interval cannot be negative: 0 commits each row "
                              "on its own")
@@ -117,6 +126,10 @@ class SweepConfig:
     def sandboxes_dir(self) -> Path:
         return self.out / "sandboxes"
 
+    @property
+    def journaling(self) -> Journaling:
+        return Journaling(self.out / "journal", self.journal, self.train_partial)
+
 
 @dataclass
 class SweepStats:
@@ -132,6 +145,7 @@ class SweepStats:
     limits_seen: tuple[int, int] = (0, 0)  # the lowest and highest cap so far
     done: int = 0
     ok: int = 0
+    salvaged: int = 0  # partial rows of lost tries that were retried (besides `done`)
     rewards: list[float] = field(default_factory=list)
     by_task: dict[str, Counter[str]] = field(default_factory=dict)
     by_error: Counter[str] = field(default_factory=Counter)
@@ -178,16 +192,18 @@ async def run_rollouts(
     on_result: Callable[[RolloutRecord], None],
     *,
     work: Work | None = None,
+    on_lost: Callable[[RolloutRecord], None] = lambda _: None,
 ) -> None:
     """Run every spec on the pool's hosts, `config.concurrency` at once (or as many as
-    the adaptive cap allows); rows to `on_result` in the order they finish."""
+    the adaptive cap allows); rows to `on_result` in the order they finish, and the
+    partial rows of lost tries that were retried to `on_lost`."""
     gate = ResizableGate(config.concurrency)
     stats.capped(gate.limit)
     pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
                     num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir,
-                    start_rate=config.host_start_rate)
+                    start_rate=config.host_start_rate, journaling=config.journaling)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
-                           on_end=stats.finished)
+                           on_end=stats.finished, on_lost=on_lost)
 
     async def one(spec: RolloutSpec) -> None:
         async with gate:
@@ -251,6 +267,10 @@ async def sweep(
         timed(lambda: writer.add(record))
         notify(stats)
 
+    def on_lost(record: RolloutRecord) -> None:
+        stats.salvaged += 1
+        timed(lambda: writer.add(record))
+
     async def commit_every(seconds: float) -> None:
         while True:
             await asyncio.sleep(seconds)
@@ -259,7 +279,7 @@ async def sweep(
     committing = (asyncio.create_task(commit_every(config.commit_every_s))
                   if config.commit_every_s else None)
     try:
-        await run_rollouts(todo, config, stats, on_result, work=work)
+        await run_rollouts(todo, config, stats, on_result, work=work, on_lost=on_lost)
     finally:
         if committing is not None:
             committing.cancel()

@@ -283,6 +283,7 @@ def _rollout_row(result: RolloutResult, versions: Versions = (None, None)) -> di
         "policy_version_max": versions[1],
         "capture_level": result.capture_level,
         "trainable": result.trainable,
+        "partial": result.partial,
         "schema_version": SCHEMA_VERSION,
     }
 

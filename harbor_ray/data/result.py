@@ -91,11 +91,17 @@ class RolloutResult(BaseModel):
     capture_level: CaptureLevel | None = Field(
         None, description="What its model calls recorded (`tokens`, `logprobs`, `text`); "
         "None without a capture.")
+    partial: bool = Field(False, description="Rebuilt from its host's journal after the "
+                          "host died: the turns recorded before; never ok.")
+    train_partial: bool = Field(False, description="A partial row the run asked to keep "
+                                "trainable (`--train-partial`); not a column of its own.")
 
     @property
     def trainable(self) -> bool:
-        """Ok, and nothing in it was captured below the `tokens` level (an evaluation)."""
-        return self.ok and self.capture_level in (None, "tokens")
+        """Ok (or partial, when the run asked to train on those), and nothing in it was
+        captured below the `tokens` level (an evaluation)."""
+        usable = self.ok or (self.partial and self.train_partial)
+        return usable and self.capture_level in (None, "tokens")
 
 
 def describe_bug(exc: BaseException) -> str:

@@ -54,7 +54,11 @@ __all__ = [
 # means trainable. A version-5 row may be ok and captured below the `tokens` level (no
 # ids: an evaluation of a hosted model), which a trainer must skip by `trainable`; up to
 # version 4 every ok row was trainable, and a reader takes a null `trainable` as `ok`.
-SCHEMA_VERSION = 5
+# 6: rows rebuilt from a dead host's journal (rollouts/ `partial`). Nullable, bumped on
+# purpose: an `infra_lost` row may now carry turns and sequences (those recorded before
+# its host died), and `trainable` may be true for a row that is not `ok` (a partial row,
+# when the run asked); up to version 5 such a row had no turns.
+SCHEMA_VERSION = 6
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -120,6 +124,7 @@ ROLLOUTS = versioned(
         pa.field("policy_version_max", pa.int64()),
         pa.field("capture_level", pa.string()),
         pa.field("trainable", pa.bool_()),
+        pa.field("partial", pa.bool_()),
         pa.field("schema_version", pa.int32(), nullable=False),
     ]
 )

@@ -55,6 +55,8 @@ class SweepRequest(RunRequest):
     engine_metrics: tuple[str, ...] = ()  # default: /metrics of --llm-url's server
     metrics_every_s: float = 5.0
     sandbox_starts_per_s: float = 0.0  # 0: no limit
+    journal: str = "flush"  # fsync, flush or off (SweepConfig.journal)
+    train_partial: bool = False
 
     def manifest(self, tasks: Sequence[str], engine: Certification | None) -> dict[str, Any]:
         """What the dataset's manifest says made it (`engine`: the certified one, None
@@ -66,6 +68,7 @@ class SweepRequest(RunRequest):
             "concurrency": self.concurrency, "max_concurrency": self.max_concurrency,
             "min_concurrency": self.min_concurrency, "retries": self.retries,
             "sandbox_starts_per_s": self.sandbox_starts_per_s,
+            "journal": self.journal, "train_partial": self.train_partial,
             "deadline_s": self.deadline_s, "grace_s": self.grace_s, "budget": self.budget,
             "temperature": self.temperature, "max_tokens": self.max_tokens,
             "reward_key": self.reward_key,
@@ -170,4 +173,6 @@ def _config(request: SweepRequest) -> SweepConfig:
                        engine_metrics=engine_metrics,
                        metrics_every_s=request.metrics_every_s,
                        sandbox_starts_per_s=request.sandbox_starts_per_s,
+                       journal=request.journal,  # type: ignore[arg-type]
+                       train_partial=request.train_partial,
                        )  # raises the StartError itself

@@ -22,10 +22,12 @@ from typing import Any, Protocol
 
 import ray
 
+from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.host_sizing import plan_hosts
+from harbor_ray.cluster.journaling import Journaling
 from harbor_ray.cluster.metrics_poller import steer_gate
 from harbor_ray.cluster.nodes import node_capacities
 from harbor_ray.cluster.owner import NAMESPACE
@@ -124,6 +126,10 @@ class ControllerConfig:
     max_staleness: int | None = None  # the default bound, in policy versions
     stale_policy: StalePolicy = "drop"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Each host's turn journal (work_dir/journal/<host>.journal on its node): a dead
+    # host's rollouts become partial rows with their turns (cluster/journaling.py).
+    journal: JournalMode = "flush"
+    train_partial: bool = False
     proxy: ProxyTarget | None = None  # where agents call the model
     rollouts_per_host: int = 8
     host_cpus: float = 0.01
@@ -183,11 +189,13 @@ class Controller:
         self._on_hosts = runner is None
         self._pool = HostPool(rollouts_per_host=self._rollouts_per_host(), proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
-                              sandboxes_dir=self._sandboxes)
+                              sandboxes_dir=self._sandboxes, journaling=Journaling(
+                                  config.work_dir / "journal", config.journal,
+                                  config.train_partial))
         self._runner: Rollouts
         if runner is None:
             self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
-                                         on_end=self._end)
+                                         on_end=self._end, on_lost=self._lost)
             reap_everywhere(self._sandboxes)
         else:
             self._runner = runner  # nothing reaches a host: no sandbox to reap
@@ -420,6 +428,13 @@ class Controller:
         if task.cancelled() and self._tasks.get(spec.rollout_id) is task:
             self._finished(failed_record(spec, ErrorType.CANCELLED, "cancelled by the "
                                          "trainer", time.time() - submitted))
+
+    def _lost(self, record: RolloutRecord) -> None:
+        """A lost try that is retried: its journaled turns go to `out` as a partial row
+        of its own (`<rollout_id>@<host>`); the group waits for the retry's row."""
+        if self._writer is not None:
+            self._writer.add(record)
+            self._writer.flush()
 
     def _finished(self, record: RolloutRecord) -> None:
         self._tasks.pop(record.rollout_id, None)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
+from harbor_ray.capture.core.journal import JournalMode  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
 from harbor_ray.cluster.admission import AdmissionPolicy  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
@@ -123,6 +124,13 @@ class ControllerArgs(_Args):
                                    "more rollouts, and the controller logs a warning.")
     max_staleness: int | None = Field(None, ge=0)
     stale_policy: StalePolicy = "drop"
+    journal: JournalMode = Field(
+        "flush", description="Each rollout host's turn journal (WORK_DIR/journal/<host>."
+        "journal on its node): `flush` (each turn in the kernel before its reply: survives "
+        "the host process), `fsync` (on the disk: survives the node's OS too) or `off`. A "
+        "dead host's rollouts become partial `infra_lost` rows with the turns journaled.")
+    train_partial: bool = Field(False, description="Mark partial rows (a dead host's "
+                                "rollouts, from its journal) trainable.")
     retries: int = Field(1, ge=0)
     grace_s: float = Field(60.0, gt=0)
     weights_timeout_s: float = Field(900.0, gt=0)
@@ -164,7 +172,8 @@ class ControllerArgs(_Args):
             rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
-            out=None if self.out is None else self.out.expanduser())
+            out=None if self.out is None else self.out.expanduser(),
+            journal=self.journal, train_partial=self.train_partial)
 
 
 def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:

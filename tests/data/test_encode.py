@@ -120,6 +120,7 @@ def test_the_rollout_row() -> None:
         "policy_version_max": None,
         "capture_level": "tokens",
         "trainable": True,
+        "partial": False,
         "schema_version": SCHEMA_VERSION,
     }
     assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.continuation import ContinuationBase, PrefixKey
 from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.journal import Closed, Recorded, Withdrawn
 from harbor_ray.capture.core.record import ClosedCapture, close_capture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.session_info import SessionInfo
@@ -30,6 +31,7 @@ from harbor_ray.capture.core.session_keys import (
 )
 from harbor_ray.capture.core.token_buffers import HeldTurns
 from harbor_ray.capture.core.turn import TurnRecord
+from harbor_ray.capture.proxy.journal_file import JournalFile
 from harbor_ray.errors import SessionGone
 
 Counter = Literal["engine_error", "budget_stop"]
@@ -150,11 +152,12 @@ class SessionState:
                                             turn.token_ids)
         return None
 
-    def record(self, turn: TurnRecord) -> None:
+    def record(self, turn: TurnRecord) -> bool:
+        """Keep the turn; False if it was already recorded."""
         # Idempotent by admission index: a record delivered twice (a retried actor call)
         # must not become two turns.
         if turn.index in self.recorded:
-            return
+            return False
         self.recorded.add(turn.index)
         self.in_flight.pop(turn.index, None)
         # Its prompt is checked against the turn it continued (when the proxy knows it)
@@ -164,9 +167,12 @@ class SessionState:
             same = self.by_conversation.setdefault(turn.conversation_key, [])
             same.append(turn.index)
             same.sort()
+        return True
 
-    def release(self, index: int, counter: Counter | None) -> None:
+    def release(self, index: int, counter: Counter | None) -> bool:
+        """Give the call back; True if it withdrew a recorded turn."""
         self.in_flight.pop(index, None)
+        withdrawn = index in self.recorded and index in self.held.turns
         if index in self.recorded:
             # Recorded, then its reply never reached the agent (it left before the reply
             # was handed over): the turn is withdrawn and its budget given back. The index
@@ -178,6 +184,7 @@ class SessionState:
                     del self.by_conversation[key]
         if counter:
             self.counters[counter] += 1
+        return withdrawn
 
     def holders(self) -> set[str]:
         """The other processes holding this session's calls in flight."""
@@ -204,11 +211,14 @@ class InMemorySessionStore:
     """All sessions in this process, both a `CallStore` and an `AdminStore`: for the
     standalone proxy, one-process rollouts, and the cluster's session owners (`owner`,
     if given, prefixes every session id it mints so that a stateless replica can find
-    the owner from the key alone)."""
+    the owner from the key alone). With a `journal`, every turn recorded, withdrawn and
+    every session closed is appended to it before the call returns (a rollout host's:
+    what survives it, docs/sweeps.md)."""
 
-    def __init__(self, owner: str | None = None) -> None:
+    def __init__(self, owner: str | None = None, journal: JournalFile | None = None) -> None:
         self._sessions: dict[str, SessionState] = {}
         self._owner = owner
+        self.journal = journal
 
     async def open_session(
         self, *, budget: int | None = None, sampling: Sampling | None = None,
@@ -236,11 +246,13 @@ class InMemorySessionStore:
         return self._live(session_id).admit(holder, prefixes)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
-        self._live(session_id).record(turn)
+        if self._live(session_id).record(turn) and self.journal is not None:
+            await self.journal.append(Recorded(session_id, turn))
 
     async def release(self, session_id: str, index: int, counter: Counter | None = None
                       ) -> None:
-        self._live(session_id).release(index, counter)
+        if self._live(session_id).release(index, counter) and self.journal is not None:
+            await self.journal.append(Withdrawn(session_id, index))
 
     def _live(self, session_id: str) -> SessionState:
         # A session can be deleted (or closed) while one of its calls runs: that call
@@ -261,7 +273,15 @@ class InMemorySessionStore:
     async def close_session(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone (None if unknown)."""
         state = self._sessions.pop(session_id, None)
-        return state.close() if state else None
+        if state is None:
+            return None
+        if self.journal is not None:
+            await self.journal.append(Closed(session_id))
+            if not self._sessions:
+                # Every entry is of a closed session now: the journal stays as small
+                # as the sessions open (a session opened meanwhile is in `_sessions`).
+                self.journal.clear()
+        return state.close()
 
     def session_ids(self) -> list[str]:
         return list(self._sessions)
