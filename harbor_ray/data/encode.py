@@ -169,6 +169,9 @@ def _turns_table(
         "ended_at": [t.ended_at for t in ordered],
         "policy_version_start": [t.policy_version_start for t in ordered],
         "policy_version_end": [t.policy_version_end for t in ordered],
+        "policy_segments": [None if t.policy_segments is None else
+                            [{"version": v, "offset": o} for v, o in t.policy_segments]
+                            for t in ordered],
         "prompt_delta": _list_array(
             [_prompt_delta(t, node.parent, by_index) for t, node in zip(ordered, nodes,
                                                                         strict=True)], IDS

@@ -54,7 +54,13 @@ __all__ = [
 # means trainable. A version-5 row may be ok and captured below the `tokens` level (no
 # ids: an evaluation of a hosted model), which a trainer must skip by `trainable`; up to
 # version 4 every ok row was trainable, and a reader takes a null `trainable` as `ok`.
-SCHEMA_VERSION = 5
+# 6: per-token policy versions (turns/ `policy_segments`: (version, first output
+# offset) of each stretch of `token_ids` one version sampled). Nullable, bumped on
+# purpose: up to version 5 a turn whose `policy_version_start` and `_end` differ cannot
+# say which of its tokens which version sampled; from 6 a null means no version was
+# known, and the segments, not the start/end stamps, are what a per-token staleness mask
+# reads.
+SCHEMA_VERSION = 6
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -152,6 +158,13 @@ SAMPLING = pa.struct(
     ]
 )
 
+# (version, first output offset) of each stretch of a turn's sampled ids one policy
+# version sampled, in offset order from 0 (capture/core/policy_segments.py).
+POLICY_SEGMENTS = pa.list_(pa.struct([
+    pa.field("version", pa.int64(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+]))
+
 # Kept last and apart so that a token-only read (`columns=`) never decodes them.
 MESSAGE_COLUMNS = ("request_messages", "response_message")
 
@@ -171,6 +184,7 @@ TURNS = versioned(
         pa.field("ended_at", pa.float64(), nullable=False),
         pa.field("policy_version_start", pa.int64()),
         pa.field("policy_version_end", pa.int64()),
+        pa.field("policy_segments", POLICY_SEGMENTS),
         pa.field("prompt_delta", IDS),
         pa.field("token_ids", IDS),
         pa.field("logprobs", LOGPROBS),
