@@ -6,9 +6,10 @@ spans `[start, end)`), but only its token-in/token-out server returns them: a ch
 completion reply drops them. `VersionedServer` puts them back on each choice of a
 non-streamed chat reply, as `weight_versions: [{"version", "start", "end"}]` (vLLM's own
 shape), and the weight updater sets the label while the engine is paused
-(`LABEL_METHOD`), so a request that spans an update says where the new weights took
-over. The spans are read where vLLM hands its serving layer each request's outputs:
-its engine client's `generate`, wrapped once on this replica's own client.
+(`harbor_ray.engine.weights.LABEL_METHOD`), so a request that spans an update says
+where the new weights took over. The spans are read where vLLM hands its serving layer
+each request's outputs: its engine client's `generate`, wrapped once on this replica's
+own client.
 
 A request that names no `cache_salt` gets the serving label as its salt: vLLM salts the
 hash of a prompt's first block with it, so a new request never reuses a prefix that
@@ -22,10 +23,6 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from harbor_ray.engine.tokenize import TokenizingServer
-from harbor_ray.engine.weights import LABEL_METHOD
-
-INITIAL_LABEL = "0"
-"""The label of the weights the engine started with (the updater's version 0)."""
 
 _SPANS_KEPT = 10_000  # replies whose spans were never claimed (a streamed request)
 
@@ -35,16 +32,17 @@ class VersionedServer(TokenizingServer):
 
     async def start(self) -> None:
         await super().start()
-        self._label = INITIAL_LABEL
+        # Unlabelled until the first update: the weights it started with are whatever
+        # version the updater was made with, which it does not know; vLLM's spans then
+        # say "default", and the proxy reads that as the version it forwarded the call at.
+        self._label = "initial"
         self._spans: dict[str, list[list[dict[str, Any]] | None]] = {}
         client: Any = self.engine._engine_client  # type: ignore[union-attr]
-        await client.update_weight_version(self._label)
         client.generate = _recording(client.generate, self._spans)
 
     async def set_weight_version(self, version: str) -> None:
-        # The name the weight updater calls.
-        assert LABEL_METHOD == "set_weight_version"
-        """Label the weights loaded from now on (called while the engine is paused)."""
+        """Label the weights loaded from now on (the updater's `LABEL_METHOD`, called
+        while the engine is paused)."""
         await self.engine._engine_client.update_weight_version(version)  # type: ignore[union-attr]
         self._label = version
 
