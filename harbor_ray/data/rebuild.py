@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.policy_segments import compact
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
@@ -106,7 +107,7 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             auxiliary=rows["auxiliary"][row],
             policy_version_start=rows["policy_version_start"][row],
             policy_version_end=rows["policy_version_end"][row],
-            policy_segments=_segments(rows, row),
+            policy_segments=compact(_segments(rows, row), rows["policy_version_start"][row]),
             continuation=_continuation(rows, row),
             # Null or absent in rows written before version 5: those were all `tokens`.
             capture_level=_since_v5(rows, "capture_level", row) or "tokens",

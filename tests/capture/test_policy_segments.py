@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from harbor_ray.capture.core.completion import parse_engine_reply
-from harbor_ray.capture.core.policy_segments import segments_from_spans, token_versions
+from harbor_ray.capture.core.policy_segments import (
+    compact,
+    expand,
+    segments_from_spans,
+    token_versions,
+)
 
 
 def span(version: str, start: int, end: int) -> dict:
@@ -52,3 +57,10 @@ def test_the_reply_parser_keeps_the_spans_as_sent() -> None:
         "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop",
         "token_ids": [5, 6], "weight_versions": spans}]})
     assert completion.weight_versions == spans
+
+
+def test_a_turn_keeps_none_for_one_segment_at_its_start_version() -> None:
+    assert compact(((3, 0),), 3) is None and expand(None, 3) == ((3, 0),)
+    assert compact(((4, 0),), 3) == ((4, 0),)  # queued behind an update: kept
+    assert compact(((3, 0), (4, 2)), 3) == ((3, 0), (4, 2))
+    assert compact(None, None) is None and expand(None, None) is None

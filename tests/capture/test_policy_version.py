@@ -56,13 +56,13 @@ def test_an_update_mid_call_shows_as_two_versions() -> None:
     first, second = _turns(bump_to=4)
     assert (first["policy_version_start"], first["policy_version_end"]) == (3, 4)
     assert (second["policy_version_start"], second["policy_version_end"]) == (4, 4)
-    # Which version sampled which tokens: the engine's spans where it sent them, else
-    # the version the call was forwarded at.
+    # Which version sampled which tokens: the engine's spans where it sent them; none
+    # (every token the version the call was forwarded at) otherwise.
     assert first["policy_segments"] == [[3, 0], [4, 1]]
-    assert second["policy_segments"] == [[4, 0]]
+    assert second["policy_segments"] is None
 
 
 def test_without_a_version_source_turns_record_version_zero() -> None:
     turns = _turns(bump_to=None, default=True)
     assert {(t["policy_version_start"], t["policy_version_end"]) for t in turns} == {(0, 0)}
-    assert [t["policy_segments"] for t in turns] == [[[0, 0]], [[0, 0]]]
+    assert [t["policy_segments"] for t in turns] == [None, None]

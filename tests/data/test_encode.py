@@ -229,13 +229,15 @@ def test_policy_versions_reach_every_table_and_come_back() -> None:
     versions = {0: (1, 1), 1: (1, 2), 2: (2, 2), 3: (3, 3)}
     turns = [*chain(3, reply_len=2, message_len=2), turn(3, [90, 91], [92])]
     # Turn 1's first sampled token is version 1's, its second version 2's.
-    segments = {0: ((1, 0),), 1: ((1, 0), (2, 1)), 2: ((2, 0),), 3: None}
+    segments = {0: None, 1: ((1, 0), (2, 1)), 2: None, 3: None}
     turns = [dataclasses.replace(t, policy_version_start=versions[t.index][0],
                                  policy_version_end=versions[t.index][1],
                                  policy_segments=segments[t.index]) for t in turns]
     record = rollout("v1", turns)
-    assert record.turns["policy_segments"].to_pylist()[1] == [
-        {"version": 1, "offset": 0}, {"version": 2, "offset": 1}]
+    # Stored in full, the one-version turns' too.
+    assert [[(s["version"], s["offset"]) for s in row]
+            for row in record.turns["policy_segments"].to_pylist()] == [
+        [(1, 0)], [(1, 0), (2, 1)], [(2, 0)], [(3, 0)]]
     stored = record.turns.select(["index", "policy_version_start", "policy_version_end"])
     assert {r["index"]: (r["policy_version_start"], r["policy_version_end"])
             for r in stored.to_pylist()} == versions

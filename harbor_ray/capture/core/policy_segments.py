@@ -18,7 +18,7 @@ import numpy as np
 PolicySegments = tuple[tuple[int, int], ...]
 """((version, first output offset), ...)"""
 
-__all__ = ["PolicySegments", "segments_from_spans", "token_versions"]
+__all__ = ["PolicySegments", "compact", "expand", "segments_from_spans", "token_versions"]
 
 
 def segments_from_spans(spans: Any, start_version: int | None) -> PolicySegments | None:
@@ -42,6 +42,20 @@ def segments_from_spans(spans: Any, start_version: int | None) -> PolicySegments
         return _fallback(start_version)
     # The first segment starts the turn even if the engine's first span is empty.
     return ((segments[0][0], 0), *segments[1:])
+
+
+def compact(segments: PolicySegments | None, start_version: int | None
+            ) -> PolicySegments | None:
+    """None for the common case, every token of the version the call was forwarded at:
+    a turn is kept for its rollout's life, and a tuple is one more object for every
+    pass of the garbage collector to walk. `expand` gives them back."""
+    return None if segments == _fallback(start_version) else segments
+
+
+def expand(segments: PolicySegments | None, start_version: int | None
+           ) -> PolicySegments | None:
+    """A turn's segments in full (`compact`'s inverse)."""
+    return _fallback(start_version) if segments is None else segments
 
 
 def token_versions(segments: Sequence[Sequence[int]], n: int) -> np.ndarray:
