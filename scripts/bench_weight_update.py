@@ -11,7 +11,7 @@ the update (`clear_cache=False`, the default), once dropped (`clear_cache=True`)
 Per mode it prints the update's wall seconds, the prefill tokens recomputed after it
 (vLLM's prefix-cache metrics: tokens looked up minus tokens found, over the calls
 resumed after the update), the preemptions, and the seconds from the update's start
-until every call finished; then the keep/clear ratios. Figures: docs/performance.md.
+until every call finished; then the keep/clear ratios.
 
     flock /tmp/engine.lock .venv/bin/python scripts/bench_weight_update.py \\
         [--in-flight 8] [--prompt-tokens 512] [--max-tokens 192] [--before 32]
