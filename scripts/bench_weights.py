@@ -1,7 +1,7 @@
 """What an in-flight weight update of the running engine costs, step by step.
 
 Prints, for updates with and without requests in flight, each step's wall seconds
-(pause, reload, cache, resume; all replicas at once) and the whole update's, as the
+(pause, reload, label, resume; all replicas at once) and the whole update's, as the
 median of `--runs` updates. The updates alternate between the served checkpoint and a
 copy with every weight scaled by 1.001 (made here, in a temporary directory), so each
 one really changes the weights; the served checkpoint is what serves at the end.
@@ -69,7 +69,8 @@ def report(label: str, results: list[WeightUpdate]) -> None:
     def median(values: list[float]) -> str:
         return f"{statistics.median(values):7.3f}"
 
-    steps = "  ".join(f"{s} {median([r.step_seconds[s] for r in results])}" for s in STEPS)
+    ran = [s for s in STEPS if s in results[0].step_seconds]  # `cache` only if asked
+    steps = "  ".join(f"{s} {median([r.step_seconds[s] for r in results])}" for s in ran)
     print(f"{label:<22} {steps}  total {median([r.seconds for r in results])} s"
           f"  (median of {len(results)})")
 

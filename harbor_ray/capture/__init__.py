@@ -9,7 +9,8 @@ already has), `auxiliary` (an agent's side calls), `token_buffers` (a session's 
 with their ids held once) and `address_equality` (equality proved from where arrays
 live), `findings` (validation), `record` (a closed session), `export` (its JSON view),
 `session_info` (what opening a session gives its rollout), `budget`, `count_tokens`,
-`session_keys`, `sse`, `models_list`, `journal` (a host's turn journal as records).
+`session_keys`, `sse`, `models_list`, `policy_segments` (which version sampled which
+tokens of a call), `journal` (a host's turn journal as records).
 
 `proxy/`, the edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine
 client), `certify`, `session` (session stores), `journal_file` (a host's journal on disk),
@@ -28,7 +29,7 @@ CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
     "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
     "session_keys", "sse", "models_list", "auxiliary", "token_buffers", "address_equality",
-    "session_info", "capture_level", "journal",
+    "session_info", "capture_level", "policy_segments", "journal",
 )
 
 __all__ = [

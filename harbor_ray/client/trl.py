@@ -4,7 +4,8 @@
 group: what GRPO trains on. `group_call_records`: one record per model call
 (`harbor_ray.data.trl`'s, from the groups' turns). Both carry the `group_id` each came
 from: the group is GRPO's. `trl_columns` turns records column-wise, as a `rollout_func`
-returns them.
+returns them. `mask_stale` takes a sample's tokens past a staleness bound out of its
+`env_mask` (by its `policy_versions`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from harbor_ray.data.token_versions import mask_stale
 from harbor_ray.data.trl import call_records_from_rows, rollout_samples, trl_columns
 from harbor_ray.online.wire import Group
 
-__all__ = ["group_call_records", "group_samples", "trl_columns"]
+__all__ = ["group_call_records", "group_samples", "mask_stale", "trl_columns"]
 
 
 def group_samples(groups: Iterable[Group], *, filler_id: int = 0) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from harbor_ray.capture.core.graph import RolloutGraph, build_graph
+from harbor_ray.capture.core.policy_segments import expand
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.result import FindingRecord, RolloutResult
@@ -169,6 +170,7 @@ def _turns_table(
         "ended_at": [t.ended_at for t in ordered],
         "policy_version_start": [t.policy_version_start for t in ordered],
         "policy_version_end": [t.policy_version_end for t in ordered],
+        "policy_segments": [_segments(t) for t in ordered],
         "prompt_delta": _list_array(
             [_prompt_delta(t, node.parent, by_index) for t, node in zip(ordered, nodes,
                                                                         strict=True)], IDS
@@ -201,6 +203,12 @@ def _prompt_delta(
     linked = by_index[parent]
     assert linked.prompt_ids is not None and linked.token_ids is not None
     return turn.prompt_ids[len(linked.prompt_ids) + len(linked.token_ids) :]
+
+
+def _segments(turn: TurnRecord) -> list[dict[str, int]] | None:
+    """A turn's segments in full, as turns/ stores them."""
+    segments = expand(turn.policy_segments, turn.policy_version_start)
+    return None if segments is None else [{"version": v, "offset": o} for v, o in segments]
 
 
 def _version_span(turns: Sequence[TurnRecord]) -> Versions:

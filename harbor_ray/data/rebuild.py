@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from harbor_ray.capture.core.continuation import Continuation, Fallback
 from harbor_ray.capture.core.export import render_export
+from harbor_ray.capture.core.policy_segments import compact
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.turn import TurnRecord
@@ -106,6 +107,7 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             auxiliary=rows["auxiliary"][row],
             policy_version_start=rows["policy_version_start"][row],
             policy_version_end=rows["policy_version_end"][row],
+            policy_segments=compact(_segments(rows, row), rows["policy_version_start"][row]),
             continuation=_continuation(rows, row),
             # Null or absent in rows written before version 5: those were all `tokens`.
             capture_level=_since_v5(rows, "capture_level", row) or "tokens",
@@ -120,6 +122,13 @@ def _since_v5(rows: dict[str, list[Any]], column: str, row: int) -> Any:
     """A turns/ column schema version 5 added; None in a table without it."""
     values = rows.get(column)
     return None if values is None else values[row]
+
+
+def _segments(rows: dict[str, list[Any]], row: int) -> tuple[tuple[int, int], ...] | None:
+    """A turn's `policy_segments` (schema version 6); None in a table without them."""
+    values = rows.get("policy_segments")
+    segments = None if values is None else values[row]
+    return None if segments is None else tuple((s["version"], s["offset"]) for s in segments)
 
 
 def _continuation(rows: dict[str, list[Any]], row: int) -> Continuation | None:

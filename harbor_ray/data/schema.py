@@ -54,10 +54,15 @@ __all__ = [
 # means trainable. A version-5 row may be ok and captured below the `tokens` level (no
 # ids: an evaluation of a hosted model), which a trainer must skip by `trainable`; up to
 # version 4 every ok row was trainable, and a reader takes a null `trainable` as `ok`.
-# 6: rows rebuilt from a dead host's journal (rollouts/ `partial`). Nullable, bumped on
-# purpose: an `infra_lost` row may now carry turns and sequences (those recorded before
-# its host died), and `trainable` may be true for a row that is not `ok` (a partial row,
-# when the run asked); up to version 5 such a row had no turns.
+# 6: two additions, both nullable, bumped on purpose. Rows rebuilt from a dead host's
+# journal (rollouts/ `partial`): an `infra_lost` row may now carry turns and sequences
+# (those recorded before its host died), and `trainable` may be true for a row that is
+# not `ok` (a partial row, when the run asked); up to version 5 such a row had no turns.
+# And per-token policy versions (turns/ `policy_segments`: (version, first output
+# offset) of each stretch of `token_ids` one version sampled): up to version 5 a turn
+# whose `policy_version_start` and `_end` differ cannot say which of its tokens which
+# version sampled; from 6 a null means no version was known, and the segments, not the
+# start/end stamps, are what a per-token staleness mask reads.
 SCHEMA_VERSION = 6
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
@@ -157,6 +162,13 @@ SAMPLING = pa.struct(
     ]
 )
 
+# (version, first output offset) of each stretch of a turn's sampled ids one policy
+# version sampled, in offset order from 0 (capture/core/policy_segments.py).
+POLICY_SEGMENTS = pa.list_(pa.struct([
+    pa.field("version", pa.int64(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+]))
+
 # Kept last and apart so that a token-only read (`columns=`) never decodes them.
 MESSAGE_COLUMNS = ("request_messages", "response_message")
 
@@ -176,6 +188,7 @@ TURNS = versioned(
         pa.field("ended_at", pa.float64(), nullable=False),
         pa.field("policy_version_start", pa.int64()),
         pa.field("policy_version_end", pa.int64()),
+        pa.field("policy_segments", POLICY_SEGMENTS),
         pa.field("prompt_delta", IDS),
         pa.field("token_ids", IDS),
         pa.field("logprobs", LOGPROBS),

@@ -8,7 +8,8 @@ column-wise, as a `rollout_func` returns them.
 `rollout_samples`: one sample per rollout, from sequences/, what GRPO trains on (a
 group is n rollouts of one task) and TRL's own multi-turn shape: the prompt is the agent
 sequence up to its first sampled id, the completion the rest (tool output included),
-`env_mask` its loss mask, `logprobs` the engine's for sampled ids and None elsewhere.
+`env_mask` its loss mask, `logprobs` the engine's for sampled ids and None elsewhere,
+`policy_versions` the version that sampled each completion id (None where none did).
 
 `call_records` (a turns/ table) and `call_records_from_rows` (the same rows as dicts, an
 online group's `turns`): one record per model call, for trainers that train on turns.
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 from harbor_ray.capture.core.graph import Role
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.schema import IDS, TURNS
+from harbor_ray.data.token_versions import sequence_versions
 
 __all__ = ["call_records", "call_records_from_rows", "rollout_samples", "trl_columns"]
 
@@ -99,7 +101,9 @@ def call_records_from_rows(rows: Iterable[Mapping[str, Any]], *,
 
 def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],
                     sequences: pa.Table | Iterable[Mapping[str, Any]], *,
-                    filler_id: int = 0) -> list[dict[str, Any]]:
+                    filler_id: int = 0,
+                    turns: pa.Table | Iterable[Mapping[str, Any]] | None = None
+                    ) -> list[dict[str, Any]]:
     """One sample per row of `rollouts` (rollouts/ rows), in their order, from their
     agent sequences in `sequences` (sequences/ rows; others are ignored).
 
@@ -107,9 +111,16 @@ def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],
     one with the most trained ids (the first of equals). A rollout with none (it failed
     before a call was recorded) still gives its sample, so that a group keeps its size:
     `filler_id` as its one-id prompt and completion, nothing trained.
+
+    A sequence's `policy_versions` come with it (an online group's) or from `turns`
+    (turns/ rows of the same rollouts, as stored or with `prompt_ids`); else None.
     """
     rollout_rows = rollouts.to_pylist() if isinstance(rollouts, pa.Table) else rollouts
     sequence_rows = sequences.to_pylist() if isinstance(sequences, pa.Table) else sequences
+    if turns is not None:
+        turn_rows = _prompted(turns)
+        sequence_rows = [{**s, "policy_versions": sequence_versions(s, turn_rows)}
+                         for s in sequence_rows]
     chosen: dict[str, Mapping[str, Any]] = {}
     for sequence in sequence_rows:
         if sequence["role"] != Role.AGENT.value:
@@ -127,8 +138,10 @@ def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
     first = next((i for i, m in enumerate(mask) if m), None)
     if sequence is None or first is None:
         ids, first, mask, logprobs = [filler_id, filler_id], 1, [0, 0], [0.0, 0.0]
+        versions: list[int | None] = [None, None]
     else:
         ids, logprobs = list(sequence["input_ids"]), list(sequence["logprobs"])
+        versions = list(sequence.get("policy_versions") or [None] * len(ids))
     reward = rollout["reward"]
     return {
         "prompt_ids": ids[:first],
@@ -136,6 +149,7 @@ def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
         "logprobs": [lp if m else None for lp, m in zip(logprobs[first:], mask[first:],
                                                         strict=True)],
         "env_mask": mask[first:],
+        "policy_versions": versions[first:],
         "reward": reward,
         "trainable": _trainable(rollout) and reward is not None and any(mask),
         "rollout_id": rollout["rollout_id"],
@@ -143,6 +157,16 @@ def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
         "policy_version_min": rollout["policy_version_min"],
         "policy_version_max": rollout["policy_version_max"],
     }
+
+
+def _prompted(turns: pa.Table | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """turns/ rows as dicts with `prompt_ids` in full."""
+    if not isinstance(turns, pa.Table):
+        return [dict(row) for row in turns]
+    if "prompt_ids" not in turns.column_names:
+        turns = rebuild_prompts(turns)
+    rows: list[dict[str, Any]] = turns.to_pylist()
+    return rows
 
 
 def _trainable(rollout: Mapping[str, Any]) -> bool:

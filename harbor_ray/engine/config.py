@@ -208,7 +208,8 @@ def to_llm_config(
             "ray_actor_options": {"num_cpus": 0},
         },
         runtime_env={"env_vars": config.engine_env},
-        # Finds vLLM's tokenizer service, for /tokenize (engine/tokenize.py).
-        server_cls="harbor_ray.engine.tokenize:TokenizingServer",
+        # Finds vLLM's tokenizer service, for /tokenize (engine/tokenize.py), and says
+        # which weight version sampled which tokens (engine/versions.py).
+        server_cls="harbor_ray.engine.versions:VersionedServer",
         callback_config={"callback_class": SkipNodeInitForLocalModel},
     )

@@ -22,14 +22,22 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve._private.constants import SERVE_NAMESPACE
 
 from harbor_ray.engine.tokenize import TokenizingServer
-from harbor_ray.engine.weights import DEFAULT_TIMEOUTS, StepTimeouts, WeightUpdater
+from harbor_ray.engine.versions import VersionedServer
+from harbor_ray.engine.weights import (
+    DEFAULT_TIMEOUTS,
+    LABEL_METHOD,
+    StepTimeouts,
+    WeightUpdater,
+)
 from harbor_ray.engine.worker import RELOAD_METHOD
 from harbor_ray.errors import WeightsRefusedError
 from harbor_ray.serve_http import serve_details
 
 # Ray Serve LLM names an engine's deployment "<server class>:<model id>"
-# (build_llm_deployment): harbor_ray's engines use TokenizingServer, others LLMServer.
-_LLM_SERVER_PREFIXES = tuple(f"{cls.__name__}:" for cls in (TokenizingServer, LLMServer))
+# (build_llm_deployment): harbor_ray's engines use VersionedServer (TokenizingServer
+# before it), others LLMServer.
+_LLM_SERVER_PREFIXES = tuple(f"{cls.__name__}:"
+                             for cls in (VersionedServer, TokenizingServer, LLMServer))
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,8 @@ def serve_weight_updater(
     timeouts: StepTimeouts = DEFAULT_TIMEOUTS,
     check: bool = True,
     reload_method: str = RELOAD_METHOD,
+    label_method: str | None = LABEL_METHOD,
+    clear_cache: bool = False,
 ) -> WeightUpdater:
     """A `WeightUpdater` for the engine application `app_name` (as `harbor-ray engine up`
     names it, `engine`), serving checkpoint `path` as `version` now.
@@ -101,7 +111,9 @@ def serve_weight_updater(
     sent to another process: the online controller's actor). The replicas
     are listed again at each update, so replicas Serve added or replaced since are
     included (a replacement starts from the engine's original model: updating to a new
-    version reloads it along with the others).
+    version reloads it along with the others). `reload_method`, `label_method` and
+    `clear_cache` are `WeightUpdater`'s: for an engine harbor_ray did not build, pass
+    `reload_method="reload_weights", label_method=None`.
     """
 
     def listed() -> list[ServeReplica]:
@@ -112,4 +124,5 @@ def serve_weight_updater(
         return await asyncio.to_thread(listed)
 
     return WeightUpdater(replicas, path=path, version=version, timeouts=timeouts, check=check,
-                         reload_method=reload_method)
+                         reload_method=reload_method, label_method=label_method,
+                         clear_cache=clear_cache)

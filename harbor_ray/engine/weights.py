@@ -1,8 +1,9 @@
 """In-flight weight updates of a running engine: every replica switches, or none does.
 
 `WeightUpdater.update(path, version)` loads a checkpoint directory (Hugging Face layout,
-safetensors) into every replica without restarting it: pause, reload, drop the cache,
-resume, each step on all replicas at once under its own timeout; a failure anywhere
+safetensors) into every replica without restarting it: pause (requests in flight are
+kept), reload, drop the cache if asked, label the weights with the version, resume, each
+step on all replicas at once under its own timeout; a failure anywhere
 rolls every replica back to the previous checkpoint, and the result names each
 replica's step and why. A version that does not increase (`WeightVersionError`) and a
 checkpoint whose tensors are not the served one's (`CheckpointError`, from
@@ -28,8 +29,12 @@ from typing import Any, Literal, Protocol
 from harbor_ray.engine.worker import RELOAD_METHOD
 from harbor_ray.errors import CheckpointError, WeightsRefusedError, WeightVersionError
 
-Step = Literal["pause", "reload", "cache", "resume", "rollback"]
-STEPS: tuple[Step, ...] = ("pause", "reload", "cache", "resume")
+LABEL_METHOD = "set_weight_version"
+"""The server method that labels new weights with their version
+(`harbor_ray.engine.versions.VersionedServer`'s)."""
+
+Step = Literal["pause", "reload", "cache", "label", "resume", "rollback"]
+STEPS: tuple[Step, ...] = ("pause", "reload", "cache", "label", "resume")
 
 # The longest error text kept per replica: a worker's traceback can be pages long.
 _ERROR_CHARS = 2000
@@ -58,6 +63,7 @@ class StepTimeouts:
     pause_s: float = 60.0
     reload_s: float = 600.0
     cache_s: float = 60.0
+    label_s: float = 60.0
     resume_s: float = 60.0
 
     def of(self, step: Step) -> float:
@@ -151,7 +157,16 @@ class WeightUpdater:
     `path` and `version` are what the engine serves now (for the engine as started:
     its model directory and 0); the updater rolls back to them when an update fails.
     `reload_method` is the worker method that reloads: harbor_ray's engines have
-    `reload_weights_tied`; any other vLLM engine has `reload_weights`.
+    `reload_weights_tied`; any other vLLM engine has `reload_weights`. `label_method` is
+    the server method that labels the new weights with their version, so that replies
+    say which version sampled which token (harbor_ray's `VersionedServer`); None for an
+    engine without one.
+
+    `clear_cache` drops every replica's KV and prefix cache once the new weights are in:
+    the requests kept across the update then recompute their context under the new
+    weights. Without it (the default) they continue on the KV they had, and a new
+    request never reuses a prefix of other weights because `VersionedServer` salts
+    the prefix cache by version (docs/online.md, "Weight updates").
     """
 
     def __init__(
@@ -163,9 +178,13 @@ class WeightUpdater:
         timeouts: StepTimeouts = DEFAULT_TIMEOUTS,
         check: bool = True,
         reload_method: str = RELOAD_METHOD,
+        label_method: str | None = LABEL_METHOD,
+        clear_cache: bool = False,
     ) -> None:
         self._list_replicas = replicas
         self._reload_method = reload_method
+        self._label_method = label_method
+        self._clear_cache = clear_cache
         self._path = path
         self._version = version
         self._timeouts = timeouts
@@ -194,7 +213,7 @@ class WeightUpdater:
             started = time.perf_counter()
             steps: dict[str, float] = {}
             states = [_Replica(replica, self._timeouts) for replica in replicas]
-            took = await self._switch(states, path, steps)
+            took = await self._switch(states, path, version, steps)
             if took:
                 self._path, self._version = path, version
             return WeightUpdate(
@@ -202,13 +221,17 @@ class WeightUpdater:
                 replicas=tuple(state.result(self._version) for state in states),
                 step_seconds=steps, seconds=time.perf_counter() - started)
 
-    async def _switch(self, states: list[_Replica], path: str, steps: dict[str, float]) -> bool:
+    async def _switch(self, states: list[_Replica], path: str, version: int,
+                      steps: dict[str, float]) -> bool:
         """Run the steps; True if every replica holds the new weights (resumed or not)."""
         if await _step(steps, "pause", states, _PAUSE):
             for state in states:
                 state.reloaded = True
             took = (await _step(steps, "reload", states, self._reload(path))
-                    and await _step(steps, "cache", states, _CLEAR_CACHE))
+                    and (not self._clear_cache
+                         or await _step(steps, "cache", states, _CLEAR_CACHE))
+                    and (self._label_method is None
+                         or await _step(steps, "label", states, self._label(version))))
             if not took:
                 await self._roll_back(states, steps)
         else:
@@ -225,21 +248,29 @@ class WeightUpdater:
             "timeout": self._timeouts.reload_s,
         }
 
+    def _label(self, version: int) -> Call:
+        """The server call that labels the weights now loaded as `version`."""
+        assert self._label_method is not None
+        return self._label_method, {"version": str(version)}
+
     async def _roll_back(self, states: list[_Replica], steps: dict[str, float]) -> None:
-        """The previous weights, and a clean cache, on every replica that began reloading."""
+        """The previous weights, a clean cache and the previous label, on every replica
+        that began reloading."""
         started = time.perf_counter()
         touched = [state for state in states if state.reloaded]
 
         async def restore(state: _Replica) -> None:
             state.known = (await state.run("rollback", self._reload(self._path))
-                           and await state.run("rollback", _CLEAR_CACHE))
+                           and await state.run("rollback", _CLEAR_CACHE)
+                           and (self._label_method is None
+                                or await state.run("rollback", self._label(self._version))))
 
         await asyncio.gather(*(restore(state) for state in touched))
         steps["rollback"] = time.perf_counter() - started
 
 
 # vLLM's default pause aborts in-flight requests and drops the cache at once; keep them,
-# and drop the cache once the new weights are in.
+# and their KV (dropped once the new weights are in only when asked).
 _PAUSE: Call = ("pause", {"mode": "keep", "clear_cache": False})
 # Pausing again with clear_cache drops the KV cache of kept requests too (vLLM preempts
 # them); LLMServer.reset_prefix_cache does not, and fails silently while they hold blocks.

@@ -14,11 +14,11 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from transformers import TrainerCallback
 
-from harbor_ray.client import Client, group_samples, trl_columns
+from harbor_ray.client import Client, group_samples, mask_stale, trl_columns
 from harbor_ray.errors import TrainerError
 from harbor_ray.online.wire import Group, TaskRequest
 
@@ -54,12 +54,18 @@ class GroupRollouts:
     `max_tokens` per model call) are the groups'; the rest of the sampling is TRL's
     (`temperature`, `top_p`, `top_k`, `min_p` of its `GRPOConfig`). `timeout_s` bounds
     the wait for one call's groups; past it they are cancelled and `TrainerError` raised.
+
+    `max_staleness` (policy versions behind the one serving at submit) with
+    `stale_policy="drop"` trains nothing of a sample whose oldest turn is older; with
+    `"mask"` only its tokens sampled by an older version leave `env_mask`, and the rest
+    train (docs/trainers.md, "Staleness").
     """
 
     def __init__(self, client: Client, agent: str, *, dataset: str | None = None,
                  sandbox: str | None = None, budget: int | None = None,
                  deadline_s: float | None = None, max_tokens: int | None = None,
-                 max_staleness: int | None = None, timeout_s: float = 3600.0,
+                 max_staleness: int | None = None,
+                 stale_policy: Literal["drop", "mask"] = "drop", timeout_s: float = 3600.0,
                  wait_s: float = 30.0, filler_id: int | None = None) -> None:
         self.client, self.agent = client, agent
         self.options: dict[str, Any] = {
@@ -67,6 +73,7 @@ class GroupRollouts:
                                           ("budget", budget), ("deadline_s", deadline_s))
             if value is not None}
         self.max_tokens, self.max_staleness = max_tokens, max_staleness
+        self.stale_policy = stale_policy
         self.timeout_s, self.wait_s, self.filler_id = timeout_s, wait_s, filler_id
         # What the last call did, for a trainer's logs.
         self.last: dict[str, Any] = {}
@@ -132,8 +139,11 @@ class GroupRollouts:
             oldest = sample["policy_version_min"]
             stale = (self.max_staleness is not None and oldest is not None
                      and version - oldest > self.max_staleness)
-            if unscored or stale or not sample["trainable"]:
+            if unscored or not sample["trainable"] or (stale and self.stale_policy == "drop"):
                 _train_nothing(sample)
+            elif stale and self.max_staleness is not None:
+                sample["env_mask"] = mask_stale(sample["env_mask"], sample["policy_versions"],
+                                                version, self.max_staleness)
         return samples
 
 

@@ -4,11 +4,13 @@ I/O: the controller calls in with what happened (and the time).
 
 A group (the n rollouts of one task a submit asked for) is finished when every rollout
 ended as a row; then it is ready until acknowledged, or dropped past its staleness bound
-under the `drop` policy. Retention: a closed group (acknowledged, dropped, or cancelled
-with every rollout ended) stays `retain_s` seconds and at most `retain_groups` of them
-stay; an acknowledged or cancelled group lets its rows go as it closes, a dropped one
-keeps them until forgotten; an open group is never forgotten. The `request_id` index
-keeps every request with a group in the book and the `request_ids` most recent others.
+under the `drop` policy; under `mask` it is delivered with its tokens past the bound
+out of the loss mask (data/token_versions.py). Retention: a closed group (acknowledged,
+dropped, or cancelled with every rollout ended) stays `retain_s` seconds and at most
+`retain_groups` of them stay; an acknowledged or cancelled group lets its rows go as it
+closes, a dropped one keeps them until forgotten; an open group is never forgotten. The
+`request_id` index keeps every request with a group in the book and the `request_ids`
+most recent others.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.compute as pc
 
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import rebuild_prompts
+from harbor_ray.data.token_versions import mask_stale, sequence_versions
 from harbor_ray.errors import ServiceConfigError
 from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
 
@@ -55,6 +58,9 @@ class GroupState:
     closed: bool = False
     # Its versions, kept once every rollout ended: they outlive its rows.
     span: tuple[int | None, int | None] | None = None
+    # Under the `mask` policy, its staleness bound: tokens further behind
+    # `finished_version` are delivered out of the loss mask.
+    mask_bound: int | None = None
 
     @property
     def n(self) -> int:
@@ -81,14 +87,32 @@ class GroupState:
         records = [self.records[r] for r in self.rollout_ids]
         oldest, newest = self.versions()
         assert self.finished_version is not None, "only a finished group is delivered"
+        turns = [row for r in records for row in rebuild_prompts(r.turns).to_pylist()]
+        sequences, masked = _versioned(
+            [row for r in records for row in r.sequences.to_pylist()], turns,
+            self.finished_version, self.mask_bound)
         return Group(
             group_id=self.group_id, request_id=self.request_id, task=self.task, n=self.n,
             metadata=self.metadata, policy_version_min=oldest, policy_version_max=newest,
             finished_version=self.finished_version, staleness=self.staleness(),
             rollouts=[row for r in records for row in r.rollout.to_pylist()],
-            sequences=[row for r in records for row in r.sequences.to_pylist()],
-            turns=[row for r in records for row in rebuild_prompts(r.turns).to_pylist()],
+            sequences=sequences, turns=turns, masked_tokens=masked,
         )
+
+
+def _versioned(sequences: list[dict[str, Any]], turns: list[dict[str, Any]], current: int,
+               bound: int | None) -> tuple[list[dict[str, Any]], int]:
+    """The sequences with their `policy_versions`, and masked past `bound` if given;
+    and how many sampled tokens that masked."""
+    masked = 0
+    for sequence in sequences:
+        versions = sequence_versions(sequence, turns)
+        sequence["policy_versions"] = versions
+        if bound is not None:
+            kept = mask_stale(sequence["loss_mask"], versions, current, bound)
+            masked += sum(sequence["loss_mask"]) - sum(kept)
+            sequence["loss_mask"] = kept
+    return sequences, masked
 
 
 def version_span(turn_tables: Iterable[pa.Table]) -> tuple[int | None, int | None]:
@@ -186,6 +210,8 @@ class Book:
         staleness = group.staleness()
         self.staleness_seen[str(staleness)] += 1
         bound = group.max_staleness if group.max_staleness is not None else self.max_staleness
+        if self.stale_policy == "mask":
+            group.mask_bound = bound
         if (staleness is not None and bound is not None and staleness > bound
                 and self.stale_policy == "drop"):
             group.phase = Phase.DROPPED

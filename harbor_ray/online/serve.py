@@ -122,8 +122,17 @@ class ControllerArgs(_Args):
                                    "Hosts (~150 MB each) are capped at 2 per CPU within "
                                    "half of each node's memory; past that each host takes "
                                    "more rollouts, and the controller logs a warning.")
-    max_staleness: int | None = Field(None, ge=0)
-    stale_policy: StalePolicy = "drop"
+    max_staleness: int | None = Field(
+        None, ge=0, description="Policy versions a group's oldest token may be behind the "
+        "version it finished at; a submit may set its own. None: no bound.")
+    stale_policy: StalePolicy = Field(
+        "drop", description="A group past max_staleness: drop it whole, deliver it as "
+        "it is, or mask: deliver it with loss_mask 0 on the tokens past the bound.")
+    clear_cache_on_update: bool = Field(
+        False, description="Drop the engine's KV and prefix cache at each weight update, "
+        "so requests in flight recompute their context under the new weights. False: "
+        "they keep their KV (new requests are salted by version and reuse no prefix of "
+        "other weights).")
     journal: JournalMode = Field(
         "flush", description="Each rollout host's turn journal (WORK_DIR/journal/<host>."
         "journal on its node): `flush` (each turn in the kernel before its reply: survives "
@@ -217,7 +226,8 @@ class OnlineController:
         self._key, created = load_or_create_key(key_file)
         _log.info("controller key %s %s", "created in" if created else "read from", key_file)
         engine = config.engine_config()
-        updater = serve_weight_updater(config.engine_app, resolve_model_source(engine))
+        updater = serve_weight_updater(config.engine_app, resolve_model_source(engine),
+                                       clear_cache=config.clear_cache_on_update)
         self._handle = start_controller(self._app, config.controller_config(), updater)
         ray.get(self._handle.policy.remote())  # it answers before the replica does
 

@@ -11,7 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harbor_ray.capture.core.sampling import INT64_MAX, Sampling
 
-StalePolicy = Literal["drop", "deliver"]
+StalePolicy = Literal["drop", "deliver", "mask"]
+"""What becomes of a group older than its staleness bound: `drop` it whole, `deliver`
+it as it is, or deliver it with the loss mask 0 on every token sampled more than the
+bound behind the version it finished at (`mask`; docs/online.md, "Staleness")."""
 
 # A submit's `metadata` comes back with every group: held to what any JSON encoder
 # writes (orjson stops at 254 levels) and what a group's reply can carry many times.
@@ -106,7 +109,12 @@ class Group(BaseModel):
     finished_version: int
     staleness: int | None
     rollouts: list[dict[str, Any]] = Field(description="rollouts/ rows, one per rollout.")
-    sequences: list[dict[str, Any]] = Field(description="sequences/ rows.")
+    sequences: list[dict[str, Any]] = Field(
+        description="sequences/ rows, each with `policy_versions`: the version that "
+        "sampled each of its `input_ids` (None where none did). Under the `mask` policy "
+        "`loss_mask` is 0 on the tokens past the staleness bound.")
+    masked_tokens: int = Field(0, description="Sampled tokens the `mask` policy took out "
+                               "of `loss_mask` as too stale.")
     turns: list[dict[str, Any]] = Field(description="turns/ rows, `prompt_ids` in full.")
 
 

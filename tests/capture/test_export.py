@@ -67,6 +67,7 @@ def test_document_shape_and_values() -> None:
         "auxiliary": False,
         "policy_version_start": None,  # the factory's turns record no version
         "policy_version_end": None,
+        "policy_segments": None,
         "continuation": None,
     }
     assert [(t["index"], t["parent"], t["root"], t["role"]) for t in doc["turns"]] == [

@@ -16,16 +16,23 @@ ADMIN = "admin-key"
 
 
 class UpdatingEngine(FakeEngine):
-    """Moves the policy version to `bump_to` while it answers a call, once."""
+    """Moves the policy version to `bump_to` while it answers a call, once, and says (as
+    harbor_ray's engines do) that the new weights sampled from its second token on."""
 
     def __init__(self, version: list[int], bump_to: int | None) -> None:
         super().__init__()
         self.version, self.bump_to = version, bump_to
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.bump_to is not None:
-            self.version[0], self.bump_to = self.bump_to, None
-        return await super().complete(body)
+        if self.bump_to is None:
+            return await super().complete(body)
+        old, (self.version[0], self.bump_to) = self.version[0], (self.bump_to, None)
+        reply = await super().complete(body)
+        [choice] = reply["choices"]
+        n = reply["usage"]["completion_tokens"]
+        choice["weight_versions"] = [{"version": str(old), "start": 0, "end": 1},
+                                     {"version": str(self.version[0]), "start": 1, "end": n}]
+        return reply
 
 
 def _turns(bump_to: int | None, default: bool = False) -> list[dict]:
@@ -49,8 +56,13 @@ def test_an_update_mid_call_shows_as_two_versions() -> None:
     first, second = _turns(bump_to=4)
     assert (first["policy_version_start"], first["policy_version_end"]) == (3, 4)
     assert (second["policy_version_start"], second["policy_version_end"]) == (4, 4)
+    # Which version sampled which tokens: the engine's spans where it sent them; none
+    # (every token the version the call was forwarded at) otherwise.
+    assert first["policy_segments"] == [[3, 0], [4, 1]]
+    assert second["policy_segments"] is None
 
 
 def test_without_a_version_source_turns_record_version_zero() -> None:
-    assert {(t["policy_version_start"], t["policy_version_end"])
-            for t in _turns(bump_to=None, default=True)} == {(0, 0)}
+    turns = _turns(bump_to=None, default=True)
+    assert {(t["policy_version_start"], t["policy_version_end"]) for t in turns} == {(0, 0)}
+    assert [t["policy_segments"] for t in turns] == [None, None]

@@ -229,9 +229,16 @@ def test_policy_versions_reach_every_table_and_come_back() -> None:
     # turn 1, and the side call ran wholly at version 3.
     versions = {0: (1, 1), 1: (1, 2), 2: (2, 2), 3: (3, 3)}
     turns = [*chain(3, reply_len=2, message_len=2), turn(3, [90, 91], [92])]
+    # Turn 1's first sampled token is version 1's, its second version 2's.
+    segments = {0: None, 1: ((1, 0), (2, 1)), 2: None, 3: None}
     turns = [dataclasses.replace(t, policy_version_start=versions[t.index][0],
-                                 policy_version_end=versions[t.index][1]) for t in turns]
+                                 policy_version_end=versions[t.index][1],
+                                 policy_segments=segments[t.index]) for t in turns]
     record = rollout("v1", turns)
+    # Stored in full, the one-version turns' too.
+    assert [[(s["version"], s["offset"]) for s in row]
+            for row in record.turns["policy_segments"].to_pylist()] == [
+        [(1, 0)], [(1, 0), (2, 1)], [(2, 0)], [(3, 0)]]
     stored = record.turns.select(["index", "policy_version_start", "policy_version_end"])
     assert {r["index"]: (r["policy_version_start"], r["policy_version_end"])
             for r in stored.to_pylist()} == versions

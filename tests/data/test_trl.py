@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pyarrow as pa
@@ -131,6 +132,23 @@ def test_one_sample_per_rollout_splits_the_agent_sequence_at_its_first_sampled_i
         lp if m else None
         for lp, m in zip(sequence["logprobs"][first:], sample["env_mask"], strict=True)]
     assert (sample["reward"], sample["trainable"], sample["task"]) == (1.0, True, "fix-bug")
+
+
+def test_a_sample_says_which_version_sampled_each_completion_token() -> None:
+    # Two calls: the first crossed an update (its second token is version 2's).
+    first, second = chain(2)
+    turns = [dataclasses.replace(first, policy_version_start=1,
+                                 policy_segments=((1, 0), (2, 1))),
+             dataclasses.replace(second, policy_version_start=2)]
+    record = encode(turns, rollout_id="a", task="fix-bug")
+    [sample] = rollout_samples([rollout_row("a")], record.sequences, turns=record.turns)
+    sampled = [v for v, m in zip(sample["policy_versions"], sample["env_mask"], strict=True)
+               if m]
+    assert sampled == [1] + [2] * (sum(sample["env_mask"]) - 1)
+    assert {v for v, m in zip(sample["policy_versions"], sample["env_mask"], strict=True)
+            if not m} == {None}  # the second call's own prompt, inside the completion
+    [unknown] = rollout_samples([rollout_row("a")], record.sequences)
+    assert set(unknown["policy_versions"]) == {None}
 
 
 def test_the_agent_sequence_with_most_trained_ids_is_the_rollouts_sample() -> None:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from ray.serve.schema import ServeDeploySchema
 
 from harbor_ray.engine.config import WORKER_EXTENSION, EngineConfig, to_llm_config
+from harbor_ray.engine.weights import LABEL_METHOD
 from harbor_ray.engine.worker import RELOAD_METHOD
 
 SERVE_CONFIGS = Path(__file__).resolve().parents[2] / "serve_configs"
@@ -98,6 +99,11 @@ def test_engines_carry_the_weight_reload_worker_methods() -> None:
     assert llm.engine_kwargs["worker_extension_cls"] == WORKER_EXTENSION
     module, name = WORKER_EXTENSION.rsplit(".", 1)
     assert hasattr(getattr(importlib.import_module(module), name), RELOAD_METHOD)
+
+
+def test_engines_serve_with_the_server_the_weight_updater_labels() -> None:
+    server = to_llm_config(EngineConfig(), "/m").server_cls  # the class, once validated
+    assert hasattr(server, LABEL_METHOD)
 
 
 def test_max_model_len_is_left_to_vllm_when_unset() -> None:

@@ -13,7 +13,12 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from harbor_ray.engine.weights import StepTimeouts, WeightUpdater, check_checkpoint
+from harbor_ray.engine.weights import (
+    LABEL_METHOD,
+    StepTimeouts,
+    WeightUpdater,
+    check_checkpoint,
+)
 from harbor_ray.engine.worker import RELOAD_METHOD, refresh_tied_layers
 from harbor_ray.errors import CheckpointError, WeightsRefusedError, WeightVersionError
 
@@ -23,7 +28,9 @@ HANG = "hang"
 
 
 def _what(method: str, kwargs: dict[str, Any]) -> str:
-    """A call as the step it is: pause, cache, resume, or reload:<path>."""
+    """A call as the step it is: pause, cache, resume, reload:<path> or label:<version>."""
+    if method == LABEL_METHOD:
+        return f"label:{kwargs['version']}"
     if method == "collective_rpc":
         assert kwargs["method"] == RELOAD_METHOD
         return f"reload:{kwargs['kwargs']['weights_path']}"
@@ -66,21 +73,31 @@ def _calls(log: list[tuple[str, str]], name: str) -> list[str]:
     return [what for who, what in log if who == name]
 
 
-async def test_every_replica_pauses_reloads_clears_and_resumes_in_order() -> None:
+@pytest.mark.parametrize("clear_cache", [False, True])
+async def test_every_replica_pauses_reloads_labels_and_resumes_in_order(
+        clear_cache: bool) -> None:
     log: list[tuple[str, str]] = []
     replicas = [FakeReplica(f"r{i}", log) for i in range(3)]
-    updater = _updater(replicas)
+    updater = _updater(replicas, clear_cache=clear_cache)
     result = await updater.update(NEW, 1)
     assert result.ok and result.version == updater.version == 1 and updater.path == NEW
+    steps = ["pause", "reload", *(["cache"] if clear_cache else []), "label", "resume"]
     for replica in replicas:
-        assert _calls(log, replica.name) == ["pause", f"reload:{NEW}", "cache", "resume"]
+        assert _calls(log, replica.name) == [
+            "pause", f"reload:{NEW}", *(["cache"] if clear_cache else []), "label:1", "resume"]
     # A step starts on a replica only once every replica finished the one before.
-    steps = [what.split(":")[0] for _, what in log]
-    assert steps == sorted(steps, key=["pause", "reload", "cache", "resume"].index)
+    assert [what.split(":")[0] for _, what in log] == sorted(
+        (what.split(":")[0] for _, what in log), key=steps.index)
     assert [(r.replica, r.serving_version) for r in result.replicas] == [
         ("r0", 1), ("r1", 1), ("r2", 1)]
-    assert set(result.step_seconds) == {"pause", "reload", "cache", "resume"}
-    assert set(result.replicas[0].seconds) == {"pause", "reload", "cache", "resume"}
+    assert set(result.step_seconds) == set(steps)
+    assert set(result.replicas[0].seconds) == set(steps)
+
+
+async def test_an_engine_without_labels_is_only_reloaded() -> None:
+    log: list[tuple[str, str]] = []
+    result = await _updater([FakeReplica("r0", log)], label_method=None).update(NEW, 1)
+    assert result.ok and _calls(log, "r0") == ["pause", f"reload:{NEW}", "resume"]
 
 
 @pytest.mark.parametrize("version", [0, -1])
@@ -106,7 +123,7 @@ async def test_a_failed_reload_rolls_every_replica_back(fault: BaseException | s
     # The replica that failed may be half-loaded: it is rolled back with the others.
     for replica in replicas:
         assert _calls(log, replica.name) == [
-            "pause", f"reload:{NEW}", f"reload:{OLD}", "cache", "resume"]
+            "pause", f"reload:{NEW}", f"reload:{OLD}", "cache", "label:0", "resume"]
     assert all(r.serving_version == 0 for r in result.replicas)
     assert "rollback" in result.step_seconds and "cache" not in result.step_seconds
 
@@ -124,10 +141,20 @@ async def test_a_failed_pause_reloads_nothing_and_resumes_all() -> None:
 async def test_a_failed_cache_reset_rolls_back() -> None:
     log: list[tuple[str, str]] = []
     replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {"cache": RuntimeError("x")})]
-    result = await _updater(replicas).update(NEW, 1)
+    result = await _updater(replicas, clear_cache=True).update(NEW, 1)
     assert result.version == 0 and [r.replica for r in result.failed] == ["r1"]
     assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "cache", f"reload:{OLD}", "cache",
-                                 "resume"]
+                                 "label:0", "resume"]
+
+
+async def test_a_failed_label_rolls_back_and_labels_the_old_version_again() -> None:
+    log: list[tuple[str, str]] = []
+    replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {"label:1": RuntimeError("x")})]
+    result = await _updater(replicas).update(NEW, 1)
+    assert result.version == 0 and [(r.replica, r.failed_step) for r in result.failed] == [
+        ("r1", "label")]
+    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "label:1", f"reload:{OLD}", "cache",
+                                 "label:0", "resume"]
 
 
 async def test_a_replica_whose_rollback_fails_is_left_paused_and_unnamed() -> None:
@@ -156,8 +183,8 @@ async def test_updates_run_one_at_a_time() -> None:
     updater = _updater([FakeReplica("r0", log)])
     first, second = await asyncio.gather(updater.update(NEW, 1), updater.update(OLD, 2))
     assert first.ok and second.ok and updater.version == 2
-    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "cache", "resume",
-                                 "pause", f"reload:{OLD}", "cache", "resume"]
+    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "label:1", "resume",
+                                 "pause", f"reload:{OLD}", "label:2", "resume"]
 
 
 async def test_no_replica_is_an_error() -> None:

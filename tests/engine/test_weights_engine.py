@@ -119,13 +119,57 @@ async def test_a_request_in_flight_survives_an_update(
     engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
 ) -> None:
     # The same weights under a new version: what matters is that the request is kept
-    # (vLLM's default pause would abort it) and ends as asked.
+    # (vLLM's default pause would abort it), with its KV, and ends as asked, saying
+    # where the new version took over.
     again = shutil.copytree(updater.path, tmp_path / "again")
+    old = updater.version
     request = asyncio.create_task(_chat(engine, max_tokens=96, ignore_eos=True))
     await asyncio.sleep(1.0)
     in_flight = not request.done()
     result = await updater.update(str(again), updater.version + 1)
     reply = await request
     assert in_flight and result.ok, result
+    assert "cache" not in result.step_seconds and "label" in result.step_seconds
     [choice] = reply["choices"]
     assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 96
+    [before, after] = choice["weight_versions"]
+    assert (before["version"], after["version"]) == (str(old), str(old + 1))
+    assert before["start"] == 0 and before["end"] == after["start"] and after["end"] == 96
+
+
+async def test_the_tokens_after_an_update_mid_call_are_the_new_weights(
+    engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
+) -> None:
+    """An update to other weights lands mid-generation of a call: the call completes,
+    its spans name both versions, and (the cache dropped, so the call's context is
+    recomputed by the new weights) the tokens before the boundary re-score under the
+    old weights and those after it under the new ones."""
+    served, old = updater.path, updater.version
+    [sample] = _sequences(await _chat(engine, max_tokens=12))
+    stepped = policy_gradient_step(served, tmp_path / "stepped", [(*sample[:2], 1.0)])
+    clearing = serve_weight_updater(engine.app_name, served, version=old, clear_cache=True)
+    request = asyncio.create_task(_chat(engine, max_tokens=160, ignore_eos=True))
+    await asyncio.sleep(2.0)
+    in_flight = not request.done()
+    try:
+        result = await clearing.update(str(stepped), old + 1)
+        reply = await request
+    finally:  # the module's other tests, and the fixture, expect `updater`'s weights
+        restored = await clearing.update(served, old + 2)
+        await updater.update(served, old + 3)
+    assert in_flight and result.ok and restored.ok, (result, restored)
+    assert "cache" in result.step_seconds
+    [choice] = reply["choices"]
+    assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 160
+    [before, after] = choice["weight_versions"]
+    assert (before["version"], after["version"]) == (str(old), str(old + 1))
+    boundary = after["start"]
+    assert 0 < boundary < 160 and before["end"] == boundary
+
+    [(ids, mask, logprobs)] = _sequences(reply)
+    first = mask.index(1)
+    old_part = [m if i < first + boundary else 0 for i, m in enumerate(mask)]
+    new_part = [m if i >= first + boundary else 0 for i, m in enumerate(mask)]
+    assert max_gap(logprobs[:boundary], rescore(served, ids, old_part)) < SAME
+    assert max_gap(logprobs[boundary:], rescore(stepped, ids, new_part)) < SAME
+    assert max_gap(logprobs[boundary:], rescore(served, ids, new_part)) > CHANGED

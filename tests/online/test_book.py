@@ -99,3 +99,29 @@ def test_an_awaited_group_never_reaches_the_long_poll() -> None:
     book.accept("r2", [dataclasses.replace(_group("gone", 1), awaited=True)], 0)
     book.finish(_row("gone__0"), 0)
     assert book.cancel("gone").phase is Phase.CANCELLED and book.ready == ["theirs"]
+
+
+def test_the_mask_policy_delivers_a_stale_group_without_its_stale_tokens() -> None:
+    # One call an update crossed: tokens 0-1 sampled at version 1, tokens 2-3 at 4.
+    crossed = dataclasses.replace(turn(0, [1, 2], [3, 4, 5, 6]), policy_version_start=1,
+                                  policy_version_end=4, policy_segments=((1, 0), (4, 2)))
+    row = encode_record(RolloutResult(rollout_id="g__0", task="t", agent="a",
+                                      sandbox="local", ok=True, reward=1.0),
+                        close_capture([crossed]))
+    book = Book(capacity=8, max_staleness=2, stale_policy="mask")
+    book.accept("r1", [_group("g", 1)], 0)
+    group = book.finish(row, 4)
+    assert group.phase is Phase.READY and group.staleness() == 3
+    payload = group.payload()
+    [sequence] = payload.sequences
+    assert sequence["policy_versions"] == [None, None, 1, 1, 4, 4]
+    assert sequence["loss_mask"] == [0, 0, 0, 0, 1, 1] and payload.masked_tokens == 2
+    assert payload.turns[0]["policy_segments"] == [{"version": 1, "offset": 0},
+                                                   {"version": 4, "offset": 2}]
+
+    # Under `deliver` the same group keeps every token, and says which version made each.
+    book = Book(capacity=8, max_staleness=2, stale_policy="deliver")
+    book.accept("r1", [_group("g", 1)], 0)
+    [sequence] = book.finish(row, 4).payload().sequences
+    assert sequence["loss_mask"] == [0, 0, 1, 1, 1, 1]
+    assert sequence["policy_versions"] == [None, None, 1, 1, 4, 4]

@@ -113,6 +113,18 @@ def test_samples_older_than_max_staleness_train_nothing() -> None:
         rollouts._samples(group([1.0, 0.0], [3, 3]), 3, 3, 0)
 
 
+def test_the_mask_policy_trains_the_fresh_tokens_of_a_stale_sample() -> None:
+    rollouts = GroupRollouts(Client("http://127.0.0.1:9", "key"), "terminus-2",
+                             max_staleness=1, stale_policy="mask")
+    stale = group([1.0, 0.0], [3, 1])
+    # The second rollout's one call crossed updates: its first sampled token is version
+    # 1's (2 behind 3: stale), its last version 3's.
+    stale.sequences[1]["policy_versions"] = [None, 1, None, 3]
+    samples = rollouts._samples(stale, 2, 3, 0)
+    assert [s["env_mask"] for s in samples] == [[1, 0, 1], [0, 0, 1]]
+    assert samples[1]["policy_versions"] == [1, None, 3] and trained(samples) == [True, True]
+
+
 def test_groups_that_do_not_finish_in_timeout_s_are_cancelled_and_refused(
         service_factory) -> None:
     """The wait is bounded between long polls, not only once groups arrive."""

@@ -47,6 +47,9 @@ class Completion:
     logprobs: np.ndarray | None = field(default=None, compare=False)
     engine_model: str = ""
     raw_finish_reason: str | None = field(default=None, compare=False)
+    # The engine's `weight_versions` spans on the choice as sent (which weights sampled
+    # which tokens; policy_segments.py reads them); None when it sent none.
+    weight_versions: Any = field(default=None, compare=False)
 
 
 def parse_engine_reply(body: dict[str, Any]) -> Completion:
@@ -100,6 +103,7 @@ def parse_engine_reply(body: dict[str, Any]) -> Completion:
         logprobs=_logprobs(choice.get("logprobs")),
         engine_model=str(body.get("model") or ""),
         raw_finish_reason=raw_finish if isinstance(raw_finish, str) else None,
+        weight_versions=choice.get("weight_versions"),
     )
 
 

@@ -98,6 +98,8 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             auxiliary=t["auxiliary"],
             policy_version_start=t.get("policy_version_start"),
             policy_version_end=t.get("policy_version_end"),
+            # Absent from exports written before the field existed.
+            policy_segments=_segments_from_json(t.get("policy_segments")),
             continuation=_continuation_from_json(t["continuation"]),
             # Absent from exports written before version 4.
             capture_level=t.get("capture_level", "tokens"),
@@ -133,8 +135,14 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "auxiliary": turn.auxiliary,
         "policy_version_start": turn.policy_version_start,
         "policy_version_end": turn.policy_version_end,
+        "policy_segments": (None if turn.policy_segments is None
+                            else [list(segment) for segment in turn.policy_segments]),
         "continuation": _continuation_to_json(turn.continuation),
     }
+
+
+def _segments_from_json(doc: list[list[int]] | None) -> tuple[tuple[int, int], ...] | None:
+    return None if doc is None else tuple((int(v), int(o)) for v, o in doc)
 
 
 def _continuation_to_json(continuation: Continuation | None) -> dict[str, Any] | None:

@@ -51,6 +51,11 @@ class TurnRecord:
     # mid-call. None: the edge knew no version.
     policy_version_start: int | None = None
     policy_version_end: int | None = None
+    # Which version sampled which of `token_ids`: ((version, first offset), ...) from
+    # offset 0 (policy_segments.py). None: every token is `policy_version_start`'s (no
+    # version known when that is None too), kept as None so that the common case adds
+    # no object for the garbage collector (`policy_segments.compact`).
+    policy_segments: tuple[tuple[int, int], ...] | None = None
     # The earlier turn this call continued and whether its prompt was stitched from that
     # turn's ids (continuation.py); None when it continued none, or stitching was off.
     continuation: Continuation | None = None

@@ -33,6 +33,7 @@ from harbor_ray.capture.core.dialects import DIALECTS, Dialect
 from harbor_ray.capture.core.dialects.base import ReplyContext
 from harbor_ray.capture.core.models_list import models_reply
 from harbor_ray.capture.core.normalize import engine_body
+from harbor_ray.capture.core.policy_segments import compact, segments_from_spans
 from harbor_ray.capture.core.sampling import TurnSampling
 from harbor_ray.capture.core.session_keys import extract_key
 from harbor_ray.capture.core.turn import TurnRecord
@@ -211,6 +212,8 @@ class CallPipeline:
             ended_at=self.clock(),
             policy_version_start=reply.version,
             policy_version_end=self.policy_version(),
+            policy_segments=compact(
+                segments_from_spans(completion.weight_versions, reply.version), reply.version),
             auxiliary=admitted.auxiliary,
             continuation=reply.continuation,
             conversation_key=b"" if admitted.conversation is None else extend(
