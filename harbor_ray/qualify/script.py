@@ -32,14 +32,15 @@ __all__ = [
 
 # The shell-like tool of each qualified CLI, and the argument that holds the command
 # (codex exec_command, claude-code Bash, gemini-cli and qwen-code run_shell_command,
-# opencode, pi, copilot-cli and mini-swe-agent bash, code-puppy shell): names as their
-# recorded requests declare them.
+# opencode, pi, copilot-cli, mini-swe-agent and vibe bash, code-puppy shell,
+# openhands-sdk terminal): names as their recorded requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec_command": "cmd",
     "Bash": "command",
     "run_shell_command": "command",
     "bash": "command",
     "shell": "command",
+    "terminal": "command",
 })
 # Every other argument of a shell tool whose CLI sends a call back with all of them
 # filled in (code-puppy: pydantic-ai's validated arguments, defaults included): a call

@@ -47,6 +47,14 @@ def test_the_shell_tool_is_picked_from_what_each_cli_declares(
     assert reply.text == ""
 
 
+def test_openhands_sdk_s_terminal_tool_is_its_shell() -> None:
+    # openhands-tools' TerminalTool: {"command": ..., "is_input": ..., "timeout": ...}.
+    tools = [{"type": "function", "function": {"name": "file_editor", "parameters": {}}},
+             {"type": "function", "function": {"name": "terminal", "parameters": {}}}]
+    reply = ToolSolver(("echo hi",))([{"role": "user", "content": "go"}], tools)
+    assert reply.tool_calls == (("terminal", {"command": "echo hi"}),)
+
+
 def test_each_step_once_then_a_final_text() -> None:
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
     solver = ToolSolver(("first", "second"))

@@ -272,6 +272,15 @@ async def test_exec_timeout_kills_the_process_tree(sandbox: BwrapEnvironment) ->
     assert (await sandbox.exec("echo alive")).stdout == "alive\n"
 
 
+async def test_a_command_killed_by_a_signal_exits_128_plus_the_signal(
+    sandbox: BwrapEnvironment,
+) -> None:
+    # As a shell and `docker exec` report it: kimi-cli's adapter ends its own process
+    # group (`kill 0`) and takes exit 143 for success.
+    assert (await sandbox.exec("kill -TERM $$")).return_code == 143
+    assert (await sandbox.exec("exit 3")).return_code == 3
+
+
 async def test_exec_returns_while_background_jobs_keep_running(
     sandbox: BwrapEnvironment,
 ) -> None:
