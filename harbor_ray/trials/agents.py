@@ -310,10 +310,7 @@ _OTHER_PROFILES = (
     _installed("mini-swe-agent", "anthropic"),
     _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
     # LiteLLM in the sandbox, as mini-swe-agent: the model's prefix picks the provider;
-    # the pinned Responses format sets the SDK's api_mode (openhands declares no
-    # Responses format to Harbor).
-    _installed("openhands", "anthropic"),
-    _installed("openhands", "google", url_path=_GOOGLE_VERSIONED),
+    # the pinned Responses format sets the SDK's api_mode.
     _installed("openhands-sdk", "responses", pin_dialect=True),
     _installed("openhands-sdk", "anthropic"),
     _installed("openhands-sdk", "google", url_path=_GOOGLE_VERSIONED),
