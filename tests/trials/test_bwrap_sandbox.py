@@ -490,6 +490,25 @@ async def test_tools_are_mounted_read_only_and_first_on_path(tmp_path: Path) -> 
         await environment.stop(delete=True)
 
 
+async def test_runtimes_are_mounted_read_only_at_their_path_and_off_path(
+    tmp_path: Path,
+) -> None:
+    # A Python agent's interpreter: its venv names it by this path, and its bin/ must
+    # not shadow the host's python3.
+    prefix = tmp_path / "cpython"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python3").write_text("#!/bin/sh\necho cpython\n")
+    (prefix / "bin" / "python3").chmod(0o755)
+    environment = make_environment(tmp_path, runtimes={"/opt/cpython": str(prefix)})
+    await environment.start(force_build=False)
+    try:
+        result = await environment.exec("/opt/cpython/bin/python3; command -v python3")
+        assert result.stdout == "cpython\n/usr/bin/python3\n", result.stderr
+        assert (await environment.exec("touch /opt/cpython/x")).return_code != 0
+    finally:
+        await environment.stop(delete=True)
+
+
 @pytest.mark.parametrize(("target", "problem"), [
     ("opt/toy", "absolute"), ("/", "absolute"), ("/usr/local/toy", "inside the host"),
 ])
