@@ -26,8 +26,6 @@ QUALIFIED = (*sorted(PINS), "terminus-2")
 # The reason given to a harness Harbor knows that this table does not name.
 UNASSESSED = "not assessed: Harbor knows it, this table does not name it yet"
 
-_PY312 = ("needs Python >= 3.12 (PyPI's requires-python); the sandbox sees the host's "
-          "3.11, and uv's Python downloads come from GitHub, which is unreachable (tried)")
 _OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (read)"
 
 NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
@@ -55,7 +53,11 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "grok-build": _OUTSIDE.format(what="its install script", where="x.ai"),
     "hermes": _OUTSIDE.format(what="its install script", where="raw.githubusercontent.com"),
     "junie": _OUTSIDE.format(what="its installer", where="junie.jetbrains.com"),
-    "kimi-cli": _PY312,
+    "kimi-cli": "tried: 1.52.0, its last release, only prints \"kimi-cli is no longer "
+                "maintained. Please use the new Kimi Code CLI\"; 1.51.0 dies at start on "
+                "CPython 3.12.1 (the Python these machines have for it) with \"TypeError: "
+                "super(type, obj): obj must be an instance or subtype of type\" (a generic "
+                "frozen slots dataclass, CPython issue 116669; Harbor installs it on 3.13)",
     "kimi-code": "@moonshot-ai/kimi-code (npm, 2.1.0) needs Node >= 22.19; the sandbox "
                  "has the host's Node 20 (npm view; not tried)",
     "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
@@ -63,22 +65,18 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
     "mimo": _OUTSIDE.format(what="its install script", where="mimo.xiaomi.com"),
     "muse-code": _OUTSIDE.format(what="its install script", where="dev.meta.ai"),
-    "nemo-agent": "not tried: nvidia-nat 1.9.0 on PyPI accepts Python 3.11, but the "
-                  "adapter fetches uv from astral.sh when the sandbox lacks it (read)",
+    "nemo-agent": "its default workflow (NAT's chat_completion) declares no tools: it "
+                  "writes the model's answer to /app/answer.txt and runs no command, so "
+                  "no task that needs a file made can be solved (read, not tried)",
     "nop": "does nothing and calls no model: nothing to capture",
     "openclaw": "needs Node >= 24.16 (npm view); the sandbox has the host's Node 20 "
                 "(tried)",
-    "openhands": "openhands-ai needs Python >= 3.12 (PyPI: <3.14,>=3.12), the sandbox "
-                 "sees the host's 3.11; the adapter also fetches uv from astral.sh "
-                 "(read, not tried)",
-    "openhands-sdk": _PY312,
     "oracle": "runs the task's solution and calls no model: nothing to capture",
     "rovodev-cli": _OUTSIDE.format(what="its package", where="Atlassian's apt repository"),
     "strands": "runs a user-supplied Strands agent factory; there is no agent to "
                "qualify without one (read)",
     "swe-agent": "installed only from GitHub, which is unreachable (tried)",
     "trae-agent": "installed only from GitHub, which is unreachable (tried)",
-    "vibe": _PY312,
 })
 
 

@@ -32,14 +32,16 @@ __all__ = [
 
 # The shell-like tool of each qualified CLI, and the argument that holds the command
 # (codex exec_command, claude-code Bash, gemini-cli and qwen-code run_shell_command,
-# opencode, pi, copilot-cli and mini-swe-agent bash, code-puppy shell): names as their
-# recorded requests declare them.
+# opencode, pi, copilot-cli, mini-swe-agent and vibe bash, code-puppy shell,
+# openhands-sdk terminal, openhands execute_bash): names as their requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec_command": "cmd",
     "Bash": "command",
     "run_shell_command": "command",
     "bash": "command",
     "shell": "command",
+    "terminal": "command",
+    "execute_bash": "command",
 })
 # Every other argument of a shell tool whose CLI sends a call back with all of them
 # filled in (code-puppy: pydantic-ai's validated arguments, defaults included): a call
@@ -47,6 +49,8 @@ SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
 # that leaves them out would come back rewritten and start a new root.
 _SPELLED_OUT: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "shell": {"cwd": None, "timeout": 60, "background": False},
+    # Not echoed back, but its schema requires it (openhands 0.62's execute_bash).
+    "execute_bash": {"security_risk": "LOW"},
 })
 # Agents that end only on a command of their own, not on a text reply: shell calls made
 # after the solution's.
@@ -54,6 +58,11 @@ _FINISH: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "mini-swe-agent": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),
 })
 FINAL_TEXT = "Done: the task's commands ran."
+# Agents that end only on a tool call of their own: openhands takes a text reply for a
+# question to the user, answers itself "continue" when headless, and stops as stuck.
+_FINAL_CALL: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
+    "openhands": ("finish", MappingProxyType({"message": FINAL_TEXT})),
+})
 
 
 def solution_commands(task_dir: Path) -> str:
@@ -67,14 +76,19 @@ def solution_commands(task_dir: Path) -> str:
 
 @dataclass(frozen=True)
 class ToolSolver:
-    """Replies for a tool-calling agent: `steps` shell commands, one call each, then text."""
+    """Replies for a tool-calling agent: `steps` shell commands, one call each, then text
+    (or `final_call`, a (tool, arguments) call, where the agent ends only on one)."""
 
     steps: tuple[str, ...]
+    final_call: tuple[str, Mapping[str, Any]] | None = None
 
     def __call__(self, messages: Sequence[Mapping[str, Any]],
                  tools: Sequence[Mapping[str, Any]]) -> FakeReply:
         done = sum(1 for m in messages if m.get("role") == "tool")
         shell = _shell_tool(tools)
+        if shell is not None and done >= len(self.steps) and self.final_call is not None:
+            name, arguments = self.final_call
+            return FakeReply(tool_calls=((name, dict(arguments)),))
         if shell is None or done >= len(self.steps):
             return FakeReply(text=FINAL_TEXT)
         name, argument = shell
@@ -116,4 +130,5 @@ def scripted_engine(agent: str, task_dir: Path) -> FakeEngine:
     commands = solution_commands(task_dir)
     if agent == "terminus-2":
         return FakeEngine(script=terminus_script(commands + "\n"))
-    return FakeEngine(tool_script=ToolSolver((commands, *_FINISH.get(agent, ()))))
+    return FakeEngine(tool_script=ToolSolver((commands, *_FINISH.get(agent, ())),
+                                             _FINAL_CALL.get(agent)))

@@ -241,7 +241,9 @@ _TABLE = (
                note="COPILOT_PROVIDER_* variables"),
     # Its models.json key names a variable: PreinstalledPi writes it as the pinned pi reads it.
     _installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
-    _installed("vibe", "chat", note="provider in config.toml"),
+    # The openai/ prefix picks vibe's generic (OpenAI-compatible) backend, whose key
+    # variable is OPENAI_API_KEY; its native mistral backend would go to api.mistral.ai.
+    _installed("vibe", "chat", note="generic backend: provider in config.toml"),
     _installed("mcode", "chat", note="provider added with `mcode provider add`"),
     _installed("nemo-agent", "chat", note="key and URL in the NAT workflow config"),
     _installed("grok-build", "responses", note="model entry in ~/.grok/config.toml"),
@@ -307,6 +309,11 @@ _OTHER_PROFILES = (
     _installed("mini-swe-agent", "responses", pin_dialect=True),
     _installed("mini-swe-agent", "anthropic"),
     _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
+    # LiteLLM in the sandbox, as mini-swe-agent: the model's prefix picks the provider;
+    # the pinned Responses format sets the SDK's api_mode.
+    _installed("openhands-sdk", "responses", pin_dialect=True),
+    _installed("openhands-sdk", "anthropic"),
+    _installed("openhands-sdk", "google", url_path=_GOOGLE_VERSIONED),
     _installed("code-puppy", "responses", pin_dialect=True),
     _installed("code-puppy", "anthropic", pin_dialect=True),
     _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),

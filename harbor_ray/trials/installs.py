@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,9 @@ __all__ = [
     "install_commands",
     "installed",
     "load_pins",
+    "resolve_python",
     "sandbox_dir",
+    "sandbox_runtimes",
     "sandbox_tools",
 ]
 
@@ -59,8 +62,16 @@ class AgentPin:
     package: str
     version: str
     bins: tuple[str, ...]
-    python: str | None = None  # pypi only: the interpreter the venv is built on
+    # pypi only: the interpreter the venv is built on, a path or a version ("3.12":
+    # the CPython harbor-ray itself runs on, resolve_python)
+    python: str | None = None
     check: tuple[str, ...] = ("--version",)  # arguments every command must answer
+    # pypi only: more requirements for the same venv (openhands-sdk's tools and the
+    # fastapi its runner imports), for what the adapter runs besides the agent
+    with_: tuple[str, ...] = ()
+    # pypi only: where the adapter runs the venv from (openhands' /opt/openhands-venv):
+    # the sandbox mounts the entry's venv there too
+    venv_at: str | None = None
 
     @property
     def entry_name(self) -> str:
@@ -90,8 +101,10 @@ def load_pins(text: str) -> Mapping[str, AgentPin]:
         if registry not in ("npm", "pypi"):
             raise AgentPinError(f"{agent}: registry must be 'npm' or 'pypi', not {registry!r}")
         bins = tuple(entry.get("bins", ()))
-        if not bins or not all(isinstance(b, str) and b and "/" not in b for b in bins):
-            raise AgentPinError(f"{agent}: bins must be a non-empty list of command names")
+        if not (bins or entry.get("venv_at")) or not all(
+                isinstance(b, str) and b and "/" not in b for b in bins):
+            raise AgentPinError(f"{agent}: bins must be a non-empty list of command names "
+                                "(empty only with venv_at)")
         python = entry.get("python")
         if registry == "pypi" and not python:
             raise AgentPinError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
@@ -99,6 +112,8 @@ def load_pins(text: str) -> Mapping[str, AgentPin]:
             agent=agent, registry=registry, package=str(entry["package"]),
             version=str(entry["version"]), bins=bins, python=python,
             check=tuple(entry.get("check", ("--version",))),
+            with_=tuple(entry.get("with", ())),
+            venv_at=entry.get("venv_at"),
         )
     return MappingProxyType(pins)
 
@@ -114,7 +129,8 @@ PREINSTALLED: Mapping[str, str] = MappingProxyType({
     for agent, cls in (("gemini-cli", "GeminiCli"), ("qwen-coder", "QwenCode"),
                        ("opencode", "OpenCode"), ("pi", "Pi"),
                        ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"),
-                       ("copilot-cli", "CopilotCli"))
+                       ("copilot-cli", "CopilotCli"), ("vibe", "Vibe"),
+                       ("openhands", "OpenHands"))
 })
 
 
@@ -150,6 +166,46 @@ def sandbox_tools(cache: Path, pin: AgentPin) -> dict[str, str]:
     return {str(sandbox_dir(pin)): str(entry)}
 
 
+def resolve_python(
+    python: str, running: tuple[tuple[int, ...], str] = (
+        sys.version_info[:2], getattr(sys, "_base_executable", sys.executable))
+) -> str:
+    """The interpreter a pin's `python` names: a path as it is, or a version ("3.12")
+    as the base interpreter of `running` (version, base executable: this process's, by
+    default), which must be that version. A version and not a path, because where a
+    3.12 lives differs between machines, and the one harbor-ray runs on is the one
+    scripts/bootstrap.sh found; uv cannot be asked instead, as it may not download one
+    and its discovery stops at the first broken pyenv shim on PATH."""
+    if python.startswith("/"):
+        return python
+    version, executable = running
+    if ".".join(map(str, version)) != python:
+        raise AgentInstallError(
+            f"the pin needs Python {python}, and harbor-ray runs on "
+            f"{'.'.join(map(str, version))}: run `harbor-ray agents install` from an "
+            f"environment built on CPython {python} (scripts/bootstrap.sh)")
+    return os.path.realpath(executable)
+
+
+def sandbox_runtimes(cache: Path, pin: AgentPin) -> dict[str, str]:
+    """The bwrap sandbox's `runtimes` kwarg (read-only, off PATH): the prefix of the
+    interpreter the pin's venv runs on, at its own path (the venv names it by that
+    absolute path) unless it is inside the host's /usr, which the sandbox has anyway;
+    and the venv at the pin's `venv_at`. Empty for npm."""
+    venv = entry_dir(cache, pin) / "venv"
+    config = venv / "pyvenv.cfg"
+    if pin.registry != "pypi" or not config.is_file():
+        return {}
+    mounts = {pin.venv_at: str(venv)} if pin.venv_at else {}
+    home = next((value.strip() for key, _, value in
+                 (line.partition("=") for line in config.read_text().splitlines())
+                 if key.strip() == "home"), None)
+    prefix = PurePosixPath(home).parent if home else None
+    if prefix is not None and prefix.parts[:2] != ("/", "usr"):
+        mounts[str(prefix)] = str(prefix)
+    return mounts
+
+
 def install_commands(pin: AgentPin, target: Path, installer: str) -> list[list[str]]:
     """The commands that install `pin` into the empty directory `target`, `installer`
     being the path of the registry's program (INSTALLER)."""
@@ -161,9 +217,14 @@ def install_commands(pin: AgentPin, target: Path, installer: str) -> list[list[s
     uv, venv = installer, target / "venv"
     # Relocatable: the venv is built in a temporary directory, renamed, and mounted at
     # yet another path inside the sandbox, so its scripts must not name their own path.
+    # Bytecode compiled now: the sandbox mounts the venv read-only, where Python cannot
+    # write it, and would compile every module it imports from source on every rollout
+    # (openhands-sdk's imports alone took over 2 minutes on a loaded machine).
     return [
-        [uv, "venv", "--relocatable", "--python", str(pin.python), str(venv)],
-        [uv, "pip", "install", "--python", str(venv / "bin" / "python"), pin.spec],
+        [uv, "venv", "--relocatable", "--python", resolve_python(str(pin.python)),
+         str(venv)],
+        [uv, "pip", "install", "--compile-bytecode", "--python",
+         str(venv / "bin" / "python"), pin.spec, *pin.with_],
     ]
 
 
@@ -216,8 +277,11 @@ def install(
             for argv in install_commands(pin, partial, installer):
                 _run(pin, argv, timeout_s)
             _link_bins(pin, partial)
-            for command in pin.bins:
-                answer = _run(pin, [str(partial / "bin" / command), *pin.check], 120)
+            # A venv the adapter runs from venv_at has its interpreter checked instead.
+            checked = {c: partial / "bin" / c for c in pin.bins} or {
+                "python": partial / "venv" / "bin" / "python"}
+            for command, path in checked.items():
+                answer = _run(pin, [str(path), *pin.check], 120)
                 first = answer.strip().splitlines()[0] if answer.strip() else ""
                 progress(f"{pin.agent} {pin.version}: {command} {' '.join(pin.check)}: "
                          f"{first}")

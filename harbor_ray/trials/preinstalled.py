@@ -2,9 +2,9 @@
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
 their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
-code-puppy and copilot-cli always install: nvm and Node from GitHub and nodejs.org, the
-uv installer from astral.sh, or GitHub's copilot install script, none of which a sandbox
-without network reaches. When the local sandbox mounts the agent's cache entry
+code-puppy, copilot-cli, vibe and openhands always install: nvm and Node from GitHub and
+nodejs.org, the uv installer from astral.sh, or GitHub's copilot install script, none of
+which a sandbox without network reaches. When the local sandbox mounts the agent's cache entry
 (installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
 from `installs.PREINSTALLED`); each keeps everything of its Harbor class (its name, its
 wiring, its run) and only skips the install when every command it runs is present.
@@ -25,8 +25,10 @@ from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.opencode import OpenCode
+from harbor.agents.installed.openhands import OpenHands
 from harbor.agents.installed.pi import Pi
 from harbor.agents.installed.qwen_code import QwenCode
+from harbor.agents.installed.vibe import Vibe
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
@@ -36,8 +38,10 @@ __all__ = [
     "PreinstalledGeminiCli",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenCode",
+    "PreinstalledOpenHands",
     "PreinstalledPi",
     "PreinstalledQwenCode",
+    "PreinstalledVibe",
     "presence_command",
 ]
 
@@ -142,3 +146,12 @@ class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
             return flags
         tools = " ".join(shlex.quote(tool) for tool in self._available_tools)
         return f"{flags} --available-tools {tools}".strip()
+
+
+class PreinstalledVibe(_SkipInstallWhenPresent, Vibe):
+    COMMANDS = ("vibe",)
+
+
+class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):
+    # Its venv is mounted where the adapter runs it from (the pin's venv_at).
+    COMMANDS = ("/opt/openhands-venv/bin/python",)

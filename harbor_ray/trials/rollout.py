@@ -32,7 +32,13 @@ from harbor_ray.errors import AgentInstallError, AgentNotWiredError
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import LOCAL, environment_config, raised_constructing
-from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, PREINSTALLED, sandbox_tools
+from harbor_ray.trials.installs import (
+    DEFAULT_CACHE,
+    PINS,
+    PREINSTALLED,
+    sandbox_runtimes,
+    sandbox_tools,
+)
 from harbor_ray.trials.outcome import classify
 from harbor_ray.trials.rewards import findings_for, select_reward
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
@@ -135,7 +141,10 @@ def _preinstalled(
     pin = PINS.get(spec.agent)
     if pin is None:
         return agent
-    sandbox_kwargs["tools"] = sandbox_tools(spec.agents_cache or DEFAULT_CACHE, pin)
+    cache = spec.agents_cache or DEFAULT_CACHE
+    sandbox_kwargs["tools"] = sandbox_tools(cache, pin)
+    if runtimes := sandbox_runtimes(cache, pin):
+        sandbox_kwargs["runtimes"] = runtimes
     if spec.agent not in PREINSTALLED:
         return agent
     return agent.model_copy(update={"name": None, "import_path": PREINSTALLED[spec.agent]})

@@ -47,6 +47,32 @@ def test_the_shell_tool_is_picked_from_what_each_cli_declares(
     assert reply.text == ""
 
 
+def test_openhands_sdk_s_terminal_tool_is_its_shell() -> None:
+    # openhands-tools' TerminalTool: {"command": ..., "is_input": ..., "timeout": ...}.
+    tools = [{"type": "function", "function": {"name": "file_editor", "parameters": {}}},
+             {"type": "function", "function": {"name": "terminal", "parameters": {}}}]
+    reply = ToolSolver(("echo hi",))([{"role": "user", "content": "go"}], tools)
+    assert reply.tool_calls == (("terminal", {"command": "echo hi"}),)
+
+
+async def test_openhands_runs_execute_bash_then_ends_on_its_finish_tool(
+    tmp_path: Path,
+) -> None:
+    # openhands 0.62's execute_bash requires security_risk; a text reply would be taken
+    # for a question to the user (headless, it answers itself "continue").
+    (tmp_path / "solution").mkdir()
+    (tmp_path / "solution" / "solve.sh").write_text("#!/bin/bash\necho hi > /app/x\n")
+    tools = [{"type": "function", "function": {"name": n, "parameters": {}}}
+             for n in ("execute_bash", "think", "finish")]
+    script = scripted_engine("openhands", tmp_path).tool_script
+    assert script is not None
+    history: list[dict] = [{"role": "user", "content": "go"}]
+    assert script(history, tools).tool_calls == (
+        ("execute_bash", {"command": "echo hi > /app/x", "security_risk": "LOW"}),)
+    history += [{"role": "assistant", "content": ""}, {"role": "tool", "content": ""}]
+    assert script(history, tools).tool_calls == (("finish", {"message": FINAL_TEXT}),)
+
+
 def test_each_step_once_then_a_final_text() -> None:
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
     solver = ToolSolver(("first", "second"))

@@ -272,6 +272,15 @@ async def test_exec_timeout_kills_the_process_tree(sandbox: BwrapEnvironment) ->
     assert (await sandbox.exec("echo alive")).stdout == "alive\n"
 
 
+async def test_a_command_killed_by_a_signal_exits_128_plus_the_signal(
+    sandbox: BwrapEnvironment,
+) -> None:
+    # As a shell and `docker exec` report it: kimi-cli's adapter ends its own process
+    # group (`kill 0`) and takes exit 143 for success.
+    assert (await sandbox.exec("kill -TERM $$")).return_code == 143
+    assert (await sandbox.exec("exit 3")).return_code == 3
+
+
 async def test_exec_returns_while_background_jobs_keep_running(
     sandbox: BwrapEnvironment,
 ) -> None:
@@ -477,6 +486,25 @@ async def test_tools_are_mounted_read_only_and_first_on_path(tmp_path: Path) -> 
         written = await environment.exec("touch /opt/tools/toy-1.0/bin/planted")
         assert written.return_code != 0
         assert sorted(p.name for p in (entry / "bin").iterdir()) == ["toy"]
+    finally:
+        await environment.stop(delete=True)
+
+
+async def test_runtimes_are_mounted_read_only_at_their_path_and_off_path(
+    tmp_path: Path,
+) -> None:
+    # A Python agent's interpreter: its venv names it by this path, and its bin/ must
+    # not shadow the host's python3.
+    prefix = tmp_path / "cpython"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python3").write_text("#!/bin/sh\necho cpython\n")
+    (prefix / "bin" / "python3").chmod(0o755)
+    environment = make_environment(tmp_path, runtimes={"/opt/cpython": str(prefix)})
+    await environment.start(force_build=False)
+    try:
+        result = await environment.exec("/opt/cpython/bin/python3; command -v python3")
+        assert result.stdout == "cpython\n/usr/bin/python3\n", result.stderr
+        assert (await environment.exec("touch /opt/cpython/x")).return_code != 0
     finally:
         await environment.stop(delete=True)
 

@@ -22,7 +22,9 @@ from harbor_ray.trials.installs import (
     install_commands,
     installed,
     load_pins,
+    resolve_python,
     sandbox_dir,
+    sandbox_runtimes,
     sandbox_tools,
 )
 
@@ -71,6 +73,9 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "pi": ("@mariozechner/pi-coding-agent", "0.73.1"),
         "code-puppy": ("code-puppy", "0.0.946"),
         "copilot-cli": ("@github/copilot", "1.0.102"),
+        "openhands": ("openhands-ai", "0.62.0"),
+        "openhands-sdk": ("openhands-sdk", "1.58.2"),
+        "vibe": ("mistral-vibe", "3.0.2"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
@@ -100,6 +105,41 @@ def test_malformed_pins_are_refused(toml: str, problem: str) -> None:
         load_pins(toml)
 
 
+def test_a_venv_run_from_a_fixed_path_needs_no_bins() -> None:
+    [pin] = load_pins('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\n'
+                      'bins = []\npython = "3.12"\nvenv_at = "/opt/x-venv"\n'
+                      'with = ["y==2"]\n').values()
+    assert (pin.bins, pin.venv_at, pin.with_) == ((), "/opt/x-venv", ("y==2",))
+
+
+def test_a_python_version_is_the_interpreter_harbor_ray_runs_on(tmp_path: Path) -> None:
+    base = tmp_path / "cpython" / "bin" / "python3.12"
+    assert resolve_python("/usr/bin/python3", ((3, 11), str(base))) == "/usr/bin/python3"
+    assert resolve_python("3.12", ((3, 12), str(base))) == str(base)
+    with pytest.raises(AgentInstallError, match=r"needs Python 3\.12, and harbor-ray runs "
+                                                r"on 3\.11"):
+        resolve_python("3.12", ((3, 11), str(base)))
+
+
+def test_a_venv_on_an_interpreter_outside_usr_has_it_mounted_at_its_own_path(
+    tmp_path: Path,
+) -> None:
+    pin = AgentPin(agent="toy", registry="pypi", package="toy", version="1", bins=(),
+                   python="3.12", venv_at="/opt/toy-venv")
+    venv = entry_dir(tmp_path, pin) / "venv"
+    assert sandbox_runtimes(tmp_path, pin) == {}  # not installed
+    venv.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /root/.pyenv/versions/3.12.1/bin\n"
+                                     "relocatable = true\n")
+    assert sandbox_runtimes(tmp_path, pin) == {
+        "/opt/toy-venv": str(venv),
+        "/root/.pyenv/versions/3.12.1": "/root/.pyenv/versions/3.12.1",
+    }
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert sandbox_runtimes(tmp_path, pin) == {"/opt/toy-venv": str(venv)}
+    assert sandbox_runtimes(tmp_path, PIN) == {}  # npm
+
+
 def test_commands_install_under_the_target_only(tmp_path: Path) -> None:
     assert install_commands(PIN, tmp_path, "/x/npm") == [[
         "/x/npm", "install", "--prefix", str(tmp_path), "--no-audit", "--no-fund",
@@ -108,9 +148,12 @@ def test_commands_install_under_the_target_only(tmp_path: Path) -> None:
     venv, uv_commands = tmp_path / "venv", install_commands(pypi, tmp_path, "/x/uv")
     assert uv_commands == [
         ["/x/uv", "venv", "--relocatable", "--python", "/usr/bin/python3", str(venv)],
-        ["/x/uv", "pip", "install", "--python", str(venv / "bin" / "python"),
-         "mini-swe-agent==2.4.6"],
+        ["/x/uv", "pip", "install", "--compile-bytecode", "--python",
+         str(venv / "bin" / "python"), "mini-swe-agent==2.4.6"],
     ]
+    sdk = install_commands(PINS["openhands-sdk"], tmp_path, "/x/uv")
+    assert sdk[0][4] == resolve_python("3.12")  # the interpreter harbor-ray runs on
+    assert sdk[1][-3:] == ["openhands-sdk==1.58.2", "openhands-tools==1.58.2", "fastapi"]
 
 
 def test_install_makes_a_complete_entry_once(tmp_path: Path, fake_npm: Path) -> None:

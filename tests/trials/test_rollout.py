@@ -191,6 +191,22 @@ def test_a_pinned_agent_runs_from_the_cache_mounted_read_only(
     assert config.agent.name == (None if import_path else agent)
 
 
+def test_a_python_agent_gets_its_interpreter_and_venv_mounted_off_path(tmp_path: Path):
+    from harbor_ray.trials.installs import PINS
+
+    entry = tmp_path / PINS["openhands-sdk"].entry_name
+    (entry / "bin").mkdir(parents=True)
+    (entry / "venv").mkdir()
+    (entry / "venv" / "pyvenv.cfg").write_text("home = /opt/cpython-3.12/bin\n")
+    kwargs = _cached_config("openhands-sdk", tmp_path).environment.kwargs
+    assert kwargs["tools"] == {f"/opt/harbor-ray/agents/{entry.name}": str(entry)}
+    assert kwargs["runtimes"] == {"/opt/openhands-sdk-venv": str(entry / "venv"),
+                                  "/opt/cpython-3.12": "/opt/cpython-3.12"}
+    # An npm agent's sandbox gets no runtimes kwarg at all, as before.
+    (tmp_path / PINS["opencode"].entry_name / "bin").mkdir(parents=True)
+    assert "runtimes" not in _cached_config("opencode", tmp_path).environment.kwargs
+
+
 async def test_a_pinned_agent_not_in_the_cache_fails_its_setup_saying_how_to_install(
     tmp_path: Path
 ):

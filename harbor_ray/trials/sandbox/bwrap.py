@@ -2,7 +2,7 @@
 
 Plug it in with `EnvironmentConfig(import_path="harbor_ray.trials.sandbox.bwrap:
 BwrapEnvironment", kwargs={...})`; the kwargs are `BwrapEnvironment`'s (`share_network`,
-`forward`, `sandboxes_dir`, `search_path`, `tools`). A trial gets its own writable `/`,
+`forward`, `runtimes`, `sandboxes_dir`, `search_path`, `tools`). A trial gets its own writable `/`,
 the host's userland read-only, no network unless allowed, and one pid namespace whose
 teardown kills all of it; files move through `tar`/`cat` inside the sandbox, never a
 host-side copy. The whole contract: docs/sandbox.md, "The bubblewrap sandbox".
@@ -78,6 +78,13 @@ def shares_host_network(
     return requested or "network_mode" in task_env_config.model_fields_set
 
 
+def _shell_status(code: int) -> int:
+    """An exit status as a shell and `docker exec` report it: 128 + N for a command
+    killed by signal N (which Python reports as -N). Harbor's adapters match on it:
+    kimi-cli's ends its own process group (`kill 0`) and takes exit 143 for success."""
+    return 128 - code if code < 0 else code
+
+
 class BwrapEnvironment(BaseEnvironment):
     """One trial's bubblewrap sandbox (see the module docstring)."""
 
@@ -95,6 +102,7 @@ class BwrapEnvironment(BaseEnvironment):
         sandboxes_dir: str | Path | None = None,
         search_path: str | None = None,
         tools: Mapping[str, str] | None = None,
+        runtimes: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         self._share_network = share_network
@@ -104,6 +112,9 @@ class BwrapEnvironment(BaseEnvironment):
         self._search_path = search_path
         self._tools = tool_binds(tools or {})
         self._env = {**_BASE_ENV, "PATH": tools_path(self._tools)}
+        # Read-only like tools, but off PATH: an interpreter a tool's venv names by its
+        # absolute path (installs.sandbox_runtimes), which must not shadow the host's.
+        self._runtimes = tool_binds(runtimes or {})
         self._sandbox: Sandbox | None = None
         self._sandbox_dir: Path | None = None
         super().__init__(
@@ -191,7 +202,7 @@ class BwrapEnvironment(BaseEnvironment):
             root=root,
             workdir=self.workdir,
             share_network=self._shares_network,
-            binds=binds + self._tools + extra_binds,
+            binds=binds + self._tools + self._runtimes + extra_binds,
         )
 
     async def start(self, force_build: bool) -> None:
@@ -279,7 +290,8 @@ class BwrapEnvironment(BaseEnvironment):
                 # 0 means no timeout, as for Harbor's Docker environment.
                 timeout_sec=timeout_sec or None,
             )
-            return ExecResult(stdout=_text(stdout), stderr=_text(stderr), return_code=code)
+            return ExecResult(stdout=_text(stdout), stderr=_text(stderr),
+                              return_code=_shell_status(code))
 
     async def _transfer(
         self, script: str, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None
