@@ -19,9 +19,6 @@ from harbor_ray.trials.installs import PINS
 __all__ = ["NOT_QUALIFIED", "QUALIFIED", "UNASSESSED", "Harness", "harbor_harnesses",
            "harness_table"]
 
-# The agents qualification covers, at both levels: the pinned CLIs, and terminus-2
-# (Harbor's own).
-QUALIFIED = (*sorted(PINS), "terminus-2")
 
 # The reason given to a harness Harbor knows that this table does not name.
 UNASSESSED = "not assessed: Harbor knows it, this table does not name it yet"
@@ -33,22 +30,28 @@ _OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (re
 NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "acp": "a client for agents from the ACP registry, not an agent of its own; it "
            "fetches uv from astral.sh, which is unreachable (read, not tried)",
-    "aider": "under --yes it runs no shell command, so no task is solved (tried)",
+    "aider": "pinned (aider-chat 0.86.2) and solves both tasks at level 1 through "
+             "whole-file edits (reward 1.0, 0 splits, exact ids, no 4xx), but aider "
+             "rebuilds its prompt on every call with the files in its chat ahead of the "
+             "conversation: the edit of an existing file (greet-function) adds the file "
+             "and asks again, so that capture has 2 agent roots (tried)",
     "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
     "antigravity-sdk": _OUTSIDE.format(what="uv", where="astral.sh") + "; not tried",
-    "cline-cli": "Harbor cannot override its base URL, so its calls cannot reach the "
-                 "capture proxy (read)",
+    "cline-cli": "Harbor cannot override its base URL; cline 3.0.65 (npm) takes one in "
+                 "`cline auth -p openai -k KEY -m MODEL -b URL`, which Harbor's adapter "
+                 "does not run: not wired yet (read `cline auth --help`)",
     "computer-1": "a computer-use agent driving a desktop by screenshots; the sandbox "
                   "has no desktop (read, not tried)",
     "cortex-code": _OUTSIDE.format(what="its install script", where="ai.snowflake.com"),
     "cursor-cli": _OUTSIDE.format(what="its install script", where="cursor.com"),
     "deerflow": "installed by a git clone from GitHub, which is unreachable (read)",
     "devin": "a hosted service: the model runs at Cognition, not on our engine (read)",
-    "dspy-rlm": "needs Harbor's dspy extra and Deno on the host, neither installed "
-                "here (read, not tried)",
+    "dspy-rlm": "needs Harbor's dspy extra (dspy>=2.6.0) and Deno on the host, neither "
+                "installed here; Deno is on npm (`deno` 2.9.6) (read, not tried)",
     "eve": "runs a user's own Eve app project; there is no agent to qualify without "
            "one (read)",
-    "fabric": "needs Harbor's fabric extra, not installed here (read, not tried)",
+    "fabric": "needs Harbor's fabric extra (nemo-fabric-runtime and "
+              "nemo-fabric-adapter-catalog 0.5.*), not installed here (read, not tried)",
     "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "fx-dev": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "goose": _OUTSIDE.format(what="its binary", where="GitHub releases"),
@@ -56,8 +59,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "hermes": _OUTSIDE.format(what="its install script", where="raw.githubusercontent.com"),
     "junie": _OUTSIDE.format(what="its installer", where="junie.jetbrains.com"),
     "kimi-cli": _PY312,
-    "kimi-code": "@moonshot-ai/kimi-code (npm, 2.1.0) needs Node >= 22.19; the sandbox "
-                 "has the host's Node 20 (npm view; not tried)",
     "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
                  "agent to qualify without one (read)",
     "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
@@ -66,8 +67,11 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "nemo-agent": "not tried: nvidia-nat 1.9.0 on PyPI accepts Python 3.11, but the "
                   "adapter fetches uv from astral.sh when the sandbox lacks it (read)",
     "nop": "does nothing and calls no model: nothing to capture",
-    "openclaw": "needs Node >= 24.16 (npm view); the sandbox has the host's Node 20 "
-                "(tried)",
+    "openclaw": "pinned (2026.9.6 on Node 24.22.3 from npm) and solves hello-file at "
+                "level 1 (reward 1.0, 0 splits, exact ids, no 4xx), but every request "
+                "ends with a transient user message (BEGIN_OPENCLAW_INTERNAL_CONTEXT: "
+                "active exec sessions, subagents, media tasks) that the next request "
+                "drops, so each turn starts a new agent root (tried)",
     "openhands": "openhands-ai needs Python >= 3.12 (PyPI: <3.14,>=3.12), the sandbox "
                  "sees the host's 3.11; the adapter also fetches uv from astral.sh "
                  "(read, not tried)",
@@ -80,6 +84,12 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "trae-agent": "installed only from GitHub, which is unreachable (tried)",
     "vibe": _PY312,
 })
+
+
+# The agents qualification covers, at both levels: the pinned CLIs but those tried and
+# not qualified (their reasons above), and terminus-2 (Harbor's own).
+_PINNED_NOT_QUALIFIED = frozenset({"aider", "openclaw"})
+QUALIFIED = (*sorted(set(PINS) - _PINNED_NOT_QUALIFIED), "terminus-2")
 
 
 @dataclass(frozen=True)
