@@ -15,7 +15,7 @@ def test_info_shows_every_harness_with_qualified_or_its_reason() -> None:
     console = Console(record=True, width=400)
     render_harnesses(rows, console)
     shown = console.export_text()
-    assert f"Harbor's harnesses ({len(rows)}; 11 qualified at levels 1 and 2" in shown
+    assert f"Harbor's harnesses ({len(rows)}; 12 qualified at levels 1 and 2" in shown
     lines = {line.split("│")[1].strip(): line for line in shown.splitlines()
              if line.count("│") >= 3}
     assert set(lines) - {"harness"} == {row["name"] for row in rows}

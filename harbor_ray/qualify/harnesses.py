@@ -67,11 +67,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "nemo-agent": "not tried: nvidia-nat 1.9.0 on PyPI accepts Python 3.11, but the "
                   "adapter fetches uv from astral.sh when the sandbox lacks it (read)",
     "nop": "does nothing and calls no model: nothing to capture",
-    "openclaw": "pinned (2026.9.6 on Node 24.22.3 from npm) and solves hello-file at "
-                "level 1 (reward 1.0, 0 splits, exact ids, no 4xx), but every request "
-                "ends with a transient user message (BEGIN_OPENCLAW_INTERNAL_CONTEXT: "
-                "active exec sessions, subagents, media tasks) that the next request "
-                "drops, so each turn starts a new agent root (tried)",
     "openhands": "openhands-ai needs Python >= 3.12 (PyPI: <3.14,>=3.12), the sandbox "
                  "sees the host's 3.11; the adapter also fetches uv from astral.sh "
                  "(read, not tried)",
@@ -88,7 +83,7 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
 
 # The agents qualification covers, at both levels: the pinned CLIs but those tried and
 # not qualified (their reasons above), and terminus-2 (Harbor's own).
-_PINNED_NOT_QUALIFIED = frozenset({"aider", "openclaw"})
+_PINNED_NOT_QUALIFIED = frozenset({"aider"})
 QUALIFIED = (*sorted(set(PINS) - _PINNED_NOT_QUALIFIED), "terminus-2")
 
 

@@ -256,10 +256,14 @@ _TABLE = (
                note="custom_openai endpoint in extra_models.json"),
     # Harbor 0.25 pins no API for its providers: openclaw.json names it. Its memory search
     # keeps to keywords: by default it embeds through /v1/embeddings, which an engine
-    # serving a chat model does not offer.
+    # serving a chat model does not offer. The tools denied are those whose state
+    # openclaw reports in a transient message at the end of every request, which the
+    # next request drops: with them each turn would start a new root.
     _installed("openclaw", "chat", wired_kwargs={"openclaw_config": {
         "models": {"providers": {"openai": {"api": "openai-completions"}}},
         "memory": {"search": {"provider": "none"}},
+        "tools": {"deny": ["process", "sessions_spawn", "image_generate", "music_generate",
+                           "video_generate"]},
     }}, pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
