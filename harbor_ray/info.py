@@ -84,13 +84,14 @@ def render_installed(rows: list[dict[str, Any]], console: Console) -> None:
 
 def render_harnesses(rows: list[dict[str, Any]], console: Console) -> None:
     qualified = sum(1 for row in rows if row["qualified"])
-    table = Table(title=f"Harbor's harnesses ({len(rows)}; {qualified} qualified at levels "
-                        "1 and 2, harbor-ray qualify)")
-    for column in ("harness", "qualified", "why not"):
+    level_2 = sum(1 for row in rows if row["qualified"] and row["level_2"])
+    table = Table(title=f"Harbor's harnesses ({len(rows)}; {qualified} qualified at level "
+                        f"1, {level_2} of them also at level 2, harbor-ray qualify)")
+    for column in ("harness", "qualified", "level 2", "why not"):
         table.add_column(column)
     for row in rows:
         table.add_row(row["name"], "yes" if row["qualified"] else "[yellow]no[/yellow]",
-                      row["reason"])
+                      "yes" if row["level_2"] else "-", row["reason"])
     console.print(table)
 
 

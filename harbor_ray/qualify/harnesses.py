@@ -16,12 +16,9 @@ from types import MappingProxyType
 
 from harbor_ray.trials.installs import PINS
 
-__all__ = ["NOT_QUALIFIED", "QUALIFIED", "UNASSESSED", "Harness", "harbor_harnesses",
-           "harness_table"]
+__all__ = ["LEVEL_2_SEEN", "NOT_QUALIFIED", "QUALIFIED", "UNASSESSED", "Harness",
+           "harbor_harnesses", "harness_table"]
 
-# The agents qualification covers, at both levels: the pinned CLIs, and terminus-2
-# (Harbor's own).
-QUALIFIED = (*sorted(PINS), "terminus-2")
 
 # The reason given to a harness Harbor knows that this table does not name.
 UNASSESSED = "not assessed: Harbor knows it, this table does not name it yet"
@@ -31,22 +28,28 @@ _OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (re
 NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "acp": "a client for agents from the ACP registry, not an agent of its own; it "
            "fetches uv from astral.sh, which is unreachable (read, not tried)",
-    "aider": "under --yes it runs no shell command, so no task is solved (tried)",
+    "aider": "pinned (aider-chat 0.86.2) and solves both tasks at level 1 through "
+             "whole-file edits (reward 1.0, 0 splits, exact ids, no 4xx), but aider "
+             "rebuilds its prompt on every call with the files in its chat ahead of the "
+             "conversation: the edit of an existing file (greet-function) adds the file "
+             "and asks again, so that capture has 2 agent roots (tried)",
     "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
     "antigravity-sdk": _OUTSIDE.format(what="uv", where="astral.sh") + "; not tried",
-    "cline-cli": "Harbor cannot override its base URL, so its calls cannot reach the "
-                 "capture proxy (read)",
+    "cline-cli": "Harbor cannot override its base URL; cline 3.0.65 (npm) takes one in "
+                 "`cline auth -p openai -k KEY -m MODEL -b URL`, which Harbor's adapter "
+                 "does not run: not wired yet (read `cline auth --help`)",
     "computer-1": "a computer-use agent driving a desktop by screenshots; the sandbox "
                   "has no desktop (read, not tried)",
     "cortex-code": _OUTSIDE.format(what="its install script", where="ai.snowflake.com"),
     "cursor-cli": _OUTSIDE.format(what="its install script", where="cursor.com"),
     "deerflow": "installed by a git clone from GitHub, which is unreachable (read)",
     "devin": "a hosted service: the model runs at Cognition, not on our engine (read)",
-    "dspy-rlm": "needs Harbor's dspy extra and Deno on the host, neither installed "
-                "here (read, not tried)",
+    "dspy-rlm": "needs Harbor's dspy extra (dspy>=2.6.0) and Deno on the host, neither "
+                "installed here; Deno is on npm (`deno` 2.9.6) (read, not tried)",
     "eve": "runs a user's own Eve app project; there is no agent to qualify without "
            "one (read)",
-    "fabric": "needs Harbor's fabric extra, not installed here (read, not tried)",
+    "fabric": "needs Harbor's fabric extra (nemo-fabric-runtime and "
+              "nemo-fabric-adapter-catalog 0.5.*), not installed here (read, not tried)",
     "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "fx-dev": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "goose": _OUTSIDE.format(what="its binary", where="GitHub releases"),
@@ -58,8 +61,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
                 "CPython 3.12.1 (the Python these machines have for it) with \"TypeError: "
                 "super(type, obj): obj must be an instance or subtype of type\" (a generic "
                 "frozen slots dataclass, CPython issue 116669; Harbor installs it on 3.13)",
-    "kimi-code": "@moonshot-ai/kimi-code (npm, 2.1.0) needs Node >= 22.19; the sandbox "
-                 "has the host's Node 20 (npm view; not tried)",
     "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
                  "agent to qualify without one (read)",
     "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
@@ -69,14 +70,24 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
                   "writes the model's answer to /app/answer.txt and runs no command, so "
                   "no task that needs a file made can be solved (read, not tried)",
     "nop": "does nothing and calls no model: nothing to capture",
-    "openclaw": "needs Node >= 24.16 (npm view); the sandbox has the host's Node 20 "
-                "(tried)",
     "oracle": "runs the task's solution and calls no model: nothing to capture",
     "rovodev-cli": _OUTSIDE.format(what="its package", where="Atlassian's apt repository"),
     "strands": "runs a user-supplied Strands agent factory; there is no agent to "
                "qualify without one (read)",
     "swe-agent": "installed only from GitHub, which is unreachable (tried)",
     "trae-agent": "installed only from GitHub, which is unreachable (tried)",
+})
+
+
+# The agents qualification covers, at both levels: the pinned CLIs but those tried and
+# not qualified (their reasons above), and terminus-2 (Harbor's own).
+_PINNED_NOT_QUALIFIED = frozenset({"aider"})
+QUALIFIED = (*sorted(set(PINS) - _PINNED_NOT_QUALIFIED), "terminus-2")
+# Those of them seen to qualify at level 2 (the real model, CI's rotation): an agent
+# qualified at level 1 is not counted at level 2 until its run there is seen.
+LEVEL_2_SEEN = frozenset({
+    "claude-code", "code-puppy", "codex", "copilot-cli", "gemini-cli", "mini-swe-agent",
+    "opencode", "pi", "qwen-coder", "terminus-2",
 })
 
 
@@ -87,13 +98,14 @@ class Harness:
     name: str
     qualified: bool
     reason: str  # "" when qualified
+    level_2: bool = False  # also seen to qualify at level 2 (LEVEL_2_SEEN)
 
 
 def harness_table(known: Iterable[str]) -> tuple[Harness, ...]:
     """Every harness in `known` (Harbor's registry) by name, each qualified or with the
     reason it is not."""
     return tuple(
-        Harness(name, True, "") if name in QUALIFIED
+        Harness(name, True, "", name in LEVEL_2_SEEN) if name in QUALIFIED
         else Harness(name, False, NOT_QUALIFIED.get(name, UNASSESSED))
         for name in sorted(set(known))
     )

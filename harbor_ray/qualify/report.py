@@ -24,8 +24,8 @@ __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow",
            "QualifyReport", "QualifyRow", "problems", "render_markdown"]
 
 # Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`; 3: a
-# row's `profile`.
-REPORT_VERSION = 3
+# row's `profile`; 4: a harness's `level_2`.
+REPORT_VERSION = 4
 
 Level = Literal["scripted", "model"]
 
@@ -90,6 +90,8 @@ class HarnessRow(BaseModel):
     name: str
     qualified: bool
     reason: str = Field(description="Why it is not qualified; empty when it is.")
+    level_2: bool = Field(False, description="Also seen to qualify at level 2 (the real "
+                          "model); false before report v4.")
 
 
 class QualifyReport(BaseModel):
@@ -167,9 +169,10 @@ def render_markdown(report: QualifyReport) -> str:
 def _harness_section(report: QualifyReport) -> list[str]:
     """Counts, then every harness Harbor knows that is not qualified, with its reason."""
     qualified = sum(1 for h in report.harnesses if h.qualified)
+    level_2 = sum(1 for h in report.harnesses if h.qualified and h.level_2)
     lines = [f"Harnesses: Harbor {report.harbor} knows {len(report.harnesses)}; "
              f"qualified at level 1 (scripted): {qualified}, at level 2 (model): "
-             f"{qualified}.", "", "Not qualified:", ""]
+             f"{level_2}.", "", "Not qualified:", ""]
     return lines + [f"- {h.name}: {h.reason}" for h in report.harnesses if not h.qualified]
 
 

@@ -140,7 +140,8 @@ async def qualify(
         level=level, engine="scripted" if level == "scripted" else served,
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
         rows=list(rows),
-        harnesses=[HarnessRow(name=h.name, qualified=h.qualified, reason=h.reason)
+        harnesses=[HarnessRow(name=h.name, qualified=h.qualified, reason=h.reason,
+                              level_2=h.level_2)
                    for h in harness_table(harbor_harnesses())])
     plan.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_paths(plan.out, level)

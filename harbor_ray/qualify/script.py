@@ -4,7 +4,9 @@ Pure: a function of the conversation the engine is asked to continue. Agents tha
 tools get a call of their shell-like tool (picked from the tools the request declares)
 running the task's solution (`solution/solve.sh`), then a final text reply once a tool
 result came back; terminus-2, whose protocol is text, gets the same commands as its
-JSON keystrokes. Side calls (a title, a memory manager without a shell tool) get text.
+JSON keystrokes; aider, which changes files only through edits written in its reply,
+gets the files the solution leaves (`solution/files/`) as its whole-file edits. Side
+calls (a title, a memory manager without a shell tool) get text.
 The engine side is always chat completions (the proxy's dialect layer turns the tool
 calls into each agent's own form), so tools arrive as chat function tools and results
 as `tool` messages.
@@ -27,14 +29,18 @@ __all__ = [
     "ToolSolver",
     "scripted_engine",
     "solution_commands",
+    "solution_files",
     "terminus_script",
+    "whole_file_edits",
 ]
 
 # The shell-like tool of each qualified CLI, and the argument that holds the command
-# (codex exec_command, claude-code Bash, gemini-cli and qwen-code run_shell_command,
-# opencode, pi, copilot-cli, mini-swe-agent and vibe bash, code-puppy shell,
-# openhands-sdk terminal, openhands execute_bash): names as their requests declare them.
+# (codex exec_command, claude-code and kimi-code Bash, gemini-cli and qwen-code
+# run_shell_command, opencode, pi, copilot-cli, mini-swe-agent and vibe bash,
+# code-puppy shell, openhands-sdk terminal, openhands execute_bash, openclaw exec):
+# names as their requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
+    "exec": "command",
     "exec_command": "cmd",
     "Bash": "command",
     "run_shell_command": "command",
@@ -63,6 +69,11 @@ FINAL_TEXT = "Done: the task's commands ran."
 _FINAL_CALL: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     "openhands": ("finish", MappingProxyType({"message": FINAL_TEXT})),
 })
+# Agents that edit files only through their reply's text, in aider's "whole" format: a
+# file's path on a line of its own, then its entire content in a fence (the format aider
+# picks for a model it does not know, as Harbor runs it).
+_WHOLE_FILE_AGENTS = frozenset({"aider"})
+_FENCE = "```"
 
 
 def solution_commands(task_dir: Path) -> str:
@@ -72,6 +83,20 @@ def solution_commands(task_dir: Path) -> str:
     if lines and lines[0].startswith("#!"):
         lines = lines[1:]
     return "\n".join(lines).strip()
+
+
+def solution_files(task_dir: Path) -> dict[str, str]:
+    """The files the task's solution leaves in its workdir, by their path relative to it:
+    `solution/files/` mirrors the workdir (a test keeps it equal to what solve.sh does)."""
+    root = task_dir / "solution" / "files"
+    return {path.relative_to(root).as_posix(): path.read_text()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def whole_file_edits(files: Mapping[str, str]) -> str:
+    """A reply that writes `files` in aider's whole-file format."""
+    return "\n".join(f"{name}\n{_FENCE}\n{content.removesuffix(chr(10))}\n{_FENCE}\n"
+                     for name, content in files.items())
 
 
 @dataclass(frozen=True)
@@ -126,7 +151,12 @@ def terminus_script(keystrokes: str):
 def scripted_engine(agent: str, task_dir: Path) -> FakeEngine:
     """An engine (vLLM's API with token ids, fake_engine.py) whose model solves the task
     at `task_dir` as `agent` speaks: tool calls for tool-calling agents, terminus-2's
-    JSON for terminus-2."""
+    JSON for terminus-2, whole-file edits for aider."""
+    if agent in _WHOLE_FILE_AGENTS:
+        # Every call gets the edits: aider asks once per message, and again only to
+        # reflect on edits it could not apply.
+        edits = FakeReply(text=whole_file_edits(solution_files(task_dir)))
+        return FakeEngine(script=lambda _messages: edits)
     commands = solution_commands(task_dir)
     if agent == "terminus-2":
         return FakeEngine(script=terminus_script(commands + "\n"))

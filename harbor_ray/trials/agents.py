@@ -186,6 +186,8 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
     "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
     "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
 }})
+
+
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
@@ -228,7 +230,9 @@ _TABLE = (
     _installed("kimi-code", "chat", note="KIMI_MODEL_BASE_URL, KIMI_MODEL_API_KEY"),
     _installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
     _installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
-    _installed("aider", "chat", note="LiteLLM in the sandbox"),
+    # Its weak model writes the commit messages of its auto-commits: a side call.
+    _installed("aider", "chat", pinned_env={"AIDER_WEAK_MODEL": f"openai/{AUX_MODEL}"},
+               note="LiteLLM in the sandbox; api_base in its model settings file"),
     _installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
     _installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
     _installed("qwen-coder", "chat"),
@@ -252,6 +256,18 @@ _TABLE = (
                note="Meta provider: META_API_KEY, --base-url"),
     _installed("code-puppy", "chat", pin_dialect=True,
                note="custom_openai endpoint in extra_models.json"),
+    # Harbor 0.25 pins no API for its providers: openclaw.json names it. Its memory search
+    # keeps to keywords: by default it embeds through /v1/embeddings, which an engine
+    # serving a chat model does not offer. The tools denied are those whose state
+    # openclaw reports in a transient message at the end of every request, which the
+    # next request drops: with them each turn would start a new root.
+    _installed("openclaw", "chat", wired_kwargs={"openclaw_config": {
+        "models": {"providers": {"openai": {"api": "openai-completions"}}},
+        "memory": {"search": {"provider": "none"}},
+        "tools": {"deny": ["process", "sessions_spawn", "image_generate", "music_generate",
+                           "video_generate"]},
+    }}, pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
+        note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     _unwired("cline-cli", "sandbox", _NO_BASE_URL),
@@ -265,8 +281,6 @@ _TABLE = (
     _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
     _unwired("deerflow", "sandbox",
              "forwards the host's provider and web-search API keys into the sandbox"),
-    _unwired("openclaw", "sandbox",
-             "not verified: Harbor 0.25 pins no protocol for its OpenAI-compatible route"),
     _unwired("langgraph", "sandbox", "runs a user-supplied graph (langgraph.json)"),
     _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
@@ -316,6 +330,8 @@ _OTHER_PROFILES = (
     _installed("openhands-sdk", "google", url_path=_GOOGLE_VERSIONED),
     _installed("code-puppy", "responses", pin_dialect=True),
     _installed("code-puppy", "anthropic", pin_dialect=True),
+    # Its native anthropic client (KIMI_MODEL_PROVIDER_TYPE=anthropic, from the prefix).
+    _installed("kimi-code", "anthropic"),
     _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
     _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
 )

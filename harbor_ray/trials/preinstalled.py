@@ -2,13 +2,14 @@
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
 their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
-code-puppy, copilot-cli, vibe and openhands always install: nvm and Node from GitHub and
-nodejs.org, the uv installer from astral.sh, or GitHub's copilot install script, none of
-which a sandbox without network reaches. When the local sandbox mounts the agent's cache entry
+code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw and aider always
+install: nvm and Node from GitHub and nodejs.org, the uv installer from astral.sh,
+GitHub's copilot install script or aider.chat's, none of which a sandbox without
+network reaches. When the local sandbox mounts the agent's cache entry
 (installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
-from `installs.PREINSTALLED`); each keeps everything of its Harbor class (its name, its
-wiring, its run) and only skips the install when every command it runs is present.
-Where a command is missing, Harbor's own install runs, as it would have.
+from `installs.PREINSTALLED`); each keeps everything of its Harbor class (its name,
+its wiring, its run) and only skips the install when every command it runs is
+present. Where a command is missing, Harbor's own install runs, as it would have.
 
 Imported by Harbor when a trial loads its agent (never by harbor_ray's own modules, which
 stay free of agent classes and the LiteLLM import they bring).
@@ -16,14 +17,18 @@ stay free of agent classes and the LiteLLM import they bring).
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any, ClassVar
 
+from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.code_puppy import CodePuppy
 from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
+from harbor.agents.installed.kimi_code import KimiCode
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
+from harbor.agents.installed.openclaw import OpenClaw
 from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.openhands import OpenHands
 from harbor.agents.installed.pi import Pi
@@ -33,10 +38,13 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
 __all__ = [
+    "PreinstalledAider",
     "PreinstalledCodePuppy",
     "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
+    "PreinstalledKimiCode",
     "PreinstalledMiniSweAgent",
+    "PreinstalledOpenClaw",
     "PreinstalledOpenCode",
     "PreinstalledOpenHands",
     "PreinstalledPi",
@@ -108,6 +116,31 @@ class PreinstalledOpenCode(_SkipInstallWhenPresent, OpenCode):
     COMMANDS = ("opencode",)
 
 
+class PreinstalledOpenClaw(_SkipInstallWhenPresent, OpenClaw):
+    """Every command Harbor's adapter runs starts `. ~/.nvm/nvm.sh && nvm use 24`. With
+    the CLI present, the Node on PATH is the one its cache entry brings, so an nvm.sh
+    whose `nvm` does nothing stands in where Harbor's install left none."""
+
+    COMMANDS = ("openclaw", "node")
+    NVM_STAND_IN = ('mkdir -p ~/.nvm && { [ -e ~/.nvm/nvm.sh ] || '
+                    'printf "nvm() { :; }\\n" > ~/.nvm/nvm.sh; }')
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        await super().install(environment)
+        await environment.exec(command=self.NVM_STAND_IN)
+
+    async def run(self, instruction: str, environment: BaseEnvironment,
+                  context: AgentContext) -> None:
+        # Harbor writes openclaw.json on the host into the trial's agent log directory and
+        # copies it from /logs/agent inside, a mount only some environments make (the
+        # local sandbox's logs are downloaded after the run): the same file goes in first.
+        config = self.logs_dir / self._UPLOAD_CONFIG_FILENAME
+        config.write_text(json.dumps(self._build_full_openclaw_config(), indent=2) + "\n")
+        await environment.upload_file(
+            config, f"{self._CONTAINER_LOGS_AGENT}/{self._UPLOAD_CONFIG_FILENAME}")
+        await super().run(instruction, environment, context)
+
+
 class PreinstalledPi(_SkipInstallWhenPresent, Pi):
     """Names its key variable the way the pinned release reads it: Harbor writes the
     models.json `apiKey` as `$NAME`, which newer pi resolves, but pi 0.73 (the last on
@@ -122,8 +155,18 @@ class PreinstalledPi(_SkipInstallWhenPresent, Pi):
         return models
 
 
+class PreinstalledKimiCode(_SkipInstallWhenPresent, KimiCode):
+    """Its `node` is the newer one its cache entry brings (installs.AgentPin.node)."""
+
+    COMMANDS = ("kimi", "node")
+
+
 class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
     COMMANDS = ("mini-swe-agent",)
+
+
+class PreinstalledAider(_SkipInstallWhenPresent, Aider):
+    COMMANDS = ("aider",)
 
 
 class PreinstalledCodePuppy(_SkipInstallWhenPresent, CodePuppy):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harbor_ray.qualify.harnesses import (
+    LEVEL_2_SEEN,
     NOT_QUALIFIED,
     QUALIFIED,
     UNASSESSED,
@@ -26,14 +27,16 @@ def test_the_table_names_no_harness_harbor_does_not_know() -> None:
     assert not NOT_QUALIFIED.keys() & set(QUALIFIED)
 
 
-def test_thirteen_qualified_the_rest_each_with_a_reason() -> None:
+def test_fifteen_qualified_the_rest_each_with_a_reason() -> None:
     table = harness_table(harbor_harnesses())
     assert [h.name for h in table if h.qualified] == sorted(QUALIFIED)
-    assert len(QUALIFIED) == 13
+    assert len(QUALIFIED) == 15
     assert all(h.reason for h in table if not h.qualified)
     assert all(h.reason == "" for h in table if h.qualified)
+    # Level 2 is counted only where its run was seen: the newer agents wait for theirs.
+    assert {h.name for h in table if h.level_2} == LEVEL_2_SEEN < set(QUALIFIED)
 
 
 def test_a_harness_the_table_does_not_name_is_shown_unassessed() -> None:
     assert harness_table(["codex", "brand-new", "codex"]) == (
-        Harness("brand-new", False, UNASSESSED), Harness("codex", True, ""))
+        Harness("brand-new", False, UNASSESSED), Harness("codex", True, "", level_2=True))

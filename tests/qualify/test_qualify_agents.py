@@ -33,7 +33,7 @@ SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "googl
           "opencode": "chat", "qwen-coder": "chat", "mini-swe-agent": "chat",
           "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
           "openhands": "chat", "openhands-sdk": "chat", "vibe": "chat",
-          "terminus-2": "chat"}
+          "kimi-code": "chat", "openclaw": "chat", "terminus-2": "chat"}
 # The profiles besides the defaults that CI runs, a representative few (its time is
 # short: their 8 cells take about 55 s of the 16 new cells' 6 min on hello-file, one at
 # a time): LiteLLM on the host (terminus-2), a CLI's own clients (copilot-cli), and the
@@ -43,8 +43,9 @@ OTHER_PROFILES_IN_CI = ("copilot-cli", "pi", "terminus-2")
 
 @pytest.fixture(scope="session")
 def agents_cache() -> Path:
-    """Every pinned CLI in the shared cache (a no-op when they are there already)."""
-    install([PINS[name] for name in sorted(PINS)], DEFAULT_CACHE, progress=lambda _: None)
+    """Every qualified CLI in the shared cache (a no-op when they are there already)."""
+    install([PINS[name] for name in QUALIFIED if name in PINS], DEFAULT_CACHE,
+            progress=lambda _: None)
     return DEFAULT_CACHE
 
 

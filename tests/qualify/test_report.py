@@ -86,12 +86,12 @@ def test_the_report_lists_every_unqualified_harness_with_its_reason_and_counts()
         level="scripted", engine="scripted", harbor_ray="0.1.0", harbor="0.25.0",
         started_at="2026-12-03T12:00:00+00:00",
         rows=[row(), row(agent="pi", qualified=False, why=["no captured turn"])],
-        harnesses=[HarnessRow(name="codex", qualified=True, reason=""),
+        harnesses=[HarnessRow(name="codex", qualified=True, reason="", level_2=True),
                    HarnessRow(name="pi", qualified=True, reason=""),
                    HarnessRow(name="aider", qualified=False, reason="runs no command")])
     text = render_markdown(report)
     assert ("Harnesses: Harbor 0.25.0 knows 3; qualified at level 1 (scripted): 2, at "
-            "level 2 (model): 2.") in text
+            "level 2 (model): 1.") in text
     assert text.endswith("Not qualified:\n\n- aider: runs no command\n")
     again = QualifyReport.model_validate_json(report.model_dump_json())
     assert render_markdown(again) == text

