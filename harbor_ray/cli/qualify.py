@@ -31,6 +31,7 @@ def qualify(
     llm_url: Annotated[str | None, typer.Option(
         help="Level 2 against an engine already running (instead of --engine).")] = None,
     model: opt.ModelOption = None,
+    engine_kind: opt.EngineKindOption = "auto",
     task: Annotated[list[str] | None, typer.Option(
         help="Sample tasks to run (repeatable; default: hello-file).")] = None,
     dataset: Annotated[str, typer.Option(
@@ -68,7 +69,7 @@ def qualify(
 
     request = QualifyRequest(
         agents=tuple(agents or ()), profiles=tuple(profile or ()), engine=engine,
-        llm_url=llm_url, model=model,
+        llm_url=llm_url, model=model, engine_kind=engine_kind,
         tasks=tuple(task or QualifyRequest.tasks), dataset=dataset, budget=budget,
         max_tokens=max_tokens, deadline_s=deadline, concurrency=concurrency,
         out=out.resolve(), agents_cache=agents_cache)

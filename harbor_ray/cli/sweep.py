@@ -110,6 +110,7 @@ def sweep(
         help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
     agents_cache: opt.AgentsCacheOption = None,
     stitch: opt.StitchOption = True,
+    engine_kind: opt.EngineKindOption = "auto",
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -133,7 +134,8 @@ def sweep(
         engine_timeout_s=engine_timeout, proxy_url=proxy_url, proxy_bind=proxy_bind,
         agents_cache=agents_cache, stitch=stitch, max_concurrency=max_concurrency,
         min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
-        metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate)
+        metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate,
+        engine_kind=engine_kind)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
@@ -42,6 +43,7 @@ class QualifyRequest:
     concurrency: int = 1
     out: Path = Path("qualify")
     agents_cache: Path | None = None
+    engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
 
     @property
     def level(self) -> Level:
@@ -99,16 +101,16 @@ def run_qualify(
     config = Path(request.engine) if request.llm_url is None else None
     with started_engine(config, None, progress) as started_url:
         return asyncio.run(_against(plan, started_url or request.llm_url, request.model,
-                                    on_row))
+                                    request.engine_kind, on_row))
 
 
 async def _against(
     plan: QualifyPlan, llm_url: str | None, model: str | None,
-    on_row: Callable[[QualifyRow], None] | None,
+    engine_kind: EngineChoice, on_row: Callable[[QualifyRow], None] | None,
 ) -> QualifyReport:
     engine = HttpEngine(llm_url or "")
     try:
         return await qualify(plan, level="model", engine=engine, url=engine.root,
-                             model=model, on_row=on_row)
+                             model=model, on_row=on_row, engine_kind=engine_kind)
     finally:
         await engine.aclose()

@@ -1,6 +1,6 @@
 """Rollouts end to end in this process (`harbor-ray rollout`): no Ray, no server. Each
 finished rollout is appended to OUT/results.jsonl as it lands: its row, and the capture's
-export document under `capture`."""
+export document under `capture`. The engine's certification goes to OUT/engine.json."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from harbor_ray.jobs.runs import (
 from harbor_ray.trials.local_run import run_many
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["RESULTS", "RolloutRequest", "run_rollouts"]
+__all__ = ["ENGINE", "RESULTS", "RolloutRequest", "run_rollouts"]
 
 RESULTS = "results.jsonl"
+ENGINE = "engine.json"
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,11 @@ async def _run(
         try:
             async with local_capture(engine, engine.root, model=request.model,
                                      stitch=request.stitch,
-                                     capture=request.capture) as capture:
+                                     capture=request.capture,
+                                     engine_kind=request.engine_kind) as capture:
+                if capture.certification is not None:
+                    (request.out.resolve() / ENGINE).write_text(
+                        capture.certification.model_dump_json(indent=2) + "\n")
                 return await run_many(specs, capture, concurrency=request.concurrency,
                                       on_result=done)
         finally:

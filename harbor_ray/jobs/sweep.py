@@ -131,7 +131,8 @@ def started_sweep(
         ingress=request.ingress,  # type: ignore[arg-type]  # checked by _config
         proxy_replicas=request.proxy_replicas, engine_timeout_s=request.engine_timeout_s,
         stitch=request.stitch, wants_model=checked.wants_model, proxy_url=request.proxy_url,
-        proxy_bind=request.proxy_bind, logs_dir=config.out / "logs")
+        proxy_bind=request.proxy_bind, logs_dir=config.out / "logs",
+        engine_kind=request.engine_kind)
     with contextlib.ExitStack() as stack:
         try:
             running = stack.enter_context(running_cluster(cluster, progress=progress))

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
 from harbor_ray.cluster.admission import AdmissionPolicy  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
@@ -82,6 +83,17 @@ class CaptureArgs(_Args):
     allowed_hosts: list[str] = Field(
         default_factory=lambda: list(LOOPBACK_NAMES), description="The Host names the "
         "proxy answers besides any IP address (any port); '*': any. Others get 421.")
+    engine_kind: EngineChoice = Field(
+        "auto", description="Which engine engine_url is: vllm, sglang (through the "
+        "proxy's SGLang adapter; no stitched prompts), or auto (each replica asks the "
+        "engine as it starts). Without engine_url the engine is the engine app's: vllm.")
+
+    @model_validator(mode="after")
+    def _engine_kind(self) -> CaptureArgs:
+        if self.engine_url is None and self.engine_kind == "sglang":
+            raise ValueError("engine_kind sglang needs engine_url: the engine app this "
+                             "YAML starts is vLLM")
+        return self
 
 
 class ControllerArgs(_Args):
@@ -192,7 +204,8 @@ def build_capture(args: dict[str, Any]) -> Application:
     ).bind(config.engine_url, engine.model_id,
            app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch,
            logprobs_mode=engine.recorded_logprobs_mode,
-           allowed_hosts=tuple(config.allowed_hosts))
+           allowed_hosts=tuple(config.allowed_hosts),
+           engine_kind="vllm" if config.engine_url is None else config.engine_kind)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
