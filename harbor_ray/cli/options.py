@@ -29,6 +29,7 @@ class Exit:
     ALL_OK = 0
     SOME_FAILED = 1
     COULD_NOT_START = 2
+    INTERRUPTED = 130  # SIGINT or SIGTERM, as a shell reports a job stopped by Ctrl-C
 
 
 # Declared once for every command that calls the engine (`proxy`, `rollout`, `sweep`).

@@ -61,7 +61,8 @@ def qualify(
     least one captured turn and no infrastructure error (the reward may be 0).
 
     Exit code 0: every row qualified; 1: some did not (the table says why);
-    2: could not start.
+    2: could not start; 130: stopped by Ctrl-C or SIGTERM (no rollout starts after it,
+    the running ones are cancelled and their sandboxes torn down).
     """
     from harbor_ray.jobs.qualification import QualifyRequest, plan_qualify, run_qualify
     from harbor_ray.qualify.report import render_markdown

@@ -56,7 +56,9 @@ def rollout(
     """Run rollouts end to end in this process: no Ray, no server.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the table);
-    2: could not start (bad flags, engine refused, sandbox unusable).
+    2: could not start (bad flags, engine refused, sandbox unusable); 130: stopped by
+    Ctrl-C or SIGTERM (no rollout starts after it, the running ones are cancelled and
+    their sandboxes torn down).
     """
     from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
     from harbor_ray.jobs.runs import checked_start

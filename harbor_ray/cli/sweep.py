@@ -118,7 +118,9 @@ def sweep(
     `harbor-ray report`); the summary prints its path.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
-    2: could not start (bad flags, engine refused, sandbox unusable).
+    2: could not start (bad flags, engine refused, sandbox unusable); 130: stopped by
+    Ctrl-C or SIGTERM (no rollout starts after it, the running ones are cancelled and
+    their sandboxes torn down).
     """
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.jobs.sweep import SweepRequest, check_sweep, started_sweep

@@ -33,6 +33,7 @@ from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
 from harbor_ray.trials.start_rate import StartRate
 
@@ -201,7 +202,7 @@ async def run_rollouts(
             gate, AdmissionController(policy), config.engine_metrics,
             every_s=config.metrics_every_s, on_limit=stats.capped))
     try:
-        await asyncio.gather(*(one(spec) for spec in specs))
+        await all_unwound(one(spec) for spec in specs)
     finally:
         if steering is not None:
             steering.cancel()

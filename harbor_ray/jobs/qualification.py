@@ -4,7 +4,6 @@ sandbox through the capture proxy, against the scripted engine (level 1) or a re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
+from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import Progress, check_sandbox, sampling_of, silent, tasks_of
 from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow
 from harbor_ray.qualify.run import Cell, QualifyPlan, default_agents, qualify
@@ -97,11 +97,11 @@ def run_qualify(
     `plan_qualify`, when the caller made it already."""
     plan = plan or plan_qualify(request, progress)
     if request.level == "scripted":
-        return asyncio.run(qualify(plan, level="scripted", on_row=on_row))
+        return run_until_signalled(qualify(plan, level="scripted", on_row=on_row))
     config = Path(request.engine) if request.llm_url is None else None
     with started_engine(config, None, progress) as started_url:
-        return asyncio.run(_against(plan, started_url or request.llm_url, request.model,
-                                    request.engine_kind, on_row))
+        return run_until_signalled(_against(plan, started_url or request.llm_url,
+                                            request.model, request.engine_kind, on_row))
 
 
 async def _against(

@@ -4,7 +4,6 @@ export document under `capture`. The engine's certification goes to OUT/engine.j
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
+from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import (
     CheckedStart,
     Progress,
@@ -65,7 +65,7 @@ def run_rollouts(
     engine = request.engine if checked.wants_model else None
     with started_engine(engine, None, progress) as started_url:
         url = (started_url or request.llm_url) if checked.wants_model else None
-        return asyncio.run(_run(specs, url, request, on_result))
+        return run_until_signalled(_run(specs, url, request, on_result))
 
 
 async def _run(

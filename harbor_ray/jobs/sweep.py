@@ -3,7 +3,6 @@ Parquet dataset under OUT, with the manifest that says what made it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +19,7 @@ from harbor_ray.cluster.nodes import node_capacities
 from harbor_ray.cluster.setup import ClusterSpec, running_cluster
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, sweep
 from harbor_ray.errors import StartError
+from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import (
     CheckedStart,
     Progress,
@@ -89,7 +89,8 @@ class StartedSweep:
 
     def run(self, on_stats: Callable[[SweepStats], None] | None = None) -> SweepStats:
         """Sweep into `config.out`; `on_stats` hears the counts after every row."""
-        return asyncio.run(sweep(self.specs, self.config, self.manifest, on_stats=on_stats))
+        return run_until_signalled(sweep(self.specs, self.config, self.manifest,
+                                         on_stats=on_stats))
 
 
 def run_sweep(

@@ -46,6 +46,7 @@ from harbor_ray.qualify.script import scripted_engine
 from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
 from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
+from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import RolloutSpec
 
@@ -143,7 +144,7 @@ async def qualify(
             on_row(row)
         return row
 
-    rows = await asyncio.gather(*(one(a, p, t) for a, p in plan.cells for t in plan.tasks))
+    rows = await all_unwound(one(a, p, t) for a, p in plan.cells for t in plan.tasks)
     report = QualifyReport(
         level=level, engine="scripted" if level == "scripted" else served, engine_kind=kind,
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
