@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
+from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy, check_cap_order
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.metrics_poller import steer_gate
@@ -70,11 +70,8 @@ class SweepConfig:
         if self.sandbox_starts_per_s < 0:
             raise StartError("--sandbox-start-rate cannot be negative (0: no limit)")
         if self.max_concurrency is not None:
-            if not 1 <= self.min_concurrency <= self.concurrency <= self.max_concurrency:
-                raise StartError(
-                    f"the adaptive cap needs 1 <= --min-concurrency ({self.min_concurrency})"
-                    f" <= --concurrency ({self.concurrency}) <= --max-concurrency "
-                    f"({self.max_concurrency})")
+            check_cap_order(self.min_concurrency, self.concurrency, self.max_concurrency,
+                            ("--min-concurrency", "--concurrency", "--max-concurrency"))
             if not self.engine_metrics:
                 raise StartError("--max-concurrency needs the engines' metrics: an "
                                  "engine the sweep starts, --llm-url, or --engine-metrics")

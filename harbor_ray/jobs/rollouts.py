@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 
+from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.local import local_capture
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.data.encode import RolloutRecord
@@ -40,6 +41,9 @@ class RolloutRequest(RunRequest):
 
     concurrency: int = 1
     out: Path = Path("rollouts")  # results.jsonl and trials/
+    # The engine's certification, when the caller made it already (the playground, to
+    # refuse a visitor's engine early); None: certified here.
+    certified: Certification | None = None
 
     @property
     def results_path(self) -> Path:
@@ -91,7 +95,8 @@ async def _run(
             async with local_capture(engine, engine.root, model=request.model,
                                      stitch=request.stitch,
                                      capture=request.capture,
-                                     engine_kind=request.engine_kind) as capture:
+                                     engine_kind=request.engine_kind,
+                                     certified=request.certified) as capture:
                 if capture.certification is not None:
                     (request.out.resolve() / ENGINE).write_text(
                         capture.certification.model_dump_json(indent=2) + "\n")

@@ -13,9 +13,8 @@ from typing import Any, get_args
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.cluster.engine_metrics import metrics_url
 from harbor_ray.cluster.host import Ingress
-from harbor_ray.cluster.host_sizing import plan_hosts
 from harbor_ray.cluster.ingress import remote_endpoint
-from harbor_ray.cluster.nodes import node_capacities
+from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.setup import ClusterSpec, running_cluster
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, sweep
 from harbor_ray.errors import StartError
@@ -145,10 +144,10 @@ def started_sweep(
                      f"{'yes' if engine.tool_calling else 'no'})")
         specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
                          run_id=request.name)
-        hosts = plan_hosts(config.ceiling, config.rollouts_per_host, node_capacities())
+        hosts = host_plan(config.ceiling, config.rollouts_per_host,
+                          setting="--rollouts-per-host")
         if hosts.warning is not None:
-            progress(f"warning: {hosts.warning} (--rollouts-per-host "
-                     f"{hosts.rollouts_per_host} silences this)")
+            progress(f"warning: {hosts.warning}")
         yield StartedSweep(specs, dataclasses.replace(
             config, proxy=running.proxy, rollouts_per_host=hosts.rollouts_per_host),
             request.manifest([t.name for t in checked.tasks], engine))

@@ -25,9 +25,8 @@ import ray
 from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
-from harbor_ray.cluster.host_sizing import plan_hosts
 from harbor_ray.cluster.metrics_poller import steer_gate
-from harbor_ray.cluster.nodes import node_capacities
+from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
@@ -138,6 +137,11 @@ class ControllerConfig:
     retain_groups: int = 10_000
     request_ids: int = 10_000
 
+    @property
+    def ceiling(self) -> int:
+        """The most rollouts ever on hosts at once (the adaptive cap's ceiling, if any)."""
+        return self.concurrency if self.admission is None else self.admission.ceiling
+
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
             raise ServiceConfigError("capacity and concurrency must be at least 1")
@@ -200,11 +204,10 @@ class Controller:
         config = self.config
         if not self._on_hosts:
             return config.rollouts_per_host
-        ceiling = config.concurrency if config.admission is None else config.admission.ceiling
-        plan = plan_hosts(ceiling, config.rollouts_per_host, node_capacities())
+        plan = host_plan(config.ceiling, config.rollouts_per_host,
+                         setting="rollouts_per_host:")
         if plan.warning is not None:
-            _log.warning("%s (rollouts_per_host: %d silences this)", plan.warning,
-                         plan.rollouts_per_host)
+            _log.warning("%s", plan.warning)
         return plan.rollouts_per_host
 
     def _steer(self) -> None:

@@ -29,7 +29,7 @@ from ray.serve import Application  # noqa: E402
 
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
-from harbor_ray.cluster.admission import AdmissionPolicy  # noqa: E402
+from harbor_ray.cluster.admission import AdmissionPolicy, check_cap_order  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
 from harbor_ray.cluster.owner import NAMESPACE  # noqa: E402
 from harbor_ray.cluster.policy_version import policy_actor_name  # noqa: E402
@@ -150,9 +150,8 @@ class ControllerArgs(_Args):
     def _adaptive_cap(self) -> ControllerArgs:
         if self.max_concurrency is None:
             return self
-        if not self.min_concurrency <= self.concurrency <= self.max_concurrency:
-            raise ValueError("the adaptive cap needs min_concurrency <= concurrency <= "
-                             "max_concurrency")
+        check_cap_order(self.min_concurrency, self.concurrency, self.max_concurrency,
+                        ("min_concurrency", "concurrency", "max_concurrency"))
         if not self.engine_metrics:
             raise ValueError("max_concurrency needs engine_metrics: the URLs of the "
                              "engine's vLLM metrics")

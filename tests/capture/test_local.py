@@ -57,3 +57,12 @@ async def test_a_vllm_engine_is_certified_as_vllm() -> None:
     async with local_capture(FakeEngine(), "in-process") as capture:
         assert capture.certification is not None
         assert capture.certification.engine_kind == "vllm"
+
+
+async def test_a_certification_made_already_is_not_made_again() -> None:
+    engine = FakeEngine()
+    async with local_capture(FakeEngine(), "in-process") as first:
+        assert first.certification is not None
+    async with local_capture(engine, "in-process", certified=first.certification) as again:
+        assert again.certification == first.certification
+    assert engine.calls == []  # no probe

@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.capture_level import CaptureLevel, covers
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import Certification, certify
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.server import serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore, StoreSessions
 from harbor_ray.capture.proxy.upstream import Engine
+from harbor_ray.errors import CertificationError
 from harbor_ray.listening import bind
 
 
@@ -46,14 +47,24 @@ async def local_capture(
     engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
     stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
     capture: CaptureLevel = "tokens", engine_kind: EngineChoice = "auto",
+    certified: Certification | None = None,
 ) -> AsyncIterator[LocalCapture]:
     """Certify `engine` for the `capture` level, behind the adapter for `engine_kind`
     (`auto`: found from its answers), serve the proxy on a free loopback port, stop it
-    on exit. `wrap`, when given, wraps the proxy's app (e.g. to watch what it answers);
-    the wrapper keeps the app's `settings` and `state`, which the server reads."""
-    adapted = await adapt_engine(engine, engine_kind)
-    certification = await certify(adapted.engine, url, model=model, capture=capture,
-                                  engine_kind=adapted.kind)
+    on exit. `certified`: the engine's certification made already (its kind and model
+    are used, and it is not certified again). `wrap`, when given, wraps the proxy's app
+    (e.g. to watch what it answers); the wrapper keeps the app's `settings` and `state`,
+    which the server reads."""
+    adapted = await adapt_engine(engine, engine_kind if certified is None
+                                 else certified.engine_kind)
+    if certified is None:
+        certification = await certify(adapted.engine, url, model=model, capture=capture,
+                                      engine_kind=adapted.kind)
+    elif covers(certified.capture_level, capture):
+        certification = certified
+    else:
+        raise CertificationError(f"the engine was certified at the "
+                                 f"{certified.capture_level!r} level, below {capture!r}")
     async with serve_capture(InMemorySessionStore(), adapted.engine,
                              certification.served_model, host=host,
                              stitch=stitch and adapted.stitch, wrap=wrap,
