@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,7 @@ from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import StartRate
+from harbor_ray.trials.start_rate import StartRate, host_share
 
 
 @dataclass(frozen=True)
@@ -101,10 +100,7 @@ class SweepConfig:
     @property
     def host_start_rate(self) -> StartRate | None:
         """Each host's share of the sandbox start rate; None: no limit."""
-        if not self.sandbox_starts_per_s:
-            return None
-        hosts = math.ceil(self.ceiling / self.rollouts_per_host)
-        return StartRate(per_s=self.sandbox_starts_per_s / hosts)
+        return host_share(self.sandbox_starts_per_s, self.ceiling, self.rollouts_per_host)
 
     @property
     def retry_policy(self) -> RetryPolicy:

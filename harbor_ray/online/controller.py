@@ -66,6 +66,7 @@ from harbor_ray.trials.agents import AGENTS, needs_model
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
+from harbor_ray.trials.start_rate import host_share
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
 
@@ -126,6 +127,9 @@ class ControllerConfig:
     proxy: ProxyTarget | None = None  # where agents call the model
     rollouts_per_host: int = 8
     host_cpus: float = 0.01
+    # Sandboxes created a second at most, the whole service (each host takes an even
+    # share, as a sweep's do); 0: no limit.
+    sandbox_starts_per_s: float = 0.0
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
     initial_version: int = 0
@@ -145,6 +149,8 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
             raise ServiceConfigError("capacity and concurrency must be at least 1")
+        if self.sandbox_starts_per_s < 0:
+            raise ServiceConfigError("sandbox_starts_per_s cannot be negative (0: no limit)")
         if self.admission is not None and not self.engine_metrics:
             raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
         for agent in self.agents:
@@ -185,9 +191,12 @@ class Controller:
         self._started = time.time()
         self._sandboxes = config.work_dir / "sandboxes"
         self._on_hosts = runner is None
-        self._pool = HostPool(rollouts_per_host=self._rollouts_per_host(), proxy=config.proxy,
+        per_host = self._rollouts_per_host()
+        self._pool = HostPool(rollouts_per_host=per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
-                              sandboxes_dir=self._sandboxes)
+                              sandboxes_dir=self._sandboxes,
+                              start_rate=host_share(config.sandbox_starts_per_s,
+                                                    config.ceiling, per_host))
         self._runner: Rollouts
         if runner is None:
             self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,

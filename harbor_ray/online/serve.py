@@ -133,6 +133,10 @@ class ControllerArgs(_Args):
                                    "Hosts (~150 MB each) are capped at 2 per CPU within "
                                    "half of each node's memory; past that each host takes "
                                    "more rollouts, and the controller logs a warning.")
+    sandbox_starts_per_s: float = Field(
+        0.0, ge=0, description="Sandboxes created a second at most, the whole service "
+        "(cloud backends cap creation, e.g. Modal at about 5/s a workspace); each host "
+        "takes an even share. 0: no limit.")
     max_staleness: int | None = Field(None, ge=0)
     stale_policy: StalePolicy = "drop"
     retries: int = Field(1, ge=0)
@@ -173,6 +177,7 @@ class ControllerArgs(_Args):
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
             rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
+            sandbox_starts_per_s=self.sandbox_starts_per_s,
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser())

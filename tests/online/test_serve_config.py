@@ -79,3 +79,10 @@ def test_the_engine_kind_is_a_capture_field_and_sglang_needs_an_engine_url() -> 
         _validated(CaptureArgs, {"engine": engine, "engine_kind": "sglang"})
     with pytest.raises(ServiceConfigError, match="engine_kind"):
         _validated(CaptureArgs, {"engine": engine, "engine_kind": "tgi"})
+
+
+def test_the_sandbox_start_rate_is_a_service_field() -> None:
+    args = {**_apps("online_cpu.yaml")["online"]["args"], "sandbox_starts_per_s": 5}
+    assert _validated(ControllerArgs, args).sandbox_starts_per_s == 5
+    with pytest.raises(ServiceConfigError, match="sandbox_starts_per_s"):
+        _validated(ControllerArgs, {**args, "sandbox_starts_per_s": -1})
