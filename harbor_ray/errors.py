@@ -7,6 +7,7 @@ they are defined there and drawn here.
 
 HarborRayError                           harbor_ray refused or failed something
 ├── StartError (ValueError)              a job's request cannot work here (harbor_ray.jobs)
+├── Interrupted                          a job stopped by SIGINT or SIGTERM (harbor_ray.jobs)
 ├── CaptureError                         the capture proxy (harbor_ray.capture)
 │   ├── AgentCallError                   an agent's call cannot be served as sent
 │   │   ├── AgentRequestError            not translatable; a 4xx in the agent's dialect
@@ -93,6 +94,15 @@ def _rebuilt(cls: type[HarborRayError], args: tuple[Any, ...], state: dict[str, 
 class StartError(HarborRayError, ValueError):
     """A job's request cannot work here (flags that contradict each other, a sandbox this
     machine cannot run); nothing was started. The message names what to change."""
+
+
+class Interrupted(HarborRayError):
+    """A job was stopped by a signal (`signal`: SIGINT or SIGTERM): no rollout started
+    after it, the running ones were cancelled and their sandboxes torn down."""
+
+    def __init__(self, message: str, *, signal: int) -> None:
+        super().__init__(message)
+        self.signal = signal
 
 
 # --- the capture proxy -------------------------------------------------------------------

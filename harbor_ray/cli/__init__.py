@@ -3,7 +3,8 @@ parses its flags into the library's request and shows what comes back.
 
 One module per command group; the flags several commands share are declared once in
 `options`. This module builds the app and holds the one place where an error harbor_ray
-raises on purpose (`HarborRayError`) becomes a message and exit code 2: commands do not
+raises on purpose (`HarborRayError`) becomes a message and exit code 2 (130 for a job
+stopped by SIGINT or SIGTERM, `Interrupted`): commands do not
 catch them. The library each command calls is imported when the command runs, so that
 `harbor-ray --help` does not import Ray, vLLM or Harbor.
 """
@@ -28,7 +29,7 @@ from harbor_ray.cli import (
     sweep,
 )
 from harbor_ray.cli.options import Exit, console
-from harbor_ray.errors import HarborRayError
+from harbor_ray.errors import HarborRayError, Interrupted
 from harbor_ray.switches import set_switches
 
 __all__ = ["app", "main"]
@@ -36,13 +37,16 @@ __all__ = ["app", "main"]
 
 class _Commands(TyperGroup):
     """The root group: the one place a `HarborRayError` becomes a message and an exit
-    code, whichever command (or subcommand) raised it."""
+    code (130 for `Interrupted`, else 2), whichever command (or subcommand) raised it."""
 
     # typer.Context is what typer passes; the base names click's, which typer vendors
     # privately (typer._click).
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
         try:
             return super().invoke(ctx)
+        except Interrupted as exc:
+            console.print(f"[yellow]interrupted:[/yellow] {exc}")
+            raise typer.Exit(Exit.INTERRUPTED) from exc
         except HarborRayError as exc:
             console.print(f"[red]error:[/red] {exc}")
             for note in getattr(exc, "__notes__", ()):  # where the command's logs are

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.errors import HarborRayError
 from harbor_ray.terminal import Phases, Terminal, quiet_output
 
@@ -28,6 +29,7 @@ class Exit:
     ALL_OK = 0
     SOME_FAILED = 1
     COULD_NOT_START = 2
+    INTERRUPTED = 130  # SIGINT or SIGTERM, as a shell reports a job stopped by Ctrl-C
 
 
 # Declared once for every command that calls the engine (`proxy`, `rollout`, `sweep`).
@@ -68,6 +70,11 @@ StitchOption = Annotated[bool, typer.Option(
          "prompt + sampled ids + the engine's rendering of what was added as its prompt, "
          "so the conversation stays one trajectory (needs the engine's /tokenize). "
          "--no-stitch: the engine renders every prompt from the messages.")]
+EngineKindOption = Annotated[EngineChoice, typer.Option(
+    "--engine-kind",
+    help="Which engine the URL is: vllm, sglang (reached through the proxy's SGLang "
+         "adapter; no stitched prompts there), or auto (found from what the server "
+         "answers). The certification records it.")]
 CaptureOption = Annotated[CaptureLevel, typer.Option(
     "--capture",
     help="What each model call records. `tokens`: prompt and sampled ids and logprobs, "

@@ -14,7 +14,12 @@ from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
-from harbor_ray.cli.options import EngineTimeoutOption, StitchOption, console
+from harbor_ray.cli.options import (
+    EngineKindOption,
+    EngineTimeoutOption,
+    StitchOption,
+    console,
+)
 from harbor_ray.host_names import LOOPBACK_NAMES, names_served
 from harbor_ray.listening import bind
 
@@ -40,9 +45,7 @@ def proxy(
         "--allowed-host", help="A Host name agents reach the proxy by (repeatable; '*': "
         "any). IP addresses, the loopback names and --host are always answered; other "
         "names get 421 (a guard against DNS rebinding).")] = None,
-    engine_kind: Annotated[EngineChoice, typer.Option(
-        help="Which engine --llm-url is: vllm, sglang (no stitched prompts there), or "
-             "auto (found from what the server answers).")] = "auto",
+    engine_kind: EngineKindOption = "auto",
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 

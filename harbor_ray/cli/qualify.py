@@ -31,6 +31,7 @@ def qualify(
     llm_url: Annotated[str | None, typer.Option(
         help="Level 2 against an engine already running (instead of --engine).")] = None,
     model: opt.ModelOption = None,
+    engine_kind: opt.EngineKindOption = "auto",
     task: Annotated[list[str] | None, typer.Option(
         help="Sample tasks to run (repeatable; default: hello-file).")] = None,
     dataset: Annotated[str, typer.Option(
@@ -60,7 +61,8 @@ def qualify(
     least one captured turn and no infrastructure error (the reward may be 0).
 
     Exit code 0: every row qualified; 1: some did not (the table says why);
-    2: could not start.
+    2: could not start; 130: stopped by Ctrl-C or SIGTERM (no rollout starts after it,
+    the running ones are cancelled and their sandboxes torn down).
     """
     from harbor_ray.jobs.qualification import QualifyRequest, plan_qualify, run_qualify
     from harbor_ray.qualify.report import render_markdown
@@ -68,7 +70,7 @@ def qualify(
 
     request = QualifyRequest(
         agents=tuple(agents or ()), profiles=tuple(profile or ()), engine=engine,
-        llm_url=llm_url, model=model,
+        llm_url=llm_url, model=model, engine_kind=engine_kind,
         tasks=tuple(task or QualifyRequest.tasks), dataset=dataset, budget=budget,
         max_tokens=max_tokens, deadline_s=deadline, concurrency=concurrency,
         out=out.resolve(), agents_cache=agents_cache)

@@ -43,18 +43,22 @@ def rollout(
     reward_key: opt.RewardKeyOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Directory for results.jsonl (a rollout per line: its row, and the capture's "
-             "export document under `capture`) and trials/.")] = None,
+             "export document under `capture`), engine.json (the engine's certification) "
+             "and trials/.")] = None,
     engine_timeout: opt.EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
     log_file: Annotated[Path | None, opt.log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: opt.VerboseOption = False,
     agents_cache: opt.AgentsCacheOption = None,
     stitch: opt.StitchOption = True,
     capture: opt.CaptureOption = "tokens",
+    engine_kind: opt.EngineKindOption = "auto",
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the table);
-    2: could not start (bad flags, engine refused, sandbox unusable).
+    2: could not start (bad flags, engine refused, sandbox unusable); 130: stopped by
+    Ctrl-C or SIGTERM (no rollout starts after it, the running ones are cancelled and
+    their sandboxes torn down).
     """
     from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
     from harbor_ray.jobs.runs import checked_start
@@ -66,7 +70,8 @@ def rollout(
         concurrency=concurrency, budget=budget, deadline_s=deadline, temperature=temperature,
         max_tokens=max_tokens, reward_key=reward_key,
         out=(out or RolloutRequest.out).resolve(), engine_timeout_s=engine_timeout,
-        agents_cache=agents_cache, stitch=stitch, capture=capture)
+        agents_cache=agents_cache, stitch=stitch, capture=capture,
+        engine_kind=engine_kind)
     checked = checked_start(request, opt.notice)  # before the log: a refusal leaves nothing
     if capture != "tokens":
         opt.notice(f"--capture {capture}: an evaluation; no row is trainable, and nothing is "

@@ -122,6 +122,7 @@ def sweep(
         help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
     agents_cache: opt.AgentsCacheOption = None,
     stitch: opt.StitchOption = True,
+    engine_kind: opt.EngineKindOption = "auto",
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -129,7 +130,9 @@ def sweep(
     `harbor-ray report`); the summary prints its path.
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
-    2: could not start (bad flags, engine refused, sandbox unusable).
+    2: could not start (bad flags, engine refused, sandbox unusable); 130: stopped by
+    Ctrl-C or SIGTERM (no rollout starts after it, the running ones are cancelled and
+    their sandboxes torn down).
     """
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.jobs.sweep import SweepRequest, check_sweep, started_sweep
@@ -146,7 +149,7 @@ def sweep(
         agents_cache=agents_cache, stitch=stitch, max_concurrency=max_concurrency,
         min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
         metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate,
-        journal=journal, train_partial=train_partial)
+        journal=journal, train_partial=train_partial, engine_kind=engine_kind)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \

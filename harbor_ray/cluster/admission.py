@@ -25,6 +25,16 @@ from harbor_ray.cluster.engine_metrics import EngineLoad
 from harbor_ray.errors import StartError
 
 
+def check_cap_order(floor: int, start: int, ceiling: int,
+                    names: tuple[str, str, str] = ("floor", "start", "ceiling")) -> None:
+    """Raise StartError unless 1 <= floor <= start <= ceiling, naming each by `names`
+    (the flags or fields that set them)."""
+    if not 1 <= floor <= start <= ceiling:
+        low, first, high = names
+        raise StartError(f"the adaptive cap needs 1 <= {low} ({floor}) <= {first} "
+                         f"({start}) <= {high} ({ceiling})")
+
+
 @dataclass(frozen=True)
 class AdmissionPolicy:
     """The limits and thresholds of the adaptive cap."""
@@ -39,9 +49,7 @@ class AdmissionPolicy:
     cut: float = 0.25  # a cut, as a fraction of the limit
 
     def __post_init__(self) -> None:
-        if not 1 <= self.floor <= self.start <= self.ceiling:
-            raise StartError(f"the cap needs 1 <= floor <= start <= ceiling, not "
-                             f"{self.floor}, {self.start}, {self.ceiling}")
+        check_cap_order(self.floor, self.start, self.ceiling)
         if not 0 < self.kv_low <= self.kv_high:
             raise StartError("the KV thresholds need 0 < kv_low <= kv_high")
         if not (self.grow > 0 and 0 < self.cut < 1):

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from harbor_ray.capture.proxy.engine_adapter import EngineKind, adapt_engine
 from harbor_ray.capture.proxy.heap import freeze_startup_heap
 from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
@@ -80,6 +81,7 @@ class ProxyTarget:
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
     logprobs_mode: str | None = None  # CaptureSettings.logprobs_mode, wherever it runs
+    engine_kind: EngineKind = "vllm"  # the certified engine's, adapted wherever it runs
     # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), which
     # lands on a node's entry relay (remote_entry.py; direct ingress only). None: not
     # configured, and nothing listens off loopback for them.
@@ -178,9 +180,11 @@ class RolloutHost(SessionOwner):
             clock = PolicyClock(proxy.app)
             clock.start()
             self._serving.push_async_callback(clock.stop)
+            adapted = await adapt_engine(
+                HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s), proxy.engine_kind)
             return await self._serving.enter_async_context(
-                serve_capture(self.store, HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s),
-                              proxy.served_model, stitch=proxy.stitch, policy_version=clock,
+                serve_capture(self.store, adapted.engine, proxy.served_model,
+                              stitch=proxy.stitch and adapted.stitch, policy_version=clock,
                               logprobs_mode=proxy.logprobs_mode))
         url = proxy.url
         if proxy.ingress == "serve":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from harbor_ray.capture.proxy.engine_adapter import EngineKind
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
@@ -24,25 +25,27 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                         replicas: int, engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
                         stitch: bool = True, remote_url: str | None = None,
                         remote_bind: str | None = None,
-                        logprobs_mode: str | None = None) -> ProxyTarget:
+                        logprobs_mode: str | None = None,
+                        engine_kind: EngineKind = "vllm") -> ProxyTarget:
     """Deploy the replicas the ingress needs (none for `host`); where agents reach them.
-    `remote_url`/`remote_bind`: `remote_endpoint`."""
+    `remote_url`/`remote_bind`: `remote_endpoint`; `engine_kind`: the certified one."""
     remote = remote_endpoint(ingress, remote_url, remote_bind)
     if ingress == "host":
         return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
                            engine_timeout_s=engine_timeout_s, stitch=stitch,
-                           logprobs_mode=logprobs_mode)
+                           logprobs_mode=logprobs_mode, engine_kind=engine_kind)
     # On a cluster of several nodes the replicas' direct sockets listen on their node's
     # address, so that a host on a node without a replica relays to another node's.
     across_nodes = len(alive_nodes()) > 1
     url = deploy_capture_proxy(llm_url, served_model, replicas=replicas,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
                                across_nodes=across_nodes, logprobs_mode=logprobs_mode,
-                               allowed_hosts=capture_hosts(remote_url if remote else None))
+                               allowed_hosts=capture_hosts(remote_url if remote else None),
+                               engine_kind=engine_kind)
     target = ProxyTarget(url=url, served_model=served_model, ingress=ingress,
                          engine_timeout_s=engine_timeout_s, stitch=stitch,
                          remote_url=remote_url if remote else None,
-                         logprobs_mode=logprobs_mode)
+                         logprobs_mode=logprobs_mode, engine_kind=engine_kind)
     if remote is not None:
         try:
             start_entry_relays(target.app, remote)

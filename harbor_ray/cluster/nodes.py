@@ -3,6 +3,7 @@ rather than where the driver runs (the engine reached, orphan sandboxes reaped).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from harbor_ray.cluster.host_sizing import NodeCapacity
+from harbor_ray.cluster.host_sizing import HostPlan, NodeCapacity, plan_hosts
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,13 @@ def node_capacities() -> list[NodeCapacity]:
     return [NodeCapacity(cpus=n["Resources"].get("CPU", 0.0),
                          memory_bytes=n["Resources"].get("memory", 0.0))
             for n in ray.nodes() if n["Alive"]]
+
+
+def host_plan(ceiling: int, rollouts_per_host: int, *, setting: str) -> HostPlan:
+    """`plan_hosts` for `ceiling` rollouts in flight over the live nodes; a warning ends
+    naming the setting (`setting`: the flag or YAML field) and the value silencing it."""
+    plan = plan_hosts(ceiling, rollouts_per_host, node_capacities())
+    if plan.warning is None:
+        return plan
+    return dataclasses.replace(plan, warning=f"{plan.warning} ({setting} "
+                                             f"{plan.rollouts_per_host} silences this)")

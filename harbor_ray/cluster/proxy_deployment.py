@@ -13,12 +13,14 @@ replica_registry.py, balancer.py), and Serve's HTTP proxy under a route prefix
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from ray import serve
 from ray.serve.context import _get_global_client
 
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
@@ -43,8 +45,9 @@ SERVE_NAMESPACE = "serve"
 class CaptureProxy:
     """One replica: the capture app over the engine's HTTP client and owner actors.
 
-    The engine is certified once by whoever deploys this (it passes `served_model`);
-    replicas do not certify, so a restarted replica serves at once. `llm_url` None is
+    The engine is certified once by whoever deploys this (it passes `served_model` and
+    the certified `engine_kind`); replicas do not certify, so a restarted replica serves
+    at once (`auto`, from an online YAML, asks the engine which it is). `llm_url` None is
     an engine app at Serve's root route (a `serve run` of the online YAML); `app_name`
     None is this replica's own application's name (its policy clock and registry).
     """
@@ -62,6 +65,7 @@ class CaptureProxy:
         across_nodes: bool = False,
         logprobs_mode: str | None = None,
         allowed_hosts: tuple[str, ...] | None = None,
+        engine_kind: EngineChoice = "vllm",
     ) -> None:
         overrides: dict[str, Any] = {"keepalive_s": keepalive_s,
                                      "max_body_bytes": max_body_bytes,
@@ -72,6 +76,7 @@ class CaptureProxy:
         )
         self._engine = HttpEngine(llm_url or f"{serve_http_base('/')}/v1",
                                   timeout_s=engine_timeout_s)
+        self._engine_kind = engine_kind
         self._app_name = app_name or serve.get_replica_context().app_name
         self._across_nodes = across_nodes
         self._direct: DirectIngress | None = None
@@ -81,9 +86,12 @@ class CaptureProxy:
         # Serve calls this after the constructor, inside the replica's event loop, and
         # runs the app's lifespan itself (so the direct socket runs without one).
         self._policy.start()
+        adapted = await adapt_engine(self._engine, self._engine_kind)
+        settings = dataclasses.replace(self._settings,
+                                       stitch=self._settings.stitch and adapted.stitch)
         app = build_capture_app(
-            ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)), self._engine,
-            self._settings, policy_version=self._policy,
+            ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)), adapted.engine,
+            settings, policy_version=self._policy,
             on_shutdown=self._shutdown,
         )
         self._direct = await DirectIngress.start(
@@ -126,6 +134,7 @@ def deploy_capture_proxy(
     across_nodes: bool = False,
     logprobs_mode: str | None = None,
     allowed_hosts: tuple[str, ...] | None = None,
+    engine_kind: EngineChoice = "vllm",
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -136,7 +145,7 @@ def deploy_capture_proxy(
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
     `stitch`, `logprobs_mode` and `allowed_hosts` (None: the default) are
-    `CaptureSettings`'. `across_nodes`: each replica's
+    `CaptureSettings`'; `engine_kind` is the certification's. `across_nodes`: each replica's
     direct socket listens on its node's address instead of loopback, so that hosts on
     nodes without a replica reach it (session keys still required; a replica has no admin routes);
     without it, a replica adds that socket once a second node joins (direct_ingress.py).
@@ -154,7 +163,7 @@ def deploy_capture_proxy(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
             app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
             across_nodes=across_nodes, logprobs_mode=logprobs_mode,
-            allowed_hosts=allowed_hosts,
+            allowed_hosts=allowed_hosts, engine_kind=engine_kind,
         ),
         name=app_name,
         route_prefix=route_prefix,

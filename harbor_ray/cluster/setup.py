@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 
 from harbor_ray.capture.proxy.certify import Certification, certify_url, reachable_url
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
@@ -42,6 +43,7 @@ class ClusterSpec:
     proxy_replicas: int = 2
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch
+    engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
     # Agents in sandboxes off their host's node reach the proxy at `proxy_url`; the hosts'
     # relays listen on `proxy_bind` (HOST:PORT; default every interface on the URL's
     # port) for them. None: nothing listens off loopback.
@@ -80,7 +82,7 @@ def running_cluster(
             if url is None:
                 raise StartError("an agent that calls a model needs llm_url or engine_config: "
                                  "give the URL of a running engine, or the engine to start")
-            certification = asyncio.run(certify_url(url, spec.model))
+            certification = asyncio.run(certify_url(url, spec.model, spec.engine_kind))
             progress("certifying the engine from every node")
             certify_from_every_node(url, certification.served_model)
             progress(f"setting up the capture proxy ({spec.ingress} ingress)")
@@ -89,7 +91,8 @@ def running_cluster(
                     url, certification.served_model, ingress=spec.ingress,
                     replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
                     stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind,
-                    logprobs_mode=certification.logprobs_mode)
+                    logprobs_mode=certification.logprobs_mode,
+                    engine_kind=certification.engine_kind)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc

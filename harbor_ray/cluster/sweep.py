@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from harbor_ray.capture.core.journal import JournalMode
-from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
+from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy, check_cap_order
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.journaling import Journaling
@@ -35,8 +34,9 @@ from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import StartRate
+from harbor_ray.trials.start_rate import StartRate, host_share
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,8 @@ class SweepConfig:
         if self.sandbox_starts_per_s < 0:
             raise StartError("--sandbox-start-rate cannot be negative (0: no limit)")
         if self.max_concurrency is not None:
-            if not 1 <= self.min_concurrency <= self.concurrency <= self.max_concurrency:
-                raise StartError(
-                    f"the adaptive cap needs 1 <= --min-concurrency ({self.min_concurrency})"
-                    f" <= --concurrency ({self.concurrency}) <= --max-concurrency "
-                    f"({self.max_concurrency})")
+            check_cap_order(self.min_concurrency, self.concurrency, self.max_concurrency,
+                            ("--min-concurrency", "--concurrency", "--max-concurrency"))
             if not self.engine_metrics:
                 raise StartError("--max-concurrency needs the engines' metrics: an "
                                  "engine the sweep starts, --llm-url, or --engine-metrics")
@@ -112,10 +109,7 @@ class SweepConfig:
     @property
     def host_start_rate(self) -> StartRate | None:
         """Each host's share of the sandbox start rate; None: no limit."""
-        if not self.sandbox_starts_per_s:
-            return None
-        hosts = math.ceil(self.ceiling / self.rollouts_per_host)
-        return StartRate(per_s=self.sandbox_starts_per_s / hosts)
+        return host_share(self.sandbox_starts_per_s, self.ceiling, self.rollouts_per_host)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -217,7 +211,7 @@ async def run_rollouts(
             gate, AdmissionController(policy), config.engine_metrics,
             every_s=config.metrics_every_s, on_limit=stats.capped))
     try:
-        await asyncio.gather(*(one(spec) for spec in specs))
+        await all_unwound(one(spec) for spec in specs)
     finally:
         if steering is not None:
             steering.cancel()

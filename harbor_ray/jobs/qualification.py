@@ -4,14 +4,15 @@ sandbox through the capture proxy, against the scripted engine (level 1) or a re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
+from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import Progress, check_sandbox, sampling_of, silent, tasks_of
 from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow
 from harbor_ray.qualify.run import Cell, QualifyPlan, default_agents, qualify
@@ -42,6 +43,7 @@ class QualifyRequest:
     concurrency: int = 1
     out: Path = Path("qualify")
     agents_cache: Path | None = None
+    engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
 
     @property
     def level(self) -> Level:
@@ -95,20 +97,20 @@ def run_qualify(
     `plan_qualify`, when the caller made it already."""
     plan = plan or plan_qualify(request, progress)
     if request.level == "scripted":
-        return asyncio.run(qualify(plan, level="scripted", on_row=on_row))
+        return run_until_signalled(qualify(plan, level="scripted", on_row=on_row))
     config = Path(request.engine) if request.llm_url is None else None
     with started_engine(config, None, progress) as started_url:
-        return asyncio.run(_against(plan, started_url or request.llm_url, request.model,
-                                    on_row))
+        return run_until_signalled(_against(plan, started_url or request.llm_url,
+                                            request.model, request.engine_kind, on_row))
 
 
 async def _against(
     plan: QualifyPlan, llm_url: str | None, model: str | None,
-    on_row: Callable[[QualifyRow], None] | None,
+    engine_kind: EngineChoice, on_row: Callable[[QualifyRow], None] | None,
 ) -> QualifyReport:
     engine = HttpEngine(llm_url or "")
     try:
         return await qualify(plan, level="model", engine=engine, url=engine.root,
-                             model=model, on_row=on_row)
+                             model=model, on_row=on_row, engine_kind=engine_kind)
     finally:
         await engine.aclose()

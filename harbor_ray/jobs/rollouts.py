@@ -1,22 +1,23 @@
 """Rollouts end to end in this process (`harbor-ray rollout`): no Ray, no server. Each
 finished rollout is appended to OUT/results.jsonl as it lands: its row, and the capture's
-export document under `capture`."""
+export document under `capture`. The engine's certification goes to OUT/engine.json."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
+from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.local import local_capture
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.errors import StartError
 from harbor_ray.jobs.engine import started_engine
+from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import (
     CheckedStart,
     Progress,
@@ -28,9 +29,10 @@ from harbor_ray.jobs.runs import (
 from harbor_ray.trials.local_run import run_many
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["RESULTS", "RolloutRequest", "run_rollouts"]
+__all__ = ["ENGINE", "RESULTS", "RolloutRequest", "run_rollouts"]
 
 RESULTS = "results.jsonl"
+ENGINE = "engine.json"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class RolloutRequest(RunRequest):
 
     concurrency: int = 1
     out: Path = Path("rollouts")  # results.jsonl and trials/
+    # The engine's certification, when the caller made it already (the playground, to
+    # refuse a visitor's engine early); None: certified here.
+    certified: Certification | None = None
 
     @property
     def results_path(self) -> Path:
@@ -64,7 +69,7 @@ def run_rollouts(
     engine = request.engine if checked.wants_model else None
     with started_engine(engine, None, progress) as started_url:
         url = (started_url or request.llm_url) if checked.wants_model else None
-        return asyncio.run(_run(specs, url, request, on_result))
+        return run_until_signalled(_run(specs, url, request, on_result))
 
 
 async def _run(
@@ -89,7 +94,12 @@ async def _run(
         try:
             async with local_capture(engine, engine.root, model=request.model,
                                      stitch=request.stitch,
-                                     capture=request.capture) as capture:
+                                     capture=request.capture,
+                                     engine_kind=request.engine_kind,
+                                     certified=request.certified) as capture:
+                if capture.certification is not None:
+                    (request.out.resolve() / ENGINE).write_text(
+                        capture.certification.model_dump_json(indent=2) + "\n")
                 return await run_many(specs, capture, concurrency=request.concurrency,
                                       on_result=done)
         finally:

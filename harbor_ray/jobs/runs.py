@@ -12,6 +12,7 @@ from typing import Any
 
 from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.errors import StartError
 from harbor_ray.trials.agents import needs_model
@@ -53,6 +54,7 @@ class RunRequest:
     agents_cache: Path | None = None
     stitch: bool = True
     capture: CaptureLevel = "tokens"  # below `tokens`: an evaluation (capture_level.py)
+    engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
 
 
 @dataclass(frozen=True)

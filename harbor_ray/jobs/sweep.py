@@ -3,7 +3,6 @@ Parquet dataset under OUT, with the manifest that says what made it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
@@ -14,12 +13,12 @@ from typing import Any, get_args
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.cluster.engine_metrics import metrics_url
 from harbor_ray.cluster.host import Ingress
-from harbor_ray.cluster.host_sizing import plan_hosts
 from harbor_ray.cluster.ingress import remote_endpoint
-from harbor_ray.cluster.nodes import node_capacities
+from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.setup import ClusterSpec, running_cluster
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, sweep
 from harbor_ray.errors import StartError
+from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import (
     CheckedStart,
     Progress,
@@ -92,7 +91,8 @@ class StartedSweep:
 
     def run(self, on_stats: Callable[[SweepStats], None] | None = None) -> SweepStats:
         """Sweep into `config.out`; `on_stats` hears the counts after every row."""
-        return asyncio.run(sweep(self.specs, self.config, self.manifest, on_stats=on_stats))
+        return run_until_signalled(sweep(self.specs, self.config, self.manifest,
+                                         on_stats=on_stats))
 
 
 def run_sweep(
@@ -134,7 +134,8 @@ def started_sweep(
         ingress=request.ingress,  # type: ignore[arg-type]  # checked by _config
         proxy_replicas=request.proxy_replicas, engine_timeout_s=request.engine_timeout_s,
         stitch=request.stitch, wants_model=checked.wants_model, proxy_url=request.proxy_url,
-        proxy_bind=request.proxy_bind, logs_dir=config.out / "logs")
+        proxy_bind=request.proxy_bind, logs_dir=config.out / "logs",
+        engine_kind=request.engine_kind)
     with contextlib.ExitStack() as stack:
         try:
             running = stack.enter_context(running_cluster(cluster, progress=progress))
@@ -146,10 +147,10 @@ def started_sweep(
                      f"{'yes' if engine.tool_calling else 'no'})")
         specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
                          run_id=request.name)
-        hosts = plan_hosts(config.ceiling, config.rollouts_per_host, node_capacities())
+        hosts = host_plan(config.ceiling, config.rollouts_per_host,
+                          setting="--rollouts-per-host")
         if hosts.warning is not None:
-            progress(f"warning: {hosts.warning} (--rollouts-per-host "
-                     f"{hosts.rollouts_per_host} silences this)")
+            progress(f"warning: {hosts.warning}")
         yield StartedSweep(specs, dataclasses.replace(
             config, proxy=running.proxy, rollouts_per_host=hosts.rollouts_per_host),
             request.manifest([t.name for t in checked.tasks], engine))

@@ -26,10 +26,9 @@ from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
-from harbor_ray.cluster.host_sizing import plan_hosts
 from harbor_ray.cluster.journaling import Journaling
 from harbor_ray.cluster.metrics_poller import steer_gate
-from harbor_ray.cluster.nodes import node_capacities
+from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
@@ -69,6 +68,7 @@ from harbor_ray.trials.agents import AGENTS, needs_model
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
+from harbor_ray.trials.start_rate import host_share
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
 
@@ -133,6 +133,9 @@ class ControllerConfig:
     proxy: ProxyTarget | None = None  # where agents call the model
     rollouts_per_host: int = 8
     host_cpus: float = 0.01
+    # Sandboxes created a second at most, the whole service (each host takes an even
+    # share, as a sweep's do); 0: no limit.
+    sandbox_starts_per_s: float = 0.0
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
     initial_version: int = 0
@@ -144,9 +147,16 @@ class ControllerConfig:
     retain_groups: int = 10_000
     request_ids: int = 10_000
 
+    @property
+    def ceiling(self) -> int:
+        """The most rollouts ever on hosts at once (the adaptive cap's ceiling, if any)."""
+        return self.concurrency if self.admission is None else self.admission.ceiling
+
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
             raise ServiceConfigError("capacity and concurrency must be at least 1")
+        if self.sandbox_starts_per_s < 0:
+            raise ServiceConfigError("sandbox_starts_per_s cannot be negative (0: no limit)")
         if self.admission is not None and not self.engine_metrics:
             raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
         for agent in self.agents:
@@ -187,9 +197,13 @@ class Controller:
         self._started = time.time()
         self._sandboxes = config.work_dir / "sandboxes"
         self._on_hosts = runner is None
-        self._pool = HostPool(rollouts_per_host=self._rollouts_per_host(), proxy=config.proxy,
+        per_host = self._rollouts_per_host()
+        self._pool = HostPool(rollouts_per_host=per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
-                              sandboxes_dir=self._sandboxes, journaling=Journaling(
+                              sandboxes_dir=self._sandboxes,
+                              start_rate=host_share(config.sandbox_starts_per_s,
+                                                    config.ceiling, per_host),
+                              journaling=Journaling(
                                   config.work_dir / "journal", config.journal,
                                   config.train_partial))
         self._runner: Rollouts
@@ -208,11 +222,10 @@ class Controller:
         config = self.config
         if not self._on_hosts:
             return config.rollouts_per_host
-        ceiling = config.concurrency if config.admission is None else config.admission.ceiling
-        plan = plan_hosts(ceiling, config.rollouts_per_host, node_capacities())
+        plan = host_plan(config.ceiling, config.rollouts_per_host,
+                         setting="rollouts_per_host:")
         if plan.warning is not None:
-            _log.warning("%s (rollouts_per_host: %d silences this)", plan.warning,
-                         plan.rollouts_per_host)
+            _log.warning("%s", plan.warning)
         return plan.rollouts_per_host
 
     def _steer(self) -> None:

@@ -28,8 +28,9 @@ from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
 from harbor_ray.capture.core.journal import JournalMode  # noqa: E402
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
-from harbor_ray.cluster.admission import AdmissionPolicy  # noqa: E402
+from harbor_ray.cluster.admission import AdmissionPolicy, check_cap_order  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
 from harbor_ray.cluster.owner import NAMESPACE  # noqa: E402
 from harbor_ray.cluster.policy_version import policy_actor_name  # noqa: E402
@@ -83,6 +84,17 @@ class CaptureArgs(_Args):
     allowed_hosts: list[str] = Field(
         default_factory=lambda: list(LOOPBACK_NAMES), description="The Host names the "
         "proxy answers besides any IP address (any port); '*': any. Others get 421.")
+    engine_kind: EngineChoice = Field(
+        "auto", description="Which engine engine_url is: vllm, sglang (through the "
+        "proxy's SGLang adapter; no stitched prompts), or auto (each replica asks the "
+        "engine as it starts). Without engine_url the engine is the engine app's: vllm.")
+
+    @model_validator(mode="after")
+    def _engine_kind(self) -> CaptureArgs:
+        if self.engine_url is None and self.engine_kind == "sglang":
+            raise ValueError("engine_kind sglang needs engine_url: the engine app this "
+                             "YAML starts is vLLM")
+        return self
 
 
 class ControllerArgs(_Args):
@@ -122,6 +134,10 @@ class ControllerArgs(_Args):
                                    "Hosts (~150 MB each) are capped at 2 per CPU within "
                                    "half of each node's memory; past that each host takes "
                                    "more rollouts, and the controller logs a warning.")
+    sandbox_starts_per_s: float = Field(
+        0.0, ge=0, description="Sandboxes created a second at most, the whole service "
+        "(cloud backends cap creation, e.g. Modal at about 5/s a workspace); each host "
+        "takes an even share. 0: no limit.")
     max_staleness: int | None = Field(
         None, ge=0, description="Policy versions a group's oldest token may be behind the "
         "version it finished at; a submit may set its own. None: no bound.")
@@ -155,9 +171,8 @@ class ControllerArgs(_Args):
     def _adaptive_cap(self) -> ControllerArgs:
         if self.max_concurrency is None:
             return self
-        if not self.min_concurrency <= self.concurrency <= self.max_concurrency:
-            raise ValueError("the adaptive cap needs min_concurrency <= concurrency <= "
-                             "max_concurrency")
+        check_cap_order(self.min_concurrency, self.concurrency, self.max_concurrency,
+                        ("min_concurrency", "concurrency", "max_concurrency"))
         if not self.engine_metrics:
             raise ValueError("max_concurrency needs engine_metrics: the URLs of the "
                              "engine's vLLM metrics")
@@ -179,6 +194,7 @@ class ControllerArgs(_Args):
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
             rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
+            sandbox_starts_per_s=self.sandbox_starts_per_s,
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser(),
@@ -210,7 +226,8 @@ def build_capture(args: dict[str, Any]) -> Application:
     ).bind(config.engine_url, engine.model_id,
            app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch,
            logprobs_mode=engine.recorded_logprobs_mode,
-           allowed_hosts=tuple(config.allowed_hosts))
+           allowed_hosts=tuple(config.allowed_hosts),
+           engine_kind="vllm" if config.engine_url is None else config.engine_kind)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)

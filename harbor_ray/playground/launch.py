@@ -56,14 +56,14 @@ class Launcher:
         """Check the form against what is served, then start its run; refused forms
         start nothing."""
         self.catalog.task(form.dataset, form.task)
-        llm_url = await self._engine_url(form)
+        llm_url, certified = await self._engine(form)
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
                   started_at=datetime.now(UTC).isoformat(timespec="seconds"))
         request = RolloutRequest(
             agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
             attempts=form.attempts, budget=form.budget, temperature=form.temperature,
-            max_tokens=form.max_tokens, out=self.out / run.id)
+            max_tokens=form.max_tokens, out=self.out / run.id, certified=certified)
         self.board.add(run)
         task = asyncio.create_task(self._run(run, request))
         self._running.add(task)
@@ -75,17 +75,20 @@ class Launcher:
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
 
-    async def _engine_url(self, form: RunForm) -> str | None:
+    async def _engine(self, form: RunForm) -> tuple[str | None, Certification | None]:
+        """The engine's URL, and its certification when made here: a visitor's engine
+        is certified before the run starts, to refuse it early, and the run takes that
+        certification rather than certifying again."""
         if form.engine == "server":
-            return self.llm_url
+            return self.llm_url, None
         if not form.llm_url:
             raise PlaygroundRefusal("engine=visitor needs llm_url", status=400)
         try:
-            await self._certify(form.llm_url)
+            certified = await self._certify(form.llm_url)
         except CertificationError as exc:
             raise PlaygroundRefusal(f"that engine cannot be used: {exc}",
                                     status=400) from exc
-        return form.llm_url
+        return form.llm_url, certified
 
     async def _run(self, run: Run, request: RolloutRequest) -> None:
         loop = asyncio.get_running_loop()

@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harbor_ray.capture.proxy.engine_adapter import EngineKind
 from harbor_ray.data.result import ErrorType
 
 __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow", "Level",
@@ -102,6 +103,9 @@ class QualifyReport(BaseModel):
     report_version: int = REPORT_VERSION
     level: Level
     engine: str = Field(description="`scripted`, or the served model id.")
+    engine_kind: EngineKind | None = Field(
+        None, description="The certified engine's kind (level 2): `vllm` or `sglang`; "
+        "None at the scripted level, and in reports from before it was recorded.")
     harbor_ray: str
     harbor: str
     started_at: str
@@ -146,7 +150,8 @@ _COLUMNS = ("agent", "profile", "version", "dialect", "streaming", "task", "row 
 
 def render_markdown(report: QualifyReport) -> str:
     """The report as a markdown table, with what failed each unqualified row below it."""
-    lines = [f"Qualification ({report.level}: {report.engine}; harbor_ray "
+    kind = f" on {report.engine_kind}" if report.engine_kind else ""
+    lines = [f"Qualification ({report.level}: {report.engine}{kind}; harbor_ray "
              f"{report.harbor_ray}, Harbor {report.harbor}; report v{report.report_version},"
              f" {report.started_at})", "",
              "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]

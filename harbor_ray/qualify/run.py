@@ -26,6 +26,7 @@ import orjson
 from harbor_ray.capture.core.detect import detect
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice, EngineKind, adapt_engine
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
 from harbor_ray.capture.proxy.session import InMemorySessionStore
@@ -45,6 +46,7 @@ from harbor_ray.qualify.script import scripted_engine
 from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
 from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
+from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import RolloutSpec
 
@@ -110,15 +112,21 @@ def report_paths(out: Path, level: Level) -> tuple[Path, Path]:
 async def qualify(
     plan: QualifyPlan, *, level: Level, engine: Engine | None = None, url: str = "",
     model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
+    engine_kind: EngineChoice = "auto",
 ) -> QualifyReport:
-    """Run the plan at `level` (`model` needs `engine`, at `url`) and write its report.
-    Rows are in plan order (cells, then tasks), whatever order they finish in."""
+    """Run the plan at `level` (`model` needs `engine`, at `url`, behind the adapter for
+    `engine_kind`) and write its report. Rows are in plan order (cells, then tasks),
+    whatever order they finish in."""
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    model_engine = engine if level == "model" else None
+    model_engine = None
+    kind: EngineKind | None = None
+    stitch = True
     if level == "model":
-        if model_engine is None:
+        if engine is None:
             raise ValueError("the model level needs an engine")
-        certification = await certify(model_engine, url, model=model)
+        adapted = await adapt_engine(engine, engine_kind)
+        model_engine, kind, stitch = adapted.engine, adapted.kind, adapted.stitch
+        certification = await certify(model_engine, url, model=model, engine_kind=kind)
         served, logprobs_mode = certification.served_model, certification.logprobs_mode
     gate = asyncio.Semaphore(plan.concurrency)
 
@@ -128,16 +136,17 @@ async def qualify(
                                else model_engine)
             scripted = level == "scripted"
             async with _capture(played, SCRIPTED_MODEL if scripted else served,
-                                None if scripted else logprobs_mode) as (capture, answers):
+                                None if scripted else logprobs_mode,
+                                stitch) as (capture, answers):
                 row = await _qualify_one(plan, level, (agent, profile), task, capture,
                                          answers, played)
         if on_row is not None:
             on_row(row)
         return row
 
-    rows = await asyncio.gather(*(one(a, p, t) for a, p in plan.cells for t in plan.tasks))
+    rows = await all_unwound(one(a, p, t) for a, p in plan.cells for t in plan.tasks)
     report = QualifyReport(
-        level=level, engine="scripted" if level == "scripted" else served,
+        level=level, engine="scripted" if level == "scripted" else served, engine_kind=kind,
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
         rows=list(rows),
         harnesses=[HarnessRow(name=h.name, qualified=h.qualified, reason=h.reason,
@@ -151,8 +160,8 @@ async def qualify(
 
 
 @contextlib.asynccontextmanager
-async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | None
-                   ) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
+async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | None,
+                   stitch: bool) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
     """A proxy of its own for one rollout (so that what it answered and what the engine
     generated belong to that rollout alone), with its taps."""
     taps: list[ProxyTap] = []
@@ -162,7 +171,8 @@ async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | No
         return taps[0]
 
     async with serve_capture(InMemorySessionStore(), engine, served_model,
-                             wrap=wrap, logprobs_mode=logprobs_mode) as capture:
+                             wrap=wrap, logprobs_mode=logprobs_mode,
+                             stitch=stitch) as capture:
         taps[0].answers.clear()  # the server's readiness probe
         yield capture, taps[0]
 

@@ -8,7 +8,8 @@ docs/lessons.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any
 
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.rollout import CaptureService, RolloutSpec, run_rollout
@@ -33,5 +34,16 @@ async def run_many(
             on_result(record)
         return record
 
-    return list(await asyncio.gather(*(one(spec) for spec in specs)))
+    return await all_unwound(one(spec) for spec in specs)
+
+
+async def all_unwound[T](work: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Each coroutine's result, in order, all run at once. Cancelled, it cancels each one
+    and returns only once every one has unwound. Not `asyncio.gather`: its future is done
+    as soon as one child ends cancelled (a rollout still queued), so a job stopped by
+    Ctrl-C ended while a running rollout was still tearing its sandbox down, and
+    `asyncio.run` then cancelled that teardown too and waited on it for good."""
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(each) for each in work]
+    return [task.result() for task in tasks]
 

@@ -11,6 +11,7 @@ until its own comes (reservations are in arrival order, so no start waits twice)
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +23,15 @@ class StartRate:
 
     per_s: float
     burst: int = 1
+
+
+def host_share(starts_per_s: float, ceiling: int, rollouts_per_host: int) -> StartRate | None:
+    """Each host's even share of `starts_per_s` for a whole run (no call between hosts
+    per start), over the hosts `ceiling` rollouts at `rollouts_per_host` need; None: no
+    limit (0)."""
+    if not starts_per_s:
+        return None
+    return StartRate(per_s=starts_per_s / math.ceil(ceiling / rollouts_per_host))
 
 
 class TokenBucket:

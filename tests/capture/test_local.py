@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import httpx
 
-from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.fake_engine import IM_END, FakeEngine, render_prompt
 from harbor_ray.capture.proxy.local import local_capture
+from tests.fixtures.sglang_engine import SglangStandIn
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}
 
@@ -29,3 +30,39 @@ async def test_agents_cannot_reach_the_sessions_of_others() -> None:
         assert capture.store.state(theirs.session_id) is not None
         closed = await capture.close_session(mine.session_id)
         assert closed is not None and len(closed.turns) == 1
+
+
+async def test_an_sglang_engine_is_found_adapted_and_certified_as_sglang() -> None:
+    """The rollout path's one adapter call: SGLang's ids through its adapter (a release
+    without the chat field return_token_ids needs it), stitching off there."""
+    stand_in = SglangStandIn(return_token_ids=False)
+    async with local_capture(stand_in, "in-process") as capture:
+        assert capture.certification is not None
+        assert capture.certification.engine_kind == "sglang"
+        info = await capture.open_session(budget=None, sampling=None)
+        async with httpx.AsyncClient(base_url=capture.host_url) as http:
+            reply = await http.post("/v1/chat/completions", json=HELLO,
+                                    headers={"authorization": f"Bearer {info.key}"})
+            assert reply.status_code == 200, reply.text
+        closed = await capture.close_session(info.session_id)
+    assert closed is not None
+    (turn,) = closed.turns
+    sent = stand_in.calls[-1]
+    assert turn.prompt_ids is not None and turn.token_ids is not None
+    assert turn.prompt_ids.tolist() == render_prompt(sent["messages"], sent.get("tools"))
+    assert turn.token_ids[-1] == IM_END
+
+
+async def test_a_vllm_engine_is_certified_as_vllm() -> None:
+    async with local_capture(FakeEngine(), "in-process") as capture:
+        assert capture.certification is not None
+        assert capture.certification.engine_kind == "vllm"
+
+
+async def test_a_certification_made_already_is_not_made_again() -> None:
+    engine = FakeEngine()
+    async with local_capture(FakeEngine(), "in-process") as first:
+        assert first.certification is not None
+    async with local_capture(engine, "in-process", certified=first.certification) as again:
+        assert again.certification == first.certification
+    assert engine.calls == []  # no probe

@@ -55,5 +55,5 @@ def test_between_the_thresholds_it_holds() -> None:
 
 
 def test_a_policy_that_cannot_work_is_refused() -> None:
-    with pytest.raises(StartError, match="floor <= start <= ceiling"):
+    with pytest.raises(StartError, match=r"floor \(4\) <= start \(2\) <= ceiling \(8\)"):
         AdmissionPolicy(floor=4, ceiling=8, start=2)

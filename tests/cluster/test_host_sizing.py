@@ -1,3 +1,6 @@
+import pytest
+
+import harbor_ray.cluster.nodes as nodes
 from harbor_ray.cluster.host_sizing import HostPlan, NodeCapacity, hosts_fitting, plan_hosts
 
 GIB = 2**30
@@ -28,3 +31,13 @@ def test_too_many_hosts_take_more_rollouts_each_and_the_warning_shows_the_sums()
 def test_several_nodes_add_up() -> None:
     plan = plan_hosts(1000, 8, [LAPTOP] * 4)
     assert (plan.hosts, plan.rollouts_per_host, plan.warning) == (125, 8, None)
+
+
+def test_the_plan_over_the_live_nodes_names_the_setting_that_silences_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nodes, "node_capacities", lambda: [LAPTOP])
+    plan = nodes.host_plan(1000, 8, setting="rollouts_per_host:")
+    assert plan.warning is not None
+    assert plan.warning.endswith(f"(rollouts_per_host: {plan.rollouts_per_host} silences this)")
+    assert nodes.host_plan(8, 8, setting="--rollouts-per-host").warning is None

@@ -18,7 +18,7 @@ import ray
 from ray import serve
 
 from harbor_ray.capture.core.sampling import Sampling
-from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.certify import certify, certify_url
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.cluster.host import Ingress, ProxyTarget
@@ -29,8 +29,9 @@ from harbor_ray.data.readers import read_sequences
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
 from tests.fixtures.cluster_actors import replica_actor_names
+from tests.fixtures.sglang_engine import SglangStandIn, sglang_app
 from tests.fixtures.stub_agent import chat_agent
-from tests.fixtures.threaded import fake_engine_in_thread
+from tests.fixtures.threaded import fake_engine_in_thread, serve_in_thread
 from tests.trials.scripts import terminus_script
 
 pytestmark = pytest.mark.integration
@@ -188,3 +189,33 @@ def test_sweep_command_certifies_once_and_stores_it(
     probes = len(engine.calls) - sum(r["counts"]["model_calls"] for r in rows)
     assert one_certification >= 1 and probes == one_certification
     assert "capture" not in serve.status().applications
+
+
+@pytest.mark.parametrize("ingress", ["direct", "host"])
+async def test_a_sweep_against_sglang_keeps_its_exact_ids(
+    tmp_path: Path, ray_cluster: None, ingress: Ingress
+) -> None:
+    """Certified from the driver as SGLang (found from its answers); the replicas, or
+    the hosts, reach it through the same adapter, so each turn holds SGLang's ids."""
+    stand_in = SglangStandIn(script=terminus_script("echo hello > /app/hello.txt\n"),
+                             return_token_ids=False)
+    out = tmp_path / "out"
+    with serve_in_thread(sglang_app(stand_in)) as llm_url:
+        cert = await certify_url(llm_url)
+        assert cert.engine_kind == "sglang"
+        proxy = start_capture_proxy(llm_url, cert.served_model, ingress=ingress, replicas=1,
+                                    engine_kind=cert.engine_kind)
+        try:
+            await sweep(_specs(out, ["hello-file"], 1, budget=6, deadline_s=300),
+                        SweepConfig(out=out, concurrency=1, proxy=proxy), {})
+        finally:
+            stop_capture_proxy(proxy)
+    (row,) = pq.read_table(out / "rollouts").to_pylist()
+    assert (row["ok"], row["reward"]) == (True, 1.0), row
+    turns = sorted(pq.read_table(out / "turns").to_pylist(), key=lambda t: t["index"])
+    replies = stand_in.replies[-len(turns):]
+    assert turns and len(turns) == row["counts"]["model_calls"]
+    for turn, reply in zip(turns, replies, strict=True):
+        (choice,) = reply["choices"]
+        assert turn["token_ids"] == [t for _, t, _ in
+                                     choice["meta_info"]["output_token_logprobs"]]

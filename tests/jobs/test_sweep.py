@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import harbor_ray.cluster.nodes as nodes
 import harbor_ray.jobs.sweep as jobs_sweep
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.cluster.host_sizing import NodeCapacity
@@ -70,7 +71,7 @@ def test_more_hosts_than_the_nodes_hold_is_a_warning_and_bigger_hosts(
 ) -> None:
     monkeypatch.setattr(jobs_sweep, "running_cluster", lambda *a, **k: contextlib.nullcontext(
         RunningCluster(proxy=None, certification=None)))
-    monkeypatch.setattr(jobs_sweep, "node_capacities", lambda: [
+    monkeypatch.setattr(nodes, "node_capacities", lambda: [
         NodeCapacity(cpus=2, memory_bytes=24 * 2**30)])
     said: list[str] = []
     request = SweepRequest(agent="oracle", out=tmp_path, concurrency=1000)

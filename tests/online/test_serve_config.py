@@ -68,3 +68,21 @@ def test_the_key_file_is_made_once_owner_only(tmp_path: Path) -> None:
     path.write_text("\n")
     with pytest.raises(ServiceConfigError, match="empty"):
         load_or_create_key(path)
+
+
+def test_the_engine_kind_is_a_capture_field_and_sglang_needs_an_engine_url() -> None:
+    engine = _apps("online_cpu.yaml")["capture"]["args"]["engine"]
+    sglang = {"engine": engine, "engine_url": "http://sgl:30000/v1", "engine_kind": "sglang"}
+    assert _validated(CaptureArgs, sglang).engine_kind == "sglang"
+    assert _validated(CaptureArgs, {"engine": engine}).engine_kind == "auto"
+    with pytest.raises(ServiceConfigError, match="engine_url"):
+        _validated(CaptureArgs, {"engine": engine, "engine_kind": "sglang"})
+    with pytest.raises(ServiceConfigError, match="engine_kind"):
+        _validated(CaptureArgs, {"engine": engine, "engine_kind": "tgi"})
+
+
+def test_the_sandbox_start_rate_is_a_service_field() -> None:
+    args = {**_apps("online_cpu.yaml")["online"]["args"], "sandbox_starts_per_s": 5}
+    assert _validated(ControllerArgs, args).sandbox_starts_per_s == 5
+    with pytest.raises(ServiceConfigError, match="sandbox_starts_per_s"):
+        _validated(ControllerArgs, {**args, "sandbox_starts_per_s": -1})

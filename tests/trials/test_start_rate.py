@@ -1,5 +1,5 @@
 
-from harbor_ray.trials.start_rate import StartLimiter, StartRate, TokenBucket
+from harbor_ray.trials.start_rate import StartLimiter, StartRate, TokenBucket, host_share
 
 
 def _most_in_any_second(times: list[float]) -> int:
@@ -34,3 +34,8 @@ async def test_a_burst_of_500_starts_keeps_to_the_rate() -> None:
     assert _most_in_any_second(started) <= 5 + 2
     assert started == sorted(started)  # in arrival order
     assert max(started) >= (500 - 2) / 5 - 1e-9  # none went early
+
+
+def test_each_host_takes_an_even_share_of_the_run_s_rate() -> None:
+    assert host_share(0.0, 100, 8) is None
+    assert host_share(5.0, 100, 8) == StartRate(per_s=5.0 / 13)  # 13 hosts for 100

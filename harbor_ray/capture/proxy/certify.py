@@ -20,7 +20,7 @@ from harbor_ray.capture.core.capture_level import (
     capture_fields,
     covers,
 )
-from harbor_ray.capture.proxy.engine_adapter import EngineKind
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice, EngineKind, adapt_engine
 from harbor_ray.capture.proxy.sglang import TOOL_PARSER_FIX
 from harbor_ray.capture.proxy.upstream import Engine, HttpEngine
 from harbor_ray.errors import CertificationError, EngineError
@@ -101,11 +101,17 @@ async def certify(
     )
 
 
-async def certify_url(url: str, model: str | None = None) -> Certification:
-    """Certify the engine at `url` over HTTP, with a client of its own."""
+async def certify_url(
+    url: str, model: str | None = None, engine_kind: EngineChoice = "auto"
+) -> Certification:
+    """Certify the engine at `url` over HTTP, with a client of its own, through the
+    adapter for `engine_kind` (`auto`: found from its answers; the certification says
+    which)."""
     engine = HttpEngine(url)
     try:
-        return await certify(engine, engine.root, model=model)
+        adapted = await adapt_engine(engine, engine_kind)
+        return await certify(adapted.engine, engine.root, model=model,
+                             engine_kind=adapted.kind)
     finally:
         await engine.aclose()
 

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.capture_level import CaptureLevel, covers
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
-from harbor_ray.capture.proxy.certify import certify
+from harbor_ray.capture.proxy.certify import Certification, certify
+from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.server import serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore, StoreSessions
 from harbor_ray.capture.proxy.upstream import Engine
+from harbor_ray.errors import CertificationError
 from harbor_ray.listening import bind
 
 
@@ -35,24 +38,39 @@ class LocalCapture(StoreSessions):
     # Where agents in sandboxes off the host's node (cloud backends) reach the proxy:
     # the address the user configured (`--proxy-url`); None: not configured.
     remote_url: str | None = None
+    # The engine's certification, when this process made it (`local_capture`).
+    certification: Certification | None = None
 
 
 @contextlib.asynccontextmanager
 async def local_capture(
     engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
     stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
-    capture: CaptureLevel = "tokens",
+    capture: CaptureLevel = "tokens", engine_kind: EngineChoice = "auto",
+    certified: Certification | None = None,
 ) -> AsyncIterator[LocalCapture]:
-    """Certify `engine` for the `capture` level, serve the proxy on a free loopback
-    port, stop it on exit. `wrap`, when given, wraps the proxy's app (e.g. to watch what
-    it answers); the wrapper keeps the app's `settings` and `state`, which the server
-    reads."""
-    certification = await certify(engine, url, model=model, capture=capture)
-    async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
-                             host=host, stitch=stitch, wrap=wrap,
+    """Certify `engine` for the `capture` level, behind the adapter for `engine_kind`
+    (`auto`: found from its answers), serve the proxy on a free loopback port, stop it
+    on exit. `certified`: the engine's certification made already (its kind and model
+    are used, and it is not certified again). `wrap`, when given, wraps the proxy's app
+    (e.g. to watch what it answers); the wrapper keeps the app's `settings` and `state`,
+    which the server reads."""
+    adapted = await adapt_engine(engine, engine_kind if certified is None
+                                 else certified.engine_kind)
+    if certified is None:
+        certification = await certify(adapted.engine, url, model=model, capture=capture,
+                                      engine_kind=adapted.kind)
+    elif covers(certified.capture_level, capture):
+        certification = certified
+    else:
+        raise CertificationError(f"the engine was certified at the "
+                                 f"{certified.capture_level!r} level, below {capture!r}")
+    async with serve_capture(InMemorySessionStore(), adapted.engine,
+                             certification.served_model, host=host,
+                             stitch=stitch and adapted.stitch, wrap=wrap,
                              logprobs_mode=certification.logprobs_mode,
                              capture=capture) as capture_app:
-        yield capture_app
+        yield dataclasses.replace(capture_app, certification=certification)
 
 
 @contextlib.asynccontextmanager
