@@ -31,7 +31,7 @@ ADMIN = "hosted-admin-key"
 
 NATIVE_PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
                 "anthropic": "/v1/messages",
-                "google": f"/v1beta/models/{MODEL}:generateContent"}
+                "google": f"/v1/models/{MODEL}:generateContent"}
 
 
 @dataclass
@@ -201,3 +201,20 @@ def test_a_wrong_key_is_the_upstreams_401() -> None:
         with pytest.raises(CertificationError) as refused:
             asyncio.run(certify(upstream, upstream.root, capture="text"))
     assert "401" in str(refused.value) and "not-the-key" not in str(refused.value)
+
+
+@dataclass
+class _At:
+    url: str
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_each_stand_in_answers_its_providers_sdk(profile: UpstreamName, stream: bool) -> None:
+    """The stand-ins against the official SDKs directly: their replies and their SSE
+    streams (Anthropic's events, Google's `alt=sse`) parse as the real APIs' do."""
+    stand_in = StandIn(profile, SECRET)
+    with serve_in_thread(provider_app(stand_in)) as url:
+        assert reply_text(_At(url), SECRET, PROFILES[profile].dialect, stream) == "echo: x"
+        with pytest.raises(Exception, match="invalid API key"):
+            reply_text(_At(url), "wrong-key", PROFILES[profile].dialect, stream)

@@ -45,7 +45,8 @@ def native_path(dialect: DialectName, model: str) -> str:
     if dialect == "responses":
         return "/v1/responses"
     if dialect == "google":
-        return f"/v1beta/models/{quote(model, safe='')}:generateContent"
+        # v1: the official SDK's default version (google-genai 3.x).
+        return f"/v1/models/{quote(model, safe='')}:generateContent"
     return "/v1/chat/completions"
 
 

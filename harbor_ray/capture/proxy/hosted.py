@@ -87,8 +87,7 @@ class HostedUpstream:
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         if method == "GET" and path == "/v1/models":
-            listed = "/v1beta/models" if self.profile.dialect == "google" else "/v1/models"
-            return listed_models(self.profile.dialect, await self._call("GET", listed))
+            return listed_models(self.profile.dialect, await self._call("GET", path))
         if method == "POST" and path == "/v1/chat/completions" and body is not None:
             try:
                 native = converted(self.profile.dialect, body)
