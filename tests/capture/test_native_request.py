@@ -101,11 +101,9 @@ IMAGE = {"role": "user", "content": [
     ("anthropic", {"seed": 1}, "seed"),
     ("anthropic", {"frequency_penalty": 0.5}, "frequency_penalty"),
     ("anthropic", {"response_format": {"type": "json_object"}}, "response_format"),
-    ("anthropic", {"logprobs": True}, "logprobs"),
     ("google", {"logit_bias": {"1": 2}}, "logit_bias"),
     ("responses", {"stop": ["END"]}, "stop"),
     ("responses", {"seed": 1}, "seed"),
-    ("responses", {"return_token_ids": True}, "return_token_ids"),
 ])
 def test_what_a_conversion_cannot_carry_is_refused_by_name(
         dialect: str, fields: dict[str, Any], named: str) -> None:
@@ -116,10 +114,15 @@ def test_what_a_conversion_cannot_carry_is_refused_by_name(
     assert f"the {target} upstream" in refused.value.message
 
 
-def test_defaults_and_nulls_are_not_refused() -> None:
+def test_defaults_nulls_and_capture_fields_are_not_refused() -> None:
     native = converted("anthropic", chat(logprobs=False, parallel_tool_calls=True,
                                          seed=None, top_logprobs=None))
     assert "seed" not in native.body and "logprobs" not in native.body
+    # Harbor's agents ask for logprobs and ids themselves: the proxy never relays them,
+    # and what is recorded is the capture level's, so they are not the upstream's.
+    asked = converted("responses", chat(logprobs=True, top_logprobs=2,
+                                        return_token_ids=True))
+    assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(asked.body)
 
 
 def test_passthrough_changes_only_model_stream_and_imposed_sampling() -> None:

@@ -26,8 +26,14 @@ __all__ = ["DEFAULT_MAX_TOKENS", "NativeRequest", "converted", "native_path", "p
 DEFAULT_MAX_TOKENS = 4096
 
 # Fields of the chat body that are null or their default carry nothing to convert.
-_NOT_SET: dict[str, Any] = {"logprobs": False, "parallel_tool_calls": True,
-                            "return_token_ids": False}
+_NOT_SET: dict[str, Any] = {"parallel_tool_calls": True}
+
+# The proxy's own, not the model's: streaming (the proxy streams), and the capture
+# fields. Harbor's agents ask for logprobs and ids for their own records, but the
+# proxy's replies carry none whatever the upstream returns, and what a turn records is
+# the capture level's, found from the upstream's replies by certification; so asking a
+# hosted API for them would change nothing but its refusal of the call.
+_PROXY_FIELDS = frozenset({"model", "stream", "logprobs", "top_logprobs", "return_token_ids"})
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ def converted(dialect: DialectName, payload: dict[str, Any]) -> NativeRequest:
     carry."""
     model = payload["model"]
     body = {k: v for k, v in payload.items()
-            if v is not None and _NOT_SET.get(k, object()) != v and k not in ("model", "stream")}
+            if v is not None and _NOT_SET.get(k, object()) != v and k not in _PROXY_FIELDS}
     if dialect == "anthropic":
         native = _ToAnthropic(body).request(model)
     elif dialect == "google":
