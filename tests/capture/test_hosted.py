@@ -91,10 +91,14 @@ def test_each_sdk_through_each_profile(proxy: HostedProxy, dialect: str, stream:
     assert path == NATIVE_PATHS[upstream.dialect]
     assert key not in json.dumps([headers, body]), "the agent's key never goes upstream"
     assert "stream" not in body or body["stream"] is False  # the proxy streams itself
-    if dialect == upstream.dialect and dialect != "chat":
+    if dialect == upstream.dialect:
         # The agent's own request went as it came: only the model and stream changed.
-        assert "max_tokens" in body if dialect == "anthropic" else True
         assert body.get("model", MODEL) == MODEL
+        assert {"anthropic": lambda: body["messages"] == [{"role": "user", "content": "x"}],
+                "responses": lambda: body["input"] == "x",
+                "google": lambda: body["contents"][0]["parts"] == [{"text": "x"}],
+                "chat": lambda: body["messages"] == [{"role": "user", "content": "x"}],
+                }[dialect]()
 
     (turn,) = proxy.export(sid)["turns"]
     assert turn["capture_level"] == "text" and turn["token_ids"] is None
@@ -159,6 +163,26 @@ def test_what_a_conversion_cannot_carry_is_refused_in_the_agents_dialect(
                 {"type": "text", "text": "what is this?"},
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}])
     assert "image_url" in str(refused.value) and upstream.name in str(refused.value)
+    assert proxy.stand_in.requests == [] and proxy.export(sid)["turns"] == []
+
+
+def test_what_the_dialect_leaves_out_is_refused_when_converted(proxy: HostedProxy) -> None:
+    """An Anthropic server tool reaches an Anthropic upstream as sent; converted for any
+    other it could not be called, so the call is refused (an engine records it left out)."""
+    if PROFILES[proxy.stand_in.profile].dialect == "chat":
+        pytest.skip("a chat upstream is an engine's API: left out and recorded, as there")
+    sid, key = proxy.new_session()
+    messages = anthropic_client(proxy, key).messages
+    call = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
+    if proxy.stand_in.profile == "anthropic":
+        messages.create(**call)  # type: ignore[call-overload]
+        ((_, _, body),) = proxy.stand_in.requests
+        assert body["tools"] == call["tools"]
+        assert proxy.export(sid)["turns"][0]["not_forwarded"] == []
+        return
+    with pytest.raises(anthropic.BadRequestError, match="web_search"):
+        messages.create(**call)  # type: ignore[call-overload]
     assert proxy.stand_in.requests == [] and proxy.export(sid)["turns"] == []
 
 

@@ -42,6 +42,7 @@ class NativeRequest:
 
     path: str
     body: dict[str, Any]
+    as_sent: bool = False  # the agent's own request (`passthrough`), not a conversion
 
 
 def native_path(dialect: DialectName, model: str) -> str:
@@ -74,7 +75,7 @@ def passthrough(dialect: DialectName, body: dict[str, Any], payload: dict[str, A
         _set(native, "temperature", payload.get("temperature"))
         limit = "max_output_tokens" if dialect == "responses" else "max_tokens"
         _set(native, limit, payload.get("max_tokens"))
-    return NativeRequest(native_path(dialect, model), native)
+    return NativeRequest(native_path(dialect, model), native, as_sent=True)
 
 
 def converted(dialect: DialectName, payload: dict[str, Any]) -> NativeRequest:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harbor_ray.capture.core.dialects.base import DialectName
+from harbor_ray.capture.core.dialects.base import DialectName, EngineCall
 from harbor_ray.capture.core.native_reply import as_chat_completion, listed_models
 from harbor_ray.capture.core.native_request import NativeRequest, converted, passthrough
 from harbor_ray.capture.core.upstream_profile import PROFILES, UpstreamName, UpstreamProfile
@@ -66,13 +66,18 @@ class HostedUpstream:
     def dialect(self) -> DialectName:
         return self.profile.dialect
 
-    def prepare(self, dialect: DialectName, body: dict[str, Any], payload: dict[str, Any]
-                ) -> NativeRequest:
+    def prepare(self, dialect: DialectName, body: dict[str, Any], call: EngineCall,
+                payload: dict[str, Any]) -> NativeRequest:
         """The request for one agent call: its own `body` when the upstream speaks its
-        `dialect`, else the chat `payload` converted. AgentRequestError (a 400 in the
-        agent's dialect) for what the conversion cannot carry."""
+        `dialect`, else the chat `payload` (made of `call`) converted. AgentRequestError
+        (a 400 in the agent's dialect) for what the conversion cannot carry, including
+        what the dialect's translation left out (an engine records those and goes on)."""
         if dialect == self.profile.dialect:
             return passthrough(dialect, body, payload)
+        if call.not_forwarded:
+            raise AgentRequestError(
+                f"{', '.join(call.not_forwarded)} cannot be sent to the {self.profile.name} "
+                f"upstream: the conversion from the {dialect} format has no place for it")
         return converted(self.profile.dialect, payload)
 
     async def send(self, native: NativeRequest) -> dict[str, Any]:

@@ -95,7 +95,7 @@ class CallPipeline:
             messages_json = _encodable(payload)
             conversation = self._conversation(payload)
             native = (None if self._hosted is None
-                      else self._hosted.prepare(route.dialect, body, payload))
+                      else self._hosted.prepare(route.dialect, body, call, payload))
         except _ClientGone:
             return NOTHING
         except _HttpError as exc:
@@ -217,7 +217,9 @@ class CallPipeline:
             request_messages_json=admitted.messages_json,
             response_message_json=orjson.dumps(reply.message),
             request_model=admitted.call.request_model,
-            not_forwarded=admitted.call.not_forwarded,
+            # Sent as it came to a hosted API, nothing was left out.
+            not_forwarded=(() if admitted.native is not None and admitted.native.as_sent
+                           else admitted.call.not_forwarded),
             started_at=reply.started,
             ended_at=self.clock(),
             policy_version_start=reply.version,
