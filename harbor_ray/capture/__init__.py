@@ -27,7 +27,7 @@ CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
     "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
     "session_keys", "sse", "models_list", "auxiliary", "token_buffers", "address_equality",
-    "session_info", "capture_level",
+    "session_info", "capture_level", "upstream_profile", "native_request", "native_reply",
 )
 
 __all__ = [
