@@ -29,7 +29,8 @@ CORE = (
     "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
     "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
     "session_keys", "sse", "models_list", "auxiliary", "token_buffers", "address_equality",
-    "session_info", "capture_level", "policy_segments", "journal",
+    "session_info", "capture_level", "policy_segments", "journal", "upstream_profile",
+    "native_request", "native_reply",
 )
 
 __all__ = [

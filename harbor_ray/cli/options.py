@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.errors import HarborRayError
 from harbor_ray.terminal import Phases, Terminal, quiet_output
@@ -89,6 +90,21 @@ TaskOption = Annotated[list[str] | None, typer.Option(
     help="Run only these tasks (repeatable). Default: every task.")]
 LlmUrlOption = Annotated[str | None, typer.Option(
     help="Engine base URL. Agents that call a model need it or --engine; no default.")]
+UpstreamOption = Annotated[UpstreamName, typer.Option(
+    "--upstream",
+    help="The API model calls are forwarded to. `openai-chat`: an OpenAI-compatible chat "
+         "completions server (vLLM, SGLang); the only one that returns token ids, so the "
+         "only one training can use. For evaluation (--capture text): `openai-responses` "
+         "(the Responses API), `anthropic` (Messages), `google` (generateContent), `hf` (a "
+         "Hugging Face inference provider's OpenAI chat). A request in the upstream's own "
+         "format goes as sent; another is converted, and what the conversion cannot keep "
+         "is refused (docs/evaluation.md). Hosted profiles default --llm-url to the "
+         "provider's API.", show_default=True)]
+UpstreamKeyFileOption = Annotated[Path | None, typer.Option(
+    "--upstream-key-file",
+    help="A file whose first line is the upstream's API key, sent only to the upstream "
+         "(as its profile's header); never logged, recorded or given to the agent. A "
+         "file, not a flag: a key on the command line is visible to every process.")]
 ModelOption = Annotated[str | None, typer.Option(
     help="Served model id (default: the first one the engine lists).")]
 SandboxOption = Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]

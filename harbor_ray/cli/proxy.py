@@ -8,16 +8,22 @@ from typing import Annotated
 
 import typer
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
-from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
+from harbor_ray.capture.proxy.engine_adapter import AdaptedEngine, EngineChoice, adapt_engine
+from harbor_ray.capture.proxy.hosted import build_upstream, read_key
 from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cli.options import (
+    CaptureOption,
     EngineKindOption,
     EngineTimeoutOption,
     StitchOption,
+    UpstreamKeyFileOption,
+    UpstreamOption,
     console,
 )
 from harbor_ray.host_names import LOOPBACK_NAMES, names_served
@@ -25,9 +31,10 @@ from harbor_ray.listening import bind
 
 
 def proxy(
-    llm_url: Annotated[str, typer.Option(
+    llm_url: Annotated[str | None, typer.Option(
         help="The engine's base URL (a vLLM or SGLang OpenAI server, e.g. "
-             "http://127.0.0.1:8000). Required: there is no default engine.")],
+             "http://127.0.0.1:8000). Required with --upstream openai-chat: there is no "
+             "default engine; a hosted --upstream defaults to its provider's API.")] = None,
     host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback "
                                            "needs --admin-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
@@ -46,6 +53,9 @@ def proxy(
         "any). IP addresses, the loopback names and --host are always answered; other "
         "names get 421 (a guard against DNS rebinding).")] = None,
     engine_kind: EngineKindOption = "auto",
+    capture: CaptureOption = "tokens",
+    upstream: UpstreamOption = "openai-chat",
+    upstream_key_file: UpstreamKeyFileOption = None,
 ) -> None:
     """Serve the capture proxy in front of an engine, after certifying the engine.
 
@@ -59,19 +69,23 @@ def proxy(
         run_server(_serve_proxy(sock, llm_url, admin_key, budget, model, max_body_mb,
                                 engine_timeout, stitch,
                                 names_served((*LOOPBACK_NAMES, *(allowed_host or ())), host),
-                                engine_kind))
+                                engine_kind, capture, upstream, read_key(upstream_key_file)))
 
 
 async def _serve_proxy(
-    sock: socket.socket, llm_url: str, admin_key: str | None, budget: int | None,
+    sock: socket.socket, llm_url: str | None, admin_key: str | None, budget: int | None,
     model: str | None, max_body_mb: float, engine_timeout: float, stitch: bool,
-    allowed_hosts: tuple[str, ...], engine_kind: EngineChoice,
+    allowed_hosts: tuple[str, ...], engine_kind: EngineChoice, capture: CaptureLevel,
+    upstream: UpstreamName, key: str | None,
 ) -> None:
-    http = HttpEngine(llm_url, timeout_s=engine_timeout)
+    http = build_upstream(upstream, llm_url, key=key, timeout_s=engine_timeout)
     try:
-        adapted = await adapt_engine(http, engine_kind)
+        # A hosted API is no engine to adapt: it is reached in its own format.
+        adapted = (await adapt_engine(http, engine_kind) if isinstance(http, HttpEngine)
+                   else AdaptedEngine(http, "vllm", stitch=False))
         engine = adapted.engine
-        cert = await certify(engine, http.root, model=model, engine_kind=adapted.kind)
+        cert = await certify(engine, http.root, model=model, engine_kind=adapted.kind,
+                             capture=capture)
     except BaseException:
         await http.aclose()
         raise
@@ -80,16 +94,17 @@ async def _serve_proxy(
                       "(docs/proxy.md)")
     console.print(f"engine certified: {cert.served_model} at {cert.url} "
                   f"(tool calling: {'yes' if cert.tool_calling else cert.tool_calling_fix}; "
-                  f"logprobs: {cert.logprobs_mode}; engine: {cert.engine_kind})")
+                  f"logprobs: {cert.logprobs_mode}; engine: {cert.engine_kind}; "
+                  f"upstream: {cert.upstream}; capture: {cert.capture_level})")
     settings = CaptureSettings(
         served_model=cert.served_model, admin_key=admin_key, default_budget=budget,
         max_body_bytes=int(max_body_mb * 1024 * 1024), stitch=stitch and adapted.stitch,
-        logprobs_mode=cert.logprobs_mode, allowed_hosts=allowed_hosts,
+        logprobs_mode=cert.logprobs_mode, allowed_hosts=allowed_hosts, capture=capture,
     )
     store = InMemorySessionStore()
-    capture = build_capture_app(store, engine, settings, admin=store, on_shutdown=http.aclose)
+    app = build_capture_app(store, engine, settings, admin=store, on_shutdown=http.aclose)
 
     def ready(url: str) -> None:
         console.print(f"capture proxy ready at [bold]{url}[/bold]")
 
-    await serve(capture, sock, on_ready=ready)
+    await serve(app, sock, on_ready=ready)

@@ -52,6 +52,8 @@ def rollout(
     stitch: opt.StitchOption = True,
     capture: opt.CaptureOption = "tokens",
     engine_kind: opt.EngineKindOption = "auto",
+    upstream: opt.UpstreamOption = "openai-chat",
+    upstream_key_file: opt.UpstreamKeyFileOption = None,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -71,7 +73,7 @@ def rollout(
         max_tokens=max_tokens, reward_key=reward_key,
         out=(out or RolloutRequest.out).resolve(), engine_timeout_s=engine_timeout,
         agents_cache=agents_cache, stitch=stitch, capture=capture,
-        engine_kind=engine_kind)
+        engine_kind=engine_kind, upstream=upstream, upstream_key_file=upstream_key_file)
     checked = checked_start(request, opt.notice)  # before the log: a refusal leaves nothing
     if capture != "tokens":
         opt.notice(f"--capture {capture}: an evaluation; no row is trainable, and nothing is "

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 
 from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.capture.proxy.hosted import build_upstream, read_key
 from harbor_ray.capture.proxy.local import local_capture
-from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.errors import StartError
@@ -68,13 +68,13 @@ def run_rollouts(
         on_planned(len(specs))
     engine = request.engine if checked.wants_model else None
     with started_engine(engine, None, progress) as started_url:
-        url = (started_url or request.llm_url) if checked.wants_model else None
-        return run_until_signalled(_run(specs, url, request, on_result))
+        url = started_url or request.llm_url
+        return run_until_signalled(_run(specs, url, request, on_result, checked.wants_model))
 
 
 async def _run(
     specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
-    on_result: Callable[[RolloutRecord], None] | None,
+    on_result: Callable[[RolloutRecord], None] | None, wants_model: bool,
 ) -> list[RolloutRecord]:
     request.results_path.parent.mkdir(parents=True, exist_ok=True)
     with request.results_path.open("a") as sink:
@@ -87,10 +87,12 @@ async def _run(
             if on_result is not None:
                 on_result(record)
 
-        if llm_url is None:
+        if not wants_model:
             return await run_many(specs, None, concurrency=request.concurrency,
                                   on_result=done)
-        engine = HttpEngine(llm_url, timeout_s=request.engine_timeout_s)
+        engine = build_upstream(request.upstream, llm_url,
+                                key=read_key(request.upstream_key_file),
+                                timeout_s=request.engine_timeout_s)
         try:
             async with local_capture(engine, engine.root, model=request.model,
                                      stitch=request.stitch,

@@ -12,6 +12,7 @@ from typing import Any
 
 from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.sampling import Sampling
+from harbor_ray.capture.core.upstream_profile import PROFILES, UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.errors import StartError
@@ -55,6 +56,8 @@ class RunRequest:
     stitch: bool = True
     capture: CaptureLevel = "tokens"  # below `tokens`: an evaluation (capture_level.py)
     engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
+    upstream: UpstreamName = "openai-chat"  # the API behind the proxy (upstream_profile.py)
+    upstream_key_file: Path | None = None  # its credential's file (never the key itself)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ def checked_start(request: RunRequest, progress: Progress) -> CheckedStart:
     wants_model = needs_model(request.agent)
     if request.llm_url is not None and request.engine is not None:
         raise StartError("give --llm-url or --engine, not both")
-    if wants_model and request.llm_url is None and request.engine is None:
+    if (wants_model and request.llm_url is None and request.engine is None
+            and PROFILES[request.upstream].default_url is None):
         raise StartError(f"agent {request.agent!r} calls a model: pass --llm-url, or "
                          "--engine to start one (there is no default engine)")
     chosen = tasks_of(request.dataset, request.tasks, progress)

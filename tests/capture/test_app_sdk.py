@@ -22,6 +22,12 @@ from google.genai import types as gtypes
 from harbor_ray.capture.core.budget import BUDGET_MESSAGE
 from harbor_ray.capture.proxy.fake_engine import FakeReply, render_prompt
 from tests.capture.live_server import CaptureServer
+from tests.capture.sdk_clients import (
+    anthropic_client,
+    google_client,
+    openai_client,
+    reply_text,
+)
 
 WEATHER_TOOL_ARGS = {"city": "Paris", "unit": "celsius"}
 
@@ -38,21 +44,6 @@ def assert_one_turn_per_call(server: CaptureServer, session_id: str, calls: int)
         assert turn["token_ids"], "sampled ids must be recorded"
         assert len(turn["logprobs"]) == len(turn["token_ids"])
     return doc
-
-
-def openai_client(server: CaptureServer, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
-
-
-def anthropic_client(server: CaptureServer, key: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0)
-
-
-def google_client(server: CaptureServer, key: str) -> genai.Client:
-    return genai.Client(
-        api_key=key,
-        http_options=gtypes.HttpOptions(base_url=server.url, retry_options=None),
-    )
 
 
 # ---- OpenAI chat-completions ---------------------------------------------------------
@@ -360,42 +351,14 @@ def test_one_sessions_key_cannot_read_another(server: CaptureServer) -> None:
             model="m", messages=[{"role": "user", "content": "x"}])
 
 
-def _reply_text(server: CaptureServer, key: str, dialect: str, stream: bool) -> str:
-    """The text one model call in `dialect` gets back, through that dialect's SDK."""
-    msgs = [{"role": "user", "content": "x"}]
-    if dialect == "chat":
-        chat = openai_client(server, key).chat.completions
-        if stream:
-            chunks = list(chat.create(model="m", messages=msgs, stream=True))
-            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        return chat.create(model="m", messages=msgs).choices[0].message.content
-    if dialect == "responses":
-        responses = openai_client(server, key).responses
-        if stream:
-            with responses.stream(model="m", input="x") as events:
-                return events.get_final_response().output_text
-        return responses.create(model="m", input="x").output_text
-    if dialect == "anthropic":
-        messages = anthropic_client(server, key).messages
-        if stream:
-            with messages.stream(model="m", max_tokens=5, messages=msgs) as events:
-                return events.get_final_message().content[0].text
-        return messages.create(model="m", max_tokens=5, messages=msgs).content[0].text
-    client = google_client(server, key)  # kept: a dropped client closes its connections
-    if stream:
-        return "".join(c.text or "" for c in client.models.generate_content_stream(
-            model="m", contents="x"))
-    return client.models.generate_content(model="m", contents="x").text
-
-
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic", "google"])
 def test_budget_stop_is_terminal_nonempty_and_unrecorded(
     server: CaptureServer, dialect: str, stream: bool
 ) -> None:
     sid, key = server.new_session(budget=1)
-    assert _reply_text(server, key, dialect, stream) == "echo: x"
-    assert _reply_text(server, key, dialect, stream) == BUDGET_MESSAGE
+    assert reply_text(server, key, dialect, stream) == "echo: x"
+    assert reply_text(server, key, dialect, stream) == BUDGET_MESSAGE
     assert len(server.engine.calls) == 1
     doc = assert_one_turn_per_call(server, sid, 1)
     assert doc["counts"]["budget_stops"] == 1

@@ -10,6 +10,7 @@ from harbor_ray.capture.core.completion import Completion
 from harbor_ray.capture.core.continuation import Continuation, ContinuationBase, Conversation
 from harbor_ray.capture.core.detect import CallRoute
 from harbor_ray.capture.core.dialects.base import EngineCall
+from harbor_ray.capture.core.native_request import NativeRequest
 
 if TYPE_CHECKING:
     from harbor_ray.capture.proxy.settings import CaptureSettings
@@ -30,6 +31,8 @@ class Admitted:
     auxiliary: bool = False  # a side call (capture.core.auxiliary)
     conversation: Conversation | None = None  # None: its prompt is never stitched
     base: ContinuationBase | None = None  # the recorded turn it continues
+    # The request for a hosted upstream, in its own format (capture/proxy/hosted.py).
+    native: NativeRequest | None = None
 
 
 @dataclass(frozen=True)

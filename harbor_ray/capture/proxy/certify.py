@@ -20,7 +20,9 @@ from harbor_ray.capture.core.capture_level import (
     capture_fields,
     covers,
 )
+from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, EngineKind, adapt_engine
+from harbor_ray.capture.proxy.hosted import HostedUpstream
 from harbor_ray.capture.proxy.sglang import TOOL_PARSER_FIX
 from harbor_ray.capture.proxy.upstream import Engine, HttpEngine
 from harbor_ray.errors import CertificationError, EngineError
@@ -68,6 +70,11 @@ class Certification(BaseModel):
         default="vllm", description="Which engine answered: `vllm`, or `sglang` (reached "
         "through the proxy's SGLang adapter; no stitched prompts)."
     )
+    upstream: UpstreamName = Field(
+        default="openai-chat", description="The API the engine was reached as "
+        "(`--upstream`): an OpenAI-compatible chat server, or a hosted API in its own "
+        "format (`anthropic`, `google`, `openai-responses`), probed in that format."
+    )
 
 
 async def certify(
@@ -98,6 +105,7 @@ async def certify(
         tool_calling_fix=tool_fix,
         logprobs_mode=logprobs_mode,
         engine_kind=engine_kind,
+        upstream=engine.profile.name if isinstance(engine, HostedUpstream) else "openai-chat",
     )
 
 

@@ -40,6 +40,7 @@ from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.admitted import Admitted, EngineReply
 from harbor_ray.capture.proxy.delivery import Delivery, answered, streamed
 from harbor_ray.capture.proxy.fast_json import JSONResponse
+from harbor_ray.capture.proxy.hosted import HostedUpstream
 from harbor_ray.capture.proxy.refusals import (
     NOTHING,
     _ClientGone,
@@ -71,6 +72,9 @@ class CallPipeline:
         self.store, self.engine, self.settings, self.clock = store, engine, settings, clock
         self.policy_version = policy_version
         self._stitcher = Stitcher(engine)
+        # A hosted API in its own format (hosted.py); None for an engine, whose calls
+        # take no step more.
+        self._hosted = engine if isinstance(engine, HostedUpstream) else None
 
     async def model_call(self, request: Request, path: str) -> ASGIApp:
         """The answer to a model call to `path` (below the app's mount point)."""
@@ -91,6 +95,8 @@ class CallPipeline:
                                   self.settings.capture)
             messages_json = _encodable(payload)
             conversation = self._conversation(payload)
+            native = (None if self._hosted is None
+                      else self._hosted.prepare(route.dialect, body, call, payload))
         except _ClientGone:
             return NOTHING
         except _HttpError as exc:
@@ -118,7 +124,7 @@ class CallPipeline:
         admitted = Admitted(grant.session_id, admission.call_index, route, call, payload,
                             messages_json,
                             is_auxiliary(grant.main_loop, call.request_model, call.body),
-                            conversation, admission.base)
+                            conversation, admission.base, native)
         if call.stream:
             return streamed(self, dialect, admitted, ctx)
         return Delivery(self, dialect, admitted, ctx)
@@ -168,9 +174,14 @@ class CallPipeline:
         produced nothing."""
         session_id, index = admitted.session_id, admitted.index
         started, version = self.clock(), self.policy_version()
+        prompt = None
         try:
-            prompt = await self._stitcher.prompt(admitted.payload, admitted.base)
-            reply = await self.engine.request("POST", "/v1/chat/completions", prompt.payload)
+            if admitted.native is not None and self._hosted is not None:
+                reply = await self._hosted.send(admitted.native)
+            else:
+                prompt = await self._stitcher.prompt(admitted.payload, admitted.base)
+                reply = await self.engine.request("POST", "/v1/chat/completions",
+                                                  prompt.payload)
             completion = parse_engine_reply(reply)
         except EngineError:
             await self.store.release(session_id, index, "engine_error")
@@ -184,7 +195,7 @@ class CallPipeline:
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
         return EngineReply(completion, message, started, version,
-                           prompt.checked(completion))
+                           None if prompt is None else prompt.checked(completion))
 
     async def record(self, admitted: Admitted, reply: EngineReply) -> None:
         """Keep the turn (before its reply leaves: a replica killed after answering must
@@ -207,7 +218,9 @@ class CallPipeline:
             request_messages_json=admitted.messages_json,
             response_message_json=orjson.dumps(reply.message),
             request_model=admitted.call.request_model,
-            not_forwarded=admitted.call.not_forwarded,
+            # Sent as it came to a hosted API, nothing was left out.
+            not_forwarded=(() if admitted.native is not None and admitted.native.as_sent
+                           else admitted.call.not_forwarded),
             started_at=reply.started,
             ended_at=self.clock(),
             policy_version_start=reply.version,

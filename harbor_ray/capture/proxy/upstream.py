@@ -13,6 +13,7 @@ agent should see: 502/503/504 (retryable) when the engine failed or is unreachab
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -56,9 +57,13 @@ class HttpEngine:
 
     def __init__(
         self, url: str, *, timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
-        max_connections: int = 1024,
+        max_connections: int = 1024, headers: Mapping[str, str] | None = None,
     ) -> None:
         self.root = api_root(url)
+        # Made once: a hosted upstream's credential headers ride on every request, and
+        # an engine without them keeps the hot path's plain JSON header.
+        self._get_headers = dict(headers) if headers else None
+        self._post_headers = {**_JSON, **(headers or {})}
         self._timeout_s = timeout_s
         self._max_connections = max_connections
         self._pool: Http1Pool | None = None
@@ -78,7 +83,8 @@ class HttpEngine:
         data = orjson.dumps(body) if body is not None else None
         try:
             status, raw = await self._connections().request(
-                method, path, data, _JSON if data is not None else None)
+                method, path, data,
+                self._post_headers if data is not None else self._get_headers)
         except Http1Timeout as exc:
             raise EngineError(f"engine timed out on {path}", status=504) from exc
         except EngineConnectError as exc:
