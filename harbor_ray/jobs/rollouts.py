@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 
 from harbor_ray.capture.proxy.local import local_capture
+from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
@@ -49,12 +50,15 @@ def run_rollouts(
     request: RolloutRequest, *, progress: Progress = silent,
     on_planned: Callable[[int], None] | None = None,
     on_result: Callable[[RolloutRecord], None] | None = None,
+    on_turn: TurnListener | None = None,
     checked: CheckedStart | None = None,
 ) -> list[RolloutRecord]:
     """Run the request's rollouts, in spec order. `on_planned` hears how many there are
     before the first starts, `on_result` each one as it finishes (after its line is
-    written). A request that cannot work raises before anything starts; `checked`: its
-    `checked_start`, when the caller made it already."""
+    written), `on_turn` each model call as the proxy records it (session id, turn; on
+    the rollouts' event loop, so it must not block). A request that cannot work raises
+    before anything starts; `checked`: its `checked_start`, when the caller made it
+    already."""
     if request.concurrency < 1:
         raise StartError("--concurrency must be at least 1")
     checked = checked or checked_start(request, progress)
@@ -64,12 +68,12 @@ def run_rollouts(
     engine = request.engine if checked.wants_model else None
     with started_engine(engine, None, progress) as started_url:
         url = (started_url or request.llm_url) if checked.wants_model else None
-        return asyncio.run(_run(specs, url, request, on_result))
+        return asyncio.run(_run(specs, url, request, on_result, on_turn))
 
 
 async def _run(
     specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
-    on_result: Callable[[RolloutRecord], None] | None,
+    on_result: Callable[[RolloutRecord], None] | None, on_turn: TurnListener | None,
 ) -> list[RolloutRecord]:
     request.results_path.parent.mkdir(parents=True, exist_ok=True)
     with request.results_path.open("a") as sink:
@@ -89,7 +93,8 @@ async def _run(
         try:
             async with local_capture(engine, engine.root, model=request.model,
                                      stitch=request.stitch,
-                                     capture=request.capture) as capture:
+                                     capture=request.capture,
+                                     on_turn=on_turn) as capture:
                 return await run_many(specs, capture, concurrency=request.concurrency,
                                       on_result=done)
         finally:

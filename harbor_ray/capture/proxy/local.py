@@ -18,7 +18,11 @@ from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.server import serve
-from harbor_ray.capture.proxy.session import InMemorySessionStore, StoreSessions
+from harbor_ray.capture.proxy.session import (
+    InMemorySessionStore,
+    StoreSessions,
+    TurnListener,
+)
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.listening import bind
 
@@ -41,15 +45,15 @@ class LocalCapture(StoreSessions):
 async def local_capture(
     engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
     stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
-    capture: CaptureLevel = "tokens",
+    capture: CaptureLevel = "tokens", on_turn: TurnListener | None = None,
 ) -> AsyncIterator[LocalCapture]:
     """Certify `engine` for the `capture` level, serve the proxy on a free loopback
     port, stop it on exit. `wrap`, when given, wraps the proxy's app (e.g. to watch what
     it answers); the wrapper keeps the app's `settings` and `state`, which the server
-    reads."""
+    reads. `on_turn` hears each turn as it is recorded (`InMemorySessionStore`'s)."""
     certification = await certify(engine, url, model=model, capture=capture)
-    async with serve_capture(InMemorySessionStore(), engine, certification.served_model,
-                             host=host, stitch=stitch, wrap=wrap,
+    async with serve_capture(InMemorySessionStore(on_turn=on_turn), engine,
+                             certification.served_model, host=host, stitch=stitch, wrap=wrap,
                              logprobs_mode=certification.logprobs_mode,
                              capture=capture) as capture_app:
         yield capture_app

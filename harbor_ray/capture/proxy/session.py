@@ -11,7 +11,7 @@ so the budget counts model turns, not attempts that never reached the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -33,6 +33,8 @@ from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import SessionGone
 
 Counter = Literal["engine_error", "budget_stop"]
+# Hears each turn a session records, once, after it is kept: (session id, turn).
+TurnListener = Callable[[str, TurnRecord], None]
 
 
 @dataclass(frozen=True)
@@ -204,11 +206,15 @@ class InMemorySessionStore:
     """All sessions in this process, both a `CallStore` and an `AdminStore`: for the
     standalone proxy, one-process rollouts, and the cluster's session owners (`owner`,
     if given, prefixes every session id it mints so that a stateless replica can find
-    the owner from the key alone)."""
+    the owner from the key alone). `on_turn`, if given, hears each turn recorded, on
+    the loop that records it (the playground's run view follows calls with it); it must
+    not block, and without one recording costs nothing more."""
 
-    def __init__(self, owner: str | None = None) -> None:
+    def __init__(self, owner: str | None = None, *,
+                 on_turn: TurnListener | None = None) -> None:
         self._sessions: dict[str, SessionState] = {}
         self._owner = owner
+        self._on_turn = on_turn
 
     async def open_session(
         self, *, budget: int | None = None, sampling: Sampling | None = None,
@@ -236,7 +242,11 @@ class InMemorySessionStore:
         return self._live(session_id).admit(holder, prefixes)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
-        self._live(session_id).record(turn)
+        state = self._live(session_id)
+        first = turn.index not in state.recorded
+        state.record(turn)
+        if first and self._on_turn is not None:
+            self._on_turn(session_id, turn)
 
     async def release(self, session_id: str, index: int, counter: Counter | None = None
                       ) -> None:
