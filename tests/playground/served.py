@@ -62,14 +62,17 @@ def _reply(index: int) -> dict[str, Any]:
 class FakeRollouts:
     """`run_rollouts`' stand-in: plans the request's attempts; in each, records its
     first model call (`calls` of them, `agent_turn`'s), then holds until `release` is
-    set, records the rest and lands the rollout (reward 0.5); or raises `fail`."""
+    set (or `hold_s` passed), records the rest and lands the rollout (reward 0.5); or
+    raises `fail`."""
 
-    def __init__(self, fail: Exception | None = None, *, calls: int = 0) -> None:
+    def __init__(self, fail: Exception | None = None, *, calls: int = 0,
+                 hold_s: float = 10) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
         self.fail = fail
         self.calls = calls
+        self.hold_s = hold_s
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -86,8 +89,8 @@ class FakeRollouts:
             for index in range(self.calls):
                 on_turn(f"session-{attempt}", agent_turn(index))
                 if index == 0:
-                    self.release.wait(10)
-            self.release.wait(10)
+                    self.release.wait(self.hold_s)
+            self.release.wait(self.hold_s)
             records.append(rollout(f"r{attempt}", None, reward=0.5))
             on_result(records[-1])
         return records
