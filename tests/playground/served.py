@@ -66,12 +66,13 @@ class FakeRollouts:
     raises `fail`."""
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
-                 hold_s: float = 10) -> None:
+                 tokens: int = 6, hold_s: float = 10) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
         self.fail = fail
         self.calls = calls
+        self.tokens = tokens
         self.hold_s = hold_s
 
     def __call__(self, request: RolloutRequest, *,
@@ -87,7 +88,7 @@ class FakeRollouts:
         records = []
         for attempt in range(request.attempts):
             for index in range(self.calls):
-                on_turn(f"session-{attempt}", agent_turn(index))
+                on_turn(f"session-{attempt}", agent_turn(index, tokens=self.tokens))
                 if index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
+from harbor_ray.playground.calls import PAGE
 from harbor_ray.playground.catalog import Catalog
 from tests.playground.served import FakeRollouts, served
 from tests.report.browser import chromium, js_errors, wait_for
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 WIDTHS = {"desktop": (1280, 800), "phone": (390, 844)}
+CALLS = PAGE + 2
 
 
 def _overflow(driver) -> int:  # type: ignore[no-untyped-def]
@@ -42,8 +44,9 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
                                              width: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     # Each rollout records its first call, then holds until released: the page must
-    # show that call while the rollout is still open.
-    rollouts = FakeRollouts(calls=3, hold_s=300)
+    # show that call while the rollout is still open. Then more calls than one read
+    # of /api/calls returns.
+    rollouts = FakeRollouts(calls=CALLS, hold_s=300)
     rollouts.release.clear()
     with served(catalog, tmp_path, rollouts=rollouts) as url, \
             chromium(*WIDTHS[width]) as driver:
@@ -70,7 +73,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
         assert "r0" not in driver.find_element(By.ID, "run-detail").text  # not landed
         assert _overflow(driver) <= 0
         rollouts.release.set()
-        wait_for(lambda: len(_texts(driver, "#run-calls .call")) == 3, what="every call")
+        wait_for(lambda: len(_texts(driver, "#run-calls .call")) == CALLS, what="every call")
         wait_for(lambda: "done" in driver.find_element(By.ID, "run-list").text,
                  what="the run done")
         row = driver.find_element(By.CSS_SELECTOR, "#run-list tbody tr")
@@ -97,8 +100,8 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
         heads = wait_for(lambda: _texts(driver, "#compare .compare-head"),
                          what="the side-by-side view")
         assert len(heads) == 2
-        wait_for(lambda: len(_texts(driver, "#compare .compare-cell")) == 6,
-                 what="three calls of each run")
+        wait_for(lambda: len(_texts(driver, "#compare .compare-cell")) == 2 * CALLS,
+                 what="every call of each run")
         tops = driver.execute_script(
             "return [...document.querySelectorAll('#compare .compare-cell')].slice(0, 2)"
             ".map(c => c.getBoundingClientRect().top);")

@@ -181,13 +181,14 @@
   // The calls of one run, read after a cursor: each read asks only for what is new.
   function callReader(runId) {
     return { runId, next: 0, calls: [], run: null,
-      async read() {
+      async read() {  // resolves with how many calls it added
+        const before = this.calls.length;
         for (;;) {
           const page = await api("/api/calls?" + new URLSearchParams({ id: this.runId,
                                                                        after: this.next }));
           this.run = page.run; this.next = page.next;
           this.calls.push(...page.calls);
-          if (!page.more) return page.calls.length;
+          if (!page.more) return this.calls.length - before;
         }
       } };
   }
