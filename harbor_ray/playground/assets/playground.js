@@ -224,14 +224,22 @@
       head.replaceChildren(el("h2", "Run " + run.id), el("p", runLine(run), "hint"));
       if (run.error) head.appendChild(el("pre", run.error, "error"));
       outcomes.replaceChildren(renderOutcomes(run));
-      const fragment = document.createDocumentFragment();
-      for (const call of reader.calls.slice(reader.calls.length - fresh)) {
-        fragment.appendChild(renderCall(call));
-      }
-      list.appendChild(fragment);
+      appendCalls(list, reader.calls.slice(reader.calls.length - fresh));
       none.hidden = reader.calls.length > 0;
       return live(run);
     });
+  }
+
+  // A few calls a frame: a long run's calls drawn at once would hold the page for the
+  // whole layout (hundreds of ms for 200 calls), these keep each frame short.
+  const CALLS_A_FRAME = 20;
+  function appendCalls(list, calls) {
+    const fragment = document.createDocumentFragment();
+    for (const call of calls.slice(0, CALLS_A_FRAME)) fragment.appendChild(renderCall(call));
+    list.appendChild(fragment);
+    if (calls.length > CALLS_A_FRAME) {
+      requestAnimationFrame(() => appendCalls(list, calls.slice(CALLS_A_FRAME)));
+    }
   }
 
   function runLine(run) {
