@@ -422,6 +422,12 @@
     try {
       state.agents = (await api("/api/setup")).agents.map((a) => a.agent);
     } catch (err) { state.agents = []; }
+    // A task opened before the agents were known has an empty list: fill it now.
+    for (const select of document.querySelectorAll("form.run select[name=agent]")) {
+      if (!select.options.length) {
+        for (const name of state.agents) select.appendChild(new Option(name, name));
+      }
+    }
   }
   start();
 })();
