@@ -62,11 +62,11 @@ def _reply(index: int) -> dict[str, Any]:
 class FakeRollouts:
     """`run_rollouts`' stand-in: plans the request's attempts; in each, records its
     first model call (`calls` of them, `agent_turn`'s), then holds until `release` is
-    set (or `hold_s` passed), records the rest and lands the rollout (reward 0.5); or
-    raises `fail`."""
+    set (or `hold_s` passed), records the rest and lands the rollout (reward 0.5,
+    `trial_dir` its trial directory); or raises `fail`."""
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
-                 tokens: int = 6, hold_s: float = 10) -> None:
+                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -74,6 +74,7 @@ class FakeRollouts:
         self.calls = calls
         self.tokens = tokens
         self.hold_s = hold_s
+        self.trial_dir = trial_dir  # each rollout's, when given
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -92,7 +93,8 @@ class FakeRollouts:
                 if index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)
-            records.append(rollout(f"r{attempt}", None, reward=0.5))
+            records.append(rollout(f"r{attempt}", None, reward=0.5, trial_dir=self.trial_dir
+                                   and str(self.trial_dir)))
             on_result(records[-1])
         return records
 

@@ -233,3 +233,14 @@ def test_a_dataset_the_server_does_not_allow_writes_nothing(
         assert reply.status_code == 400 and said in reply.json()["error"]
         assert rollouts.requests == []
     assert not (tmp_path / "escape").exists() and not (tmp_path / "datasets").exists()
+
+
+def test_a_landed_rollout_shows_the_end_of_its_verifier_output(catalog: Catalog,
+                                                               tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+    (trial / "verifier").mkdir(parents=True)
+    (trial / "verifier" / "test-stdout.txt").write_text("x" * 20_000 + "1 passed\n")
+    with client_of(catalog, tmp_path, rollouts=FakeRollouts(trial_dir=trial)) as client:
+        run = client.post("/api/runs", json={**FORM, "attempts": 1}).json()
+        output = finished(client, run["id"])["rollouts"][0]["verifier_output"]
+    assert output.endswith("1 passed\n") and len(output) == 16 * 1024
