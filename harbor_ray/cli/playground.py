@@ -30,13 +30,18 @@ def playground(
         = False,
     max_runs: Annotated[int, typer.Option(
         min=1, help="Runs at once; the others wait their turn.")] = 2,
+    datasets_dir: Annotated[Path | None, typer.Option(
+        help="The one directory runs from the page may write datasets under (the "
+             "Parquet dataset sweeps write), each DIR/NAME for a NAME the form gives; "
+             "without it the form writes none.")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         help="A Host name it answers besides the loopback names and --host "
              "(repeatable; '*' for any). Others get 421 (no DNS rebinding).")] = None,
 ) -> None:
     """Serve a playground in the browser: browse the datasets' tasks (filter as
     you type; instruction, files, task.toml), start a rollout of one through the
-    same code as `harbor-ray rollout`, follow the runs (status, reward), and see
+    same code as `harbor-ray rollout` (optionally into a dataset), follow each
+    run call by call as the model answers, compare runs side by side, and see
     what this machine can run (`harbor-ray info`)."""
     from harbor_ray.playground import serve_playground
 
@@ -44,5 +49,5 @@ def playground(
         serve_playground(
             dataset or ["samples"], out=out, host=host, port=port, llm_url=llm_url,
             key_file=key_file, share_runs=share_runs, max_runs=max_runs,
-            allowed_hosts=allowed_host or (),
+            allowed_hosts=allowed_host or (), datasets_dir=datasets_dir,
             on_ready=lambda url: console.print(f"playground at [bold]{url}[/bold]"))

@@ -13,6 +13,7 @@ import orjson
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.hosted import build_upstream, read_key
 from harbor_ray.capture.proxy.local import local_capture
+from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
 from harbor_ray.errors import StartError
@@ -54,12 +55,15 @@ def run_rollouts(
     request: RolloutRequest, *, progress: Progress = silent,
     on_planned: Callable[[int], None] | None = None,
     on_result: Callable[[RolloutRecord], None] | None = None,
+    on_turn: TurnListener | None = None,
     checked: CheckedStart | None = None,
 ) -> list[RolloutRecord]:
     """Run the request's rollouts, in spec order. `on_planned` hears how many there are
     before the first starts, `on_result` each one as it finishes (after its line is
-    written). A request that cannot work raises before anything starts; `checked`: its
-    `checked_start`, when the caller made it already."""
+    written), `on_turn` each model call as the proxy records it (session id, turn; on
+    the rollouts' event loop, so it must not block). A request that cannot work raises
+    before anything starts; `checked`: its `checked_start`, when the caller made it
+    already."""
     if request.concurrency < 1:
         raise StartError("--concurrency must be at least 1")
     checked = checked or checked_start(request, progress)
@@ -69,12 +73,14 @@ def run_rollouts(
     engine = request.engine if checked.wants_model else None
     with started_engine(engine, None, progress) as started_url:
         url = started_url or request.llm_url
-        return run_until_signalled(_run(specs, url, request, on_result, checked.wants_model))
+        return run_until_signalled(_run(specs, url, request, on_result, checked.wants_model,
+                                        on_turn))
 
 
 async def _run(
     specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
     on_result: Callable[[RolloutRecord], None] | None, wants_model: bool,
+    on_turn: TurnListener | None,
 ) -> list[RolloutRecord]:
     request.results_path.parent.mkdir(parents=True, exist_ok=True)
     with request.results_path.open("a") as sink:
@@ -98,7 +104,8 @@ async def _run(
                                      stitch=request.stitch,
                                      capture=request.capture,
                                      engine_kind=request.engine_kind,
-                                     certified=request.certified) as capture:
+                                     certified=request.certified,
+                                     on_turn=on_turn) as capture:
                 if capture.certification is not None:
                     (request.out.resolve() / ENGINE).write_text(
                         capture.certification.model_dump_json(indent=2) + "\n")

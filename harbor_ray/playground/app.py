@@ -3,8 +3,9 @@
 Routes: `/` the page (static: it holds no data, so it is served to anyone who passes the
 Host check), `POST /login` (the key, when there is one), and under `/api/`: `session`,
 `tasks`, `task`, `file`, `setup`, `runs` (GET: the visitor's runs; POST: start one),
-`run`. Every API route checks the key, resolves the visitor from its signed cookie (a
-new one gets a fresh id) and answers a refusal as JSON with its status, never a 5xx.
+`run`, `calls` (a run's model calls after a cursor: `?id=RUN&after=N`). Every API
+route checks the key, resolves the visitor from its signed cookie (a new one gets a
+fresh id) and answers a refusal as JSON with its status, never a 5xx.
 Every answer passes a last scrub: no response body holds the key or the server's engine
 URL (which may carry a credential).
 """
@@ -152,11 +153,24 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
                 raise PlaygroundRefusal(_first_problem(exc.errors()), status=400) from exc
             return (await launcher.start(visitor, form)).view()
         return {"runs": [run.view() for run in launcher.board.visible(visitor)],
-                "server_engine": launcher.llm_url is not None}
+                "server_engine": launcher.llm_url is not None,
+                "writes_datasets": launcher.datasets.root is not None}
 
     async def run(request: Request, visitor: str) -> Any:
         return playground.launcher.board.get(visitor, request.query_params.get("id", "")
                                              ).view()
+
+    async def calls(request: Request, visitor: str) -> Any:
+        # Polled with a cursor rather than streamed (SSE): each poll is one short
+        # answer through the same key, visitor and scrub checks as every other route.
+        query = request.query_params
+        cursor = query.get("after", "0")
+        if not cursor.isdigit():
+            raise PlaygroundRefusal("after: a count of calls already read", status=400)
+        run, found, after = playground.launcher.board.calls(
+            visitor, query.get("id", ""), int(cursor))
+        return {"run": run.view(), "calls": found, "next": after,
+                "more": after < run.calls}
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -170,7 +184,7 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
               Route("/api/task", api(task)), Route("/api/file", api(file)),
               Route("/api/setup", api(setup)),
               Route("/api/runs", api(runs), methods=["GET", "POST"]),
-              Route("/api/run", api(run))]
+              Route("/api/run", api(run)), Route("/api/calls", api(calls))]
     return HostGuard(Starlette(routes=routes, lifespan=lifespan), allowed_hosts)
 
 

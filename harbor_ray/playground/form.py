@@ -27,3 +27,6 @@ class RunForm(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2, description="Imposed on every call.")
     max_tokens: int | None = Field(None, ge=1, le=1_000_000,
                                    description="Imposed on every call.")
+    write_to: str | None = Field(
+        None, max_length=64, description="A dataset name to commit the run's rollouts "
+        "to, under the server's --datasets-dir; None: results.jsonl only.")

@@ -1,8 +1,11 @@
 """Runs started from the page, through the same code as `harbor-ray rollout`
 (`jobs.rollouts.run_rollouts`), in this process: each run on a worker thread of its own
 (it runs its own event loop, as the command does), at most `max_runs` at once; the
-others wait their turn as `starting`. Each rollout's outcome reaches the run board as it
-lands; a run that fails is recorded on the board, never raised into the server.
+others wait their turn as `starting`. Each model call reaches the run board as the
+capture proxy records it (`run_rollouts`' `on_turn`), and each rollout's outcome (its
+reward and the verifier's output) as it lands; a run that fails is recorded on the
+board, never raised into the server. A run whose form names a dataset also commits each
+rollout to it as it lands (`DatasetSink`).
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.certify import Certification, certify_url
+from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.errors import CertificationError, PlaygroundRefusal
 from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
 from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.runs import Run, RunBoard
 
@@ -31,22 +37,25 @@ class Rollouts(Protocol):
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = ...,
                  on_result: Callable[[RolloutRecord], None] | None = ...,
+                 on_turn: TurnListener | None = ...,
                  ) -> list[RolloutRecord]: ...
 
 
 class Launcher:
     """Starts the runs visitors ask for. `llm_url`: the server's engine (None: agents
     that call a model need a visitor's); `out`: where each run writes results.jsonl
-    (OUT/<run id>/)."""
+    (OUT/<run id>/); `datasets`: where runs may write datasets."""
 
     def __init__(self, board: RunBoard, catalog: Catalog, *, out: Path,
                  llm_url: str | None, max_runs: int = 2,
+                 datasets: DatasetSink | None = None,
                  rollouts: Rollouts = run_rollouts,
                  certify: Callable[[str], Awaitable[Certification]] = certify_url) -> None:
         self.board = board
         self.catalog = catalog
         self.out = out
         self.llm_url = llm_url
+        self.datasets = datasets or DatasetSink(None)
         self._rollouts = rollouts
         self._certify = certify
         self._slots = asyncio.Semaphore(max_runs)
@@ -56,10 +65,12 @@ class Launcher:
         """Check the form against what is served, then start its run; refused forms
         start nothing."""
         self.catalog.task(form.dataset, form.task)
+        if form.write_to is not None:
+            self.datasets.directory(form.write_to)
         llm_url, certified = await self._engine(form)
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
-                  started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+                  started_at=_now(), writes_to=form.write_to)
         request = RolloutRequest(
             agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
             attempts=form.attempts, budget=form.budget, temperature=form.temperature,
@@ -96,7 +107,12 @@ class Launcher:
         def planned(count: int) -> None:
             loop.call_soon_threadsafe(lambda: self.board.update(run.id, planned=count))
 
+        def turn(session_id: str, record: TurnRecord) -> None:
+            loop.call_soon_threadsafe(self.board.called, run.id, session_id, record)
+
         def landed(record: RolloutRecord) -> None:
+            if run.writes_to is not None:
+                self.datasets.write(run.writes_to, record, _manifest(run), ended_at=_now())
             outcome = _outcome(record)
             loop.call_soon_threadsafe(lambda: self.board.landed(run.id, outcome))
 
@@ -104,7 +120,7 @@ class Launcher:
             self.board.update(run.id, status="running")
             try:
                 await asyncio.to_thread(self._rollouts, request, on_planned=planned,
-                                        on_result=landed)
+                                        on_result=landed, on_turn=turn)
             except Exception as exc:  # a failed run is data on the board, not a crash
                 self.board.update(run.id, status="failed",
                                   error=f"{type(exc).__name__}: {exc}")
@@ -112,10 +128,38 @@ class Launcher:
                 self.board.update(run.id, status="done")
 
 
+_VERIFIER_OUTPUT = ("verifier", "test-stdout.txt")  # in a Harbor trial directory
+_VERIFIER_TAIL = 16 * 1024
+
+
 def _outcome(record: RolloutRecord) -> dict[str, Any]:
     result = record.result
     return {"rollout_id": result.rollout_id, "task": result.task, "ok": result.ok,
-            "reward": result.reward, "error_type": result.error_type, "error": result.error,
-            "model_calls": result.model_calls}
+            "reward": result.reward, "rewards": result.rewards,
+            "error_type": result.error_type, "error": result.error,
+            "model_calls": result.model_calls,
+            "verifier_output": _verifier_output(result.trial_dir)}
+
+
+def _verifier_output(trial_dir: str | None) -> str | None:
+    """The end of what the verifier printed (the last 16 KiB), None when it printed
+    nothing readable."""
+    if trial_dir is None:
+        return None
+    try:
+        data = Path(trial_dir, *_VERIFIER_OUTPUT).read_bytes()
+    except OSError:
+        return None
+    return data[-_VERIFIER_TAIL:].decode(errors="replace")
+
+
+def _manifest(run: Run) -> dict[str, Any]:
+    """What a dataset's manifest says made its rows (the run, not the visitor)."""
+    return {"playground": {"run": run.id, "agent": run.agent, "dataset": run.dataset,
+                           "tasks": list(run.tasks)}, "started_at": run.started_at}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 

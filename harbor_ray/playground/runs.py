@@ -1,6 +1,6 @@
-"""The runs visitors started from the playground: who started each, its status, and
-each rollout's outcome as it lands. Plain state, no I/O: the launcher writes it, the app
-reads it, and every read names its visitor.
+"""The runs visitors started from the playground: who started each, its status, its
+model calls as they are recorded and each rollout's outcome as it lands. Plain state,
+no I/O: the launcher writes it, the app reads it, and every read names its visitor.
 
 A visitor sees only its own runs unless the server shares them (`--share-runs`); a run
 it may not see is answered exactly as one that does not exist.
@@ -12,7 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import PlaygroundRefusal
+from harbor_ray.playground.calls import RunCalls
 
 __all__ = ["Run", "RunBoard", "RunStatus"]
 
@@ -34,6 +36,8 @@ class Run:
     planned: int = 0
     rollouts: tuple[dict[str, Any], ...] = ()
     error: str | None = None
+    writes_to: str | None = None  # the dataset name its rollouts are committed to
+    calls: int = 0  # model calls recorded so far
 
     @property
     def reward(self) -> float | None:
@@ -52,9 +56,17 @@ class RunBoard:
     def __init__(self, *, share: bool = False) -> None:
         self.share = share
         self._runs: dict[str, Run] = {}
+        self._calls: dict[str, RunCalls] = {}
 
     def add(self, run: Run) -> None:
         self._runs[run.id] = run
+        self._calls[run.id] = RunCalls()
+
+    def called(self, run_id: str, session_id: str, turn: TurnRecord) -> None:
+        """A model call of the run was recorded."""
+        calls = self._calls[run_id]
+        calls.add(session_id, turn)
+        self.update(run_id, calls=len(calls))
 
     def update(self, run_id: str, **changes: Any) -> None:
         self._runs[run_id] = dataclasses.replace(self._runs[run_id], **changes)
@@ -71,3 +83,11 @@ class RunBoard:
         if run is None or not (self.share or run.owner == visitor):
             raise PlaygroundRefusal("no such run")
         return run
+
+    def calls(self, visitor: str, run_id: str, cursor: int
+              ) -> tuple[Run, list[dict[str, Any]], int]:
+        """(the run, its calls from `cursor` on, the cursor after them), for a visitor
+        who may see the run."""
+        run = self.get(visitor, run_id)
+        found, after = self._calls[run_id].after(cursor)
+        return run, found, after

@@ -23,6 +23,7 @@ from harbor_ray.online.controller_key import load_or_create_key
 from harbor_ray.playground.access import Access
 from harbor_ray.playground.app import Playground, build_playground_app
 from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.launch import Launcher
 from harbor_ray.playground.runs import RunBoard
 from harbor_ray.trials.datasets import resolve_dataset
@@ -32,9 +33,9 @@ __all__ = ["open_playground", "serve_playground"]
 
 def open_playground(datasets: Sequence[str], *, out: Path, llm_url: str | None = None,
                     key: str | None = None, share_runs: bool = False,
-                    max_runs: int = 2) -> Playground:
+                    max_runs: int = 2, datasets_dir: Path | None = None) -> Playground:
     """The playground of `datasets` (specs, resolved now: one that names no dataset is
-    refused before anything is served)."""
+    refused before anything is served); runs may write datasets under `datasets_dir`."""
     try:
         catalog = Catalog([resolve_dataset(spec) for spec in datasets])
     except DatasetError as exc:
@@ -44,7 +45,7 @@ def open_playground(datasets: Sequence[str], *, out: Path, llm_url: str | None =
         return await gather(llm_url, list(datasets))
 
     launcher = Launcher(RunBoard(share=share_runs), catalog, out=out, llm_url=llm_url,
-                        max_runs=max_runs)
+                        max_runs=max_runs, datasets=DatasetSink(datasets_dir))
     return Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                       setup=setup)
 
@@ -53,6 +54,7 @@ def serve_playground(datasets: Sequence[str], *, out: Path, host: str = "127.0.0
                      port: int = 8767, llm_url: str | None = None,
                      key_file: Path | None = None, share_runs: bool = False,
                      max_runs: int = 2, allowed_hosts: Iterable[str] = (),
+                     datasets_dir: Path | None = None,
                      on_ready: Callable[[str], object] = print) -> None:
     """Serve the playground until interrupted."""
     if key_file is None and not is_loopback(host):
@@ -60,7 +62,8 @@ def serve_playground(datasets: Sequence[str], *, out: Path, host: str = "127.0.0
                               "give --key-file (its key is asked of every visitor)")
     key = load_or_create_key(key_file)[0] if key_file is not None else None
     playground = open_playground(datasets, out=out, llm_url=llm_url, key=key,
-                                 share_runs=share_runs, max_runs=max_runs)
+                                 share_runs=share_runs, max_runs=max_runs,
+                                 datasets_dir=datasets_dir)
     try:
         sock = bind(host, port)
     except ServeError as exc:

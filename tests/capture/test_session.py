@@ -159,3 +159,16 @@ async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
     assert [n.parent for n in closed.graph.nodes.values()] == [None, *range(7)]
     assert [t.prompt_ids.tolist() for t in closed.turns] == [
         t.prompt_ids.tolist() for t in arrived]
+
+
+async def test_a_listener_hears_each_turn_once_as_it_is_recorded() -> None:
+    heard: list[tuple[str, int]] = []
+    store = InMemorySessionStore(on_turn=lambda session, t: heard.append((session, t.index)))
+    s = await store.open_session()
+    for _ in range(2):
+        await store.admit(s.session_id)
+    await store.record(s.session_id, turn(1))
+    assert heard == [(s.session_id, 1)]
+    await store.record(s.session_id, turn(1))  # delivered twice: still one turn
+    await store.record(s.session_id, turn(0))
+    assert heard == [(s.session_id, 1), (s.session_id, 0)]

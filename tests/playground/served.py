@@ -1,5 +1,6 @@
 """A playground served over loopback from a thread, its runs going through a stand-in
-for `run_rollouts` (same call, same callbacks): no sandbox or engine is started."""
+for `run_rollouts` (same call, same callbacks, model calls included): no sandbox or
+engine is started."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
+import orjson
 import uvicorn
 
+from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.errors import CertificationError
 from harbor_ray.jobs.rollouts import RolloutRequest
 from harbor_ray.playground.access import Access
 from harbor_ray.playground.app import Playground, build_playground_app
 from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.launch import Launcher
 from harbor_ray.playground.runs import RunBoard
 from tests.data.rollouts import rollout
@@ -28,35 +34,75 @@ KEY = "the-playground-key-0123456789"
 ENGINE = "http://trainer:s3cret-token@engine.internal:8000"
 
 
-class FakeRollouts:
-    """`run_rollouts`' stand-in: plans the request's attempts, lands each one (reward
-    0.5) once `release` is set, or raises `fail`."""
+def agent_turn(index: int, *, tokens: int = 6) -> TurnRecord:
+    """Call `index` of an agent loop as the proxy records it: the conversation so far
+    (the task, then each earlier reply and its tool's output), a reply calling a tool,
+    ids with logprobs, usage and times."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terminus."},
+                                      {"role": "user", "content": "Create hello.txt."}]
+    for earlier in range(index):
+        messages += [_reply(earlier), {"role": "tool", "tool_call_id": f"call-{earlier}",
+                                       "content": f"$ step {earlier}\nok"}]
+    ids = np.arange(100 * index, 100 * index + tokens, dtype=np.int32)
+    return TurnRecord(
+        index=index, dialect="chat", prompt_ids=np.arange(20 + index, dtype=np.int32),
+        token_ids=ids, logprobs=np.linspace(-2, 0, tokens, dtype=np.float32),
+        finish_reason="tool_calls", request_messages_json=orjson.dumps(messages),
+        response_message_json=orjson.dumps(_reply(index)), request_model="test-model",
+        started_at=10.0 * index, ended_at=10.0 * index + 0.25,
+        prompt_tokens=20 + index, completion_tokens=tokens)
 
-    def __init__(self, fail: Exception | None = None) -> None:
+
+def _reply(index: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": f"Step {index}: I run a command.",
+            "tool_calls": [{"id": f"call-{index}", "type": "function", "function": {
+                "name": "bash", "arguments": orjson.dumps({"cmd": f"step {index}"}).decode()}}]}
+
+
+class FakeRollouts:
+    """`run_rollouts`' stand-in: plans the request's attempts; in each, records its
+    first model call (`calls` of them, `agent_turn`'s), then holds until `release` is
+    set (or `hold_s` passed), records the rest and lands the rollout (reward 0.5,
+    `trial_dir` its trial directory); or raises `fail`."""
+
+    def __init__(self, fail: Exception | None = None, *, calls: int = 0,
+                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
         self.fail = fail
+        self.calls = calls
+        self.tokens = tokens
+        self.hold_s = hold_s
+        self.trial_dir = trial_dir  # each rollout's, when given
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
                  on_result: Callable[[RolloutRecord], None] | None = None,
+                 on_turn: TurnListener | None = None,
                  ) -> list[RolloutRecord]:
         self.requests.append(request)
         if self.fail is not None:
             raise self.fail
-        assert on_planned is not None and on_result is not None
+        assert on_planned is not None and on_result is not None and on_turn is not None
         on_planned(request.attempts)
-        self.release.wait(10)
-        records = [rollout(f"r{i}", None, reward=0.5) for i in range(request.attempts)]
-        for record in records:
-            on_result(record)
+        records = []
+        for attempt in range(request.attempts):
+            for index in range(self.calls):
+                on_turn(f"session-{attempt}", agent_turn(index, tokens=self.tokens))
+                if index == 0:
+                    self.release.wait(self.hold_s)
+            self.release.wait(self.hold_s)
+            records.append(rollout(f"r{attempt}", None, reward=0.5, trial_dir=self.trial_dir
+                                   and str(self.trial_dir)))
+            on_result(records[-1])
         return records
 
 
 @contextmanager
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
-           share: bool = False, rollouts: FakeRollouts | None = None) -> Iterator[str]:
+           share: bool = False, rollouts: FakeRollouts | None = None,
+           datasets_dir: Path | None = None) -> Iterator[str]:
     """The playground served over loopback from a thread; yields its URL."""
     async def setup() -> dict[str, Any]:
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
@@ -68,6 +114,7 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
         raise CertificationError(f"{url} lists no models")
 
     launcher = Launcher(RunBoard(share=share), catalog, out=tmp_path, llm_url=ENGINE,
+                        datasets=DatasetSink(datasets_dir),
                         rollouts=rollouts or FakeRollouts(), certify=refuse)
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)

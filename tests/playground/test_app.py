@@ -4,15 +4,18 @@ call, same callbacks), so no sandbox or engine is started."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from harbor_ray.cli import app as cli
+from harbor_ray.data.writer import MANIFEST
 from harbor_ray.errors import PlaygroundError
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.serve import serve_playground
@@ -133,6 +136,7 @@ def test_no_answer_holds_the_key_or_the_engine_credentials(catalog: Catalog,
         replies += [client.get(route) for route in ("/", "/api/tasks", "/api/setup",
                                                     "/api/runs")]
         replies.append(client.get("/api/run", params={"id": run["id"]}))
+        replies.append(client.get("/api/calls", params={"id": run["id"]}))
     for reply in replies:
         seen = reply.text + repr(reply.headers)
         assert KEY not in seen and "s3cret-token" not in seen, reply.url
@@ -147,7 +151,96 @@ def test_it_will_not_serve_beyond_loopback_without_a_key(tmp_path: Path) -> None
 def test_the_flags_are_in_help() -> None:
     result = CliRunner().invoke(cli, ["playground", "--help"], terminal_width=200)
     assert result.exit_code == 0
-    for flag in ("--key-file", "--share-runs", "--llm-url", "--allowed-host", "--max-runs"):
+    for flag in ("--key-file", "--share-runs", "--llm-url", "--allowed-host", "--max-runs",
+                 "--datasets-dir"):
         assert flag in result.output
 
 
+
+
+def test_a_run_s_calls_arrive_while_it_runs_after_a_cursor(catalog: Catalog,
+                                                            tmp_path: Path) -> None:
+    rollouts = FakeRollouts(calls=3)
+    rollouts.release.clear()  # the rollout holds after its first call
+    with client_of(catalog, tmp_path, rollouts=rollouts) as client:
+        run = client.post("/api/runs", json={**FORM, "attempts": 1}).json()
+        for _ in range(500):
+            page = client.get("/api/calls", params={"id": run["id"], "after": 0}).json()
+            if page["calls"]:
+                break
+            threading.Event().wait(0.02)
+        assert [c["index"] for c in page["calls"]] == [0] and page["next"] == 1
+        assert page["run"]["status"] == "running" and page["run"]["rollouts"] == []
+        assert page["calls"][0]["reply"]["tool_calls"][0]["function"]["name"] == "bash"
+        rollouts.release.set()
+        done = finished(client, run["id"])
+        assert done["calls"] == 3 and done["rollouts"][0]["reward"] == 0.5
+        rest = client.get("/api/calls", params={"id": run["id"], "after": 1}).json()
+        assert [c["seq"] for c in rest["calls"]] == [1, 2] and rest["next"] == 3
+        assert rest["calls"][0]["earlier"] == 3 and not rest["more"]
+        assert client.get("/api/calls", params={"id": run["id"], "after": 3}
+                          ).json()["calls"] == []
+
+
+def test_a_visitor_reads_only_its_own_runs_calls(catalog: Catalog, tmp_path: Path) -> None:
+    with served(catalog, tmp_path, rollouts=FakeRollouts(calls=2)) as url, \
+            httpx.Client(base_url=url) as alice, httpx.Client(base_url=url) as bob:
+        run = alice.post("/api/runs", json=FORM).json()
+        finished(alice, run["id"])
+        assert len(alice.get("/api/calls", params={"id": run["id"]}).json()["calls"]) == 4
+        reply = bob.get("/api/calls", params={"id": run["id"]})
+        assert reply.status_code == 404 and "calls" not in reply.json()
+
+
+@pytest.mark.parametrize("params, status", [
+    ({"id": "nope"}, 404), ({"after": "0"}, 404), ({"id": "RUN", "after": "-1"}, 400),
+    ({"id": "RUN", "after": "two"}, 400), ({"id": "RUN", "after": "1e9"}, 400),
+])
+def test_a_calls_read_naming_no_run_or_no_cursor_is_refused(
+        catalog: Catalog, tmp_path: Path, params: dict[str, str], status: int) -> None:
+    with client_of(catalog, tmp_path) as client:
+        run = client.post("/api/runs", json=FORM).json()
+        params = {k: v.replace("RUN", run["id"]) for k, v in params.items()}
+        reply = client.get("/api/calls", params=params)
+        assert reply.status_code == status and "error" in reply.json()
+
+
+def test_a_run_writes_its_rollouts_to_a_dataset_under_the_served_root(
+        catalog: Catalog, tmp_path: Path) -> None:
+    root = tmp_path / "datasets"
+    with client_of(catalog, tmp_path / "runs", datasets_dir=root) as client:
+        assert client.get("/api/runs").json()["writes_datasets"] is True
+        run = client.post("/api/runs", json={**FORM, "write_to": "mine"}).json()
+        assert finished(client, run["id"])["writes_to"] == "mine"
+    table = pq.read_table(root / "mine" / "rollouts")
+    assert sorted(table.column("rollout_id").to_pylist()) == ["r0", "r1"]
+    manifest = json.loads((root / "mine" / MANIFEST).read_text())
+    assert manifest["playground"]["run"] == run["id"] and manifest["schema_version"]
+
+
+@pytest.mark.parametrize("write_to, root, said", [
+    ("../escape", "datasets", "one name"), ("/tmp/x", "datasets", "one name"),
+    (".hidden", "datasets", "one name"), ("a/b", "datasets", "one name"),
+    ("mine", None, "--datasets-dir"),
+])
+def test_a_dataset_the_server_does_not_allow_writes_nothing(
+        catalog: Catalog, tmp_path: Path, write_to: str, root: str | None,
+        said: str) -> None:
+    rollouts = FakeRollouts()
+    datasets_dir = tmp_path / root if root else None
+    with client_of(catalog, tmp_path, rollouts=rollouts, datasets_dir=datasets_dir) as client:
+        reply = client.post("/api/runs", json={**FORM, "write_to": write_to})
+        assert reply.status_code == 400 and said in reply.json()["error"]
+        assert rollouts.requests == []
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "datasets").exists()
+
+
+def test_a_landed_rollout_shows_the_end_of_its_verifier_output(catalog: Catalog,
+                                                               tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+    (trial / "verifier").mkdir(parents=True)
+    (trial / "verifier" / "test-stdout.txt").write_text("x" * 20_000 + "1 passed\n")
+    with client_of(catalog, tmp_path, rollouts=FakeRollouts(trial_dir=trial)) as client:
+        run = client.post("/api/runs", json={**FORM, "attempts": 1}).json()
+        output = finished(client, run["id"])["rollouts"][0]["verifier_output"]
+    assert output.endswith("1 passed\n") and len(output) == 16 * 1024

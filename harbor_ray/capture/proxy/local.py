@@ -20,7 +20,11 @@ from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capt
 from harbor_ray.capture.proxy.certify import Certification, certify
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.server import serve
-from harbor_ray.capture.proxy.session import InMemorySessionStore, StoreSessions
+from harbor_ray.capture.proxy.session import (
+    InMemorySessionStore,
+    StoreSessions,
+    TurnListener,
+)
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import CertificationError
 from harbor_ray.listening import bind
@@ -47,14 +51,15 @@ async def local_capture(
     engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
     stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
     capture: CaptureLevel = "tokens", engine_kind: EngineChoice = "auto",
-    certified: Certification | None = None,
+    certified: Certification | None = None, on_turn: TurnListener | None = None,
 ) -> AsyncIterator[LocalCapture]:
     """Certify `engine` for the `capture` level, behind the adapter for `engine_kind`
     (`auto`: found from its answers), serve the proxy on a free loopback port, stop it
     on exit. `certified`: the engine's certification made already (its kind and model
     are used, and it is not certified again). `wrap`, when given, wraps the proxy's app
     (e.g. to watch what it answers); the wrapper keeps the app's `settings` and `state`,
-    which the server reads."""
+    which the server reads. `on_turn` hears each turn as it is recorded
+    (`InMemorySessionStore`'s)."""
     adapted = await adapt_engine(engine, engine_kind if certified is None
                                  else certified.engine_kind)
     if certified is None:
@@ -65,7 +70,7 @@ async def local_capture(
     else:
         raise CertificationError(f"the engine was certified at the "
                                  f"{certified.capture_level!r} level, below {capture!r}")
-    async with serve_capture(InMemorySessionStore(), adapted.engine,
+    async with serve_capture(InMemorySessionStore(on_turn=on_turn), adapted.engine,
                              certification.served_model, host=host,
                              stitch=stitch and adapted.stitch, wrap=wrap,
                              logprobs_mode=certification.logprobs_mode,

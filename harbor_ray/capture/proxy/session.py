@@ -11,7 +11,7 @@ so the budget counts model turns, not attempts that never reached the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -35,6 +35,8 @@ from harbor_ray.capture.proxy.journal_file import JournalFile
 from harbor_ray.errors import SessionGone
 
 Counter = Literal["engine_error", "budget_stop"]
+# Hears each turn a session records, once, after it is kept: (session id, turn).
+TurnListener = Callable[[str, TurnRecord], None]
 
 
 @dataclass(frozen=True)
@@ -213,12 +215,16 @@ class InMemorySessionStore:
     if given, prefixes every session id it mints so that a stateless replica can find
     the owner from the key alone). With a `journal`, every turn recorded, withdrawn and
     every session closed is appended to it before the call returns (a rollout host's:
-    what survives it, docs/sweeps.md)."""
+    what survives it, docs/sweeps.md). `on_turn`, if given, hears each turn recorded, on
+    the loop that records it (the playground's run view follows calls with it); it must
+    not block, and without one recording costs nothing more."""
 
-    def __init__(self, owner: str | None = None, journal: JournalFile | None = None) -> None:
+    def __init__(self, owner: str | None = None, journal: JournalFile | None = None, *,
+                 on_turn: TurnListener | None = None) -> None:
         self._sessions: dict[str, SessionState] = {}
         self._owner = owner
         self.journal = journal
+        self._on_turn = on_turn
 
     async def open_session(
         self, *, budget: int | None = None, sampling: Sampling | None = None,
@@ -246,8 +252,11 @@ class InMemorySessionStore:
         return self._live(session_id).admit(holder, prefixes)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
-        if self._live(session_id).record(turn) and self.journal is not None:
-            await self.journal.append(Recorded(session_id, turn))
+        if self._live(session_id).record(turn):
+            if self.journal is not None:
+                await self.journal.append(Recorded(session_id, turn))
+            if self._on_turn is not None:
+                self._on_turn(session_id, turn)
 
     async def release(self, session_id: str, index: int, counter: Counter | None = None
                       ) -> None:

@@ -9,7 +9,8 @@
     if (cls) node.className = cls;
     return node;
   };
-  const state = { tasks: [], selected: null, agents: [], openRun: null, timer: null };
+  const state = { tasks: [], selected: null, agents: [], timer: null,
+                  compare: new Set(), following: null, writesDatasets: false };
 
   async function api(path, options) {
     const reply = await fetch(path, Object.assign({ credentials: "same-origin" }, options));
@@ -100,6 +101,10 @@
     engine.appendChild(new Option("my own URL (certified first)", "visitor"));
     const url = field(form, "engine URL", el("input"));
     url.name = "llm_url"; url.placeholder = "http://host:8000";
+    const dataset = field(form, "write to dataset", el("input"));
+    dataset.name = "write_to";
+    dataset.placeholder = state.writesDatasets ? "a name (optional)" : "not on this server";
+    dataset.disabled = !state.writesDatasets;
     const numbers = {};
     for (const [name, value, step] of [["attempts", 1, 1], ["budget", 20, 1],
                                         ["temperature", "", 0.1], ["max_tokens", "", 1]]) {
@@ -115,15 +120,16 @@
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const body = { agent: agent.value, dataset: task.dataset, task: task.name,
-                     engine: engine.value, llm_url: url.value || null };
+                     engine: engine.value, llm_url: url.value || null,
+                     write_to: dataset.value || null };
       for (const [name, input] of Object.entries(numbers)) {
         body[name] = input.value === "" ? null : Number(input.value);
       }
       try {
         const run = await api("/api/runs", { method: "POST", body: JSON.stringify(body),
                                              headers: { "content-type": "application/json" } });
-        state.openRun = run.id;
         showTab("runs");
+        openRun(run.id);
       } catch (err) { said.textContent = err.message; said.className = "error"; }
     });
     return form;
@@ -131,51 +137,232 @@
 
   // --- Runs --------------------------------------------------------------------------
   const reward = (value) => value === null || value === undefined ? "-" : value.toFixed(3);
+  const live = (run) => run.status === "starting" || run.status === "running";
 
   async function refreshRuns() {
     let data;
     try { data = await api("/api/runs"); } catch (err) { return; }
+    state.writesDatasets = data.writes_datasets;
     const body = $("run-list").querySelector("tbody");
     const rows = document.createDocumentFragment();
     for (const run of data.runs) {
       const row = el("tr");
       row.dataset.run = run.id;
+      const pick = el("input");
+      pick.type = "checkbox"; pick.checked = state.compare.has(run.id);
+      pick.setAttribute("aria-label", "compare run " + run.id);
+      pick.addEventListener("click", (event) => {
+        event.stopPropagation();
+        if (pick.checked) state.compare.add(run.id); else state.compare.delete(run.id);
+        compareButton();
+      });
+      const cell = el("td"); cell.appendChild(pick); row.appendChild(cell);
       for (const text of [run.id, run.agent, run.tasks.join(", ")]) row.appendChild(el("td", text));
       row.appendChild(el("td", run.status, "status-" + run.status));
       row.appendChild(el("td", run.rollouts.length + "/" + (run.planned || "?")));
+      row.appendChild(el("td", run.calls));
       row.appendChild(el("td", reward(run.reward)));
-      row.addEventListener("click", () => { state.openRun = run.id; renderRun(run); });
+      row.addEventListener("click", () => openRun(run.id));
       rows.appendChild(row);
-      if (run.id === state.openRun) renderRun(run);
     }
     body.replaceChildren(rows);
     $("runs-empty").hidden = data.runs.length > 0;
-    const busy = data.runs.some((r) => r.status === "starting" || r.status === "running");
+    compareButton();
     clearTimeout(state.timer);
-    if (busy && !$("tab-runs").hidden) state.timer = setTimeout(refreshRuns, 1000);
+    if (data.runs.some(live) && !$("tab-runs").hidden) state.timer = setTimeout(refreshRuns, 1000);
   }
 
-  function renderRun(run) {
+  function compareButton() {
+    const button = $("compare-runs");
+    button.disabled = state.compare.size < 2 || state.compare.size > 4;
+    button.textContent = "Compare side by side (" + state.compare.size + " of 2-4)";
+  }
+
+  // The calls of one run, read after a cursor: each read asks only for what is new.
+  function callReader(runId) {
+    return { runId, next: 0, calls: [], run: null,
+      async read() {  // resolves with how many calls it added
+        const before = this.calls.length;
+        for (;;) {
+          const page = await api("/api/calls?" + new URLSearchParams({ id: this.runId,
+                                                                       after: this.next }));
+          this.run = page.run; this.next = page.next;
+          this.calls.push(...page.calls);
+          if (!page.more) return this.calls.length - before;
+        }
+      } };
+  }
+
+  // One view at a time follows the server: a run (its calls appended as they arrive) or
+  // a comparison; opening either stops the other's polling.
+  function follow(step) {
+    const token = {};
+    state.following = token;
+    const tick = async () => {
+      if (state.following !== token) return;
+      let again = false;
+      try { again = await step(); } catch (err) { again = false; }
+      if (again && state.following === token) setTimeout(tick, 1000);
+    };
+    tick();
+  }
+
+  function openRun(runId) {
+    $("compare").hidden = true;
     const pane = $("run-detail");
-    pane.replaceChildren(el("h2", "Run " + run.id),
-      el("p", run.agent + " on " + run.tasks.join(", ") + " (" + run.dataset + "), " +
-              run.status + ", started " + run.started_at, "hint"));
-    if (run.error) pane.appendChild(el("pre", run.error, "error"));
-    const table = el("table");
-    const head = el("tr");
-    for (const name of ["rollout", "ok", "reward", "model calls", "error"]) {
-      head.appendChild(el("th", name));
+    pane.hidden = false;
+    const head = el("div");
+    const outcomes = el("div");
+    const list = el("div", null, "calls");
+    list.id = "run-calls";
+    const none = el("p", "No model calls yet.", "hint");
+    pane.replaceChildren(head, outcomes, el("h3", "Model calls"), none, list);
+    const reader = callReader(runId);
+    follow(async () => {
+      const fresh = await reader.read();
+      const run = reader.run;
+      head.replaceChildren(el("h2", "Run " + run.id), el("p", runLine(run), "hint"));
+      if (run.error) head.appendChild(el("pre", run.error, "error"));
+      outcomes.replaceChildren(renderOutcomes(run));
+      appendCalls(list, reader.calls.slice(reader.calls.length - fresh));
+      none.hidden = reader.calls.length > 0;
+      return live(run);
+    });
+  }
+
+  // A few calls a frame: a long run's calls drawn at once would hold the page for the
+  // whole layout (hundreds of ms for 200 calls), these keep each frame short.
+  const CALLS_A_FRAME = 20;
+  function appendCalls(list, calls) {
+    const fragment = document.createDocumentFragment();
+    for (const call of calls.slice(0, CALLS_A_FRAME)) fragment.appendChild(renderCall(call));
+    list.appendChild(fragment);
+    if (calls.length > CALLS_A_FRAME) {
+      requestAnimationFrame(() => appendCalls(list, calls.slice(CALLS_A_FRAME)));
     }
-    table.appendChild(head);
+  }
+
+  function runLine(run) {
+    return run.agent + " on " + run.tasks.join(", ") + " (" + run.dataset + "), " +
+      run.status + ", " + run.calls + " model calls, started " + run.started_at +
+      (run.writes_to ? ", written to dataset " + run.writes_to : "");
+  }
+
+  function renderOutcomes(run) {
+    const box = el("div", null, "outcomes");
     for (const r of run.rollouts) {
-      const row = el("tr");
-      for (const text of [r.rollout_id, r.ok ? "yes" : "no", reward(r.reward), r.model_calls,
-                          r.error_type ? r.error_type + ": " + (r.error || "") : ""]) {
-        row.appendChild(el("td", text));
+      const item = el("div", null, "outcome");
+      item.appendChild(el("p", "rollout " + r.rollout_id + ": " + (r.ok ? "ok" : "not ok") +
+        ", reward " + reward(r.reward) + ", " + r.model_calls + " model calls" +
+        (r.error_type ? ", " + r.error_type + ": " + (r.error || "") : "")));
+      if (r.verifier_output) {
+        const verifier = el("details");
+        verifier.appendChild(el("summary", "verifier output"));
+        verifier.appendChild(el("pre", r.verifier_output));
+        item.appendChild(verifier);
       }
-      table.appendChild(row);
+      box.appendChild(item);
     }
-    pane.appendChild(table);
+    return box;
+  }
+
+  // One model call: what the agent sent that the previous call did not, the reply, its
+  // tool calls, then its token section.
+  function renderCall(call) {
+    const box = el("article", null, "call" + (call.auxiliary ? " auxiliary" : ""));
+    box.dataset.seq = call.seq;
+    box.appendChild(el("h4", "call " + (call.index + 1) + " · rollout " + call.rollout +
+      " · " + call.finish_reason + " · " + call.prompt_tokens + " in / " +
+      call.completion_tokens + " out" +
+      (call.latency_s === null ? "" : " · " + call.latency_s.toFixed(2) + " s") +
+      (call.auxiliary ? " · auxiliary" : "")));
+    if (call.earlier) {
+      box.appendChild(el("p", call.earlier + " earlier messages, as the previous call sent them",
+                         "hint"));
+    }
+    for (const message of call.messages) box.appendChild(renderMessage(message, "sent"));
+    box.appendChild(renderMessage(call.reply, "reply"));
+    box.appendChild(renderCallTokens(call));
+    return box;
+  }
+
+  function renderMessage(message, kind) {
+    const box = el("div", null, "message " + kind);
+    box.appendChild(el("span", (message.role || "?") + (kind === "reply" ? " (reply)" : ""),
+                       "role"));
+    const content = textOf(message.content);
+    if (message.reasoning_content) box.appendChild(el("pre", message.reasoning_content, "reasoning"));
+    if (content) box.appendChild(el("pre", content));
+    for (const tool of message.tool_calls || []) {
+      const fn = tool.function || {};
+      box.appendChild(el("pre", "→ " + (fn.name || "?") + " " + (fn.arguments || ""), "tool-call"));
+    }
+    return box;
+  }
+
+  const textOf = (content) => typeof content === "string" ? content :
+    Array.isArray(content) ? content.map((part) => part.text || "[" + part.type + "]").join("\n")
+      : content === null || content === undefined ? "" : JSON.stringify(content);
+
+  // A call's token section: its sampled ids with their logprobs, drawn when opened (a
+  // long run draws none it is not asked for).
+  function renderCallTokens(call) {
+    const section = el("details", null, "tokens");
+    if (!call.token_ids) {
+      section.appendChild(el("summary", "no token ids (recorded below the tokens level)"));
+      return section;
+    }
+    section.appendChild(el("summary", call.token_ids.length + " sampled token ids"));
+    section.addEventListener("toggle", () => {
+      if (!section.open || section.childElementCount > 1) return;
+      const lines = call.token_ids.map((id, k) => {
+        const lp = call.logprobs ? call.logprobs[k] : null;
+        return id + (lp === null || lp === undefined ? "" : " (" + lp.toFixed(3) + ")");
+      });
+      section.appendChild(el("pre", lines.join("  ")));
+    });
+    return section;
+  }
+
+  // --- Side by side ------------------------------------------------------------------
+  // Two to four runs in columns, one row per call index (on a phone each row's calls
+  // stack, each labelled with its run).
+  function openCompare() {
+    const ids = [...state.compare].slice(0, 4);
+    $("run-detail").hidden = true;
+    const pane = $("compare");
+    pane.hidden = false;
+    const readers = ids.map(callReader);
+    let drawn = -1;
+    follow(async () => {
+      await Promise.all(readers.map((r) => r.read()));
+      const total = readers.reduce((n, r) => n + r.calls.length + r.run.rollouts.length, 0);
+      if (total !== drawn) { drawComparison(pane, readers); drawn = total; }
+      return readers.some((r) => live(r.run));
+    });
+  }
+
+  function drawComparison(pane, readers) {
+    const grid = el("div", null, "compare-grid");
+    grid.style.setProperty("--columns", readers.length);
+    for (const r of readers) {
+      const head = el("div", null, "compare-head");
+      head.appendChild(el("h3", "Run " + r.run.id));
+      head.appendChild(el("p", runLine(r.run) + ", reward " + reward(r.run.reward), "hint"));
+      head.appendChild(renderOutcomes(r.run));
+      grid.appendChild(head);
+    }
+    const rows = Math.max(...readers.map((r) => r.calls.length));
+    for (let i = 0; i < rows; i++) {
+      for (const r of readers) {
+        const cell = el("div", null, "compare-cell");
+        cell.appendChild(el("p", "run " + r.run.id + ", call " + (i + 1), "compare-label"));
+        cell.appendChild(i < r.calls.length ? renderCall(r.calls[i]) : el("p", "no call", "hint"));
+        grid.appendChild(cell);
+      }
+    }
+    pane.replaceChildren(el("h2", "Side by side: " + readers.length + " runs, calls aligned by index"),
+                         grid);
   }
 
   // --- Setup -------------------------------------------------------------------------
@@ -226,13 +413,21 @@
       button.addEventListener("click", () => showTab(button.dataset.tab));
     }
     $("task-filter").addEventListener("input", renderTaskList);
+    $("compare-runs").addEventListener("click", openCompare);
     const data = await api("/api/tasks");
     state.tasks = data.tasks.map((t) => Object.assign(t, {
       haystack: (t.name + " " + t.summary + " " + t.dataset).toLowerCase() }));
     renderTaskList();
+    try { state.writesDatasets = (await api("/api/runs")).writes_datasets; } catch (err) { }
     try {
       state.agents = (await api("/api/setup")).agents.map((a) => a.agent);
     } catch (err) { state.agents = []; }
+    // A task opened before the agents were known has an empty list: fill it now.
+    for (const select of document.querySelectorAll("form.run select[name=agent]")) {
+      if (!select.options.length) {
+        for (const name of state.agents) select.appendChild(new Option(name, name));
+      }
+    }
   }
   start();
 })();

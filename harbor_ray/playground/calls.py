@@ -1,0 +1,84 @@
+"""A run's model calls as the capture proxy records them, for the run view: each turn
+becomes a call's view once, when it arrives, and the page reads the calls after a
+cursor (the count it holds), so a poll sends only what is new.
+
+A turn's request holds the whole conversation so far, so a call shows only the
+messages its rollout's previous call did not: those it repeats (the previous request,
+and its reply when the agent sent it back as it came) are counted in `earlier`, not
+sent again; a 200-call rollout would otherwise send its conversation 200 times.
+Plain state, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from harbor_ray.capture.core.turn import TurnRecord
+
+__all__ = ["PAGE", "RunCalls", "call_view"]
+
+PAGE = 50  # calls per read at most: a long run reaches the page in pieces
+
+
+def call_view(turn: TurnRecord, rollout: int, previous: list[Any] | None
+              ) -> tuple[dict[str, Any], list[Any]]:
+    """(the call's view, the conversation it continues the next call from: its request
+    messages and its reply). `rollout`: which of the run's rollouts made it (1, 2...);
+    `previous`: what the rollout's previous call returned here."""
+    messages = _json(turn.request_messages_json, [])
+    reply = _json(turn.response_message_json, {})
+    earlier = _repeated(messages, previous or [])
+    view = {
+        "rollout": rollout, "index": turn.index, "messages": messages[earlier:],
+        "earlier": earlier, "reply": reply, "finish_reason": turn.finish_reason,
+        "prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
+        "latency_s": round(turn.ended_at - turn.started_at, 3) if turn.ended_at else None,
+        "auxiliary": turn.auxiliary,
+        "token_ids": None if turn.token_ids is None else turn.token_ids.tolist(),
+        "logprobs": None if turn.logprobs is None else [
+            None if math.isnan(x) else round(x, 4) for x in turn.logprobs.tolist()],
+    }
+    return view, [*messages, reply]
+
+
+def _repeated(messages: list[Any], previous: list[Any]) -> int:
+    """How many leading messages repeat the previous call's request (with its reply, or
+    without it when the agent rewrote the reply before sending it back)."""
+    for count in (len(previous), len(previous) - 1):
+        if 0 < count <= len(messages) and messages[:count] == previous[:count]:
+            return count
+    return 0
+
+
+def _json(data: bytes, default: Any) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:  # recorded by the proxy from JSON, so not expected
+        return default
+
+
+class RunCalls:
+    """One run's calls in arrival order, each numbered by its place (`seq`)."""
+
+    def __init__(self) -> None:
+        self._calls: list[dict[str, Any]] = []
+        self._rollouts: dict[str, int] = {}  # session id -> 1, 2... in order first heard
+        self._conversations: dict[str, list[Any]] = {}
+
+    def add(self, session_id: str, turn: TurnRecord) -> None:
+        rollout = self._rollouts.setdefault(session_id, len(self._rollouts) + 1)
+        view, conversation = call_view(turn, rollout, self._conversations.get(session_id))
+        self._conversations[session_id] = conversation
+        self._calls.append({"seq": len(self._calls), **view})
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def after(self, cursor: int, limit: int = PAGE) -> tuple[list[dict[str, Any]], int]:
+        """(the calls from `cursor` on, at most `limit`; the cursor after them)."""
+        start = max(0, cursor)
+        found = self._calls[start:start + limit]
+        return found, start + len(found)
