@@ -118,7 +118,7 @@
     pane.replaceChildren(
       header(trace), findings(trace), graph(trace),
       el("h3", { text: `Turns (${trace.turns.length})` }),
-      el("p", { class: "note", id: "token-note", text: doc.notes.token_text }), legend(),
+      tokenNote(), legend(),
       el("div", { id: "trace-turns" }, ...trace.turns.map((t) => turn(t, trace))));
   }
 
@@ -197,18 +197,23 @@
   }
 
   function legend() {
-    return el("p", { class: "legend tokens" },
-      el("span", { class: "tok prompt", text: "prompt id" }),
+    const colour = HarborTokens.colour;
+    return el("p", { class: "legend token-view" },
+      el("span", { class: "tok prompt", text: "prompt" }),
       el("span", { class: "tok sampled m1", style: `background:${colour(-0.05)}`, text: "sampled, p≈0.95, trained" }),
       el("span", { class: "tok sampled m1", style: `background:${colour(-2.3)}`, text: "sampled, p≈0.1, trained" }),
       el("span", { class: "tok sampled m0", style: `background:${colour(-0.05)}`, text: "sampled, mask 0" }),
-      el("span", { class: "tok sampled nolp m0", text: "no logprob" }));
+      el("span", { class: "tok sampled nolp m0", text: "no logprob" }),
+      doc.tokens && doc.tokens.tokenizer ? el("span", { class: "tok special", text: "special token" }) : null);
   }
 
-  // Probability 0 is red, 1 green: the lightness keeps ids readable.
-  function colour(logprob) {
-    const p = Math.exp(logprob);
-    return `hsl(${Math.round(120 * p)}, 75%, 78%)`;
+  // The pieces table when the report has token text (null: ids only, and the page says why).
+  const pieceTable = () => (doc.tokens && doc.tokens.tokenizer ? doc.tokens.pieces : null);
+
+  function tokenNote() {
+    const tokens = doc.tokens;
+    return el("p", { class: "note", id: "token-note" }, doc.notes.token_text + " ",
+      tokens ? el("strong", { id: "tokenizer-note", text: tokens.note }) : null);
   }
 
   function messageNode(m) {
@@ -239,27 +244,15 @@
     details.addEventListener("toggle", () => {
       if (!details.open || details.dataset.drawn || !t.prompt_delta) return;
       details.dataset.drawn = "1";
-      details.append(el("div", { class: "tokens" }, ...t.prompt_delta.map((id) =>
-        el("span", { class: "tok prompt", title: `id ${id} (prompt, mask 0)`, text: id }))));
+      details.append(HarborTokens.view({ ids: t.prompt_delta, table: pieceTable(), role: "prompt" }));
     });
     return details;
   }
 
   function sampledTokens(t) {
     if (!t.token_ids) return el("p", { class: "hint", text: "the engine sent no sampled ids" });
-    const mask = t.mask;
-    return el("div", { class: "tokens sampled-ids" }, ...t.token_ids.map((id, k) => {
-      const lp = t.logprobs ? t.logprobs[k] : null;
-      const m = mask ? mask[k] : null;
-      const span = el("span", {
-        class: `tok sampled m${m === 1 ? 1 : 0}` + (lp === null ? " nolp" : ""),
-        "data-logprob": lp === null ? "none" : lp, "data-mask": m === null ? "unknown" : m,
-        title: `id ${id} · logprob ${lp === null ? "none" : lp.toFixed(4) + " (p=" + Math.exp(lp).toFixed(3) + ")"}` +
-          ` · mask ${m === null ? "unknown" : m} · sampled #${k}`,
-        text: id });
-      if (lp !== null) span.style.background = colour(lp);
-      return span;
-    }));
+    return HarborTokens.view({ ids: t.token_ids, logprobs: t.logprobs, mask: t.mask,
+      table: pieceTable(), role: "sampled" });
   }
 
   function turn(t, trace) {
@@ -290,7 +283,7 @@
         `${fmt(t.prompt_tokens)} prompt and ${fmt(t.completion_tokens)} completion tokens ` +
         "by the engine's usage count" })];
     }
-    return [promptTokens(t), el("div", { class: "hint", text: "sampled ids:" }), sampledTokens(t)];
+    return [promptTokens(t), el("div", { class: "hint", text: "sampled tokens:" }), sampledTokens(t)];
   }
 
   // ---- start, and the live view ----------------------------------------------------
