@@ -22,6 +22,7 @@ WIDTHS = {"desktop": (1400, 1000), "phone": (390, 844)}
 SHOWN = ["h", "é", "·", "\\xf0", "\\x9f", "\\xa4", "🤖", "↵"]
 IDS = ["71", "256", "220", "172", "253", "97", "244", "198"]
 
+TAIL = ["ok"] * 17  # 20 turns in all: drawn a slice at a time
 FIRST_TURN = "#turn-0 .sampled-ids .tok"
 LABELS = f"return [...document.querySelectorAll('{FIRST_TURN}')].map(s => s.textContent)"
 
@@ -49,7 +50,7 @@ def _overflow(driver) -> list[str]:
 def test_tokens_show_as_text_and_toggle_to_ids(tmp_path: Path) -> None:
     tokenizer = byte_level_tokenizer(tmp_path / "tok")
     out = write_dataset(tmp_path / "out", [worded_rollout(
-        "a1", str(tokenizer), tokenizer, ["hé 🤖\n", "done<|end|>", "x " * 400])])
+        "a1", str(tokenizer), tokenizer, ["hé 🤖\n", "done<|end|>", "x " * 400, *TAIL])])
     page = write_report(out)
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as driver:
@@ -65,6 +66,10 @@ def test_tokens_show_as_text_and_toggle_to_ids(tmp_path: Path) -> None:
                 "return HarborTokens.pieces(t.token_ids, window.harborReport.doc.tokens.pieces)"
                 ".map(p => p.text).join('')") == "hé 🤖\n"
             assert driver.find_elements(By.CSS_SELECTOR, "#turn-1 .tok.special")
+            wait_for(lambda: driver.execute_script(
+                "return document.getElementById('trace-turns').dataset.drawn") == "all",
+                what="every turn")
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#trace-turns .turn")) == 20
             assert driver.find_element(By.ID, "tokenizer-note").text.startswith(
                 "Token text decoded for display")
             token = driver.find_elements(By.CSS_SELECTOR, FIRST_TURN)[1]

@@ -115,11 +115,30 @@
       pane.replaceChildren(el("p", { class: "hint", text: "Pick a rollout on the left." }));
       return;
     }
+    const turns = el("div", { id: "trace-turns" });
     pane.replaceChildren(
       header(trace), findings(trace), graph(trace),
       el("h3", { text: `Turns (${trace.turns.length})` }),
-      tokenNote(), legend(),
-      el("div", { id: "trace-turns" }, ...trace.turns.map((t) => turn(t, trace))));
+      tokenNote(), legend(), turns);
+    drawTurns(turns, trace);
+  }
+
+  // A long rollout's turns are drawn a slice at a time, each slice its own task, so the
+  // page keeps answering while a 200-turn trace fills in; `data-drawn` marks the end.
+  const TURN_SLICE = 8;
+  let drawing = 0;
+  function drawTurns(box, trace) {
+    const ticket = ++drawing;
+    let next = 0;
+    const step = () => {
+      if (ticket !== drawing) return;  // another rollout was picked meanwhile
+      const end = Math.min(trace.turns.length, next + TURN_SLICE);
+      box.append(...trace.turns.slice(next, end).map((t) => turn(t, trace)));
+      next = end;
+      if (next < trace.turns.length) setTimeout(step, 0);
+      else box.dataset.drawn = "all";
+    };
+    step();
   }
 
   function kv(rows) {
@@ -181,12 +200,29 @@
       if (!children.has(key)) children.set(key, []);
       children.get(key).push(t);
     }
-    const branch = (turns) => el("ul", {}, ...turns.map((t) => el("li", { "data-turn": t.index },
-      el("a", { text: `turn ${t.index}`, onclick: () => document.getElementById(
-        "turn-" + t.index).scrollIntoView() }),
+    const item = (t, siblings, forks) => el("li", { "data-turn": t.index },
+      el("a", { text: `turn ${t.index}`, onclick: () => {
+        const node = document.getElementById("turn-" + t.index);  // null while it is drawn
+        if (node) node.scrollIntoView();
+      } }),
       ` · ${t.dialect} · ${t.finish_reason} · ${t.token_ids ? t.token_ids.length : 0} sampled`,
-      ...badges(t, turns.length),
-      children.has(t.index) ? branch(children.get(t.index)) : null)));
+      ...badges(t, siblings), forks);
+    // A chain (one child each) stays at its parent's level and only a fork indents, so
+    // a 200-turn agent loop is a list, not 200 nested ones wider than the page.
+    const branch = (turns) => {
+      const items = [];
+      for (const first of turns) {
+        let t = first, siblings = turns.length;
+        for (;;) {
+          const next = children.get(t.index) || [];
+          items.push(item(t, siblings, next.length > 1 ? branch(next) : null));
+          if (next.length !== 1) break;
+          t = next[0];
+          siblings = 1;
+        }
+      }
+      return el("ul", {}, ...items);
+    };
     const seqs = trace.sequences.map((s) => el("li", {},
       `sequence ${s.sequence} (${s.role}): turns ${s.turns.join(" → ")}, ${s.length} ids, ` +
       `${s.trained} trained`));
