@@ -37,7 +37,7 @@ class VocabEntry:
     special: bool = False
 
 
-def kind(entry: VocabEntry) -> PieceKind:
+def _kind(entry: VocabEntry) -> PieceKind:
     if entry.special:
         return "special"
     try:
@@ -58,7 +58,7 @@ def pieces_table(ids: Iterable[int], vocab: Mapping[int, VocabEntry]
         entry = vocab.get(token_id)
         if entry is None:
             continue
-        code = _KIND_CODE[kind(entry)]
+        code = _KIND_CODE[_kind(entry)]
         value = entry.data.hex() if code == "b" else entry.data.decode("utf-8")
         table[str(token_id)] = [code, value]
     return table
