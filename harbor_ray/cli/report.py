@@ -14,6 +14,12 @@ from harbor_ray.errors import NotADatasetError
 PassRewardOption = Annotated[float, typer.Option(
     help="A rollout passes (for pass@k) when its reward is at least this; no reward "
          "never passes.")]
+TokenizerOption = Annotated[str | None, typer.Option(
+    "--tokenizer", metavar="PATH|NAME",
+    help="The tokenizer to show token text with: a directory, or a Hugging Face name in "
+         "the local cache (nothing is downloaded). Default: the served model's, when it "
+         "is on this machine; without one the viewer shows ids and says so. Display "
+         "only: the dataset's ids are never re-tokenised.")]
 
 
 def report(
@@ -22,6 +28,7 @@ def report(
     dest: Annotated[Path | None, typer.Option(
         "--to", help="Where to write the page (default: OUT/report.html).")] = None,
     pass_reward: PassRewardOption = 1.0,
+    tokenizer: TokenizerOption = None,
 ) -> None:
     """Write a dataset's report: one self-contained HTML file (no server, no network).
 
@@ -32,8 +39,10 @@ def report(
 
     Then a trace viewer: filter rollouts by task, ok, error type and reward;
     pick one to see its findings, its rollout graph (roots, forks, discarded
-    retries, auxiliary calls), each turn's messages, and its ids: every
-    sampled id coloured by its logprob, with its loss mask.
+    retries, auxiliary calls), each turn's messages, and its tokens: every
+    sampled id shown as its text (decoded with the served model's tokenizer,
+    or --tokenizer; a toggle shows the ids) and coloured by its logprob,
+    with its loss mask.
 
     Only committed rows are read: safe on a dataset a sweep is writing
     (`harbor-ray view` follows one as it grows).
@@ -42,7 +51,8 @@ def report(
 
     if not (out / "rollouts").is_dir():
         raise NotADatasetError(f"{out} is not a dataset (no rollouts/ in it)")
-    console.print(f"report: {write_report(out, dest, pass_reward=pass_reward)}")
+    page = write_report(out, dest, pass_reward=pass_reward, tokenizer=tokenizer)
+    console.print(f"report: {page}")
 
 
 def view(
@@ -60,6 +70,7 @@ def view(
              "(repeatable; '*' for any): the name others reach it by. Requests naming "
              "any other get 421, so a web page cannot read it through DNS rebinding.")
     ] = None,
+    tokenizer: TokenizerOption = None,
 ) -> None:
     """Serve the report and trace viewer of OUT on loopback, live.
 
@@ -73,5 +84,5 @@ def view(
     out.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
         serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
-                   allowed_hosts=allowed_host or (),
+                   allowed_hosts=allowed_host or (), tokenizer=tokenizer,
                    on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))

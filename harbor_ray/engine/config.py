@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray.serve.llm import LLMConfig
 
-from harbor_ray.engine.model import default_cache_dir
+from harbor_ray.engine.model import DEFAULT_MODEL_ID, default_cache_dir
 from harbor_ray.engine.node_init import SkipNodeInitForLocalModel
 
 DEFAULT_MODEL_SOURCE = "default"
@@ -39,7 +39,7 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_id: str = Field(
-        default="smollm2-135m-instruct",
+        default=DEFAULT_MODEL_ID,
         min_length=1,
         description="The name clients send as `model` and that /v1/models lists.",
     )

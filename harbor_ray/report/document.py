@@ -23,8 +23,11 @@ MANIFEST_FIELDS = ("run", "agent", "sandbox", "dataset", "attempts", "started_at
 
 
 def report_json(tables: DatasetTables, *, source: str, version: str,
-                pass_reward: float = 1.0) -> bytes:
-    """The document of `tables`, read from `source` (shown as the title) at `version`."""
+                pass_reward: float = 1.0, tokens: dict[str, Any] | None = None) -> bytes:
+    """The document of `tables`, read from `source` (shown as the title) at `version`.
+
+    `tokens`: the token text section (tokenizer.token_section), shown by tokens.js;
+    None: no tokenizer was looked for, and the viewer shows ids."""
     rollouts = tables.rollouts
     rewards = [r for r in rollouts["reward"].to_pylist() if r is not None]
     engine = tables.manifest.get("engine") or {}
@@ -48,5 +51,6 @@ def report_json(tables: DatasetTables, *, source: str, version: str,
         "rollouts": summaries(rollouts),
         "traces": traces(tables),
         "notes": {"token_text": TOKEN_TEXT_NOTE},
+        "tokens": tokens,
     }
     return orjson.dumps(document)

@@ -34,6 +34,7 @@ from harbor_ray.listening import base_url, bind
 from harbor_ray.report.build import report_document
 from harbor_ray.report.page import render_page
 from harbor_ray.report.tables import dataset_version
+from harbor_ray.report.tokenizer import Tokenizers
 
 __all__ = ["LiveReport", "build_view_app", "serve_view", "view_in_thread"]
 
@@ -43,9 +44,11 @@ _NO_CACHE = {"cache-control": "no-store"}
 class LiveReport:
     """The document of a dataset directory, rebuilt when its version changes."""
 
-    def __init__(self, out: str | os.PathLike[str], *, pass_reward: float = 1.0) -> None:
+    def __init__(self, out: str | os.PathLike[str], *, pass_reward: float = 1.0,
+                 tokenizer: str | None = None) -> None:
         self.out = Path(out)
         self.pass_reward = pass_reward
+        self.tokenizers = Tokenizers(tokenizer)
         self._version: str | None = None
         self._document = b""
         self._lock = asyncio.Lock()
@@ -60,7 +63,8 @@ class LiveReport:
                 # it is built are picked up by the next request, never hidden.
                 self._version = self.version()
                 self._document = await run_in_threadpool(
-                    report_document, self.out, pass_reward=self.pass_reward)
+                    report_document, self.out, pass_reward=self.pass_reward,
+                    tokenizers=self.tokenizers)
             return self._document
 
 
@@ -82,24 +86,25 @@ def build_view_app(live: LiveReport, *, poll_s: float = 2.0,
                                        Route("/version", version)]), allowed_hosts)
 
 
-def _server(out: str | os.PathLike[str], poll_s: float, pass_reward: float,
-            allowed_hosts: Iterable[str]) -> uvicorn.Server:
-    app = build_view_app(LiveReport(out, pass_reward=pass_reward), poll_s=poll_s,
-                         allowed_hosts=allowed_hosts)
+def _server(live: LiveReport, poll_s: float, allowed_hosts: Iterable[str]) -> uvicorn.Server:
+    app = build_view_app(live, poll_s=poll_s, allowed_hosts=allowed_hosts)
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                          lifespan="off"))
 
 
 def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8766,
                poll_s: float = 2.0, pass_reward: float = 1.0,
-               allowed_hosts: Iterable[str] = (), on_ready=print) -> None:
+               allowed_hosts: Iterable[str] = (), tokenizer: str | None = None,
+               on_ready=print) -> None:
     """Serve the view of `out` until interrupted. The port is bound here, so a taken one
-    fails at once (ViewerError) rather than on the server's thread. It answers the Host
-    names `allowed_hosts`, the loopback names and `host` (when not a wildcard)."""
+    fails at once (ViewerError) rather than on the server's thread, and so is a
+    `tokenizer` that cannot be loaded (ReportError). It answers the Host names
+    `allowed_hosts`, the loopback names and `host` (when not a wildcard)."""
+    live = LiveReport(out, pass_reward=pass_reward, tokenizer=tokenizer)
     sock = _bound(host, port)
     on_ready(base_url(sock))
     allowed = names_served((*LOOPBACK_NAMES, *allowed_hosts), host)
-    asyncio.run(_server(out, poll_s, pass_reward, allowed).serve(sockets=[sock]))
+    asyncio.run(_server(live, poll_s, allowed).serve(sockets=[sock]))
 
 
 @contextmanager
@@ -108,7 +113,8 @@ def view_in_thread(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port
     """The view served from a thread of this process (e.g. beside a sweep), yielding its
     URL; stopped on exit."""
     sock = _bound(host, port)
-    server = _server(out, poll_s, pass_reward, names_served(LOOPBACK_NAMES, host))
+    server = _server(LiveReport(out, pass_reward=pass_reward), poll_s,
+                     names_served(LOOPBACK_NAMES, host))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
                               name="harbor-ray-view", daemon=True)
     thread.start()

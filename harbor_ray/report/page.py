@@ -1,5 +1,6 @@
 """The report as one self-contained HTML file: opens from disk, with no server and no
-network. plotly.js, the viewer's script and style, and the document are all inline.
+network. plotly.js, the viewer's scripts (tokens.js: the token view) and style, and the document
+are all inline.
 
 The document goes into a `<script type="application/json">` element with every `<`
 escaped (`\\u003c`, the same string to JSON), so no stored message can close the element
@@ -37,6 +38,7 @@ def render_page(document: bytes, *, title: str, live_poll_s: float | None = None
         _asset("body.html"),
         f"<script type=\"application/json\" id=\"report-data\">{data}</script>",
         f"<script>window.HARBOR_REPORT_LIVE = {live};</script>",
+        f"<script>{_asset('tokens.js')}</script>",
         f"<script>{_asset('viewer.js')}</script>",
         "</body></html>\n",
     ])

@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harbor_ray.data.schema import ROLLOUTS, SEQUENCES, TURNS
 from harbor_ray.data.writer import MANIFEST, PART_SUFFIX
 
-__all__ = ["POLICY_PREFIX", "DatasetTables", "dataset_version", "policy_columns", "read_tables"]
+__all__ = ["POLICY_PREFIX", "DatasetTables", "dataset_version", "policy_columns", "read_tables",
+           "served_model", "token_ids_used"]
 
 # Online runs add nullable columns named so (another part of the project writes them).
 POLICY_PREFIX = "policy_version"
@@ -43,6 +45,22 @@ class DatasetTables:
 def policy_columns(table: pa.Table) -> list[str]:
     """The table's policy-version columns (none in an offline sweep's dataset)."""
     return [name for name in table.column_names if name.startswith(POLICY_PREFIX)]
+
+
+def served_model(tables: DatasetTables) -> str | None:
+    """The model the rows were sampled from: the certified engine's name in the
+    manifest, else the first one a rollout row names (None when none does)."""
+    engine = tables.manifest.get("engine") or {}
+    if engine.get("served_model"):
+        return str(engine["served_model"])
+    return next((m for m in tables.rollouts["model"].to_pylist() if m), None)
+
+
+def token_ids_used(turns: pa.Table) -> list[int]:
+    """Every distinct id the turns hold, sampled or in a prompt delta."""
+    flat = [pc.list_flatten(turns[name]) for name in ("token_ids", "prompt_delta")]
+    chunks = [chunk for column in flat for chunk in column.chunks]
+    return pc.unique(pa.chunked_array(chunks, type=pa.int32())).to_pylist()
 
 
 def _committed(root: Path) -> list[str]:

@@ -1,9 +1,10 @@
 """What the trace viewer shows of each rollout, from a dataset's tables: pure, JSON out.
 
 Token text: the dataset stores the engine's ids, not their text, and a local
-re-tokenisation could show text the engine never produced. So the viewer shows each
-turn's ids (sampled ones with their logprob and loss mask) and, apart, the turn's text
-as the stored messages carry it.
+re-tokenisation could show text the engine never produced. So each turn keeps its ids
+(sampled ones with their logprob and loss mask); the viewer shows each id as its text
+when the report has the served model's tokenizer (tokenizer.py, token_text.py: id by
+id, never re-tokenised), and the turn's text as the stored messages carry it.
 
 The loss mask is read from sequences/, never recomputed: a turn's sampled ids sit in a
 sequence's `input_ids` right after its full prompt, so its mask is that slice of the
@@ -31,9 +32,9 @@ from harbor_ray.report.tables import POLICY_PREFIX, DatasetTables, policy_column
 __all__ = ["TOKEN_TEXT_NOTE", "summaries", "traces"]
 
 TOKEN_TEXT_NOTE = (
-    "Token text is not in the dataset (it stores the engine's ids): tokens are shown as "
-    "ids with their logprob and loss mask, and the text as the stored messages carry it. "
-    "Nothing here is re-tokenised locally."
+    "The dataset stores the engine's ids, not their text: each id is shown with its "
+    "logprob and loss mask, as its text when a tokenizer is at hand (decoded id by id "
+    "for display, never re-tokenised), else as the id."
 )
 
 _SUMMARY = ("rollout_id", "task", "attempt", "ok", "error_type", "reward")

@@ -9,6 +9,7 @@ import pyarrow as pa
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.report.tables import DatasetTables, read_tables
+from tests.capture.turns_factory import follow, turn
 from tests.data.rollouts import broken_session, dead_rollout, rich_session, rollout
 
 
@@ -41,3 +42,32 @@ def with_policy_versions(tables: DatasetTables, oldest: list[int | None],
         rollouts = (rollouts.set_column(index, name, column) if index >= 0
                     else rollouts.append_column(name, column))
     return DatasetTables(rollouts, tables.turns, tables.sequences, tables.manifest)
+
+
+def byte_level_tokenizer(directory: Path) -> Path:
+    """A small byte-level BPE tokenizer (GPT-2's alphabet, one merge: "é" is one id, an
+    emoji four) and a special `<|end|>`, saved as `directory/tokenizer.json`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {c: i for i, c in enumerate(alphabet)} | {"Ã©": len(alphabet)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[("Ã", "©")]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(["<|end|>"])
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def worded_rollout(rollout_id: str, model: str, tokenizer: Path, replies: list[str]
+                   ) -> RolloutRecord:
+    """A linear rollout whose sampled ids are `tokenizer`'s encoding of `replies`, one a
+    turn, served as `model`."""
+    from tokenizers import Tokenizer
+
+    encode = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).encode
+    turns = [turn(0, encode("hi").ids, encode(replies[0]).ids)]
+    for index, reply in enumerate(replies[1:], start=1):
+        turns.append(follow(turns[-1], index, encode(" ok").ids, encode(reply).ids))
+    return rollout(rollout_id, turns, model=model)

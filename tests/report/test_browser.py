@@ -107,7 +107,7 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
             assert token.value_of_css_property("background-color") not in {
                 "rgba(0, 0, 0, 0)", "transparent"}
         assert any(t.get_attribute("data-mask") == "1" for t in scored)
-        assert driver.find_element(By.ID, "token-note").text.startswith("Token text is not")
+        assert driver.find_element(By.ID, "tokenizer-note").text.startswith("no tokenizer for ")
         assert driver.find_elements(By.CSS_SELECTOR, "#trace-graph li[data-turn]")
         assert driver.find_elements(By.CSS_SELECTOR, ".turn .message")
         ARTIFACTS.mkdir(exist_ok=True)

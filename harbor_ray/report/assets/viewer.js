@@ -115,11 +115,30 @@
       pane.replaceChildren(el("p", { class: "hint", text: "Pick a rollout on the left." }));
       return;
     }
+    const turns = el("div", { id: "trace-turns" });
     pane.replaceChildren(
       header(trace), findings(trace), graph(trace),
       el("h3", { text: `Turns (${trace.turns.length})` }),
-      el("p", { class: "note", id: "token-note", text: doc.notes.token_text }), legend(),
-      el("div", { id: "trace-turns" }, ...trace.turns.map((t) => turn(t, trace))));
+      tokenNote(), legend(), turns);
+    drawTurns(turns, trace);
+  }
+
+  // A long rollout's turns are drawn a slice at a time, each slice its own task, so the
+  // page keeps answering while a 200-turn trace fills in; `data-drawn` marks the end.
+  const TURN_SLICE = 8;
+  let drawing = 0;
+  function drawTurns(box, trace) {
+    const ticket = ++drawing;
+    let next = 0;
+    const step = () => {
+      if (ticket !== drawing) return;  // another rollout was picked meanwhile
+      const end = Math.min(trace.turns.length, next + TURN_SLICE);
+      box.append(...trace.turns.slice(next, end).map((t) => turn(t, trace)));
+      next = end;
+      if (next < trace.turns.length) setTimeout(step, 0);
+      else box.dataset.drawn = "all";
+    };
+    step();
   }
 
   function kv(rows) {
@@ -181,12 +200,29 @@
       if (!children.has(key)) children.set(key, []);
       children.get(key).push(t);
     }
-    const branch = (turns) => el("ul", {}, ...turns.map((t) => el("li", { "data-turn": t.index },
-      el("a", { text: `turn ${t.index}`, onclick: () => document.getElementById(
-        "turn-" + t.index).scrollIntoView() }),
+    const item = (t, siblings, forks) => el("li", { "data-turn": t.index },
+      el("a", { text: `turn ${t.index}`, onclick: () => {
+        const node = document.getElementById("turn-" + t.index);  // null while it is drawn
+        if (node) node.scrollIntoView();
+      } }),
       ` · ${t.dialect} · ${t.finish_reason} · ${t.token_ids ? t.token_ids.length : 0} sampled`,
-      ...badges(t, turns.length),
-      children.has(t.index) ? branch(children.get(t.index)) : null)));
+      ...badges(t, siblings), forks);
+    // A chain (one child each) stays at its parent's level and only a fork indents, so
+    // a 200-turn agent loop is a list, not 200 nested ones wider than the page.
+    const branch = (turns) => {
+      const items = [];
+      for (const first of turns) {
+        let t = first, siblings = turns.length;
+        for (;;) {
+          const next = children.get(t.index) || [];
+          items.push(item(t, siblings, next.length > 1 ? branch(next) : null));
+          if (next.length !== 1) break;
+          t = next[0];
+          siblings = 1;
+        }
+      }
+      return el("ul", {}, ...items);
+    };
     const seqs = trace.sequences.map((s) => el("li", {},
       `sequence ${s.sequence} (${s.role}): turns ${s.turns.join(" → ")}, ${s.length} ids, ` +
       `${s.trained} trained`));
@@ -197,18 +233,23 @@
   }
 
   function legend() {
-    return el("p", { class: "legend tokens" },
-      el("span", { class: "tok prompt", text: "prompt id" }),
+    const colour = HarborTokens.colour;
+    return el("p", { class: "legend token-view" },
+      el("span", { class: "tok prompt", text: "prompt" }),
       el("span", { class: "tok sampled m1", style: `background:${colour(-0.05)}`, text: "sampled, p≈0.95, trained" }),
       el("span", { class: "tok sampled m1", style: `background:${colour(-2.3)}`, text: "sampled, p≈0.1, trained" }),
       el("span", { class: "tok sampled m0", style: `background:${colour(-0.05)}`, text: "sampled, mask 0" }),
-      el("span", { class: "tok sampled nolp m0", text: "no logprob" }));
+      el("span", { class: "tok sampled nolp m0", text: "no logprob" }),
+      doc.tokens && doc.tokens.tokenizer ? el("span", { class: "tok special", text: "special token" }) : null);
   }
 
-  // Probability 0 is red, 1 green: the lightness keeps ids readable.
-  function colour(logprob) {
-    const p = Math.exp(logprob);
-    return `hsl(${Math.round(120 * p)}, 75%, 78%)`;
+  // The pieces table when the report has token text (null: ids only, and the page says why).
+  const pieceTable = () => (doc.tokens && doc.tokens.tokenizer ? doc.tokens.pieces : null);
+
+  function tokenNote() {
+    const tokens = doc.tokens;
+    return el("p", { class: "note", id: "token-note" }, doc.notes.token_text + " ",
+      tokens ? el("strong", { id: "tokenizer-note", text: tokens.note }) : null);
   }
 
   function messageNode(m) {
@@ -239,27 +280,15 @@
     details.addEventListener("toggle", () => {
       if (!details.open || details.dataset.drawn || !t.prompt_delta) return;
       details.dataset.drawn = "1";
-      details.append(el("div", { class: "tokens" }, ...t.prompt_delta.map((id) =>
-        el("span", { class: "tok prompt", title: `id ${id} (prompt, mask 0)`, text: id }))));
+      details.append(HarborTokens.view({ ids: t.prompt_delta, table: pieceTable(), role: "prompt" }));
     });
     return details;
   }
 
   function sampledTokens(t) {
     if (!t.token_ids) return el("p", { class: "hint", text: "the engine sent no sampled ids" });
-    const mask = t.mask;
-    return el("div", { class: "tokens sampled-ids" }, ...t.token_ids.map((id, k) => {
-      const lp = t.logprobs ? t.logprobs[k] : null;
-      const m = mask ? mask[k] : null;
-      const span = el("span", {
-        class: `tok sampled m${m === 1 ? 1 : 0}` + (lp === null ? " nolp" : ""),
-        "data-logprob": lp === null ? "none" : lp, "data-mask": m === null ? "unknown" : m,
-        title: `id ${id} · logprob ${lp === null ? "none" : lp.toFixed(4) + " (p=" + Math.exp(lp).toFixed(3) + ")"}` +
-          ` · mask ${m === null ? "unknown" : m} · sampled #${k}`,
-        text: id });
-      if (lp !== null) span.style.background = colour(lp);
-      return span;
-    }));
+    return HarborTokens.view({ ids: t.token_ids, logprobs: t.logprobs, mask: t.mask,
+      table: pieceTable(), role: "sampled" });
   }
 
   function turn(t, trace) {
@@ -290,7 +319,7 @@
         `${fmt(t.prompt_tokens)} prompt and ${fmt(t.completion_tokens)} completion tokens ` +
         "by the engine's usage count" })];
     }
-    return [promptTokens(t), el("div", { class: "hint", text: "sampled ids:" }), sampledTokens(t)];
+    return [promptTokens(t), el("div", { class: "hint", text: "sampled tokens:" }), sampledTokens(t)];
   }
 
   // ---- start, and the live view ----------------------------------------------------
