@@ -148,3 +148,11 @@ def notice(message: str) -> None:
 def show_log(terminal: Terminal) -> None:
     if terminal.log is not None:
         console.print(f"logs: {terminal.log}")
+
+# Shared by report, view and playground.
+TokenizerOption = Annotated[str | None, typer.Option(
+    "--tokenizer", metavar="PATH|NAME",
+    help="The tokenizer to show token text with: a directory, or a Hugging Face name in "
+         "the local cache (nothing is downloaded). Default: the served model's, when it "
+         "is on this machine; without one the viewer shows ids and says so. Display "
+         "only: the dataset's ids are never re-tokenised.")]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from harbor_ray.cli.options import LlmUrlOption, console
+from harbor_ray.cli.options import LlmUrlOption, TokenizerOption, console
 
 
 def playground(
@@ -34,6 +34,7 @@ def playground(
         help="The one directory runs from the page may write datasets under (the "
              "Parquet dataset sweeps write), each DIR/NAME for a NAME the form gives; "
              "without it the form writes none.")] = None,
+    tokenizer: TokenizerOption = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         help="A Host name it answers besides the loopback names and --host "
              "(repeatable; '*' for any). Others get 421 (no DNS rebinding).")] = None,
@@ -50,4 +51,5 @@ def playground(
             dataset or ["samples"], out=out, host=host, port=port, llm_url=llm_url,
             key_file=key_file, share_runs=share_runs, max_runs=max_runs,
             allowed_hosts=allowed_host or (), datasets_dir=datasets_dir,
+            tokenizer=tokenizer,
             on_ready=lambda url: console.print(f"playground at [bold]{url}[/bold]"))

@@ -8,18 +8,12 @@ from typing import Annotated
 
 import typer
 
-from harbor_ray.cli.options import console
+from harbor_ray.cli.options import TokenizerOption, console
 from harbor_ray.errors import NotADatasetError
 
 PassRewardOption = Annotated[float, typer.Option(
     help="A rollout passes (for pass@k) when its reward is at least this; no reward "
          "never passes.")]
-TokenizerOption = Annotated[str | None, typer.Option(
-    "--tokenizer", metavar="PATH|NAME",
-    help="The tokenizer to show token text with: a directory, or a Hugging Face name in "
-         "the local cache (nothing is downloaded). Default: the served model's, when it "
-         "is on this machine; without one the viewer shows ids and says so. Display "
-         "only: the dataset's ids are never re-tokenised.")]
 
 
 def report(

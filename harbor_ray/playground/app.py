@@ -57,13 +57,20 @@ def _asset(name: str) -> str:
     return resources.files("harbor_ray.playground").joinpath("assets", name).read_text()
 
 
+@cache
+def _token_view() -> str:
+    """The report viewer's token view (HarborTokens), shared so both pages show ids alike."""
+    return resources.files("harbor_ray.report").joinpath("assets", "tokens.js").read_text()
+
+
 def page_html() -> str:
     return "".join([
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         "<title>harbor_ray playground</title><link rel=\"icon\" href=\"data:,\">",
         f"<style>{_asset('playground.css')}</style></head>\n<body>",
-        _asset("body.html"), f"<script>{_asset('playground.js')}</script>",
+        _asset("body.html"), f"<script>{_token_view()}</script>",
+        f"<script>{_asset('playground.js')}</script>",
         "</body></html>\n"])
 
 

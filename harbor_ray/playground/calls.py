@@ -12,32 +12,42 @@ Plain state, no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from harbor_ray.capture.core.turn import TurnRecord
 
-__all__ = ["PAGE", "RunCalls", "call_view"]
+__all__ = ["PAGE", "RunCalls", "TokenPieces", "call_view"]
 
 PAGE = 50  # calls per read at most: a long run reaches the page in pieces
 
+# (served model, sampled ids) -> the page's token text for them: {"pieces": the table of
+# report/token_text.pieces_table, or None without a tokenizer; "note": what the page says}
+TokenPieces = Callable[[str, list[int]], dict[str, Any]]
 
-def call_view(turn: TurnRecord, rollout: int, previous: list[Any] | None
-              ) -> tuple[dict[str, Any], list[Any]]:
+
+def call_view(turn: TurnRecord, rollout: int, previous: list[Any] | None,
+              token_pieces: TokenPieces | None = None) -> tuple[dict[str, Any], list[Any]]:
     """(the call's view, the conversation it continues the next call from: its request
     messages and its reply). `rollout`: which of the run's rollouts made it (1, 2...);
-    `previous`: what the rollout's previous call returned here."""
+    `previous`: what the rollout's previous call returned here; `token_pieces`: the
+    sampled ids' text for display (the ids stay what the view holds)."""
     messages = _json(turn.request_messages_json, [])
     reply = _json(turn.response_message_json, {})
     earlier = _repeated(messages, previous or [])
+    token_ids = None if turn.token_ids is None else turn.token_ids.tolist()
+    text = (token_pieces(turn.request_model, token_ids)
+            if token_pieces is not None and token_ids is not None else {})
     view = {
         "rollout": rollout, "index": turn.index, "messages": messages[earlier:],
         "earlier": earlier, "reply": reply, "finish_reason": turn.finish_reason,
         "prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
         "latency_s": round(turn.ended_at - turn.started_at, 3) if turn.ended_at else None,
         "auxiliary": turn.auxiliary,
-        "token_ids": None if turn.token_ids is None else turn.token_ids.tolist(),
+        "token_ids": token_ids, "pieces": text.get("pieces"),
+        "tokens_note": text.get("note"),
         "logprobs": None if turn.logprobs is None else [
             None if math.isnan(x) else round(x, 4) for x in turn.logprobs.tolist()],
     }
@@ -63,14 +73,16 @@ def _json(data: bytes, default: Any) -> Any:
 class RunCalls:
     """One run's calls in arrival order, each numbered by its place (`seq`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, token_pieces: TokenPieces | None = None) -> None:
+        self._token_pieces = token_pieces
         self._calls: list[dict[str, Any]] = []
         self._rollouts: dict[str, int] = {}  # session id -> 1, 2... in order first heard
         self._conversations: dict[str, list[Any]] = {}
 
     def add(self, session_id: str, turn: TurnRecord) -> None:
         rollout = self._rollouts.setdefault(session_id, len(self._rollouts) + 1)
-        view, conversation = call_view(turn, rollout, self._conversations.get(session_id))
+        view, conversation = call_view(turn, rollout, self._conversations.get(session_id),
+                                       self._token_pieces)
         self._conversations[session_id] = conversation
         self._calls.append({"seq": len(self._calls), **view})
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import PlaygroundRefusal
-from harbor_ray.playground.calls import RunCalls
+from harbor_ray.playground.calls import RunCalls, TokenPieces
 
 __all__ = ["Run", "RunBoard", "RunStatus"]
 
@@ -53,14 +53,16 @@ class Run:
 class RunBoard:
     """Every run of this server, by id, in the order started."""
 
-    def __init__(self, *, share: bool = False) -> None:
+    def __init__(self, *, share: bool = False, token_pieces: TokenPieces | None = None
+                 ) -> None:
         self.share = share
+        self._token_pieces = token_pieces
         self._runs: dict[str, Run] = {}
         self._calls: dict[str, RunCalls] = {}
 
     def add(self, run: Run) -> None:
         self._runs[run.id] = run
-        self._calls[run.id] = RunCalls()
+        self._calls[run.id] = RunCalls(self._token_pieces)
 
     def called(self, run_id: str, session_id: str, turn: TurnRecord) -> None:
         """A model call of the run was recorded."""

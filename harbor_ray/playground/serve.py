@@ -26,6 +26,7 @@ from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.launch import Launcher
 from harbor_ray.playground.runs import RunBoard
+from harbor_ray.report.tokenizer import Tokenizers, token_section
 from harbor_ray.trials.datasets import resolve_dataset
 
 __all__ = ["open_playground", "serve_playground"]
@@ -33,9 +34,12 @@ __all__ = ["open_playground", "serve_playground"]
 
 def open_playground(datasets: Sequence[str], *, out: Path, llm_url: str | None = None,
                     key: str | None = None, share_runs: bool = False,
-                    max_runs: int = 2, datasets_dir: Path | None = None) -> Playground:
+                    max_runs: int = 2, datasets_dir: Path | None = None,
+                    tokenizer: str | None = None) -> Playground:
     """The playground of `datasets` (specs, resolved now: one that names no dataset is
-    refused before anything is served); runs may write datasets under `datasets_dir`."""
+    refused before anything is served); runs may write datasets under `datasets_dir`;
+    calls show their ids as text with `tokenizer`, or the served model's when it is on
+    this machine (a `tokenizer` that cannot be read is refused now)."""
     try:
         catalog = Catalog([resolve_dataset(spec) for spec in datasets])
     except DatasetError as exc:
@@ -44,7 +48,15 @@ def open_playground(datasets: Sequence[str], *, out: Path, llm_url: str | None =
     async def setup() -> dict[str, Any]:
         return await gather(llm_url, list(datasets))
 
-    launcher = Launcher(RunBoard(share=share_runs), catalog, out=out, llm_url=llm_url,
+    tokenizers = Tokenizers(tokenizer)
+
+    def token_pieces(model: str, ids: list[int]) -> dict[str, Any]:
+        section = token_section(tokenizers.for_model(model or None), ids)
+        return {"pieces": section["pieces"] if section["tokenizer"] else None,
+                "note": section["note"]}
+
+    board = RunBoard(share=share_runs, token_pieces=token_pieces)
+    launcher = Launcher(board, catalog, out=out, llm_url=llm_url,
                         max_runs=max_runs, datasets=DatasetSink(datasets_dir))
     return Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                       setup=setup)
@@ -54,7 +66,7 @@ def serve_playground(datasets: Sequence[str], *, out: Path, host: str = "127.0.0
                      port: int = 8767, llm_url: str | None = None,
                      key_file: Path | None = None, share_runs: bool = False,
                      max_runs: int = 2, allowed_hosts: Iterable[str] = (),
-                     datasets_dir: Path | None = None,
+                     datasets_dir: Path | None = None, tokenizer: str | None = None,
                      on_ready: Callable[[str], object] = print) -> None:
     """Serve the playground until interrupted."""
     if key_file is None and not is_loopback(host):
@@ -63,7 +75,7 @@ def serve_playground(datasets: Sequence[str], *, out: Path, host: str = "127.0.0
     key = load_or_create_key(key_file)[0] if key_file is not None else None
     playground = open_playground(datasets, out=out, llm_url=llm_url, key=key,
                                  share_runs=share_runs, max_runs=max_runs,
-                                 datasets_dir=datasets_dir)
+                                 datasets_dir=datasets_dir, tokenizer=tokenizer)
     try:
         sock = bind(host, port)
     except ServeError as exc:

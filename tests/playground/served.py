@@ -23,6 +23,7 @@ from harbor_ray.errors import CertificationError
 from harbor_ray.jobs.rollouts import RolloutRequest
 from harbor_ray.playground.access import Access
 from harbor_ray.playground.app import Playground, build_playground_app
+from harbor_ray.playground.calls import TokenPieces
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.launch import Launcher
@@ -102,7 +103,8 @@ class FakeRollouts:
 @contextmanager
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
            share: bool = False, rollouts: FakeRollouts | None = None,
-           datasets_dir: Path | None = None) -> Iterator[str]:
+           datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None
+           ) -> Iterator[str]:
     """The playground served over loopback from a thread; yields its URL."""
     async def setup() -> dict[str, Any]:
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
@@ -113,8 +115,8 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
     async def refuse(url: str) -> Certification:
         raise CertificationError(f"{url} lists no models")
 
-    launcher = Launcher(RunBoard(share=share), catalog, out=tmp_path, llm_url=ENGINE,
-                        datasets=DatasetSink(datasets_dir),
+    launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
+                        out=tmp_path, llm_url=ENGINE, datasets=DatasetSink(datasets_dir),
                         rollouts=rollouts or FakeRollouts(), certify=refuse)
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
@@ -48,7 +49,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
     # of /api/calls returns.
     rollouts = FakeRollouts(calls=CALLS, hold_s=300)
     rollouts.release.clear()
-    with served(catalog, tmp_path, rollouts=rollouts) as url, \
+    with served(catalog, tmp_path, rollouts=rollouts, token_pieces=_word_per_id) as url, \
             chromium(*WIDTHS[width]) as driver:
         driver.get(url)
         wait_for(lambda: _texts(driver, "#task-list li"), what="the task list")
@@ -82,7 +83,14 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
                  what="the run's rollouts")
         token_section = driver.find_element(By.CSS_SELECTOR, "#run-calls details.tokens")
         token_section.click()
-        wait_for(lambda: "(-2.000)" in token_section.text, what="the call's token ids")
+        # The report's token view: each id as its text, a toggle to the ids.
+        wait_for(lambda: token_section.find_elements(By.CSS_SELECTOR, ".tok.sampled"),
+                 what="the call's tokens")
+        first = token_section.find_element(By.CSS_SELECTOR, ".tok.sampled")
+        assert first.text.strip() == "w0" and first.get_attribute("data-logprob") == "-2"
+        token_section.find_element(By.CSS_SELECTOR, ".token-toggle").click()
+        wait_for(lambda: token_section.find_element(By.CSS_SELECTOR, ".tok.sampled"
+                                                    ).text.strip() == "0", what="the ids")
         assert _overflow(driver) <= 0
         driver.save_screenshot(str(ARTIFACTS / f"playground-run-view-{width}.png"))
 
@@ -123,3 +131,8 @@ def test_a_path_out_of_a_task_is_refused_in_the_browser(catalog: Catalog,
         driver.get(f"{url}/api/file?dataset=samples&task=hello-file&path=../fix-mean/task.toml")
         reply = json.loads(driver.find_element(By.TAG_NAME, "body").text)
         assert "error" in reply and "[environment]" not in driver.page_source
+
+
+def _word_per_id(model: str, ids: list[int]) -> dict[str, Any]:
+    """A stand-in tokenizer's table: id N reads `wN`."""
+    return {"pieces": {str(i): ["t", f"w{i}"] for i in ids}, "note": "stand-in"}

@@ -66,3 +66,19 @@ def test_a_long_run_is_read_a_page_at_a_time() -> None:
     first, cursor = calls.after(0)
     rest, end = calls.after(cursor)
     assert (len(first), len(rest), cursor, end) == (PAGE, 5, PAGE, PAGE + 5)
+
+
+def test_a_call_carries_its_ids_text_for_display_and_keeps_the_ids() -> None:
+    asked: list[tuple[str, list[int]]] = []
+
+    def pieces(model: str, ids: list[int]) -> dict:
+        asked.append((model, ids))
+        return {"pieces": {str(i): ["t", f"w{i}"] for i in ids}, "note": "n"}
+
+    calls = RunCalls(pieces)
+    calls.add("s", agent_turn(0))
+    [call], _ = calls.after(0)
+    assert asked == [("test-model", list(range(6)))]
+    assert call["pieces"]["5"] == ["t", "w5"] and call["token_ids"] == list(range(6))
+    assert call["tokens_note"] == "n"
+    assert call_view(agent_turn(0), 1, None)[0]["pieces"] is None  # no tokenizer: ids

@@ -304,22 +304,22 @@
     Array.isArray(content) ? content.map((part) => part.text || "[" + part.type + "]").join("\n")
       : content === null || content === undefined ? "" : JSON.stringify(content);
 
-  // A call's token section: its sampled ids with their logprobs, drawn when opened (a
-  // long run draws none it is not asked for).
+  // A call's token section: its sampled ids as text (the report's token view, with its
+  // toggle to the ids and logprob colours), drawn when opened (a long run draws none it
+  // is not asked for). Without a tokenizer the view shows ids, and the summary says so.
   function renderCallTokens(call) {
     const section = el("details", null, "tokens");
     if (!call.token_ids) {
       section.appendChild(el("summary", "no token ids (recorded below the tokens level)"));
       return section;
     }
-    section.appendChild(el("summary", call.token_ids.length + " sampled token ids"));
+    section.appendChild(el("summary", call.token_ids.length + " sampled tokens" +
+                           (call.pieces ? "" : " (" + (call.tokens_note || "ids") + ")")));
     section.addEventListener("toggle", () => {
       if (!section.open || section.childElementCount > 1) return;
-      const lines = call.token_ids.map((id, k) => {
-        const lp = call.logprobs ? call.logprobs[k] : null;
-        return id + (lp === null || lp === undefined ? "" : " (" + lp.toFixed(3) + ")");
-      });
-      section.appendChild(el("pre", lines.join("  ")));
+      section.appendChild(HarborTokens.view({
+        ids: call.token_ids, logprobs: call.logprobs, mask: null,
+        table: call.pieces || null, role: "sampled"}));
     });
     return section;
   }
