@@ -58,9 +58,9 @@ def sweep(
              "on its node before the reply reaches the agent; when a host dies, its "
              "rollouts become `infra_lost` rows with those turns, marked `partial`. "
              "`flush` (default): each turn is in the kernel first (survives the host "
-             "process; ~0.06 ms an 8k-token turn), `fsync`: on the disk first (survives "
-             "the node's OS too, where the journal is unreachable anyway unless OUT is "
-             "shared; ~0.5 ms, with a longer tail), `off`: no journal (a dead host's "
+             "process), `fsync`: on the disk first (survives the node's OS too, where "
+             "the journal is unreachable anyway unless OUT is shared; costs each call "
+             "the disk's flush: docs/performance.md), `off`: no journal (a dead host's "
              "rows have no turns).")] = "flush",
     train_partial: Annotated[bool, typer.Option(
         help="Mark partial rows (a dead host's rollouts, rebuilt from its journal) "
