@@ -115,6 +115,9 @@ async def test_a_checkpoint_that_fails_in_the_engine_leaves_the_old_weights(
     assert max_gap(logprobs_after, logprobs_before) < SAME
 
 
+LONG = 640
+
+
 async def test_a_request_in_flight_survives_an_update(
     engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
 ) -> None:
@@ -123,7 +126,9 @@ async def test_a_request_in_flight_survives_an_update(
     # where the new version took over.
     again = shutil.copytree(updater.path, tmp_path / "again")
     old = updater.version
-    request = asyncio.create_task(_chat(engine, max_tokens=96, ignore_eos=True))
+    # Long enough that the update's pause lands mid-generation even on an idle machine
+    # (96 tokens were all sampled before it, and the reply had one version).
+    request = asyncio.create_task(_chat(engine, max_tokens=LONG, ignore_eos=True))
     await asyncio.sleep(1.0)
     in_flight = not request.done()
     result = await updater.update(str(again), updater.version + 1)
@@ -131,10 +136,10 @@ async def test_a_request_in_flight_survives_an_update(
     assert in_flight and result.ok, result
     assert "cache" not in result.step_seconds and "label" in result.step_seconds
     [choice] = reply["choices"]
-    assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 96
+    assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == LONG
     [before, after] = choice["weight_versions"]
     assert (before["version"], after["version"]) == (str(old), str(old + 1))
-    assert before["start"] == 0 and before["end"] == after["start"] and after["end"] == 96
+    assert before["start"] == 0 and before["end"] == after["start"] and after["end"] == LONG
 
 
 async def test_the_tokens_after_an_update_mid_call_are_the_new_weights(
