@@ -33,6 +33,7 @@ from harbor_ray.playground.access import KEY_COOKIE, VISITOR_COOKIE, Access
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.launch import Launcher
+from harbor_ray.report.page import token_view_script
 
 __all__ = ["Playground", "build_playground_app"]
 
@@ -57,19 +58,13 @@ def _asset(name: str) -> str:
     return resources.files("harbor_ray.playground").joinpath("assets", name).read_text()
 
 
-@cache
-def _token_view() -> str:
-    """The report viewer's token view (HarborTokens), shared so both pages show ids alike."""
-    return resources.files("harbor_ray.report").joinpath("assets", "tokens.js").read_text()
-
-
 def page_html() -> str:
     return "".join([
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         "<title>harbor_ray playground</title><link rel=\"icon\" href=\"data:,\">",
         f"<style>{_asset('playground.css')}</style></head>\n<body>",
-        _asset("body.html"), f"<script>{_token_view()}</script>",
+        _asset("body.html"), f"<script>{token_view_script()}</script>",
         f"<script>{_asset('playground.js')}</script>",
         "</body></html>\n"])
 

@@ -15,12 +15,17 @@ from importlib import resources
 
 from plotly.offline import get_plotlyjs
 
-__all__ = ["render_page"]
+__all__ = ["render_page", "token_view_script"]
 
 
 @cache
 def _asset(name: str) -> str:
     return resources.files("harbor_ray.report").joinpath("assets", name).read_text()
+
+
+def token_view_script() -> str:
+    """The token view (HarborTokens, tokens.js), for any page that shows recorded ids."""
+    return _asset("tokens.js")
 
 
 def render_page(document: bytes, *, title: str, live_poll_s: float | None = None) -> str:
