@@ -11,9 +11,12 @@ where the new weights took over. The spans are read where vLLM hands its serving
 each request's outputs: its engine client's `generate`, wrapped once on this replica's
 own client.
 
-A request that names no `cache_salt` gets the serving label as its salt: vLLM salts the
-hash of a prompt's first block with it, so a new request never reuses a prefix that
-other weights computed, while the kept requests of an update keep their own KV. A
+A request that names no `cache_salt` gets the salt of the weights now loaded: vLLM salts
+the hash of a prompt's first block with it, so a new request never reuses a prefix that
+other weights computed, while the kept requests of an update keep their own KV. The salt
+is drawn afresh at every load, not made from the version number alone: a number names
+weights only within one trainer's count (the online service counts from 0 again on an
+engine that lived on; a rollback loads other weights under a number served before). A
 caller that sets its own salt chooses for itself.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
+from uuid import uuid4
 
 from harbor_ray.engine.tokenize import TokenizingServer
 
@@ -35,7 +39,7 @@ class VersionedServer(TokenizingServer):
         # Unlabelled until the first update: the weights it started with are whatever
         # version the updater was made with, which it does not know; vLLM's spans then
         # say "default", and the proxy reads that as the version it forwarded the call at.
-        self._label = "initial"
+        self._cache_salt = _fresh_salt("initial")
         self._spans: dict[str, list[list[dict[str, Any]] | None]] = {}
         client: Any = self.engine._engine_client  # type: ignore[union-attr]
         client.generate = _recording(client.generate, self._spans)
@@ -44,7 +48,7 @@ class VersionedServer(TokenizingServer):
         """Label the weights loaded from now on (the updater's `LABEL_METHOD`, called
         while the engine is paused)."""
         await self.engine._engine_client.update_weight_version(version)  # type: ignore[union-attr]
-        self._label = version
+        self._cache_salt = _fresh_salt(version)
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> Any:
         self._salt(request)
@@ -57,7 +61,7 @@ class VersionedServer(TokenizingServer):
 
     def _salt(self, request: Any) -> None:
         if getattr(request, "cache_salt", None) is None:
-            request.cache_salt = f"weights-{self._label}"
+            request.cache_salt = self._cache_salt
 
     async def _with_spans(self, replies: AsyncGenerator[Any, None]
                           ) -> AsyncGenerator[Any, None]:
@@ -68,6 +72,10 @@ class VersionedServer(TokenizingServer):
                     if choice.index < len(spans) and spans[choice.index] is not None:
                         choice.weight_versions = spans[choice.index]
             yield reply
+
+
+def _fresh_salt(version: str) -> str:
+    return f"weights-{version}-{uuid4().hex[:12]}"
 
 
 def _recording(generate: Callable[..., AsyncGenerator[Any, None]],
