@@ -3,7 +3,6 @@ vLLM engine on Ray Serve LLM."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -46,6 +45,7 @@ def engine_up_command(
     """Start the engine, wait until it answers, certify it, print the URL for --llm-url."""
     from harbor_ray.engine.lifecycle import engine_down
     from harbor_ray.jobs.engine import start_engine
+    from harbor_ray.jobs.interrupts import wait_for_stop_signal
 
     log = log_file or Path.home() / ".cache" / "harbor_ray" / "logs" / "engine.log"
     with command_output(log, verbose=verbose) as terminal:
@@ -53,13 +53,12 @@ def engine_up_command(
                                  progress=phases_of(terminal))
         print(handle.url, file=terminal.out, flush=True)
         if address is None:
-            console.print("engine running; Ctrl-C stops it")
+            console.print("engine running; Ctrl-C (or SIGTERM) stops it")
             try:
-                signal.pause()
-            except KeyboardInterrupt:
-                pass
+                stopped_by = wait_for_stop_signal()
             finally:
                 engine_down(handle.app_name)
+            console.print(f"engine stopped ({stopped_by.name})")
 
 
 @engine_app.command("down")

@@ -18,7 +18,7 @@ from typing import Any
 
 from harbor_ray.errors import Interrupted
 
-__all__ = ["STOP_SIGNALS", "run_until_signalled"]
+__all__ = ["STOP_SIGNALS", "run_until_signalled", "wait_for_stop_signal"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -57,3 +57,22 @@ async def _cancelled_on_signals[T](work: Coroutine[Any, Any, T]) -> T:
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def wait_for_stop_signal() -> signal.Signals:
+    """Block this (main) thread until SIGINT or SIGTERM arrives, and say which: for a
+    command whose work runs elsewhere (`engine up` keeps a local cluster's engine up)
+    and that must clean up on either signal, also where the shell left SIGINT ignored."""
+    previous = {signum: signal.signal(signum, _pending) for signum in STOP_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return signal.Signals(signal.sigwait(STOP_SIGNALS))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _pending(signum: int, frame: object) -> None:
+    """A handler that is never run: an ignored signal is discarded when sent, a handled
+    one stays pending while blocked, which is what `sigwait` takes."""
