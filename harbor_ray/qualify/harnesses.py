@@ -34,7 +34,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
              "conversation: the edit of an existing file (greet-function) adds the file "
              "and asks again, so that capture has 2 agent roots (tried)",
     "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
-    "antigravity-sdk": _OUTSIDE.format(what="uv", where="astral.sh") + "; not tried",
     "cline-cli": "Harbor cannot override its base URL; cline 3.0.65 (npm) takes one in "
                  "`cline auth -p openai -k KEY -m MODEL -b URL`, which Harbor's adapter "
                  "does not run: not wired yet (read `cline auth --help`)",

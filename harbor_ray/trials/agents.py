@@ -214,9 +214,11 @@ _TABLE = (
     _installed("antigravity-cli", "google",
                pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
                note="Harbor refuses a plain-http URL unless allowed explicitly"),
+    # Its Go harness (in the google-antigravity wheel) speaks Gemini's API only.
     _installed("antigravity-sdk", "google",
                pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
-               note="Harbor refuses a plain-http URL unless allowed explicitly"),
+               note="GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY; Harbor refuses a plain-http "
+                    "URL unless allowed explicitly"),
     # Its provider is not called `openai`: opencode sends that one's calls to the
     # Responses API whatever the npm package; `small_model` is its title generator's.
     _installed("opencode", "chat", pin_dialect=True, model_prefix=f"{_OPENCODE_PROVIDER}/",

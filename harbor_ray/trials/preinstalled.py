@@ -23,8 +23,8 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harbor.agents.installed.aider import Aider
 from harbor.agents.installed import antigravity_sdk
+from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.antigravity_sdk import AntigravitySDK
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.code_puppy import CodePuppy

@@ -24,7 +24,8 @@ from tests.capture.turns_factory import chain, turn
 TRAJECTORIES = Path(__file__).parent / "atif_trajectories"
 
 # Each run's captured agent calls (turns less auxiliary ones, from its report row).
-AGENT_CALLS = {"claude-code": 2, "codex": 2, "copilot-cli": 2, "gemini-cli": 2,
+AGENT_CALLS = {"antigravity-sdk": 2,
+               "claude-code": 2, "codex": 2, "copilot-cli": 2, "gemini-cli": 2,
                "mini-swe-agent": 2, "openhands": 2, "openhands-sdk": 2, "opencode": 2,
                "pi": 2, "qwen-coder": 2, "terminus-2": 3}
 # Captured side calls the agent's trajectory leaves out.

@@ -92,6 +92,7 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "kimi-code": ("@moonshot-ai/kimi-code", "2.1.0"),
         "openclaw": ("openclaw", "2026.9.6"),
         "aider": ("aider-chat", "0.86.2"),
+        "antigravity-sdk": ("google-antigravity", "0.1.22"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
@@ -254,3 +255,29 @@ def test_sandbox_tools_mount_an_installed_entry_or_say_how_to_install(tmp_path: 
     assert sandbox_tools(tmp_path, PIN) == {
         "/opt/harbor-ray/agents/toy-1.2.3": str(tmp_path / "toy-1.2.3")}
     assert str(sandbox_dir(PIN)) == "/opt/harbor-ray/agents/toy-1.2.3"
+
+
+async def test_antigravity_sdk_s_runner_goes_in_on_its_venv_not_uv(tmp_path: Path) -> None:
+    # Harbor's runner starts `uv run --script`, which resolves from PyPI on every run: the
+    # same script runs on the pin's venv, mounted where the variant says it is.
+    from harbor.agents.installed import antigravity_sdk
+
+    from harbor_ray.trials.preinstalled import PreinstalledAntigravitySdk
+
+    assert PreinstalledAntigravitySdk.VENV == PINS["antigravity-sdk"].venv_at
+    uploads: dict[str, str] = {}
+
+    class Sandbox:  # the venv is there: every command succeeds
+        async def exec(self, command: str, **_: object):
+            return type("Result", (), {"return_code": 0})()
+
+        async def upload_file(self, source_path: Path, target_path: str) -> None:
+            uploads[target_path] = Path(source_path).read_text()
+
+    agent = PreinstalledAntigravitySdk(logs_dir=tmp_path, model_name="gemini/m")
+    await agent.install(Sandbox())  # type: ignore[arg-type]
+    runner = uploads[PreinstalledAntigravitySdk.RUNNER].splitlines()
+    harbor_runner = (Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py"
+                     ).read_text().splitlines()
+    assert harbor_runner[0] == "#!/usr/bin/env -S uv run --script"
+    assert runner == [f"#!{PreinstalledAntigravitySdk.VENV}/bin/python", *harbor_runner[1:]]
