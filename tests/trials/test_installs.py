@@ -264,7 +264,7 @@ async def test_antigravity_sdk_s_runner_goes_in_on_its_venv_not_uv(tmp_path: Pat
 
     from harbor_ray.trials.preinstalled import PreinstalledAntigravitySdk
 
-    assert PreinstalledAntigravitySdk.VENV == PINS["antigravity-sdk"].venv_at
+    assert PINS["antigravity-sdk"].venv_at == PreinstalledAntigravitySdk.VENV
     uploads: dict[str, str] = {}
 
     class Sandbox:  # the venv is there: every command succeeds
