@@ -68,6 +68,7 @@ _SPELLED_OUT: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 # after the solution's.
 _FINISH: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "mini-swe-agent": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),
+    "fabric": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),  # its mini-swe-agent adapter
 })
 FINAL_TEXT = "Done: the task's commands ran."
 # Agents that end only on a tool call of their own: openhands takes a text reply for a

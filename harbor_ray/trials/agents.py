@@ -83,6 +83,7 @@ _DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType
 # rollout's model calls or its key.
 _CONNECTION_KWARGS = frozenset({
     "api_base", "api_key", "base_url", "model_api_format", "model_api_key_name",
+    "fabric_model_base_url", "fabric_model_api_key_env",
 })
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ACP_SHORTHAND = "acp:"
@@ -136,6 +137,10 @@ class AgentKind:
     # Agent kwargs the wiring sets: its small/fast slots where a config file holds them,
     # the API it speaks where Harbor's connection layer will not pin that format.
     wired_kwargs: Mapping[str, Any] = MappingProxyType({})
+    # For an agent Harbor gives no endpoint override (it refuses a base_url): the agent
+    # kwargs that take the proxy's URL and the name of the key's variable instead.
+    url_kwarg: str = ""
+    key_env_kwarg: str = ""
 
     @property
     def wired(self) -> bool:
@@ -157,6 +162,8 @@ def _installed(
     pinned_env: Mapping[str, str] | None = None,
     aux_env: tuple[str, ...] = (),
     wired_kwargs: Mapping[str, Any] | None = None,
+    url_kwarg: str = "",
+    key_env_kwarg: str = "",
     note: str = "",
 ) -> AgentKind:
     prefix, key, path = _DIALECT_DEFAULTS[dialect]
@@ -173,6 +180,8 @@ def _installed(
         pinned_env=tuple(sorted((pinned_env or {}).items())),
         aux_env=aux_env,
         wired_kwargs=MappingProxyType(dict(wired_kwargs or {})),
+        url_kwarg=url_kwarg,
+        key_env_kwarg=key_env_kwarg,
     )
 
 
@@ -271,6 +280,20 @@ _TABLE = (
     }}, pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
+    # NeMo Fabric runs one of its adapters' harnesses in the sandbox: mini-swe-agent's,
+    # which its pin installs (LiteLLM's openai provider from the model's prefix). Harbor
+    # gives it no endpoint override: the URL and the key's variable are Fabric options.
+    # Its workspace is the Harbor tasks' /app (Harbor's default, /testbed, is SWE-bench's).
+    # mini-swe-agent fails a call whose cost LiteLLM cannot price (no served model is in
+    # its map), and LiteLLM fetches that map from the network at import: neither here.
+    _installed("fabric", "chat", url_kwarg="fabric_model_base_url", pinned_env={
+                   "MSWEA_COST_TRACKING": "ignore_errors", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+               key_env_kwarg="fabric_model_api_key_env", wired_kwargs={
+                   "fabric_adapter_id": "nvidia.fabric.mini-swe-agent",
+                   "fabric_python": "/opt/fabric-venv/bin/python",
+                   "fabric_workspace": "/app",
+               }, note="adapter nvidia.fabric.mini-swe-agent; fabric_model_base_url, "
+                       "fabric_model_api_key_env"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     _unwired("cline-cli", "sandbox", _NO_BASE_URL),
     _unwired("junie", "sandbox", _NO_BASE_URL),
@@ -279,7 +302,6 @@ _TABLE = (
     _unwired("devin", "sandbox", f"Devin's own service only; {_NO_CONNECTION}"),
     _unwired("rovodev-cli", "sandbox", f"Atlassian's service only; {_NO_CONNECTION}"),
     _unwired("eve", "sandbox", _NO_CONNECTION),
-    _unwired("fabric", "sandbox", _NO_CONNECTION),
     _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
     _unwired("deerflow", "sandbox",
              "forwards the host's provider and web-search API keys into the sandbox"),
@@ -506,13 +528,16 @@ def agent_config(
             import_path=agent, model_name=model_name, env=env, kwargs=_merge({}, extra)
         )
     aux = dict.fromkeys(kind.aux_env, AUX_MODEL)
+    kwargs = copy.deepcopy(_plain(kind.wired_kwargs))
+    if kind.url_kwarg:
+        kwargs |= {kind.url_kwarg: url, kind.key_env_kwarg: kind.key_env}
     return AgentConfig(
         name=agent,
         model_name=model_name,
-        base_url=url,
+        base_url=None if kind.url_kwarg else url,
         model_api_format=_FORMATS[kind.dialect] if kind.pin_dialect and kind.dialect else None,
         env={**dict(kind.pinned_env), **aux, kind.key_env: session_key},
-        kwargs=_merge(copy.deepcopy(_plain(kind.wired_kwargs)), extra),
+        kwargs=_merge(kwargs, extra),
     )
 
 
