@@ -197,6 +197,31 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
 }})
 
 
+# NeMo Fabric runs one of its adapters' harnesses in the sandbox: mini-swe-agent's, which
+# its pin installs (LiteLLM there picks the provider from the model's prefix). Harbor
+# gives it no endpoint override: the URL and the key's variable are Fabric options. Its
+# workspace is the Harbor tasks' /app (Harbor's default, /testbed, is SWE-bench's).
+# mini-swe-agent fails a call whose cost LiteLLM cannot price (no served model is in its
+# map), and LiteLLM fetches that map from the network at import: neither here.
+_FABRIC_KWARGS: Mapping[str, Any] = MappingProxyType({
+    "fabric_adapter_id": "nvidia.fabric.mini-swe-agent",
+    "fabric_python": "/opt/fabric-venv/bin/python",
+    "fabric_workspace": "/app",
+})
+
+
+def _fabric(dialect: DialectName, *, model_prefix: str | None = None,
+            url_path: str | None = None) -> AgentKind:
+    return _installed(
+        "fabric", dialect, model_prefix=model_prefix, url_path=url_path,
+        url_kwarg="fabric_model_base_url", key_env_kwarg="fabric_model_api_key_env",
+        pinned_env={"MSWEA_COST_TRACKING": "ignore_errors",
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        wired_kwargs=_FABRIC_KWARGS,
+        note="adapter nvidia.fabric.mini-swe-agent; fabric_model_base_url, "
+             "fabric_model_api_key_env")
+
+
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
@@ -280,20 +305,7 @@ _TABLE = (
     }}, pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
-    # NeMo Fabric runs one of its adapters' harnesses in the sandbox: mini-swe-agent's,
-    # which its pin installs (LiteLLM's openai provider from the model's prefix). Harbor
-    # gives it no endpoint override: the URL and the key's variable are Fabric options.
-    # Its workspace is the Harbor tasks' /app (Harbor's default, /testbed, is SWE-bench's).
-    # mini-swe-agent fails a call whose cost LiteLLM cannot price (no served model is in
-    # its map), and LiteLLM fetches that map from the network at import: neither here.
-    _installed("fabric", "chat", url_kwarg="fabric_model_base_url", pinned_env={
-                   "MSWEA_COST_TRACKING": "ignore_errors", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-               key_env_kwarg="fabric_model_api_key_env", wired_kwargs={
-                   "fabric_adapter_id": "nvidia.fabric.mini-swe-agent",
-                   "fabric_python": "/opt/fabric-venv/bin/python",
-                   "fabric_workspace": "/app",
-               }, note="adapter nvidia.fabric.mini-swe-agent; fabric_model_base_url, "
-                       "fabric_model_api_key_env"),
+    _fabric("chat"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     _unwired("cline-cli", "sandbox", _NO_BASE_URL),
     _unwired("junie", "sandbox", _NO_BASE_URL),
@@ -358,6 +370,11 @@ _OTHER_PROFILES = (
     _installed("kimi-code", "anthropic"),
     _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
     _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    # LiteLLM in the sandbox, behind Fabric: `openai/responses/` sends a chat call to the
+    # Responses API (Fabric takes no API format of its own).
+    _fabric("responses", model_prefix="openai/responses/"),
+    _fabric("anthropic"),
+    _fabric("google", url_path=_GOOGLE_VERSIONED),
 )
 
 # (agent, profile) -> its wiring: every wired agent's default profile, and the others.
