@@ -47,8 +47,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
                 "installed here; Deno is on npm (`deno` 2.9.6) (read, not tried)",
     "eve": "runs a user's own Eve app project; there is no agent to qualify without "
            "one (read)",
-    "fabric": "needs Harbor's fabric extra (nemo-fabric-runtime and "
-              "nemo-fabric-adapter-catalog 0.5.*), not installed here (read, not tried)",
     "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "fx-dev": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "goose": _OUTSIDE.format(what="its binary", where="GitHub releases"),

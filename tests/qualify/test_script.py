@@ -126,8 +126,9 @@ def test_solution_commands_keep_the_script_but_its_shebang() -> None:
     assert not greet.startswith("#!")
 
 
-async def test_mini_swe_agent_ends_with_its_own_submit_command() -> None:
-    engine = scripted_engine("mini-swe-agent", sample_dir("hello-file"))
+@pytest.mark.parametrize("agent", ["mini-swe-agent", "fabric"])  # fabric: its adapter's
+async def test_mini_swe_agent_ends_with_its_own_submit_command(agent: str) -> None:
+    engine = scripted_engine(agent, sample_dir("hello-file"))
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
     body = {"messages": [{"role": "user", "content": "go"},
                          {"role": "assistant", "content": None},

@@ -93,6 +93,7 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "openclaw": ("openclaw", "2026.9.6"),
         "aider": ("aider-chat", "0.86.2"),
         "antigravity-sdk": ("google-antigravity", "0.1.22"),
+        "fabric": ("nemo-fabric-runtime", "0.5.0"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
