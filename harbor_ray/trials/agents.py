@@ -320,7 +320,8 @@ _TABLE = (
     _unwired("langgraph", "sandbox", "runs a user-supplied graph (langgraph.json)"),
     _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
-    _unwired("dspy-rlm", "host", "needs dspy, not a harbor_ray dependency"),
+    _unwired("dspy-rlm", "host", "needs dspy (not a harbor_ray dependency) and a Deno "
+             "runner that imports deno.land, unreachable here (qualify/harnesses.py)"),
 )
 
 AGENTS: Mapping[str, AgentKind] = MappingProxyType({kind.name: kind for kind in _TABLE})
