@@ -306,6 +306,12 @@ _TABLE = (
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
     _fabric("chat"),
+    # A user's own LangGraph project (`project_path`, langgraph.json); its graph builds
+    # its model from what Harbor resolves (LangChain's init_chat_model, the provider
+    # from the model's prefix). harbor-ray qualifies it with samples/langgraph.
+    _installed("langgraph", "chat",
+               note="a user's LangGraph project (project_path); model and base URL in "
+                    "its configurable"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     _unwired("cline-cli", "sandbox", _NO_BASE_URL),
     _unwired("junie", "sandbox", _NO_BASE_URL),
@@ -317,7 +323,6 @@ _TABLE = (
     _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
     _unwired("deerflow", "sandbox",
              "forwards the host's provider and web-search API keys into the sandbox"),
-    _unwired("langgraph", "sandbox", "runs a user-supplied graph (langgraph.json)"),
     _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
     _unwired("dspy-rlm", "host", "needs dspy (not a harbor_ray dependency) and a Deno "

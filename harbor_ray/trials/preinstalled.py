@@ -23,7 +23,7 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harbor.agents.installed import antigravity_sdk
+from harbor.agents.installed import antigravity_sdk, langgraph
 from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.antigravity_sdk import AntigravitySDK
 from harbor.agents.installed.base import BaseInstalledAgent
@@ -31,6 +31,7 @@ from harbor.agents.installed.code_puppy import CodePuppy
 from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.kimi_code import KimiCode
+from harbor.agents.installed.langgraph import LangGraph
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.openclaw import OpenClaw
 from harbor.agents.installed.opencode import OpenCode
@@ -48,6 +49,7 @@ __all__ = [
     "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
     "PreinstalledKimiCode",
+    "PreinstalledLangGraph",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenClaw",
     "PreinstalledOpenCode",
@@ -225,3 +227,25 @@ class PreinstalledAntigravitySdk(AntigravitySDK):
         local.write_text(f"#!{self.VENV}/bin/python\n" + "".join(lines[1:]))
         await environment.upload_file(source_path=local, target_path=self.RUNNER)
         await environment.exec(command=f"chmod +x {self.RUNNER}")
+
+
+class PreinstalledLangGraph(LangGraph):
+    """Harbor's install removes its venv's directory, fetches uv from astral.sh and
+    builds the venv again from PyPI with the project's dependencies. With the pin's venv
+    mounted there (read-only, installs.AgentPin.venv_at), holding what the project needs,
+    only the project and Harbor's runner go in; a JavaScript graph still installs."""
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        venv_python = self._REMOTE_VENV_DIR / "bin" / "python"
+        found = await environment.exec(command=presence_command((str(venv_python),)))
+        if found.return_code != 0 or self.graph_runtime == "node":
+            await super().install(environment)
+            return
+        runner = Path(langgraph.__file__).parent / "langgraph_runner.py"
+        local = self.logs_dir / runner.name
+        local.write_text(runner.read_text())
+        await environment.exec(command=f"mkdir -p {self._REMOTE_PROJECT_DIR}")
+        await environment.upload_dir(self._staged_project_dir(),
+                                     str(self._REMOTE_PROJECT_DIR))
+        await environment.upload_file(source_path=local,
+                                      target_path=str(self._REMOTE_RUNNER_PATH))
