@@ -67,8 +67,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
                 "CPython 3.12.1 (the Python these machines have for it) with \"TypeError: "
                 "super(type, obj): obj must be an instance or subtype of type\" (a generic "
                 "frozen slots dataclass, CPython issue 116669; Harbor installs it on 3.13)",
-    "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
-                 "agent to qualify without one (read)",
     "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
     "mimo": _OUTSIDE.format(what="its install script", where="mimo.xiaomi.com"),
     "muse-code": _OUTSIDE.format(what="its install script", where="dev.meta.ai"),

@@ -222,6 +222,18 @@ def _fabric(dialect: DialectName, *, model_prefix: str | None = None,
              "fabric_model_api_key_env")
 
 
+# Harbor's langgraph adapter copies these from the host into the sandbox when the config
+# does not set them (its _FORWARDED_ENV_VARS: provider keys, LangSmith's key and
+# endpoint): set empty, so that no host credential reaches a rollout; the session key is
+# set over its own variable.
+_LANGGRAPH_UNFORWARDED: Mapping[str, str] = MappingProxyType(dict.fromkeys((
+    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "FIREWORKS_API_KEY",
+    "OPENROUTER_API_KEY", "BASETEN_API_KEY", "GROQ_API_KEY", "XAI_API_KEY",
+    "NVIDIA_API_KEY", "OLLAMA_API_KEY", "OLLAMA_HOST", "LANGSMITH_API_KEY",
+    "LANGSMITH_TRACING", "LANGSMITH_TRACING_V2", "LANGSMITH_PROJECT",
+    "LANGSMITH_WORKSPACE_ID", "LANGSMITH_PROFILE", "LANGSMITH_ENDPOINT",
+    "LANGSMITH_DATASET", "HARBOR_LANGSMITH_PARENT", "HARBOR_LANGSMITH_BAGGAGE"), ""))
+
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
@@ -309,7 +321,7 @@ _TABLE = (
     # A user's own LangGraph project (`project_path`, langgraph.json); its graph builds
     # its model from what Harbor resolves (LangChain's init_chat_model, the provider
     # from the model's prefix). harbor-ray qualifies it with samples/langgraph.
-    _installed("langgraph", "chat",
+    _installed("langgraph", "chat", pinned_env=_LANGGRAPH_UNFORWARDED,
                note="a user's LangGraph project (project_path); model and base URL in "
                     "its configurable"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
@@ -379,6 +391,11 @@ _OTHER_PROFILES = (
     # LiteLLM in the sandbox, behind Fabric: `openai/responses/` sends a chat call to the
     # Responses API (Fabric takes no API format of its own).
     _fabric("responses", model_prefix="openai/responses/"),
+    # LangChain's clients in the sample graph: the pinned Responses format makes Harbor
+    # set use_responses_api; the anthropic prefix picks ChatAnthropic.
+    _installed("langgraph", "responses", pin_dialect=True,
+               pinned_env=_LANGGRAPH_UNFORWARDED),
+    _installed("langgraph", "anthropic", pinned_env=_LANGGRAPH_UNFORWARDED),
     _fabric("anthropic"),
     _fabric("google", url_path=_GOOGLE_VERSIONED),
 )

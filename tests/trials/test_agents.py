@@ -32,6 +32,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentNotWiredError, ProfileNotSupportedError, UnknownAgentError
+from harbor_ray.qualify.run import QUALIFY_KWARGS
 from harbor_ray.trials.agents import (
     AGENTS,
     AUX_MODEL,
@@ -106,6 +107,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def build(agent: str, key: str = KEY, **kwargs) -> AgentConfig:
+    # langgraph runs a user's project, which Harbor reads when the agent is made: the one
+    # harbor-ray qualifies it with.
+    if agent in QUALIFY_KWARGS and "extra_kwargs" not in kwargs:
+        kwargs["extra_kwargs"] = dict(QUALIFY_KWARGS[agent])
     return agent_config(agent, proxy=PROXY, session_key=key, served_model=SERVED, **kwargs)
 
 

@@ -4,8 +4,9 @@ raises no WARN, a real count mismatch does.
 atif_trajectories/<agent>.json are the trajectories the agents wrote on hello-file in a
 level-1 qualification run (`harbor-ray qualify`, Harbor 0.25, the pinned CLIs; the proxy
 key in terminus-2's redacted). code-puppy and vibe (whose session log Harbor 0.25 did
-not turn into one) and fabric (its Relay telemetry, which writes one, is off as Harbor
-runs it by default) write none (atif_absent, INFO). The captured
+not turn into one), fabric (its Relay telemetry, which writes one, is off as Harbor
+runs it by default) and langgraph (Harbor's runner writes its result and a summary)
+write none (atif_absent, INFO). The captured
 side of each run is rebuilt here from what the run's report counted: its agent calls, and
 opencode's title call, which the capture marks auxiliary and the agent does not record.
 """

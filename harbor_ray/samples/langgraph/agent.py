@@ -1,6 +1,6 @@
 """A LangGraph project with one agent: a model and a shell tool, the sample project
 `harbor-ray qualify` runs Harbor's langgraph harness with (a LangGraph user brings their
-own project the same way: `--agent-kwarg project_path=DIR`).
+own project the same way, as the rollout's `project_path` agent kwarg).
 
 `make_graph(config)` is the LangGraph deployment convention Harbor's runner follows: it
 builds the graph when the run starts, its model from `config["configurable"]["model"]`
