@@ -2,8 +2,8 @@
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
 their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
-code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw, aider and
-antigravity-sdk always install: nvm and Node from GitHub and nodejs.org, the uv
+code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw, aider, antigravity-sdk
+and langgraph always install: nvm and Node from GitHub and nodejs.org, the uv
 installer from astral.sh (and `uv run --script`, which fetches from PyPI at run time),
 GitHub's copilot install script or aider.chat's, none of which a sandbox without
 network reaches. When the local sandbox mounts the agent's cache entry
