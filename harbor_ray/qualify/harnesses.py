@@ -34,7 +34,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
              "conversation: the edit of an existing file (greet-function) adds the file "
              "and asks again, so that capture has 2 agent roots (tried)",
     "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
-    "antigravity-sdk": _OUTSIDE.format(what="uv", where="astral.sh") + "; not tried",
     "cline-cli": "Harbor cannot override its base URL; cline 3.0.65 (npm) takes one in "
                  "`cline auth -p openai -k KEY -m MODEL -b URL`, which Harbor's adapter "
                  "does not run: not wired yet (read `cline auth --help`)",
@@ -44,12 +43,19 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "cursor-cli": _OUTSIDE.format(what="its install script", where="cursor.com"),
     "deerflow": "installed by a git clone from GitHub, which is unreachable (read)",
     "devin": "a hosted service: the model runs at Cognition, not on our engine (read)",
-    "dspy-rlm": "needs Harbor's dspy extra (dspy>=2.6.0) and Deno on the host, neither "
-                "installed here; Deno is on npm (`deno` 2.9.6) (read, not tried)",
+    "dspy-rlm": "tried: it runs on the host, in harbor-ray's process, its REPL in Deno "
+                "(on PyPI and npm). Harbor 0.25's adapter passes RLM `max_iterations`, "
+                "which dspy 3.3 renamed (3.4.1: \"TypeError: RLM.__init__() got an "
+                "unexpected keyword argument 'max_iterations'\"; 3.2.1 takes it), and "
+                "the Deno runner of every dspy release checked (3.1.0 to 3.4.1) imports "
+                "https://deno.land/std@0.186.0/io/mod.ts, which these machines cannot "
+                "reach (\"dns error\" at runner.js:4:27). Past both it could not qualify "
+                "either: each RLM iteration is a new [system, user] prompt with the "
+                "earlier steps written into the user text (dspy's ChatAdapter and "
+                "REPLHistory), never as the model's reply, so every call after the "
+                "first starts a new agent root (read, dspy 3.2.1)",
     "eve": "runs a user's own Eve app project; there is no agent to qualify without "
            "one (read)",
-    "fabric": "needs Harbor's fabric extra (nemo-fabric-runtime and "
-              "nemo-fabric-adapter-catalog 0.5.*), not installed here (read, not tried)",
     "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "fx-dev": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "goose": _OUTSIDE.format(what="its binary", where="GitHub releases"),
@@ -61,8 +67,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
                 "CPython 3.12.1 (the Python these machines have for it) with \"TypeError: "
                 "super(type, obj): obj must be an instance or subtype of type\" (a generic "
                 "frozen slots dataclass, CPython issue 116669; Harbor installs it on 3.13)",
-    "langgraph": "runs a user's own LangGraph project (langgraph.json); there is no "
-                 "agent to qualify without one (read)",
     "mcode": "its package @minimax-ai/code is not on npm (404, tried)",
     "mimo": _OUTSIDE.format(what="its install script", where="mimo.xiaomi.com"),
     "muse-code": _OUTSIDE.format(what="its install script", where="dev.meta.ai"),

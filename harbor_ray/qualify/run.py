@@ -81,6 +81,15 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 })
 
 
+# Agent kwargs at both levels: the project Harbor's langgraph harness runs (it runs a
+# user's own LangGraph project; this one, shipped with harbor_ray, has one agent with a
+# shell tool, built the way Harbor's runner documents: samples/langgraph/agent.py).
+LANGGRAPH_SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "langgraph"
+QUALIFY_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "langgraph": {"project_path": str(LANGGRAPH_SAMPLE)},
+})
+
+
 # One agent speaking one profile (None: an agent without a model, or not wired).
 Cell = tuple[str, str | None]
 
@@ -188,8 +197,9 @@ async def _qualify_one(
         agent=agent, profile=profile,
         trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
         sampling=plan.sampling, agents_cache=plan.agents_cache,
-        agent_kwargs=copy.deepcopy(dict(SMALL_CONTEXT_KWARGS.get(agent, {})))
-        if level == "model" else {},
+        agent_kwargs=copy.deepcopy({
+            **QUALIFY_KWARGS.get(agent, {}),
+            **(SMALL_CONTEXT_KWARGS.get(agent, {}) if level == "model" else {})}),
         sandbox_kwargs={"sandboxes_dir": str(plan.out / "sandboxes"), **plan.sandbox_kwargs},
     )
     record = await run_rollout(spec, capture)

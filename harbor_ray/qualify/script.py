@@ -37,8 +37,8 @@ __all__ = [
 # The shell-like tool of each qualified CLI, and the argument that holds the command
 # (codex exec_command, claude-code and kimi-code Bash, gemini-cli and qwen-code
 # run_shell_command, opencode, pi, copilot-cli, mini-swe-agent and vibe bash,
-# code-puppy shell, openhands-sdk terminal, openhands execute_bash, openclaw exec):
-# names as their requests declare them.
+# code-puppy shell, openhands-sdk terminal, openhands execute_bash, openclaw exec,
+# antigravity-sdk run_command): names as their requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec": "command",
     "exec_command": "cmd",
@@ -48,6 +48,7 @@ SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "shell": "command",
     "terminal": "command",
     "execute_bash": "command",
+    "run_command": "CommandLine",
 })
 # Every other argument of a shell tool whose CLI sends a call back with all of them
 # filled in (code-puppy: pydantic-ai's validated arguments, defaults included): a call
@@ -57,11 +58,17 @@ _SPELLED_OUT: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "shell": {"cwd": None, "timeout": 60, "background": False},
     # Not echoed back, but its schema requires it (openhands 0.62's execute_bash).
     "execute_bash": {"security_risk": "LOW"},
+    # Required by antigravity-sdk 0.1.22's run_command: a command not done within
+    # WaitMsBeforeAsync (10000 at most) goes to the background, its output to a later
+    # message; the summary and action are labels its schema requires of every tool.
+    "run_command": {"Cwd": "/app", "WaitMsBeforeAsync": 10000,
+                    "toolSummary": "Task solution", "toolAction": "Running solution"},
 })
 # Agents that end only on a command of their own, not on a text reply: shell calls made
 # after the solution's.
 _FINISH: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "mini-swe-agent": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),
+    "fabric": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),  # its mini-swe-agent adapter
 })
 FINAL_TEXT = "Done: the task's commands ran."
 # Agents that end only on a tool call of their own: openhands takes a text reply for a

@@ -83,6 +83,7 @@ _DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType
 # rollout's model calls or its key.
 _CONNECTION_KWARGS = frozenset({
     "api_base", "api_key", "base_url", "model_api_format", "model_api_key_name",
+    "fabric_model_base_url", "fabric_model_api_key_env",
 })
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ACP_SHORTHAND = "acp:"
@@ -136,6 +137,10 @@ class AgentKind:
     # Agent kwargs the wiring sets: its small/fast slots where a config file holds them,
     # the API it speaks where Harbor's connection layer will not pin that format.
     wired_kwargs: Mapping[str, Any] = MappingProxyType({})
+    # For an agent Harbor gives no endpoint override (it refuses a base_url): the agent
+    # kwargs that take the proxy's URL and the name of the key's variable instead.
+    url_kwarg: str = ""
+    key_env_kwarg: str = ""
 
     @property
     def wired(self) -> bool:
@@ -157,6 +162,8 @@ def _installed(
     pinned_env: Mapping[str, str] | None = None,
     aux_env: tuple[str, ...] = (),
     wired_kwargs: Mapping[str, Any] | None = None,
+    url_kwarg: str = "",
+    key_env_kwarg: str = "",
     note: str = "",
 ) -> AgentKind:
     prefix, key, path = _DIALECT_DEFAULTS[dialect]
@@ -173,6 +180,8 @@ def _installed(
         pinned_env=tuple(sorted((pinned_env or {}).items())),
         aux_env=aux_env,
         wired_kwargs=MappingProxyType(dict(wired_kwargs or {})),
+        url_kwarg=url_kwarg,
+        key_env_kwarg=key_env_kwarg,
     )
 
 
@@ -187,6 +196,43 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
     "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
 }})
 
+
+# NeMo Fabric runs one of its adapters' harnesses in the sandbox: mini-swe-agent's, which
+# its pin installs (LiteLLM there picks the provider from the model's prefix). Harbor
+# gives it no endpoint override: the URL and the key's variable are Fabric options. Its
+# workspace is the Harbor tasks' /app (Harbor's default, /testbed, is SWE-bench's).
+# mini-swe-agent fails a call whose cost LiteLLM cannot price (no served model is in its
+# map), and LiteLLM fetches that map from the network at import: neither here.
+_FABRIC_KWARGS: Mapping[str, Any] = MappingProxyType({
+    "fabric_adapter_id": "nvidia.fabric.mini-swe-agent",
+    "fabric_python": "/opt/fabric-venv/bin/python",
+    "fabric_workspace": "/app",
+})
+
+
+def _fabric(dialect: DialectName, *, model_prefix: str | None = None,
+            url_path: str | None = None) -> AgentKind:
+    return _installed(
+        "fabric", dialect, model_prefix=model_prefix, url_path=url_path,
+        url_kwarg="fabric_model_base_url", key_env_kwarg="fabric_model_api_key_env",
+        pinned_env={"MSWEA_COST_TRACKING": "ignore_errors",
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        wired_kwargs=_FABRIC_KWARGS,
+        note="adapter nvidia.fabric.mini-swe-agent; fabric_model_base_url, "
+             "fabric_model_api_key_env")
+
+
+# Harbor's langgraph adapter copies these from the host into the sandbox when the config
+# does not set them (its _FORWARDED_ENV_VARS: provider keys, LangSmith's key and
+# endpoint): set empty, so that no host credential reaches a rollout; the session key is
+# set over its own variable.
+_LANGGRAPH_UNFORWARDED: Mapping[str, str] = MappingProxyType(dict.fromkeys((
+    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "FIREWORKS_API_KEY",
+    "OPENROUTER_API_KEY", "BASETEN_API_KEY", "GROQ_API_KEY", "XAI_API_KEY",
+    "NVIDIA_API_KEY", "OLLAMA_API_KEY", "OLLAMA_HOST", "LANGSMITH_API_KEY",
+    "LANGSMITH_TRACING", "LANGSMITH_TRACING_V2", "LANGSMITH_PROJECT",
+    "LANGSMITH_WORKSPACE_ID", "LANGSMITH_PROFILE", "LANGSMITH_ENDPOINT",
+    "LANGSMITH_DATASET", "HARBOR_LANGSMITH_PARENT", "HARBOR_LANGSMITH_BAGGAGE"), ""))
 
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
@@ -214,9 +260,11 @@ _TABLE = (
     _installed("antigravity-cli", "google",
                pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
                note="Harbor refuses a plain-http URL unless allowed explicitly"),
+    # Its Go harness (in the google-antigravity wheel) speaks Gemini's API only.
     _installed("antigravity-sdk", "google",
                pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
-               note="Harbor refuses a plain-http URL unless allowed explicitly"),
+               note="GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY; Harbor refuses a plain-http "
+                    "URL unless allowed explicitly"),
     # Its provider is not called `openai`: opencode sends that one's calls to the
     # Responses API whatever the npm package; `small_model` is its title generator's.
     _installed("opencode", "chat", pin_dialect=True, model_prefix=f"{_OPENCODE_PROVIDER}/",
@@ -269,6 +317,13 @@ _TABLE = (
     }}, pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
+    _fabric("chat"),
+    # A user's own LangGraph project (`project_path`, langgraph.json); its graph builds
+    # its model from what Harbor resolves (LangChain's init_chat_model, the provider
+    # from the model's prefix). harbor-ray qualifies it with samples/langgraph.
+    _installed("langgraph", "chat", pinned_env=_LANGGRAPH_UNFORWARDED,
+               note="a user's LangGraph project (project_path); model and base URL in "
+                    "its configurable"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     _unwired("cline-cli", "sandbox", _NO_BASE_URL),
     _unwired("junie", "sandbox", _NO_BASE_URL),
@@ -277,14 +332,13 @@ _TABLE = (
     _unwired("devin", "sandbox", f"Devin's own service only; {_NO_CONNECTION}"),
     _unwired("rovodev-cli", "sandbox", f"Atlassian's service only; {_NO_CONNECTION}"),
     _unwired("eve", "sandbox", _NO_CONNECTION),
-    _unwired("fabric", "sandbox", _NO_CONNECTION),
     _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
     _unwired("deerflow", "sandbox",
              "forwards the host's provider and web-search API keys into the sandbox"),
-    _unwired("langgraph", "sandbox", "runs a user-supplied graph (langgraph.json)"),
     _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
-    _unwired("dspy-rlm", "host", "needs dspy, not a harbor_ray dependency"),
+    _unwired("dspy-rlm", "host", "needs dspy (not a harbor_ray dependency) and a Deno "
+             "runner that imports deno.land, unreachable here (qualify/harnesses.py)"),
 )
 
 AGENTS: Mapping[str, AgentKind] = MappingProxyType({kind.name: kind for kind in _TABLE})
@@ -334,6 +388,16 @@ _OTHER_PROFILES = (
     _installed("kimi-code", "anthropic"),
     _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
     _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    # LiteLLM in the sandbox, behind Fabric: `openai/responses/` sends a chat call to the
+    # Responses API (Fabric takes no API format of its own).
+    _fabric("responses", model_prefix="openai/responses/"),
+    # LangChain's clients in the sample graph: the pinned Responses format makes Harbor
+    # set use_responses_api; the anthropic prefix picks ChatAnthropic.
+    _installed("langgraph", "responses", pin_dialect=True,
+               pinned_env=_LANGGRAPH_UNFORWARDED),
+    _installed("langgraph", "anthropic", pinned_env=_LANGGRAPH_UNFORWARDED),
+    _fabric("anthropic"),
+    _fabric("google", url_path=_GOOGLE_VERSIONED),
 )
 
 # (agent, profile) -> its wiring: every wired agent's default profile, and the others.
@@ -504,13 +568,16 @@ def agent_config(
             import_path=agent, model_name=model_name, env=env, kwargs=_merge({}, extra)
         )
     aux = dict.fromkeys(kind.aux_env, AUX_MODEL)
+    kwargs = copy.deepcopy(_plain(kind.wired_kwargs))
+    if kind.url_kwarg:
+        kwargs |= {kind.url_kwarg: url, kind.key_env_kwarg: kind.key_env}
     return AgentConfig(
         name=agent,
         model_name=model_name,
-        base_url=url,
+        base_url=None if kind.url_kwarg else url,
         model_api_format=_FORMATS[kind.dialect] if kind.pin_dialect and kind.dialect else None,
         env={**dict(kind.pinned_env), **aux, kind.key_env: session_key},
-        kwargs=_merge(copy.deepcopy(_plain(kind.wired_kwargs)), extra),
+        kwargs=_merge(kwargs, extra),
     )
 
 

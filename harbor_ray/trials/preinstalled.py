@@ -2,8 +2,9 @@
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
 their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
-code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw and aider always
-install: nvm and Node from GitHub and nodejs.org, the uv installer from astral.sh,
+code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw, aider, antigravity-sdk
+and langgraph always install: nvm and Node from GitHub and nodejs.org, the uv
+installer from astral.sh (and `uv run --script`, which fetches from PyPI at run time),
 GitHub's copilot install script or aider.chat's, none of which a sandbox without
 network reaches. When the local sandbox mounts the agent's cache entry
 (installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
@@ -19,14 +20,18 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any, ClassVar
 
+from harbor.agents.installed import antigravity_sdk, langgraph
 from harbor.agents.installed.aider import Aider
+from harbor.agents.installed.antigravity_sdk import AntigravitySDK
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.code_puppy import CodePuppy
 from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.kimi_code import KimiCode
+from harbor.agents.installed.langgraph import LangGraph
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 from harbor.agents.installed.openclaw import OpenClaw
 from harbor.agents.installed.opencode import OpenCode
@@ -39,10 +44,12 @@ from harbor.models.agent.context import AgentContext
 
 __all__ = [
     "PreinstalledAider",
+    "PreinstalledAntigravitySdk",
     "PreinstalledCodePuppy",
     "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
     "PreinstalledKimiCode",
+    "PreinstalledLangGraph",
     "PreinstalledMiniSweAgent",
     "PreinstalledOpenClaw",
     "PreinstalledOpenCode",
@@ -198,3 +205,47 @@ class PreinstalledVibe(_SkipInstallWhenPresent, Vibe):
 class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):
     # Its venv is mounted where the adapter runs it from (the pin's venv_at).
     COMMANDS = ("/opt/openhands-venv/bin/python",)
+
+
+class PreinstalledAntigravitySdk(AntigravitySDK):
+    """Harbor's runner script starts `#!/usr/bin/env -S uv run --script`: uv would
+    resolve its dependencies from PyPI on every run, which a sandbox cannot reach. The
+    pin's venv (mounted at VENV, installs.AgentPin.venv_at) holds those dependencies, so
+    the same script goes in with that venv's python as its interpreter."""
+
+    VENV = "/opt/antigravity-sdk-venv"
+    RUNNER = "/installed-agent/run_agent.py"
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        found = await environment.exec(command=presence_command((f"{self.VENV}/bin/python",)))
+        if found.return_code != 0:
+            await super().install(environment)
+            return
+        script = (Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py")
+        lines = script.read_text().splitlines(keepends=True)
+        local = self.logs_dir / "run_agent.py"
+        local.write_text(f"#!{self.VENV}/bin/python\n" + "".join(lines[1:]))
+        await environment.upload_file(source_path=local, target_path=self.RUNNER)
+        await environment.exec(command=f"chmod +x {self.RUNNER}")
+
+
+class PreinstalledLangGraph(LangGraph):
+    """Harbor's install removes its venv's directory, fetches uv from astral.sh and
+    builds the venv again from PyPI with the project's dependencies. With the pin's venv
+    mounted there (read-only, installs.AgentPin.venv_at), holding what the project needs,
+    only the project and Harbor's runner go in; a JavaScript graph still installs."""
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        venv_python = self._REMOTE_VENV_DIR / "bin" / "python"
+        found = await environment.exec(command=presence_command((str(venv_python),)))
+        if found.return_code != 0 or self.graph_runtime == "node":
+            await super().install(environment)
+            return
+        runner = Path(langgraph.__file__).parent / "langgraph_runner.py"
+        local = self.logs_dir / runner.name
+        local.write_text(runner.read_text())
+        await environment.exec(command=f"mkdir -p {self._REMOTE_PROJECT_DIR}")
+        await environment.upload_dir(self._staged_project_dir(),
+                                     str(self._REMOTE_PROJECT_DIR))
+        await environment.upload_file(source_path=local,
+                                      target_path=str(self._REMOTE_RUNNER_PATH))

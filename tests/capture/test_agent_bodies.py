@@ -25,6 +25,7 @@ CODEX = "codex-0.171.0"
 CLAUDE = "claude-code-2.1.197"
 GEMINI = "gemini-cli-0.61.0"
 QWEN = "qwen-code-0.15.10"
+ANTIGRAVITY = "antigravity-sdk-0.1.22"
 # Set by httpx for the body it sends, or naming the recording's own server.
 _TRANSPORT_HEADERS = frozenset({"host", "content-length", "accept-encoding"})
 
@@ -190,6 +191,26 @@ def test_claude_code_thinking_and_an_image_tool_result(server: CaptureServer) ->
     assert any(f.startswith("not_forwarded: turn 0:") for f in findings)
 
 
+# ---- antigravity-sdk: Google, function responses under the model role -----------------
+
+
+def test_antigravity_sdk_s_function_response_under_the_model_role_is_a_tool_result(
+        server: CaptureServer) -> None:
+    sid, key = server.new_session()
+    request = recorded(ANTIGRAVITY, "stream-generate-content-tool-result")
+    contents = request["body"]["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "model"]
+    (call,) = contents[1]["parts"]
+    (response,) = contents[2]["parts"]
+    reply = replay(server, request, key)
+    assert reply.status_code == 200, reply.text
+    (sent,) = server.engine.calls
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
+    assert sent["messages"][2]["tool_calls"][0]["id"] == call["functionCall"]["id"]
+    assert sent["messages"][3]["tool_call_id"] == response["functionResponse"]["id"]
+    only_turn(server, sid)
+
+
 # ---- every dialect -------------------------------------------------------------------
 
 
@@ -208,6 +229,7 @@ RECORDED = [
     ("anthropic", CLAUDE, "messages-first-turn"),
     ("google", GEMINI, "stream-generate-content"),
     ("chat", QWEN, "chat-completions"),
+    ("google", ANTIGRAVITY, "stream-generate-content"),
 ]
 
 

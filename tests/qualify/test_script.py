@@ -49,6 +49,15 @@ def test_the_shell_tool_is_picked_from_what_each_cli_declares(
     assert reply.text == ""
 
 
+def test_antigravity_sdk_s_run_command_gets_every_argument_its_schema_requires() -> None:
+    tools = engine_tools("antigravity-sdk-0.1.22", "stream-generate-content", "google")
+    run_command = next(t["function"] for t in tools if t["function"]["name"] == "run_command")
+    (call,) = ToolSolver(("echo hi",))([{"role": "user", "content": "go"}], tools).tool_calls
+    assert call[0] == "run_command" and call[1]["CommandLine"] == "echo hi"
+    assert set(run_command["parameters"]["required"]) <= set(call[1])
+    assert call[1]["WaitMsBeforeAsync"] == 10000  # its maximum: the solution runs in the call
+
+
 def test_openhands_sdk_s_terminal_tool_is_its_shell() -> None:
     # openhands-tools' TerminalTool: {"command": ..., "is_input": ..., "timeout": ...}.
     tools = [{"type": "function", "function": {"name": "file_editor", "parameters": {}}},
@@ -117,8 +126,9 @@ def test_solution_commands_keep_the_script_but_its_shebang() -> None:
     assert not greet.startswith("#!")
 
 
-async def test_mini_swe_agent_ends_with_its_own_submit_command() -> None:
-    engine = scripted_engine("mini-swe-agent", sample_dir("hello-file"))
+@pytest.mark.parametrize("agent", ["mini-swe-agent", "fabric"])  # fabric: its adapter's
+async def test_mini_swe_agent_ends_with_its_own_submit_command(agent: str) -> None:
+    engine = scripted_engine(agent, sample_dir("hello-file"))
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
     body = {"messages": [{"role": "user", "content": "go"},
                          {"role": "assistant", "content": None},

@@ -32,6 +32,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentNotWiredError, ProfileNotSupportedError, UnknownAgentError
+from harbor_ray.qualify.run import QUALIFY_KWARGS
 from harbor_ray.trials.agents import (
     AGENTS,
     AUX_MODEL,
@@ -64,6 +65,9 @@ FORMATS = {
 WIRED = sorted(name for name, kind in AGENTS.items() if kind.wired and kind.needs_model)
 INSTALLED = sorted(name for name in WIRED if AGENTS[name].runs == "sandbox")
 UNWIRED = sorted(name for name, kind in AGENTS.items() if not kind.wired)
+# Wired through Harbor's connection layer (AgentConfig.base_url); the others (fabric)
+# through options of their own (AgentKind.url_kwarg).
+BY_CONNECTION = [name for name in WIRED if not AGENTS[name].url_kwarg]
 # Every (agent, profile) besides the agents' default ones.
 OTHER_PROFILES = [(name, profile) for name in WIRED for profile in profiles(name)[1:]]
 
@@ -103,6 +107,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def build(agent: str, key: str = KEY, **kwargs) -> AgentConfig:
+    # langgraph runs a user's project, which Harbor reads when the agent is made: the one
+    # harbor-ray qualifies it with.
+    if agent in QUALIFY_KWARGS and "extra_kwargs" not in kwargs:
+        kwargs["extra_kwargs"] = dict(QUALIFY_KWARGS[agent])
     return agent_config(agent, proxy=PROXY, session_key=key, served_model=SERVED, **kwargs)
 
 
@@ -130,7 +138,7 @@ def test_runs_where_harbor_runs_it(agent: str):
     assert AGENTS[agent].runs == ("sandbox" if installed else "host")
 
 
-@pytest.mark.parametrize("agent", WIRED)
+@pytest.mark.parametrize("agent", BY_CONNECTION)
 def test_wiring_follows_harbors_own_endpoint_conventions(agent: str, tmp_path: Path):
     """The protocol Harbor resolves (when it names one) is the table's dialect, and the
     path appended to the proxy URL is the path of Harbor's own default endpoint for this
@@ -198,8 +206,8 @@ def test_terminus_profiles_pick_litellms_provider_by_prefix(
     assert config.kwargs["llm_kwargs"] == {"api_key": KEY}
 
 
-@pytest.mark.parametrize(("agent", "profile"),
-                         [cell for cell in OTHER_PROFILES if cell[0] in INSTALLED])
+@pytest.mark.parametrize(("agent", "profile"), [
+    cell for cell in OTHER_PROFILES if cell[0] in INSTALLED and cell[0] in BY_CONNECTION])
 async def test_other_profiles_send_the_sandbox_url_and_key_into_the_sandbox(
     agent: str, profile: str, hostile_env: None, tmp_path: Path
 ):
@@ -256,8 +264,12 @@ def test_config_carries_this_rollouts_url_and_key_only(agent: str):
     assert other_side not in dumped
     assert dumped.count(KEY) == 1
     assert OTHER_KEY not in dumped
-    if AGENTS[agent].runs == "sandbox":
-        assert config.base_url == url and config.env[AGENTS[agent].key_env] == KEY
+    kind = AGENTS[agent]
+    if kind.url_kwarg:
+        assert config.base_url is None and config.kwargs[kind.url_kwarg] == url
+        assert config.env[kind.key_env] == KEY
+    elif kind.runs == "sandbox":
+        assert config.base_url == url and config.env[kind.key_env] == KEY
     else:
         assert config.base_url == url and not config.env
 
@@ -466,7 +478,7 @@ async def run_installed(config: AgentConfig, tmp_path: Path) -> Recorded:
     return recorded
 
 
-@pytest.mark.parametrize("agent", INSTALLED)
+@pytest.mark.parametrize("agent", [name for name in INSTALLED if name in BY_CONNECTION])
 async def test_installed_agent_sends_the_sandbox_url_and_key_into_the_sandbox(
     agent: str, hostile_env: None, tmp_path: Path
 ):
@@ -550,6 +562,43 @@ async def test_mini_swe_agent_litellm_in_the_sandbox(hostile_env: None, tmp_path
     assert f"--model=openai/{SERVED} " in command
     assert f"model.model_kwargs.api_base={PROXY.sandbox_url}/v1 " in command
     assert env["OPENAI_API_KEY"] == KEY
+
+
+@pytest.mark.parametrize(("profile", "model", "url"), [
+    ("openai-chat", f"openai/{SERVED}", f"{PROXY.sandbox_url}/v1"),
+    ("openai-responses", f"openai/responses/{SERVED}", f"{PROXY.sandbox_url}/v1"),
+    ("anthropic", f"anthropic/{SERVED}", PROXY.sandbox_url),
+    ("google", f"gemini/{SERVED}", f"{PROXY.sandbox_url}/v1beta"),
+])
+def test_fabric_gets_the_proxy_through_its_own_options(
+    profile: str, model: str, url: str, hostile_env: None, tmp_path: Path
+):
+    # Harbor refuses fabric a base_url: the URL and the key's variable are Fabric options,
+    # and its mini-swe-agent adapter reads the key from that variable in the sandbox.
+    agent = create(build("fabric", profile=profile), tmp_path)
+    (selected,) = agent._build_config().models.values()
+    assert (selected.model, selected.base_url) == (model, url)
+    assert selected.api_key_env is not None
+    assert agent._runner_env[selected.api_key_env] == KEY
+    assert agent._runner_python == "/opt/fabric-venv/bin/python"
+    assert HOST_SECRET not in json.dumps(agent._runner_env) and HOST_URL not in url
+
+
+async def test_fabric_sends_the_sandbox_url_and_key_into_the_sandbox(
+    hostile_env: None, tmp_path: Path
+):
+    agent = create(build("fabric"), tmp_path / "logs")
+    recorded = Recorded()
+    environment = RecordingEnvironment(tmp_path, recorded)
+    with environment.scoped_exec_env(agent.extra_env):
+        await agent.setup(environment)
+        # The recording sandbox runs no runner, so there is no result to read back.
+        with pytest.raises(FileNotFoundError, match="fabric-result"):
+            await agent.run("solve the task", environment, AgentContext())
+    everything = recorded.text()
+    assert KEY in everything and expected_url("fabric") in everything
+    assert PROXY.host_url not in everything
+    assert HOST_SECRET not in everything and HOST_URL not in everything
 
 
 async def test_goose_host_is_the_server_root(hostile_env: None, tmp_path: Path):

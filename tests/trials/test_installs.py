@@ -92,6 +92,9 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "kimi-code": ("@moonshot-ai/kimi-code", "2.1.0"),
         "openclaw": ("openclaw", "2026.9.6"),
         "aider": ("aider-chat", "0.86.2"),
+        "antigravity-sdk": ("google-antigravity", "0.1.22"),
+        "fabric": ("nemo-fabric-runtime", "0.5.0"),
+        "langgraph": ("langgraph", "1.2.22"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
@@ -254,3 +257,64 @@ def test_sandbox_tools_mount_an_installed_entry_or_say_how_to_install(tmp_path: 
     assert sandbox_tools(tmp_path, PIN) == {
         "/opt/harbor-ray/agents/toy-1.2.3": str(tmp_path / "toy-1.2.3")}
     assert str(sandbox_dir(PIN)) == "/opt/harbor-ray/agents/toy-1.2.3"
+
+
+async def test_antigravity_sdk_s_runner_goes_in_on_its_venv_not_uv(tmp_path: Path) -> None:
+    # Harbor's runner starts `uv run --script`, which resolves from PyPI on every run: the
+    # same script runs on the pin's venv, mounted where the variant says it is.
+    from harbor.agents.installed import antigravity_sdk
+
+    from harbor_ray.trials.preinstalled import PreinstalledAntigravitySdk
+
+    assert PINS["antigravity-sdk"].venv_at == PreinstalledAntigravitySdk.VENV
+    uploads: dict[str, str] = {}
+
+    class Sandbox:  # the venv is there: every command succeeds
+        async def exec(self, command: str, **_: object):
+            return type("Result", (), {"return_code": 0})()
+
+        async def upload_file(self, source_path: Path, target_path: str) -> None:
+            uploads[target_path] = Path(source_path).read_text()
+
+    agent = PreinstalledAntigravitySdk(logs_dir=tmp_path, model_name="gemini/m")
+    await agent.install(Sandbox())  # type: ignore[arg-type]
+    runner = uploads[PreinstalledAntigravitySdk.RUNNER].splitlines()
+    harbor_runner = (Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py"
+                     ).read_text().splitlines()
+    assert harbor_runner[0] == "#!/usr/bin/env -S uv run --script"
+    assert runner == [f"#!{PreinstalledAntigravitySdk.VENV}/bin/python", *harbor_runner[1:]]
+
+
+async def test_langgraph_s_project_and_runner_go_in_beside_its_mounted_venv(
+    tmp_path: Path,
+) -> None:
+    # Harbor's install removes the venv's directory and builds it again with uv: with the
+    # pin's venv mounted there, only the project and the runner go in, and nothing runs
+    # that would touch the venv.
+    from harbor_ray.qualify.run import LANGGRAPH_SAMPLE
+    from harbor_ray.trials.preinstalled import PreinstalledLangGraph
+
+    assert str(PreinstalledLangGraph._REMOTE_VENV_DIR) == PINS["langgraph"].venv_at
+    commands: list[str] = []
+    uploads: list[str] = []
+
+    class Sandbox:  # the venv is there: every command succeeds
+        async def exec(self, command: str, **_: object):
+            commands.append(command)
+            return type("Result", (), {"return_code": 0})()
+
+        async def upload_file(self, source_path: Path, target_path: str) -> None:
+            uploads.append(target_path)
+
+        async def upload_dir(self, source_dir: Path, target_dir: str) -> None:
+            uploads.extend(f"{target_dir}/{path.relative_to(source_dir)}"
+                           for path in sorted(Path(source_dir).rglob("*")) if path.is_file())
+
+    agent = PreinstalledLangGraph(logs_dir=tmp_path, model_name="openai/m",
+                                  project_path=str(LANGGRAPH_SAMPLE))
+    await agent.install(Sandbox())  # type: ignore[arg-type]
+    project = str(PreinstalledLangGraph._REMOTE_PROJECT_DIR)
+    assert sorted(uploads) == sorted([f"{project}/agent.py", f"{project}/langgraph.json",
+                                      str(PreinstalledLangGraph._REMOTE_RUNNER_PATH)])
+    assert not any(PINS["langgraph"].venv_at in c for c in commands[1:])
+    assert not any("uv" in c.split() or "curl" in c for c in commands)

@@ -215,6 +215,20 @@ def test_unmatched_function_response_keeps_a_deterministic_id() -> None:
     assert [m["tool_call_id"] for m in engine(body)["messages"]] == ["call_0_0", "x"]
 
 
+def test_function_responses_alone_under_the_model_role_are_tool_results() -> None:
+    # As antigravity-sdk 0.1.22's harness sends them (a content of their own, role model).
+    body = {"contents": [
+        user("go"),
+        {"role": "model", "parts": [{"functionCall": {"id": "c-1", "name": "run_command",
+                                                      "args": {"CommandLine": "ls"}}}]},
+        {"role": "model", "parts": [{"functionResponse": {
+            "id": "c-1", "name": "run_command", "response": {"output": "ok"}}}]},
+    ]}
+    messages = engine(body)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert (messages[2]["tool_call_id"], messages[2]["content"]) == ("c-1", '{"output":"ok"}')
+
+
 def test_thoughts_are_dropped_and_text_parts_concatenated() -> None:
     body = {"contents": [
         {"role": "user", "parts": [{"text": "line one\n"}, {"text": "line two"}]},
@@ -364,7 +378,7 @@ MALFORMED: list[tuple[dict[str, Any], str]] = [
      "functionResponse.response"),
     ({"contents": [{"role": "user", "parts": [{"functionCall": {"name": "f"}}]}]},
      "belongs to a model content"),
-    ({"contents": [{"role": "model", "parts": [
+    ({"contents": [{"role": "model", "parts": [{"text": "a"},
         {"functionResponse": {"name": "f", "response": {}}}]}]}, "belongs to a user content"),
     ({"contents": [user("x")], "systemInstruction": "be nice"}, "systemInstruction"),
     ({"contents": [user("x")], "systemInstruction": {"parts": [

@@ -244,7 +244,12 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         # is the role older Gemini clients put on function responses.
         role = content.get("role", "user")
         parts = _parts(content, what)
-        if role == "model":
+        if role == "model" and parts and all(isinstance(p, _Reply) for _, p in parts):
+            # antigravity-sdk 0.1.22's harness sends its function responses under the
+            # model's role, in a content of their own: the results of the calls before
+            # them, as under "user". Mixed with the model's own parts they stay refused.
+            messages.extend(_user(parts, i, what, pending))
+        elif role == "model":
             messages.append(_assistant(parts, i, what, pending))
         elif role in ("user", "function"):
             messages.extend(_user(parts, i, what, pending))
