@@ -9,9 +9,10 @@ scaled by 1.001, then back), and lets the calls finish. Once with the cache kept
 the update (`clear_cache=False`, the default), once dropped (`clear_cache=True`).
 
 Per mode it prints the update's wall seconds, the prefill tokens recomputed after it
-(vLLM's prefix-cache metrics: tokens looked up minus tokens found, over the calls
-resumed after the update), the preemptions, and the seconds from the update's start
-until every call finished; then the keep/clear ratios.
+(tokens a preempted call prefilled again that the prefix cache did not serve, from
+vLLM's scheduler stats: its Prometheus counters leave preempted calls out), the
+preemptions, and the seconds from the update's start until every call finished; then the
+keep/clear ratios.
 
     flock /tmp/engine.lock .venv/bin/python scripts/bench_weight_update.py \\
         [--in-flight 8] [--prompt-tokens 512] [--max-tokens 192] [--before 32]
@@ -70,15 +71,42 @@ class Round:
 
 
 def counters() -> dict[str, float]:
-    """vLLM's prefix-cache and preemption counters in this process."""
+    """vLLM's preemption counter in this process, and the prefill of preempted requests
+    that the prefix cache did not serve (`Recomputed`)."""
     from vllm.v1.metrics.reader import Counter, get_metrics_snapshot
 
-    wanted = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions")
-    totals = dict.fromkeys(wanted, 0.0)
+    totals = {"vllm:num_preemptions": 0.0, "recomputed": float(Recomputed.tokens)}
     for metric in get_metrics_snapshot():
         if isinstance(metric, Counter) and metric.name in totals:
             totals[metric.name] += metric.value
     return totals
+
+
+def recompute_logger() -> type:
+    """A vLLM stat logger that sums the prefill tokens of preempted requests the prefix
+    cache did not serve. vLLM's Prometheus counters (`vllm:prefix_cache_queries`, `_hits`)
+    count new requests only: a preempted request's second prefill is kept apart in
+    `PrefixCacheStats.preempted_queries`/`preempted_hits`, which it does not export."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class Tally(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any,
+                   mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+            if scheduler_stats is not None:
+                cache = scheduler_stats.prefix_cache_stats
+                Recomputed.tokens += cache.preempted_queries - cache.preempted_hits
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return Tally
+
+
+class Recomputed:
+    tokens = 0
 
 
 async def one_round(llm: Any, updater: WeightUpdater, path: str, args: argparse.Namespace,
@@ -109,8 +137,8 @@ async def one_round(llm: Any, updater: WeightUpdater, path: str, args: argparse.
     await asyncio.gather(*calls)
     drain_s = time.perf_counter() - started
     after = counters()
-    queries, hits, preempted = (after[name] - before[name] for name in before)
-    return Round(update_s, queries - hits, preempted, drain_s)
+    preempted, recomputed = (after[name] - before[name] for name in before)
+    return Round(update_s, recomputed, preempted, drain_s)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -121,7 +149,8 @@ async def main(args: argparse.Namespace) -> None:
     served = prepare_model()
     llm = AsyncLLM.from_engine_args(AsyncEngineArgs(
         model=str(served), dtype="float32", max_model_len=4096, enable_prefix_caching=True,
-        worker_extension_cls=WORKER_EXTENSION, disable_log_stats=False))
+        worker_extension_cls=WORKER_EXTENSION, disable_log_stats=False),
+        stat_loggers=[recompute_logger()])
     replica = InProcessReplica(llm)
 
     async def replicas() -> list[InProcessReplica]:
