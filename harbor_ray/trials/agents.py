@@ -83,6 +83,7 @@ _DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType
 # rollout's model calls or its key.
 _CONNECTION_KWARGS = frozenset({
     "api_base", "api_key", "base_url", "model_api_format", "model_api_key_name",
+    "provider_base_url",
 })
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ACP_SHORTHAND = "acp:"
@@ -136,6 +137,9 @@ class AgentKind:
     # Agent kwargs the wiring sets: its small/fast slots where a config file holds them,
     # the API it speaks where Harbor's connection layer will not pin that format.
     wired_kwargs: Mapping[str, Any] = MappingProxyType({})
+    # The agent kwarg that takes the proxy URL, for an adapter that refuses
+    # AgentConfig.base_url but whose harbor_ray variant applies one (trials/preinstalled.py).
+    url_kwarg: str = ""
 
     @property
     def wired(self) -> bool:
@@ -157,6 +161,7 @@ def _installed(
     pinned_env: Mapping[str, str] | None = None,
     aux_env: tuple[str, ...] = (),
     wired_kwargs: Mapping[str, Any] | None = None,
+    url_kwarg: str = "",
     note: str = "",
 ) -> AgentKind:
     prefix, key, path = _DIALECT_DEFAULTS[dialect]
@@ -173,6 +178,7 @@ def _installed(
         pinned_env=tuple(sorted((pinned_env or {}).items())),
         aux_env=aux_env,
         wired_kwargs=MappingProxyType(dict(wired_kwargs or {})),
+        url_kwarg=url_kwarg,
     )
 
 
@@ -189,6 +195,7 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
 
 
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
+_CLINE_URL = "provider_base_url"
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
 # Every name in Harbor 0.25's AgentFactory._AGENT_MAP (a test keeps the two equal).
@@ -270,7 +277,10 @@ _TABLE = (
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
-    _unwired("cline-cli", "sandbox", _NO_BASE_URL),
+    # Harbor's adapter refuses a base URL; its variant stores the proxy's for the run's
+    # provider with `cline auth -b` before the task (PreinstalledClineCli).
+    _installed("cline-cli", "chat", url_kwarg=_CLINE_URL,
+               note="`cline auth -b URL` before the run (provider_base_url)"),
     _unwired("junie", "sandbox", _NO_BASE_URL),
     _unwired("cursor-cli", "sandbox", f"Cursor's own service only; {_NO_CONNECTION}"),
     _unwired("cortex-code", "sandbox", f"Snowflake Cortex only; {_NO_CONNECTION}"),
@@ -504,13 +514,16 @@ def agent_config(
             import_path=agent, model_name=model_name, env=env, kwargs=_merge({}, extra)
         )
     aux = dict.fromkeys(kind.aux_env, AUX_MODEL)
+    wired = copy.deepcopy(_plain(kind.wired_kwargs))
+    if kind.url_kwarg:
+        wired[kind.url_kwarg] = url
     return AgentConfig(
         name=agent,
         model_name=model_name,
-        base_url=url,
+        base_url=None if kind.url_kwarg else url,
         model_api_format=_FORMATS[kind.dialect] if kind.pin_dialect and kind.dialect else None,
         env={**dict(kind.pinned_env), **aux, kind.key_env: session_key},
-        kwargs=_merge(copy.deepcopy(_plain(kind.wired_kwargs)), extra),
+        kwargs=_merge(wired, extra),
     )
 
 

@@ -152,7 +152,8 @@ PREINSTALLED: Mapping[str, str] = MappingProxyType({
                        ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"),
                        ("copilot-cli", "CopilotCli"), ("vibe", "Vibe"),
                        ("openhands", "OpenHands"), ("kimi-code", "KimiCode"),
-                       ("openclaw", "OpenClaw"), ("aider", "Aider"))
+                       ("openclaw", "OpenClaw"), ("aider", "Aider"),
+                       ("cline-cli", "ClineCli"))
 })
 
 

@@ -2,8 +2,8 @@
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
 their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
-code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw and aider always
-install: nvm and Node from GitHub and nodejs.org, the uv installer from astral.sh,
+code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw, aider and cline-cli
+always install: nvm and Node from GitHub and nodejs.org, the uv installer from astral.sh,
 GitHub's copilot install script or aider.chat's, none of which a sandbox without
 network reaches. When the local sandbox mounts the agent's cache entry
 (installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.base import BaseInstalledAgent
+from harbor.agents.installed.cline.cline import ClineCli, ExecInput
 from harbor.agents.installed.code_puppy import CodePuppy
 from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
@@ -39,6 +40,7 @@ from harbor.models.agent.context import AgentContext
 
 __all__ = [
     "PreinstalledAider",
+    "PreinstalledClineCli",
     "PreinstalledCodePuppy",
     "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
@@ -198,3 +200,25 @@ class PreinstalledVibe(_SkipInstallWhenPresent, Vibe):
 class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):
     # Its venv is mounted where the adapter runs it from (the pin's venv_at).
     COMMANDS = ("/opt/openhands-venv/bin/python",)
+
+
+class PreinstalledClineCli(_SkipInstallWhenPresent, ClineCli):
+    """Also takes `provider_base_url`: Harbor's adapter refuses a base URL (its
+    connection has nowhere to put one), but cline stores one per provider with
+    `cline auth -b URL`, which runs here before the task, for the provider and model
+    the run then names."""
+
+    COMMANDS = ("cline", "node")
+
+    def __init__(self, *args: Any, provider_base_url: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._provider_base_url = provider_base_url
+
+    def create_run_agent_commands(self, instruction: str) -> list[ExecInput]:
+        setup, *run = super().create_run_agent_commands(instruction)
+        if self._provider_base_url is None:
+            return [setup, *run]
+        # The same variables as the run: its provider, key and model.
+        auth = ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
+                f"-b {shlex.quote(self._provider_base_url)}")
+        return [setup, ExecInput(command=auth, env=setup.env), *run]
