@@ -344,6 +344,10 @@ _OTHER_PROFILES = (
     _installed("kimi-code", "anthropic"),
     _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
     _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    # cline's openai-native provider speaks Responses; Harbor's adapter takes a provider
+    # LiteLLM does not know in the colon form, its key then under API_KEY.
+    _installed("cline-cli", "responses", model_prefix="openai-native:", key_env="API_KEY",
+               url_kwarg=_CLINE_URL),
 )
 
 # (agent, profile) -> its wiring: every wired agent's default profile, and the others.
