@@ -28,16 +28,8 @@ _OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (re
 NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "acp": "a client for agents from the ACP registry, not an agent of its own; it "
            "fetches uv from astral.sh, which is unreachable (read, not tried)",
-    "aider": "pinned (aider-chat 0.86.2) and solves both tasks at level 1 through "
-             "whole-file edits (reward 1.0, 0 splits, exact ids, no 4xx), but aider "
-             "rebuilds its prompt on every call with the files in its chat ahead of the "
-             "conversation: the edit of an existing file (greet-function) adds the file "
-             "and asks again, so that capture has 2 agent roots (tried)",
     "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
     "antigravity-sdk": _OUTSIDE.format(what="uv", where="astral.sh") + "; not tried",
-    "cline-cli": "Harbor cannot override its base URL; cline 3.0.65 (npm) takes one in "
-                 "`cline auth -p openai -k KEY -m MODEL -b URL`, which Harbor's adapter "
-                 "does not run: not wired yet (read `cline auth --help`)",
     "computer-1": "a computer-use agent driving a desktop by screenshots; the sandbox "
                   "has no desktop (read, not tried)",
     "cortex-code": _OUTSIDE.format(what="its install script", where="ai.snowflake.com"),
@@ -81,7 +73,7 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
 
 # The agents qualification covers, at both levels: the pinned CLIs but those tried and
 # not qualified (their reasons above), and terminus-2 (Harbor's own).
-_PINNED_NOT_QUALIFIED = frozenset({"aider"})
+_PINNED_NOT_QUALIFIED: frozenset[str] = frozenset()
 QUALIFIED = (*sorted(set(PINS) - _PINNED_NOT_QUALIFIED), "terminus-2")
 # Those of them seen to qualify at level 2 (the real model, CI's rotation): an agent
 # qualified at level 1 is not counted at level 2 until its run there is seen.

@@ -196,6 +196,13 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
 
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _CLINE_URL = "provider_base_url"
+
+
+def _aider_weak(prefix: str) -> Mapping[str, str]:
+    """aider's weak model (its commit messages) through the same LiteLLM provider."""
+    return {"AIDER_WEAK_MODEL": f"{prefix}{AUX_MODEL}"}
+
+
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
 # Every name in Harbor 0.25's AgentFactory._AGENT_MAP (a test keeps the two equal).
@@ -238,7 +245,7 @@ _TABLE = (
     _installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
     _installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
     # Its weak model writes the commit messages of its auto-commits: a side call.
-    _installed("aider", "chat", pinned_env={"AIDER_WEAK_MODEL": f"openai/{AUX_MODEL}"},
+    _installed("aider", "chat", pinned_env=_aider_weak("openai/"),
                note="LiteLLM in the sandbox; api_base in its model settings file"),
     _installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
     _installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
@@ -344,6 +351,10 @@ _OTHER_PROFILES = (
     _installed("kimi-code", "anthropic"),
     _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
     _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    # LiteLLM's providers, as for mini-swe-agent; its model settings file carries the
+    # api_base to every model, the weak one too.
+    _installed("aider", "anthropic", pinned_env=_aider_weak("anthropic/")),
+    _installed("aider", "google", url_path=_GOOGLE_VERSIONED, pinned_env=_aider_weak("gemini/")),
     # cline's openai-native provider speaks Responses; Harbor's adapter takes a provider
     # LiteLLM does not know in the colon form, its key then under API_KEY.
     _installed("cline-cli", "responses", model_prefix="openai-native:", key_env="API_KEY",

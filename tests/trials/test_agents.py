@@ -44,6 +44,7 @@ from harbor_ray.trials.agents import (
     profiles,
     runs_in_sandbox,
 )
+from harbor_ray.trials.installs import PREINSTALLED
 from tests.capture.live_server import CaptureServer, capture_server
 
 __all__ = ["capture_server"]
@@ -112,8 +113,19 @@ def expected_url(agent: str) -> str:
 
 
 def create(config: AgentConfig, logs_dir: Path):
-    """The agent exactly as Trial._init_agent builds it."""
+    """The agent exactly as Trial._init_agent builds it; an agent whose proxy URL is an
+    agent kwarg as its harbor_ray variant, which applies it (as a rollout names it)."""
+    if config.name in AGENTS and AGENTS[config.name].url_kwarg:
+        config = config.model_copy(update={"name": None,
+                                           "import_path": PREINSTALLED[config.name]})
     return AgentFactory.create_agent_from_config(config, logs_dir=logs_dir)
+
+
+def proxy_url(agent: str, config: AgentConfig) -> str | None:
+    """The proxy URL the config gives the agent: its base URL, or the kwarg its variant
+    takes one in."""
+    kind = AGENTS[agent]
+    return config.kwargs.get(kind.url_kwarg) if kind.url_kwarg else config.base_url
 
 
 # -- the registry -----------------------------------------------------------------------
@@ -130,7 +142,7 @@ def test_runs_where_harbor_runs_it(agent: str):
     assert AGENTS[agent].runs == ("sandbox" if installed else "host")
 
 
-@pytest.mark.parametrize("agent", WIRED)
+@pytest.mark.parametrize("agent", [a for a in WIRED if not AGENTS[a].url_kwarg])
 def test_wiring_follows_harbors_own_endpoint_conventions(agent: str, tmp_path: Path):
     """The protocol Harbor resolves (when it names one) is the table's dialect, and the
     path appended to the proxy URL is the path of Harbor's own default endpoint for this
@@ -147,6 +159,23 @@ def test_wiring_follows_harbors_own_endpoint_conventions(agent: str, tmp_path: P
     default = spec.default_base_url(provider, connection.model_api_format)
     assert default is not None
     assert urlsplit(default).path.rstrip("/") == kind.url_path
+
+
+def test_cline_gets_the_proxy_url_through_cline_auth_before_its_run(tmp_path: Path):
+    """Harbor's cline-cli adapter refuses a base URL; its variant stores the proxy's for
+    the run's provider with `cline auth -b` (openai-compatible's default base ends in
+    /v1, as the proxy's OpenAI routes do), then runs cline as Harbor does."""
+    assert not AgentFactory.get_agent_class(AgentName("cline-cli")).capabilities.base_url
+    for profile, provider in (("openai-chat", "openai"), ("openai-responses", "openai-native")):
+        config = build("cline-cli", profile=profile)
+        assert config.base_url is None
+        agent = create(config, tmp_path)
+        _setup, auth, run = agent.create_run_agent_commands("solve the task")
+        assert auth.command == ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
+                                f"-b {PROXY.sandbox_url}/v1")
+        assert auth.env == run.env and run.env["PROVIDER"] == provider
+        assert run.env["API_KEY"] == KEY and run.env["MODELID"] == SERVED
+        assert f"cline -P {provider} " in run.command
 
 
 def test_unwired_agents_say_why():
@@ -174,7 +203,9 @@ def test_unwired_agent_is_refused_not_passed_through(agent: str):
 def test_profiles_name_the_default_first_and_refuse_the_others():
     assert profiles("codex") == ("openai-responses",)
     assert profiles("opencode") == ("openai-chat", "anthropic", "google", "openai-responses")
-    assert profiles("oracle") == () and profiles("cline-cli") == ()
+    assert profiles("oracle") == () and profiles("junie") == ()
+    assert profiles("cline-cli") == ("openai-chat", "openai-responses")
+    assert profiles("aider") == ("openai-chat", "anthropic", "google")
     assert build("codex", profile="openai-responses") == build("codex")
     check_profile("pi", "google")
     with pytest.raises(ProfileNotSupportedError,
@@ -204,9 +235,10 @@ async def test_other_profiles_send_the_sandbox_url_and_key_into_the_sandbox(
     agent: str, profile: str, hostile_env: None, tmp_path: Path
 ):
     config = build(agent, profile=profile)
-    assert config.base_url is not None and config.base_url.startswith(PROXY.sandbox_url)
+    url = proxy_url(agent, config)
+    assert url is not None and url.startswith(PROXY.sandbox_url)
     everything = (await run_installed(config, tmp_path)).text()
-    assert KEY in everything and config.base_url in everything
+    assert KEY in everything and url in everything
     assert PROXY.host_url not in everything
     assert HOST_SECRET not in everything and HOST_URL not in everything
 
@@ -257,7 +289,7 @@ def test_config_carries_this_rollouts_url_and_key_only(agent: str):
     assert dumped.count(KEY) == 1
     assert OTHER_KEY not in dumped
     if AGENTS[agent].runs == "sandbox":
-        assert config.base_url == url and config.env[AGENTS[agent].key_env] == KEY
+        assert proxy_url(agent, config) == url and config.env[AGENTS[agent].key_env] == KEY
     else:
         assert config.base_url == url and not config.env
 

@@ -92,6 +92,7 @@ def test_pins_file_names_the_qualified_agents_at_their_versions() -> None:
         "kimi-code": ("@moonshot-ai/kimi-code", "2.1.0"),
         "openclaw": ("openclaw", "2026.9.6"),
         "aider": ("aider-chat", "0.86.2"),
+        "cline-cli": ("cline", "3.0.65"),
     }
     assert set(PREINSTALLED) <= set(PINS)
 
