@@ -38,7 +38,7 @@ __all__ = [
 # (codex exec_command, claude-code and kimi-code Bash, gemini-cli and qwen-code
 # run_shell_command, opencode, pi, copilot-cli, mini-swe-agent and vibe bash,
 # code-puppy shell, openhands-sdk terminal, openhands execute_bash, openclaw exec,
-# cline-cli run_commands): names as their requests declare them.
+# cline-cli run_commands, strands' sandbox_shell): names as their requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec": "command",
     "exec_command": "cmd",
@@ -49,6 +49,7 @@ SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "terminal": "command",
     "execute_bash": "command",
     "run_commands": "commands",
+    "sandbox_shell": "command",
 })
 # Shell tools whose argument is a list of commands (cline-cli's run_commands): the
 # solution goes as its one element, heredocs and all.

@@ -14,6 +14,7 @@ import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -196,6 +197,11 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
 
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _CLINE_URL = "provider_base_url"
+# The sample Strands agent (a factory Harbor's strands runner imports in the sandbox).
+_STRANDS_SAMPLE: Mapping[str, Any] = MappingProxyType({
+    "factory_path": str(Path(__file__).parents[1] / "samples" / "strands_agent"),
+    "factory": "agent:create_agent",
+})
 
 
 def _aider_weak(prefix: str) -> Mapping[str, str]:
@@ -299,7 +305,10 @@ _TABLE = (
     _unwired("deerflow", "sandbox",
              "forwards the host's provider and web-search API keys into the sandbox"),
     _unwired("langgraph", "sandbox", "runs a user-supplied graph (langgraph.json)"),
-    _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
+    # Harbor runs a user's Strands agent factory: harbor_ray's sample one unless the
+    # rollout's kwargs name another (factory_path, factory).
+    _installed("strands", "chat", wired_kwargs=_STRANDS_SAMPLE,
+               note="OpenAIModel client_args base_url; harbor_ray's sample factory"),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
     _unwired("dspy-rlm", "host", "needs dspy, not a harbor_ray dependency"),
 )

@@ -153,7 +153,7 @@ PREINSTALLED: Mapping[str, str] = MappingProxyType({
                        ("copilot-cli", "CopilotCli"), ("vibe", "Vibe"),
                        ("openhands", "OpenHands"), ("kimi-code", "KimiCode"),
                        ("openclaw", "OpenClaw"), ("aider", "Aider"),
-                       ("cline-cli", "ClineCli"))
+                       ("cline-cli", "ClineCli"), ("strands", "Strands"))
 })
 
 

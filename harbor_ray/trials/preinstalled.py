@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any, ClassVar
 
+from harbor.agents.installed import strands as strands_module
 from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.base import BaseInstalledAgent
 from harbor.agents.installed.cline.cline import ClineCli, ExecInput
@@ -34,6 +36,7 @@ from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.openhands import OpenHands
 from harbor.agents.installed.pi import Pi
 from harbor.agents.installed.qwen_code import QwenCode
+from harbor.agents.installed.strands import Strands
 from harbor.agents.installed.vibe import Vibe
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
@@ -51,6 +54,7 @@ __all__ = [
     "PreinstalledOpenHands",
     "PreinstalledPi",
     "PreinstalledQwenCode",
+    "PreinstalledStrands",
     "PreinstalledVibe",
     "presence_command",
 ]
@@ -222,3 +226,22 @@ class PreinstalledClineCli(_SkipInstallWhenPresent, ClineCli):
         auth = ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
                 f"-b {shlex.quote(self._provider_base_url)}")
         return [setup, ExecInput(command=auth, env=setup.env), *run]
+
+
+class PreinstalledStrands(Strands):
+    """Its venv is mounted where the adapter runs it from (the pin's venv_at): with it
+    present, only what Harbor's install puts beside it goes in, the runner and the
+    factory's source; without it, Harbor's own install runs."""
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        found = await environment.exec(command=presence_command((str(self._PYTHON),)))
+        if found.return_code != 0:
+            await super().install(environment)
+            return
+        runner = self.logs_dir / self._RUNNER_PATH.name
+        runner.write_text(Path(strands_module.__file__).with_name(runner.name).read_text())
+        await self.exec_as_root(environment, command=f"mkdir -p {self._INSTALL_DIR}")
+        await environment.upload_file(runner, str(self._RUNNER_PATH))
+        source = self._stage_factory_source()
+        if source is not None:
+            await environment.upload_dir(source, str(self._FACTORY_DIR))
