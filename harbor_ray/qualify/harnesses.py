@@ -64,8 +64,6 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "nop": "does nothing and calls no model: nothing to capture",
     "oracle": "runs the task's solution and calls no model: nothing to capture",
     "rovodev-cli": _OUTSIDE.format(what="its package", where="Atlassian's apt repository"),
-    "strands": "runs a user-supplied Strands agent factory; there is no agent to "
-               "qualify without one (read)",
     "swe-agent": "installed only from GitHub, which is unreachable (tried)",
     "trae-agent": "installed only from GitHub, which is unreachable (tried)",
 })

@@ -364,6 +364,12 @@ _OTHER_PROFILES = (
     # api_base to every model, the weak one too.
     _installed("aider", "anthropic", pinned_env=_aider_weak("anthropic/")),
     _installed("aider", "google", url_path=_GOOGLE_VERSIONED, pinned_env=_aider_weak("gemini/")),
+    # The Strands runner picks its model class by the pinned format or the provider
+    # (OpenAIResponsesModel, AnthropicModel, GeminiModel on google-genai, which adds the
+    # API version itself) and hands it the base URL in client_args.
+    _installed("strands", "responses", pin_dialect=True, wired_kwargs=_STRANDS_SAMPLE),
+    _installed("strands", "anthropic", wired_kwargs=_STRANDS_SAMPLE),
+    _installed("strands", "google", wired_kwargs=_STRANDS_SAMPLE),
     # cline's openai-native provider speaks Responses; Harbor's adapter takes a provider
     # LiteLLM does not know in the colon form, its key then under API_KEY.
     _installed("cline-cli", "responses", model_prefix="openai-native:", key_env="API_KEY",

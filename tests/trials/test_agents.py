@@ -206,6 +206,7 @@ def test_profiles_name_the_default_first_and_refuse_the_others():
     assert profiles("oracle") == () and profiles("junie") == ()
     assert profiles("cline-cli") == ("openai-chat", "openai-responses")
     assert profiles("aider") == ("openai-chat", "anthropic", "google")
+    assert profiles("strands") == ("openai-chat", "anthropic", "google", "openai-responses")
     assert build("codex", profile="openai-responses") == build("codex")
     check_profile("pi", "google")
     with pytest.raises(ProfileNotSupportedError,
