@@ -3,8 +3,9 @@ raises no WARN, a real count mismatch does.
 
 atif_trajectories/<agent>.json are the trajectories the agents wrote on hello-file in a
 level-1 qualification run (`harbor-ray qualify`, Harbor 0.25, the pinned CLIs; the proxy
-key in terminus-2's redacted). code-puppy and vibe (whose session log Harbor 0.25 did
-not turn into one) write none (atif_absent, INFO). The captured
+key in terminus-2's redacted; cline-cli's and strands' from the scripted engine's
+openai-chat rows). code-puppy and vibe (whose session log Harbor 0.25 did not turn into
+one) and aider (whose adapter writes none) write none (atif_absent, INFO). The captured
 side of each run is rebuilt here from what the run's report counted: its agent calls, and
 opencode's title call, which the capture marks auxiliary and the agent does not record.
 """
@@ -26,7 +27,7 @@ TRAJECTORIES = Path(__file__).parent / "atif_trajectories"
 # Each run's captured agent calls (turns less auxiliary ones, from its report row).
 AGENT_CALLS = {"claude-code": 2, "codex": 2, "copilot-cli": 2, "gemini-cli": 2,
                "mini-swe-agent": 2, "openhands": 2, "openhands-sdk": 2, "opencode": 2,
-               "pi": 2, "qwen-coder": 2, "terminus-2": 3}
+               "pi": 2, "qwen-coder": 2, "terminus-2": 3, "cline-cli": 4, "strands": 2}
 # Captured side calls the agent's trajectory leaves out.
 AUXILIARY = {"opencode": 1}
 
