@@ -64,8 +64,11 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "nop": "does nothing and calls no model: nothing to capture",
     "oracle": "runs the task's solution and calls no model: nothing to capture",
     "rovodev-cli": _OUTSIDE.format(what="its package", where="Atlassian's apt repository"),
-    "swe-agent": "installed only from GitHub, which is unreachable (tried)",
-    "trae-agent": "installed only from GitHub, which is unreachable (tried)",
+    "swe-agent": "installed only from GitHub, which is unreachable (tried); PyPI has no "
+                 "swe-agent, and its `sweagent` 0.0.1 (April 2024) has no `sweagent run` "
+                 "CLI nor the config/default.yaml Harbor's adapter runs (read)",
+    "trae-agent": "installed only from GitHub, which is unreachable; PyPI and npm have "
+                  "no trae-agent (tried)",
 })
 
 
