@@ -38,8 +38,11 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "devin": "a hosted service: the model runs at Cognition, not on our engine (read)",
     "dspy-rlm": "needs Harbor's dspy extra (dspy>=2.6.0) and Deno on the host, neither "
                 "installed here; Deno is on npm (`deno` 2.9.6) (read, not tried)",
-    "eve": "runs a user's own Eve app project; there is no agent to qualify without "
-           "one (read)",
+    "eve": "runs a user's own Eve app project (its `path`), which Harbor's adapter "
+           "installs with npm, pnpm or bun inside the sandbox, where there is no "
+           "network, and serves over Eve's HTTP session API; unlike strands' factory, "
+           "no sample app with its dependencies prebuilt is shipped yet (read, not "
+           "tried)",
     "fabric": "needs Harbor's fabric extra (nemo-fabric-runtime and "
               "nemo-fabric-adapter-catalog 0.5.*), not installed here (read, not tried)",
     "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
