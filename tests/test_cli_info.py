@@ -40,5 +40,5 @@ def test_info_json_lists_backends_agents_and_datasets(tmp_path) -> None:
     assert mine["tasks"] == [] and mine["problems"][0]["task"] == "broken-task"
     assert data["engine"] is None
     harnesses = {row["name"]: row for row in data["harnesses"]}
-    assert harnesses["codex"]["qualified"] and not harnesses["aider"]["qualified"]
-    assert harnesses["aider"]["reason"]
+    assert harnesses["codex"]["qualified"] and not harnesses["goose"]["qualified"]
+    assert harnesses["goose"]["reason"]

@@ -28,15 +28,7 @@ _OUTSIDE = "downloads {what} from {where}, which these machines cannot reach (re
 NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "acp": "a client for agents from the ACP registry, not an agent of its own; it "
            "fetches uv from astral.sh, which is unreachable (read, not tried)",
-    "aider": "pinned (aider-chat 0.86.2) and solves both tasks at level 1 through "
-             "whole-file edits (reward 1.0, 0 splits, exact ids, no 4xx), but aider "
-             "rebuilds its prompt on every call with the files in its chat ahead of the "
-             "conversation: the edit of an existing file (greet-function) adds the file "
-             "and asks again, so that capture has 2 agent roots (tried)",
     "antigravity-cli": _OUTSIDE.format(what="its install script", where="antigravity.google"),
-    "cline-cli": "Harbor cannot override its base URL; cline 3.0.65 (npm) takes one in "
-                 "`cline auth -p openai -k KEY -m MODEL -b URL`, which Harbor's adapter "
-                 "does not run: not wired yet (read `cline auth --help`)",
     "computer-1": "a computer-use agent driving a desktop by screenshots; the sandbox "
                   "has no desktop (read, not tried)",
     "cortex-code": _OUTSIDE.format(what="its install script", where="ai.snowflake.com"),
@@ -54,8 +46,11 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
                 "earlier steps written into the user text (dspy's ChatAdapter and "
                 "REPLHistory), never as the model's reply, so every call after the "
                 "first starts a new agent root (read, dspy 3.2.1)",
-    "eve": "runs a user's own Eve app project; there is no agent to qualify without "
-           "one (read)",
+    "eve": "runs a user's own Eve app project (its `path`), which Harbor's adapter "
+           "installs with npm, pnpm or bun inside the sandbox, where there is no "
+           "network, and serves over Eve's HTTP session API; unlike strands' factory, "
+           "no sample app with its dependencies prebuilt is shipped yet (read, not "
+           "tried)",
     "fx": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "fx-dev": _OUTSIDE.format(what="its install script", where="fx.sh"),
     "goose": _OUTSIDE.format(what="its binary", where="GitHub releases"),
@@ -76,16 +71,17 @@ NOT_QUALIFIED: Mapping[str, str] = MappingProxyType({
     "nop": "does nothing and calls no model: nothing to capture",
     "oracle": "runs the task's solution and calls no model: nothing to capture",
     "rovodev-cli": _OUTSIDE.format(what="its package", where="Atlassian's apt repository"),
-    "strands": "runs a user-supplied Strands agent factory; there is no agent to "
-               "qualify without one (read)",
-    "swe-agent": "installed only from GitHub, which is unreachable (tried)",
-    "trae-agent": "installed only from GitHub, which is unreachable (tried)",
+    "swe-agent": "installed only from GitHub, which is unreachable (tried); PyPI has no "
+                 "swe-agent, and its `sweagent` 0.0.1 (April 2024) has no `sweagent run` "
+                 "CLI nor the config/default.yaml Harbor's adapter runs (read)",
+    "trae-agent": "installed only from GitHub, which is unreachable; PyPI and npm have "
+                  "no trae-agent (tried)",
 })
 
 
 # The agents qualification covers, at both levels: the pinned CLIs but those tried and
 # not qualified (their reasons above), and terminus-2 (Harbor's own).
-_PINNED_NOT_QUALIFIED = frozenset({"aider"})
+_PINNED_NOT_QUALIFIED: frozenset[str] = frozenset()
 QUALIFIED = (*sorted(set(PINS) - _PINNED_NOT_QUALIFIED), "terminus-2")
 # Those of them seen to qualify at level 2 (the real model, CI's rotation): an agent
 # qualified at level 1 is not counted at level 2 until its run there is seen.

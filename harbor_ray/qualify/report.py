@@ -6,13 +6,14 @@ solution commands, so every qualified agent must score 1.0 in one agent root (si
 apart), with no retokenization split, the recorded ids exactly the engine's, and no 4xx
 from the proxy. `model`: a real model, which may well fail the task; the agent must
 still be captured (at least one turn) without an infrastructure error, and the capture
-must hold at both levels: one agent root (but for an agent in `REWRITES_HISTORY`), no
-split, the engine's exact ids, no 4xx.
+must hold at both levels: one agent root (but for an agent in `REWRITES_HISTORY`, at
+the levels it names), no split, the engine's exact ids, no 4xx.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
@@ -22,7 +23,7 @@ from harbor_ray.capture.proxy.engine_adapter import EngineKind
 from harbor_ray.data.result import ErrorType
 
 __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow", "Level",
-           "QualifyReport", "QualifyRow", "problems", "render_markdown"]
+           "QualifyReport", "QualifyRow", "Rewrite", "problems", "render_markdown"]
 
 # Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`; 3: a
 # row's `profile`; 4: a harness's `level_2`.
@@ -38,12 +39,30 @@ INFRASTRUCTURE = frozenset({
     ErrorType.VERIFIER_MISSING,
 })
 
-# Agents whose next request may not carry what the model said, so that a call starts a
-# new agent root without any split: at level `model` they may have several roots. A
-# scripted model always answers as they expect, so at level `scripted` they have one.
-REWRITES_HISTORY: Mapping[str, str] = MappingProxyType({
-    "mini-swe-agent": "a reply without a tool call is a format error to it: the reply is "
-                      "left out of the history it sends next, which starts a new root",
+@dataclass(frozen=True)
+class Rewrite:
+    """How an agent rewrites its history, and at which levels that is seen."""
+
+    how: str
+    # "model": only a real model's answers make it rewrite; "scripted" too: the scripted
+    # model's answers, which solve the task as designed, already do.
+    levels: frozenset[Level] = frozenset({"model"})
+
+
+# Agents whose next request may not carry what came before it as it was sent, so that a
+# call starts a new agent root without any split: at the levels named they may have
+# several roots (never a split, never 0 roots). Every other agent must have exactly one.
+REWRITES_HISTORY: Mapping[str, Rewrite] = MappingProxyType({
+    "mini-swe-agent": Rewrite(
+        "a reply without a tool call is a format error to it: the reply is left out of "
+        "the history it sends next, which starts a new root"),
+    "aider": Rewrite(
+        "it rebuilds every request from its parts: system prompt, repository map, the "
+        "files in its chat, then the conversation; when a reply edits a file of the "
+        "repository that is not in the chat (greet-function's greet.sh), it adds the "
+        "file (--yes) and asks again, so the file's content now stands ahead of the "
+        "conversation and the request starts a new root (hello-file, whose file is new, "
+        "keeps one)", levels=frozenset({"scripted", "model"})),
 })
 
 
@@ -132,8 +151,9 @@ def problems(row: QualifyRow, level: Level) -> list[str]:
             found.append(f"reward {row.reward}, not 1.0")
         if not row.row_ok:
             found.append("row not ok")
+    rewrite = REWRITES_HISTORY.get(row.agent)
     if row.turns and row.agent_roots != 1 and not (
-            level == "model" and row.agent_roots > 1 and row.agent in REWRITES_HISTORY):
+            row.agent_roots > 1 and rewrite is not None and level in rewrite.levels):
         found.append(f"{row.agent_roots} agent roots, not 1")
     if row.splits:
         found.append(f"{row.splits} retokenization splits")
@@ -161,6 +181,12 @@ def render_markdown(report: QualifyReport) -> str:
     lines += ["", f"{sum(row.qualified for row in report.rows)} of {len(report.rows)} rows "
                   f"qualified; {len(cells - failing)} of {len(cells)} (agent, profile) "
                   "cells on every task."]
+    rewriters = sorted({row.agent for row in report.rows
+                        if row.qualified and row.agent_roots > 1})
+    if rewriters:
+        lines += ["", "Several agent roots, allowed for an agent that rewrites its history "
+                      "(REWRITES_HISTORY):", ""]
+        lines += [f"- {agent}: {REWRITES_HISTORY[agent].how}" for agent in rewriters]
     failed = [row for row in report.rows if not row.qualified]
     if failed:
         lines.append("")

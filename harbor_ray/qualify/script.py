@@ -38,7 +38,8 @@ __all__ = [
 # (codex exec_command, claude-code and kimi-code Bash, gemini-cli and qwen-code
 # run_shell_command, opencode, pi, copilot-cli, mini-swe-agent and vibe bash,
 # code-puppy shell, openhands-sdk terminal, openhands execute_bash, openclaw exec,
-# antigravity-sdk run_command): names as their requests declare them.
+# antigravity-sdk run_command, cline-cli run_commands, strands' sandbox_shell): names as
+# their requests declare them.
 SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "exec": "command",
     "exec_command": "cmd",
@@ -49,7 +50,12 @@ SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
     "terminal": "command",
     "execute_bash": "command",
     "run_command": "CommandLine",
+    "run_commands": "commands",
+    "sandbox_shell": "command",
 })
+# Shell tools whose argument is a list of commands (cline-cli's run_commands): the
+# solution goes as its one element, heredocs and all.
+_COMMAND_LISTS = frozenset({"run_commands"})
 # Every other argument of a shell tool whose CLI sends a call back with all of them
 # filled in (code-puppy: pydantic-ai's validated arguments, defaults included): a call
 # that spells them out, in the tool's order, comes back as it was sampled, where one
@@ -75,6 +81,9 @@ FINAL_TEXT = "Done: the task's commands ran."
 # question to the user, answers itself "continue" when headless, and stops as stuck.
 _FINAL_CALL: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     "openhands": ("finish", MappingProxyType({"message": FINAL_TEXT})),
+    # cline-cli answers a text reply with "[SYSTEM] This run is not complete until you
+    # call one of these terminal completion tools: submit_and_exit".
+    "cline-cli": ("submit_and_exit", MappingProxyType({"summary": FINAL_TEXT})),
 })
 # Agents that edit files only through their reply's text, in aider's "whole" format: a
 # file's path on a line of its own, then its entire content in a fence (the format aider
@@ -124,7 +133,9 @@ class ToolSolver:
         if shell is None or done >= len(self.steps):
             return FakeReply(text=FINAL_TEXT)
         name, argument = shell
-        call = {argument: self.steps[done], **_SPELLED_OUT.get(name, {})}
+        step = self.steps[done]
+        call = {argument: [step] if name in _COMMAND_LISTS else step,
+                **_SPELLED_OUT.get(name, {})}
         return FakeReply(tool_calls=((name, call),))
 
 

@@ -14,6 +14,7 @@ import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -84,6 +85,7 @@ _DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType
 _CONNECTION_KWARGS = frozenset({
     "api_base", "api_key", "base_url", "model_api_format", "model_api_key_name",
     "fabric_model_base_url", "fabric_model_api_key_env",
+    "provider_base_url",
 })
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ACP_SHORTHAND = "acp:"
@@ -138,7 +140,8 @@ class AgentKind:
     # the API it speaks where Harbor's connection layer will not pin that format.
     wired_kwargs: Mapping[str, Any] = MappingProxyType({})
     # For an agent Harbor gives no endpoint override (it refuses a base_url): the agent
-    # kwargs that take the proxy's URL and the name of the key's variable instead.
+    # kwarg that takes the proxy's URL (its harbor_ray variant or the adapter applies it,
+    # trials/preinstalled.py), and the one that takes the name of the key's variable.
     url_kwarg: str = ""
     key_env_kwarg: str = ""
 
@@ -235,6 +238,19 @@ _LANGGRAPH_UNFORWARDED: Mapping[str, str] = MappingProxyType(dict.fromkeys((
     "LANGSMITH_DATASET", "HARBOR_LANGSMITH_PARENT", "HARBOR_LANGSMITH_BAGGAGE"), ""))
 
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
+_CLINE_URL = "provider_base_url"
+# The sample Strands agent (a factory Harbor's strands runner imports in the sandbox).
+_STRANDS_SAMPLE: Mapping[str, Any] = MappingProxyType({
+    "factory_path": str(Path(__file__).parents[1] / "samples" / "strands_agent"),
+    "factory": "agent:create_agent",
+})
+
+
+def _aider_weak(prefix: str) -> Mapping[str, str]:
+    """aider's weak model (its commit messages) through the same LiteLLM provider."""
+    return {"AIDER_WEAK_MODEL": f"{prefix}{AUX_MODEL}"}
+
+
 _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities.base_url)"
 
 # Every name in Harbor 0.25's AgentFactory._AGENT_MAP (a test keeps the two equal).
@@ -279,7 +295,7 @@ _TABLE = (
     _installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
     _installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
     # Its weak model writes the commit messages of its auto-commits: a side call.
-    _installed("aider", "chat", pinned_env={"AIDER_WEAK_MODEL": f"openai/{AUX_MODEL}"},
+    _installed("aider", "chat", pinned_env=_aider_weak("openai/"),
                note="LiteLLM in the sandbox; api_base in its model settings file"),
     _installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
     _installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
@@ -325,7 +341,10 @@ _TABLE = (
                note="a user's LangGraph project (project_path); model and base URL in "
                     "its configurable"),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
-    _unwired("cline-cli", "sandbox", _NO_BASE_URL),
+    # Harbor's adapter refuses a base URL; its variant stores the proxy's for the run's
+    # provider with `cline auth -b` before the task (PreinstalledClineCli).
+    _installed("cline-cli", "chat", url_kwarg=_CLINE_URL,
+               note="`cline auth -b URL` before the run (provider_base_url)"),
     _unwired("junie", "sandbox", _NO_BASE_URL),
     _unwired("cursor-cli", "sandbox", f"Cursor's own service only; {_NO_CONNECTION}"),
     _unwired("cortex-code", "sandbox", f"Snowflake Cortex only; {_NO_CONNECTION}"),
@@ -335,7 +354,10 @@ _TABLE = (
     _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
     _unwired("deerflow", "sandbox",
              "forwards the host's provider and web-search API keys into the sandbox"),
-    _unwired("strands", "sandbox", "runs a user-supplied agent factory"),
+    # Harbor runs a user's Strands agent factory: harbor_ray's sample one unless the
+    # rollout's kwargs name another (factory_path, factory).
+    _installed("strands", "chat", wired_kwargs=_STRANDS_SAMPLE,
+               note="OpenAIModel client_args base_url; harbor_ray's sample factory"),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
     _unwired("dspy-rlm", "host", "needs dspy (not a harbor_ray dependency) and a Deno "
              "runner that imports deno.land, unreachable here (qualify/harnesses.py)"),
@@ -398,6 +420,20 @@ _OTHER_PROFILES = (
     _installed("langgraph", "anthropic", pinned_env=_LANGGRAPH_UNFORWARDED),
     _fabric("anthropic"),
     _fabric("google", url_path=_GOOGLE_VERSIONED),
+    # LiteLLM's providers, as for mini-swe-agent; its model settings file carries the
+    # api_base to every model, the weak one too.
+    _installed("aider", "anthropic", pinned_env=_aider_weak("anthropic/")),
+    _installed("aider", "google", url_path=_GOOGLE_VERSIONED, pinned_env=_aider_weak("gemini/")),
+    # The Strands runner picks its model class by the pinned format or the provider
+    # (OpenAIResponsesModel, AnthropicModel, GeminiModel on google-genai, which adds the
+    # API version itself) and hands it the base URL in client_args.
+    _installed("strands", "responses", pin_dialect=True, wired_kwargs=_STRANDS_SAMPLE),
+    _installed("strands", "anthropic", wired_kwargs=_STRANDS_SAMPLE),
+    _installed("strands", "google", wired_kwargs=_STRANDS_SAMPLE),
+    # cline's openai-native provider speaks Responses; Harbor's adapter takes a provider
+    # LiteLLM does not know in the colon form, its key then under API_KEY.
+    _installed("cline-cli", "responses", model_prefix="openai-native:", key_env="API_KEY",
+               url_kwarg=_CLINE_URL),
 )
 
 # (agent, profile) -> its wiring: every wired agent's default profile, and the others.
@@ -570,7 +606,9 @@ def agent_config(
     aux = dict.fromkeys(kind.aux_env, AUX_MODEL)
     kwargs = copy.deepcopy(_plain(kind.wired_kwargs))
     if kind.url_kwarg:
-        kwargs |= {kind.url_kwarg: url, kind.key_env_kwarg: kind.key_env}
+        kwargs[kind.url_kwarg] = url
+    if kind.key_env_kwarg:
+        kwargs[kind.key_env_kwarg] = kind.key_env
     return AgentConfig(
         name=agent,
         model_name=model_name,

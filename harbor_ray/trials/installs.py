@@ -153,7 +153,8 @@ PREINSTALLED: Mapping[str, str] = MappingProxyType({
                        ("copilot-cli", "CopilotCli"), ("vibe", "Vibe"),
                        ("openhands", "OpenHands"), ("kimi-code", "KimiCode"),
                        ("openclaw", "OpenClaw"), ("aider", "Aider"),
-                       ("antigravity-sdk", "AntigravitySdk"), ("langgraph", "LangGraph"))
+                       ("antigravity-sdk", "AntigravitySdk"), ("langgraph", "LangGraph"),
+                       ("cline-cli", "ClineCli"), ("strands", "Strands"))
 })
 
 

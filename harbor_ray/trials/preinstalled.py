@@ -2,9 +2,10 @@
 
 Harbor 0.25's codex and claude-code adapters check whether their CLI is on PATH and skip
 their install when it is. gemini-cli, qwen-code, opencode, pi, mini-swe-agent,
-code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw, aider, antigravity-sdk
-and langgraph always install: nvm and Node from GitHub and nodejs.org, the uv
-installer from astral.sh (and `uv run --script`, which fetches from PyPI at run time),
+code-puppy, copilot-cli, vibe, openhands, kimi-code, openclaw, aider, cline-cli,
+antigravity-sdk and langgraph always install: nvm and Node from GitHub and nodejs.org,
+the uv installer from astral.sh (and `uv run --script`, which fetches from PyPI at run
+time),
 GitHub's copilot install script or aider.chat's, none of which a sandbox without
 network reaches. When the local sandbox mounts the agent's cache entry
 (installs.py), the rollout names these subclasses instead (`AgentConfig.import_path`,
@@ -24,9 +25,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harbor.agents.installed import antigravity_sdk, langgraph
+from harbor.agents.installed import strands as strands_module
 from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.antigravity_sdk import AntigravitySDK
 from harbor.agents.installed.base import BaseInstalledAgent
+from harbor.agents.installed.cline.cline import ClineCli, ExecInput
 from harbor.agents.installed.code_puppy import CodePuppy
 from harbor.agents.installed.copilot_cli import CopilotCli
 from harbor.agents.installed.gemini_cli import GeminiCli
@@ -38,6 +41,7 @@ from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.openhands import OpenHands
 from harbor.agents.installed.pi import Pi
 from harbor.agents.installed.qwen_code import QwenCode
+from harbor.agents.installed.strands import Strands
 from harbor.agents.installed.vibe import Vibe
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
@@ -45,6 +49,7 @@ from harbor.models.agent.context import AgentContext
 __all__ = [
     "PreinstalledAider",
     "PreinstalledAntigravitySdk",
+    "PreinstalledClineCli",
     "PreinstalledCodePuppy",
     "PreinstalledCopilotCli",
     "PreinstalledGeminiCli",
@@ -56,6 +61,7 @@ __all__ = [
     "PreinstalledOpenHands",
     "PreinstalledPi",
     "PreinstalledQwenCode",
+    "PreinstalledStrands",
     "PreinstalledVibe",
     "presence_command",
 ]
@@ -249,3 +255,42 @@ class PreinstalledLangGraph(LangGraph):
                                      str(self._REMOTE_PROJECT_DIR))
         await environment.upload_file(source_path=local,
                                       target_path=str(self._REMOTE_RUNNER_PATH))
+class PreinstalledClineCli(_SkipInstallWhenPresent, ClineCli):
+    """Also takes `provider_base_url`: Harbor's adapter refuses a base URL (its
+    connection has nowhere to put one), but cline stores one per provider with
+    `cline auth -b URL`, which runs here before the task, for the provider and model
+    the run then names."""
+
+    COMMANDS = ("cline", "node")
+
+    def __init__(self, *args: Any, provider_base_url: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._provider_base_url = provider_base_url
+
+    def create_run_agent_commands(self, instruction: str) -> list[ExecInput]:
+        setup, *run = super().create_run_agent_commands(instruction)
+        if self._provider_base_url is None:
+            return [setup, *run]
+        # The same variables as the run: its provider, key and model.
+        auth = ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
+                f"-b {shlex.quote(self._provider_base_url)}")
+        return [setup, ExecInput(command=auth, env=setup.env), *run]
+
+
+class PreinstalledStrands(Strands):
+    """Its venv is mounted where the adapter runs it from (the pin's venv_at): with it
+    present, only what Harbor's install puts beside it goes in, the runner and the
+    factory's source; without it, Harbor's own install runs."""
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        found = await environment.exec(command=presence_command((str(self._PYTHON),)))
+        if found.return_code != 0:
+            await super().install(environment)
+            return
+        runner = self.logs_dir / self._RUNNER_PATH.name
+        runner.write_text(Path(strands_module.__file__).with_name(runner.name).read_text())
+        await self.exec_as_root(environment, command=f"mkdir -p {self._INSTALL_DIR}")
+        await environment.upload_file(runner, str(self._RUNNER_PATH))
+        source = self._stage_factory_source()
+        if source is not None:
+            await environment.upload_dir(source, str(self._FACTORY_DIR))

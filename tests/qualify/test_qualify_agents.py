@@ -34,7 +34,8 @@ SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "googl
           "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
           "openhands": "chat", "openhands-sdk": "chat", "vibe": "chat",
           "kimi-code": "chat", "openclaw": "chat", "antigravity-sdk": "google",
-          "fabric": "chat", "langgraph": "chat", "terminus-2": "chat"}
+          "fabric": "chat", "langgraph": "chat", "aider": "chat", "cline-cli": "chat",
+          "strands": "chat", "terminus-2": "chat"}
 # The profiles besides the defaults that CI runs, a representative few (its time is
 # short: their 8 cells take about 55 s of the 16 new cells' 6 min on hello-file, one at
 # a time): LiteLLM on the host (terminus-2), a CLI's own clients (copilot-cli), and the

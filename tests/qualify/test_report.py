@@ -63,6 +63,33 @@ def test_only_an_agent_that_rewrites_its_history_may_have_several_roots() -> Non
         "0 agent roots, not 1"]
 
 
+def test_an_agent_that_rewrites_under_the_scripted_model_may_have_several_roots_there(
+        ) -> None:
+    assert REWRITES_HISTORY["aider"].levels == {"scripted", "model"}
+    for level in ("scripted", "model"):
+        assert problems(row(agent="aider", dialect="chat", agent_roots=2), level) == []
+        # Still no split, and a root it must have.
+        assert problems(row(agent="aider", agent_roots=2, splits=1), level) == [
+            "1 retokenization splits"]
+        assert problems(row(agent="aider", agent_roots=0), level) == ["0 agent roots, not 1"]
+        # An agent not in the mapping: two roots fail it at either level.
+        assert "cline-cli" not in REWRITES_HISTORY
+        assert problems(row(agent="cline-cli", agent_roots=2), level) == [
+            "2 agent roots, not 1"]
+
+
+def test_markdown_says_how_an_agent_with_several_roots_rewrites_its_history() -> None:
+    report = QualifyReport(level="scripted", engine="scripted", harbor_ray="0.1.0",
+                           harbor="0.25.0", started_at="2026-01-01T00:00:00+00:00",
+                           rows=[row(agent="aider", agent_roots=2, qualified=True),
+                                 row(qualified=True)])
+    text = render_markdown(report)
+    assert "| aider | openai-responses | 0.171.0 | responses | yes | hello-file | yes | 2 | " \
+           "2 | 0 |" in text
+    assert f"- aider: {REWRITES_HISTORY['aider'].how}" in text
+    assert "- codex:" not in text
+
+
 def test_markdown_has_a_row_per_agent_and_profile_and_says_why_one_failed() -> None:
     failed = row(agent="gemini-cli", profile="google", reward=None, qualified=False,
                  why=["no captured turn"])

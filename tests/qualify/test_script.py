@@ -84,6 +84,36 @@ async def test_openhands_runs_execute_bash_then_ends_on_its_finish_tool(
     assert script(history, tools).tool_calls == (("finish", {"message": FINAL_TEXT}),)
 
 
+async def test_cline_runs_the_solution_as_one_command_of_its_list_then_submits(
+    tmp_path: Path,
+) -> None:
+    # cline 3.0.65's run_commands takes {"commands": [...]}, each a complete command (a
+    # heredoc kept whole); a text reply gets "[SYSTEM] This run is not complete until
+    # you call one of these terminal completion tools: submit_and_exit".
+    (tmp_path / "solution").mkdir()
+    (tmp_path / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\ncat > /app/x <<'EOF'\nhi\nEOF\n")
+    tools = [{"type": "function", "function": {"name": n, "parameters": {}}}
+             for n in ("read_files", "run_commands", "editor", "submit_and_exit")]
+    script = scripted_engine("cline-cli", tmp_path).tool_script
+    assert script is not None
+    history: list[dict] = [{"role": "user", "content": "go"}]
+    assert script(history, tools).tool_calls == (
+        ("run_commands", {"commands": ["cat > /app/x <<'EOF'\nhi\nEOF"]}),)
+    history += [{"role": "assistant", "content": ""}, {"role": "tool", "content": ""}]
+    assert script(history, tools).tool_calls == (
+        ("submit_and_exit", {"summary": FINAL_TEXT}),)
+
+
+def test_strands_sandbox_shell_is_its_shell() -> None:
+    # The tools Harbor's Strands runner vends to the factory (harbor_ray's sample uses
+    # both): Strands' file editor and shell, renamed for the sandbox.
+    tools = [{"type": "function", "function": {"name": n, "parameters": {}}}
+             for n in ("sandbox_file_editor", "sandbox_shell")]
+    reply = ToolSolver(("echo hi",))([{"role": "user", "content": "go"}], tools)
+    assert reply.tool_calls == (("sandbox_shell", {"command": "echo hi"}),)
+
+
 def test_each_step_once_then_a_final_text() -> None:
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
     solver = ToolSolver(("first", "second"))

@@ -45,6 +45,7 @@ from harbor_ray.trials.agents import (
     profiles,
     runs_in_sandbox,
 )
+from harbor_ray.trials.installs import PREINSTALLED
 from tests.capture.live_server import CaptureServer, capture_server
 
 __all__ = ["capture_server"]
@@ -120,8 +121,21 @@ def expected_url(agent: str) -> str:
 
 
 def create(config: AgentConfig, logs_dir: Path):
-    """The agent exactly as Trial._init_agent builds it."""
+    """The agent exactly as Trial._init_agent builds it; an agent whose proxy URL is an
+    agent kwarg that only its harbor_ray variant takes (cline-cli; fabric's adapter takes
+    its own) as that variant, as a rollout names it."""
+    if (config.name in AGENTS and AGENTS[config.name].url_kwarg
+            and config.name in PREINSTALLED):
+        config = config.model_copy(update={"name": None,
+                                           "import_path": PREINSTALLED[config.name]})
     return AgentFactory.create_agent_from_config(config, logs_dir=logs_dir)
+
+
+def proxy_url(agent: str, config: AgentConfig) -> str | None:
+    """The proxy URL the config gives the agent: its base URL, or the kwarg its variant
+    takes one in."""
+    kind = AGENTS[agent]
+    return config.kwargs.get(kind.url_kwarg) if kind.url_kwarg else config.base_url
 
 
 # -- the registry -----------------------------------------------------------------------
@@ -157,6 +171,23 @@ def test_wiring_follows_harbors_own_endpoint_conventions(agent: str, tmp_path: P
     assert urlsplit(default).path.rstrip("/") == kind.url_path
 
 
+def test_cline_gets_the_proxy_url_through_cline_auth_before_its_run(tmp_path: Path):
+    """Harbor's cline-cli adapter refuses a base URL; its variant stores the proxy's for
+    the run's provider with `cline auth -b` (openai-compatible's default base ends in
+    /v1, as the proxy's OpenAI routes do), then runs cline as Harbor does."""
+    assert not AgentFactory.get_agent_class(AgentName("cline-cli")).capabilities.base_url
+    for profile, provider in (("openai-chat", "openai"), ("openai-responses", "openai-native")):
+        config = build("cline-cli", profile=profile)
+        assert config.base_url is None
+        agent = create(config, tmp_path)
+        _setup, auth, run = agent.create_run_agent_commands("solve the task")
+        assert auth.command == ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
+                                f"-b {PROXY.sandbox_url}/v1")
+        assert auth.env == run.env and run.env["PROVIDER"] == provider
+        assert run.env["API_KEY"] == KEY and run.env["MODELID"] == SERVED
+        assert f"cline -P {provider} " in run.command
+
+
 def test_unwired_agents_say_why():
     rows = {row["agent"]: row for row in describe_agents()}
     assert set(rows) == set(AGENTS)
@@ -182,7 +213,10 @@ def test_unwired_agent_is_refused_not_passed_through(agent: str):
 def test_profiles_name_the_default_first_and_refuse_the_others():
     assert profiles("codex") == ("openai-responses",)
     assert profiles("opencode") == ("openai-chat", "anthropic", "google", "openai-responses")
-    assert profiles("oracle") == () and profiles("cline-cli") == ()
+    assert profiles("oracle") == () and profiles("junie") == ()
+    assert profiles("cline-cli") == ("openai-chat", "openai-responses")
+    assert profiles("aider") == ("openai-chat", "anthropic", "google")
+    assert profiles("strands") == ("openai-chat", "anthropic", "google", "openai-responses")
     assert build("codex", profile="openai-responses") == build("codex")
     check_profile("pi", "google")
     with pytest.raises(ProfileNotSupportedError,
@@ -212,9 +246,10 @@ async def test_other_profiles_send_the_sandbox_url_and_key_into_the_sandbox(
     agent: str, profile: str, hostile_env: None, tmp_path: Path
 ):
     config = build(agent, profile=profile)
-    assert config.base_url is not None and config.base_url.startswith(PROXY.sandbox_url)
+    url = proxy_url(agent, config)
+    assert url is not None and url.startswith(PROXY.sandbox_url)
     everything = (await run_installed(config, tmp_path)).text()
-    assert KEY in everything and config.base_url in everything
+    assert KEY in everything and url in everything
     assert PROXY.host_url not in everything
     assert HOST_SECRET not in everything and HOST_URL not in everything
 

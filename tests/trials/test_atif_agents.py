@@ -3,10 +3,11 @@ raises no WARN, a real count mismatch does.
 
 atif_trajectories/<agent>.json are the trajectories the agents wrote on hello-file in a
 level-1 qualification run (`harbor-ray qualify`, Harbor 0.25, the pinned CLIs; the proxy
-key in terminus-2's redacted). code-puppy and vibe (whose session log Harbor 0.25 did
-not turn into one), fabric (its Relay telemetry, which writes one, is off as Harbor
-runs it by default) and langgraph (Harbor's runner writes its result and a summary)
-write none (atif_absent, INFO). The captured
+key in terminus-2's redacted; cline-cli's and strands' from the scripted engine's
+openai-chat rows). code-puppy and vibe (whose session log Harbor 0.25 did not turn into
+one), fabric (its Relay telemetry, which writes one, is off as Harbor runs it by
+default), langgraph (Harbor's runner writes its result and a summary) and aider (whose
+adapter writes none) write none (atif_absent, INFO). The captured
 side of each run is rebuilt here from what the run's report counted: its agent calls, and
 opencode's title call, which the capture marks auxiliary and the agent does not record.
 """
@@ -29,7 +30,7 @@ TRAJECTORIES = Path(__file__).parent / "atif_trajectories"
 AGENT_CALLS = {"antigravity-sdk": 2,
                "claude-code": 2, "codex": 2, "copilot-cli": 2, "gemini-cli": 2,
                "mini-swe-agent": 2, "openhands": 2, "openhands-sdk": 2, "opencode": 2,
-               "pi": 2, "qwen-coder": 2, "terminus-2": 3}
+               "pi": 2, "qwen-coder": 2, "terminus-2": 3, "cline-cli": 4, "strands": 2}
 # Captured side calls the agent's trajectory leaves out.
 AUXILIARY = {"opencode": 1}
 
