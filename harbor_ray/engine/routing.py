@@ -9,7 +9,7 @@ of `harbor_ray.engine.affinity` over the replicas Serve reports: a session's cal
 to the replica that served its last one; its first call, and the calls of a session
 whose replica died or drained, to the least loaded (fewest calls in flight, as Serve's
 queue-length cache has them). A call without a session is routed as Serve's default
-does: the least loaded replica.
+router does.
 
 The map lives in the router's process. Ray Serve LLM runs one ingress replica (its
 autoscaling target is 1e9 calls in flight), so one map sees every call; Serve's own
@@ -19,6 +19,7 @@ again by load.
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -51,9 +52,10 @@ class SessionAffinityRouter(RequestRouter):
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
         session = _session(pending_request)
-        if not session or not candidate_replicas:
-            # Serve's selection then takes the least loaded of these.
-            return [candidate_replicas]
+        if not session or len(candidate_replicas) < 2:
+            # As Serve's default router does: the less loaded of two drawn at random
+            # (Serve's selection takes the least loaded of a rank).
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
         assert pending_request is not None
         # Back off between rounds when every replica refused (Serve's own routers do).
         pending_request.routing_context.should_backoff = True
