@@ -60,11 +60,23 @@ class SessionAffinityRouter(RequestRouter):
         # Back off between rounds when every replica refused (Serve's own routers do).
         pending_request.routing_context.should_backoff = True
         by_key = {_key(r.replica_id): r for r in candidate_replicas}
-        cache = self.replica_queue_len_cache
-        loads = {key: cache.get(r.replica_id) or 0 for key, r in by_key.items()}
+        loads = await self._loads(session, by_key)
         first, *rest = self._affinity.choose(session, loads, time.monotonic())
         # The session's replica first; the others only if it refuses the call (full).
         return [[by_key[first]], [by_key[key] for key in rest]] if rest else [[by_key[first]]]
+
+    async def _loads(self, session: str, by_key: dict[str, RunningReplica]) -> dict[str, int]:
+        """Each replica's calls in flight, as Serve's queue-length cache has them. A
+        session to place (new, or its replica gone) has the replicas the cache has no
+        fresh figure for asked, as Serve's own selection asks them; a session that stays
+        only orders its fallbacks by them."""
+        cache = self.replica_queue_len_cache
+        loads = {key: cache.get(r.replica_id) for key, r in by_key.items()}
+        unknown = [by_key[key] for key, load in loads.items() if load is None]
+        if unknown and self._affinity.replica_of(session) not in by_key:
+            for replica, load in await self._probe_queue_lens(unknown, 0):
+                loads[_key(replica.replica_id)] = load
+        return {key: load or 0 for key, load in loads.items()}
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:

@@ -99,11 +99,11 @@ async def test_a_sessions_call_names_its_session_in_serves_session_header(
     # A session-affine engine (harbor_ray/engine/routing.py) routes on this header.
     fake, url = fake_http
     engine = HttpEngine(url)
-    body = {"messages": [{"role": "user", "content": "x"}]}
+    sessions = ["sess-1", None, "sess-2"]
     try:
-        await engine.request("POST", "/v1/chat/completions", body, session="sess-1")
-        await engine.request("POST", "/v1/chat/completions", body)
-        await engine.request("POST", "/v1/chat/completions", body, session="sess-2")
-        assert fake.sessions == ["sess-1", None, "sess-2"]
+        for session in sessions:
+            await engine.request("POST", "/v1/chat/completions", {"messages": []},
+                                 session=session)
+        assert fake.sessions == sessions
     finally:
         await engine.aclose()
