@@ -33,7 +33,6 @@ import random
 import statistics
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
