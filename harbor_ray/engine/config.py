@@ -25,6 +25,7 @@ INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
 """torch.compile's (Inductor's) cache of compiled graphs and kernels: what a later start
 of the same model loads instead of compiling. Its default is under /tmp."""
 WORKER_EXTENSION = "harbor_ray.engine.worker.WeightReloadExtension"
+AFFINITY_ROUTER = "harbor_ray.engine.routing.SessionAffinityRouter"
 
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
 # answers to one question.
@@ -114,6 +115,18 @@ class EngineConfig(BaseModel):
         ge=1,
         description="Engine replicas behind the one ingress.",
     )
+    routing: Literal["affinity", "load"] = Field(
+        default="affinity",
+        description=(
+            "How calls are spread over several replicas. `affinity`: each session's calls "
+            "go to the replica that served its last call, which holds its prefix in the "
+            "KV cache; its first call, and the calls of a session whose replica died or "
+            "drained, to the least loaded (harbor_ray/engine/routing.py; the capture "
+            "proxy names each call's session). `load`: Serve's default, each call on "
+            "its own to the less loaded of two replicas drawn at random. One replica: "
+            "no difference."
+        ),
+    )
     chat_template: Path | None = Field(
         default=None,
         description=(
@@ -200,16 +213,24 @@ def to_llm_config(
         # One bundle per worker: Ray Serve LLM repeats it tensor_parallel_size times,
         # and a bundle without GPU is what makes it pick the CPU engine.
         placement_group_config={"bundle_per_worker": bundle},
-        # The replica actor only relays to the engine processes, which the worker
-        # bundles already account for; its default CPU would be added to the first
-        # bundle and take the whole of a 2-core machine.
-        deployment_config={
-            "num_replicas": config.num_replicas,
-            "ray_actor_options": {"num_cpus": 0},
-        },
+        deployment_config=_deployment_config(config),
         runtime_env={"env_vars": config.engine_env},
         # Finds vLLM's tokenizer service, for /tokenize (engine/tokenize.py), and says
         # which weight version sampled which tokens (engine/versions.py).
         server_cls="harbor_ray.engine.versions:VersionedServer",
         callback_config={"callback_class": SkipNodeInitForLocalModel},
     )
+
+
+def _deployment_config(config: EngineConfig) -> dict[str, Any]:
+    deployment: dict[str, Any] = {
+        "num_replicas": config.num_replicas,
+        # The replica actor only relays to the engine processes, which the worker
+        # bundles already account for; its default CPU would be added to the first
+        # bundle and take the whole of a 2-core machine.
+        "ray_actor_options": {"num_cpus": 0},
+    }
+    if config.routing == "affinity" and config.num_replicas > 1:
+        # Named by its import path: Serve imports it in the process that routes.
+        deployment["request_router_config"] = {"request_router_class": AFFINITY_ROUTER}
+    return deployment

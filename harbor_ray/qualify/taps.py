@@ -75,9 +75,9 @@ class EngineTap:
     engine: Engine
     generations: list[Generation] = field(default_factory=list)
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
-        reply = await self.engine.request(method, path, body)
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                      session: str | None = None) -> dict[str, Any]:
+        reply = await self.engine.request(method, path, body, session=session)
         if path == _CHAT and isinstance(reply, dict):
             choices = reply.get("choices") or [{}]
             self.generations.append(Generation(

@@ -83,12 +83,13 @@ class WireEngine(FakeEngine):
 
     refuse_first: bool = False
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                      session: str | None = None) -> dict[str, Any]:
         if path == "/v1/chat/completions" and self.refuse_first:
             self.refuse_first = False
             raise engine_status_error(400, "the engine refuses this request")
-        return await super().request(method, path, orjson.loads(orjson.dumps(body)))
+        return await super().request(method, path, orjson.loads(orjson.dumps(body)),
+                                     session=session)
 
 
 def recorded(store: InMemorySessionStore, session_id: str) -> tuple[int, int]:

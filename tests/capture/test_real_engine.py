@@ -119,7 +119,8 @@ async def test_a_server_without_token_ids_is_refused() -> None:
                                                       "finish_reason": "stop"}]})
 
     class PlainEngine:
-        async def request(self, method: str, path: str, body: dict | None = None) -> dict:
+        async def request(self, method: str, path: str, body: dict | None = None, *,
+                          session: str | None = None) -> dict:
             async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
                 return (await client.request(method, "http://plain" + path, json=body)).json()
 

@@ -105,3 +105,16 @@ async def test_an_engine_that_ignores_the_ids_is_named() -> None:
     doc = await tool_loop(Ignoring(script=tool_then_text))
     assert doc["turns"][1]["continuation"]["fallback"] == "engine_ignored"
     assert "stitch_fallback" in codes(doc)
+
+
+async def test_each_call_reaches_the_engine_naming_its_session() -> None:
+    # What lets a session-affine engine keep a session's calls on one replica.
+    engine = FakeEngine(script=tool_then_text)
+    store = InMemorySessionStore()
+    app = build_capture_app(store, engine, CaptureSettings(served_model="m"))
+    first, second = await store.open_session(), await store.open_session()
+    for info in (first, second, first):
+        reply = await call(app, CHAT, {"model": "m", "messages": [
+            {"role": "user", "content": "list files"}]}, key=info.key)
+        assert reply.status == 200, reply.json()
+    assert engine.sessions == [first.session_id, second.session_id, first.session_id]

@@ -23,11 +23,11 @@ class CountingEngine(FakeEngine):
 
     tokenized: list[list[Any]] = field(default_factory=list)
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                      session: str | None = None) -> dict[str, Any]:
         if path == "/tokenize" and body is not None:
             self.tokenized.append(body["messages"])
-        return await super().request(method, path, body)
+        return await super().request(method, path, body, session=session)
 
 
 async def recorded_turn(engine: FakeEngine) -> tuple[ContinuationBase, list[dict[str, Any]]]:

@@ -91,3 +91,19 @@ async def test_timeout_is_504(fake_http: tuple[FakeEngine, str]) -> None:
         assert err.value.status == 504
     finally:
         await engine.aclose()
+
+
+async def test_a_sessions_call_names_its_session_in_serves_session_header(
+    fake_http: tuple[FakeEngine, str],
+) -> None:
+    # A session-affine engine (harbor_ray/engine/routing.py) routes on this header.
+    fake, url = fake_http
+    engine = HttpEngine(url)
+    sessions = ["sess-1", None, "sess-2"]
+    try:
+        for session in sessions:
+            await engine.request("POST", "/v1/chat/completions", {"messages": []},
+                                 session=session)
+        assert fake.sessions == sessions
+    finally:
+        await engine.aclose()

@@ -144,3 +144,17 @@ def test_gpu_yaml_serves_tool_calls() -> None:
     config = EngineConfig.model_validate(_engine_args("engine_gpu.yaml"))
     assert config.engine_kwargs["enable_auto_tool_choice"] is True
     assert config.engine_kwargs["tool_call_parser"] == "hermes"  # Qwen2.5's form
+
+
+def test_several_replicas_route_each_session_to_one_unless_asked_otherwise() -> None:
+    router = "harbor_ray.engine.routing.SessionAffinityRouter"
+    two = to_llm_config(EngineConfig(num_replicas=2), "/m")
+    assert two.deployment_config["request_router_config"] == {"request_router_class": router}
+    module, name = router.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name).__name__ == name
+    # Serve's default router: on request, and with one replica (nothing to choose).
+    assert "request_router_config" not in to_llm_config(
+        EngineConfig(num_replicas=2, routing="load"), "/m").deployment_config
+    assert "request_router_config" not in to_llm_config(EngineConfig(), "/m").deployment_config
+    with pytest.raises(ValidationError):
+        EngineConfig(routing="round_robin")  # type: ignore[arg-type]

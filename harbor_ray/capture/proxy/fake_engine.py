@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from harbor_ray.capture.proxy.fast_json import JSONResponse
-from harbor_ray.capture.proxy.upstream import engine_status_error
+from harbor_ray.capture.proxy.upstream import SESSION_HEADER, engine_status_error
 from harbor_ray.errors import EngineError
 
 IM_START, IM_END = 1, 2
@@ -112,10 +112,12 @@ class FakeEngine:
     # they do not (vLLM's default, raw_logprobs).
     logprobs_mode: str = "processed"
     calls: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[str | None] = field(default_factory=list)  # each generation's session
     cancelled: int = 0  # generations abandoned mid-way (the client went away)
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        session: str | None = None,
     ) -> dict[str, Any]:
         if path == "/v1/models":
             return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
@@ -128,6 +130,7 @@ class FakeEngine:
             return {"count": len(tokens), "max_model_len": 8192, "tokens": tokens}
         if path != "/v1/chat/completions" or body is None:
             raise EngineError(f"fake engine has no route {method} {path}", status=400)
+        self.sessions.append(session)
         return await self.complete(body)
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +221,9 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
     async def handle(request: Request) -> JSONResponse:
         body = await request.json() if request.method == "POST" else None
         try:
-            return JSONResponse(await engine.request(request.method, request.url.path, body))
+            return JSONResponse(await engine.request(
+                request.method, request.url.path, body,
+                session=request.headers.get(SESSION_HEADER)))
         except EngineError as exc:
             return JSONResponse({"error": {"message": exc.message}}, status_code=exc.status)
 

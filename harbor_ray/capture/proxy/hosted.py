@@ -89,7 +89,8 @@ class HostedUpstream:
             raise EngineError(str(exc), status=502) from exc
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        session: str | None = None,  # a hosted API places calls itself: not sent
     ) -> dict[str, Any]:
         if method == "GET" and path == "/v1/models":
             return listed_models(self.profile.dialect, await self._call("GET", path))

@@ -181,7 +181,7 @@ class CallPipeline:
             else:
                 prompt = await self._stitcher.prompt(admitted.payload, admitted.base)
                 reply = await self.engine.request("POST", "/v1/chat/completions",
-                                                  prompt.payload)
+                                                  prompt.payload, session=session_id)
             completion = parse_engine_reply(reply)
         except EngineError:
             await self.store.release(session_id, index, "engine_error")

@@ -52,10 +52,11 @@ class SglangEngine:
         self._tool_call_parser: tuple[str | None] | None = None
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        session: str | None = None,
     ) -> dict[str, Any]:
         if path == "/v1/chat/completions" and body is not None:
-            return await self._chat(body)
+            return await self._chat(body, session)
         if path == "/version":
             # SGLang reports its version in /get_server_info; it has no /version.
             info = await self.engine.request("GET", "/get_server_info")
@@ -64,17 +65,18 @@ class SglangEngine:
             raise EngineError("SGLang renders no chat messages for /tokenize the way the "
                               "proxy needs (with and without the generation prompt)",
                               status=400)
-        return await self.engine.request(method, path, body)
+        return await self.engine.request(method, path, body, session=session)
 
-    async def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _chat(self, body: dict[str, Any], session: str | None) -> dict[str, Any]:
         if body.get("tools") and body.get("tool_choice", "auto") != "none" and (
                 await self._parser() is None):
             raise EngineError(f"SGLang was started without --tool-call-parser, so tool "
                               f"calls would come back as text: {TOOL_PARSER_FIX}", status=400)
         if body.get("return_token_ids") is not True:
-            return await self.engine.request("POST", "/v1/chat/completions", body)
+            return await self.engine.request("POST", "/v1/chat/completions", body,
+                                             session=session)
         reply = await self.engine.request("POST", "/v1/chat/completions",
-                                          {**body, **_CAPTURE_FIELDS})
+                                          {**body, **_CAPTURE_FIELDS}, session=session)
         return vllm_shaped(reply)
 
     async def _parser(self) -> str | None:

@@ -24,11 +24,19 @@ from harbor_ray.errors import EngineConnectError, EngineError, Http1Error, Http1
 _JSON = {"content-type": "application/json"}
 
 
+SESSION_HEADER = "x-session-id"
+"""Names the capture session a call belongs to: Ray Serve's session header (its
+`SERVE_SESSION_ID` default), which a session-affine engine (harbor_ray/engine/routing.py)
+routes on, so a session's calls reach the replica holding its prefix."""
+
+
 class Engine(Protocol):
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        session: str | None = None,
     ) -> dict[str, Any]:
-        """Send one request (path below the API root, e.g. `/v1/chat/completions`)."""
+        """Send one request (path below the API root, e.g. `/v1/chat/completions`) for
+        `session` (None: no session's call, e.g. a count or a probe)."""
         ...
 
 
@@ -78,13 +86,13 @@ class HttpEngine:
         return self._pool
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        session: str | None = None,
     ) -> dict[str, Any]:
         data = orjson.dumps(body) if body is not None else None
         try:
             status, raw = await self._connections().request(
-                method, path, data,
-                self._post_headers if data is not None else self._get_headers)
+                method, path, data, self._headers(data is not None, session))
         except Http1Timeout as exc:
             raise EngineError(f"engine timed out on {path}", status=504) from exc
         except EngineConnectError as exc:
@@ -100,6 +108,12 @@ class HttpEngine:
         if not isinstance(value, dict):
             raise EngineError(f"engine answered a non-object on {path}", status=502)
         return value
+
+    def _headers(self, post: bool, session: str | None) -> dict[str, str] | None:
+        headers = self._post_headers if post else self._get_headers
+        if session is None:
+            return headers
+        return {**(headers or {}), SESSION_HEADER: session}
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
