@@ -159,6 +159,27 @@ def test_engine_error_after_headers_becomes_the_dialects_error_event(
     assert doc["turns"] == [] and doc["counts"]["engine_errors"] == 1
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    (CHAT, {**GOOD[CHAT], "stream": True}),
+    (MESSAGES, {**GOOD[MESSAGES], "stream": True}),
+    ("/v1beta/models/g:streamGenerateContent?alt=sse", GOOD[GOOGLE]),
+])
+def test_engine_refusal_before_the_first_keepalive_is_a_4xx_not_a_stream(
+    server: CaptureServer, path: str, body: dict,
+) -> None:
+    """An engine that refuses a streamed call at once (a prompt past the context, a
+    parameter it does not take) is answered with its status, as the API answers a bad
+    request before its stream: mistral-vibe took the error event of a 200 stream for a
+    cut stream and sent the same request again until its deadline."""
+    server.engine.fail_with = 400
+    sid, key = server.new_session()
+    reply = post(server, path, key, json=body)
+    assert "fake engine failure" in assert_dialect_error(
+        MESSAGES if path == MESSAGES else GOOGLE if "v1beta" in path else CHAT, reply, 400)
+    doc = server.export(sid)
+    assert doc["turns"] == [] and doc["counts"]["engine_errors"] == 1
+
+
 def test_client_disconnect_cancels_the_upstream_call(server: CaptureServer) -> None:
     server.engine.delay_s = 5.0
     sid, key = server.new_session()

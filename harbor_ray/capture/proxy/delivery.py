@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response, StreamingResponse
@@ -36,9 +37,54 @@ _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 def streamed(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
              ctx: ReplyContext) -> ASGIApp:
     """The streamed answer to an admitted call: keep-alives while the engine works, then
-    the reply's frames (or an error event; the 200 went out with the first keep-alive)."""
-    return _ClosingStream(_frames(pipeline, dialect, admitted, ctx),
-                          media_type="text/event-stream", headers=_SSE_HEADERS)
+    the reply's frames (or an error event; the 200 went out with the first keep-alive).
+    An engine that refuses the call before the first keep-alive was due is answered with
+    its own status, as an API answers a bad request before its stream starts: agents
+    read a 4xx, where many take an error event in a 200 stream for a cut stream and
+    retry the same request."""
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.ensure_future(pipeline.generate(admitted))
+        delivered = asyncio.Event()
+        try:
+            gone = asyncio.ensure_future(_disconnected(receive))
+            try:
+                await asyncio.wait({task, gone}, timeout=pipeline.settings.keepalive_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                gone.cancel()
+            if _left(gone):  # before anything was sent: as a stream cut at its start
+                return
+            refused = _refusal(dialect, task) if task.done() else None
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+            await _ClosingStream(_frames(pipeline, dialect, ctx, task, delivered),
+                                 media_type="text/event-stream",
+                                 headers=_SSE_HEADERS)(scope, receive, send)
+        finally:
+            if not task.done():
+                # The client left while the engine worked: stop the upstream call (which
+                # gives its slot back).
+                task.cancel()
+                await asyncio.wait({task})
+            if not delivered.is_set() and not task.cancelled() and task.exception() is None:
+                # Recorded, but the stream was cut before its end reached the server.
+                await pipeline.withdraw(admitted)
+
+    return answer
+
+
+def _refusal(dialect: Dialect, task: asyncio.Future[Any]) -> Response | None:
+    """The error answer for an engine call that failed before its stream began."""
+    if task.cancelled():
+        return None
+    exc = task.exception()
+    if isinstance(exc, EngineError):
+        return error_reply(dialect, exc.status, exc.message, engine_error_kind(exc))
+    if isinstance(exc, SessionGone):
+        return session_ended(dialect)
+    return None
 
 
 def answered(dialect: Dialect, call: EngineCall, completion: Completion, ctx: ReplyContext
@@ -50,35 +96,25 @@ def answered(dialect: Dialect, call: EngineCall, completion: Completion, ctx: Re
     return JSONResponse(dialect.render(completion, ctx))
 
 
-async def _frames(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
-                  ctx: ReplyContext) -> AsyncIterator[bytes]:
-    task = asyncio.ensure_future(pipeline.generate(admitted))
-    delivered = False
+async def _frames(pipeline: CallSteps, dialect: Dialect, ctx: ReplyContext,
+                  task: asyncio.Future[Any], delivered: asyncio.Event) -> AsyncIterator[bytes]:
+    """Keep-alives until the engine answers, then its reply's frames or an error event;
+    `delivered` once the server asked for more after the last frame (it took them all)."""
+    while not task.done():
+        done, _ = await asyncio.wait({task}, timeout=pipeline.settings.keepalive_s)
+        if not done:
+            yield KEEPALIVE
     try:
-        while not task.done():
-            done, _ = await asyncio.wait({task}, timeout=pipeline.settings.keepalive_s)
-            if not done:
-                yield KEEPALIVE
-        try:
-            completion = task.result()
-        except EngineError as exc:
-            yield dialect.error_event(exc.status, exc.message, engine_error_kind(exc))
-            return
-        except SessionGone:
-            yield dialect.error_event(401, SESSION_ENDED, "authentication")
-            return
-        for frame in dialect.render_stream(completion, ctx):
-            yield frame
-        # Asked for more after the last frame: the server took the whole stream.
-        delivered = True
-    finally:
-        if not task.done():
-            # The client disconnected while the engine worked: stop the upstream call
-            # (which gives its slot back).
-            task.cancel()
-        elif not delivered and not task.cancelled() and task.exception() is None:
-            # Recorded, but the stream was cut before its end reached the server.
-            await pipeline.withdraw(admitted)
+        completion = task.result()
+    except EngineError as exc:
+        yield dialect.error_event(exc.status, exc.message, engine_error_kind(exc))
+        return
+    except SessionGone:
+        yield dialect.error_event(401, SESSION_ENDED, "authentication")
+        return
+    for frame in dialect.render_stream(completion, ctx):
+        yield frame
+    delivered.set()
 
 
 class _ClosingStream(StreamingResponse):
