@@ -20,7 +20,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from harbor_ray.capture.core.completion import Completion
 from harbor_ray.capture.core.dialects import Dialect
 from harbor_ray.capture.core.dialects.base import EngineCall, ReplyContext
-from harbor_ray.capture.core.sse import KEEPALIVE
 from harbor_ray.capture.proxy.admitted import Admitted, CallSteps
 from harbor_ray.capture.proxy.fast_json import JSONResponse
 from harbor_ray.capture.proxy.refusals import (
@@ -103,7 +102,7 @@ async def _frames(pipeline: CallSteps, dialect: Dialect, ctx: ReplyContext,
     while not task.done():
         done, _ = await asyncio.wait({task}, timeout=pipeline.settings.keepalive_s)
         if not done:
-            yield KEEPALIVE
+            yield dialect.keepalive
     try:
         completion = task.result()
     except EngineError as exc:

@@ -32,7 +32,7 @@ from harbor_ray.capture.core.dialects.base import (
     require_number,
     require_string,
 )
-from harbor_ray.capture.core.sse import sse_event
+from harbor_ray.capture.core.sse import KEEPALIVE, sse_event
 from harbor_ray.errors import AgentRequestError
 
 _JOIN = "\n"
@@ -69,6 +69,7 @@ _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
 
 class AnthropicDialect:
     name: DialectName = "anthropic"
+    keepalive = KEEPALIVE
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool

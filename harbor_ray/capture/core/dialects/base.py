@@ -59,6 +59,9 @@ class ReplyContext:
 
 class Dialect(Protocol):
     name: DialectName
+    # Sent on a streamed call's open stream while the engine works (sse.KEEPALIVE, an SSE
+    # comment), or b"" where the dialect's clients take a comment for a bad chunk.
+    keepalive: bytes
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool

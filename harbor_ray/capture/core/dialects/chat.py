@@ -24,7 +24,7 @@ from harbor_ray.capture.core.dialects.base import (
     require_number,
     require_string,
 )
-from harbor_ray.capture.core.sse import sse_event
+from harbor_ray.capture.core.sse import KEEPALIVE, sse_event
 from harbor_ray.errors import AgentRequestError
 
 # Fields the proxy decides itself; everything else is a sampling setting the engine reads.
@@ -50,6 +50,7 @@ def openai_error_body(message: str, kind: ErrorKind) -> dict[str, Any]:
 
 class ChatDialect:
     name: DialectName = "chat"
+    keepalive = KEEPALIVE
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool

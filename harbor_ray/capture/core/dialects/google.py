@@ -75,6 +75,10 @@ _SNAKE = re.compile(r"_([a-z0-9])")
 
 class GoogleDialect:
     name: DialectName = "google"
+    # Gemini's API sends no SSE comments, and antigravity-sdk's Go harness (0.1.22)
+    # fails the stream on one ("invalid stream chunk: : keepalive"): nothing is sent
+    # until the reply.
+    keepalive = b""
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool

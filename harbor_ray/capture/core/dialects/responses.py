@@ -24,7 +24,7 @@ from harbor_ray.capture.core.dialects.base import (
     require_list,
 )
 from harbor_ray.capture.core.dialects.chat import openai_error_body
-from harbor_ray.capture.core.sse import sse_event
+from harbor_ray.capture.core.sse import KEEPALIVE, sse_event
 from harbor_ray.errors import AgentRequestError
 
 # vLLM itself joins a message's text parts with a newline when it flattens them for the
@@ -43,6 +43,7 @@ _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content
 
 class ResponsesDialect:
     name: DialectName = "responses"
+    keepalive = KEEPALIVE
 
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
