@@ -91,7 +91,9 @@ def render_harnesses(rows: list[dict[str, Any]], console: Console) -> None:
         table.add_column(column)
     for row in rows:
         table.add_row(row["name"], "yes" if row["qualified"] else "[yellow]no[/yellow]",
-                      "yes" if row["level_2"] else "-", row["reason"])
+                      "yes" if row["level_2"] else "-",
+                      row["reason"] or (row["level_2_reason"] and
+                                        f"level 2: {row['level_2_reason']}"))
     console.print(table)
 
 

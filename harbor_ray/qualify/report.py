@@ -26,8 +26,8 @@ __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow",
            "QualifyReport", "QualifyRow", "Rewrite", "problems", "render_markdown"]
 
 # Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`; 3: a
-# row's `profile`; 4: a harness's `level_2`.
-REPORT_VERSION = 4
+# row's `profile`; 4: a harness's `level_2`; 5: a harness's `level_2_reason`.
+REPORT_VERSION = 5
 
 Level = Literal["scripted", "model"]
 
@@ -63,6 +63,13 @@ REWRITES_HISTORY: Mapping[str, Rewrite] = MappingProxyType({
         "file (--yes) and asks again, so the file's content now stands ahead of the "
         "conversation and the request starts a new root (hello-file, whose file is new, "
         "keeps one)", levels=frozenset({"scripted", "model"})),
+    "fabric": Rewrite(
+        "it runs mini-swe-agent (its nvidia.fabric.mini-swe-agent adapter), which leaves a "
+        "reply without a tool call out of the history it sends next, as mini-swe-agent "
+        "does"),
+    "cline-cli": Rewrite(
+        "a reply cut at the output-token limit is compacted: cline drops it, adds a note "
+        "that the reply was cut, and asks again, which starts a new root"),
 })
 
 
@@ -112,6 +119,9 @@ class HarnessRow(BaseModel):
     reason: str = Field(description="Why it is not qualified; empty when it is.")
     level_2: bool = Field(False, description="Also seen to qualify at level 2 (the real "
                           "model); false before report v4.")
+    level_2_reason: str = Field("", description="Why a harness qualified at level 1 "
+                                "cannot qualify at level 2 here, where that was tried; "
+                                "empty before report v5.")
 
 
 class QualifyReport(BaseModel):
@@ -204,7 +214,12 @@ def _harness_section(report: QualifyReport) -> list[str]:
     lines = [f"Harnesses: Harbor {report.harbor} knows {len(report.harnesses)}; "
              f"qualified at level 1 (scripted): {qualified}, at level 2 (model): "
              f"{level_2}.", "", "Not qualified:", ""]
-    return lines + [f"- {h.name}: {h.reason}" for h in report.harnesses if not h.qualified]
+    lines += [f"- {h.name}: {h.reason}" for h in report.harnesses if not h.qualified]
+    blocked = [h for h in report.harnesses if h.qualified and h.level_2_reason]
+    if blocked:
+        lines += ["", "Qualified at level 1, not at level 2:", "",
+                  *(f"- {h.name}: {h.level_2_reason}" for h in blocked)]
+    return lines
 
 
 def _cells(row: QualifyRow) -> Sequence[str]:

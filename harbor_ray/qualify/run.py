@@ -159,7 +159,7 @@ async def qualify(
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
         rows=list(rows),
         harnesses=[HarnessRow(name=h.name, qualified=h.qualified, reason=h.reason,
-                              level_2=h.level_2)
+                              level_2=h.level_2, level_2_reason=h.level_2_reason)
                    for h in harness_table(harbor_harnesses())])
     plan.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_paths(plan.out, level)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harbor_ray.qualify.harnesses import (
+    LEVEL_2_BLOCKED,
     LEVEL_2_SEEN,
     NOT_QUALIFIED,
     QUALIFIED,
@@ -40,3 +41,14 @@ def test_twenty_one_qualified_the_rest_each_with_a_reason() -> None:
 def test_a_harness_the_table_does_not_name_is_shown_unassessed() -> None:
     assert harness_table(["codex", "brand-new", "codex"]) == (
         Harness("brand-new", False, UNASSESSED), Harness("codex", True, "", level_2=True))
+
+
+def test_a_harness_is_at_level_2_or_says_why_not_only_after_its_run_there() -> None:
+    table = {h.name: h for h in harness_table(harbor_harnesses())}
+    assert not LEVEL_2_BLOCKED.keys() & LEVEL_2_SEEN
+    assert LEVEL_2_BLOCKED.keys() <= set(QUALIFIED)
+    for name, reason in LEVEL_2_BLOCKED.items():
+        assert table[name].qualified and not table[name].level_2
+        assert table[name].level_2_reason == reason
+    assert all(h.level_2_reason == "" for h in table.values()
+               if h.name not in LEVEL_2_BLOCKED)

@@ -73,8 +73,8 @@ def test_an_agent_that_rewrites_under_the_scripted_model_may_have_several_roots_
             "1 retokenization splits"]
         assert problems(row(agent="aider", agent_roots=0), level) == ["0 agent roots, not 1"]
         # An agent not in the mapping: two roots fail it at either level.
-        assert "cline-cli" not in REWRITES_HISTORY
-        assert problems(row(agent="cline-cli", agent_roots=2), level) == [
+        assert "codex" not in REWRITES_HISTORY
+        assert problems(row(agent="codex", agent_roots=2), level) == [
             "2 agent roots, not 1"]
 
 
@@ -122,6 +122,17 @@ def test_the_report_lists_every_unqualified_harness_with_its_reason_and_counts()
     assert text.endswith("Not qualified:\n\n- aider: runs no command\n")
     again = QualifyReport.model_validate_json(report.model_dump_json())
     assert render_markdown(again) == text
+
+
+def test_the_report_says_why_a_qualified_harness_is_not_at_level_2() -> None:
+    report = QualifyReport(
+        level="model", engine="m", harbor_ray="0.1.0", harbor="0.25.0",
+        started_at="2026-12-03T12:00:00+00:00", rows=[row()],
+        harnesses=[HarnessRow(name="codex", qualified=True, reason="", level_2=True),
+                   HarnessRow(name="vibe", qualified=True, reason="",
+                              level_2_reason="its first request is too long")])
+    assert render_markdown(report).endswith(
+        "Qualified at level 1, not at level 2:\n\n- vibe: its first request is too long\n")
 
 
 def test_a_v1_report_without_harnesses_renders_without_the_section() -> None:
