@@ -14,6 +14,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
 from tests.cluster import stubs
+from tests.rates import most_in_any_second
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +26,6 @@ BURST = 500
 def _stubs_by_value(ray_cluster: None):
     ray.cloudpickle.register_pickle_by_value(stubs)
 
-
-def _most_in_any_second(times: list[float]) -> int:
-    times = sorted(times)
-    return max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
 
 
 async def test_a_burst_of_500_starts_keeps_to_one_rate_across_the_hosts(tmp_path: Path
@@ -50,7 +47,7 @@ async def test_a_burst_of_500_starts_keeps_to_one_rate_across_the_hosts(tmp_path
     # Never faster than the rate but for slack: a host's loop that wakes a start late
     # (measured: up to 19 more in a second on two busy cores) bunches it with the next
     # ones; and not far slower, as when the tokens were split over the hosts.
-    assert _most_in_any_second(started) <= 1.25 * RATE
+    assert most_in_any_second(started) <= 1.25 * RATE
     assert took >= (BURST - 1) / RATE - 0.05
     assert took <= 1.5 * BURST / RATE, f"{took:.1f} s for {BURST} starts at {RATE:g}/s"
     assert len({r.result.host for r in records}) == 1  # all on the first host

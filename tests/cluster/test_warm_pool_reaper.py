@@ -13,6 +13,7 @@ import ray
 from harbor_ray.cluster.reaper import reap_pool
 from harbor_ray.cluster.start_bucket import StartBuckets
 from harbor_ray.trials.start_rate import StartRate
+from tests.rates import most_in_any_second
 from tests.trials import fake_backend
 from tests.trials.fake_backend import FakeBackend, PoolHost
 
@@ -25,10 +26,6 @@ RATE = 50.0
 def _by_value(ray_cluster: None):
     ray.cloudpickle.register_pickle_by_value(fake_backend)
 
-
-def _most_in_any_second(times: list[float]) -> int:
-    times = sorted(times)
-    return max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
 
 
 async def test_a_host_killed_mid_burst_leaks_no_sandbox(tmp_path: Path) -> None:
@@ -45,7 +42,7 @@ async def test_a_host_killed_mid_burst_leaks_no_sandbox(tmp_path: Path) -> None:
         await burst
     started = backend.events("start")
     assert len(backend.live()) == len(started) >= 100  # none stopped: its host died
-    assert _most_in_any_second(started) <= 1.25 * RATE
+    assert most_in_any_second(started) <= 1.25 * RATE
 
     node_id = ray.get_runtime_context().get_node_id()
     assert await reap_pool(ledger, backend, node_id) == len(started)

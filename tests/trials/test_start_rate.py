@@ -1,9 +1,5 @@
 from harbor_ray.trials.start_rate import StartRate, TokenBucket, wait_turn
-
-
-def _most_in_any_second(times: list[float]) -> int:
-    times = sorted(times)
-    return max(sum(1 for t in times if start <= t < start + 1.0 - 1e-9) for start in times)
+from tests.rates import most_in_any_second
 
 
 def test_a_bucket_lets_its_burst_through_then_one_per_interval() -> None:
@@ -38,7 +34,7 @@ async def test_a_burst_of_500_starts_keeps_to_the_rate() -> None:
         before = len(waited)
         await wait_turn(reserve, clock=lambda: now[0], sleep=sleep)
         started.append(now[0] + (waited[-1] if len(waited) > before else 0.0))
-    assert _most_in_any_second(started) <= 5 + 2
+    assert most_in_any_second(started) <= 5 + 2
     assert started == sorted(started)  # in arrival order
     assert max(started) >= (500 - 2) / 5 - 1e-9  # none went early
 

@@ -12,6 +12,7 @@ import pytest
 from harbor_ray.errors import SandboxArgumentError
 from harbor_ray.trials.start_rate import StartRate, TokenBucket
 from harbor_ray.trials.warm_pool import Ledger, WarmPool, parse_pool_sizes, reap_ledger
+from tests.rates import most_in_any_second
 from tests.trials.fake_backend import FakeBackend
 
 RATE = 200.0
@@ -26,10 +27,6 @@ def _reserve(rate: float):
 
     return reserve
 
-
-def _most_in_any_second(times: list[float]) -> int:
-    times = sorted(times)
-    return max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
 
 
 async def _until(condition, timeout_s: float = 10.0) -> None:
@@ -53,7 +50,7 @@ async def test_a_burst_keeps_to_the_rate_the_pool_refills_and_nothing_leaks(tmp_
     await _until(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))
     starts = backend.events("start")
     assert len(starts) == 500 + sum(SIZES.values())
-    assert _most_in_any_second(starts) <= 1.25 * RATE
+    assert most_in_any_second(starts) <= 1.25 * RATE
     assert max(starts) - min(starts) >= (len(starts) - 1) / RATE - 0.05
 
     await asyncio.gather(*(pool.release(s) for s in taken))
