@@ -33,6 +33,7 @@ async def test_a_host_killed_mid_burst_leaks_no_sandbox(tmp_path: Path) -> None:
     buckets = StartBuckets(StartRate(per_s=RATE))
     host = ray.remote(PoolHost).options(num_cpus=0).remote(
         backend, {"env-a": 5}, ledger, buckets.of("fake"))
+    pid = await host.pid.remote()
     burst = host.burst.remote("env-a", 500)
     async with asyncio.timeout(60):
         while len(backend.events("start")) < 100:
@@ -40,6 +41,9 @@ async def test_a_host_killed_mid_burst_leaks_no_sandbox(tmp_path: Path) -> None:
     ray.kill(host)
     with pytest.raises(ray.exceptions.RayActorError):
         await burst
+    async with asyncio.timeout(30):  # Ray's kill is asynchronous: until the process is gone
+        while Path(f"/proc/{pid}").exists():
+            await asyncio.sleep(0.05)
     started = backend.events("start")
     assert len(backend.live()) == len(started) >= 100  # none stopped: its host died
     assert most_in_any_second(started) <= 1.25 * RATE

@@ -65,6 +65,9 @@ class PoolHost:
 
         self.pool = WarmPool(backend, sizes, Ledger(ledger), bucket.reserve.remote)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     async def burst(self, environment: str, count: int) -> int:
         self.pool.open()
         taken = await asyncio.gather(*(self.pool.take(environment) for _ in range(count)))
