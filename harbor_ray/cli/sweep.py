@@ -30,8 +30,9 @@ def sweep(
     sandbox_arg: opt.SandboxArgOption = None,
     n: opt.AttemptsOption = 1,
     sandbox_start_rate: Annotated[float, typer.Option(
-        help="Sandboxes created a second at most, across the sweep (each host waits for "
-             "its even share before a rollout's sandbox starts). Cloud backends cap "
+        help="Sandboxes created a second at most, across the sweep (every host draws "
+             "from one bucket per backend before a rollout's sandbox starts). Cloud "
+             "backends cap "
              "creation (Modal: about 5 a second a workspace). Default 0: no limit, as the "
              "local sandbox needs none.")] = 0.0,
     concurrency: Annotated[int, typer.Option(

@@ -44,7 +44,7 @@ from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
-from harbor_ray.trials.start_rate import StartLimiter, StartRate
+from harbor_ray.trials.start_rate import wait_turn
 
 # Method calls a host serves at once: its rollouts' `run`s plus the proxy replicas'
 # admit/record calls for their sessions. Ray's default for async actors is 1,000.
@@ -92,12 +92,9 @@ class RolloutHost(SessionOwner):
     """Runs rollouts (`run`); as their sessions' owner, answers the proxy replicas."""
 
     def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None,
-                 start_rate: StartRate | None = None, journaling: Journaling | None = None
-                 ) -> None:
+                 journaling: Journaling | None = None) -> None:
         # Every turn its sessions record goes to its journal first (journaling.py).
         super().__init__(name, None if journaling is None else journaling.open(name))
-        # Every rollout here waits its turn before its trial creates a sandbox.
-        self._starts = None if start_rate is None else StartLimiter(start_rate)
         self._proxy = proxy
         self._capture: LocalCapture | None = None
         self._relay: Relay | None = None
@@ -117,10 +114,18 @@ class RolloutHost(SessionOwner):
         """Where this host runs (the driver's `ready` call)."""
         return self.placement
 
-    async def run(self, spec: RolloutSpec) -> RolloutRecord:
+    def end(self) -> None:
+        """The driver ends this host normally (every rollout of it has its row): its
+        journal is not needed, and goes (the driver kills the host after)."""
+        if (journal := self.store.journal) is not None:
+            self.store.journal = None
+            journal.remove()
+
+    async def run(self, spec: RolloutSpec, starts: Any | None = None) -> RolloutRecord:
         """The rollout's record, encoded here where its session lived, with where it ran
         (its sandbox and trial directory are on this node); like `run_rollout`, never
-        raises but for cancellation."""
+        raises but for cancellation. `starts`: the run's start bucket for the spec's
+        backend (cluster/start_bucket.py), whose token the sandbox waits for."""
         capture: CaptureService | None = (
             await self._capture_service() if needs_model(spec.agent) else None)
         if capture is not None and (journal := self.store.journal) is not None:
@@ -128,8 +133,8 @@ class RolloutHost(SessionOwner):
         spec = self._own_sandboxes(spec)
         if (sandboxes := spec.sandbox_kwargs.get("sandboxes_dir")) is not None:
             await self._guard(Path(sandboxes))
-        if self._starts is not None:
-            await self._starts.wait()
+        if starts is not None:
+            await wait_turn(starts.reserve.remote)
         record = await self._work(spec, capture)
         return with_placement(record, node=self.placement.ip, host=self.owner)
 
@@ -199,8 +204,7 @@ class RolloutHost(SessionOwner):
 
 def start_host(
     name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
-    node_id: str | None = None, start_rate: StartRate | None = None,
-    journaling: Journaling | None = None,
+    node_id: str | None = None, journaling: Journaling | None = None,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
@@ -218,4 +222,4 @@ def start_host(
         max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV},
     )
-    return remote.remote(name, proxy, work, start_rate, journaling)
+    return remote.remote(name, proxy, work, journaling)

@@ -6,12 +6,16 @@ own node (records: capture/core/journal.py; the file: capture/proxy/journal_file
 each session first tagged with the rollout it serves (`JournaledCapture`). When the
 host dies, its journal is read on its node by a task pinned there (`collect`), once per
 host, and each of its rollouts unfinished there becomes a `partial` `infra_lost` row
-with the turns it had (`partial_record`).
+with the turns it had (`partial_record`). A host that ends normally removes its own
+journal (`JournalFile.remove`); a dead host's stays until its rows are in the dataset,
+and the run removes what is left on every node once its writer has closed
+(`remove_everywhere`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +30,12 @@ from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.journal_file import JournalFile, read_journal
-from harbor_ray.cluster.nodes import pinned
+from harbor_ray.cluster.nodes import alive_nodes, on_each, pinned
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
-__all__ = ["JournaledCapture", "Journaling", "collect", "partial_record"]
+__all__ = ["JournaledCapture", "Journaling", "collect", "partial_record", "remove_everywhere"]
 
 Salvaged = Mapping[str, tuple[TurnRecord, ...]]  # rollout id -> the turns it had
 _COLLECT_S = 60.0  # a dead host's node that cannot read a file in this long is gone too
@@ -101,6 +105,25 @@ async def collect(journaling: Journaling, host: str, node_id: str) -> Salvaged:
 @ray.remote
 def _read_task(path: Path) -> dict[str, tuple[TurnRecord, ...]]:
     return dict(unfinished_turns(read_journal(path).entries))
+
+
+def remove_everywhere(journaling: Journaling) -> None:
+    """Remove every host journal of the run, on every live node; only once each row made
+    from them is committed (the writer closed): a journal is the only copy of a dead
+    host's turns until then. A node lost meanwhile took its journals with it."""
+    if journaling.mode != "off":
+        on_each(_remove_task, alive_nodes(), journaling.directory)
+
+
+@ray.remote
+def _remove_task(directory: Path) -> int:
+    removed = 0
+    for path in directory.glob("*.journal"):
+        path.unlink(missing_ok=True)
+        removed += 1
+    with contextlib.suppress(OSError):  # absent, or holding something else
+        directory.rmdir()
+    return removed
 
 
 def partial_record(spec: RolloutSpec, turns: tuple[TurnRecord, ...], *, rollout_id: str,

@@ -25,6 +25,7 @@ from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
 from harbor_ray.cluster.journaling import Journaling, Salvaged, collect
 from harbor_ray.cluster.nodes import alive_nodes, pinned
 from harbor_ray.cluster.reaper import reap_host
+from harbor_ray.cluster.start_bucket import StartBuckets
 from harbor_ray.cluster.suspects import SuspectNodes, choose_node
 from harbor_ray.trials.start_rate import StartRate
 
@@ -66,7 +67,7 @@ class HostPool:
         sandboxes_dir: Path | None = None,
         suspect_s: float = SUSPECT_S,
         clock: Callable[[], float] = time.monotonic,
-        start_rate: StartRate | None = None,  # each host's own share of the sweep's
+        start_rate: StartRate | None = None,  # the run's, across every host
         journaling: Journaling | None = None,  # None: hosts keep no journal
     ) -> None:
         if rollouts_per_host < 1:
@@ -74,7 +75,7 @@ class HostPool:
         self._rollouts_per_host = rollouts_per_host
         self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
         self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
-        self._start_rate = start_rate
+        self.starts = StartBuckets(start_rate)  # the bucket each backend's starts draw on
         self.journaling = journaling
         self._salvaged: dict[str, asyncio.Task[Salvaged]] = {}  # dead host -> its journal
         self.reaping: list[Any] = []  # ObjectRefs of the reapers of lost hosts
@@ -131,10 +132,25 @@ class HostPool:
             self._retire(host)
         ray.kill(host.handle, no_restart=True)
 
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """End every live host normally (each removes its journal), then `shutdown`. A
+        host that does not answer in `timeout_s` is killed all the same; its journal
+        goes with the run's (`journaling.remove_everywhere`)."""
+        ends = [asyncio.ensure_future(h.handle.end.remote()) for h in self.hosts
+                if h.placement is not None]
+        if ends:
+            await asyncio.wait(ends, timeout=timeout_s)
+            for end in ends:
+                if end.done() and not end.cancelled():
+                    end.exception()  # retrieved: a host that died ending needs nothing
+                end.cancel()
+        self.shutdown()
+
     def shutdown(self) -> None:
         for host in self.hosts:
             host.alive = False  # ended, not lost: the caller reaps everywhere after
             ray.kill(host.handle, no_restart=True)
+        self.starts.close()
 
     def _retire(self, host: Host) -> Any | None:
         """Drop `host` and reap its sandboxes on its node: the reaper's ObjectRef, if any."""
@@ -150,8 +166,7 @@ class HostPool:
         self._started += 1
         node_id = self._node_for_new_host()
         handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                            work=self._work, node_id=node_id, start_rate=self._start_rate,
-                            journaling=self.journaling)
+                            work=self._work, node_id=node_id, journaling=self.journaling)
         host = Host(name, handle, handle.node.remote(), target=node_id)
         self._hosts.append(host)
         return host

@@ -4,11 +4,14 @@ Sandboxes are node-local (`SANDBOXES/<host>/` on the host's node), so reaping ru
 the nodes, as Ray tasks pinned to each: everything under SANDBOXES on every live node
 when no rollout of the sweep runs, at its start and end (`reap_everywhere`), and a dead
 host's directory on its node at once (`reap_host`). Each host's guard reaps too
-(trials/sandbox/leftovers.py); the driver's reaping covers what no guard saw.
+(trials/sandbox/leftovers.py); the driver's reaping covers what no guard saw. A dead
+host's warm pool left a ledger of the sandboxes it started and never stopped
+(trials/warm_pool.py); `reap_pool` stops each, on that node, through their backend.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,9 @@ import ray
 
 from harbor_ray.cluster.nodes import alive_nodes, on_each, pinned
 from harbor_ray.trials.sandbox.leftovers import Reaped, reap
+from harbor_ray.trials.warm_pool import Ledger, SandboxBackend, reap_ledger
 
-__all__ = ["Reaped", "host_sandboxes", "reap", "reap_everywhere", "reap_host"]
+__all__ = ["Reaped", "host_sandboxes", "reap", "reap_everywhere", "reap_host", "reap_pool"]
 
 
 def host_sandboxes(sandboxes_dir: Path, host: str) -> Path:
@@ -44,3 +48,14 @@ def reap_host(sandboxes_dir: Path, host: str, node_id: str) -> Any:  # ObjectRef
 @ray.remote
 def _reap_task(directory: Path) -> Reaped:
     return reap(directory)
+
+
+def reap_pool(ledger: Path, backend: SandboxBackend[Any], node_id: str) -> Any:  # ObjectRef
+    """Stop every sandbox a dead host's warm pool listed in `ledger` (how many), on its
+    node; not waited for."""
+    return pinned(_reap_pool_task, node_id).remote(ledger, backend)
+
+
+@ray.remote
+def _reap_pool_task(ledger: Path, backend: SandboxBackend[Any]) -> int:
+    return asyncio.run(reap_ledger(Ledger(ledger), backend))

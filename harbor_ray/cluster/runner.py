@@ -100,7 +100,7 @@ class RolloutRunner:
                                  time.time() - started, host)
         except RayActorError as exc:
             return await _host_died(spec, host, pool, exc, started, last)
-        ref = host.handle.run.remote(spec)
+        ref = host.handle.run.remote(spec, pool.starts.of(spec.sandbox))
         # Only this clock makes a row `deadline`: a TimeoutError the rollout raised
         # arrives as a RayTaskError that is also a TimeoutError.
         running = asyncio.ensure_future(ref)

@@ -24,7 +24,7 @@ from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy, check_cap_order
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
-from harbor_ray.cluster.journaling import Journaling
+from harbor_ray.cluster.journaling import Journaling, remove_everywhere
 from harbor_ray.cluster.metrics_poller import steer_gate
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
@@ -36,7 +36,7 @@ from harbor_ray.errors import StartError
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import StartRate, host_share
+from harbor_ray.trials.start_rate import StartRate
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ class SweepConfig:
     min_concurrency: int = 1
     engine_metrics: tuple[str, ...] = ()
     metrics_every_s: float = 5.0
-    # Sandboxes created a second at most, the whole sweep (each host takes an even
-    # share: no call between hosts per start); 0: no limit.
+    # Sandboxes created a second at most, the whole sweep, across every host (one
+    # bucket actor per backend: cluster/start_bucket.py); 0: no limit.
     sandbox_starts_per_s: float = 0.0
     # Each host's turn journal (OUT/journal/<host>.journal on its node), from which a
     # dead host's rollouts become partial rows; `train_partial` makes those trainable.
@@ -107,9 +107,9 @@ class SweepConfig:
                                start=self.concurrency)
 
     @property
-    def host_start_rate(self) -> StartRate | None:
-        """Each host's share of the sandbox start rate; None: no limit."""
-        return host_share(self.sandbox_starts_per_s, self.ceiling, self.rollouts_per_host)
+    def start_rate(self) -> StartRate | None:
+        """The sweep's sandbox start rate; None: no limit."""
+        return StartRate.of(self.sandbox_starts_per_s)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -195,7 +195,7 @@ async def run_rollouts(
     stats.capped(gate.limit)
     pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
                     num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir,
-                    start_rate=config.host_start_rate, journaling=config.journaling)
+                    start_rate=config.start_rate, journaling=config.journaling)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
                            on_end=stats.finished, on_lost=on_lost)
 
@@ -215,7 +215,7 @@ async def run_rollouts(
     finally:
         if steering is not None:
             steering.cancel()
-        pool.shutdown()
+        await pool.close()
 
 
 def in_sandboxes_dir(specs: Sequence[RolloutSpec], directory: Path) -> list[RolloutSpec]:
@@ -279,6 +279,7 @@ async def sweep(
             committing.cancel()
         stats.ended_at = time.time()
         timed(lambda: writer.close(stats.ended_at))
+        remove_everywhere(config.journaling)  # every row made from them is committed
         reap_everywhere(config.sandboxes_dir)
     return stats
 

@@ -26,7 +26,7 @@ from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
-from harbor_ray.cluster.journaling import Journaling
+from harbor_ray.cluster.journaling import Journaling, remove_everywhere
 from harbor_ray.cluster.metrics_poller import steer_gate
 from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.owner import NAMESPACE
@@ -68,7 +68,7 @@ from harbor_ray.trials.agents import AGENTS, needs_model
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import host_share
+from harbor_ray.trials.start_rate import StartRate
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
 
@@ -133,8 +133,8 @@ class ControllerConfig:
     proxy: ProxyTarget | None = None  # where agents call the model
     rollouts_per_host: int = 8
     host_cpus: float = 0.01
-    # Sandboxes created a second at most, the whole service (each host takes an even
-    # share, as a sweep's do); 0: no limit.
+    # Sandboxes created a second at most, the whole service, across every host (as a
+    # sweep's: cluster/start_bucket.py); 0: no limit.
     sandbox_starts_per_s: float = 0.0
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
@@ -201,8 +201,7 @@ class Controller:
         self._pool = HostPool(rollouts_per_host=per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
                               sandboxes_dir=self._sandboxes,
-                              start_rate=host_share(config.sandbox_starts_per_s,
-                                                    config.ceiling, per_host),
+                              start_rate=StartRate.of(config.sandbox_starts_per_s),
                               journaling=Journaling(
                                   config.work_dir / "journal", config.journal,
                                   config.train_partial))
@@ -414,6 +413,9 @@ class Controller:
             reap_everywhere(self._sandboxes)
         if self._writer is not None:
             self._writer.close(time.time())
+        if self._on_hosts and self._pool.journaling is not None:
+            # After the writer: the rows made from dead hosts' journals are committed.
+            remove_everywhere(self._pool.journaling)
 
     # --- rollouts -------------------------------------------------------------------
 

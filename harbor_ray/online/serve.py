@@ -136,8 +136,8 @@ class ControllerArgs(_Args):
                                    "more rollouts, and the controller logs a warning.")
     sandbox_starts_per_s: float = Field(
         0.0, ge=0, description="Sandboxes created a second at most, the whole service "
-        "(cloud backends cap creation, e.g. Modal at about 5/s a workspace); each host "
-        "takes an even share. 0: no limit.")
+        "(cloud backends cap creation, e.g. Modal at about 5/s a workspace), one bucket "
+        "per backend every host draws from. 0: no limit.")
     max_staleness: int | None = Field(
         None, ge=0, description="Policy versions a group's oldest token may be behind the "
         "version it finished at; a submit may set its own. None: no bound.")

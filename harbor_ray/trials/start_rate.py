@@ -1,20 +1,22 @@
-"""How fast sandboxes may be created: a token bucket every rollout on a host goes through
-before its trial (and so its sandbox) starts.
+"""How fast sandboxes may be created: a token bucket every sandbox start of a run goes
+through first (a rollout's, and a warm pool's refill).
 
 Cloud backends cap creation per workspace (Modal at about 5 a second), and a sweep that
 starts hundreds of rollouts at once would otherwise meet that cap as failed starts. The
 bucket holds `burst` tokens, refilled at `per_s` a second; a start with no token waits
 until its own comes (reservations are in arrival order, so no start waits twice).
-`TokenBucket` is pure (the time is passed in); `StartLimiter` waits on it.
+`TokenBucket` is pure (the time is passed in); one bucket per backend serves a whole run
+from a Ray actor (cluster/start_bucket.py), and `wait_turn` is a start's side of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+Reserve = Callable[[], Awaitable[float]]  # takes a token: the wall-clock time it is due
 
 
 @dataclass(frozen=True)
@@ -24,14 +26,10 @@ class StartRate:
     per_s: float
     burst: int = 1
 
-
-def host_share(starts_per_s: float, ceiling: int, rollouts_per_host: int) -> StartRate | None:
-    """Each host's even share of `starts_per_s` for a whole run (no call between hosts
-    per start), over the hosts `ceiling` rollouts at `rollouts_per_host` need; None: no
-    limit (0)."""
-    if not starts_per_s:
-        return None
-    return StartRate(per_s=starts_per_s / math.ceil(ceiling / rollouts_per_host))
+    @classmethod
+    def of(cls, per_s: float) -> StartRate | None:
+        """The rate a setting names; None for 0 (no limit)."""
+        return cls(per_s=per_s) if per_s else None
 
 
 class TokenBucket:
@@ -49,14 +47,11 @@ class TokenBucket:
         return max(0.0, -self._tokens / rate.per_s)
 
 
-class StartLimiter:
-    """`wait` until a start may go; `clock` and `sleep` replace time in tests."""
-
-    def __init__(self, rate: StartRate, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self._clock, self._sleep = clock, sleep
-        self._bucket = TokenBucket(rate, clock())
-
-    async def wait(self) -> None:
-        if (delay := self._bucket.reserve(self._clock())) > 0:
-            await self._sleep(delay)
+async def wait_turn(reserve: Reserve, *, clock: Callable[[], float] = time.time,
+                    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Wait until the start that takes a token from `reserve` may go. The token names
+    the moment it is due, not a wait: the time its answer took to arrive is not waited
+    again (a wait that began on arrival made a slow answer's start late and bunched it
+    with the next ones). Wall-clock time, the one clock a cluster's nodes share."""
+    if (wait := await reserve() - clock()) > 0:
+        await sleep(wait)

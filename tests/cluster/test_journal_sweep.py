@@ -16,7 +16,8 @@ import ray
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.sweep import SweepConfig, sweep
+from harbor_ray.cluster.sweep import SweepConfig, SweepStats, run_rollouts, sweep
+from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
 from tests.fixtures.stub_agent import chat_agent
@@ -84,6 +85,8 @@ async def test_a_killed_hosts_turns_are_in_the_dataset_exactly_once(
     answered = [(t["rollout_id"], orjson.loads(t["response_message"])["content"])
                 for t in turns]
     assert len(set(answered)) == len(answered)
+    # Its rows committed, no journal is left: not the dead host's, not the retry's.
+    assert not list((out / "journal").glob("*.journal"))
     assert [t["index"] for t in turns if t["rollout_id"] == lost_id] == list(range(HELD_AFTER))
     sequences = pq.read_table(out / "sequences", columns=["rollout_id"]).to_pylist()
     assert any(row["rollout_id"] == lost_id for row in sequences)
@@ -95,3 +98,23 @@ async def test_a_killed_hosts_turns_are_in_the_dataset_exactly_once(
     else:
         assert set(rows) == {spec.rollout_id}
         assert (stats.done, stats.failed) == (1, 1)
+
+
+async def test_a_host_that_ends_normally_removes_its_journal(
+    tmp_path: Path, echo_engine: tuple[FakeEngine, str]
+) -> None:
+    """Hosts ended by the driver, before the run removes any journal itself."""
+    _, llm_url = echo_engine
+    out = tmp_path / "out"
+    specs = make_specs(select_tasks(resolve_dataset("samples"), ["hello-file"]), 3,
+                       agent="terminus-2", sandbox="local", trials_dir=out / "trials",
+                       run_id="n", deadline_s=300)
+    config = SweepConfig(out=out, journal="fsync", rollouts_per_host=1, concurrency=3,
+                         proxy=ProxyTarget(llm_url, "fake-model", ingress="host"))
+    records: list[RolloutRecord] = []
+    await run_rollouts(specs, config, SweepStats(total=3), records.append,
+                       work=chat_agent(CALLS))
+    assert len(records) == 3 and all(r.result.ok for r in records)
+    assert len({r.result.host for r in records}) == 3
+    assert config.journaling.directory.is_dir()  # the hosts journaled there
+    assert not list(config.journaling.directory.glob("*.journal"))

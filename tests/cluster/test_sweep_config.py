@@ -9,7 +9,7 @@ from harbor_ray.trials.start_rate import StartRate
 
 def test_a_fixed_cap_has_no_admission_policy_and_no_start_limit() -> None:
     config = SweepConfig(out=Path("o"), concurrency=8)
-    assert config.admission is None and config.ceiling == 8 and config.host_start_rate is None
+    assert config.admission is None and config.ceiling == 8 and config.start_rate is None
 
 
 def test_the_adaptive_cap_starts_at_concurrency_within_its_bounds() -> None:
@@ -31,7 +31,7 @@ def test_a_cap_that_cannot_work_is_refused_naming_the_flag(fields: dict, message
         SweepConfig(out=Path("o"), concurrency=8, **fields)
 
 
-def test_the_start_rate_is_split_evenly_over_the_hosts() -> None:
+def test_the_start_rate_is_the_whole_sweep_s() -> None:
     config = SweepConfig(out=Path("o"), concurrency=40, rollouts_per_host=8,
                          sandbox_starts_per_s=5)
-    assert config.host_start_rate == StartRate(per_s=1.0)
+    assert config.start_rate == StartRate(per_s=5.0)

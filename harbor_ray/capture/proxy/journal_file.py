@@ -48,6 +48,12 @@ class JournalFile:
     def close(self) -> None:
         os.close(self._fd)
 
+    def remove(self) -> None:
+        """Close and delete the journal: its host ends with no rollout unfinished, so
+        nothing in it can be needed."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
 
 def read_journal(path: Path) -> Decoded:
     """The intact entries of the journal at `path`; none if there is no such file."""
