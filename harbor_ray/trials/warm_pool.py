@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harbor_ray.errors import SandboxArgumentError
+from harbor_ray.errors import SandboxArgumentError, SandboxError
 from harbor_ray.trials.start_rate import Reserve, wait_turn
 
 __all__ = ["Ledger", "PooledSandbox", "SandboxBackend", "WarmPool", "parse_pool_sizes",
@@ -83,7 +83,8 @@ class Ledger:
 
     def _path(self, sandbox_id: str) -> Path:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", sandbox_id):
-            raise ValueError(f"a sandbox id must be a file name: {sandbox_id!r}")
+            raise SandboxError(f"the backend named a sandbox {sandbox_id!r}, which cannot "
+                               "be a ledger's file name")
         return self.directory / f"{sandbox_id}{_SUFFIX}"
 
 
