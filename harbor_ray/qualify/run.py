@@ -78,6 +78,12 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
                    "system_prompt": "You are a coding agent in a Linux shell. Complete the "
                                     "user's task by running commands with the "
                                     "run_shell_command tool, then say briefly what you did."},
+    # Its tools and system prompt as it ships come to about 8,500 tokens. Its unified
+    # harness keeps its core tools whatever enabled_tools says, but drops the prompt's
+    # sections on background processes, subagents and the project.
+    "vibe": {"settings": {"enabled_tools": ["bash"], "enable_background_processes": False,
+                          "enable_subagents": False, "include_project_context": False,
+                          "include_prompt_detail": False}},
 })
 
 

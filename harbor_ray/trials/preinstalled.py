@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from harbor.agents.installed import antigravity_sdk, langgraph
 from harbor.agents.installed import strands as strands_module
+from harbor.agents.installed import vibe as vibe_module
 from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.antigravity_sdk import AntigravitySDK
 from harbor.agents.installed.base import BaseInstalledAgent
@@ -205,7 +206,21 @@ class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
 
 
 class PreinstalledVibe(_SkipInstallWhenPresent, Vibe):
+    """Also takes `settings`: top-level keys of vibe's config.toml beside Harbor's (its
+    `enabled_tools`, `system_prompt_id`, ...), for models whose context cannot hold its
+    tools and system prompt as it ships."""
+
     COMMANDS = ("vibe",)
+
+    def __init__(self, *args: Any, settings: dict[str, Any] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._settings = dict(settings or {})
+
+    def _build_config_toml(self) -> str:
+        # Top-level keys go before Harbor's tables ([[providers]], [[models]]): after
+        # them, TOML would read them as keys of the last table.
+        extra = vibe_module._to_toml(self._settings) if self._settings else ""
+        return extra + super()._build_config_toml()
 
 
 class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,25 @@ async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> Non
         await agent.run("task", Recorder(), None)  # type: ignore[arg-type]
     assert commands[0] == (
         f"printf %s {shlex.quote(kwargs['system_prompt'])} > {PreinstalledQwenCode.SYSTEM_MD}")
+
+
+def test_vibe_can_be_limited_by_its_config_settings(tmp_path: Path) -> None:
+    # The model level's setting: the keys go at the top of vibe's config.toml, before
+    # Harbor's [[providers]] and [[models]] (after them TOML would read them as keys
+    # of the last model); without the option the config is Harbor's.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledVibe
+
+    wiring = {"model_name": "openai/m", "backend": "generic",
+              "extra_env": {"VIBE_API_BASE": "http://proxy/v1"}}
+    settings = SMALL_CONTEXT_KWARGS["vibe"]["settings"]
+    limited = tomllib.loads(PreinstalledVibe(
+        logs_dir=tmp_path, settings=settings, **wiring)._build_config_toml())
+    harbors = tomllib.loads(PreinstalledVibe(logs_dir=tmp_path, **wiring)._build_config_toml())
+    assert limited == {**harbors, **settings}
+    assert limited["enabled_tools"] == ["bash"] and limited["models"][0]["name"] == "m"
+    assert harbors["providers"][0]["api_base"] == "http://proxy/v1"
+    assert "enabled_tools" not in harbors
 
 
 @pytest.mark.parametrize("task", ["hello-file", "greet-function"])
