@@ -84,6 +84,14 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "vibe": {"settings": {"enabled_tools": ["bash"], "enable_background_processes": False,
                           "enable_subagents": False, "include_project_context": False,
                           "include_prompt_detail": False}},
+    # As it ships its first request is about 14,500 tokens: a system prompt of 47,000
+    # characters (deferred tool schemas, skills, and the workspace files it writes and
+    # injects) beside eleven tools. Its exec tool alone, no tool search, no skills, and
+    # no workspace files.
+    "openclaw": {"openclaw_config": {
+        "tools": {"allow": ["exec"], "toolSearch": False},
+        "agents": {"defaults": {"skipBootstrap": True, "contextInjection": "never",
+                                "skills": []}}}},
 })
 
 

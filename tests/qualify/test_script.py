@@ -253,6 +253,23 @@ def test_vibe_can_be_limited_by_its_config_settings(tmp_path: Path) -> None:
     assert "enabled_tools" not in harbors
 
 
+def test_openclaw_can_be_limited_to_its_exec_tool(tmp_path: Path) -> None:
+    # The model level's setting goes into the openclaw.json the variant uploads, over
+    # Harbor's own keys (the workspace, the headless deny, the provider), which stay.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledOpenClaw
+
+    wiring = {"model_name": "openai/m", "extra_env": {"OPENAI_BASE_URL": "http://proxy/v1"}}
+    limited = PreinstalledOpenClaw(logs_dir=tmp_path, **SMALL_CONTEXT_KWARGS["openclaw"],
+                                   **wiring)._build_full_openclaw_config()
+    harbors = PreinstalledOpenClaw(logs_dir=tmp_path, **wiring)._build_full_openclaw_config()
+    assert limited["tools"] == {"allow": ["exec"], "toolSearch": False, "deny": ["message"]}
+    assert limited["agents"]["defaults"] == {
+        "workspace": ".", "skipBootstrap": True, "contextInjection": "never", "skills": []}
+    assert limited["models"] == harbors["models"]
+    assert harbors["tools"] == {"deny": ["message"]}
+
+
 @pytest.mark.parametrize("task", ["hello-file", "greet-function"])
 def test_solution_files_are_what_solve_sh_leaves(task: str, tmp_path: Path) -> None:
     # solve.sh run with the files it writes in its workdir (/app) sent to a scratch one.
