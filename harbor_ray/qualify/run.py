@@ -92,6 +92,13 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
         "tools": {"allow": ["exec"], "toolSearch": False},
         "agents": {"defaults": {"skipBootstrap": True, "contextInjection": "never",
                                 "skills": []}}}},
+    # As it ships its first request is about 22,400 tokens, most of it 26 tools: an
+    # agent of its own with the Bash tool alone, no subagents, and a short prompt.
+    "kimi-code": {"agent_file": "---\nname: shell\ndescription: A coding agent that works "
+                                "through its shell.\ntools: Bash\nsubagents: []\n---\n"
+                                "You are a coding agent in a Linux shell. Complete the user's "
+                                "task by running commands with the Bash tool, then say "
+                                "briefly what you did.\n"},
 })
 
 

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from harbor.models.agent.context import AgentContext
 
 from harbor_ray.capture.core.dialects import DIALECTS
 from harbor_ray.qualify.script import (
@@ -268,6 +269,32 @@ def test_openclaw_can_be_limited_to_its_exec_tool(tmp_path: Path) -> None:
         "workspace": ".", "skipBootstrap": True, "contextInjection": "never", "skills": []}
     assert limited["models"] == harbors["models"]
     assert harbors["tools"] == {"deny": ["message"]}
+
+
+@pytest.mark.parametrize("limited", [True, False])
+async def test_kimi_code_can_start_with_an_agent_of_its_shell_tool(
+    tmp_path: Path, limited: bool
+) -> None:
+    # The model level's setting: the agent file is written before kimi runs, and the
+    # command that runs kimi names it; without the option the command is Harbor's.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledKimiCode, write_text_command
+    from tests.trials.test_agents import Recorded, RecordingEnvironment
+
+    kwargs = SMALL_CONTEXT_KWARGS["kimi-code"] if limited else {}
+    agent = PreinstalledKimiCode(logs_dir=tmp_path / "logs", model_name="openai/m",
+                                 extra_env={"OPENAI_BASE_URL": "http://proxy/v1"}, **kwargs)
+    recorded = Recorded()
+    await agent.run("task", RecordingEnvironment(tmp_path, recorded), AgentContext())
+    commands = [command for command, _ in recorded.execs]
+    (run,) = [c for c in commands if "--output-format stream-json" in c]
+    named = f"--agent-file {PreinstalledKimiCode.AGENT_FILE} --prompt "
+    assert (named in run) is limited
+    written = write_text_command(kwargs.get("agent_file", ""), PreinstalledKimiCode.AGENT_FILE)
+    assert (written in commands) is limited
+    if limited:
+        assert commands.index(written) < commands.index(run)
+        assert "\ntools: Bash\n" in kwargs["agent_file"]
 
 
 @pytest.mark.parametrize("task", ["hello-file", "greet-function"])
