@@ -78,6 +78,27 @@ SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
                    "system_prompt": "You are a coding agent in a Linux shell. Complete the "
                                     "user's task by running commands with the "
                                     "run_shell_command tool, then say briefly what you did."},
+    # Its tools and system prompt as it ships come to about 8,500 tokens. Its unified
+    # harness keeps its core tools whatever enabled_tools says, but drops the prompt's
+    # sections on background processes, subagents and the project.
+    "vibe": {"settings": {"enabled_tools": ["bash"], "enable_background_processes": False,
+                          "enable_subagents": False, "include_project_context": False,
+                          "include_prompt_detail": False}},
+    # As it ships its first request is about 14,500 tokens: a system prompt of 47,000
+    # characters (deferred tool schemas, skills, and the workspace files it writes and
+    # injects) beside eleven tools. Its exec tool alone, no tool search, no skills, and
+    # no workspace files.
+    "openclaw": {"openclaw_config": {
+        "tools": {"allow": ["exec"], "toolSearch": False},
+        "agents": {"defaults": {"skipBootstrap": True, "contextInjection": "never",
+                                "skills": []}}}},
+    # As it ships its first request is about 22,400 tokens, most of it 26 tools: an
+    # agent of its own with the Bash tool alone, no subagents, and a short prompt.
+    "kimi-code": {"agent_file": "---\nname: shell\ndescription: A coding agent that works "
+                                "through its shell.\ntools: Bash\nsubagents: []\n---\n"
+                                "You are a coding agent in a Linux shell. Complete the user's "
+                                "task by running commands with the Bash tool, then say "
+                                "briefly what you did.\n"},
 })
 
 

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from harbor.agents.installed import antigravity_sdk, langgraph
 from harbor.agents.installed import strands as strands_module
+from harbor.agents.installed import vibe as vibe_module
 from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.antigravity_sdk import AntigravitySDK
 from harbor.agents.installed.base import BaseInstalledAgent
@@ -64,12 +65,18 @@ __all__ = [
     "PreinstalledStrands",
     "PreinstalledVibe",
     "presence_command",
+    "write_text_command",
 ]
 
 
 def presence_command(commands: tuple[str, ...]) -> str:
     """A shell command that succeeds only when every command is on PATH."""
     return " && ".join(f"command -v {shlex.quote(c)} >/dev/null 2>&1" for c in commands)
+
+
+def write_text_command(text: str, path: str) -> str:
+    """A shell command that writes `text` to `path` as it is."""
+    return f"printf %s {shlex.quote(text)} > {shlex.quote(path)}"
 
 
 class _SkipInstallWhenPresent(BaseInstalledAgent):
@@ -120,8 +127,8 @@ class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):
     async def run(self, instruction: str, environment: BaseEnvironment,
                   context: AgentContext) -> None:
         if self._system_prompt is not None:
-            await environment.exec(command=f"printf %s {shlex.quote(self._system_prompt)}"
-                                           f" > {self.SYSTEM_MD}")
+            await environment.exec(command=write_text_command(self._system_prompt,
+                                                              self.SYSTEM_MD))
         await super().run(instruction, environment, context)
 
 
@@ -169,9 +176,34 @@ class PreinstalledPi(_SkipInstallWhenPresent, Pi):
 
 
 class PreinstalledKimiCode(_SkipInstallWhenPresent, KimiCode):
-    """Its `node` is the newer one its cache entry brings (installs.AgentPin.node)."""
+    """Its `node` is the newer one its cache entry brings (installs.AgentPin.node).
+
+    Also takes `agent_file`: the Markdown of a kimi agent definition (frontmatter with
+    its `tools`, its body the system prompt), which the run then starts with
+    (`--agent-file`), for models whose context cannot hold kimi's own agent."""
 
     COMMANDS = ("kimi", "node")
+    AGENT_FILE = "/tmp/harbor-ray-kimi-agent.md"
+    # Harbor's run passes the task this way, once, in the command that runs kimi.
+    _PROMPT_FLAG = '--prompt "$'
+
+    def __init__(self, *args: Any, agent_file: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._agent_file = agent_file
+
+    async def run(self, instruction: str, environment: BaseEnvironment,
+                  context: AgentContext) -> None:
+        if self._agent_file is not None:
+            await environment.exec(command=write_text_command(self._agent_file,
+                                                              self.AGENT_FILE))
+        await super().run(instruction, environment, context)
+
+    async def exec_as_agent(self, environment: BaseEnvironment, command: str,
+                            *args: Any, **kwargs: Any) -> Any:
+        if self._agent_file is not None and self._PROMPT_FLAG in command:
+            command = command.replace(
+                self._PROMPT_FLAG, f"--agent-file {self.AGENT_FILE} {self._PROMPT_FLAG}", 1)
+        return await super().exec_as_agent(environment, command, *args, **kwargs)
 
 
 class PreinstalledMiniSweAgent(_SkipInstallWhenPresent, MiniSweAgent):
@@ -205,7 +237,21 @@ class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
 
 
 class PreinstalledVibe(_SkipInstallWhenPresent, Vibe):
+    """Also takes `settings`: top-level keys of vibe's config.toml beside Harbor's (its
+    `enabled_tools`, `system_prompt_id`, ...), for models whose context cannot hold its
+    tools and system prompt as it ships."""
+
     COMMANDS = ("vibe",)
+
+    def __init__(self, *args: Any, settings: dict[str, Any] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._settings = dict(settings or {})
+
+    def _build_config_toml(self) -> str:
+        # Top-level keys go before Harbor's tables ([[providers]], [[models]]): after
+        # them, TOML would read them as keys of the last table.
+        extra = vibe_module._to_toml(self._settings) if self._settings else ""
+        return extra + super()._build_config_toml()
 
 
 class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
+from harbor.models.agent.context import AgentContext
 
 from harbor_ray.capture.core.dialects import DIALECTS
 from harbor_ray.qualify.script import (
@@ -231,6 +233,68 @@ async def test_qwen_code_can_run_on_a_short_system_prompt(tmp_path: Path) -> Non
         await agent.run("task", Recorder(), None)  # type: ignore[arg-type]
     assert commands[0] == (
         f"printf %s {shlex.quote(kwargs['system_prompt'])} > {PreinstalledQwenCode.SYSTEM_MD}")
+
+
+def test_vibe_can_be_limited_by_its_config_settings(tmp_path: Path) -> None:
+    # The model level's setting: the keys go at the top of vibe's config.toml, before
+    # Harbor's [[providers]] and [[models]] (after them TOML would read them as keys
+    # of the last model); without the option the config is Harbor's.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledVibe
+
+    wiring = {"model_name": "openai/m", "backend": "generic",
+              "extra_env": {"VIBE_API_BASE": "http://proxy/v1"}}
+    settings = SMALL_CONTEXT_KWARGS["vibe"]["settings"]
+    limited = tomllib.loads(PreinstalledVibe(
+        logs_dir=tmp_path, settings=settings, **wiring)._build_config_toml())
+    harbors = tomllib.loads(PreinstalledVibe(logs_dir=tmp_path, **wiring)._build_config_toml())
+    assert limited == {**harbors, **settings}
+    assert limited["enabled_tools"] == ["bash"] and limited["models"][0]["name"] == "m"
+    assert harbors["providers"][0]["api_base"] == "http://proxy/v1"
+    assert "enabled_tools" not in harbors
+
+
+def test_openclaw_can_be_limited_to_its_exec_tool(tmp_path: Path) -> None:
+    # The model level's setting goes into the openclaw.json the variant uploads, over
+    # Harbor's own keys (the workspace, the headless deny, the provider), which stay.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledOpenClaw
+
+    wiring = {"model_name": "openai/m", "extra_env": {"OPENAI_BASE_URL": "http://proxy/v1"}}
+    limited = PreinstalledOpenClaw(logs_dir=tmp_path, **SMALL_CONTEXT_KWARGS["openclaw"],
+                                   **wiring)._build_full_openclaw_config()
+    harbors = PreinstalledOpenClaw(logs_dir=tmp_path, **wiring)._build_full_openclaw_config()
+    assert limited["tools"] == {"allow": ["exec"], "toolSearch": False, "deny": ["message"]}
+    assert limited["agents"]["defaults"] == {
+        "workspace": ".", "skipBootstrap": True, "contextInjection": "never", "skills": []}
+    assert limited["models"] == harbors["models"]
+    assert harbors["tools"] == {"deny": ["message"]}
+
+
+@pytest.mark.parametrize("limited", [True, False])
+async def test_kimi_code_can_start_with_an_agent_of_its_shell_tool(
+    tmp_path: Path, limited: bool
+) -> None:
+    # The model level's setting: the agent file is written before kimi runs, and the
+    # command that runs kimi names it; without the option the command is Harbor's.
+    from harbor_ray.qualify.run import SMALL_CONTEXT_KWARGS
+    from harbor_ray.trials.preinstalled import PreinstalledKimiCode, write_text_command
+    from tests.trials.test_agents import Recorded, RecordingEnvironment
+
+    kwargs = SMALL_CONTEXT_KWARGS["kimi-code"] if limited else {}
+    agent = PreinstalledKimiCode(logs_dir=tmp_path / "logs", model_name="openai/m",
+                                 extra_env={"OPENAI_BASE_URL": "http://proxy/v1"}, **kwargs)
+    recorded = Recorded()
+    await agent.run("task", RecordingEnvironment(tmp_path, recorded), AgentContext())
+    commands = [command for command, _ in recorded.execs]
+    (run,) = [c for c in commands if "--output-format stream-json" in c]
+    named = f"--agent-file {PreinstalledKimiCode.AGENT_FILE} --prompt "
+    assert (named in run) is limited
+    written = write_text_command(kwargs.get("agent_file", ""), PreinstalledKimiCode.AGENT_FILE)
+    assert (written in commands) is limited
+    if limited:
+        assert commands.index(written) < commands.index(run)
+        assert "\ntools: Bash\n" in kwargs["agent_file"]
 
 
 @pytest.mark.parametrize("task", ["hello-file", "greet-function"])
