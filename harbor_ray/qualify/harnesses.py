@@ -87,23 +87,15 @@ QUALIFIED = (*sorted(set(PINS) - _PINNED_NOT_QUALIFIED), "terminus-2")
 # qualified at level 1 is not counted at level 2 until its run there is seen.
 LEVEL_2_SEEN = frozenset({
     "aider", "antigravity-sdk", "claude-code", "cline-cli", "code-puppy", "codex",
-    "copilot-cli", "fabric", "gemini-cli", "langgraph", "mini-swe-agent", "opencode",
-    "openhands", "openhands-sdk", "pi", "qwen-coder", "strands", "terminus-2",
+    "copilot-cli", "fabric", "gemini-cli", "kimi-code", "langgraph", "mini-swe-agent",
+    "openclaw", "opencode", "openhands", "openhands-sdk", "pi", "qwen-coder", "strands",
+    "terminus-2", "vibe",
 })
 # Those qualified at level 1 whose level-2 run was tried and cannot pass on these
-# machines, and why: the real model CI serves is the default one (8,192 tokens of context).
-_PAST_CONTEXT = ("its first request, as it ships, is longer than the default model's "
-                 "8,192-token context, so the engine refuses every call (vLLM: \"This "
-                 "model's maximum context length is 8192 tokens. However, your prompt "
-                 "contains at least 8193 input tokens\"); options that cut its tools or "
-                 "system prompt to fit, as qualify/run.py's SMALL_CONTEXT_KWARGS does for "
-                 "codex, claude-code, gemini-cli, qwen-code and copilot-cli, are not "
-                 "wired for it yet (tried {version})")
-LEVEL_2_BLOCKED: Mapping[str, str] = MappingProxyType({
-    "kimi-code": _PAST_CONTEXT.format(version="2.1.0"),
-    "openclaw": _PAST_CONTEXT.format(version="2026.9.6"),
-    "vibe": _PAST_CONTEXT.format(version="3.0.2"),
-})
+# machines, and why (the report's and `info`'s "level 2" reason). None today: vibe,
+# kimi-code and openclaw, whose first requests passed the default model's 8,192-token
+# context as they ship, run at level 2 with qualify/run.py's SMALL_CONTEXT_KWARGS.
+LEVEL_2_BLOCKED: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ REWRITES_HISTORY: Mapping[str, Rewrite] = MappingProxyType({
         "it runs mini-swe-agent (its nvidia.fabric.mini-swe-agent adapter), which leaves a "
         "reply without a tool call out of the history it sends next, as mini-swe-agent "
         "does"),
+    "vibe": Rewrite(
+        "a reply cut at the output-token limit is discarded: vibe asks again with a note "
+        "that its previous response was discarded, which starts a new root"),
     "cline-cli": Rewrite(
         "a reply cut at the output-token limit is compacted: cline drops it, adds a note "
         "that the reply was cut, and asks again, which starts a new root"),

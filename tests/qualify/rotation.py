@@ -4,8 +4,8 @@ Level 2 for all ten first agents took about 250 s of CI's hour (level 1 for all 
 about 60 s), so CI runs level 1 for every agent and level 2 for `LEVEL_2_SIZE` of them, a
 window over the agents in their fixed order (`QUALIFIED`: the pinned CLIs, openhands,
 openhands-sdk and vibe among them, then terminus-2) that moves by `LEVEL_2_SIZE` each UTC
-day: with the eighteen whose level 2 can pass here (all but LEVEL_2_BLOCKED's three)
-every one is run at level 2 at least once in any five days,
+day: with twenty-one agents (all but any in LEVEL_2_BLOCKED) every one is run at level 2
+at least once in any six days,
 and a rerun on the same day runs the same agents. The test's id names them, so CI's log
 shows which ran.
 """
