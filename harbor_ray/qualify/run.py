@@ -16,7 +16,7 @@ import datetime
 import importlib.metadata
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -179,9 +179,7 @@ async def qualify(
         level=level, engine="scripted" if level == "scripted" else served, engine_kind=kind,
         harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
         rows=list(rows),
-        harnesses=[HarnessRow(name=h.name, qualified=h.qualified, reason=h.reason,
-                              level_2=h.level_2, level_2_reason=h.level_2_reason)
-                   for h in harness_table(harbor_harnesses())])
+        harnesses=[HarnessRow(**asdict(h)) for h in harness_table(harbor_harnesses())])
     plan.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_paths(plan.out, level)
     json_path.write_text(report.model_dump_json(indent=2) + "\n")
