@@ -185,8 +185,86 @@ def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
                          for g in groups for r in g["rollouts"]]}
 
 
+AFFINITY_APP = "affinity"
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class WhichNode:
+    """Stands in for an engine replica (vLLM cannot run on three nodes of two cores):
+    answers which replica it is and on which node."""
+
+    def __call__(self) -> dict[str, str]:
+        return {"replica": serve.get_replica_context().replica_id.unique_id,
+                "node": ray.get_runtime_context().get_node_id(),
+                "ip": ray.util.get_node_ip_address()}
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class SessionIngress:
+    """As Ray Serve LLM's ingress does: the session named in the HTTP request's
+    `x-session-id` goes on the handle that calls the replicas, where the deployment's
+    request router (the engine's, here) reads it."""
+
+    def __init__(self, replicas: Any) -> None:
+        self.replicas = replicas
+
+    async def __call__(self, request: Any) -> dict[str, str]:
+        from ray.serve._private.http_util import session_id_from_headers
+
+        session = session_id_from_headers(request.headers)
+        handle = self.replicas.options(session_id=session) if session else self.replicas
+        answer: dict[str, str] = await handle.remote()
+        return answer
+
+
+def affinity_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
+    """`rounds` calls of each of `sessions`, one call of every session a round, through
+    Serve's HTTP proxy on the head with each session in `x-session-id` (as the capture
+    proxy sends it) to an ingress pinned to the head, which calls two `WhichNode`
+    replicas on different nodes, routed as `EngineConfig(num_replicas=2,
+    routing=ROUTING)` routes the engine's replicas. `deploy`: deploy it first; `delete`:
+    delete it after. A call refused on the way (its replica's node just died) is sent
+    again until `retry_s` passes. Each session's answers, in order."""
+    from ray.serve.config import RequestRouterConfig
+
+    from harbor_ray.capture.proxy.upstream import SESSION_HEADER
+    from harbor_ray.cluster.proxy_deployment import ensure_serve
+    from harbor_ray.engine.config import EngineConfig, to_llm_config
+    from harbor_ray.serve_http import serve_http_base
+
+    ray.init(address=address, log_to_driver=False)
+    ensure_serve(across_nodes=True)  # as the sweeps here start it
+    if args.get("deploy"):
+        engine = EngineConfig(num_replicas=2, routing=args.get("routing", "affinity"))
+        deployment = to_llm_config(engine, "/no/model").deployment_config
+        # `routing: load` sets no router: Serve's default.
+        router = ({"request_router_config": RequestRouterConfig(**config)}
+                  if (config := deployment.get("request_router_config")) else {})
+        replicas = WhichNode.options(num_replicas=deployment["num_replicas"],
+                                     max_replicas_per_node=1, **router)
+        head = {f"node:{ray.util.get_node_ip_address()}": 0.01}
+        ingress = SessionIngress.options(ray_actor_options={"num_cpus": 0, "resources": head})
+        serve.run(ingress.bind(replicas.bind()), name=AFFINITY_APP, route_prefix="/affinity")
+    url = serve_http_base("/affinity")
+    answers: dict[str, list[dict[str, str]]] = {s: [] for s in args["sessions"]}
+    deadline = time.monotonic() + args.get("retry_s", 0)
+    with httpx.Client(timeout=60) as http:
+        for _ in range(args["rounds"]):
+            for session in args["sessions"]:
+                while True:
+                    reply = http.post(url, headers={SESSION_HEADER: session})
+                    if reply.status_code == 200:
+                        answers[session].append(reply.json())
+                        break
+                    assert time.monotonic() < deadline, (reply.status_code, reply.text)
+                    time.sleep(0.5)
+    if args.get("delete"):
+        serve.delete(AFFINITY_APP)
+    return {"answers": answers}
+
+
 JOBS = {"placement": placement, "sweep": sweep_job, "certify": certify_job,
-        "online": online_job}
+        "online": online_job, "affinity": affinity_job}
 
 
 def main() -> None:

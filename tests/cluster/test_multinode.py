@@ -245,3 +245,40 @@ def test_the_online_service_runs_a_group_over_the_nodes(
     assert len({r["node"] for r in rollouts}) > 1, rollouts
     assert len({r["host"] for r in rollouts}) == len(rollouts)  # one rollout per host
     assert result["turns"] == calls * len(rollouts)
+
+
+def _placed(answers: dict[str, list[dict]]) -> dict[str, dict]:
+    """Each session's replica, asserting every call of it landed on that one."""
+    for session, calls in answers.items():
+        assert len({c["replica"] for c in calls}) == 1, (session, calls)
+    return {session: calls[0] for session, calls in answers.items()}
+
+
+def test_each_session_sticks_to_one_engine_replica_across_nodes(
+        multinode: NetnsCluster) -> None:
+    """Two stand-ins for the engine's replicas on different nodes, routed as the engine's
+    config routes them (`routing: affinity`, SessionAffinityRouter), called through
+    Serve's HTTP proxy with each session in `x-session-id`: every call of a session
+    lands on one replica, both nodes hold sessions; when one replica's node dies, its
+    sessions move to a replica on a live node and stick there, and the others stay."""
+    sessions = [f"session-{i}" for i in range(12)]
+    before = _placed(_job(multinode, "affinity", deploy=True, sessions=sessions,
+                          rounds=4)["answers"])
+    replicas = {(p["replica"], p["ip"]) for p in before.values()}
+    assert len(replicas) == 2 and len({ip for _, ip in replicas}) == 2, replicas
+    victim_ip = next(ip for _, ip in replicas if ip != multinode.head.ip)
+    victim = next(n for n in multinode.workers if n.ip == victim_ip)
+    moved = [s for s in sessions if before[s]["ip"] == victim_ip]
+    kept = [s for s in sessions if s not in moved]
+    assert multinode.kill_node(victim) > 0
+    try:
+        # A call that meets the dead replica (before Serve hears of its death) is sent
+        # again; every call answered lands on one replica.
+        after = _placed(_job(multinode, "affinity", sessions=moved, rounds=4, retry_s=180,
+                             timeout_s=400)["answers"])
+        assert all(after[s]["ip"] != victim_ip for s in moved), after
+        assert _placed(_job(multinode, "affinity", sessions=kept, rounds=2,
+                            delete=True)["answers"]) == {s: before[s] for s in kept}
+    finally:
+        multinode.restart(victim)
+        multinode.wait_alive(3)  # the session's later tests get three nodes
