@@ -252,11 +252,16 @@ def affinity_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
         for _ in range(args["rounds"]):
             for session in args["sessions"]:
                 while True:
-                    reply = http.post(url, headers={SESSION_HEADER: session})
-                    if reply.status_code == 200:
-                        answers[session].append(reply.json())
-                        break
-                    assert time.monotonic() < deadline, (reply.status_code, reply.text)
+                    try:
+                        reply = http.post(url, headers={SESSION_HEADER: session})
+                    except httpx.HTTPError as exc:  # the proxy gave up on the replica
+                        failed: object = exc
+                    else:
+                        if reply.status_code == 200:
+                            answers[session].append(reply.json())
+                            break
+                        failed = (reply.status_code, reply.text)
+                    assert time.monotonic() < deadline, failed
                     time.sleep(0.5)
     if args.get("delete"):
         serve.delete(AFFINITY_APP)
