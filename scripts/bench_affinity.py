@@ -228,6 +228,7 @@ WORDS = _WORD_TEXT.split()
 def run_real(args: argparse.Namespace, routers: list[str]) -> dict[str, Result]:
     """For each router: the engine of `args.config` started with `args.replicas` replicas
     routed by it, the sessions driven through it, the engine stopped. One local Ray."""
+    import shutil
     import tempfile
 
     import ray
@@ -235,12 +236,13 @@ def run_real(args: argparse.Namespace, routers: list[str]) -> dict[str, Result]:
     from harbor_ray.switches import set_switches
 
     set_switches()
-    ray.init(_temp_dir=tempfile.mkdtemp(prefix="hr-bench-affinity-", dir="/tmp"),
-             include_dashboard=False, log_to_driver=False)
+    temp_dir = tempfile.mkdtemp(prefix="hr-bench-affinity-", dir="/tmp")
+    ray.init(_temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
     try:
         return {router: real_router(args, router) for router in routers}
     finally:
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def real_router(args: argparse.Namespace, router: str) -> Result:
