@@ -7,9 +7,10 @@ each session first tagged with the rollout it serves (`JournaledCapture`). When 
 host dies, its journal is read on its node by a task pinned there (`collect`), once per
 host, and each of its rollouts unfinished there becomes a `partial` `infra_lost` row
 with the turns it had (`partial_record`). A host that ends normally removes its own
-journal (`JournalFile.remove`); a dead host's stays until its rows are in the dataset,
-and the run removes what is left on every node once its writer has closed
-(`remove_everywhere`).
+journal (`JournalFile.remove`); a dead host's stays until its rows are in the dataset:
+the online service removes each once its rows are committed (`remove_one`, as
+journal_debts.py says when), and every run removes what is left on every node once its
+writer has closed (`remove_everywhere`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
-__all__ = ["JournaledCapture", "Journaling", "collect", "partial_record", "remove_everywhere"]
+__all__ = ["JournaledCapture", "Journaling", "collect", "partial_record", "remove_everywhere",
+           "remove_one"]
 
 Salvaged = Mapping[str, tuple[TurnRecord, ...]]  # rollout id -> the turns it had
 _COLLECT_S = 60.0  # a dead host's node that cannot read a file in this long is gone too
@@ -89,22 +91,34 @@ class JournaledCapture:
         return await self._capture.close_session(session_id)
 
 
-async def collect(journaling: Journaling, host: str, node_id: str) -> Salvaged:
+async def collect(journaling: Journaling, host: str, node_id: str) -> Salvaged | None:
     """The unfinished rollouts' turns in dead host `host`'s journal, read on its node;
-    none when the node is gone too (its disk with it) or does not answer."""
+    None when the node is gone too (its disk with it) or does not answer."""
     ref = pinned(_read_task, node_id).remote(journaling.path(host))
     try:
         async with asyncio.timeout(_COLLECT_S):
             found: Salvaged = await ref
     except (RayError, TimeoutError):
         ray.cancel(ref, force=True)
-        return {}
+        return None
     return found
 
 
 @ray.remote
 def _read_task(path: Path) -> dict[str, tuple[TurnRecord, ...]]:
     return dict(unfinished_turns(read_journal(path).entries))
+
+
+async def remove_one(journaling: Journaling, host: str, node_id: str) -> None:
+    """Remove dead host `host`'s journal, on its node, once nothing in it is needed (its
+    rows committed). A node gone meanwhile took the journal with it."""
+    with contextlib.suppress(RayError):
+        await pinned(_unlink_task, node_id).remote(journaling.path(host))
+
+
+@ray.remote
+def _unlink_task(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 def remove_everywhere(journaling: Journaling) -> None:

@@ -22,7 +22,8 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
-from harbor_ray.cluster.journaling import Journaling, Salvaged, collect
+from harbor_ray.cluster.journal_debts import JournalDebts
+from harbor_ray.cluster.journaling import Journaling, Salvaged, collect, remove_one
 from harbor_ray.cluster.nodes import alive_nodes, pinned
 from harbor_ray.cluster.reaper import reap_host
 from harbor_ray.cluster.start_bucket import StartBuckets
@@ -78,6 +79,9 @@ class HostPool:
         self.starts = StartBuckets(start_rate)  # the bucket each backend's starts draw on
         self.journaling = journaling
         self._salvaged: dict[str, asyncio.Task[Salvaged]] = {}  # dead host -> its journal
+        self._journal_nodes: dict[str, str] = {}  # dead host -> the node of its journal
+        self._debts = JournalDebts()  # which dead hosts' journals rows still need
+        self._removing: set[asyncio.Task[None]] = set()  # journals being removed
         self.reaping: list[Any] = []  # ObjectRefs of the reapers of lost hosts
         self._prefix = secrets.token_hex(4)
         self._started = 0
@@ -121,9 +125,37 @@ class HostPool:
         if self.journaling is None or self.journaling.mode == "off" or host.node_id is None:
             return {}
         if host.name not in self._salvaged:
+            self._journal_nodes[host.name] = host.node_id
             self._salvaged[host.name] = asyncio.ensure_future(
-                collect(self.journaling, host.name, host.node_id))
+                self._collect(self.journaling, host.name, host.node_id))
         return await asyncio.shield(self._salvaged[host.name])
+
+    async def _collect(self, journaling: Journaling, host: str, node_id: str) -> Salvaged:
+        found = await collect(journaling, host, node_id)
+        if found is None:  # unread, its node gone or deaf: nothing is removed there
+            return {}
+        if self._debts.read(host, found):
+            self._remove(journaling, host)  # it held no rollout: nothing to keep
+        return found
+
+    def rebuilt(self, row_id: str, host: Host, rollout_id: str) -> None:
+        """Row `row_id` was made from `rollout_id`'s turns in dead `host`'s journal."""
+        self._debts.made(row_id, host.name, rollout_id)
+
+    def committed(self, row_ids: list[str]) -> None:
+        """The rows `row_ids` are committed to the dataset: remove each dead host's
+        journal that no uncommitted row needs any more (journal_debts.py)."""
+        if self.journaling is None:
+            return
+        for host in self._debts.committed(row_ids):
+            self._remove(self.journaling, host)
+
+    def _remove(self, journaling: Journaling, host: str) -> None:
+        """Remove `host`'s journal on its node, not waited for (the task is kept until
+        it ends; the caller may be a synchronous callback on the loop)."""
+        task = asyncio.ensure_future(remove_one(journaling, host, self._journal_nodes[host]))
+        self._removing.add(task)
+        task.add_done_callback(self._removing.discard)
 
     def kill(self, host: Host) -> None:
         """End a host that no longer answers (a rollout ignored its cancellation, or it

@@ -143,10 +143,12 @@ async def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActo
     turns = (await pool.salvaged(host)).get(spec.rollout_id)
     if turns is None or pool.journaling is None:
         return failed_record(spec, ErrorType.INFRA_LOST, error, time.time() - started, host)
-    return partial_record(
+    record = partial_record(
         spec, turns, rollout_id=spec.rollout_id if last else f"{spec.rollout_id}@{host.name}",
         error=error, seconds=time.time() - started, node=host.node, host=host.name,
         train_partial=pool.journaling.train_partial)
+    pool.rebuilt(record.rollout_id, host, spec.rollout_id)
+    return record
 
 
 async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,

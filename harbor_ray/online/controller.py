@@ -415,6 +415,8 @@ class Controller:
             self._writer.close(time.time())
         if self._on_hosts and self._pool.journaling is not None:
             # After the writer: the rows made from dead hosts' journals are committed.
+            # Those whose rows were committed went then; this removes the rest (rows
+            # never written: no dataset, a group dropped).
             remove_everywhere(self._pool.journaling)
 
     # --- rollouts -------------------------------------------------------------------
@@ -450,6 +452,7 @@ class Controller:
         if self._writer is not None:
             self._writer.add(record)
             self._writer.flush()
+            self._pool.committed([record.rollout_id])  # its journal may go (pool.py)
 
     def _finished(self, record: RolloutRecord) -> None:
         self._tasks.pop(record.rollout_id, None)
@@ -463,6 +466,7 @@ class Controller:
             for rollout_id in group.rollout_ids:
                 self._writer.add(group.records[rollout_id])
             self._writer.flush()
+            self._pool.committed(list(group.rollout_ids))
         self._changed.set()
         if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
             waiter.set_result(None)

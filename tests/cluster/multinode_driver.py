@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,28 @@ def checked_in(work: Work, directory: str) -> Work:
     return run
 
 
+def held_on_a_worker(after: int, marker: str, head_ip: str):
+    """A stub agent's `between`: the first rollout to have `after` calls answered on a
+    node other than the head (`head_ip`) leaves `marker` (its host's process id, node
+    address and actor name) and waits forever, its turns journaled; any other rollout,
+    and any retry (which finds the marker), goes on."""
+
+    async def between(step: int) -> None:
+        ip = ray.util.get_node_ip_address()
+        if step != after - 1 or ip == head_ip or os.path.exists(marker):
+            return
+        mine = f"{marker}.{os.getpid()}.{step}"
+        Path(mine).write_text(json.dumps({
+            "pid": os.getpid(), "ip": ip, "actor": ray.get_runtime_context().get_actor_name()}))
+        try:
+            os.link(mine, marker)  # whole, and only the first rollout's
+        except FileExistsError:
+            return
+        await asyncio.Event().wait()
+
+    return between
+
+
 def remote_work(netns: str, calls: int) -> Work:
     """Work whose agent runs in namespace `netns` (tests.cluster.remote_agent), reaching
     the proxy at the capture's `remote_url` only; ok if every answer it got is a recorded
@@ -93,7 +116,8 @@ def remote_work(netns: str, calls: int) -> Work:
 def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     """A sweep of `count` attempts at `task` on the cluster: the stub agent making
     `calls` model calls through `ingress` (`llm_url` set), or `agent` in the bwrap
-    sandbox (the real trial) when `calls` is absent. `host_cpus`: what each host asks of
+    sandbox (the real trial) when `calls` is absent. `hold`: `held_on_a_worker`'s
+    arguments, one rollout on a worker held mid-way. `host_cpus`: what each host asks of
     Ray (a large one fills a node with few hosts, so that the rest wait for a node)."""
     out = Path(args["out"])
     stub = "calls" in args
@@ -106,8 +130,9 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     specs = make_specs(tasks, args["count"], agent=agent, sandbox="local",
                        trials_dir=out / "trials", run_id="mn")
     # No retries: a call refused on the way fails its row instead of being retried unseen.
-    work = (chat_agent(args["calls"], think_s=args.get("think_s", 0.0), retries=0)
-            if stub else None)
+    between = None if "hold" not in args else held_on_a_worker(**args["hold"])
+    work = (chat_agent(args["calls"], think_s=args.get("think_s", 0.0), retries=0,
+                       between=between) if stub else None)
     if "remote_netns" in args:
         work = remote_work(args["remote_netns"], args["calls"])
     if work is not None and "checkin" in args:
@@ -117,6 +142,7 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
                              rollouts_per_host=args.get("rollouts_per_host", 2),
                              retries=args.get("retries", 1),
                              host_cpus=args.get("host_cpus", SweepConfig.host_cpus),
+                             journal=args.get("journal", SweepConfig.journal),
                              commit_every_s=0)
         stats = asyncio.run(sweep(specs, config, {}, work=work))
     return {"ok": stats.ok, "done": stats.done}

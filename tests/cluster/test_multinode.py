@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -282,3 +283,83 @@ def test_each_session_sticks_to_one_engine_replica_across_nodes(
     finally:
         multinode.restart(victim)
         multinode.wait_alive(3)  # the session's later tests get three nodes
+
+
+@pytest.mark.parametrize("lost", ["host", "node"])
+def test_a_dead_hosts_journal_is_read_on_its_node(
+        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path, lost: str) -> None:
+    """The stub agent on hosts spread over the nodes, each host journaling to its node's
+    own disk (the sweep's journal directory is a link to `local_dir`, a different tmpfs
+    on each node). One rollout on a worker holds after HELD calls; then its host's
+    process alone is killed (`host`), or its whole node (`node`).
+
+    `host`: the journal, on that worker's disk only, is read there: the lost try's row
+    is partial `infra_lost` with exactly its HELD turns, the retry (one) adds its own
+    CALLS and none of the lost ones, and no journal is left on any node. `node`: the
+    journal went with the node's disk: the row is `infra_lost` with no turns (no retry),
+    and the sweep ends all the same."""
+    out, marker, calls, held, count = tmp_path / "out", tmp_path / "held", 4, 2, 6
+    out.mkdir()
+    (out / "journal").symlink_to(multinode.local_dir)
+    retries = 1 if lost == "host" else 0
+    # Hosts calling the engine themselves (`host`): a proxy replica on the node killed
+    # would take every other node's calls down too.
+    args = {"out": str(out), "ingress": "host", "llm_url": multinode_engine,
+            "task": "hello-file", "count": count, "calls": calls, "think_s": 1.0,
+            "concurrency": count, "rollouts_per_host": 1, "retries": retries,
+            "journal": "flush", "hold": {"after": held, "marker": str(marker),
+                                         "head_ip": multinode.head.ip}}
+    workers = {n.ip: n for n in multinode.workers}
+    driver = _sweep_driver(multinode, args)
+    victim = None
+    try:
+        _wait_while_running(driver, marker.exists, timeout_s=240)
+        who = json.loads(marker.read_text())
+        victim = workers[who["ip"]]
+        host = who["actor"].removeprefix("sessions-")
+        # The journal is on the worker's disk, and nowhere else: not the head's, not the
+        # path as the driver's machine sees it outside every node.
+        assert f"{host}.journal" in multinode.local_files(victim)
+        assert f"{host}.journal" not in multinode.local_files(multinode.head)
+        assert not list(multinode.local_dir.iterdir())
+        if lost == "host":
+            os.kill(who["pid"], signal.SIGKILL)
+        else:
+            assert multinode.kill_node(victim) > 0
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+        if lost == "node" and victim is not None:
+            multinode.restart(victim)  # the session's later tests get three nodes again
+            multinode.wait_alive(3)
+    assert driver.returncode == 0, stderr[-5000:]
+    rows = {r["rollout_id"]: r for r in _rows(out)}
+    turns = _rows(out, "turns")
+    assert len({(t["rollout_id"], t["index"]) for t in turns}) == len(turns)
+    failed = {key: r for key, r in rows.items() if not r["ok"]}
+    assert all(r["counts"]["turns"] == calls for r in rows.values() if r["ok"]), [
+        r["error"] for r in failed.values()]
+    [row] = [r for r in failed.values() if r["host"] == host]
+    assert (row["error_type"], row["node"]) == ("infra_lost", victim.ip)
+    if lost == "host":
+        assert json.loads(stdout.strip().splitlines()[-1]) == {"ok": count, "done": count}
+        assert list(failed) == [row["rollout_id"]]
+        assert row["rollout_id"].endswith(f"@{host}")
+        assert row["partial"] and not row["trainable"] and row["counts"]["turns"] == held
+        assert sorted(t["index"] for t in turns if t["rollout_id"] == row["rollout_id"]
+                      ) == list(range(held))
+        # The retry's own turns, none of the lost ones: each answered call once.
+        assert rows[row["rollout_id"].split("@")[0]]["ok"] and len(rows) == count + 1
+        assert len(turns) == calls * count + held
+    else:
+        # Every rollout the node took down with it (its other host's too, no retry):
+        # infra_lost with no turn, its journal gone with the node's disk.
+        assert {r["node"] for r in failed.values()} == {victim.ip}, [
+            (r["node"], r["error"]) for r in failed.values()]
+        assert len(rows) == count
+        assert all(r["error_type"] == "infra_lost" and not r["partial"]
+                   and not (r["counts"] or {}).get("turns") for r in failed.values())
+        assert len(turns) == calls * (count - len(failed))
+    for node in multinode.nodes.values():
+        if node.ray is not None:
+            assert not [f for f in multinode.local_files(node) if f.endswith(".journal")]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import ray
 
 from harbor_ray.cluster.owner import NAMESPACE
+from harbor_ray.cluster.runner import RetryPolicy
+from tests.cluster.test_journal_sweep import HELD_AFTER, _held_once
 from tests.cluster.test_sweep import _slow_tasks
 from tests.online.conftest import stub_agent
 from tests.processes import sandbox_processes
@@ -51,6 +54,41 @@ def test_a_host_killed_mid_group_is_retried_on_a_fresh_sandbox_and_leaks_nothing
     # The killed host's sandboxes are gone while the service runs, not only at its end.
     assert _sandboxes_in(sandboxes) == []
     assert sandbox_processes(sandboxes) == []
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_dead_hosts_journal_goes_once_its_rows_are_committed(
+        service_factory, tmp_path: Path, retries: int) -> None:
+    """A host killed after HELD_AFTER journaled calls: its rollout's partial row is
+    written (as the group's row with no retry, as a row of its own before the retry),
+    and then its journal is removed while the service runs, not only at its end."""
+    name, marker, out = f"journal{retries}", tmp_path / "held", tmp_path / "out"
+    before = _hosts()
+    service = service_factory(name, out=out, journal="fsync",
+                              retry=RetryPolicy(retries=retries),
+                              work=stub_agent(4, between=_held_once(str(marker))))
+    submitted = service.http.post("/v1/rollouts", json={
+        "request_id": "j", "agent": "terminus-2", "tasks": [{"task": "hello-file", "n": 1}]})
+    assert submitted.status_code == 202, submitted.text
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the rollout never held"
+        time.sleep(0.1)
+    (host,) = _hosts() - before
+    journal = tmp_path / name / "journal" / f"{host.removeprefix('sessions-')}.journal"
+    assert journal.stat().st_size > 0
+    ray.kill(ray.get_actor(host, namespace=NAMESPACE))
+
+    (group,) = service.wait_groups(1, timeout_s=180)
+    [ok] = [r["ok"] for r in group["rollouts"]]
+    assert ok == bool(retries)
+    [lost] = [r for r in pq.read_table(out / "rollouts").to_pylist() if r["partial"]]
+    assert (lost["error_type"], lost["counts"]["turns"]) == ("infra_lost", HELD_AFTER)
+    # Removed on its node by a task the service does not wait on: it goes soon after.
+    deadline = time.monotonic() + 60
+    while journal.exists():
+        assert time.monotonic() < deadline, "the dead host's journal is still there"
+        time.sleep(0.2)
 
 
 def test_over_capacity_is_429_until_rollouts_finish(service_factory) -> None:
