@@ -228,6 +228,11 @@ class SandboxArgumentError(BackendError, ValueError):
     """A backend constructor argument given on the command line that is not KEY=VALUE."""
 
 
+class WarmPoolUnsupportedError(SandboxArgumentError):
+    """A warm pool asked of a backend that has none (only the local sandbox hands a
+    started sandbox to a trial); the message names the backends that do."""
+
+
 class SandboxSetupError(BackendError, ValueError):
     """The sandbox cannot be set up as asked: a task definition, tool directory, port
     forward or user it does not support. Nothing was started."""
