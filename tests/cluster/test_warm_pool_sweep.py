@@ -6,37 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-import ray
 
-from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, in_sandboxes_dir, run_rollouts
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 from harbor_ray.trials.warm_pool import Ledger
+from tests.fixtures.cluster_actors import kill_the_only_host
+from tests.fixtures.processes import processes_naming
 
 pytestmark = pytest.mark.integration
 
 TASK = "hello-file"
-
-
-def naming(directory: Path) -> list[int]:
-    """Live processes whose command line names a path under `directory`."""
-    prefix = os.fsencode(str(directory.resolve()))
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                args = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(arg.startswith(prefix) for arg in args):
-                found.append(int(entry.name))
-    return found
 
 
 def specs_for(out: Path, attempts: int) -> list[RolloutSpec]:
@@ -54,7 +38,7 @@ def left_behind(config: SweepConfig) -> tuple[list[str], list[Path], list[int]]:
     sandboxes = config.sandboxes_dir
     directories = [p for host in (sandboxes.iterdir() if sandboxes.is_dir() else ())
                    for p in host.iterdir()]
-    return lines, directories, naming(sandboxes) if sandboxes.is_dir() else []
+    return lines, directories, processes_naming(sandboxes) if sandboxes.is_dir() else []
 
 
 async def test_rollouts_take_pooled_sandboxes_and_the_hosts_leave_nothing(
@@ -94,9 +78,7 @@ async def test_a_killed_hosts_pooled_sandboxes_are_reaped(
         while len(left_behind(config)[0]) < 2:
             assert not running.done()
             await asyncio.sleep(0.2)
-    [host] = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-              if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")]
-    ray.kill(ray.get_actor(host, namespace=NAMESPACE))
+    kill_the_only_host()
     async with asyncio.timeout(120):
         await running
     assert [r.result.error_type for r in rows] == ["infra_lost"]

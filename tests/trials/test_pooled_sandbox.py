@@ -5,7 +5,6 @@ leaves no process, directory or ledger line behind."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -22,24 +21,10 @@ from harbor_ray.trials.sandbox.pooled import (
     unregister_pool,
 )
 from harbor_ray.trials.warm_pool import Ledger, WarmPool
+from tests.fixtures.processes import processes_naming
 from tests.trials.test_bwrap_sandbox import IMPORT_PATH, write_task
 
 pytestmark = pytest.mark.integration
-
-
-def naming(directory: Path) -> list[int]:
-    """Live processes whose command line names a path under `directory`."""
-    prefix = os.fsencode(str(directory.resolve()))
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                args = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(arg.startswith(prefix) for arg in args):
-                found.append(int(entry.name))
-    return found
 
 
 def trial_config(tmp_path: Path, task: Path, sandboxes: Path, number: int) -> TrialConfig:
@@ -83,7 +68,7 @@ async def test_trials_take_pooled_sandboxes_and_the_pool_leaves_nothing(
     assert took == [False, True, True]  # the first showed the pool its recipe
     assert ledger.listed() == []
     assert list(sandboxes.iterdir()) == []
-    assert naming(sandboxes) == []
+    assert processes_naming(sandboxes) == []
 
 
 async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: Path) -> None:
@@ -92,10 +77,10 @@ async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: 
     backend.learn("answer-task", Recipe(search_path=None, workdir=PurePosixPath("/app"),
                                         share_network=False, binds=(), forwards=()))
     left = await backend.start("answer-task")  # its host then dies: nobody stops it
-    assert naming(left.directory) != []  # its pid 1 runs
+    assert processes_naming(left.directory) != []  # its pid 1 runs
     # What the reaper does with a dead host's ledger line, on a fresh backend.
     await BwrapBackend(sandboxes).stop_id(left.sandbox_id)
-    assert naming(sandboxes) == []
+    assert processes_naming(sandboxes) == []
     assert list(sandboxes.iterdir()) == []
 
 

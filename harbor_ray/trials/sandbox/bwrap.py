@@ -30,7 +30,6 @@ from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPol
 from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.errors import SandboxError, SandboxSetupError
-from harbor_ray.trials.sandbox import pooled
 from harbor_ray.trials.sandbox.forward import parse_forwards
 from harbor_ray.trials.sandbox.layout import (
     DEFAULT_WORKDIR,
@@ -39,7 +38,7 @@ from harbor_ray.trials.sandbox.layout import (
     tool_binds,
     tools_path,
 )
-from harbor_ray.trials.sandbox.pooled import Recipe, Started, launch
+from harbor_ray.trials.sandbox.pooled import Recipe, Started, launch, take
 from harbor_ray.trials.sandbox.preflight import find_problems
 from harbor_ray.trials.sandbox.runtime import Sandbox, to_the_end
 from harbor_ray.trials.warm_pool import WarmPool
@@ -223,7 +222,7 @@ class BwrapEnvironment(BaseEnvironment):
         recipe = self._recipe()
         # With auto_mounting the trial's own log dirs are bound in: no pooled sandbox has them.
         if self._warm_pool is not None and not self.auto_mounting:
-            taken = await pooled.take(self._warm_pool, self._warm_pool_environment, recipe)
+            taken = await take(self._warm_pool, self._warm_pool_environment, recipe)
             if taken is not None:
                 self._pool, self._started = taken.pool, taken.sandbox
                 self.logger.info(
