@@ -234,9 +234,10 @@ def check_warm_pool(backend: str, sizes: Mapping[str, int]) -> None:
     """Refuse a warm pool on a backend that has none, rather than run without one."""
     if sizes and backend not in POOLED_BACKENDS:
         raise WarmPoolUnsupportedError(
-            f"--warm-pool works with the {', '.join(POOLED_BACKENDS)} sandbox only, not "
-            f"{backend!r}: a {backend} sandbox cannot be handed to a trial Harbor builds "
-            "with its own paths. Drop --warm-pool, or use --sandbox local.")
+            f"a warm pool (--warm-pool, warm_pool) works with the "
+            f"{', '.join(POOLED_BACKENDS)} sandbox only, not {backend!r}: a {backend} "
+            "sandbox cannot be handed to a trial Harbor builds with its own paths. Drop "
+            "the warm pool, or use the local sandbox (--sandbox local).")
 
 
 def in_sandboxes_dir(specs: Sequence[RolloutSpec], directory: Path) -> list[RolloutSpec]:
