@@ -35,6 +35,7 @@ HarborRayError                           harbor_ray refused or failed something
 │   └── BackendError                     the sandbox backend
 │       ├── UnknownBackendError (ValueError)  not a backend harbor_ray or Harbor knows
 │       ├── SandboxArgumentError (ValueError)  a --sandbox-arg that is not KEY=VALUE
+│       │   └── WarmPoolUnsupportedError  a --warm-pool on a backend that has none
 │       ├── SandboxSetupError (ValueError)  a task, tool, forward or user it cannot set up
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
@@ -225,7 +226,13 @@ class UnknownBackendError(BackendError, ValueError):
 
 
 class SandboxArgumentError(BackendError, ValueError):
-    """A backend constructor argument given on the command line that is not KEY=VALUE."""
+    """A backend constructor argument given on the command line that is not KEY=VALUE
+    (or a --warm-pool that is not TASK=N)."""
+
+
+class WarmPoolUnsupportedError(SandboxArgumentError):
+    """A warm pool asked of a backend that has none (only the local sandbox hands a
+    started sandbox to a trial); the message names the backends that do."""
 
 
 class SandboxSetupError(BackendError, ValueError):

@@ -35,6 +35,14 @@ def sweep(
              "backends cap "
              "creation (Modal: about 5 a second a workspace). Default 0: no limit, as the "
              "local sandbox needs none.")] = 0.0,
+    warm_pool: Annotated[list[str] | None, typer.Option(
+        help="TASK=N (repeatable): each rollout host keeps N sandboxes of task TASK (its "
+             "name as in the rows' `task` column) started ahead of its rollouts, which "
+             "take one instead of starting their own. The local sandbox only (another "
+             "--sandbox is refused). A pool fills once the host's first rollout of TASK "
+             "has shown what its sandbox holds; its starts draw on --sandbox-start-rate; "
+             "the host stops what it holds when it ends, and the reaper what a dead "
+             "host's pool left. Default: none.")] = None,
     concurrency: Annotated[int, typer.Option(
         help="Rollouts at once (the only cap); with --max-concurrency, the cap to start "
              "from.")] = 8,
@@ -138,6 +146,7 @@ def sweep(
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.jobs.sweep import SweepRequest, check_sweep, started_sweep
     from harbor_ray.trials.backends import parse_sandbox_args
+    from harbor_ray.trials.warm_pool import parse_pool_sizes
 
     request = SweepRequest(
         agent=agent, dataset=dataset, tasks=task, llm_url=llm_url, engine=engine, model=model,
@@ -150,7 +159,8 @@ def sweep(
         agents_cache=agents_cache, stitch=stitch, max_concurrency=max_concurrency,
         min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
         metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate,
-        journal=journal, train_partial=train_partial, engine_kind=engine_kind)
+        journal=journal, train_partial=train_partial, engine_kind=engine_kind,
+        warm_pool=parse_pool_sizes(warm_pool or []))
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \

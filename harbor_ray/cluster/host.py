@@ -19,7 +19,7 @@ import dataclasses
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,16 +35,24 @@ from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.journaling import JournaledCapture, Journaling
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
 from harbor_ray.cluster.policy_version import PolicyClock
-from harbor_ray.cluster.reaper import host_sandboxes
+from harbor_ray.cluster.reaper import host_ledger, host_sandboxes
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME, RegistryReader
 from harbor_ray.data.encode import RolloutRecord, preload_encoder_imports, with_placement
 from harbor_ray.errors import SandboxError
 from harbor_ray.serve_http import serve_url_on
 from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
+from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.rollout import run_rollout
+from harbor_ray.trials.sandbox.pooled import (
+    BwrapBackend,
+    Started,
+    register_pool,
+    unregister_pool,
+)
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 from harbor_ray.trials.start_rate import wait_turn
+from harbor_ray.trials.warm_pool import Ledger, WarmPool
 
 # Method calls a host serves at once: its rollouts' `run`s plus the proxy replicas'
 # admit/record calls for their sessions. Ray's default for async actors is 1,000.
@@ -88,11 +96,25 @@ class ProxyTarget:
     remote_url: str | None = None
 
 
+@dataclass(frozen=True)
+class WarmPoolPlan:
+    """A host's warm pool of local sandboxes (trials/warm_pool.py): how many to keep
+    started per task (`sizes`, by task name), the run's sandboxes and ledgers
+    directories (each host uses its own subdirectory of both, on its node), and the
+    run's start bucket for the local backend, which the pool's starts draw on."""
+
+    sizes: Mapping[str, int]
+    sandboxes_dir: Path
+    ledgers_dir: Path
+    starts: Any | None = None  # ActorHandle; None: no start rate
+
+
 class RolloutHost(SessionOwner):
     """Runs rollouts (`run`); as their sessions' owner, answers the proxy replicas."""
 
     def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None,
-                 journaling: Journaling | None = None) -> None:
+                 journaling: Journaling | None = None,
+                 warm_pool: WarmPoolPlan | None = None) -> None:
         # Every turn its sessions record goes to its journal first (journaling.py).
         super().__init__(name, None if journaling is None else journaling.open(name))
         self._proxy = proxy
@@ -107,19 +129,36 @@ class RolloutHost(SessionOwner):
         self._work = work or run_rollout
         context = ray.get_runtime_context()
         self.placement = Placement(ray.util.get_node_ip_address(), context.get_node_id())
+        self._pool = None if warm_pool is None else self._open_pool(warm_pool)
         # Before the host counts as started: its rollouts' loop must not stall.
         preload_encoder_imports()
+
+    def _open_pool(self, plan: WarmPoolPlan) -> WarmPool[Started]:
+        """The host's warm pool, named after it in this process, where its rollouts'
+        environments find it. Each environment starts filling once its first rollout
+        has shown what its sandboxes are made of (trials/sandbox/pooled.py)."""
+        backend = BwrapBackend(host_sandboxes(plan.sandboxes_dir, self.owner))
+        reserve = None if plan.starts is None else plan.starts.reserve.remote
+        pool = WarmPool(backend, plan.sizes, Ledger(host_ledger(plan.ledgers_dir, self.owner)),
+                        reserve)
+        register_pool(self.owner, pool, backend)
+        return pool
 
     def node(self) -> Placement:
         """Where this host runs (the driver's `ready` call)."""
         return self.placement
 
-    def end(self) -> None:
+    async def end(self) -> None:
         """The driver ends this host normally (every rollout of it has its row): its
-        journal is not needed, and goes (the driver kills the host after)."""
+        journal is not needed, and goes; its warm pool stops every sandbox it holds
+        (the driver kills the host after)."""
         if (journal := self.store.journal) is not None:
             self.store.journal = None
             journal.remove()
+        if (pool := self._pool) is not None:
+            self._pool = None
+            unregister_pool(self.owner)
+            await pool.close()
 
     async def run(self, spec: RolloutSpec, starts: Any | None = None) -> RolloutRecord:
         """The rollout's record, encoded here where its session lived, with where it ran
@@ -131,9 +170,12 @@ class RolloutHost(SessionOwner):
         if capture is not None and (journal := self.store.journal) is not None:
             capture = JournaledCapture(capture, journal, spec.rollout_id)
         spec = self._own_sandboxes(spec)
+        pooled = self._pooled(spec)
         if (sandboxes := spec.sandbox_kwargs.get("sandboxes_dir")) is not None:
             await self._guard(Path(sandboxes))
-        if starts is not None:
+        if pooled is not None:
+            spec = pooled  # the pool's own starts wait for their tokens
+        elif starts is not None:
             await wait_turn(starts.reserve.remote)
         record = await self._work(spec, capture)
         return with_placement(record, node=self.placement.ip, host=self.owner)
@@ -146,6 +188,14 @@ class RolloutHost(SessionOwner):
             return spec
         return dataclasses.replace(spec, sandbox_kwargs={
             **spec.sandbox_kwargs, "sandboxes_dir": str(host_sandboxes(Path(root), self.owner))})
+
+    def _pooled(self, spec: RolloutSpec) -> RolloutSpec | None:
+        """The spec whose sandbox comes from this host's warm pool, if its task has one."""
+        if self._pool is None or spec.sandbox != LOCAL or not self._pool.size(spec.task.name):
+            return None
+        return dataclasses.replace(spec, sandbox_kwargs={
+            **spec.sandbox_kwargs, "warm_pool": self.owner,
+            "warm_pool_environment": spec.task.name})
 
     async def _guard(self, directory: Path) -> None:
         """Start, once per directory, a process that reaps it when this host's process
@@ -205,6 +255,7 @@ class RolloutHost(SessionOwner):
 def start_host(
     name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
     node_id: str | None = None, journaling: Journaling | None = None,
+    warm_pool: WarmPoolPlan | None = None,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
@@ -222,4 +273,4 @@ def start_host(
         max_concurrency=_MAX_CALLS,
         runtime_env={"env_vars": WORKER_ENV},
     )
-    return remote.remote(name, proxy, work, journaling)
+    return remote.remote(name, proxy, work, journaling, warm_pool)

@@ -13,7 +13,7 @@ import asyncio
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +21,14 @@ from typing import Any
 import ray
 from ray.exceptions import RayError, RayTaskError
 
-from harbor_ray.cluster.host import Placement, ProxyTarget, Work, start_host
+from harbor_ray.cluster.host import Placement, ProxyTarget, WarmPoolPlan, Work, start_host
 from harbor_ray.cluster.journal_debts import JournalDebts
 from harbor_ray.cluster.journaling import Journaling, Salvaged, collect, remove_one
 from harbor_ray.cluster.nodes import alive_nodes, pinned
-from harbor_ray.cluster.reaper import reap_host
+from harbor_ray.cluster.reaper import host_ledger, local_backend, reap_host, reap_pool
 from harbor_ray.cluster.start_bucket import StartBuckets
 from harbor_ray.cluster.suspects import SuspectNodes, choose_node
+from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.start_rate import StartRate
 
 # How long a node where a host died is avoided at most, if nothing shows it alive and
@@ -70,6 +71,10 @@ class HostPool:
         clock: Callable[[], float] = time.monotonic,
         start_rate: StartRate | None = None,  # the run's, across every host
         journaling: Journaling | None = None,  # None: hosts keep no journal
+        # Each host's warm pool of local sandboxes: how many per task (needs
+        # `sandboxes_dir`), and where their ledgers go on each node.
+        warm_pool: Mapping[str, int] | None = None,
+        ledgers_dir: Path | None = None,
     ) -> None:
         if rollouts_per_host < 1:
             raise ValueError("rollouts per host must be at least 1")
@@ -78,6 +83,10 @@ class HostPool:
         self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
         self.starts = StartBuckets(start_rate)  # the bucket each backend's starts draw on
         self.journaling = journaling
+        self._warm_pool = dict(warm_pool or {})
+        self._ledgers_dir = ledgers_dir
+        if self._warm_pool and (sandboxes_dir is None or ledgers_dir is None):
+            raise ValueError("a warm pool needs the sandboxes and ledgers directories")
         self._salvaged: dict[str, asyncio.Task[Salvaged]] = {}  # dead host -> its journal
         self._journal_nodes: dict[str, str] = {}  # dead host -> the node of its journal
         self._debts = JournalDebts()  # which dead hosts' journals rows still need
@@ -191,6 +200,10 @@ class HostPool:
             return None
         reaper = reap_host(self._sandboxes_dir, host.name, host.node_id)
         self.reaping.append(reaper)
+        if self._warm_pool and self._ledgers_dir is not None:
+            self.reaping.append(reap_pool(
+                host_ledger(self._ledgers_dir, host.name),
+                local_backend(self._sandboxes_dir, host.name), host.node_id))
         return reaper
 
     def _start(self) -> Host:
@@ -198,10 +211,17 @@ class HostPool:
         self._started += 1
         node_id = self._node_for_new_host()
         handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                            work=self._work, node_id=node_id, journaling=self.journaling)
+                            work=self._work, node_id=node_id, journaling=self.journaling,
+                            warm_pool=self._pool_plan())
         host = Host(name, handle, handle.node.remote(), target=node_id)
         self._hosts.append(host)
         return host
+
+    def _pool_plan(self) -> WarmPoolPlan | None:
+        if not self._warm_pool or self._sandboxes_dir is None or self._ledgers_dir is None:
+            return None
+        return WarmPoolPlan(self._warm_pool, self._sandboxes_dir, self._ledgers_dir,
+                            self.starts.of(LOCAL))
 
     def _node_for_new_host(self) -> str | None:
         """A trusted node while some listed node is suspect; None: Ray spreads it."""

@@ -6,7 +6,9 @@ when no rollout of the sweep runs, at its start and end (`reap_everywhere`), and
 host's directory on its node at once (`reap_host`). Each host's guard reaps too
 (trials/sandbox/leftovers.py); the driver's reaping covers what no guard saw. A dead
 host's warm pool left a ledger of the sandboxes it started and never stopped
-(trials/warm_pool.py); `reap_pool` stops each, on that node, through their backend.
+(trials/warm_pool.py, `LEDGERS/<host>/` on its node); `reap_pool` stops each, on that
+node, through their backend, and `reap_everywhere` stops what every ledger on every node
+still lists before it reaps the sandboxes directory.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import ray
 
 from harbor_ray.cluster.nodes import alive_nodes, on_each, pinned
 from harbor_ray.trials.sandbox.leftovers import Reaped, reap
+from harbor_ray.trials.sandbox.pooled import BwrapBackend
 from harbor_ray.trials.warm_pool import Ledger, SandboxBackend, reap_ledger
 
-__all__ = ["Reaped", "host_sandboxes", "reap", "reap_everywhere", "reap_host", "reap_pool"]
+__all__ = ["Reaped", "host_ledger", "host_sandboxes", "local_backend", "reap",
+           "reap_everywhere", "reap_host", "reap_pool"]
 
 
 def host_sandboxes(sandboxes_dir: Path, host: str) -> Path:
@@ -30,11 +34,23 @@ def host_sandboxes(sandboxes_dir: Path, host: str) -> Path:
     return sandboxes_dir / host
 
 
-def reap_everywhere(sandboxes_dir: Path) -> Reaped:
-    """`reap(sandboxes_dir)` on every live node of the cluster, waited for; only when no
-    rollout that uses it runs. Totals over the nodes that answered (a node lost
-    meanwhile took its sandboxes with it)."""
-    done = [r for _, r in on_each(_reap_task, alive_nodes(), sandboxes_dir)
+def host_ledger(ledgers_dir: Path, host: str) -> Path:
+    """Where host `host`'s warm pool keeps its ledger, on its node."""
+    return ledgers_dir / host
+
+
+def local_backend(sandboxes_dir: Path, host: str) -> BwrapBackend:
+    """The local sandbox's pool backend on host `host`'s sandboxes: what stops the
+    sandboxes its ledger names."""
+    return BwrapBackend(host_sandboxes(sandboxes_dir, host))
+
+
+def reap_everywhere(sandboxes_dir: Path, ledgers_dir: Path | None = None) -> Reaped:
+    """On every live node of the cluster, waited for: stop what each warm pool's ledger
+    under `ledgers_dir` still lists, then `reap(sandboxes_dir)`; only when no rollout
+    that uses them runs. Totals over the nodes that answered (a node lost meanwhile
+    took its sandboxes with it)."""
+    done = [r for _, r in on_each(_reap_task, alive_nodes(), sandboxes_dir, ledgers_dir)
             if isinstance(r, Reaped)]
     return Reaped(sum(r.processes for r in done), sum(r.directories for r in done))
 
@@ -46,7 +62,10 @@ def reap_host(sandboxes_dir: Path, host: str, node_id: str) -> Any:  # ObjectRef
 
 
 @ray.remote
-def _reap_task(directory: Path) -> Reaped:
+def _reap_task(directory: Path, ledgers_dir: Path | None = None) -> Reaped:
+    if ledgers_dir is not None and ledgers_dir.is_dir():
+        for ledger in sorted(ledgers_dir.iterdir()):
+            asyncio.run(reap_ledger(Ledger(ledger), local_backend(directory, ledger.name)))
     return reap(directory)
 
 

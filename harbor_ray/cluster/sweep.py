@@ -32,7 +32,7 @@ from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
-from harbor_ray.errors import StartError
+from harbor_ray.errors import StartError, WarmPoolUnsupportedError
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
@@ -68,6 +68,9 @@ class SweepConfig:
     # dead host's rollouts become partial rows; `train_partial` makes those trainable.
     journal: JournalMode = "flush"
     train_partial: bool = False
+    # Local sandboxes each host keeps started ahead of its rollouts, per task name
+    # (trials/warm_pool.py); their ledgers go under OUT/warm_pools/<host> on its node.
+    warm_pool: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -119,6 +122,10 @@ class SweepConfig:
     @property
     def sandboxes_dir(self) -> Path:
         return self.out / "sandboxes"
+
+    @property
+    def ledgers_dir(self) -> Path:
+        return self.out / "warm_pools"
 
     @property
     def journaling(self) -> Journaling:
@@ -195,7 +202,8 @@ async def run_rollouts(
     stats.capped(gate.limit)
     pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
                     num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir,
-                    start_rate=config.start_rate, journaling=config.journaling)
+                    start_rate=config.start_rate, journaling=config.journaling,
+                    warm_pool=config.warm_pool, ledgers_dir=config.ledgers_dir)
     runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
                            on_end=stats.finished, on_lost=on_lost)
 
@@ -216,6 +224,20 @@ async def run_rollouts(
         if steering is not None:
             steering.cancel()
         await pool.close()
+
+
+# The backends whose sandboxes a warm pool can start before their trial (pooled.py).
+POOLED_BACKENDS = (LOCAL,)
+
+
+def check_warm_pool(backend: str, sizes: Mapping[str, int]) -> None:
+    """Refuse a warm pool on a backend that has none, rather than run without one."""
+    if sizes and backend not in POOLED_BACKENDS:
+        raise WarmPoolUnsupportedError(
+            f"a warm pool (--warm-pool, warm_pool) works with the "
+            f"{', '.join(POOLED_BACKENDS)} sandbox only, not {backend!r}: a {backend} "
+            "sandbox cannot be handed to a trial Harbor builds with its own paths. Drop "
+            "the warm pool, or use the local sandbox (--sandbox local).")
 
 
 def in_sandboxes_dir(specs: Sequence[RolloutSpec], directory: Path) -> list[RolloutSpec]:
@@ -240,7 +262,9 @@ async def sweep(
 
     `on_stats` is called after every row (and once at the start), e.g. for a progress bar.
     """
-    reap_everywhere(config.sandboxes_dir)
+    for backend in {spec.sandbox for spec in specs}:
+        check_warm_pool(backend, config.warm_pool)
+    reap_everywhere(config.sandboxes_dir, config.ledgers_dir)
     started = time.time()
     # One part per commit: thresholds only bound a commit's memory, the interval sets it.
     writer = DatasetWriter(config.out, {**manifest, "started_at": started},
@@ -280,6 +304,6 @@ async def sweep(
         stats.ended_at = time.time()
         timed(lambda: writer.close(stats.ended_at))
         remove_everywhere(config.journaling)  # every row made from them is committed
-        reap_everywhere(config.sandboxes_dir)
+        reap_everywhere(config.sandboxes_dir, config.ledgers_dir)
     return stats
 

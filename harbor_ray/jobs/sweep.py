@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
@@ -16,7 +16,7 @@ from harbor_ray.cluster.host import Ingress
 from harbor_ray.cluster.ingress import remote_endpoint
 from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.setup import ClusterSpec, running_cluster
-from harbor_ray.cluster.sweep import SweepConfig, SweepStats, sweep
+from harbor_ray.cluster.sweep import SweepConfig, SweepStats, check_warm_pool, sweep
 from harbor_ray.errors import StartError
 from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import (
@@ -56,6 +56,7 @@ class SweepRequest(RunRequest):
     sandbox_starts_per_s: float = 0.0  # 0: no limit
     journal: str = "flush"  # fsync, flush or off (SweepConfig.journal)
     train_partial: bool = False
+    warm_pool: Mapping[str, int] = field(default_factory=dict)  # task name -> sandboxes
 
     def manifest(self, tasks: Sequence[str], engine: Certification | None) -> dict[str, Any]:
         """What the dataset's manifest says made it (`engine`: the certified one, None
@@ -68,6 +69,7 @@ class SweepRequest(RunRequest):
             "min_concurrency": self.min_concurrency, "retries": self.retries,
             "sandbox_starts_per_s": self.sandbox_starts_per_s,
             "journal": self.journal, "train_partial": self.train_partial,
+            "warm_pool": dict(self.warm_pool),
             "deadline_s": self.deadline_s, "grace_s": self.grace_s, "budget": self.budget,
             "temperature": self.temperature, "max_tokens": self.max_tokens,
             "reward_key": self.reward_key,
@@ -109,6 +111,7 @@ def run_sweep(
 def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedStart:
     """What a sweep checks before starting anything (`started_sweep` does it itself
     unless given the result)."""
+    check_warm_pool(request.sandbox, request.warm_pool)  # before the backend's own checks
     checked = checked_start(request, progress)
     if request.capture != "tokens":
         # A sweep writes a training dataset; its proxies record every call's ids.
@@ -116,6 +119,10 @@ def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedSt
                          f"{request.capture!r}: evaluate with `harbor-ray rollout --capture "
                          f"{request.capture}`")
     _config(request)
+    names = {task.name for task in checked.tasks}
+    if unknown := sorted(set(request.warm_pool) - names):
+        raise StartError(f"--warm-pool names no task of the sweep: {', '.join(unknown)} "
+                         f"(its tasks: {', '.join(sorted(names))})")
     return checked
 
 
@@ -176,4 +183,5 @@ def _config(request: SweepRequest) -> SweepConfig:
                        sandbox_starts_per_s=request.sandbox_starts_per_s,
                        journal=request.journal,  # type: ignore[arg-type]
                        train_partial=request.train_partial,
+                       warm_pool=request.warm_pool,
                        )  # raises the StartError itself

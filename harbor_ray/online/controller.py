@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from harbor_ray.cluster.policy_version import publish_version, start_policy_vers
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
-from harbor_ray.cluster.sweep import in_sandboxes_dir
+from harbor_ray.cluster.sweep import check_warm_pool, in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import ErrorType
 from harbor_ray.data.writer import DatasetWriter
@@ -136,6 +136,9 @@ class ControllerConfig:
     # Sandboxes created a second at most, the whole service, across every host (as a
     # sweep's: cluster/start_bucket.py); 0: no limit.
     sandbox_starts_per_s: float = 0.0
+    # Local sandboxes each host keeps started ahead of its rollouts, per task name (as
+    # a sweep's --warm-pool); ledgers under work_dir/warm_pools/<host> on its node.
+    warm_pool: Mapping[str, int] = field(default_factory=dict)
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
     initial_version: int = 0
@@ -157,6 +160,7 @@ class ControllerConfig:
             raise ServiceConfigError("capacity and concurrency must be at least 1")
         if self.sandbox_starts_per_s < 0:
             raise ServiceConfigError("sandbox_starts_per_s cannot be negative (0: no limit)")
+        check_warm_pool(self.sandbox, self.warm_pool)
         if self.admission is not None and not self.engine_metrics:
             raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
         for agent in self.agents:
@@ -196,6 +200,7 @@ class Controller:
         self._changed = asyncio.Event()
         self._started = time.time()
         self._sandboxes = config.work_dir / "sandboxes"
+        self._ledgers = config.work_dir / "warm_pools"
         self._on_hosts = runner is None
         per_host = self._rollouts_per_host()
         self._pool = HostPool(rollouts_per_host=per_host, proxy=config.proxy,
@@ -204,12 +209,13 @@ class Controller:
                               start_rate=StartRate.of(config.sandbox_starts_per_s),
                               journaling=Journaling(
                                   config.work_dir / "journal", config.journal,
-                                  config.train_partial))
+                                  config.train_partial),
+                              warm_pool=config.warm_pool, ledgers_dir=self._ledgers)
         self._runner: Rollouts
         if runner is None:
             self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
                                          on_end=self._end, on_lost=self._lost)
-            reap_everywhere(self._sandboxes)
+            reap_everywhere(self._sandboxes, self._ledgers)
         else:
             self._runner = runner  # nothing reaches a host: no sandbox to reap
         self._writer = None if config.out is None else DatasetWriter(
@@ -410,7 +416,7 @@ class Controller:
             task.cancel()
         self._pool.shutdown()
         if self._on_hosts:
-            reap_everywhere(self._sandboxes)
+            reap_everywhere(self._sandboxes, self._ledgers)
         if self._writer is not None:
             self._writer.close(time.time())
         if self._on_hosts and self._pool.journaling is not None:

@@ -23,7 +23,14 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import ray  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator  # noqa: E402
+from pydantic import (  # noqa: E402
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    model_validator,
+)
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
@@ -138,6 +145,10 @@ class ControllerArgs(_Args):
         0.0, ge=0, description="Sandboxes created a second at most, the whole service "
         "(cloud backends cap creation, e.g. Modal at about 5/s a workspace), one bucket "
         "per backend every host draws from. 0: no limit.")
+    warm_pool: dict[str, NonNegativeInt] = Field(
+        default_factory=dict, description="Task name -> N: each rollout host keeps N "
+        "local sandboxes of that task started ahead of its rollouts (as a sweep's "
+        "--warm-pool); the local sandbox only, for groups that run in it. Default: none.")
     max_staleness: int | None = Field(
         None, ge=0, description="Policy versions a group's oldest token may be behind the "
         "version it finished at; a submit may set its own. None: no bound.")
@@ -194,7 +205,7 @@ class ControllerArgs(_Args):
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
             rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
-            sandbox_starts_per_s=self.sandbox_starts_per_s,
+            sandbox_starts_per_s=self.sandbox_starts_per_s, warm_pool=dict(self.warm_pool),
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser(),

@@ -52,12 +52,13 @@ class SandboxBackend[S: PooledSandbox](Protocol):
 
 
 def parse_pool_sizes(pairs: Iterable[str]) -> dict[str, int]:
-    """`ENVIRONMENT=N` strings (a task environment and how many of it to keep started)."""
+    """`TASK=N` strings (a task, the environment its sandboxes are started for, and how
+    many of them to keep started)."""
     sizes: dict[str, int] = {}
     for pair in pairs:
         name, sep, text = pair.rpartition("=")
         if not sep or not name or not text.isdigit():
-            raise SandboxArgumentError(f"--warm-pool takes ENVIRONMENT=N, not {pair!r}")
+            raise SandboxArgumentError(f"--warm-pool takes TASK=N, not {pair!r}")
         sizes[name] = int(text)
     return sizes
 
@@ -113,21 +114,32 @@ class WarmPool[S: PooledSandbox]:
         self._reserve = reserve
         self._ready: dict[str, list[S]] = {name: [] for name in self._sizes}
         self._wanted = {name: asyncio.Event() for name in self._sizes}
-        self._refills: list[asyncio.Task[None]] = []
+        self._refills: dict[str, asyncio.Task[None]] = {}
         # Stops of sandboxes whose start outlived the one awaiting it (a refill ended
         # by `close`, a `take` cancelled): awaited by `close`.
         self._cleanups: set[asyncio.Task[None]] = set()
         self._closed = False
+
+    def size(self, environment: str) -> int:
+        """How many of `environment` the pool keeps ready (0: it has no pool)."""
+        return self._sizes.get(environment, 0)
 
     def ready(self, environment: str) -> int:
         return len(self._ready.get(environment, ()))
 
     def open(self) -> None:
         """Begin filling every environment's pool."""
-        for name, size in self._sizes.items():
-            if size > 0:
-                self._refills.append(asyncio.create_task(self._refill(name, size)))
-                self._wanted[name].set()
+        for name in self._sizes:
+            self.open_environment(name)
+
+    def open_environment(self, environment: str) -> None:
+        """Begin filling `environment`'s pool, if it has one and it is not filling yet:
+        for a backend that learns how to start an environment's sandbox from its first
+        rollout (trials/sandbox/pooled.py)."""
+        size = self._sizes.get(environment, 0)
+        if size > 0 and environment not in self._refills and not self._closed:
+            self._refills[environment] = asyncio.create_task(self._refill(environment, size))
+            self._wanted[environment].set()
 
     async def take(self, environment: str) -> S:
         """A started sandbox of `environment`, now the caller's to `release`: a ready one
@@ -149,9 +161,9 @@ class WarmPool[S: PooledSandbox]:
         """Stop refilling, stop every ready sandbox and every one a start under way
         brings. Sandboxes handed out stay their takers' to release."""
         self._closed = True
-        for refill in self._refills:
+        for refill in self._refills.values():
             refill.cancel()
-        await asyncio.gather(*self._refills, return_exceptions=True)
+        await asyncio.gather(*self._refills.values(), return_exceptions=True)
         for ready in self._ready.values():
             while ready:
                 await self.release(ready.pop())

@@ -11,15 +11,14 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 import pytest
-import ray
 
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.cluster.host import ProxyTarget
-from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, run_rollouts, sweep
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
+from tests.fixtures.cluster_actors import kill_the_only_host
 from tests.fixtures.stub_agent import chat_agent
 from tests.fixtures.threaded import fake_engine_in_thread
 
@@ -65,9 +64,7 @@ async def test_a_killed_hosts_turns_are_in_the_dataset_exactly_once(
         while not marker.exists():
             assert not running.done()
             await asyncio.sleep(0.1)
-    [host] = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-              if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")]
-    ray.kill(ray.get_actor(host, namespace=NAMESPACE))
+    host = kill_the_only_host()
     async with asyncio.timeout(120):
         stats = await running
 

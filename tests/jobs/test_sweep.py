@@ -11,7 +11,12 @@ import harbor_ray.jobs.sweep as jobs_sweep
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.cluster.host_sizing import NodeCapacity
 from harbor_ray.cluster.setup import RunningCluster
-from harbor_ray.errors import DatasetError, StartError, UnknownAgentError
+from harbor_ray.errors import (
+    DatasetError,
+    StartError,
+    UnknownAgentError,
+    WarmPoolUnsupportedError,
+)
 from harbor_ray.jobs.sweep import SweepRequest, started_sweep
 
 
@@ -80,3 +85,36 @@ def test_more_hosts_than_the_nodes_hold_is_a_warning_and_bigger_hosts(
     warning, = [line for line in said if line.startswith("warning:")]
     assert "concurrency 1000 at 8 rollouts per host needs 125 host processes" in warning
     assert "--rollouts-per-host 250 silences this" in warning
+
+
+def test_a_warm_pool_on_a_backend_without_one_is_refused_before_its_checks(
+    tmp_path: Path
+) -> None:
+    # docker is not usable here: the pool's refusal comes first, naming the fix.
+    request = SweepRequest(agent="oracle", out=tmp_path, sandbox="docker",
+                           warm_pool={"hello-file": 1})
+    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox local"), \
+            started_sweep(request):
+        pass
+
+
+def test_a_warm_pool_naming_no_task_of_the_sweep_is_refused(tmp_path: Path) -> None:
+    request = SweepRequest(agent="oracle", out=tmp_path, tasks=["hello-file"],
+                           warm_pool={"hello_file": 1})
+    with pytest.raises(StartError, match="names no task of the sweep: hello_file"), \
+            started_sweep(request):
+        pass
+
+
+def test_the_warm_pool_flag_reaches_the_request() -> None:
+    from typer.testing import CliRunner
+
+    from harbor_ray.cli import app
+
+    shown = " ".join(CliRunner().invoke(app, ["sweep", "--help"],
+                                        env={"COLUMNS": "200"}).output.split())
+    assert "--warm-pool" in shown and "TASK=N" in shown
+    refused = CliRunner().invoke(app, ["sweep", "--agent", "oracle", "--sandbox", "docker",
+                                       "--warm-pool", "hello-file=1", "--out", "/nonexistent"])
+    assert refused.exit_code == 2
+    assert "--sandbox local" in " ".join(refused.output.split())

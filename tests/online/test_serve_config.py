@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harbor_ray.errors import ServiceConfigError
+from harbor_ray.errors import ServiceConfigError, WarmPoolUnsupportedError
+from harbor_ray.online.controller import ControllerConfig
 from harbor_ray.online.controller_key import load_or_create_key
 from harbor_ray.online.serve import CaptureArgs, ControllerArgs, _validated
 
@@ -86,3 +87,14 @@ def test_the_sandbox_start_rate_is_a_service_field() -> None:
     assert _validated(ControllerArgs, args).sandbox_starts_per_s == 5
     with pytest.raises(ServiceConfigError, match="sandbox_starts_per_s"):
         _validated(ControllerArgs, {**args, "sandbox_starts_per_s": -1})
+
+
+def test_the_warm_pool_is_a_service_field_refused_off_the_local_sandbox(
+    tmp_path: Path
+) -> None:
+    args = {**_apps("online_cpu.yaml")["online"]["args"], "warm_pool": {"hello-file": 2}}
+    assert _validated(ControllerArgs, args).warm_pool == {"hello-file": 2}
+    with pytest.raises(ServiceConfigError, match="warm_pool"):
+        _validated(ControllerArgs, {**args, "warm_pool": {"hello-file": -1}})
+    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox local"):
+        ControllerConfig(work_dir=tmp_path, sandbox="modal", warm_pool={"hello-file": 2})

@@ -11,7 +11,6 @@ host-side copy. The whole contract: docs/sandbox.md, "The bubblewrap sandbox".
 from __future__ import annotations
 
 import logging
-import re
 import shlex
 import shutil
 import subprocess
@@ -31,18 +30,18 @@ from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPol
 from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.errors import SandboxError, SandboxSetupError
-from harbor_ray.trials.sandbox.forward import Forwarding, parse_forwards
+from harbor_ray.trials.sandbox.forward import parse_forwards
 from harbor_ray.trials.sandbox.layout import (
     DEFAULT_WORKDIR,
     SANDBOX_PATH,
     Bind,
-    Layout,
-    remove_root,
     tool_binds,
     tools_path,
 )
-from harbor_ray.trials.sandbox.preflight import find_problems, find_tools
+from harbor_ray.trials.sandbox.pooled import Recipe, Started, launch, take
+from harbor_ray.trials.sandbox.preflight import find_problems
 from harbor_ray.trials.sandbox.runtime import Sandbox, to_the_end
+from harbor_ray.trials.warm_pool import WarmPool
 
 __all__ = ["BwrapEnvironment", "shares_host_network"]
 
@@ -103,11 +102,12 @@ class BwrapEnvironment(BaseEnvironment):
         search_path: str | None = None,
         tools: Mapping[str, str] | None = None,
         runtimes: Mapping[str, str] | None = None,
+        warm_pool: str | None = None,
+        warm_pool_environment: str | None = None,
         **kwargs: Any,
     ) -> None:
         self._share_network = share_network
         self._forwards = parse_forwards(forward or {})
-        self._forwarding: Forwarding | None = None
         self._sandboxes_dir = Path(sandboxes_dir) if sandboxes_dir is not None else None
         self._search_path = search_path
         self._tools = tool_binds(tools or {})
@@ -115,8 +115,12 @@ class BwrapEnvironment(BaseEnvironment):
         # Read-only like tools, but off PATH: an interpreter a tool's venv names by its
         # absolute path (installs.sandbox_runtimes), which must not shadow the host's.
         self._runtimes = tool_binds(runtimes or {})
-        self._sandbox: Sandbox | None = None
-        self._sandbox_dir: Path | None = None
+        # A rollout host's warm pool (pooled.py) the sandbox is taken from, by name, and
+        # the environment it is pooled under there.
+        self._warm_pool = warm_pool
+        self._warm_pool_environment = warm_pool_environment or environment_name
+        self._started: Started | None = None
+        self._pool: WarmPool[Started] | None = None  # where a pooled sandbox goes back
         super().__init__(
             environment_dir=environment_dir,
             environment_name=environment_name,
@@ -152,7 +156,12 @@ class BwrapEnvironment(BaseEnvironment):
     @property
     def sandbox_dir(self) -> Path | None:
         """The host directory that is the sandbox's `/`, while it exists."""
-        return self._sandbox_dir
+        return None if self._started is None else self._started.directory
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the running sandbox came from a warm pool."""
+        return self._pool is not None
 
     @property
     def workdir(self) -> PurePosixPath:
@@ -189,7 +198,7 @@ class BwrapEnvironment(BaseEnvironment):
         raise SandboxSetupError(f"sandbox port {port} is not forwarded (forwarded: {forwarded}): "
                                 "add it to the sandbox's forward mapping")
 
-    def _layout(self, root: Path, extra_binds: tuple[Bind, ...]) -> Layout:
+    def _recipe(self) -> Recipe:
         binds = tuple(
             Bind(
                 source=Path(mount["source"]),
@@ -198,33 +207,31 @@ class BwrapEnvironment(BaseEnvironment):
             )
             for mount in self._host_mounts
         )
-        return Layout(
-            root=root,
-            workdir=self.workdir,
-            share_network=self._shares_network,
-            binds=binds + self._tools + self._runtimes + extra_binds,
-        )
+        return Recipe(search_path=self._search_path, workdir=self.workdir,
+                      share_network=self._shares_network,
+                      binds=binds + self._tools + self._runtimes, forwards=self._forwards)
 
     async def start(self, force_build: bool) -> None:
-        if self._sandbox_dir is not None:
+        if self._started is not None:
             raise SandboxError("the sandbox was already started")
-        tools = find_tools(self._search_path)
         if (self.environment_dir / DOCKERFILE_NAME).exists() or self.task_env_config.docker_image:
             self.logger.warning(
                 "The bwrap sandbox does not build the task's Dockerfile or pull its "
                 "image; the task runs on the host's /usr."
             )
-        if self._sandboxes_dir is not None:
-            self._sandboxes_dir.mkdir(parents=True, exist_ok=True)
-        prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", self.session_id)[:80] + "-"
-        self._sandbox_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=self._sandboxes_dir))
-        forwards = () if self._shares_network else self._forwards
-        self._forwarding = Forwarding(forwards, self.logger)
+        recipe = self._recipe()
+        # With auto_mounting the trial's own log dirs are bound in: no pooled sandbox has them.
+        if self._warm_pool is not None and not self.auto_mounting:
+            taken = await take(self._warm_pool, self._warm_pool_environment, recipe)
+            if taken is not None:
+                self._pool, self._started = taken.pool, taken.sandbox
+                self.logger.info(
+                    f"Took sandbox {taken.sandbox.sandbox_id} from the warm pool "
+                    + ("ready" if taken.was_ready else "(started for this trial: none was ready)"))
+        if self._started is None:
+            self._started = await launch(recipe, self._sandboxes_dir, self.session_id,
+                                         self.logger)
         try:
-            await self._forwarding.open()
-            self._sandbox = Sandbox(tools, self._layout(self._sandbox_dir, self._forwarding.binds))
-            await self._sandbox.start()
-            await self._forwarding.start_inside(self._sandbox)
             await self._upload_environment_dir_after_start()
         except BaseException:
             await self.stop(delete=True)
@@ -234,33 +241,27 @@ class BwrapEnvironment(BaseEnvironment):
         """Kill every process of the trial, end its forwards, remove its directory. Idempotent.
 
         `delete=False` (Harbor's keep-for-debugging) keeps the directory, never the
-        processes. Runs to its end even if the caller is cancelled meanwhile (the
+        processes, except a pooled sandbox's, which goes back to its pool (stopped and
+        removed there). Runs to its end even if the caller is cancelled meanwhile (the
         cancellation then goes on): a teardown cut short leaves a sandbox nobody owns.
         The directory is removed only once no process of the sandbox is left; if one
         survives, it stays (with the error) for the reaper.
         """
-        await to_the_end(self._stop(delete))
-
-    async def _stop(self, delete: bool) -> None:
-        sandbox, self._sandbox = self._sandbox, None
-        forwarding, self._forwarding = self._forwarding, None
-        directory, self._sandbox_dir = self._sandbox_dir, None
-        try:
-            if sandbox is not None:
-                await sandbox.stop()
-        finally:
-            if forwarding is not None:
-                await forwarding.close()
-        if directory is not None:
-            if delete:
-                remove_root(directory)
-            else:
-                self.logger.info(f"Kept the sandbox's directory {directory}")
+        started, self._started = self._started, None
+        pool, self._pool = self._pool, None
+        if started is None:
+            return
+        if pool is not None:
+            await to_the_end(pool.release(started))
+            return
+        await started.stop(delete)
+        if not delete:
+            self.logger.info(f"Kept the sandbox's directory {started.directory}")
 
     def _running(self) -> Sandbox:
-        if self._sandbox is None:
+        if self._started is None:
             raise SandboxError("the sandbox is not running")
-        return self._sandbox
+        return self._started.sandbox
 
     async def exec(
         self,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harbor_ray.trials.sandbox.processes import kill_pid_namespace, namespace_init, process_tree
 
-__all__ = ["Reaped", "reap", "reap_after"]
+__all__ = ["Reaped", "reap", "reap_after", "reap_sandbox"]
 
 _EXIT_WAIT_S = 10.0
 _POLL_S = 0.05
@@ -49,13 +49,7 @@ def reap(sandboxes_dir: Path) -> Reaped:
     if not sandboxes_dir.is_dir():
         return Reaped(0, 0)
     root = sandboxes_dir.resolve()
-    owners = _processes_naming(root)
-    doomed = set().union(*(process_tree(pid) for pid in owners))
-    for pid in owners:
-        doomed.update(_kill_namespace_of(pid))
-    for pid in doomed:
-        _kill(pid)
-    _wait_gone(doomed)
+    doomed = _kill_owners(_processes_naming(root))
     named = {arg for pid in _processes_naming(root) for arg in _cmdline(pid)}
     directories = [p for p in sandboxes_dir.iterdir() if p.is_dir() and not p.is_symlink()]
     for directory in directories:
@@ -65,6 +59,30 @@ def reap(sandboxes_dir: Path) -> Reaped:
         # its own mount namespace, gone with its processes.
         shutil.rmtree(directory, ignore_errors=True)
     return Reaped(len(doomed), len(directories))
+
+
+def reap_sandbox(directory: Path) -> Reaped:
+    """Kill what runs of the one sandbox whose `/` is `directory`, then delete it (a warm
+    pool's sandbox, known by its directory alone: trials/sandbox/pooled.py)."""
+    if not directory.is_dir():
+        return Reaped(0, 0)
+    root = directory.resolve()
+    doomed = _kill_owners([pid for pid in _processes_naming(root.parent)
+                           if any(_names(arg, root) for arg in _cmdline(pid))])
+    shutil.rmtree(directory, ignore_errors=True)
+    return Reaped(len(doomed), 1)
+
+
+def _kill_owners(owners: list[int]) -> set[int]:
+    """SIGKILL `owners` with their trees, and each sandbox pid 1 among them with its pid
+    namespace; wait until they are gone. The pids signalled."""
+    doomed = set().union(*(process_tree(pid) for pid in owners))
+    for pid in owners:
+        doomed.update(_kill_namespace_of(pid))
+    for pid in doomed:
+        _kill(pid)
+    _wait_gone(doomed)
+    return doomed
 
 
 def reap_after(pid: int, directory: Path) -> Reaped:
