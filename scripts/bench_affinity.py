@@ -43,12 +43,16 @@ measured (wall clock, the machine's load printed with them). Run it alone:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import heapq
 import itertools
 import os
 import random
+import shutil
 import statistics
 import sys
+import tempfile
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +212,6 @@ def run(args: argparse.Namespace, router: str) -> Result:
     return result
 
 
-
 # --real: the engine `harbor-ray engine up` serves, two replicas, measured.
 
 # Words for the prompts: ~1 token each in SmolLM2's vocabulary, so --system and
@@ -228,9 +231,6 @@ WORDS = _WORD_TEXT.split()
 def run_real(args: argparse.Namespace, routers: list[str]) -> dict[str, Result]:
     """For each router: the engine of `args.config` started with `args.replicas` replicas
     routed by it, the sessions driven through it, the engine stopped. One local Ray."""
-    import shutil
-    import tempfile
-
     import ray
 
     from harbor_ray.switches import set_switches
@@ -246,19 +246,13 @@ def run_real(args: argparse.Namespace, routers: list[str]) -> dict[str, Result]:
 
 
 def real_router(args: argparse.Namespace, router: str) -> Result:
-    import asyncio
-    import socket
-    import tempfile
-    import time
-
     import yaml
 
     from harbor_ray.engine.lifecycle import engine_down, engine_up
+    from tests.fixtures.fake_engine import free_port
 
     config = yaml.safe_load(args.config.read_text())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        config["http_options"]["port"] = probe.getsockname()[1]
+    config["http_options"]["port"] = free_port()
     [app] = config["applications"]
     app["args"].update(num_replicas=args.replicas, routing=router,
                        max_model_len=args.max_model_len)
@@ -290,9 +284,6 @@ async def drive(url: str, model: str, args: argparse.Namespace) -> Result:
     """`args.rollouts` sessions, `args.sessions` at once, through the capture proxy's
     engine client with each call's session in `x-session-id`, as the proxy sends it:
     each call's prompt is the last one's, its reply and a new user message."""
-    import asyncio
-    import time
-
     from harbor_ray.capture.proxy.upstream import HttpEngine
 
     engine = HttpEngine(url)
@@ -328,6 +319,7 @@ async def drive(url: str, model: str, args: argparse.Namespace) -> Result:
         await engine.aclose()
     result.end = time.perf_counter() - started
     return result
+
 
 def session_key(session: int) -> str:
     return f"s{session}"
@@ -389,15 +381,13 @@ def main(argv: list[str] | None = None) -> None:
         if "round_robin" in routers:
             parser.error("--real: an engine config selects affinity or load only")
         results = run_real(args, routers)
-        what = (f"{args.replicas} real replicas x {args.cache_blocks} blocks of {args.block} "
-                f"tokens; {args.sessions} sessions at once, {args.rollouts} in all, "
-                f"{args.turns} calls each (measured; load {os.getloadavg()[0]:.1f})")
+        kind, how = "real replicas", f"measured; load {os.getloadavg()[0]:.1f}"
     else:
         results = {router: run(args, router) for router in routers}
-        what = (f"{args.replicas} replicas x {args.cache_blocks} blocks of {args.block} "
-                f"tokens; {args.sessions} sessions at once, {args.rollouts} in all, "
-                f"{args.turns} calls each (modelled times)")
-    report(what, results)
+        kind, how = "replicas", "modelled times"
+    report(f"{args.replicas} {kind} x {args.cache_blocks} blocks of {args.block} tokens; "
+           f"{args.sessions} sessions at once, {args.rollouts} in all, {args.turns} calls "
+           f"each ({how})", results)
 
 
 def report(what: str, results: dict[str, Result]) -> None:

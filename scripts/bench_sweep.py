@@ -58,22 +58,15 @@ from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.switches import set_switches
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
+from tests.fixtures.fake_engine import free_port
 from tests.fixtures.stub_agent import chat_agent
 
 
 def start_engine(delay_ms: float) -> tuple[subprocess.Popen, str]:
-    sock_port = _free_port()
+    sock_port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
                              "--port", str(sock_port), "--delay-ms", str(delay_ms)])
     return proc, f"http://127.0.0.1:{sock_port}/v1"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def certified_model(llm_url: str) -> str:

@@ -16,7 +16,7 @@ from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 from harbor_ray.trials.warm_pool import Ledger
 from tests.fixtures.cluster_actors import kill_the_only_host
-from tests.fixtures.processes import processes_naming
+from tests.processes import sandbox_processes
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def left_behind(config: SweepConfig) -> tuple[list[str], list[Path], list[int]]:
     sandboxes = config.sandboxes_dir
     directories = [p for host in (sandboxes.iterdir() if sandboxes.is_dir() else ())
                    for p in host.iterdir()]
-    return lines, directories, processes_naming(sandboxes) if sandboxes.is_dir() else []
+    return lines, directories, sandbox_processes(sandboxes) if sandboxes.is_dir() else []
 
 
 async def test_rollouts_take_pooled_sandboxes_and_the_hosts_leave_nothing(

@@ -21,7 +21,7 @@ from harbor_ray.trials.sandbox.pooled import (
     unregister_pool,
 )
 from harbor_ray.trials.warm_pool import Ledger, WarmPool
-from tests.fixtures.processes import processes_naming
+from tests.processes import sandbox_processes
 from tests.trials.test_bwrap_sandbox import IMPORT_PATH, write_task
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ async def test_trials_take_pooled_sandboxes_and_the_pool_leaves_nothing(
     assert took == [False, True, True]  # the first showed the pool its recipe
     assert ledger.listed() == []
     assert list(sandboxes.iterdir()) == []
-    assert processes_naming(sandboxes) == []
+    assert sandbox_processes(sandboxes) == []
 
 
 async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: Path) -> None:
@@ -77,10 +77,10 @@ async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: 
     backend.learn("answer-task", Recipe(search_path=None, workdir=PurePosixPath("/app"),
                                         share_network=False, binds=(), forwards=()))
     left = await backend.start("answer-task")  # its host then dies: nobody stops it
-    assert processes_naming(left.directory) != []  # its pid 1 runs
+    assert sandbox_processes(sandboxes) != []  # its pid 1 runs
     # What the reaper does with a dead host's ledger line, on a fresh backend.
     await BwrapBackend(sandboxes).stop_id(left.sandbox_id)
-    assert processes_naming(sandboxes) == []
+    assert sandbox_processes(sandboxes) == []
     assert list(sandboxes.iterdir()) == []
 
 
