@@ -16,9 +16,11 @@ import asyncio
 import multiprocessing as mp
 import random
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import _procfs as procfs
 import aiohttp
@@ -31,7 +33,10 @@ from harbor_ray.capture.proxy.http1 import Http1Pool
 from harbor_ray.capture.proxy.server import run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import HttpEngine
-from harbor_ray.listening import base_url, bind
+from harbor_ray.listening import bind
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' free-port probe
+from tests.fixtures.fake_engine import free_port
 
 PROMPT = [{"role": "system", "content": "You are a careful coding agent. " * 20},
           {"role": "user", "content": "List the files in /app and explain each one."}]
@@ -160,13 +165,6 @@ async def wait_up(url: str) -> None:
                 pass
             await asyncio.sleep(0.1)
     raise RuntimeError(f"{url} did not come up")
-
-
-def free_port() -> int:
-    sock = bind("127.0.0.1", 0)
-    port = int(base_url(sock).rsplit(":", 1)[1])
-    sock.close()
-    return port
 
 
 async def bench(concurrencies: list[int], seconds: float, delay_s: float, rounds: int,

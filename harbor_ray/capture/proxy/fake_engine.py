@@ -10,6 +10,7 @@ the messages), so tests can play any conversation, including tool calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from harbor_ray.capture.proxy.fast_json import JSONResponse
@@ -218,12 +220,21 @@ def _reused_prompt(body: dict[str, Any]) -> list[int] | None:
 def fake_engine_app(engine: FakeEngine) -> Starlette:
     """The fake served over HTTP, for certification tests and benchmarks."""
 
-    async def handle(request: Request) -> JSONResponse:
+    async def handle(request: Request) -> Response:
         body = await request.json() if request.method == "POST" else None
+        answer = asyncio.ensure_future(engine.request(
+            request.method, request.url.path, body, session=request.headers.get(SESSION_HEADER)))
+        gone = asyncio.ensure_future(_disconnected(request))
+        # As vLLM does: a generation whose client left is aborted, not run to its end.
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answer
+            return Response(status_code=499)
         try:
-            return JSONResponse(await engine.request(
-                request.method, request.url.path, body,
-                session=request.headers.get(SESSION_HEADER)))
+            return JSONResponse(answer.result())
         except EngineError as exc:
             return JSONResponse({"error": {"message": exc.message}}, status_code=exc.status)
 
@@ -235,6 +246,10 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
     ])
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone (its body is read: nothing else can arrive)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def main() -> None:
