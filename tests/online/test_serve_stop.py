@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.cluster.test_sweep import _slow_tasks
-from tests.fixtures.engine import _free_port
+from tests.fixtures.fake_engine import free_port
 from tests.processes import sandbox_processes
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,7 @@ def ray_tmp() -> Iterator[Path]:
 
 def test_serve_run_stopped_with_sigterm_leaves_no_sandbox(tmp_path: Path, ray_tmp: Path
                                                           ) -> None:
-    work, port = tmp_path / "work", _free_port()
+    work, port = tmp_path / "work", free_port()
     key_file = tmp_path / "controller.key"
     config = {
         "http_options": {"host": "127.0.0.1", "port": port},
