@@ -4,6 +4,7 @@ unevenly the hosts are busy."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
 from tests.cluster import stubs
-from tests.rates import most_in_any_second
+from tests.rates import most_in_any_second, went_early
 
 pytestmark = pytest.mark.integration
 
@@ -39,17 +40,19 @@ async def test_a_burst_of_500_starts_keeps_to_one_rate_across_the_hosts(tmp_path
                          rollouts_per_host=BURST, sandbox_starts_per_s=RATE)
     (checked_in := tmp_path / "in").mkdir()
     records: list[RolloutRecord] = []
+    since = time.time()  # the bucket is made after this
     await run_rollouts(specs, config, SweepStats(total=BURST), records.append,
                        work=stubs.barrier_work(str(checked_in), 0, 0))
     started = [dict(r.result.timings)["started_at"] for r in records]
     assert len(started) == BURST and all(r.result.ok for r in records)
     took = max(started) - min(started)
     print(f"{BURST} starts at {RATE:g}/s took {took:.2f} s; most in a second: "
-          f"{most_in_any_second(started)}")  # the figure docs/performance.md quotes
-    # Never faster than the rate but for slack: a host's loop that wakes a start late
-    # (measured: up to 19 more in a second on two busy cores) bunches it with the next
-    # ones; and not far slower, as when the tokens were split over the hosts.
-    assert most_in_any_second(started) <= 1.25 * RATE
-    assert took >= (BURST - 1) / RATE - 0.05
+          f"{most_in_any_second(started)}")  # the figures docs/performance.md quotes
+    # Never faster than the rate; late is allowed (a host's loop busy with 500 rollouts
+    # wakes some starts late, the first among them): see tests/rates.went_early.
+    assert went_early(started, since, RATE) == []
+    # And one rate for the run, not far slower: tokens split over the two hosts (RATE / 2
+    # for the busy one) took twice as long. From the first start, not from `since`: the
+    # hosts' own start-up is not the bucket's.
     assert took <= 1.5 * BURST / RATE, f"{took:.1f} s for {BURST} starts at {RATE:g}/s"
     assert len({r.result.host for r in records}) == 1  # all on the first host
