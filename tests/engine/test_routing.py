@@ -6,7 +6,6 @@ here)."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, Iterator
@@ -30,6 +29,7 @@ from vllm.entrypoints.serve.engine.protocol import UsageInfo
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.engine.config import AFFINITY_ROUTER, EngineConfig, to_llm_config
 from harbor_ray.serve_http import serve_http_base
+from tests.fixtures.fake_engine import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +59,8 @@ def replicas(ray_cluster: None) -> Iterator[DeploymentHandle]:
 
 
 def serve_on_a_free_port() -> None:
-    with socket.socket() as probe:  # Serve keeps its HTTP options if it already runs
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    # Serve keeps its HTTP options if it already runs.
+    serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
 
 
 def call(handle: DeploymentHandle, session: str) -> tuple[str, str]:
