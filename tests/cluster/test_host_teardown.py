@@ -8,12 +8,10 @@ directories.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from harbor_ray.trials.spec import RolloutSpec
 from tests.cluster import sandbox_work
 from tests.cluster.sandbox_work import PROBE
 from tests.processes import sandbox_processes
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -65,13 +64,6 @@ def _sandbox_dirs(tmp_path: Path) -> list[Path]:
             for sandbox in host.iterdir()]
 
 
-async def _until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not reached in {timeout_s:g} s: {what}"
-        await asyncio.sleep(0.2)
-
-
 def _left(tmp_path: Path) -> tuple[list[int], list[Path]]:
     return sandbox_processes(tmp_path / "sandboxes"), _sandbox_dirs(tmp_path)
 
@@ -104,7 +96,7 @@ async def test_300_cancels_at_once_leave_nothing_and_no_host_crashes(tmp_path: P
     specs = [_spec(tmp_path, "sandbox-exec" if k % 2 else "sandbox", k) for k in range(300)]
     refs = [hosts[k % 2].run.remote(spec) for k, spec in enumerate(specs)]
     try:
-        await _until(lambda: _begun(tmp_path) >= 300, 240, "300 rollouts begun")
+        await eventually(lambda: _begun(tmp_path) >= 300, 240, "300 rollouts begun")
         for ref in refs:
             ray.cancel(ref)
         for ref in refs:
@@ -125,14 +117,14 @@ async def test_a_host_killed_mid_rollout_leaves_nothing(tmp_path: Path) -> None:
     specs = [_spec(tmp_path, "sandbox-exec" if k % 2 else "sandbox", k) for k in range(8)]
     refs = [host.run.remote(spec) for spec in specs]
     try:
-        await _until(lambda: _running(tmp_path) >= 8, 120, "8 sandboxes running")
+        await eventually(lambda: _running(tmp_path) >= 8, 120, "8 sandboxes running")
         os.kill(_probe(host, tmp_path)[0], signal.SIGKILL)
         for ref in refs:
             with pytest.raises(RayActorError):
                 await ref
         # The guard works once the host is gone; polled, as nothing says when it is done.
         with contextlib.suppress(AssertionError):
-            await _until(lambda: _left(tmp_path) == ([], []), 30, "nothing left")
+            await eventually(lambda: _left(tmp_path) == ([], []), 30, "nothing left")
         processes, directories = _left(tmp_path)
         assert (processes, len(directories)) == ([], 0)
     finally:

@@ -10,7 +10,7 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -26,6 +26,7 @@ from harbor.trial.trial import Trial
 from harbor_ray.errors import ExecTimeoutError, SandboxError, SandboxUnavailableError
 from harbor_ray.trials.sandbox import BwrapEnvironment, find_problems, shares_host_network
 from harbor_ray.trials.sandbox.processes import pids_in_pid_namespace
+from tests.waiting import eventually
 
 IMPORT_PATH = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
 
@@ -75,13 +76,6 @@ def live_cmdlines() -> dict[int, str]:
 
 def running(marker: str) -> list[str]:
     return [cmdline for cmdline in live_cmdlines().values() if marker in cmdline]
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def pid_namespace_of(environment: BwrapEnvironment) -> int:

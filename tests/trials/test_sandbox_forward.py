@@ -26,12 +26,8 @@ from harbor_ray.errors import SandboxError, SandboxSetupError
 from harbor_ray.trials.sandbox import BwrapEnvironment
 from harbor_ray.trials.sandbox.forward import Forward, parse_forwards
 from harbor_ray.trials.sandbox.processes import pid_namespace
-from tests.trials.test_bwrap_sandbox import (
-    eventually,
-    live_cmdlines,
-    make_environment,
-    pid_namespace_of,
-)
+from tests.trials.test_bwrap_sandbox import live_cmdlines, make_environment, pid_namespace_of
+from tests.waiting import eventually
 
 SANDBOX_PORT = 8765
 CONCURRENT = 20

@@ -14,6 +14,7 @@ from harbor_ray.trials.start_rate import StartRate, TokenBucket
 from harbor_ray.trials.warm_pool import Ledger, WarmPool, parse_pool_sizes, reap_ledger
 from tests.rates import went_early
 from tests.trials.fake_backend import FakeBackend
+from tests.waiting import eventually
 
 RATE = 200.0
 SIZES = {"env-a": 3, "env-b": 2}
@@ -29,26 +30,20 @@ def _reserve(rate: float):
 
 
 
-async def _until(condition, timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 async def test_a_burst_keeps_to_the_rate_the_pool_refills_and_nothing_leaks(tmp_path: Path
                                                                             ) -> None:
     backend = FakeBackend(tmp_path)
     since = time.time()  # the bucket is made after this
     pool = WarmPool(backend, SIZES, Ledger(tmp_path / "ledger"), _reserve(RATE))
     pool.open()
-    await _until(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))
+    await eventually(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))
     assert len(backend.events("start")) == sum(SIZES.values())
 
     taken = await asyncio.gather(*(pool.take("env-a" if i % 2 else "env-b")
                                    for i in range(500)))
     assert len({s.sandbox_id for s in taken}) == 500
     # Refilled to its size, through the same bucket as the burst.
-    await _until(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))
+    await eventually(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))
     starts = backend.events("start")
     assert len(starts) == 500 + sum(SIZES.values())
     assert went_early(starts, since, RATE) == []  # late is allowed, early is not
@@ -79,9 +74,9 @@ async def test_the_reaper_stops_what_a_dead_hosts_ledger_names(tmp_path: Path) -
     backend = FakeBackend(tmp_path)
     pool = WarmPool(backend, {"env-a": 4}, Ledger(tmp_path / "ledger"))
     pool.open()
-    await _until(lambda: pool.ready("env-a") == 4)
+    await eventually(lambda: pool.ready("env-a") == 4)
     in_use = await pool.take("env-a")  # a rollout's: listed too
-    await _until(lambda: pool.ready("env-a") == 4)
+    await eventually(lambda: pool.ready("env-a") == 4)
     assert len(backend.live()) == 5 and in_use.sandbox_id in backend.live()
     assert await reap_ledger(Ledger(tmp_path / "ledger"), backend) == 5
     assert backend.live() == [] and not (tmp_path / "ledger").exists()
