@@ -39,7 +39,9 @@ HarborRayError                           harbor_ray refused or failed something
 │       ├── SandboxSetupError (ValueError)  a task, tool, forward or user it cannot set up
 │       ├── SandboxUnavailableError (RuntimeError)  this machine cannot run the sandbox
 │       ├── SandboxError (RuntimeError)  it could not start, stopped, or leaked a process
-│       └── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
+│       ├── ExecTimeoutError (RuntimeError)  a command outlived its timeout; killed
+│       ├── EnvironmentUnsupportedError (ValueError)  it cannot give the task its own image
+│       └── EnvironmentBuildError (RuntimeError)  the task's image failed to build; its log
 ├── DataError                            the Parquet dataset under OUT (harbor_ray.data)
 │   ├── NotADatasetError (FileNotFoundError)  a directory with no dataset in it
 │   ├── DuplicateRolloutError (ValueError)  a rollout id the dataset already holds
@@ -255,6 +257,21 @@ class ExecTimeoutError(BackendError, RuntimeError):
     TimeoutError: Harbor reads a TimeoutError inside an agent's run as the agent's own
     timeout.
     """
+
+
+class EnvironmentUnsupportedError(BackendError, ValueError):
+    """The sandbox cannot give the task its own environment (a Dockerfile that installs
+    or copies, a `docker_image`, a compose file), and the user did not opt in to the
+    host's userland. Nothing was started; the message names the fix."""
+
+
+class EnvironmentBuildError(BackendError, RuntimeError):
+    """The task's image could not be built, found or unpacked; `log` is the build log
+    kept on the node that tried (None when nothing was run)."""
+
+    def __init__(self, message: str, *, log: str | None = None) -> None:
+        super().__init__(message)
+        self.log = log
 
 
 # --- the dataset (harbor_ray.data) -------------------------------------------------------

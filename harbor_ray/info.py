@@ -15,7 +15,12 @@ from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.errors import CertificationError, DatasetError
 from harbor_ray.qualify.harnesses import harbor_harnesses, harness_table
 from harbor_ray.trials.agents import describe_agents
-from harbor_ray.trials.backends import LOCAL, backend_names, check_backend
+from harbor_ray.trials.backends import (
+    ON_THIS_NODE,
+    backend_names,
+    check_backend,
+    provides_task_image,
+)
 from harbor_ray.trials.dataset_cache import cached_datasets, default_cache_root
 from harbor_ray.trials.datasets import resolve_dataset
 from harbor_ray.trials.installs import DEFAULT_CACHE, installed
@@ -39,7 +44,8 @@ async def gather(
     data = {
         "sandboxes": [
             {**asdict(check_backend(name, sandbox_kwargs if name == probe else None)),
-             "needs_proxy_url": needs_proxy_url(name)}
+             "needs_proxy_url": needs_proxy_url(name),
+             "task_image": provides_task_image(name)}
             for name in backend_names()
         ],
         "agents": describe_agents(),
@@ -121,19 +127,22 @@ async def _engine(url: str) -> dict[str, Any]:
 
 def needs_proxy_url(backend: str) -> bool:
     """Whether an agent inside this backend's sandboxes needs `--proxy-url` to reach the
-    capture proxy: all but `local`, whose sandbox gets the host's proxy forwarded in; the
-    others run elsewhere (a cloud, a VM, a container network) and cannot reach the
-    host's loopback."""
-    return backend != LOCAL
+    capture proxy: all but harbor_ray's own (`local`, `container`), whose sandboxes get
+    the host's proxy forwarded in; the others run elsewhere (a cloud, a VM, a container
+    network) and cannot reach the host's loopback."""
+    return backend not in ON_THIS_NODE
 
 
 def render(data: dict[str, Any], console: Console) -> None:
     sandboxes = Table(title="sandbox backends")
-    for column in ("backend", "usable", "why", "in-sandbox agents need --proxy-url"):
+    for column in ("backend", "usable", "why", "task's own image",
+                   "in-sandbox agents need --proxy-url"):
         sandboxes.add_column(column)
     for row in data["sandboxes"]:
         sandboxes.add_row(row["name"], "yes" if row["usable"] else "[red]no[/red]",
-                          row["reason"], "yes" if row["needs_proxy_url"] else "no")
+                          row["reason"],
+                          "yes" if row["task_image"] else "[yellow]no: host userland[/yellow]",
+                          "yes" if row["needs_proxy_url"] else "no")
     console.print(sandboxes)
 
     agents = Table(title="agents")

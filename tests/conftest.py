@@ -5,5 +5,6 @@ from harbor_ray.switches import set_switches
 
 set_switches()
 
-# The real engine (one per test session) and its Ray cluster; the multi-node cluster.
-pytest_plugins = ["tests.fixtures.engine", "tests.fixtures.multinode"]
+# The real engine (one per test session) and its Ray cluster; the task images; the
+# multi-node cluster.
+pytest_plugins = ["tests.fixtures.engine", "tests.fixtures.images", "tests.fixtures.multinode"]

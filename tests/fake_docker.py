@@ -18,12 +18,16 @@ _CREDENTIAL_VARIABLES = (
 )
 
 
-def path_with_docker(directory: Path, *, daemon: bool) -> str:
+def path_with_docker(directory: Path, *, daemon: bool, compose: bool = False) -> str:
     """A PATH whose first `docker` is a script in `directory` that answers `docker info`
-    as a CLI with (`daemon`) or without a reachable daemon."""
+    as a CLI with (`daemon`) or without a reachable daemon, and `docker compose` as a CLI
+    with (`compose`) or without the Compose v2 plugin."""
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "docker"
-    script.write_text("#!/bin/sh\n" + ("exit 0\n" if daemon else
+    no_compose = "" if compose else (
+        'if [ "$1" = compose ]; then echo "docker: unknown command: docker compose" >&2; '
+        "exit 1; fi\n")
+    script.write_text("#!/bin/sh\n" + no_compose + ("exit 0\n" if daemon else
                       "echo 'Cannot connect to the Docker daemon' >&2\nexit 1\n"))
     script.chmod(0o755)
     return f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"

@@ -13,6 +13,7 @@ import pytest
 
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from tests.fake_docker import path_with_docker
+from tests.fixtures.images import JQ_TASK
 from tests.processes import gone
 
 pytestmark = pytest.mark.integration
@@ -61,3 +62,59 @@ def test_could_not_start_exits_two(tmp_path: Path, args: list[str], says: str) -
     done = rollout(*args, "--out", str(tmp_path), env=env)
     assert done.returncode == 2, done.stderr
     assert says in " ".join(done.stderr.split())
+
+
+def test_a_task_that_needs_its_image_is_refused_on_the_hosts_userland(tmp_path: Path) -> None:
+    """Its solution is right, and on the host it would score 0 (the image's data file
+    is not there): refused before anything runs, naming both ways out."""
+    done = rollout("--agent", "oracle", "--dataset", str(JQ_TASK), "--out", str(tmp_path))
+
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "environment/Dockerfile has RUN" in said
+    assert "--sandbox container" in said and "--host-userland" in said
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_the_hosts_userland_asked_for_says_so_on_every_row(tmp_path: Path) -> None:
+    done = rollout("--agent", "oracle", "--dataset", str(JQ_TASK), "--host-userland",
+                   "-n", "2", "--out", str(tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["environment"] == "host_override" and row["image_digest"] is None
+        # The right solution, the wrong environment: the host has no /app/data.json.
+        assert row["reward"] == 0.0
+        (finding,) = [f for f in row["findings"] if f["code"] == "host_userland_override"]
+        assert finding["severity"] == "warn" and "not the task's" in finding["message"]
+
+
+def test_a_sample_runs_on_the_hosts_userland_and_says_so(tmp_path: Path) -> None:
+    done = rollout("--agent", "oracle", "--task", "fix-mean", "--out", str(tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert row["environment"] == "host" and row["reward"] == 1.0
+    assert not any(f["code"] == "host_userland_override" for f in row["findings"])
+
+
+def test_the_task_scores_in_its_own_image_on_the_container_sandbox(
+    tmp_path: Path, images_dir: Path,
+) -> None:
+    """The rollout refused on the host's userland, in the container sandbox: its image
+    built (or found) by the sandbox, the right solution scores 1, and the row names the
+    image it ran in."""
+    done = rollout("--agent", "oracle", "--dataset", str(JQ_TASK), "--sandbox", "container",
+                   "--sandbox-arg", f"images_dir={images_dir}", "-n", "2",
+                   "--out", str(tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [row["reward"] for row in rows] == [1.0, 1.0]
+    digests = {row["image_digest"] for row in rows}
+    assert all(row["environment"] == "image" for row in rows) and len(digests) == 1
+    (digest,) = digests
+    assert digest.startswith("sha256:") and (images_dir / "roots" / digest[7:]).is_dir()
+    assert not any(f["code"] == "host_userland_override" for r in rows for f in r["findings"])

@@ -20,6 +20,7 @@ from harbor_ray.cli import (
     agents,
     datasets,
     engine,
+    images,
     info,
     playground,
     proxy,
@@ -73,6 +74,7 @@ app.add_typer(engine.model_app, name="model")
 app.add_typer(engine.engine_app, name="engine")
 app.add_typer(agents.agents_app, name="agents")
 app.add_typer(datasets.datasets_app, name="datasets")
+app.add_typer(images.images_app, name="images")
 app.command()(rollout.rollout)
 app.command()(qualify.qualify)
 app.command()(sweep.sweep)

@@ -107,7 +107,16 @@ UpstreamKeyFileOption = Annotated[Path | None, typer.Option(
          "file, not a flag: a key on the command line is visible to every process.")]
 ModelOption = Annotated[str | None, typer.Option(
     help="Served model id (default: the first one the engine lists).")]
-SandboxOption = Annotated[str, typer.Option(help="Sandbox backend (see `harbor-ray info`).")]
+SandboxOption = Annotated[str, typer.Option(
+    help="Sandbox backend (see `harbor-ray info`): `local` runs a task on this host's "
+         "userland, `container` in the task's own image (built with Docker).")]
+HostUserlandOption = Annotated[bool, typer.Option(
+    "--host-userland",
+    help="Run a task that needs its own image (a Dockerfile that installs or copies, a "
+         "docker_image) on this host's userland when the sandbox cannot build it. Off: "
+         "such a task is refused (`rollout`: exit 2; a sweep: an "
+         "environment_unsupported row). Every row it makes says "
+         "environment=host_override: its reward is not the task's.")]
 AttemptsOption = Annotated[int, typer.Option("-n", "--attempts", help="Rollouts per task.")]
 BudgetOption = Annotated[int | None, typer.Option(help="Model calls allowed per rollout.")]
 TemperatureOption = Annotated[float | None, typer.Option(

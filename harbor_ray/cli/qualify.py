@@ -47,11 +47,14 @@ def qualify(
         help="Directory for the report (qualification-<level>.json and .md), trials/ "
              "and logs/.")] = Path("qualify"),
     agents_cache: opt.AgentsCacheOption = None,
+    sandbox: Annotated[str, typer.Option(
+        help="`local` (the host's userland) or `container` (each task's own image, "
+             "built with Docker; the agent CLIs from the cache are mounted in).")] = "local",
     log_file: Annotated[Path | None, opt.log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: opt.VerboseOption = False,
 ) -> None:
-    """Qualify agent CLIs end to end: each one runs each task in the local sandbox
-    through the capture proxy, and a versioned report is written under OUT.
+    """Qualify agent CLIs end to end: each one runs each task in harbor_ray's sandbox
+    (--sandbox) through the capture proxy, and a versioned report is written under OUT.
 
     Level 1 (`--engine scripted`, the default): the engine plays a model that calls
     the agent's shell tool with the task's solution/solve.sh and then answers; an agent
@@ -73,7 +76,7 @@ def qualify(
         llm_url=llm_url, model=model, engine_kind=engine_kind,
         tasks=tuple(task or QualifyRequest.tasks), dataset=dataset, budget=budget,
         max_tokens=max_tokens, deadline_s=deadline, concurrency=concurrency,
-        out=out.resolve(), agents_cache=agents_cache)
+        out=out.resolve(), agents_cache=agents_cache, sandbox=sandbox)
     plan = plan_qualify(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         report = run_qualify(request, progress=phases_of(terminal), on_row=_shown, plan=plan)

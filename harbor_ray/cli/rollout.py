@@ -54,6 +54,7 @@ def rollout(
     engine_kind: opt.EngineKindOption = "auto",
     upstream: opt.UpstreamOption = "openai-chat",
     upstream_key_file: opt.UpstreamKeyFileOption = None,
+    host_userland: opt.HostUserlandOption = False,
 ) -> None:
     """Run rollouts end to end in this process: no Ray, no server.
 
@@ -62,8 +63,7 @@ def rollout(
     Ctrl-C or SIGTERM (no rollout starts after it, the running ones are cancelled and
     their sandboxes torn down).
     """
-    from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
-    from harbor_ray.jobs.runs import checked_start
+    from harbor_ray.jobs.rollouts import RolloutRequest, check_rollouts, run_rollouts
     from harbor_ray.trials.backends import parse_sandbox_args
 
     request = RolloutRequest(
@@ -73,8 +73,9 @@ def rollout(
         max_tokens=max_tokens, reward_key=reward_key,
         out=(out or RolloutRequest.out).resolve(), engine_timeout_s=engine_timeout,
         agents_cache=agents_cache, stitch=stitch, capture=capture,
-        engine_kind=engine_kind, upstream=upstream, upstream_key_file=upstream_key_file)
-    checked = checked_start(request, opt.notice)  # before the log: a refusal leaves nothing
+        engine_kind=engine_kind, upstream=upstream, upstream_key_file=upstream_key_file,
+        host_userland=host_userland)
+    checked = check_rollouts(request, opt.notice)  # before the log: a refusal leaves nothing
     if capture != "tokens":
         opt.notice(f"--capture {capture}: an evaluation; no row is trainable, and nothing is "
                    "stitched (continuing a conversation's prompt needs its token ids)")

@@ -38,11 +38,11 @@ def sweep(
     warm_pool: Annotated[list[str] | None, typer.Option(
         help="TASK=N (repeatable): each rollout host keeps N sandboxes of task TASK (its "
              "name as in the rows' `task` column) started ahead of its rollouts, which "
-             "take one instead of starting their own. The local sandbox only (another "
-             "--sandbox is refused). A pool fills once the host's first rollout of TASK "
-             "has shown what its sandbox holds; its starts draw on --sandbox-start-rate; "
-             "the host stops what it holds when it ends, and the reaper what a dead "
-             "host's pool left. Default: none.")] = None,
+             "take one instead of starting their own. The local and container "
+             "sandboxes only (another --sandbox is refused). A pool fills once the "
+             "host's first rollout of TASK has shown what its sandbox holds; its starts "
+             "draw on --sandbox-start-rate; the host stops what it holds when it ends, "
+             "and the reaper what a dead host's pool left. Default: none.")] = None,
     concurrency: Annotated[int, typer.Option(
         help="Rollouts at once (the only cap); with --max-concurrency, the cap to start "
              "from.")] = 8,
@@ -132,6 +132,7 @@ def sweep(
     agents_cache: opt.AgentsCacheOption = None,
     stitch: opt.StitchOption = True,
     engine_kind: opt.EngineKindOption = "auto",
+    host_userland: opt.HostUserlandOption = False,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
@@ -160,7 +161,7 @@ def sweep(
         min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
         metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate,
         journal=journal, train_partial=train_partial, engine_kind=engine_kind,
-        warm_pool=parse_pool_sizes(warm_pool or []))
+        warm_pool=parse_pool_sizes(warm_pool or []), host_userland=host_userland)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \

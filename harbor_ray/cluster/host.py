@@ -42,7 +42,7 @@ from harbor_ray.errors import SandboxError
 from harbor_ray.serve_http import serve_url_on
 from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.agents import needs_model
-from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.backends import ON_THIS_NODE
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.sandbox.pooled import (
     BwrapBackend,
@@ -191,7 +191,8 @@ class RolloutHost(SessionOwner):
 
     def _pooled(self, spec: RolloutSpec) -> RolloutSpec | None:
         """The spec whose sandbox comes from this host's warm pool, if its task has one."""
-        if self._pool is None or spec.sandbox != LOCAL or not self._pool.size(spec.task.name):
+        if (self._pool is None or spec.sandbox not in ON_THIS_NODE
+                or not self._pool.size(spec.task.name)):
             return None
         return dataclasses.replace(spec, sandbox_kwargs={
             **spec.sandbox_kwargs, "warm_pool": self.owner,

@@ -91,4 +91,8 @@ def print_summary(stats: SweepStats, out: Path, console: Console) -> None:
     cap = f", cap {low}..{high}" if low != high else ""
     console.print(f"{stats.done} rollouts in {seconds:.1f} s ({stats.skipped} already done), "
                   f"{stats.ok} ok, peak in flight {stats.peak_in_flight}{cap}")
+    if stats.builds:
+        console.print(f"task images: {stats.builds} rollouts waited for a build or unpack, "
+                      f"{stats.build_s:.1f} s in all (the rest of each rollout's time is "
+                      "its own)")
     console.print(f"dataset: {out}")

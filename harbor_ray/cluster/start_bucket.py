@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from harbor_ray.trials.backends import LOCAL, ON_THIS_NODE
 from harbor_ray.trials.start_rate import StartRate, TokenBucket
 
 __all__ = ["StartBuckets"]
@@ -41,6 +42,9 @@ class StartBuckets:
         without a limit."""
         if self.rate is None:
             return None
+        # harbor_ray's own sandboxes (local, container) are bubblewrap starts on the
+        # nodes, whichever `/` they get: one bucket, which the warm pool's starts share.
+        backend = LOCAL if backend in ON_THIS_NODE else backend
         if backend not in self._actors:
             # No CPU: a cluster whose CPUs the rollouts' accounting holds must still run
             # it. Every host's call queues at this one actor, in arrival order; one

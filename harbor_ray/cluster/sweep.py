@@ -33,7 +33,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import RolloutResult
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.errors import StartError, WarmPoolUnsupportedError
-from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.backends import ON_THIS_NODE
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
 from harbor_ray.trials.start_rate import StartRate
@@ -151,6 +151,9 @@ class SweepStats:
     by_task: dict[str, Counter[str]] = field(default_factory=dict)
     by_error: Counter[str] = field(default_factory=Counter)
     write_s: float = 0.0  # the driver's time in the dataset writer (buffering, commits)
+    # Image builds (and unpacks) the rollouts waited for, apart from their own time.
+    builds: int = 0
+    build_s: float = 0.0
 
     def started(self) -> None:
         self.in_flight += 1
@@ -173,6 +176,9 @@ class SweepStats:
         self.by_task.setdefault(result.task, Counter())[str(outcome)] += 1
         if result.error_type is not None:
             self.by_error[str(result.error_type)] += 1
+        if build_s := result.timings.get("environment_build"):
+            self.builds += 1
+            self.build_s += build_s
 
     @property
     def failed(self) -> int:
@@ -227,7 +233,7 @@ async def run_rollouts(
 
 
 # The backends whose sandboxes a warm pool can start before their trial (pooled.py).
-POOLED_BACKENDS = (LOCAL,)
+POOLED_BACKENDS = tuple(sorted(ON_THIS_NODE))
 
 
 def check_warm_pool(backend: str, sizes: Mapping[str, int]) -> None:
@@ -235,17 +241,19 @@ def check_warm_pool(backend: str, sizes: Mapping[str, int]) -> None:
     if sizes and backend not in POOLED_BACKENDS:
         raise WarmPoolUnsupportedError(
             f"a warm pool (--warm-pool, warm_pool) works with the "
-            f"{', '.join(POOLED_BACKENDS)} sandbox only, not {backend!r}: a {backend} "
+            f"{' and '.join(POOLED_BACKENDS)} sandboxes only, not {backend!r}: a {backend} "
             "sandbox cannot be handed to a trial Harbor builds with its own paths. Drop "
-            "the warm pool, or use the local sandbox (--sandbox local).")
+            "the warm pool, or use harbor_ray's own sandbox (--sandbox container or "
+            "local).")
 
 
 def in_sandboxes_dir(specs: Sequence[RolloutSpec], directory: Path) -> list[RolloutSpec]:
-    """Local sandboxes go under the run's own directory, so the reaper knows what is its."""
+    """Sandboxes on the nodes go under the run's own directory, so the reaper knows what
+    is its."""
     return [
         dataclasses.replace(spec, sandbox_kwargs={
             **spec.sandbox_kwargs, "sandboxes_dir": str(directory)})
-        if spec.sandbox == LOCAL else spec
+        if spec.sandbox in ON_THIS_NODE else spec
         for spec in specs
     ]
 

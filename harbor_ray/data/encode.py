@@ -292,6 +292,8 @@ def _rollout_row(result: RolloutResult, versions: Versions = (None, None)) -> di
         "capture_level": result.capture_level,
         "trainable": result.trainable,
         "partial": result.partial,
+        "environment": None if result.environment is None else result.environment.value,
+        "image_digest": result.image_digest,
         "schema_version": SCHEMA_VERSION,
     }
 

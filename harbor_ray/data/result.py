@@ -22,6 +22,10 @@ class ErrorType(StrEnum):
     """Where a rollout failed, named by the boundary crossed. Closed: add here, nowhere else."""
 
     TASK_INVALID = "task_invalid"  # the task (or its pairing with the agent) is unusable
+    ENVIRONMENT_UNSUPPORTED = "environment_unsupported"  # the sandbox cannot give the
+    # task its own environment (environment_need.py); nothing ran
+    ENVIRONMENT_BUILD_FAILED = "environment_build_failed"  # the task's image did not
+    # build (or could not be found or unpacked); the error names the build log
     SANDBOX_START = "sandbox_start"  # the environment did not start
     AGENT_SETUP = "agent_setup"  # the agent could not be installed / set up
     AGENT_TIMEOUT = "agent_timeout"  # the agent ran past its own timeout
@@ -36,6 +40,16 @@ class ErrorType(StrEnum):
     CANCELLED = "cancelled"  # cancelled by the caller
     INFRA_LOST = "infra_lost"  # the sandbox or the owner (actor, node) died
     INTERNAL = "internal"  # a bug in harbor_ray itself; the message says where
+
+
+class RanIn(StrEnum):
+    """Where a rollout's trial ran, as its row says (`environment`;
+    trials/environment_need.py decides it)."""
+
+    IMAGE = "image"  # the task's own image (its digest in `image_digest` when known)
+    HOST = "host"  # the host's userland: the task asks for nothing a sandbox builds
+    HOST_OVERRIDE = "host_override"  # the host's userland in place of the task's image,
+    # because the user asked (--host-userland): its reward is not the task's
 
 
 class FindingRecord(BaseModel):
@@ -91,6 +105,14 @@ class RolloutResult(BaseModel):
     capture_level: CaptureLevel | None = Field(
         None, description="What its model calls recorded (`tokens`, `logprobs`, `text`); "
         "None without a capture.")
+    environment: RanIn | None = Field(
+        None, description="Where the trial ran: `image` (the task's own), `host` (the "
+        "host's userland; the task asks for nothing a sandbox builds) or `host_override` "
+        "(the host's userland in place of the task's image, asked for by --host-userland); "
+        "None when no trial started.")
+    image_digest: str | None = Field(
+        None, description="The id (sha256:...) of the image the trial ran in, when the "
+        "sandbox knows it (the container sandbox does).")
     partial: bool = Field(False, description="Rebuilt from its host's journal after the "
                           "host died: the turns recorded before; never ok.")
     train_partial: bool = Field(False, description="A partial row the run asked to keep "

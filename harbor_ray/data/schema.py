@@ -63,7 +63,12 @@ __all__ = [
 # whose `policy_version_start` and `_end` differ cannot say which of its tokens which
 # version sampled; from 6 a null means no version was known, and the segments, not the
 # start/end stamps, are what a per-token staleness mask reads.
-SCHEMA_VERSION = 6
+# 7: the environment each rollout ran in (rollouts/ `environment`, `image_digest`).
+# Nullable, bumped on purpose: up to version 6 the local sandbox ran every task on the
+# host's userland whatever its Dockerfile or docker_image asked, and said nothing, so a
+# version-6 reward may describe the host rather than the task; from 7 a task that needs
+# its own image runs in it (`image`) or says that it did not (`host_override`).
+SCHEMA_VERSION = 7
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -130,6 +135,8 @@ ROLLOUTS = versioned(
         pa.field("capture_level", pa.string()),
         pa.field("trainable", pa.bool_()),
         pa.field("partial", pa.bool_()),
+        pa.field("environment", pa.string()),
+        pa.field("image_digest", pa.string()),
         pa.field("schema_version", pa.int32(), nullable=False),
     ]
 )

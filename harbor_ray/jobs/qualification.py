@@ -10,14 +10,21 @@ from pathlib import Path
 
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import HttpEngine
-from harbor_ray.errors import StartError
+from harbor_ray.errors import EnvironmentUnsupportedError, StartError
 from harbor_ray.jobs.engine import started_engine
 from harbor_ray.jobs.interrupts import run_until_signalled
-from harbor_ray.jobs.runs import Progress, check_sandbox, sampling_of, silent, tasks_of
+from harbor_ray.jobs.runs import (
+    Progress,
+    check_sandbox,
+    environment_refusals,
+    sampling_of,
+    silent,
+    tasks_of,
+)
 from harbor_ray.qualify.report import Level, QualifyReport, QualifyRow
 from harbor_ray.qualify.run import Cell, QualifyPlan, default_agents, qualify
 from harbor_ray.trials.agents import check_profile, profiles
-from harbor_ray.trials.backends import LOCAL
+from harbor_ray.trials.backends import LOCAL, ON_THIS_NODE
 from harbor_ray.trials.installs import DEFAULT_CACHE
 
 __all__ = ["SCRIPTED", "QualifyRequest", "plan_qualify", "run_qualify"]
@@ -44,6 +51,8 @@ class QualifyRequest:
     out: Path = Path("qualify")
     agents_cache: Path | None = None
     engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
+    # harbor_ray's own sandboxes only: an agent CLI from the host's cache runs inside.
+    sandbox: str = LOCAL
 
     @property
     def level(self) -> Level:
@@ -65,11 +74,16 @@ def plan_qualify(request: QualifyRequest, progress: Progress = silent) -> Qualif
     # An unknown name or an unsupported profile fails here, before anything starts.
     cells = [cell for name in agents for cell in _cells(name, request.profiles)]
     tasks = tasks_of(request.dataset, request.tasks, progress)
-    check_sandbox(LOCAL, {})
+    if request.sandbox not in ON_THIS_NODE:
+        raise StartError(f"qualify runs in harbor_ray's own sandboxes "
+                         f"({', '.join(sorted(ON_THIS_NODE))}), not {request.sandbox!r}")
+    check_sandbox(request.sandbox, {})
+    if refused := environment_refusals(tasks, request.sandbox, host_userland=False):
+        raise EnvironmentUnsupportedError("\n".join(refused))
     return QualifyPlan(
         cells=tuple(cells), tasks=tuple(tasks), out=request.out.resolve(),
         agents_cache=cache, budget=request.budget, deadline_s=request.deadline_s,
-        concurrency=request.concurrency,
+        concurrency=request.concurrency, sandbox=request.sandbox,
         sampling=(None if request.level == "scripted"
                   else sampling_of(None, request.max_tokens or 256)))
 

@@ -16,7 +16,7 @@ from harbor_ray.capture.proxy.local import local_capture
 from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
-from harbor_ray.errors import StartError
+from harbor_ray.errors import EnvironmentUnsupportedError, StartError
 from harbor_ray.jobs.engine import started_engine
 from harbor_ray.jobs.interrupts import run_until_signalled
 from harbor_ray.jobs.runs import (
@@ -30,7 +30,7 @@ from harbor_ray.jobs.runs import (
 from harbor_ray.trials.local_run import run_many
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["ENGINE", "RESULTS", "RolloutRequest", "run_rollouts"]
+__all__ = ["ENGINE", "RESULTS", "RolloutRequest", "check_rollouts", "run_rollouts"]
 
 RESULTS = "results.jsonl"
 ENGINE = "engine.json"
@@ -51,6 +51,17 @@ class RolloutRequest(RunRequest):
         return self.out.resolve() / RESULTS
 
 
+def check_rollouts(request: RolloutRequest, progress: Progress = silent) -> CheckedStart:
+    """What `run_rollouts` checks before starting anything: `checked_start`, and a task
+    the sandbox cannot give its environment refuses the whole run (a sweep makes such
+    rows instead and goes on with the other tasks; here one process gives one answer,
+    and a rollout whose reward would not be the task's is not one to give)."""
+    checked = checked_start(request, progress)
+    if checked.refused:
+        raise EnvironmentUnsupportedError("\n".join(checked.refused))
+    return checked
+
+
 def run_rollouts(
     request: RolloutRequest, *, progress: Progress = silent,
     on_planned: Callable[[int], None] | None = None,
@@ -66,7 +77,7 @@ def run_rollouts(
     already."""
     if request.concurrency < 1:
         raise StartError("--concurrency must be at least 1")
-    checked = checked or checked_start(request, progress)
+    checked = checked or check_rollouts(request, progress)
     specs = specs_of(request, checked.tasks, trials_dir=request.out.resolve() / "trials")
     if on_planned is not None:
         on_planned(len(specs))

@@ -17,12 +17,13 @@ from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.errors import StartError
 from harbor_ray.trials.agents import needs_model
-from harbor_ray.trials.backends import check_backend
+from harbor_ray.trials.backends import check_backend, provides_task_image
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
+from harbor_ray.trials.environment_need import refusal
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 
 __all__ = ["CheckedStart", "Progress", "RunRequest", "check_sandbox", "checked_start",
-           "sampling_of", "silent", "specs_of", "tasks_of"]
+           "environment_refusals", "sampling_of", "silent", "specs_of", "tasks_of"]
 
 # A job's narration: one line per step or notice (the CLI prints them as phases).
 Progress = Callable[[str], None]
@@ -58,12 +59,18 @@ class RunRequest:
     engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
     upstream: UpstreamName = "openai-chat"  # the API behind the proxy (upstream_profile.py)
     upstream_key_file: Path | None = None  # its credential's file (never the key itself)
+    # Run tasks that need their own image on the host's userland when the sandbox cannot
+    # build it (environment_need.py); every such row says `host_override`.
+    host_userland: bool = False
 
 
 @dataclass(frozen=True)
 class CheckedStart:
     wants_model: bool  # whether the agent calls a model (else no engine, no proxy)
     tasks: list[TaskRef]
+    # Why the sandbox must not run some of `tasks` (their environment), one line each:
+    # `rollout` refuses to start, a sweep makes each an `environment_unsupported` row.
+    refused: list[str] = field(default_factory=list)
 
 
 def tasks_of(dataset: str, names: Sequence[str] | None, progress: Progress) -> list[TaskRef]:
@@ -86,7 +93,17 @@ def checked_start(request: RunRequest, progress: Progress) -> CheckedStart:
                          "--engine to start one (there is no default engine)")
     chosen = tasks_of(request.dataset, request.tasks, progress)
     check_sandbox(request.sandbox, request.sandbox_kwargs)
-    return CheckedStart(wants_model, chosen)
+    return CheckedStart(wants_model, chosen, environment_refusals(
+        chosen, request.sandbox, host_userland=request.host_userland))
+
+
+def environment_refusals(tasks: Sequence[TaskRef], sandbox: str, *,
+                         host_userland: bool) -> list[str]:
+    """Why `sandbox` must not run each task it cannot give its environment."""
+    provides = provides_task_image(sandbox)
+    return [reason for task in tasks if (reason := refusal(
+        task.environment, task=task.name, sandbox=sandbox, provides_image=provides,
+        host_userland=host_userland)) is not None]
 
 
 def specs_of(
@@ -99,7 +116,8 @@ def specs_of(
         trials_dir=trials_dir, sampling=sampling_of(request.temperature, request.max_tokens),
         budget=request.budget, deadline_s=request.deadline_s, reward_key=request.reward_key,
         sandbox_kwargs=dict(request.sandbox_kwargs), run_id=run_id,
-        agents_cache=request.agents_cache and request.agents_cache.resolve())
+        agents_cache=request.agents_cache and request.agents_cache.resolve(),
+        host_userland=request.host_userland)
 
 
 def check_sandbox(sandbox: str, sandbox_kwargs: Mapping[str, Any]) -> None:

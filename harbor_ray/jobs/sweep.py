@@ -80,6 +80,7 @@ class SweepRequest(RunRequest):
             "rollouts_per_host": self.rollouts_per_host,
             "commit_every_s": self.commit_every_s,
             "engine_timeout_s": self.engine_timeout_s, "stitch": self.stitch,
+            "host_userland": self.host_userland,
         }
 
 
@@ -113,6 +114,8 @@ def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedSt
     unless given the result)."""
     check_warm_pool(request.sandbox, request.warm_pool)  # before the backend's own checks
     checked = checked_start(request, progress)
+    for reason in checked.refused:
+        progress(f"environment_unsupported rows, no reward: {reason}")
     if request.capture != "tokens":
         # A sweep writes a training dataset; its proxies record every call's ids.
         raise StartError(f"a sweep records at the `tokens` level only, not "

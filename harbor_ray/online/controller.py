@@ -115,6 +115,9 @@ class ControllerConfig:
     # agents `harbor-ray info` lists; no other is accepted, and nothing is imported here.
     agents: tuple[str, ...] = ()
     sandbox: str = LOCAL  # a submit's default
+    # A task that needs its own image, on a sandbox that cannot build it, runs on the
+    # host's userland (rows say `host_override`) instead of being refused (a row).
+    host_userland: bool = False
     capacity: int = 256  # accepted rollouts unfinished at most (429 beyond)
     concurrency: int = 16  # rollouts on hosts at once; the rest wait, queued
     # The adaptive cap (cluster/admission.py): None keeps `concurrency` fixed; else the
@@ -433,7 +436,7 @@ class Controller:
             rollout_id=f"{group_id}__{k}", task=task, agent=request.agent,
             trials_dir=self.config.work_dir / "trials", sandbox=sandbox, attempt=k,
             sampling=request.sampling, budget=request.budget,
-            deadline_s=request.deadline_s)
+            deadline_s=request.deadline_s, host_userland=self.config.host_userland)
 
     async def _run(self, spec: RolloutSpec) -> None:
         started = time.time()
@@ -481,6 +484,7 @@ class Controller:
 def _manifest(config: ControllerConfig) -> dict[str, Any]:
     """What the dataset's manifest says made it: the controller's settings."""
     return {"dataset": config.dataset, "sandbox": config.sandbox,
+            "host_userland": config.host_userland,
             "capacity": config.capacity, "concurrency": config.concurrency,
             "max_concurrency": None if config.admission is None else config.admission.ceiling,
             "max_staleness": config.max_staleness, "stale_policy": config.stale_policy,

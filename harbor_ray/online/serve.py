@@ -122,7 +122,13 @@ class ControllerArgs(_Args):
     allowed_hosts: list[str] = Field(
         default_factory=lambda: list(LOOPBACK_NAMES), min_length=1,
         description="The Host names the API answers (any port); '*': any. Others get 421.")
-    sandbox: str = Field(LOCAL, min_length=1)
+    sandbox: str = Field(LOCAL, min_length=1, description="A submit's default sandbox: "
+                         "`local` (the host's userland) or `container` (the task's image).")
+    host_userland: bool = Field(
+        False, description="Run a task that needs its own image on the host's userland "
+        "when the sandbox cannot build it (as --host-userland); its rows say "
+        "environment=host_override. False: such a rollout is an environment_unsupported "
+        "row, with no reward.")
     capacity: int = Field(256, ge=1)
     concurrency: int = Field(16, ge=1, description="Rollouts on hosts at once; with "
                              "max_concurrency, the cap to start from.")
@@ -147,8 +153,9 @@ class ControllerArgs(_Args):
         "per backend every host draws from. 0: no limit.")
     warm_pool: dict[str, NonNegativeInt] = Field(
         default_factory=dict, description="Task name -> N: each rollout host keeps N "
-        "local sandboxes of that task started ahead of its rollouts (as a sweep's "
-        "--warm-pool); the local sandbox only, for groups that run in it. Default: none.")
+        "sandboxes of that task started ahead of its rollouts (as a sweep's "
+        "--warm-pool); the local and container sandboxes only, for groups that run in "
+        "them. Default: none.")
     max_staleness: int | None = Field(
         None, ge=0, description="Policy versions a group's oldest token may be behind the "
         "version it finished at; a submit may set its own. None: no bound.")
@@ -209,7 +216,8 @@ class ControllerArgs(_Args):
             retry_after_s=self.retry_after_s, retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser(),
-            journal=self.journal, train_partial=self.train_partial)
+            journal=self.journal, train_partial=self.train_partial,
+            host_userland=self.host_userland)
 
 
 def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:

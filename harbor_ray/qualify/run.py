@@ -44,6 +44,7 @@ from harbor_ray.qualify.report import (
 )
 from harbor_ray.qualify.script import scripted_engine
 from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
+from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
 from harbor_ray.trials.local_run import all_unwound
@@ -126,6 +127,7 @@ class QualifyPlan:
     sampling: Sampling | None = None
     sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
     concurrency: int = 1  # rollouts at once (each has its own proxy and taps)
+    sandbox: str = LOCAL  # harbor_ray's own: `local`, or `container` (the task's image)
 
 
 def default_agents(cache: Path) -> tuple[list[str], list[str]]:
@@ -213,7 +215,7 @@ async def _qualify_one(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     spec = RolloutSpec(
         rollout_id=f"{agent}__{profile}__{task.name}__{level}__{stamp}", task=task,
-        agent=agent, profile=profile,
+        agent=agent, profile=profile, sandbox=plan.sandbox,
         trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
         sampling=plan.sampling, agents_cache=plan.agents_cache,
         agent_kwargs=copy.deepcopy({

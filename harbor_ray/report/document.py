@@ -7,19 +7,29 @@ plotly itself (its own JSON encoder), the rest by orjson.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import orjson
 import plotly.io as pio
+import pyarrow as pa
 
 from harbor_ray.report.figures import plots
 from harbor_ray.report.tables import DatasetTables
 from harbor_ray.report.traces import TOKEN_TEXT_NOTE, summaries, traces
 
-__all__ = ["MANIFEST_FIELDS", "report_json"]
+__all__ = ["MANIFEST_FIELDS", "environments", "report_json"]
 
 # What the page's header shows of the manifest (the rest is the run's full config).
 MANIFEST_FIELDS = ("run", "agent", "sandbox", "dataset", "attempts", "started_at", "ended_at")
+
+
+def environments(rollouts: pa.Table) -> dict[str, int]:
+    """Rollouts by where their trial ran (`image`, `host`, `host_override`; `unknown`
+    when no sandbox started, or in a dataset older than schema version 7)."""
+    column = (rollouts["environment"].to_pylist() if "environment" in rollouts.column_names
+              else [None] * rollouts.num_rows)
+    return dict(Counter(value or "unknown" for value in column))
 
 
 def report_json(tables: DatasetTables, *, source: str, version: str,
@@ -42,6 +52,7 @@ def report_json(tables: DatasetTables, *, source: str, version: str,
             "rewarded": len(rewards),
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "turns": tables.turns.num_rows,
+            "environments": environments(rollouts),
         },
         "plots": [
             {"id": p.id, "title": p.title, "caption": p.caption,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import shutil
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,24 @@ def _singularity(context: Context) -> list[str]:
         return ["`singularity` not found on PATH: install SingularityCE or Apptainer "
                 "(with its `singularity` command)"]
     return []
+
+
+def _docker(context: Context) -> list[str]:
+    # Harbor's preflight asks the daemon only; every start then runs `docker compose`
+    # (Compose v2, a CLI plugin), which fails where only the CLI and the daemon exist.
+    docker = context.which("docker")
+    if docker is None:
+        return []  # Harbor's own preflight already says so
+    try:
+        answered = subprocess.run([docker, "compose", "version"], capture_output=True,
+                                  timeout=10, env=dict(context.environ)).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        answered = False
+    if answered:
+        return []
+    return ["`docker compose` (Compose v2) is not installed, and Harbor's docker backend "
+            "starts every trial with it: install the Compose v2 plugin, or use "
+            "--sandbox container (the task's image, built with Docker, run without Compose)"]
 
 
 def _sbx(context: Context) -> list[str]:
@@ -136,6 +155,7 @@ def _aws_credentials(profile: str | None) -> str | None:
 
 
 _CHECKS: Mapping[str, Callable[[Context], list[str]]] = {
+    "docker": _docker,
     "singularity": _singularity,
     "sbx": _sbx,
     "ec2": _ec2,

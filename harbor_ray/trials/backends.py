@@ -28,7 +28,20 @@ from harbor_ray.errors import SandboxArgumentError, UnknownBackendError
 from harbor_ray.trials.backend_needs import Context, find_needs
 
 LOCAL = "local"
-_LOCAL_IMPORT_PATH = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
+CONTAINER = "container"
+# harbor_ray's own backends: bubblewrap on this machine, over the host's userland
+# (local) or over the task's image, built with Docker (container).
+_OWN = {
+    LOCAL: "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment",
+    CONTAINER: "harbor_ray.trials.sandbox.container:ContainerEnvironment",
+}
+_OWN_WHAT = {
+    LOCAL: "bubblewrap sandbox on this machine, over the host's userland",
+    CONTAINER: "bubblewrap sandbox on this machine, over the task's image built with Docker",
+}
+# Sandboxes that run on this node and reach the proxy through a forward, with the
+# agents' CLIs bound in from the host's cache.
+ON_THIS_NODE = frozenset(_OWN)
 
 
 @dataclass(frozen=True)
@@ -39,14 +52,22 @@ class BackendStatus:
 
 
 def backend_names() -> list[str]:
-    """`local` first, then every type Harbor registers, in Harbor's order."""
-    return [LOCAL, *(t.value for t in _ENVIRONMENT_REGISTRY)]
+    """harbor_ray's own (`local`, `container`) first, then every type Harbor registers,
+    in Harbor's order."""
+    return [*_OWN, *(t.value for t in _ENVIRONMENT_REGISTRY)]
+
+
+def provides_task_image(name: str) -> bool:
+    """Whether backend `name` runs a trial in the task's own image (its Dockerfile built,
+    or its docker_image). Only `local` does not: it runs on the host's userland. Every
+    Harbor backend builds or pulls the task's image itself."""
+    return name != LOCAL
 
 
 def environment_config(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvironmentConfig:
     """The Harbor environment config of a backend, with per-rollout constructor kwargs."""
-    if name == LOCAL:
-        return EnvironmentConfig(import_path=_LOCAL_IMPORT_PATH, kwargs=dict(kwargs or {}))
+    if name in _OWN:
+        return EnvironmentConfig(import_path=_OWN[name], kwargs=dict(kwargs or {}))
     try:
         kind = EnvironmentType(name)
     except ValueError:
@@ -75,8 +96,8 @@ def check_backend(name: str, kwargs: Mapping[str, Any] | None = None) -> Backend
     """SDK, import, Harbor's preflight, then what it lacks; the first failure is the
     reason (every missing piece of the last step). `kwargs` are the constructor kwargs
     the rollouts will pass (`--sandbox-arg`)."""
-    if name == LOCAL:
-        module, class_name = _LOCAL_IMPORT_PATH.split(":")
+    if name in _OWN:
+        module, class_name = _OWN[name].split(":")
         extra = None
     else:
         try:
@@ -99,8 +120,8 @@ def check_backend(name: str, kwargs: Mapping[str, Any] | None = None) -> Backend
     needs = find_needs(name, cls, context)
     if needs:
         return BackendStatus(name, False, "; ".join(needs))
-    if name == LOCAL:
-        return BackendStatus(name, True, "bubblewrap sandbox on this machine")
+    if name in _OWN:
+        return BackendStatus(name, True, _OWN_WHAT[name])
     return BackendStatus(name, True, "preflight passed")
 
 

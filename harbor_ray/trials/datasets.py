@@ -31,6 +31,7 @@ from harbor_ray.trials.dataset_cache import (
     local_dataset,
     parse_remote_spec,
 )
+from harbor_ray.trials.environment_need import EnvironmentNeed, read_need
 
 __all__ = [
     "SAMPLES_SPECS",
@@ -78,6 +79,10 @@ class TaskRef(BaseModel):
     )
     agent_network_mode: NetworkMode | None = Field(
         default=None, description="[agent].network_mode: an override for the agent phase."
+    )
+    environment: EnvironmentNeed = Field(
+        description="What the task's environment asks of a sandbox (environment_need.py): "
+        "whether it needs its own image, and why."
     )
 
 
@@ -267,6 +272,7 @@ def _load_task(name: str, path: Path) -> TaskRef | TaskProblem:
         network_mode_declared="network_mode" in environment.model_fields_set,
         allowed_hosts=tuple(environment.allowed_hosts or ()),
         agent_network_mode=config.agent.network_mode,
+        environment=read_need(task.paths.environment_dir, environment.docker_image),
     )
 
 

@@ -28,6 +28,7 @@ from harbor_ray.errors import AgentInstallError, AgentPinError
 
 __all__ = [
     "DEFAULT_CACHE",
+    "HOST_NODE_AT",
     "INSTALLER",
     "PINS",
     "PINS_FILE",
@@ -36,6 +37,7 @@ __all__ = [
     "AgentPin",
     "Installed",
     "entry_dir",
+    "host_node_tools",
     "install",
     "install_commands",
     "installed",
@@ -188,6 +190,40 @@ def sandbox_tools(cache: Path, pin: AgentPin) -> dict[str, str]:
             f"{pin.agent} {pin.version} is not installed in {cache}: run `harbor-ray agents "
             f"install {pin.agent}` (the sandbox has no network to install it)")
     return {str(sandbox_dir(pin)): str(entry)}
+
+
+# Where the host's Node appears in a sandbox whose /usr is not the host's (the container
+# sandbox, over the task's image): an npm CLI without a Node of its own runs on it.
+HOST_NODE_AT = PurePosixPath("/opt/harbor-ray/host-node")
+
+
+def host_node_tools(cache: Path, pin: AgentPin, node: str | None = None) -> dict[str, str]:
+    """The `tools` entry that mounts the host's Node (`node`: its path; default the one
+    on PATH) where the task's image has its own /usr: {} for a pin that brings its Node,
+    or is not an npm one. The binary is linked (or copied, across filesystems) into
+    `CACHE/host-node/<size>-<mtime>/bin/`, so that the mount is a directory of it alone
+    and a Node upgraded on the host gets a directory of its own. Node's official builds
+    need only glibc and libstdc++, which Debian and Ubuntu images have."""
+    if pin.registry != "npm" or pin.node:
+        return {}
+    found = node or shutil.which("node")
+    if found is None:
+        raise AgentInstallError(f"{pin.agent} runs on Node, and this host has none on PATH "
+                                "to mount into the task's image: install Node, or pin one "
+                                f"(`node = ...` in {PINS_FILE.name})")
+    binary = Path(os.path.realpath(found))
+    stat = binary.stat()
+    directory = cache / "host-node" / f"{stat.st_size}-{stat.st_mtime_ns}"
+    target = directory / "bin" / "node"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f"{_TMP_MARK}{os.getpid()}")
+        try:
+            os.link(binary, staged)
+        except OSError:  # another filesystem
+            shutil.copy2(binary, staged)
+        os.replace(staged, target)
+    return {str(HOST_NODE_AT): str(directory)}
 
 
 def resolve_python(

@@ -60,6 +60,9 @@ class _Phase(IntEnum):
 
 _BY_NAME: Mapping[str, ErrorType] = {
     "CancelledError": ErrorType.CANCELLED,
+    # The sandbox refused the task's environment, or its image did not build.
+    "EnvironmentUnsupportedError": ErrorType.ENVIRONMENT_UNSUPPORTED,
+    "EnvironmentBuildError": ErrorType.ENVIRONMENT_BUILD_FAILED,
     "EnvironmentStartTimeoutError": ErrorType.SANDBOX_START,
     "AgentSetupTimeoutError": ErrorType.AGENT_SETUP,
     "AgentTimeoutError": ErrorType.AGENT_TIMEOUT,

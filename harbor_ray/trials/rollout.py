@@ -27,24 +27,34 @@ from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult, describe_bug
+from harbor_ray.data.result import ErrorType, FindingRecord, RanIn, RolloutResult, describe_bug
 from harbor_ray.errors import AgentInstallError, AgentNotWiredError
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
-from harbor_ray.trials.backends import LOCAL, environment_config, raised_constructing
+from harbor_ray.trials.backends import (
+    ON_THIS_NODE,
+    environment_config,
+    provides_task_image,
+    raised_constructing,
+)
+from harbor_ray.trials.environment_need import ran_in, refusal
 from harbor_ray.trials.installs import (
     DEFAULT_CACHE,
     PINS,
     PREINSTALLED,
+    host_node_tools,
     sandbox_runtimes,
     sandbox_tools,
 )
 from harbor_ray.trials.outcome import classify
 from harbor_ray.trials.rewards import findings_for, select_reward
+from harbor_ray.trials.sandbox.bwrap import ENVIRONMENT_FILE
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 # The port at which an agent inside the local sandbox finds the proxy (forwarded).
 SANDBOX_PROXY_PORT = 18080
+# Finding code of a row run on the host's userland in place of the task's image.
+HOST_OVERRIDE = "host_userland_override"
 
 
 async def run_rollout(
@@ -69,6 +79,12 @@ async def run_rollout(
 async def _run(
     spec: RolloutSpec, capture: CaptureService | None
 ) -> tuple[RolloutResult, ClosedCapture | None]:
+    refused = refusal(spec.task.environment, task=spec.task.name, sandbox=spec.sandbox,
+                      provides_image=provides_task_image(spec.sandbox),
+                      host_userland=spec.host_userland)
+    if refused is not None:
+        return _row(spec, capture, error_type=ErrorType.ENVIRONMENT_UNSUPPORTED,
+                    error=refused), None
     wants_model = needs_model(spec.agent)
     if wants_model and capture is None:
         no_engine = f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
@@ -100,7 +116,7 @@ def _trial_config(
     sandbox_kwargs = dict(spec.sandbox_kwargs)
     if session is not None and capture is not None:
         inside = runs_in_sandbox(spec.agent)
-        if inside and spec.sandbox == LOCAL:
+        if inside and spec.sandbox in ON_THIS_NODE:
             # The proxy may sit under a path (the cluster's deployment is at /capture).
             url = urlsplit(capture.host_url)
             sandbox_kwargs["forward"] = {SANDBOX_PROXY_PORT: url.netloc}
@@ -119,7 +135,7 @@ def _trial_config(
             budget=spec.budget,
             profile=spec.profile,
         )
-        if inside and spec.sandbox == LOCAL:
+        if inside and spec.sandbox in ON_THIS_NODE:
             agent = _preinstalled(spec, agent, sandbox_kwargs)
     else:
         agent = AgentConfig(name=spec.agent, kwargs=dict(spec.agent_kwargs))
@@ -143,6 +159,9 @@ def _preinstalled(
         return agent
     cache = spec.agents_cache or DEFAULT_CACHE
     sandbox_kwargs["tools"] = sandbox_tools(cache, pin)
+    if provides_task_image(spec.sandbox):
+        # The image's /usr is not the host's: its Node comes along, mounted.
+        sandbox_kwargs["tools"] |= host_node_tools(cache, pin)
     if runtimes := sandbox_runtimes(cache, pin):
         sandbox_kwargs["runtimes"] = runtimes
     if spec.agent not in PREINSTALLED:
@@ -192,6 +211,15 @@ def _judge(
     if closed is not None:
         findings += [FindingRecord.of(f) for f in closed.findings]
         findings += cross_check(_read_trajectory(trial_dir), closed)
+    where, digest, build_s = _environment(spec, trial_dir)
+    if build_s:
+        timings["environment_build"] = build_s
+    if where is RanIn.HOST_OVERRIDE:
+        findings.append(FindingRecord(
+            code=HOST_OVERRIDE, severity="warn",
+            message=f"ran on the host's userland in place of the task's own environment "
+                    f"({spec.task.environment.why}), as asked (--host-userland): the "
+                    "reward is not the task's"))
     model_calls = len(closed.turns) if closed else 0
     engine_errors = closed.counts.engine_errors if closed else 0
     if error_type == ErrorType.AGENT_ERROR and engine_errors and not model_calls:
@@ -208,7 +236,25 @@ def _judge(
         capture_level=None if closed is None else closed.capture_level,
         model_calls=model_calls, timings=timings,
         trial_dir=str(trial_dir) if trial_dir.exists() else None,
+        environment=where, image_digest=digest,
     )
+
+
+def _environment(spec: RolloutSpec, trial_dir: Path) -> tuple[RanIn | None, str | None, float]:
+    """Where the trial ran, the image's digest and the seconds spent building it. The
+    sandbox says in the trial's `environment.json` (harbor_ray's own write it at
+    start); a Harbor backend writes none: it ran the task's image, digest unknown. No
+    sandbox start, no environment."""
+    written = _read_json(trial_dir / ENVIRONMENT_FILE)
+    if spec.sandbox in ON_THIS_NODE and written is None:
+        return None, None, 0.0
+    where = ran_in(spec.task.environment, provides_image=provides_task_image(spec.sandbox))
+    if written is None:
+        return where, None, 0.0
+    digest = written.get("digest")
+    build_s = written.get("build_s")
+    return (where, digest if isinstance(digest, str) else None,
+            float(build_s) if isinstance(build_s, int | float) else 0.0)
 
 
 def _late_error(

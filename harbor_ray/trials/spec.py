@@ -59,6 +59,9 @@ class RolloutSpec:
     sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
     # The host's agent CLI cache (`harbor-ray agents install`); None: the default one.
     agents_cache: Path | None = None
+    # Run a task that needs its own image on the host's userland anyway, when the
+    # sandbox cannot give it (--host-userland); its row says `host_override`.
+    host_userland: bool = False
 
 
 def make_specs(
@@ -76,6 +79,7 @@ def make_specs(
     sandbox_kwargs: dict[str, Any] | None = None,
     run_id: str | None = None,
     agents_cache: Path | None = None,
+    host_userland: bool = False,
 ) -> list[RolloutSpec]:
     """tasks x attempts, in task order then attempt order (the documented output order)."""
     run_id = run_id or uuid.uuid4().hex[:8]
@@ -94,6 +98,7 @@ def make_specs(
             agent_kwargs=agent_kwargs or {},
             sandbox_kwargs=sandbox_kwargs or {},
             agents_cache=agents_cache,
+            host_userland=host_userland,
         )
         for task in tasks
         for attempt in range(attempts)

@@ -17,7 +17,7 @@ from harbor_ray.capture.core.graph import RolloutGraph
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.data.encode import RolloutRecord, encode_record
-from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult
+from harbor_ray.data.result import ErrorType, FindingRecord, RanIn, RolloutResult
 from tests.capture.turns_factory import chain, follow, turn
 
 NAN = float("nan")
@@ -87,6 +87,8 @@ def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> R
         "model_calls": 0 if turns is None else len(turns),
         "timings": {"agent_execution": 9.5, "total": 12.25},
         "trial_dir": f"/trials/{rollout_id}",
+        "environment": RanIn.IMAGE,
+        "image_digest": "sha256:" + "ab" * 32,
     }
     return encode_record(RolloutResult(**{**values, **fields}), capture)
 

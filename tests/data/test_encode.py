@@ -121,6 +121,8 @@ def test_the_rollout_row() -> None:
         "capture_level": "tokens",
         "trainable": True,
         "partial": False,
+        "environment": "image",
+        "image_digest": "sha256:" + "ab" * 32,
         "schema_version": SCHEMA_VERSION,
     }
     assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 
+from harbor_ray.data.result import RanIn
 from harbor_ray.report import report_document, write_report
 from harbor_ray.report.page import render_page
 from tests.data.rollouts import rich_session, rollout
@@ -45,3 +46,21 @@ def test_a_live_page_polls_and_a_file_does_not() -> None:
     assert "window.HARBOR_REPORT_LIVE = null;" in render_page(document, title="t")
     live = render_page(document, title="t", live_poll_s=0.5)
     assert 'window.HARBOR_REPORT_LIVE = {"poll_ms": 500};' in live
+
+
+def test_the_report_counts_where_rollouts_ran_and_warns_of_the_hosts_userland(
+    tmp_path: Path,
+) -> None:
+    out = write_dataset(tmp_path / "out", [
+        rollout("a1", rich_session()),  # the task's image
+        rollout("b1", rich_session(), environment=RanIn.HOST_OVERRIDE, image_digest=None),
+        rollout("c1", rich_session(), environment=RanIn.HOST_OVERRIDE, image_digest=None),
+        rollout("d1", None, environment=None, image_digest=None, ok=False),  # never started
+    ])
+    document = json.loads(report_document(out))
+
+    assert document["totals"]["environments"] == {"image": 1, "host_override": 2,
+                                                  "unknown": 1}
+    # The page turns a host_override count into a warning beside the summary.
+    page = write_report(out).read_text()
+    assert 'id="report-warning"' in page and "envs.host_override" in page

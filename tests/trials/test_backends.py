@@ -31,14 +31,19 @@ def test_local_sandbox_unusable_without_bwrap(monkeypatch: pytest.MonkeyPatch) -
     assert not status.usable and "bubblewrap" in status.reason
 
 
-@pytest.mark.parametrize(("daemon", "usable", "reason"), [
-    (False, False, "Docker daemon is not running. Please start Docker and try again."),
-    (True, True, "preflight passed"),
+@pytest.mark.parametrize(("daemon", "compose", "usable", "reason"), [
+    (False, True, False, "Docker daemon is not running. Please start Docker and try again."),
+    (True, True, True, "preflight passed"),
+    # Harbor's preflight passes, and every start would fail at `docker compose`.
+    (True, False, False, "`docker compose` (Compose v2) is not installed, and Harbor's "
+     "docker backend starts every trial with it: install the Compose v2 plugin, or use "
+     "--sandbox container (the task's image, built with Docker, run without Compose)"),
 ])
-def test_docker_is_usable_exactly_when_its_daemon_answers(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, daemon: bool, usable: bool, reason: str
+def test_docker_is_usable_exactly_when_its_daemon_and_compose_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, daemon: bool, compose: bool,
+    usable: bool, reason: str,
 ) -> None:
-    monkeypatch.setenv("PATH", path_with_docker(tmp_path, daemon=daemon))
+    monkeypatch.setenv("PATH", path_with_docker(tmp_path, daemon=daemon, compose=compose))
     assert check_backend("docker") == BackendStatus("docker", usable, reason)
 
 
@@ -66,6 +71,8 @@ def test_missing_sdk_is_named() -> None:
 def test_environment_configs() -> None:
     local = environment_config("local", {"share_network": True})
     assert local.import_path == "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
+    container = environment_config("container")
+    assert container.import_path == "harbor_ray.trials.sandbox.container:ContainerEnvironment"
     assert local.kwargs == {"share_network": True}
     assert environment_config("docker").type.value == "docker"
     with pytest.raises(UnknownBackendError, match="known: local"):

@@ -19,6 +19,7 @@ from harbor_ray.trials.datasets import (
     resolve_dataset,
     select_tasks,
 )
+from harbor_ray.trials.environment_need import EnvironmentNeed, NeedKind
 
 GOOD_TOML = "[agent]\ntimeout_sec = 30.0\n\n[verifier]\ntimeout_sec = 20.0\n"
 
@@ -119,6 +120,7 @@ def test_a_task_directory_is_a_dataset_of_one_with_its_settings(tmp_path: Path) 
             network_mode=NetworkMode.NO_NETWORK,
             network_mode_declared=True,
             agent_network_mode=NetworkMode.NO_NETWORK,
+            environment=EnvironmentNeed(NeedKind.BASE),
         )
     ]
 

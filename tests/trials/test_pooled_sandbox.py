@@ -86,8 +86,10 @@ async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: 
 
 @pytest.mark.parametrize("backend", ["docker", "modal", "daytona"])
 def test_a_warm_pool_on_another_backend_is_refused_naming_the_fix(backend: str) -> None:
-    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox local") as refused:
+    with pytest.raises(WarmPoolUnsupportedError,
+                       match="--sandbox container or local") as refused:
         check_warm_pool(backend, {"hello-file": 1})
     assert isinstance(refused.value, HarborRayError)
     check_warm_pool(backend, {})  # no pool asked: nothing to refuse
     check_warm_pool("local", {"hello-file": 2})
+    check_warm_pool("container", {"hello-file": 2})

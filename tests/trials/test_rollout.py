@@ -22,6 +22,10 @@ from tests.trials.scripts import terminus_script
 pytestmark = pytest.mark.integration
 
 
+JQ_TASK = resolve_dataset(
+    str(Path(__file__).parents[1] / "fixtures" / "tasks" / "jq-data")).tasks[0]
+
+
 def sample(name: str) -> TaskRef:
     (task,) = select_tasks(resolve_dataset("samples"), [name])
     return task
@@ -148,11 +152,30 @@ async def test_cancelling_mid_command_propagates_and_leaves_nothing(tmp_path: Pa
 
 async def test_a_backend_constructor_error_is_sandbox_start(tmp_path: Path) -> None:
     # EC2's constructor requires `region`: Harbor's TypeError must not be an internal error.
-    rollout_spec = spec(tmp_path, sample("hello-file"), "oracle", sandbox="ec2",
-                        sandbox_kwargs={})
+    rollout_spec = spec(tmp_path, JQ_TASK, "oracle", sandbox="ec2", sandbox_kwargs={})
     result = await result_of(rollout_spec, None)
     assert result.error_type is ErrorType.SANDBOX_START, result
     assert "TypeError" in result.error and "'region'" in result.error
+
+
+async def test_a_task_without_an_image_is_refused_by_a_backend_that_runs_images(
+    tmp_path: Path,
+) -> None:
+    result = await result_of(spec(tmp_path, sample("hello-file"), "oracle", sandbox="ec2",
+                                  sandbox_kwargs={}), None)
+    assert result.error_type is ErrorType.ENVIRONMENT_UNSUPPORTED and result.reward is None
+    assert "declares no image" in result.error and result.environment is None
+
+
+async def test_a_task_that_needs_its_image_is_a_row_without_a_reward_on_the_host(
+    tmp_path: Path,
+) -> None:
+    """A sweep's or the online service's rollout: an environment_unsupported row, which
+    nothing ran for (no trial directory), never a reward."""
+    result = await result_of(spec(tmp_path, JQ_TASK, "oracle"), None)
+    assert result.error_type is ErrorType.ENVIRONMENT_UNSUPPORTED and not result.ok
+    assert result.reward is None and result.trial_dir is None
+    assert "--sandbox container" in result.error and "--host-userland" in result.error
 
 
 # --- Agents from the host's cache (harbor-ray agents install) --------------------------

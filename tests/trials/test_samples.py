@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor.environments.definition import should_upload_environment_dir
-from harbor.models.task.task import Task
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.models.trial.result import TrialResult
 from harbor.trial.trial import Trial
 
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
+from harbor_ray.trials.environment_need import NeedKind, uploads_environment_dir
 
 BWRAP = "harbor_ray.trials.sandbox.bwrap:BwrapEnvironment"
 SAMPLES = resolve_dataset("samples").tasks
@@ -92,13 +91,11 @@ def test_samples_ship_inside_the_package() -> None:
 
 
 @pytest.mark.parametrize("task", SAMPLES, ids=SAMPLE_NAMES)
-def test_harbor_copies_each_samples_environment_into_its_workdir(task: TaskRef) -> None:
-    """What the agent finds in /app arrives by Harbor's own rule, in any environment."""
-    environment = Task(task.path).config.environment
-
-    assert should_upload_environment_dir(
-        task.path / "environment", docker_image=environment.docker_image
-    )
+def test_each_sample_declares_no_image_and_brings_its_files(task: TaskRef) -> None:
+    """A sample needs only what any sandbox has (no image: the local sandbox runs it
+    honestly), and what the agent finds in /app is its environment/, copied in."""
+    assert task.environment.kind is NeedKind.NONE
+    assert uploads_environment_dir(task.path / "environment")
     assert task.workdir == "/app"
     assert task.has_solution
 

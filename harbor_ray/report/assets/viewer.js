@@ -38,7 +38,17 @@
       m.sandbox ? `sandbox ${m.sandbox}` : null, m.run ? `run ${m.run}` : null,
       `started ${time(m.started_at)}`, m.ended_at ? `ended ${time(m.ended_at)}` : "not ended",
     ];
+    const envs = t.environments || {};
+    const ran = Object.keys(envs).sort().map((k) => `${envs[k]} ${k}`).join(", ");
+    if (ran) parts.push(`environment: ${ran}`);
     document.getElementById("report-summary").textContent = parts.filter(Boolean).join(" · ");
+    // Rows run on the host's userland in place of their task's image (--host-userland):
+    // their rewards describe the host, which the page must not let pass as the task's.
+    const warning = document.getElementById("report-warning");
+    const overridden = envs.host_override || 0;
+    warning.hidden = !overridden;
+    warning.textContent = overridden ? `${overridden} rollouts ran on the host's userland in ` +
+      "place of their task's own image (--host-userland): their rewards are not the tasks'." : "";
   }
 
   function drawPlots() {

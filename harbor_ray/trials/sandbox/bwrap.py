@@ -6,10 +6,15 @@ BwrapEnvironment", kwargs={...})`; the kwargs are `BwrapEnvironment`'s (`share_n
 the host's userland read-only, no network unless allowed, and one pid namespace whose
 teardown kills all of it; files move through `tar`/`cat` inside the sandbox, never a
 host-side copy. The whole contract: docs/sandbox.md, "The bubblewrap sandbox".
+
+Its start writes the trial directory's `environment.json`, `{"kind": "host"}`: the
+rollout's row says the task ran on the host's userland (the container sandbox,
+container.py, writes its image there instead).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import shutil
@@ -30,6 +35,7 @@ from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPol
 from harbor.models.trial.paths import TrialPaths
 
 from harbor_ray.errors import SandboxError, SandboxSetupError
+from harbor_ray.trials.environment_need import uploads_environment_dir
 from harbor_ray.trials.sandbox.forward import parse_forwards
 from harbor_ray.trials.sandbox.layout import (
     DEFAULT_WORKDIR,
@@ -46,6 +52,8 @@ from harbor_ray.trials.warm_pool import WarmPool
 __all__ = ["BwrapEnvironment", "shares_host_network"]
 
 ENVIRONMENT_TYPE = "bwrap"
+# In the trial's directory: what its sandbox ran it on (the rollout's row reads it).
+ENVIRONMENT_FILE = "environment.json"
 
 # What a command sees before the task's and the caller's variables: nothing from the
 # host process (it holds API keys and host-only paths). TMUX_TMPDIR points tmux at the
@@ -174,6 +182,9 @@ class BwrapEnvironment(BaseEnvironment):
                 f"{COMPOSE_FILE_NAME} tasks need a container engine: the bwrap sandbox "
                 "runs a single environment on the host's userland: use a container backend."
             )
+        self._validate_mounts()
+
+    def _validate_mounts(self) -> None:
         for mount in self._host_mounts:
             if mount["type"] != "bind":
                 raise SandboxSetupError(
@@ -212,13 +223,22 @@ class BwrapEnvironment(BaseEnvironment):
                       binds=binds + self._tools + self._runtimes, forwards=self._forwards)
 
     async def start(self, force_build: bool) -> None:
-        if self._started is not None:
-            raise SandboxError("the sandbox was already started")
+        self._check_not_started()
         if (self.environment_dir / DOCKERFILE_NAME).exists() or self.task_env_config.docker_image:
             self.logger.warning(
                 "The bwrap sandbox does not build the task's Dockerfile or pull its "
-                "image; the task runs on the host's /usr."
+                "image; the task runs on the host's /usr (harbor_ray refuses a task that "
+                "needs its image here, unless asked: --host-userland)."
             )
+        await self._start_sandbox({"kind": "host"})
+
+    def _check_not_started(self) -> None:
+        if self._started is not None:
+            raise SandboxError("the sandbox was already started")
+
+    async def _start_sandbox(self, environment: Mapping[str, object]) -> None:
+        """Start the sandbox of `_recipe()` (or take one from the warm pool), then record
+        `environment` (what the task ran on) in the trial directory's environment.json."""
         recipe = self._recipe()
         # With auto_mounting the trial's own log dirs are bound in: no pooled sandbox has them.
         if self._warm_pool is not None and not self.auto_mounting:
@@ -232,7 +252,15 @@ class BwrapEnvironment(BaseEnvironment):
             self._started = await launch(recipe, self._sandboxes_dir, self.session_id,
                                          self.logger)
         try:
-            await self._upload_environment_dir_after_start()
+            # Harbor copies environment/ in for a docker_image task without a Dockerfile;
+            # harbor_ray's sandboxes also for a task that declares no image at all, whose
+            # environment/ can only be its files (environment_need.py).
+            if self._enable_environment_dir_upload and uploads_environment_dir(
+                    self.environment_dir):
+                await self.upload_dir(self.environment_dir, str(self.workdir))
+            self.trial_paths.trial_dir.mkdir(parents=True, exist_ok=True)
+            (self.trial_paths.trial_dir / ENVIRONMENT_FILE).write_text(
+                json.dumps(environment) + "\n")
         except BaseException:
             await self.stop(delete=True)
             raise

@@ -9,6 +9,13 @@ therefore lands in that one directory, and removing it removes the trial. The ho
 system directories are bound read-only on top, so the sandbox runs the host's programs
 (bash, tmux, python) without being able to change them; top-level symlinks such as
 `/bin -> usr/bin` are copied from the host so merged-/usr and split layouts both work.
+
+Over an image (`Layout.image_root`, the container sandbox) the sandbox's `/` is instead an
+overlay: the image's root filesystem read-only below, the per-trial directory's `upper`
+above, where every write lands; nothing of the host's userland is bound. bubblewrap
+cannot mount an overlay, so bwrap runs in a mount namespace of its own where one was
+mounted first (`overlay_argv`): the mount exists in no other namespace, and goes with
+the sandbox's last process, even when its owner is killed and nothing unmounts it.
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from harbor_ray.errors import SandboxSetupError
+from harbor_ray.trials.sandbox.limits import Limits
 
 __all__ = [
     "DEFAULT_WORKDIR",
@@ -31,6 +39,7 @@ __all__ = [
     "enter_argv",
     "init_argv",
     "init_command",
+    "overlay_argv",
     "prepare_root",
     "remove_root",
     "tool_binds",
@@ -84,6 +93,12 @@ _INIT_SCRIPT = (
 )
 READY_LINE = b"ready\n"
 
+# Run by `unshare` in the sandbox's own mount namespace: mount the overlay, then exec bwrap
+# (the same process: its pid, its parent for --die-with-parent, its --info-fd stay).
+_MOUNT_SCRIPT = '"$1" -t overlay overlay -o "$2" "$3" && shift 3 && exec "$@"'
+# What cannot be written in an overlay's mount options (they are split on these).
+_OPTION_SEPARATORS = (",", ":", "\\")
+
 # Commands entering the sandbox join its user namespace, where they would hold every
 # capability, enough to remount the read-only /usr writable. Drop them all, for good.
 DROP_PRIVILEGES = (
@@ -106,16 +121,34 @@ class Bind:
 
 @dataclass(frozen=True)
 class Layout:
-    """Everything that decides what one sandbox sees.
+    """Everything that decides what one sandbox sees, and what it may use.
 
-    `root` is the per-trial host directory that becomes `/`; `binds` are the extra host
-    directories (Harbor's mounts) laid over it.
+    `root` is the per-trial host directory that becomes `/` (or holds the overlay that
+    does, over `image_root`: a root filesystem, read-only); `binds` are the extra host
+    directories (Harbor's mounts) laid over it; `limits` are applied with cgroups.
     """
 
     root: Path
     workdir: PurePosixPath = DEFAULT_WORKDIR
     share_network: bool = False
     binds: tuple[Bind, ...] = ()
+    image_root: Path | None = None
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def writable(self) -> Path:
+        """Where the sandbox's writes land: `root`, or the overlay's upper directory."""
+        return self.root if self.image_root is None else self.root / "upper"
+
+    @property
+    def scratch(self) -> Path:
+        """The overlay's own work directory, on the upper one's file system."""
+        return self.root / "work"
+
+    @property
+    def top(self) -> Path:
+        """The host directory bwrap makes `/`: `root`, or where the overlay is mounted."""
+        return self.root if self.image_root is None else self.root / "merged"
 
 
 def tool_binds(tools: Mapping[str, str]) -> tuple[Bind, ...]:
@@ -160,16 +193,22 @@ def prepare_root(layout: Layout) -> None:
     """Create the skeleton of the sandbox's `/` inside `layout.root`.
 
     bwrap refuses to create a symlink where one exists, so the host's top-level
-    symlinks are made here, once, rather than by `bwrap --symlink` on every start.
+    symlinks are made here, once, rather than by `bwrap --symlink` on every start. Over
+    an image, the overlay's directories are made instead, and the trial's directories
+    in its upper one, merged with the image's own.
     """
-    root = layout.root
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o755)
-    _, links = _host_system()
-    for name, target in links.items():
-        link = root / name
-        if not link.is_symlink():
-            link.symlink_to(target)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.root.chmod(0o755)
+    if layout.image_root is None:
+        _, links = _host_system()
+        for name, target in links.items():
+            link = layout.root / name
+            if not link.is_symlink():
+                link.symlink_to(target)
+    else:
+        for directory in (layout.writable, layout.scratch, layout.top):
+            directory.mkdir(mode=0o755, exist_ok=True)
+    root = layout.writable
     workdir = layout.workdir.relative_to("/").as_posix()
     for relative in (*_TRIAL_DIRS, workdir):
         (root / relative).mkdir(parents=True, exist_ok=True)
@@ -200,7 +239,9 @@ def init_argv(
     `--unshare-all` gives the sandbox its own user, pid, mount, network, ipc, uts and
     cgroup namespaces; the network one holds only a loopback device, so there is no
     network unless `share_network`. `--die-with-parent` takes the sandbox down with the
-    thread that started it; `--cap-drop ALL` leaves pid 1 without capabilities.
+    thread that started it; `--cap-drop ALL` leaves pid 1 without capabilities. Over an
+    image, its overlay is `/` (run it through `overlay_argv`), with no host directory
+    but the binds.
     """
     argv = [bwrap, "--unshare-all"]
     if layout.share_network:
@@ -208,21 +249,49 @@ def init_argv(
     argv += ["--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
-    argv += ["--bind", str(layout.root), "/"]
+    argv += ["--bind", str(layout.top), "/"]
+    if layout.image_root is None:
+        argv += _host_userland()
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    for bind in layout.binds:
+        flag = "--ro-bind" if bind.read_only else "--bind"
+        argv += [flag, str(bind.source), str(bind.target)]
+    return [*argv, "--", *(command or init_command(layout.root))]
+
+
+def _host_userland() -> list[str]:
+    """bwrap's arguments that lend the host's system directories, read-only, with its
+    secrets masked."""
+    argv = []
     binds, _ = _host_system()
     for name in binds:
         argv += ["--ro-bind", f"/{name}", f"/{name}"]
-    argv += ["--dev", "/dev", "--proc", "/proc"]
     for path in _MASKED_FILES:
         if os.path.isfile(path):
             argv += ["--ro-bind", "/dev/null", path]
     for path in _MASKED_DIRS:
         if os.path.isdir(path):
             argv += ["--tmpfs", path]
-    for bind in layout.binds:
-        flag = "--ro-bind" if bind.read_only else "--bind"
-        argv += [flag, str(bind.source), str(bind.target)]
-    return [*argv, "--", *(command or init_command(layout.root))]
+    return argv
+
+
+def overlay_argv(unshare: str, mount: str, layout: Layout, argv: Sequence[str]) -> list[str]:
+    """`argv` (bwrap's) run in a private mount namespace where the sandbox's overlay is
+    mounted first: `layout.image_root` below, read-only; `layout.writable` above.
+
+    `SandboxSetupError` for a path the overlay's options cannot carry.
+    """
+    if layout.image_root is None:
+        raise SandboxSetupError("an overlay needs the image's root filesystem (image_root)")
+    layers = {"lowerdir": layout.image_root, "upperdir": layout.writable,
+              "workdir": layout.scratch}
+    for name, path in layers.items():
+        if any(separator in str(path) for separator in _OPTION_SEPARATORS):
+            raise SandboxSetupError(f"the overlay's {name} {path} holds one of "
+                                    f"{' '.join(_OPTION_SEPARATORS)}: move it elsewhere")
+    options = ",".join(f"{name}={path}" for name, path in layers.items())
+    return [unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", _MOUNT_SCRIPT,
+            "sh", mount, options, str(layout.top), *argv]
 
 
 def enter_argv(
@@ -253,8 +322,9 @@ def enter_argv(
 def remove_root(root: Path) -> None:
     """Delete a sandbox's directory.
 
-    Run only once no process of the sandbox is left: its binds live in its own mount
-    namespace, so by then `root` holds plain files and the host's /usr is not below it.
+    Run only once no process of the sandbox is left: its binds (and its overlay) live in
+    its own mount namespace, so by then `root` holds plain files and the host's /usr is
+    not below it.
     (Removed earlier, the empty directories its mounts sit on go too, and the kernel
     takes the mounts away from the processes still inside: /usr vanishes under them.)
     `rmtree` never follows the symlinks an agent may have planted.

@@ -1,14 +1,15 @@
 """What dead sandboxes left in a directory, found from /proc and removed.
 
-Only an owner that died leaves anything: directories, and a pid 1 whose bwrap is gone
-(killed with its whole pid namespace). Run as a program it is a rollout host's guard:
+Only an owner that died leaves anything: directories, a pid 1 whose bwrap is gone
+(killed with its whole pid namespace), and the cgroups of sandboxes with limits (removed
+once their directory is). Run as a program it is a rollout host's guard:
 
     python -m harbor_ray.trials.sandbox.leftovers --after PID DIRECTORY
 
 waits for the host's process to end, however it ends, then reaps DIRECTORY (relative to
 its working directory, so its own command line names no sandbox's path). Standard
-library and this package's /proc helpers only. Why: docs/sandbox.md, "Leftovers and the
-guard".
+library and this package's /proc and cgroup helpers only. Why: docs/sandbox.md,
+"Leftovers and the guard".
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harbor_ray.trials.sandbox.limits import reap_cgroups
 from harbor_ray.trials.sandbox.processes import kill_pid_namespace, namespace_init, process_tree
 
 __all__ = ["Reaped", "reap", "reap_after", "reap_sandbox"]
@@ -44,7 +46,8 @@ def reap(sandboxes_dir: Path) -> Reaped:
     bwrap, a sandbox's pid 1) is SIGKILLed with its tree, and each such pid 1 with its
     whole pid namespace, so a pid 1 whose bwrap is gone goes with whatever it still
     runs. A directory that something alive still names is left (its processes would
-    see their /usr vanish); the next reap takes it.
+    see their /usr vanish); the next reap takes it. Then the cgroups of the sandboxes
+    whose directory is gone.
     """
     if not sandboxes_dir.is_dir():
         return Reaped(0, 0)
@@ -58,18 +61,21 @@ def reap(sandboxes_dir: Path) -> Reaped:
         # rmtree never follows symlinks an agent planted; the sandbox's binds lived in
         # its own mount namespace, gone with its processes.
         shutil.rmtree(directory, ignore_errors=True)
+    reap_cgroups(sandboxes_dir)
     return Reaped(len(doomed), len(directories))
 
 
 def reap_sandbox(directory: Path) -> Reaped:
-    """Kill what runs of the one sandbox whose `/` is `directory`, then delete it (a warm
-    pool's sandbox, known by its directory alone: trials/sandbox/pooled.py)."""
+    """Kill what runs of the one sandbox whose `/` is `directory`, then delete it and its
+    cgroups, with any other its gone neighbours left (a warm pool's sandbox, known by its
+    directory alone: trials/sandbox/pooled.py)."""
     if not directory.is_dir():
         return Reaped(0, 0)
     root = directory.resolve()
     doomed = _kill_owners([pid for pid in _processes_naming(root.parent)
                            if any(_names(arg, root) for arg in _cmdline(pid))])
     shutil.rmtree(directory, ignore_errors=True)
+    reap_cgroups(directory.parent)
     return Reaped(len(doomed), 1)
 
 

@@ -2,7 +2,8 @@
 before their trial, and handed to it when its environment starts.
 
 A sandbox is what a `Recipe` makes: the host tools, the binds (tools, runtimes, the
-task's own mounts), the workdir, the network and the forwards; nothing of the trial's.
+task's own mounts), the workdir, the network, the forwards, and for the container sandbox
+the image's root filesystem and the task's limits; nothing of the trial's.
 Harbor builds each trial's `BwrapEnvironment` with that trial's paths, but without
 `auto_mounting` (the default) none of them is bound into the sandbox: Harbor downloads
 /logs/agent and /logs/verifier into the trial directory once the agent and the verifier
@@ -21,13 +22,14 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from harbor_ray.errors import SandboxSetupError
 from harbor_ray.trials.sandbox.forward import Forward, Forwarding
 from harbor_ray.trials.sandbox.layout import Bind, Layout, remove_root
 from harbor_ray.trials.sandbox.leftovers import reap_sandbox
+from harbor_ray.trials.sandbox.limits import Limits
 from harbor_ray.trials.sandbox.preflight import find_tools
 from harbor_ray.trials.sandbox.runtime import Sandbox, to_the_end
 from harbor_ray.trials.warm_pool import WarmPool
@@ -41,13 +43,15 @@ _LOGGER = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Recipe:
     """Everything a started sandbox is made of; two trials with equal recipes can use
-    each other's."""
+    each other's (never one over another image: `image_root` is the one it is over)."""
 
     search_path: str | None
     workdir: PurePosixPath
     share_network: bool
     binds: tuple[Bind, ...]
     forwards: tuple[Forward, ...]
+    image_root: Path | None = None
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass
@@ -84,7 +88,7 @@ async def launch(recipe: Recipe, sandboxes_dir: Path | None, name: str,
                  logger: logging.Logger) -> Started:
     """Start a sandbox of `recipe` in a fresh directory under `sandboxes_dir` (named
     after `name`), with its forwards up: commands can run in it."""
-    tools = find_tools(recipe.search_path)
+    tools = find_tools(recipe.search_path, image=recipe.image_root is not None)
     if sandboxes_dir is not None:
         sandboxes_dir.mkdir(parents=True, exist_ok=True)
     prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] + "-"
@@ -96,7 +100,8 @@ async def launch(recipe: Recipe, sandboxes_dir: Path | None, name: str,
         await forwarding.open()
         started.sandbox = Sandbox(tools, Layout(
             root=directory, workdir=recipe.workdir, share_network=recipe.share_network,
-            binds=recipe.binds + forwarding.binds))
+            binds=recipe.binds + forwarding.binds, image_root=recipe.image_root,
+            limits=recipe.limits))
         await started.sandbox.start()
         await forwarding.start_inside(started.sandbox)
     except BaseException:

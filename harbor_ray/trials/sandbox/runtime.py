@@ -4,6 +4,9 @@ pid 1 of the sandbox is a tiny init started by bwrap, and every command joins it
 namespaces through `nsenter`, so agents keep state between commands; stop() kills the
 whole pid namespace, whatever its processes did. Commands write their output to files,
 not pipes. Why: docs/sandbox.md, "The sandbox's runtime".
+
+A sandbox with limits (limits.py) puts pid 1's bwrap and every command's nsenter in its
+cgroups before they exec, and removes the groups once its processes are gone.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from harbor_ray.trials.sandbox.layout import (
     Layout,
     enter_argv,
     init_argv,
+    overlay_argv,
     prepare_root,
 )
+from harbor_ray.trials.sandbox.limits import Cgroups
 from harbor_ray.trials.sandbox.preflight import HostTools
 from harbor_ray.trials.sandbox.processes import (
     kill_descendants,
@@ -64,6 +69,7 @@ class Sandbox:
         # a namespace is freed), so that stop() never kills by a number that moved on.
         self._namespace_fd: int | None = None
         self._commands: dict[int, asyncio.subprocess.Process] = {}
+        self._cgroups = Cgroups(layout.root, layout.limits)
 
     @property
     def running(self) -> bool:
@@ -74,8 +80,10 @@ class Sandbox:
         )
 
     async def start(self) -> None:
-        """Lay out the root, start pid 1, and return once commands can enter."""
+        """Lay out the root, make the cgroups, start pid 1, and return once commands can
+        enter."""
         prepare_root(self._layout)
+        self._cgroups.create()
         # Never cut short between bwrap's start and its report of pid 1: the loop would
         # SIGKILL a bwrap whose start it cancels, and closing the report's pipe early
         # kills it (SIGPIPE), both perhaps after it cloned pid 1, which then waits for
@@ -95,7 +103,7 @@ class Sandbox:
         info_read, info_write = os.pipe()
         try:
             self._bwrap = await asyncio.create_subprocess_exec(
-                *init_argv(self._tools.bwrap, self._layout, info_fd=info_write),
+                *self._init_argv(info_write),
                 pass_fds=(info_write,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -123,6 +131,16 @@ class Sandbox:
             raise SandboxError(f"the sandbox's pid 1 ({self._init_pid}) died starting")
         self._pid_namespace = namespace
 
+    def _init_argv(self, info_fd: int) -> list[str]:
+        """bwrap's command line, through the mount of the overlay over an image, by a
+        process that first joins the cgroups."""
+        argv = init_argv(self._tools.bwrap, self._layout, info_fd=info_fd)
+        if self._layout.image_root is not None:
+            unshare, mount = self._tools.unshare, self._tools.mount
+            assert unshare is not None and mount is not None  # find_tools(image=True)
+            argv = overlay_argv(unshare, mount, self._layout, argv)
+        return self._cgroups.join_argv(argv)
+
     async def run(
         self,
         command: Sequence[str],
@@ -143,7 +161,8 @@ class Sandbox:
             raise SandboxError("the sandbox is not running")
         assert self._init_pid is not None
         process = await asyncio.create_subprocess_exec(
-            *enter_argv(self._tools.nsenter, self._init_pid, cwd, command),
+            *self._cgroups.join_argv(enter_argv(self._tools.nsenter, self._init_pid, cwd,
+                                                command)),
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
@@ -169,18 +188,22 @@ class Sandbox:
         By pid namespace: every process in it gets SIGKILL from the host (the one signal
         its pid 1 cannot ignore), whether bwrap still runs or not; pid 1's death makes
         the kernel kill anything forked meanwhile. A start cut short before bwrap said
-        which namespace: bwrap and whatever it started are killed instead.
+        which namespace: bwrap and whatever it started are killed instead. The cgroups go
+        last, once nothing is left in them.
         """
-        if self._bwrap is None:
-            return
+        if self._bwrap is not None:
+            await self._end_processes(self._bwrap)
+        self._cgroups.remove()
+
+    async def _end_processes(self, bwrap: asyncio.subprocess.Process) -> None:
         if self._pid_namespace is not None:
             kill_pid_namespace(self._pid_namespace)
-        elif self._bwrap.returncode is None:
-            kill_tree(self._bwrap.pid)
+        elif bwrap.returncode is None:
+            kill_tree(bwrap.pid)
         # bwrap and the commands' nsenters each wait for their child in the sandbox, now
         # dead, and exit. Waiting for them means no nsenter of ours is left to enter
         # anything once stop() returns.
-        await asyncio.gather(*(_reap(p) for p in (self._bwrap, *self._commands.values())))
+        await asyncio.gather(*(_reap(p) for p in (bwrap, *self._commands.values())))
         if self._pid_namespace is not None:
             await _wait_until_empty(self._pid_namespace)
         if self._namespace_fd is not None:

@@ -1,0 +1,532 @@
+"""A task's own image as a root filesystem: built by Docker, unpacked once per node.
+
+The container sandbox runs each trial over an overlayfs whose lower layer is the task's
+image, read-only and shared by every trial of that image on the node. Docker is used
+only to build (or pull) the image and to export its files; no trial runs in Docker.
+Building and unpacking take seconds to minutes, so both happen once per image per node,
+under a lock, and a finished root is found again by name:
+
+    IMAGES_DIR/locks/<key>.lock   one build or unpack of a key at a time on this node
+    IMAGES_DIR/logs/<key>.log     Docker's output for the key: the build (or pull), then
+                                  the unpack, each command between a line naming it and
+                                  one with its exit and time (a docker_image the daemon
+                                  holds has none: nothing is built for it)
+    IMAGES_DIR/roots/<hex>/       the root filesystem of image sha256:<hex>; complete
+                                  whenever it exists (unpacked aside, then renamed)
+    IMAGES_DIR/roots/<hex>.json   what it is, for a person: reference, digest, key,
+                                  source, built_at
+
+A Dockerfile's key is the hash of its whole build context (`image_key`), so the same
+environment gives the same image wherever a dataset put it. Roots are named by the
+image's digest, so two contexts that build the same image share one root.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from harbor_ray.errors import EnvironmentBuildError
+from harbor_ray.trials.sandbox.layout import SANDBOX_PATH
+
+__all__ = [
+    "DEFAULT_IMAGES_DIR",
+    "ImageRoot",
+    "ImageSource",
+    "docker_problems",
+    "ensure_image_root",
+    "image_key",
+    "image_source",
+]
+
+DEFAULT_IMAGES_DIR = Path.home() / ".cache" / "harbor_ray" / "images"
+
+_DOCKERFILE = "Dockerfile"
+# Images built from a Dockerfile are tagged with their key, so a daemon that holds the
+# tag holds this content's build.
+_REPOSITORY = "harbor-ray-env"
+# Hashed ahead of a context: a change to what the key covers gives every context a new
+# key, rather than an old image under a key that now means something else.
+_KEY_FORMAT = b"harbor-ray image key 1\0"
+_PARTIAL = ".partial-"
+_TAIL_LINES = 12
+# `docker image inspect`, `docker rm` and the daemon probe answer in well under a
+# second when the daemon is healthy; vfs makes a busy one slow, not this slow.
+_QUERY_TIMEOUT_S = 60.0
+_PROBE_TIMEOUT_S = 10.0
+# The legacy builder: the Debian daemon has no BuildKit front end for the CLI to use.
+_DOCKER_ENV = {"DOCKER_BUILDKIT": "0"}
+_LEGACY_NOTICE = "DEPRECATED: The legacy builder is deprecated"
+_START_DOCKERD = ("start it as root: `dockerd --storage-driver=vfs --iptables=false "
+                  "--bridge=none &` (scripts/container_host.sh does)")
+
+# What the container sandbox enters through, each with the Debian package that has it:
+# by its path, or (tar) anywhere on the sandbox's PATH, wherever the image keeps it.
+_ENTRIES = {"/bin/bash": "bash", "/usr/bin/env": "coreutils",
+            "/usr/bin/setpriv": "util-linux", "tar": "tar"}
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """What a task asks its environment to be: a Dockerfile to build, or an image by name."""
+
+    dockerfile_dir: Path | None  # the task's environment/ when it holds a Dockerfile
+    image: str | None  # task.toml's docker_image, when there is no Dockerfile
+
+
+@dataclass(frozen=True)
+class ImageRoot:
+    """An image ready for the sandbox, and what it cost this call."""
+
+    reference: str  # the tag built (harbor-ray-env:<key[:16]>) or the docker_image name
+    digest: str  # the image's id as the daemon reports it, "sha256:..."
+    rootfs: Path  # read-only root filesystem, shared by every trial of the image here
+    build_s: float  # seconds this call spent building and unpacking (0.0 when cached)
+    built: bool  # whether this call built or unpacked anything
+    log: Path | None  # the build log kept for this image (None: a docker_image as is)
+
+
+def image_source(environment_dir: Path, docker_image: str | None) -> ImageSource | None:
+    """None when the task declares no image (no Dockerfile, no docker_image).
+
+    A Dockerfile wins over docker_image (Harbor's choice when told to build): building
+    needs no registry, and nodes without one are the ones this serves.
+    """
+    if (environment_dir / _DOCKERFILE).is_file():
+        return ImageSource(dockerfile_dir=environment_dir, image=None)
+    if docker_image:
+        return ImageSource(dockerfile_dir=None, image=docker_image)
+    return None
+
+
+def image_key(dockerfile_dir: Path) -> str:
+    """sha256 hex of the Dockerfile and its whole build context (relative paths, file
+    modes, symlink targets and contents, in sorted order): the same content gives the
+    same key wherever it lies.
+
+    The whole directory counts, .dockerignore'd files included: a key that changes too
+    often costs a build, one that changes too rarely serves a stale image.
+    """
+    digest = hashlib.sha256(_KEY_FORMAT)
+    for relative in _context_paths(dockerfile_dir):
+        path = dockerfile_dir / relative
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            kind, body = b"link", os.fsencode(os.readlink(path))
+        elif stat.S_ISREG(info.st_mode):
+            with path.open("rb") as file:
+                kind, body = b"file", hashlib.file_digest(file, "sha256").digest()
+        elif stat.S_ISDIR(info.st_mode):
+            kind, body = b"dir", b""
+        else:  # a fifo or socket: Docker refuses it, but it is part of the context
+            kind, body = b"other", b""
+        mode = b"%o" % stat.S_IMODE(info.st_mode)
+        for field in (os.fsencode(relative), kind, mode, body):
+            # Length-prefixed, so no two different contexts hash the same bytes.
+            digest.update(len(field).to_bytes(8, "big") + field)
+    return digest.hexdigest()
+
+
+def _context_paths(top: Path) -> list[str]:
+    """Every path under `top`, relative and sorted; symlinked directories not entered."""
+    found: list[str] = []
+    for directory, dirnames, filenames in os.walk(top):
+        base = Path(directory).relative_to(top)
+        found.extend((base / name).as_posix() for name in [*dirnames, *filenames])
+    return sorted(found)
+
+
+def has_command(rootfs: Path, command: str) -> bool:
+    """Whether `command` is a program on the sandbox's PATH inside `rootfs`."""
+    return any(_is_program(rootfs, PurePosixPath(directory) / command)
+               for directory in SANDBOX_PATH.split(":"))
+
+
+def _missing_entries(rootfs: Path) -> list[str]:
+    """What the container sandbox enters through and the root filesystem lacks ([] when
+    it has all). Symlinks are followed inside `rootfs`, an absolute one from its top, as
+    the sandbox will see them (merged-/usr images have /bin -> usr/bin)."""
+    return [entry for entry in _ENTRIES if not (
+        _is_program(rootfs, PurePosixPath(entry)) if entry.startswith("/") else
+        has_command(rootfs, entry))]
+
+
+def _is_program(rootfs: Path, path: PurePosixPath) -> bool:
+    resolved = _resolve_inside(rootfs, path)
+    if resolved is None:
+        return False
+    try:
+        info = resolved.stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and bool(info.st_mode & 0o111)
+
+
+def _resolve_inside(rootfs: Path, path: PurePosixPath) -> Path | None:
+    """`path` as seen from inside `rootfs`, every symlink on the way resolved there (an
+    absolute target from `rootfs`, never the host's /); None past 40 links, a loop."""
+    pending = list(path.parts[1:])
+    current = PurePosixPath("/")
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            current = current.parent
+            continue
+        if part in ("", "."):
+            continue
+        candidate = current / part
+        on_host = rootfs / candidate.relative_to("/")
+        if not on_host.is_symlink():
+            current = candidate
+            continue
+        links += 1
+        if links > 40:
+            return None
+        target = PurePosixPath(os.readlink(on_host))
+        restart = target if target.is_absolute() else current / target
+        pending = [*restart.parts[1:], *pending]
+        current = PurePosixPath("/")
+    return rootfs / current.relative_to("/")
+
+
+def _refusal(reference: str, missing: Sequence[str]) -> str:
+    packages = sorted({_ENTRIES[entry] for entry in missing})
+    return (f"image {reference} has no {', '.join(missing)}: the container sandbox enters "
+            "through bash, env, setpriv and tar: base the Dockerfile on a Debian or Ubuntu "
+            f"image, or install {', '.join(packages)}")
+
+
+def _tail(text: str, lines: int = _TAIL_LINES) -> str:
+    """The last lines of a command's output, indented for quoting in a message.
+
+    The CLI's notice that the legacy builder (our choice) is deprecated is left out:
+    quoted beside a failure, it reads like its cause.
+    """
+    kept: list[str] = []
+    in_notice = False
+    for line in text.splitlines():
+        in_notice = line.startswith(_LEGACY_NOTICE) or (in_notice and line[:1].isspace())
+        if line.strip() and not in_notice:
+            kept.append(line)
+    return "\n".join(f"  | {line}" for line in kept[-lines:]) or "  | (no output)"
+
+
+def _reference(key: str) -> str:
+    return f"{_REPOSITORY}:{key[:16]}"
+
+
+def _source_key(source: ImageSource) -> str:
+    if source.dockerfile_dir is not None:
+        return image_key(source.dockerfile_dir)
+    if source.image:
+        return hashlib.sha256(b"docker_image\0" + source.image.encode()).hexdigest()
+    raise ValueError("an ImageSource names a Dockerfile directory or an image")
+
+
+def _digest_hex(digest: str) -> str:
+    algorithm, _, hex_digest = digest.partition(":")
+    if algorithm != "sha256" or len(hex_digest) != 64 or not all(
+            c in "0123456789abcdef" for c in hex_digest):
+        raise EnvironmentBuildError(f"Docker reported an image id that is not a sha256 "
+                                    f"digest: {digest!r}")
+    return hex_digest
+
+
+# --- the edge: Docker, tar and the lock ------------------------------------------------
+
+
+def docker_problems(docker: str = "docker") -> list[str]:
+    """Why images cannot be built here, each naming the fix ([] when they can): the
+    CLI missing, the daemon not answering `docker version` in a few seconds."""
+    problems = []
+    if shutil.which("tar") is None:
+        problems.append("`tar` not found on PATH: install the Debian package `tar`.")
+    path = shutil.which(docker)
+    if path is None:
+        return [*problems, f"`{docker}` not found on PATH: install Debian's `docker.io` "
+                           "(apt-get install docker.io; scripts/container_host.sh does)."]
+    try:
+        result = subprocess.run([path, "version", "--format", "{{.Server.Version}}"],
+                                capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                timeout=_PROBE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return [*problems, f"the Docker daemon did not answer `{docker} version` within "
+                           f"{_PROBE_TIMEOUT_S:g} s: restart it, or {_START_DOCKERD}."]
+    if result.returncode != 0:
+        said = " ".join((result.stderr or result.stdout).split())
+        return [*problems, f"the Docker daemon does not answer `{docker} version` "
+                           f"({said}): {_START_DOCKERD}; a user other than root needs "
+                           "access to its socket (the `docker` group)."]
+    return problems
+
+
+def ensure_image_root(source: ImageSource, images_dir: Path, *,
+                      timeout_s: float | None = None,
+                      progress: Callable[[str], None] | None = None,
+                      docker: str = "docker") -> ImageRoot:
+    """The image's root filesystem on this node, built and unpacked first if need be.
+
+    Synchronous: callers run it in a thread. One build or unpack of an image at a time
+    on a node (an flock per key): a second caller waits, then finds it done. Past
+    `timeout_s` (for the whole call, the wait included) the running command is killed.
+    Every failure is an EnvironmentBuildError naming the log and quoting its end.
+    """
+    call = _Call(docker=docker, progress=progress or _silent, timeout_s=timeout_s,
+                 deadline=None if timeout_s is None else time.monotonic() + timeout_s)
+    key = _source_key(source)
+    for name in ("locks", "logs", "roots"):
+        (images_dir / name).mkdir(parents=True, exist_ok=True)
+    log = images_dir / "logs" / f"{key}.log"
+    with call.locked(images_dir / "locks" / f"{key}.lock", source):
+        # Whoever holds the key's lock is its only unpacker: a partial root of the key
+        # is the remains of a caller that was killed.
+        for leftover in (images_dir / "roots").glob(f"{_PARTIAL}{key}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        began = time.monotonic()
+        if source.dockerfile_dir is not None:
+            reference = _reference(key)
+            digest = call.image_id(reference) or call.build(source.dockerfile_dir,
+                                                            reference, log)
+        else:
+            reference = str(source.image)
+            digest = call.image_id(reference) or call.pull(reference, log)
+        # A docker_image the daemon held has no log unless it was pulled once.
+        kept_log = log if log.exists() else None
+        rootfs = images_dir / "roots" / _digest_hex(digest)
+        if not rootfs.is_dir():
+            call.unpack(reference, digest, rootfs, key, source, kept_log)
+        build_s = time.monotonic() - began if call.ran else 0.0
+    if call.ran:
+        call.progress(f"image {reference} ready in {build_s:.1f} s")
+    return ImageRoot(reference=reference, digest=digest, rootfs=rootfs, build_s=build_s,
+                     built=call.ran, log=kept_log)
+
+
+def _silent(_line: str) -> None:
+    return None
+
+
+@dataclass
+class _Call:
+    """One ensure_image_root call's Docker commands, under its one deadline."""
+
+    docker: str
+    progress: Callable[[str], None]
+    timeout_s: float | None
+    deadline: float | None
+    ran: bool = False  # whether a build, pull or unpack ran
+
+    def remaining(self, cap: float | None = None) -> float | None:
+        if self.deadline is None:
+            return cap
+        left = max(self.deadline - time.monotonic(), 0.0)
+        return left if cap is None else min(left, cap)
+
+    @contextmanager
+    def locked(self, path: Path, source: ImageSource) -> Iterator[None]:
+        with path.open("a") as lock:  # closing it releases the lock
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.progress(f"waiting for another build of {_named(source)} on this "
+                              f"node (lock: {path})")
+                self._wait(lock, path, source)
+            yield
+
+    def _wait(self, lock: IO[str], path: Path, source: ImageSource) -> None:
+        if self.deadline is None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return
+        # flock has no timeout: poll, so a build that outlives our deadline cannot
+        # keep us waiting past it.
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= self.deadline:
+                    raise EnvironmentBuildError(
+                        f"{_named(source)}: another build on this node still held {path} "
+                        f"after the {self.timeout_s:g} s allowed") from None
+                time.sleep(0.1)
+
+    def image_id(self, reference: str) -> str | None:
+        """The daemon's id of `reference`; None when it does not hold it."""
+        argv = [self.docker, "image", "inspect", "--format", "{{.Id}}", reference]
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, check=False,
+                                    stdin=subprocess.DEVNULL, env={**os.environ, **_DOCKER_ENV},
+                                    timeout=self.remaining(_QUERY_TIMEOUT_S))
+        except subprocess.TimeoutExpired as exc:
+            raise EnvironmentBuildError(
+                f"`{shlex.join(argv)}` did not answer within {exc.timeout:g} s") from exc
+        except OSError as exc:
+            raise EnvironmentBuildError(
+                f"`{shlex.join(argv)}` could not run ({exc}): "
+                f"{' '.join(docker_problems(self.docker))}") from exc
+        if result.returncode == 0:
+            return result.stdout.strip()
+        if "no such image" in result.stderr.lower():
+            return None
+        raise EnvironmentBuildError(
+            f"`{shlex.join(argv)}` failed (exit {result.returncode}):\n{_tail(result.stderr)}"
+            f"\n{' '.join(docker_problems(self.docker))}")
+
+    def build(self, dockerfile_dir: Path, reference: str, log: Path) -> str:
+        self.progress(f"building image for {dockerfile_dir} (log: {log})")
+        log.write_bytes(b"")  # the log is the latest build's
+        self.ran = True
+        # --force-rm: a failed or killed step's container is removed too, not only
+        # those of the steps that succeeded.
+        self.step([[self.docker, "build", "--force-rm", "--network", "host", "-t", reference,
+                    str(dockerfile_dir)]], log, f"building the image of {dockerfile_dir}")
+        return self._found(reference, log)
+
+    def pull(self, reference: str, log: Path) -> str:
+        self.progress(f"pulling {reference}: the Docker daemon does not hold it (log: {log})")
+        log.write_bytes(b"")
+        self.ran = True
+        self.step([[self.docker, "pull", reference]], log,
+                  f"docker_image {reference} is not held by this node's Docker daemon, "
+                  "and pulling it",
+                  fix="Put it on this node's daemon (`docker pull`, `docker load`) or give "
+                      "the task an environment/Dockerfile.")
+        return self._found(reference, log)
+
+    def _found(self, reference: str, log: Path) -> str:
+        digest = self.image_id(reference)
+        if digest is None:
+            raise EnvironmentBuildError(
+                f"Docker reported success but holds no image {reference} (log: {log})",
+                log=str(log))
+        return digest
+
+    def unpack(self, reference: str, digest: str, rootfs: Path, key: str,
+               source: ImageSource, log: Path | None) -> None:
+        """Export the image's files into `rootfs`: unpacked aside, checked, renamed."""
+        self.progress(f"unpacking {reference} ({digest[:19]}) into {rootfs}")
+        self.ran = True
+        partial = Path(tempfile.mkdtemp(prefix=f"{_PARTIAL}{key}-", dir=rootfs.parent))
+        # Named by us, so that it is removed even when `docker create` was killed
+        # before it could print the id.
+        container = f"harbor-ray-unpack-{key[:16]}-{partial.name[-8:]}"
+        try:
+            try:
+                self.step([[self.docker, "create", "--network", "none", "--name", container,
+                            digest, "/bin/true"]], log, f"creating a container of {reference}")
+                self.step([[self.docker, "export", container],
+                           ["tar", "-x", "--numeric-owner", "-C", str(partial)]],
+                          log, f"unpacking {reference}")
+            finally:
+                self._remove(container)
+            missing = _missing_entries(partial)
+            if missing:
+                raise EnvironmentBuildError(_refusal(reference, missing),
+                                            log=None if log is None else str(log))
+            record = {"reference": reference, "digest": digest, "key": key,
+                      "source": _named(source),
+                      "built_at": datetime.now(UTC).isoformat(timespec="seconds")}
+            # Written before the root appears, so a root always has its record.
+            note = partial.with_name(f"{partial.name}.json")
+            note.write_text(json.dumps(record, indent=2) + "\n")
+            note.replace(rootfs.with_name(f"{rootfs.name}.json"))
+            try:
+                partial.rename(rootfs)
+            except OSError:
+                # Another key of the same image finished this root first.
+                if not rootfs.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+
+    def _remove(self, container: str) -> None:
+        """Remove the unpack's container, whatever became of the unpack. One left behind
+        (the daemon too slow to answer) costs disk only: said, not raised."""
+        argv = [self.docker, "rm", "-f", container]
+        try:
+            subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL,
+                           timeout=_QUERY_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.progress(f"could not remove container {container} ({exc}): "
+                          f"`{shlex.join(argv)}` removes it")
+
+    def step(self, commands: list[list[str]], log: Path | None, what: str,
+             fix: str = "") -> None:
+        """Run a command (or a pipeline) to its end, its output appended to `log` (to a
+        scratch file when there is none) under a line naming it, then one saying how it
+        ended; an EnvironmentBuildError quoting that output if it failed or timed out."""
+        line = " | ".join(shlex.join(argv) for argv in commands)
+        with log.open("ab+") if log is not None else tempfile.TemporaryFile() as out:
+            out.write(f"$ {line}  # {datetime.now(UTC).isoformat(timespec='seconds')}\n"
+                      .encode())
+            out.flush()
+            start, began = out.tell(), time.monotonic()
+            failure: str | None = None
+            try:
+                codes = _pipeline(commands, out, self.remaining())
+                ended = f"exit {' '.join(map(str, codes))}"
+                if any(codes):
+                    failure = f"failed ({ended})"
+            except subprocess.TimeoutExpired:
+                ended = "killed: over its time"
+                failure = f"took longer than the {self.timeout_s:g} s allowed and was killed"
+            except OSError as exc:
+                ended = failure = f"could not start ({exc})"
+            out.seek(start)
+            output = out.read().decode(errors="replace")
+            out.seek(0, os.SEEK_END)
+            out.write(f"# {ended} after {time.monotonic() - began:.1f} s\n".encode())
+        if failure is not None:
+            where = "" if log is None else f" (log: {log})"
+            raise EnvironmentBuildError(
+                f"{what} {failure}{where}; its last lines:\n{_tail(output)}"
+                + (f"\n{fix}" if fix else ""),
+                log=None if log is None else str(log))
+
+
+def _pipeline(commands: list[list[str]], out: IO[bytes], timeout: float | None) -> list[int]:
+    """Each command's exit status, each one's stdout feeding the next, the last one's and
+    every stderr into `out`. Past `timeout` every process is killed (TimeoutExpired)."""
+    env = {**os.environ, **_DOCKER_ENV}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    processes: list[subprocess.Popen[bytes]] = []
+    feed: IO[bytes] | int = subprocess.DEVNULL
+    try:
+        for index, argv in enumerate(commands):
+            last = index == len(commands) - 1
+            process = subprocess.Popen(argv, stdin=feed, stderr=out, env=env,
+                                       stdout=out if last else subprocess.PIPE)
+            if not isinstance(feed, int):
+                feed.close()  # the next command holds it now
+            processes.append(process)
+            if process.stdout is not None:
+                feed = process.stdout
+        return [process.wait(None if deadline is None else
+                             max(deadline - time.monotonic(), 0.0))
+                for process in processes]
+    finally:
+        if not isinstance(feed, int):
+            feed.close()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def _named(source: ImageSource) -> str:
+    return str(source.dockerfile_dir) if source.dockerfile_dir is not None else str(source.image)
