@@ -28,6 +28,11 @@ def test_info_json_lists_backends_agents_and_datasets(tmp_path) -> None:
     data = json.loads(done.stdout)
     sandboxes = {row["name"]: row for row in data["sandboxes"]}
     assert sandboxes["local"]["usable"]
+    # Which backends give a task its own image, and the container sandbox is usable only
+    # when images can be built: the Docker CLI here has no daemon behind it.
+    assert not sandboxes["local"]["task_image"] and sandboxes["container"]["task_image"]
+    assert not sandboxes["container"]["usable"]
+    assert "Docker daemon" in sandboxes["container"]["reason"]
     assert not sandboxes["docker"]["usable"]
     assert sandboxes["docker"]["reason"].startswith("Docker daemon is not running")
     assert {"e2b", "modal", "daytona", "runloop"} <= sandboxes.keys()

@@ -50,6 +50,7 @@ def qualify(
     sandbox: Annotated[str, typer.Option(
         help="`local` (the host's userland) or `container` (each task's own image, "
              "built with Docker; the agent CLIs from the cache are mounted in).")] = "local",
+    sandbox_arg: opt.SandboxArgOption = None,
     log_file: Annotated[Path | None, opt.log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: opt.VerboseOption = False,
 ) -> None:
@@ -70,13 +71,15 @@ def qualify(
     from harbor_ray.jobs.qualification import QualifyRequest, plan_qualify, run_qualify
     from harbor_ray.qualify.report import render_markdown
     from harbor_ray.qualify.run import report_paths
+    from harbor_ray.trials.backends import parse_sandbox_args
 
     request = QualifyRequest(
         agents=tuple(agents or ()), profiles=tuple(profile or ()), engine=engine,
         llm_url=llm_url, model=model, engine_kind=engine_kind,
         tasks=tuple(task or QualifyRequest.tasks), dataset=dataset, budget=budget,
         max_tokens=max_tokens, deadline_s=deadline, concurrency=concurrency,
-        out=out.resolve(), agents_cache=agents_cache, sandbox=sandbox)
+        out=out.resolve(), agents_cache=agents_cache, sandbox=sandbox,
+        sandbox_kwargs=parse_sandbox_args(sandbox_arg or []))
     plan = plan_qualify(request, opt.notice)  # before the log: a refusal leaves nothing
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         report = run_qualify(request, progress=phases_of(terminal), on_row=_shown, plan=plan)

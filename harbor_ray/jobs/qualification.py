@@ -4,9 +4,10 @@ sandbox through the capture proxy, against the scripted engine (level 1) or a re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import HttpEngine
@@ -53,6 +54,7 @@ class QualifyRequest:
     engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
     # harbor_ray's own sandboxes only: an agent CLI from the host's cache runs inside.
     sandbox: str = LOCAL
+    sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def level(self) -> Level:
@@ -77,13 +79,14 @@ def plan_qualify(request: QualifyRequest, progress: Progress = silent) -> Qualif
     if request.sandbox not in ON_THIS_NODE:
         raise StartError(f"qualify runs in harbor_ray's own sandboxes "
                          f"({', '.join(sorted(ON_THIS_NODE))}), not {request.sandbox!r}")
-    check_sandbox(request.sandbox, {})
+    check_sandbox(request.sandbox, request.sandbox_kwargs)
     if refused := environment_refusals(tasks, request.sandbox, host_userland=False):
         raise EnvironmentUnsupportedError("\n".join(refused))
     return QualifyPlan(
         cells=tuple(cells), tasks=tuple(tasks), out=request.out.resolve(),
         agents_cache=cache, budget=request.budget, deadline_s=request.deadline_s,
         concurrency=request.concurrency, sandbox=request.sandbox,
+        sandbox_kwargs=dict(request.sandbox_kwargs),
         sampling=(None if request.level == "scripted"
                   else sampling_of(None, request.max_tokens or 256)))
 

@@ -96,5 +96,14 @@ def test_the_warm_pool_is_a_service_field_refused_off_the_local_sandbox(
     assert _validated(ControllerArgs, args).warm_pool == {"hello-file": 2}
     with pytest.raises(ServiceConfigError, match="warm_pool"):
         _validated(ControllerArgs, {**args, "warm_pool": {"hello-file": -1}})
-    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox local"):
+    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox container or local"):
         ControllerConfig(work_dir=tmp_path, sandbox="modal", warm_pool={"hello-file": 2})
+
+
+def test_the_hosts_userland_is_a_service_field_off_by_default() -> None:
+    """A submitted task that needs its own image, on the local sandbox, is an
+    environment_unsupported row unless the YAML asks for the host's userland."""
+    args = _apps("online_cpu.yaml")["online"]["args"]
+    assert _validated(ControllerArgs, args).host_userland is False
+    assert _validated(ControllerArgs, {**args, "host_userland": True}).host_userland is True
+    assert ControllerConfig(work_dir=Path("w")).host_userland is False

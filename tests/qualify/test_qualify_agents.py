@@ -25,6 +25,7 @@ from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
 from harbor_ray.trials.agents import PROFILES, profiles
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+from tests.fixtures.images import JQ_TASK
 from tests.qualify.rotation import rotating_subset, today
 
 pytestmark = pytest.mark.integration
@@ -122,4 +123,47 @@ def test_level_2_todays_agents_are_captured_on_the_real_model(
     assert {agent: row["dialect"] for agent, row in rows.items()} == {
         agent: SPOKEN[agent] for agent in agents}
     assert report["engine"] != "scripted"
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+# In the container sandbox, on a task whose image is the task (tests/fixtures/images.py):
+# terminus-2 (on the host, driving tmux in the image) and two CLIs (inside the image,
+# their Node mounted from the host, the proxy reached through the relay on the image's
+# python3).
+IN_THE_IMAGE = ("codex", "claude-code", "terminus-2")
+
+
+def in_the_image(images_dir: Path) -> tuple[str, ...]:
+    return ("--sandbox", "container", "--sandbox-arg", f"images_dir={images_dir}",
+            "--dataset", str(JQ_TASK), "--task", JQ_TASK.name)
+
+
+def test_level_1_agents_solve_a_task_in_its_own_image(
+    tmp_path: Path, agents_cache: Path, images_dir: Path
+) -> None:
+    run, report = qualify(tmp_path, agents_cache, *in_the_image(images_dir),
+                          "--concurrency", "3", agents=IN_THE_IMAGE, timeout_s=900)
+    rows = {row["agent"]: row for row in report["rows"]}
+    assert list(rows) == list(IN_THE_IMAGE)
+    for agent, row in rows.items():
+        # Reward 1 exists only in the image: its data file is nowhere else.
+        assert row["qualified"], (agent, row["why"], row["error"])
+        assert row["reward"] == 1.0 and row["agent_roots"] == 1 and row["splits"] == 0
+        assert row["exact_ids"] is True and row["proxy_4xx"] == 0
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_level_2_agents_are_captured_on_the_real_model_in_a_tasks_own_image(
+    tmp_path: Path, agents_cache: Path, images_dir: Path, engine_url: str
+) -> None:
+    run, report = qualify(tmp_path, agents_cache, *in_the_image(images_dir),
+                          "--llm-url", engine_url, "--budget", "2", "--max-tokens", "32",
+                          "--deadline", "300", "--concurrency", "3", agents=IN_THE_IMAGE,
+                          timeout_s=1500)
+    rows = {row["agent"]: row for row in report["rows"]}
+    assert list(rows) == list(IN_THE_IMAGE)
+    for agent, row in rows.items():
+        assert row["qualified"], (agent, row["why"], row["error"])
+        assert row["turns"] >= 1 and row["exact_ids"] is True and row["agent_roots"] == 1
+        assert row["splits"] == 0 and row["proxy_4xx"] == 0, (agent, row["refusals"])
     assert run.returncode == 0, run.stderr[-3000:]
