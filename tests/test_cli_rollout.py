@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,3 +119,41 @@ def test_the_task_scores_in_its_own_image_on_the_container_sandbox(
     (digest,) = digests
     assert digest.startswith("sha256:") and (images_dir / "roots" / digest[7:]).is_dir()
     assert not any(f["code"] == "host_userland_override" for r in rows for f in r["findings"])
+
+
+def test_an_image_that_does_not_build_is_a_row_naming_its_log(
+    tmp_path: Path, images_dir: Path,
+) -> None:
+    task = tmp_path / "broken"
+    shutil.copytree(JQ_TASK, task)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nRUN echo the-build-broke && false\n")
+    done = rollout("--agent", "oracle", "--dataset", str(task), "--sandbox", "container",
+                   "--sandbox-arg", f"images_dir={images_dir}", "--out", str(tmp_path / "out"))
+
+    assert done.returncode == 1, done.stderr
+    (row,) = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert row["error_type"] == "environment_build_failed" and row["reward"] is None
+    named = re.search(r"(/\S+\.log)\b", row["error"])  # the build log, kept
+    assert named is not None and Path(named.group(1)).is_file(), row["error"]
+    assert "the-build-broke" in Path(named.group(1)).read_text()
+
+
+def test_images_build_prepares_a_datasets_images_and_names_what_failed(
+    tmp_path: Path, images_dir: Path,
+) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(JQ_TASK, tasks / "jq-data")
+    shutil.copytree(JQ_TASK, tasks / "broken")
+    (tasks / "broken" / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nRUN false\n")
+    (hello,) = select_tasks(resolve_dataset("samples"), ["hello-file"])
+    shutil.copytree(hello.path, tasks / "no-image")
+    done = subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", "images", "build", "--dataset", str(tasks),
+         "--images-dir", str(images_dir)], capture_output=True, text=True, timeout=600)
+
+    assert done.returncode == 1, done.stderr  # one image failed
+    table = " ".join(done.stdout.split())
+    assert "jq-data" in table and "broken" in table and "failed" in table
+    assert "no-image: declares no image" in " ".join(done.stderr.split())

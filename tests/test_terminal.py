@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harbor_ray.cluster.progress import live_progress
+from harbor_ray.cluster.progress import live_progress, print_summary
 from harbor_ray.cluster.sweep import SweepStats
+from harbor_ray.data.result import RolloutResult
 from harbor_ray.terminal import Phases
 
 # Every way a library reaches the terminal: a logger, a print, the C++ side writing to
@@ -101,3 +102,15 @@ def test_phases_carry_the_elapsed_seconds_and_skip_repeats() -> None:
     phases("engine deploying")
     assert sink.getvalue().splitlines() == [
         "[    0s] starting a local Ray cluster", "[   42s] engine deploying"]
+
+
+def test_the_summary_gives_the_wait_for_images_apart() -> None:
+    sink = io.StringIO()
+    stats = SweepStats(total=3)
+    for build_s in (12.5, 0.0, 3.5):
+        timings = {"total": 20.0, **({"environment_build": build_s} if build_s else {})}
+        stats.add(RolloutResult(rollout_id="r", task="t", agent="oracle", sandbox="container",
+                                ok=True, reward=1.0, timings=timings))
+    print_summary(stats, Path("out"), Console(file=sink, width=200))
+    assert "task images: 2 rollouts waited for a build or unpack, 16.0 s in all" in (
+        " ".join(sink.getvalue().split()))

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 import harbor_ray.cli.options as opt
-from harbor_ray.cli.options import Exit, console
+from harbor_ray.cli.options import Exit
 
 images_app = typer.Typer(
     help="The task images the container sandbox runs trials in (built with Docker).",
@@ -51,5 +52,5 @@ def images_build(
         table.add_row(o.task, o.node, (o.digest or "-")[:19],
                       "[red]failed[/red]" if o.error else ("yes" if o.built else "cached"),
                       f"{o.seconds:.1f}", o.error or o.log or "")
-    console.print(table)
+    Console().print(table)  # the result, on stdout; progress went to stderr
     raise typer.Exit(Exit.SOME_FAILED if any(o.error for o in outcomes) else Exit.ALL_OK)
