@@ -19,16 +19,21 @@ mid-rollout (the host's guard, the driver's reaping of a dead host):
   machines these tests run on) that were not there before the test;
 - Docker containers: `docker ps -a` has none that it did not have before (the image's
   build and unpacking make and remove their own).
+
+The last test runs container rollouts on every node of a multi-node cluster (network
+namespaces on this machine, tests/fixtures/multinode.py) and checks the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +46,7 @@ from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.sandbox.limits import CGROUP_ROOT, cgroup_name
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 from tests.fixtures.images import JQ_TASK
+from tests.fixtures.multinode import NetnsCluster
 from tests.processes import sandbox_processes
 from tests.waiting import eventually
 
@@ -54,11 +60,6 @@ LIMITS = {"memory.limit_in_bytes": str(MEMORY_MB * 1024 * 1024),
 HARBOR_RAY_GROUPS = [CGROUP_ROOT / "memory" / "harbor_ray", CGROUP_ROOT / "cpu" / "harbor_ray"]
 NOTHING = {"processes": [], "directories": [], "mounts": [], "cgroups": [], "containers": []}
 SOLVE = "jq '.items | add' /app/data.json > /app/sum.txt\n"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray(ray_cluster: None) -> None:
-    """The session's local Ray, which the sweeps connect to."""
 
 
 # --- What the test machine holds -----------------------------------------------------
@@ -117,10 +118,11 @@ def _sandbox_dirs(sandboxes: Path) -> list[Path]:
     return [sandbox for host in hosts for sandbox in host.iterdir()]
 
 
-def _mounts_under(path: Path) -> list[str]:
-    """Mount points of this (the host's) mount namespace at or below `path`."""
+def _mounts_under(path: Path, pid: int | str = "self") -> list[str]:
+    """Mount points at or below `path` in the mount namespace of process `pid` (this
+    one's: the host's)."""
     root = str(path.resolve())
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    points = [line.split()[4] for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()]
     return [p for p in points if p == root or p.startswith(root + "/")]
 
 
@@ -190,8 +192,9 @@ def _listing(sandboxes: Path) -> list[Path]:
 # --- The tests -----------------------------------------------------------------------
 
 
-async def test_a_sweep_of_container_rollouts_leaves_nothing(tmp_path: Path,
-                                                             images_dir: Path) -> None:
+async def test_a_sweep_of_container_rollouts_leaves_nothing(
+    tmp_path: Path, images_dir: Path, ray_cluster: None
+) -> None:
     """16 oracle rollouts, 8 at a time on two hosts, each in its task's image with the
     task's limits: each scores 1 in the one image, every sandbox had its limits, and
     nothing of any sandbox, its cgroups or the image's build is left."""
@@ -223,8 +226,9 @@ async def test_a_sweep_of_container_rollouts_leaves_nothing(tmp_path: Path,
     assert _left(tmp_path, config.sandboxes_dir, before) == NOTHING
 
 
-async def test_a_host_killed_mid_sweep_leaves_nothing(tmp_path: Path, images_dir: Path
-                                                      ) -> None:
+async def test_a_host_killed_mid_sweep_leaves_nothing(
+    tmp_path: Path, images_dir: Path, ray_cluster: None
+) -> None:
     """Eight rollouts on two hosts, one host SIGKILLed while all eight sandboxes run: its
     rollouts are `infra_lost` (no retries), the other host's score 1, and what the dead
     host's sandboxes held is gone before the sweep ends (its guard and the driver reap
@@ -240,7 +244,7 @@ async def test_a_host_killed_mid_sweep_leaves_nothing(tmp_path: Path, images_dir
         await eventually(lambda: _sleeping(sandboxes) >= 8 or running.done(), 300,
                          "8 sandboxes running their solution")
         assert not running.done()
-        victim = max(_hosts(sandboxes), key=lambda host: _sleeping(host))
+        victim = max(_hosts(sandboxes), key=_sleeping)
         lost = _sleeping(victim)
         os.kill(_host_pid(victim), signal.SIGKILL)
         killed = time.monotonic()
@@ -306,3 +310,95 @@ def _host_left(host: Path) -> tuple[list[int], list[Path], list[str]]:
     groups = sorted(group.name for parent in HARBOR_RAY_GROUPS if parent.is_dir()
                     for group in parent.glob(prefix + "*"))
     return _processes(host), directories, groups
+
+
+# --- Over the nodes of a multi-node cluster ------------------------------------------
+
+
+def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Path,
+                                          images_dir: Path) -> None:
+    """Container rollouts with limits on hosts spread over a head and two workers (each a
+    network namespace, tests/fixtures/multinode.py), the driver on the head: each node
+    reaches the one Docker daemon (a unix socket on the shared filesystem) and the one
+    images directory; every row scores 1 in the one image, on every node, and nothing is
+    left on any node. Limits were applied on every node: a sandbox whose cgroups cannot
+    be made fails to start (`sandbox_start`), and every row is ok."""
+    _give_cgroups(multinode)
+    before = Before()
+    out, count = tmp_path / "out", 6
+    args = {"out": str(out), "dataset": str(_tasks(tmp_path, ["jq-mn"])), "count": count,
+            "images_dir": str(images_dir)}
+    done = multinode.run_on(multinode.head, [
+        sys.executable, "-c", "import sys; from tests.cluster.test_container_sweep import "
+        "sweep_on_cluster as run; run(*sys.argv[1:])", multinode.address, json.dumps(args)],
+        timeout_s=600)
+    assert done.returncode == 0, done.stderr[-5000:]
+    rows = _rows(out)
+    assert len(rows) == count and all(r["ok"] and r["reward"] == 1.0 for r in rows), [
+        (r["node"], r["error"]) for r in rows]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"ok": count}
+    assert {r["environment"] for r in rows} == {"image"}
+    assert len({r["image_digest"] for r in rows}) == 1
+    assert {r["node"] for r in rows} == {n.ip for n in multinode.nodes.values()
+                                         if n.ray is not None}
+    assert _left(tmp_path, out / "sandboxes", before) == NOTHING
+    for node in _ray_nodes(multinode):  # and in each node's own mount namespace
+        assert _mounts_under(tmp_path, node.ray.pid) == [], node.name
+
+
+def sweep_on_cluster(address: str, args: str) -> None:
+    """The driver of `test_container_rollouts_on_every_node`, run in the head's namespace
+    (a Ray driver lives on a node): the sweep, one rollout per host; prints its result,
+    one JSON line."""
+    from harbor_ray.cluster.setup import ClusterSpec, running_cluster
+
+    given = json.loads(args)
+    out = Path(given["out"])
+    specs = _specs(Path(given["dataset"]), out, given["count"], Path(given["images_dir"]))
+    with running_cluster(ClusterSpec(ray_address=address, wants_model=False)) as cluster:
+        config = SweepConfig(out=out, concurrency=given["count"], proxy=cluster.proxy,
+                             rollouts_per_host=1, retries=0)
+        stats = asyncio.run(sweep(specs, config, {"agent": "oracle"}))
+    print(json.dumps({"ok": stats.ok}))
+
+
+def _ray_nodes(cluster: NetnsCluster) -> list:
+    return [n for n in cluster.nodes.values() if n.ray is not None and n.ray.poll() is None]
+
+
+def _give_cgroups(cluster: NetnsCluster) -> None:
+    """Mount this machine's cgroup hierarchies in each Ray node's mount namespace, as a
+    real machine has them. The fixture starts a node with `ip netns exec`, which mounts a
+    sysfs of the namespace's own on /sys, without the cgroup file systems under
+    /sys/fs/cgroup: there the container sandbox cannot apply a task's limits ("No such
+    file or directory: '/sys/fs/cgroup/memory/harbor_ray'"). Mounting a hierarchy again,
+    with the options it has, gives the same one; a node that has them is left as is."""
+    mounts, links = _cgroup_layout()
+    script = ["set -e"]
+    if mounts[0][2] != str(CGROUP_ROOT):  # v1, or hybrid: file systems in a tmpfs
+        script.append(f"mount -t tmpfs -o mode=755 cgroup-root {CGROUP_ROOT}")
+    for kind, options, point in mounts:
+        script += [f"mkdir -p {point}", f"mount -t {kind} -o {options} {kind} {point}"]
+    script += [f"ln -s {target} {link}" for link, target in links]
+    for node in _ray_nodes(cluster):
+        if any(" - cgroup" in line for line in
+               Path(f"/proc/{node.ray.pid}/mountinfo").read_text().splitlines()):
+            continue
+        subprocess.run(["nsenter", "-t", str(node.ray.pid), "-m", "sh", "-c",
+                        "\n".join(script)], check=True, capture_output=True, timeout=30)
+
+
+def _cgroup_layout() -> tuple[list[tuple[str, str, str]], list[tuple[Path, str]]]:
+    """This machine's cgroup file systems (type, options, mount point; the top one
+    first) and the links beside them (v1's `cpu -> cpu,cpuacct`)."""
+    mounts = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, rest = line.split(" - ", 1)
+        kind, _, options = rest.split()[:3]
+        point = fields.split()[4]
+        if kind in ("cgroup", "cgroup2") and point.startswith(str(CGROUP_ROOT)):
+            mounts.append((kind, options, point))
+    assert mounts, "no cgroup file system under /sys/fs/cgroup on this machine"
+    links = [(entry, os.readlink(entry)) for entry in CGROUP_ROOT.iterdir()
+             if entry.is_symlink()] if mounts[0][2] != str(CGROUP_ROOT) else []
+    return sorted(mounts, key=lambda mount: len(mount[2])), links

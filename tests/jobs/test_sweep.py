@@ -93,7 +93,7 @@ def test_a_warm_pool_on_a_backend_without_one_is_refused_before_its_checks(
     # docker is not usable here: the pool's refusal comes first, naming the fix.
     request = SweepRequest(agent="oracle", out=tmp_path, sandbox="docker",
                            warm_pool={"hello-file": 1})
-    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox local"), \
+    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox container or local"), \
             started_sweep(request):
         pass
 
@@ -117,4 +117,4 @@ def test_the_warm_pool_flag_reaches_the_request() -> None:
     refused = CliRunner().invoke(app, ["sweep", "--agent", "oracle", "--sandbox", "docker",
                                        "--warm-pool", "hello-file=1", "--out", "/nonexistent"])
     assert refused.exit_code == 2
-    assert "--sandbox local" in " ".join(refused.output.split())
+    assert "--sandbox container or local" in " ".join(refused.output.split())

@@ -54,14 +54,20 @@ def reap(sandboxes_dir: Path) -> Reaped:
     root = sandboxes_dir.resolve()
     doomed = _kill_owners(_processes_naming(root))
     named = {arg for pid in _processes_naming(root) for arg in _cmdline(pid)}
-    directories = [p for p in sandboxes_dir.iterdir() if p.is_dir() and not p.is_symlink()]
+    try:
+        directories = [p for p in sandboxes_dir.iterdir() if p.is_dir() and not p.is_symlink()]
+    except FileNotFoundError:  # another reaper (a dead host's guard) removed it meanwhile
+        directories = []
     for directory in directories:
         if any(_names(arg, root / directory.name) for arg in named):
             continue
         # rmtree never follows symlinks an agent planted; the sandbox's binds lived in
         # its own mount namespace, gone with its processes.
         shutil.rmtree(directory, ignore_errors=True)
-    reap_cgroups(sandboxes_dir)
+    # A run's sandboxes directory holds a directory per host, whose sandboxes' groups
+    # are named after it: those are reaped with it.
+    for directory in [sandboxes_dir, *directories]:
+        reap_cgroups(directory)
     return Reaped(len(doomed), len(directories))
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +196,10 @@ class Cgroups:
                                    f"{group}: {exc}") from exc
 
 
+# How long a reaper waits for a dead sandbox's group to empty before leaving it.
+_EMPTYING_S = 5.0
+
+
 def reap_cgroups(sandboxes_dir: Path, root: Path = CGROUP_ROOT) -> int:
     """Remove the groups of the sandboxes under `sandboxes_dir` whose directory is gone
     (a dead owner's); those of a directory still there, or with a process still in
@@ -204,7 +210,32 @@ def reap_cgroups(sandboxes_dir: Path, root: Path = CGROUP_ROOT) -> int:
         for group in parent.glob(prefix + "*") if parent.is_dir() else ():
             if (sandboxes_dir / group.name.removeprefix(prefix)).exists():
                 continue
-            with contextlib.suppress(OSError):  # still in use, or gone meanwhile
-                group.rmdir()
-                removed += 1
+            removed += _emptied_and_removed(group)
     return removed
+
+
+def _emptied_and_removed(group: Path, wait_s: float = _EMPTYING_S) -> bool:
+    """Remove a dead sandbox's group. Its processes may still be dying (killed with
+    their pid namespace a moment ago, some in uninterruptible sleep), which keeps the
+    group busy: each left is killed again, and the removal retried for `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            group.rmdir()
+            return True
+        except FileNotFoundError:
+            return False  # another reaper took it
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False  # the next reap retries
+        for pid in _members(group):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _members(group: Path) -> list[int]:
+    try:
+        return [int(line) for line in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
