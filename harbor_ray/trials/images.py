@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from harbor_ray.errors import EnvironmentBuildError
+from harbor_ray.errors import EnvironmentBuildError, SandboxSetupError
 from harbor_ray.trials.sandbox.layout import SANDBOX_PATH
 
 __all__ = [
@@ -235,7 +235,7 @@ def _source_key(source: ImageSource) -> str:
         return image_key(source.dockerfile_dir)
     if source.image:
         return hashlib.sha256(b"docker_image\0" + source.image.encode()).hexdigest()
-    raise ValueError("an ImageSource names a Dockerfile directory or an image")
+    raise SandboxSetupError("an ImageSource names a Dockerfile directory or an image")
 
 
 def _digest_hex(digest: str) -> str:
