@@ -67,7 +67,7 @@ def build_images(request: ImagesRequest, *, progress: Progress = silent) -> list
 def _sources(tasks: Sequence[TaskRef], progress: Progress) -> list[tuple[str, ImageSource]]:
     found = []
     for task in tasks:
-        source = image_source(task.path / "environment", _docker_image(task))
+        source = image_source(task.path / "environment", task.environment.image)
         if source is None:
             progress(f"{task.name}: declares no image (runs on the local sandbox): skipped")
         else:
@@ -75,12 +75,6 @@ def _sources(tasks: Sequence[TaskRef], progress: Progress) -> list[tuple[str, Im
     if not found:
         raise StartError("no task of the dataset declares an image: nothing to build")
     return found
-
-
-def _docker_image(task: TaskRef) -> str | None:
-    from harbor.models.task.task import Task
-
-    return Task(task.path).config.environment.docker_image
 
 
 def _build_here(wanted: Sequence[tuple[str, ImageSource]], images_dir: Path, docker: str,

@@ -64,6 +64,7 @@ class EnvironmentNeed:
     kind: NeedKind
     why: str = ""
     workdir: str | None = None
+    image: str | None = None  # task.toml's docker_image, when that is what it asks for
 
     @property
     def needs_image(self) -> bool:
@@ -122,7 +123,8 @@ def read_need(environment_dir: Path, docker_image: str | None) -> EnvironmentNee
     if dockerfile.is_file():
         return dockerfile_need(dockerfile.read_text(errors="replace"))
     if docker_image:
-        return EnvironmentNeed(NeedKind.IMAGE, f"task.toml names docker_image {docker_image}")
+        return EnvironmentNeed(NeedKind.IMAGE, f"task.toml names docker_image {docker_image}",
+                               image=docker_image)
     return EnvironmentNeed(NeedKind.NONE)
 
 

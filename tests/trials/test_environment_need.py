@@ -79,7 +79,8 @@ def test_a_prebuilt_image_a_compose_file_and_nothing(tmp_path: Path) -> None:
     nothing = task_dir(tmp_path / "c", files={"data.txt": "x"})
 
     assert image.environment == EnvironmentNeed(
-        NeedKind.IMAGE, "task.toml names docker_image python:3.12-slim")
+        NeedKind.IMAGE, "task.toml names docker_image python:3.12-slim",
+        image="python:3.12-slim")
     assert compose.environment.kind is NeedKind.COMPOSE  # compose wins, as in Harbor
     assert nothing.environment == EnvironmentNeed(NeedKind.NONE)
 
