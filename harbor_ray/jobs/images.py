@@ -17,6 +17,7 @@ from pathlib import Path
 from harbor_ray.errors import EnvironmentBuildError, StartError
 from harbor_ray.jobs.runs import Progress, silent, tasks_of
 from harbor_ray.trials.datasets import TaskRef
+from harbor_ray.trials.environment_need import NeedKind
 from harbor_ray.trials.images import (
     DEFAULT_IMAGES_DIR,
     ImageSource,
@@ -67,9 +68,13 @@ def build_images(request: ImagesRequest, *, progress: Progress = silent) -> list
 def _sources(tasks: Sequence[TaskRef], progress: Progress) -> list[tuple[str, ImageSource]]:
     found = []
     for task in tasks:
-        source = image_source(task.path / "environment", task.environment.image)
+        source = image_source(task.path / "environment", task.environment)
         if source is None:
-            progress(f"{task.name}: declares no image (runs on the local sandbox): skipped")
+            progress(f"{task.name}: " + (
+                "declares no image (runs on the local sandbox)"
+                if task.environment.kind is NeedKind.NONE
+                else "a compose task (the container sandbox runs one environment)")
+                + ": skipped")
         else:
             found.append((task.name, source))
     if not found:

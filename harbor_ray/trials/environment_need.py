@@ -115,7 +115,9 @@ def _instructions(text: str) -> list[tuple[str, str]]:
 def read_need(environment_dir: Path, docker_image: str | None) -> EnvironmentNeed:
     """The need of the task whose environment directory is `environment_dir` and whose
     task.toml names `docker_image` (or None). Harbor's order: compose, then the
-    Dockerfile, then the prebuilt image."""
+    Dockerfile, then the prebuilt image: a Dockerfile wins over docker_image (Harbor's
+    choice when told to build), as building needs no registry, and nodes without one
+    are the ones the container sandbox serves."""
     if (environment_dir / COMPOSE_FILE).exists():
         return EnvironmentNeed(NeedKind.COMPOSE, f"environment/{COMPOSE_FILE} defines "
                                "its services")

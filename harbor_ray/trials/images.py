@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from harbor_ray.errors import EnvironmentBuildError, SandboxSetupError
+from harbor_ray.trials.environment_need import EnvironmentNeed, NeedKind
 from harbor_ray.trials.sandbox.layout import SANDBOX_PATH
 
 __all__ = [
@@ -55,7 +56,6 @@ __all__ = [
 
 DEFAULT_IMAGES_DIR = Path.home() / ".cache" / "harbor_ray" / "images"
 
-_DOCKERFILE = "Dockerfile"
 # Images built from a Dockerfile are tagged with their key, so a daemon that holds the
 # tag holds this content's build.
 _REPOSITORY = "harbor-ray-env"
@@ -100,16 +100,14 @@ class ImageRoot:
     log: Path | None  # the build log kept for this image (None: a docker_image as is)
 
 
-def image_source(environment_dir: Path, docker_image: str | None) -> ImageSource | None:
-    """None when the task declares no image (no Dockerfile, no docker_image).
-
-    A Dockerfile wins over docker_image (Harbor's choice when told to build): building
-    needs no registry, and nodes without one are the ones this serves.
-    """
-    if (environment_dir / _DOCKERFILE).is_file():
+def image_source(environment_dir: Path, need: EnvironmentNeed) -> ImageSource | None:
+    """The image of the task whose environment directory is `environment_dir` and whose
+    need (environment_need.read_need, which decides between a Dockerfile and a
+    docker_image) is `need`; None when it declares no single image (none, or compose)."""
+    if need.kind in (NeedKind.BASE, NeedKind.BUILD):
         return ImageSource(dockerfile_dir=environment_dir, image=None)
-    if docker_image:
-        return ImageSource(dockerfile_dir=None, image=docker_image)
+    if need.kind is NeedKind.IMAGE:
+        return ImageSource(dockerfile_dir=None, image=need.image)
     return None
 
 

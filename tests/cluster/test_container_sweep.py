@@ -320,8 +320,9 @@ def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Pat
     """Container rollouts with limits on hosts spread over a head and two workers (each a
     network namespace, tests/fixtures/multinode.py), the driver on the head: each node
     reaches the one Docker daemon (a unix socket on the shared filesystem) and the one
-    images directory; every row scores 1 in the one image, on every node, and nothing is
-    left on any node. Limits were applied on every node: a sandbox whose cgroups cannot
+    images directory. `images build --ray-address` (jobs/images.build_images) finds the
+    image ready on each node first; every row scores 1 in that image, on every node, and
+    nothing is left on any node. Limits were applied on every node: a sandbox whose cgroups cannot
     be made fails to start (`sandbox_start`), and every row is ok."""
     _give_cgroups(multinode)
     before = Before()
@@ -336,11 +337,16 @@ def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Pat
     rows = _rows(out)
     assert len(rows) == count and all(r["ok"] and r["reward"] == 1.0 for r in rows), [
         (r["node"], r["error"]) for r in rows]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"ok": count}
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["ok"] == count
     assert {r["environment"] for r in rows} == {"image"}
     assert len({r["image_digest"] for r in rows}) == 1
-    assert {r["node"] for r in rows} == {n.ip for n in multinode.nodes.values()
-                                         if n.ray is not None}
+    nodes = {n.ip for n in multinode.nodes.values() if n.ray is not None}
+    assert {r["node"] for r in rows} == nodes
+    # One outcome per node, each the image the rows ran in, none an error.
+    assert sorted(node for node, _, _ in said["images"]) == sorted(nodes)
+    assert {(digest, error) for _, digest, error in said["images"]} == {
+        (rows[0]["image_digest"], None)}
     assert _left(tmp_path, out / "sandboxes", before) == NOTHING
     for node in _ray_nodes(multinode):  # and in each node's own mount namespace
         assert _mounts_under(tmp_path, node.ray.pid) == [], node.name
@@ -348,18 +354,22 @@ def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Pat
 
 def sweep_on_cluster(address: str, args: str) -> None:
     """The driver of `test_container_rollouts_on_every_node`, run in the head's namespace
-    (a Ray driver lives on a node): the sweep, one rollout per host; prints its result,
-    one JSON line."""
+    (a Ray driver lives on a node): the images built on every node, then the sweep, one
+    rollout per host; prints its result, one JSON line."""
     from harbor_ray.cluster.setup import ClusterSpec, running_cluster
+    from harbor_ray.jobs.images import ImagesRequest, build_images
 
     given = json.loads(args)
     out = Path(given["out"])
+    images = build_images(ImagesRequest(dataset=given["dataset"], ray_address=address,
+                                        images_dir=Path(given["images_dir"])))
     specs = _specs(Path(given["dataset"]), out, given["count"], Path(given["images_dir"]))
     with running_cluster(ClusterSpec(ray_address=address, wants_model=False)) as cluster:
         config = SweepConfig(out=out, concurrency=given["count"], proxy=cluster.proxy,
                              rollouts_per_host=1, retries=0)
         stats = asyncio.run(sweep(specs, config, {"agent": "oracle"}))
-    print(json.dumps({"ok": stats.ok}))
+    print(json.dumps({"ok": stats.ok,
+                      "images": [[o.node, o.digest, o.error] for o in images]}))
 
 
 def _ray_nodes(cluster: NetnsCluster) -> list:

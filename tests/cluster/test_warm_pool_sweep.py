@@ -1,6 +1,7 @@
 """A sweep's warm pool on a real local Ray with real Harbor trials (the oracle agent, the
-local sandbox): rollouts take sandboxes their host started ahead of them, and once the
-hosts end (or one is killed) no sandbox process, directory or ledger line is left."""
+local sandbox, and the container sandbox over a task's own image): rollouts take
+sandboxes their host started ahead of them, and once the hosts end (or one is killed) no
+sandbox process, directory or ledger line is left."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 from harbor_ray.trials.warm_pool import Ledger
 from tests.fixtures.cluster_actors import kill_the_only_host
+from tests.fixtures.images import JQ_TASK
 from tests.processes import sandbox_processes
 
 pytestmark = pytest.mark.integration
@@ -23,10 +25,11 @@ pytestmark = pytest.mark.integration
 TASK = "hello-file"
 
 
-def specs_for(out: Path, attempts: int) -> list[RolloutSpec]:
-    specs = make_specs(select_tasks(resolve_dataset("samples"), [TASK]), attempts,
-                       agent="oracle", sandbox="local", trials_dir=out / "trials",
-                       run_id="w", deadline_s=300)
+def specs_for(out: Path, attempts: int, *, dataset: str = "samples", task: str = TASK,
+              sandbox: str = "local", **sandbox_kwargs: str) -> list[RolloutSpec]:
+    specs = make_specs(select_tasks(resolve_dataset(dataset), [task]), attempts,
+                       agent="oracle", sandbox=sandbox, trials_dir=out / "trials",
+                       run_id="w", deadline_s=300, sandbox_kwargs=sandbox_kwargs)
     return in_sandboxes_dir(specs, out / "sandboxes")
 
 
@@ -41,15 +44,24 @@ def left_behind(config: SweepConfig) -> tuple[list[str], list[Path], list[int]]:
     return lines, directories, sandbox_processes(sandboxes) if sandboxes.is_dir() else []
 
 
+@pytest.mark.parametrize("sandbox", ["local", "container"])
 async def test_rollouts_take_pooled_sandboxes_and_the_hosts_leave_nothing(
-    tmp_path: Path, ray_cluster: None
+    tmp_path: Path, ray_cluster: None, sandbox: str, request: pytest.FixtureRequest
 ) -> None:
     out = tmp_path / "out"
-    config = SweepConfig(out=out, concurrency=1, rollouts_per_host=1, warm_pool={TASK: 1})
+    if sandbox == "local":
+        task, specs = TASK, specs_for(out, 3)
+    else:  # jq-data's oracle scores 1 only in its own image (its data file and jq)
+        task = JQ_TASK.name
+        specs = specs_for(out, 3, dataset=str(JQ_TASK), task=task, sandbox=sandbox,
+                          images_dir=str(request.getfixturevalue("images_dir")))
+    config = SweepConfig(out=out, concurrency=1, rollouts_per_host=1, warm_pool={task: 1})
     rows = []
-    await run_rollouts(specs_for(out, 3), config, SweepStats(total=3), rows.append)
+    await run_rollouts(specs, config, SweepStats(total=3), rows.append)
 
-    assert [r.result.ok for r in rows] == [True] * 3
+    assert [(r.result.ok, r.result.reward) for r in rows] == [(True, 1.0)] * 3
+    assert {r.result.environment for r in rows} == {
+        "host" if sandbox == "local" else "image"}
     logs = [(out / "trials" / r.result.rollout_id / "trial.log").read_text() for r in rows]
     # One host runs them one after another: the first shows the pool what its sandbox
     # holds (and starts its own through it); each later one takes the one made ready.

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from harbor_ray.errors import EnvironmentBuildError
+from harbor_ray.trials.environment_need import read_need
 from harbor_ray.trials.images import (
     ImageRoot,
     ImageSource,
@@ -70,10 +71,17 @@ def test_a_byte_a_mode_a_file_or_a_link_more_changes_the_key(tmp_path: Path) -> 
 
 
 def test_a_dockerfile_wins_over_a_docker_image(tmp_path: Path) -> None:
-    assert image_source(tmp_path, None) is None
-    assert image_source(tmp_path, "ubuntu:24.04") == ImageSource(None, "ubuntu:24.04")
+    def source(docker_image: str | None) -> ImageSource | None:
+        return image_source(tmp_path, read_need(tmp_path, docker_image))
+
+    assert source(None) is None
+    assert source("ubuntu:24.04") == ImageSource(None, "ubuntu:24.04")
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\n")  # a base only
+    assert source("ubuntu:24.04") == ImageSource(tmp_path, None)
     (tmp_path / "Dockerfile").write_text(APP)
-    assert image_source(tmp_path, "ubuntu:24.04") == ImageSource(tmp_path, None)
+    assert source("ubuntu:24.04") == ImageSource(tmp_path, None)
+    (tmp_path / "docker-compose.yaml").write_text("services: {}\n")  # not one image
+    assert source("ubuntu:24.04") is None
 
 
 def test_entries_are_resolved_inside_the_root(tmp_path: Path) -> None:

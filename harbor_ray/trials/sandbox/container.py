@@ -30,6 +30,7 @@ from harbor.environments.definition import COMPOSE_FILE_NAME
 from harbor.models.trial.config import ResourceMode
 
 from harbor_ray.errors import EnvironmentUnsupportedError
+from harbor_ray.trials.environment_need import NeedKind, read_need
 from harbor_ray.trials.images import (
     DEFAULT_IMAGES_DIR,
     ImageRoot,
@@ -112,11 +113,12 @@ class ContainerEnvironment(BwrapEnvironment):
         build context (images.py), so a build that would change it has a new key.
         """
         self._check_not_started()
-        if (self.environment_dir / COMPOSE_FILE_NAME).exists():
+        need = read_need(self.environment_dir, self.task_env_config.docker_image)
+        if need.kind is NeedKind.COMPOSE:
             raise EnvironmentUnsupportedError(
                 f"{COMPOSE_FILE_NAME} tasks need a container engine with Compose: the "
                 "container sandbox runs a single environment; use Harbor's docker backend.")
-        source = image_source(self.environment_dir, self.task_env_config.docker_image)
+        source = image_source(self.environment_dir, need)
         if source is None:
             raise EnvironmentUnsupportedError(
                 "the task declares no image (no environment/Dockerfile, no docker_image): "
