@@ -53,6 +53,10 @@ def _upstream_url(profile: UpstreamName, url: str) -> str:
     return f"{url}/v1" if PROFILES[profile].dialect == "chat" else url
 
 
+# The profiles the proxy speaks in their own format (the others are engines' chat API).
+NATIVE = [p for p in PROFILES if PROFILES[p].native]
+
+
 @pytest.fixture(scope="module", params=list(PROFILES))
 def hosted(request: pytest.FixtureRequest) -> Iterator[HostedProxy]:
     profile: UpstreamName = request.param
@@ -107,11 +111,10 @@ def test_each_sdk_through_each_profile(proxy: HostedProxy, dialect: str, stream:
     assert SECRET not in json.dumps(proxy.export(sid)) + caplog.text
 
 
+@pytest.mark.parametrize("hosted", ["anthropic"], indirect=True)
 def test_the_agents_own_dialect_passes_through_unconverted(proxy: HostedProxy) -> None:
     """An Anthropic agent's request reaches an Anthropic upstream with fields the chat
     translation has no place for (metadata), as sent."""
-    if proxy.stand_in.profile != "anthropic":
-        pytest.skip("the anthropic profile's passthrough")
     _, key = proxy.new_session()
     anthropic_client(proxy, key).messages.create(
         model="agent-model", max_tokens=7, metadata={"user_id": "u-1"},
@@ -151,11 +154,10 @@ def test_a_chat_agents_tool_call_round_trips_through_each_profile(proxy: HostedP
     assert second.choices[0].message.content in ("it is sunny", 'it is {"result":"sunny"}')
 
 
+@pytest.mark.parametrize("hosted", NATIVE, indirect=True)  # nothing converted for chat
 def test_what_a_conversion_cannot_carry_is_refused_in_the_agents_dialect(
         proxy: HostedProxy) -> None:
     upstream = PROFILES[proxy.stand_in.profile]
-    if upstream.dialect == "chat":
-        pytest.skip("nothing is converted for a chat upstream")
     sid, key = proxy.new_session()
     with pytest.raises(openai.BadRequestError) as refused:
         openai_client(proxy, key).chat.completions.create(
@@ -166,11 +168,11 @@ def test_what_a_conversion_cannot_carry_is_refused_in_the_agents_dialect(
     assert proxy.stand_in.requests == [] and proxy.export(sid)["turns"] == []
 
 
+@pytest.mark.parametrize("hosted", NATIVE, indirect=True)
 def test_what_the_dialect_leaves_out_is_refused_when_converted(proxy: HostedProxy) -> None:
     """An Anthropic server tool reaches an Anthropic upstream as sent; converted for any
-    other it could not be called, so the call is refused (an engine records it left out)."""
-    if PROFILES[proxy.stand_in.profile].dialect == "chat":
-        pytest.skip("a chat upstream is an engine's API: left out and recorded, as there")
+    other it could not be called, so the call is refused (an engine records it left out).
+    A chat upstream is an engine's API: there the tool is left out and recorded."""
     sid, key = proxy.new_session()
     messages = anthropic_client(proxy, key).messages
     call = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
@@ -186,9 +188,8 @@ def test_what_the_dialect_leaves_out_is_refused_when_converted(proxy: HostedProx
     assert proxy.stand_in.requests == [] and proxy.export(sid)["turns"] == []
 
 
+@pytest.mark.parametrize("hosted", ["google"], indirect=True)  # a conversion to google
 def test_anthropic_sdk_sees_a_refusal_as_its_own_error(proxy: HostedProxy) -> None:
-    if proxy.stand_in.profile != "google":
-        pytest.skip("a conversion to google")
     _, key = proxy.new_session()
     with pytest.raises(anthropic.BadRequestError, match="parallel"):
         anthropic_client(proxy, key).messages.create(
@@ -197,7 +198,7 @@ def test_anthropic_sdk_sees_a_refusal_as_its_own_error(proxy: HostedProxy) -> No
             tool_choice={"type": "auto", "disable_parallel_tool_use": True})
 
 
-@pytest.mark.parametrize("profile", [p for p in PROFILES if PROFILES[p].native])
+@pytest.mark.parametrize("profile", NATIVE)
 def test_certification_names_the_profile_when_the_upstream_answers_otherwise(
         profile: UpstreamName) -> None:
     """A chat server reached as a hosted API (a wrong --upstream) is refused by name."""
@@ -209,7 +210,7 @@ def test_certification_names_the_profile_when_the_upstream_answers_otherwise(
             asyncio.run(certify(wrong, wrong.root, model=MODEL, capture="text"))
 
 
-@pytest.mark.parametrize("profile", [p for p in PROFILES if PROFILES[p].native])
+@pytest.mark.parametrize("profile", NATIVE)
 def test_a_hosted_upstream_is_refused_for_training(profile: UpstreamName) -> None:
     stand_in = StandIn(profile, SECRET)
     with serve_in_thread(provider_app(stand_in)) as url:

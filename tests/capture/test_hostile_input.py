@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
@@ -294,12 +294,14 @@ def test_other_methods_get_405_in_the_dialect(server: CaptureServer, path: str,
 
 @dataclass
 class Watched:
-    """The capture app, which says when each request's handling ended and what it
-    raised: an event to wait on instead of a guess at how long it takes."""
+    """The capture app, which says when each request's handling ended, what it raised
+    and the statuses it answered: an event to wait on instead of a guess at how long it
+    takes, and proof of which path the request took."""
 
     app: CaptureApp
     ended: threading.Event = field(default_factory=threading.Event)
     raised: list[BaseException] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
 
     @property
     def settings(self) -> CaptureSettings:  # what server_config reads
@@ -309,8 +311,13 @@ class Watched:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.statuses.append(message["status"])
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, sending)
         except BaseException as exc:
             self.raised.append(exc)
             raise
@@ -328,13 +335,18 @@ def test_a_client_gone_mid_body_logs_no_traceback(caplog: pytest.LogCaptureFixtu
         with serve_in_thread(watched, config=server_config(watched)) as url:
             host, port = url.removeprefix("http://").rsplit(":", 1)
             with socket.create_connection((host, int(port))) as s:
-                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                # A host the app serves: any other is refused (421) before the body.
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: "
+                          + f"{host}:{port}".encode() + b"\r\n"
                           b"content-type: application/json\r\ncontent-length: 1000\r\n"
                           b"authorization: Bearer " + key.encode() + b"\r\n\r\n{\"messa")
             assert watched.ended.wait(30), "the app never finished the request"
     finally:
         uvicorn_log.removeHandler(caplog.handler)
     assert watched.raised == []
+    # The body's read met the disconnect: no answer at all, where a refusal of the
+    # request's head (host, key, content type) would have answered with its status.
+    assert watched.statuses == []
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in
                                                            caplog.records]
     assert engine.calls == []

@@ -84,6 +84,12 @@ def ingress(request: pytest.FixtureRequest, engine: tuple[FakeEngine, str]) -> I
     return Ingress(ray.get(host.capture_url.remote()), host)
 
 
+def _in_flight(owner: Any, session_id: str) -> int:
+    """The calls of `session_id` its owner (a RolloutHost) has admitted and not ended."""
+    return ray.get(owner.__ray_call__.remote(
+        lambda host: len(host.store.state(session_id).in_flight)), timeout=10)
+
+
 async def ask(url: str, key: str) -> str:
     sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
     reply = await sdk.chat.completions.create(model="m", messages=HELLO)
@@ -112,7 +118,10 @@ async def test_a_client_gone_before_its_reply_costs_no_turn_and_no_budget(
     await eventually(lambda: fake.cancelled != cancelled,  # the proxy gave up its call
                      9, "the client left but the engine call ran on")
     fake.delay_s = 0.0
-    await asyncio.sleep(0.5)  # the release that follows the cancel, an actor call away
+    # The release that follows the cancel is an actor call away: wait for the owner to
+    # hold no call of the session.
+    await eventually(lambda: _in_flight(ingress.owner, info.session_id) == 0, 9,
+                     "the cancelled call's slot was not given back")
     # Its slot was given back: the session's one call is still there.
     assert await ask(ingress.url, info.key) == "echo: hi"
     assert await ask(ingress.url, info.key) == BUDGET_MESSAGE

@@ -7,17 +7,19 @@ tests/integrations/test_trl_engine.py trains with the real one."""
 from __future__ import annotations
 
 import time
+import zlib
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from harbor_ray.capture.proxy.fake_engine import IM_END, IM_START
 from harbor_ray.client import Client
 from harbor_ray.errors import TrainerError
 from harbor_ray.integrations.trl import GroupRollouts, verifier_reward
 from harbor_ray.online.wire import Group
 from tests.fixtures.stub_agent import chat_agent
-from tests.online.conftest import KEY
+from tests.online.conftest import KEY, stub_agent
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +34,21 @@ def trainer(n: int, step: int = 0, temperature: float = 0.7) -> Any:
         processing_class=SimpleNamespace(pad_token_id=2))
 
 
+def reward_of(rollout_id: str) -> float:
+    """A reward that differs from rollout to rollout, known from its id alone."""
+    return zlib.crc32(rollout_id.encode()) % 97 / 96
+
+
+def first_prompt(prompt_ids: list[int]) -> str:
+    """The text of a sample's first message (the fake engine's ids are bytes + 3)."""
+    first = prompt_ids[prompt_ids.index(IM_START) + 1:prompt_ids.index(IM_END)]
+    return bytes(i - 3 for i in first).decode()
+
+
 def test_prompts_become_groups_and_one_sample_per_rollout_in_trls_order(
         service_factory, fake_engine) -> None:
     engine, _ = fake_engine
-    service = service_factory("trl-rollouts")
+    service = service_factory("trl-rollouts", work=stub_agent(2, reward=reward_of))
     with Client(service.url, KEY) as client:
         # A group someone else asked for, finished before the trainer's call: not taken
         # for the trainer's, kept apart.
@@ -50,7 +63,13 @@ def test_prompts_become_groups_and_one_sample_per_rollout_in_trls_order(
     assert columns.keys() >= TRL_KEYS
     assert columns["task"] == prompts
     assert len(set(columns["group_id"])) == 3 and columns["group_id"][0] == columns["group_id"][1]
-    assert verifier_reward(completions=[], **columns) == columns["reward"] == [1.0] * 6
+    # Each sample carries its own rollout's reward, and its rollout's tokens: the
+    # stub's first message names its rollout.
+    rewards = [reward_of(r) for r in columns["rollout_id"]]
+    assert verifier_reward(completions=[], **columns) == columns["reward"] == rewards
+    assert len(set(rewards)) > 1
+    assert [first_prompt(p) for p in columns["prompt_ids"]] == [
+        f"user\ntask {r}: begin" for r in columns["rollout_id"]]
     assert all(columns["trainable"])
     for prompt, completion, logprobs, mask in zip(columns["prompt_ids"],
                                                   columns["completion_ids"],
