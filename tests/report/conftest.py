@@ -3,12 +3,15 @@ the capture proxy (host ingress) to a scripted fake engine, on the session's Ray
 
 from __future__ import annotations
 
+import itertools
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harbor_ray.capture.proxy.certify import certify
-from harbor_ray.capture.proxy.fake_engine import FakeEngine
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply
 from harbor_ray.capture.proxy.upstream import HttpEngine
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.sweep import SweepConfig, sweep
@@ -21,11 +24,25 @@ TASKS = ["count-words", "hello-file"]  # the script solves hello-file only
 ATTEMPTS = 2
 
 
+def numbered(script: Callable[[list[dict]], FakeReply]) -> Callable[[list[dict]], FakeReply]:
+    """terminus-2's `script` with each reply numbered in its analysis: every rollout's
+    sampled ids differ from every other's, so a viewer that shows another row's tokens
+    than the one selected cannot pass for a right one."""
+    replies = itertools.count()
+
+    def script_numbered(messages: list[dict]) -> FakeReply:
+        reply = json.loads(script(messages).text)
+        reply["analysis"] += f" (reply {next(replies)})"
+        return FakeReply(text=json.dumps(reply))
+
+    return script_numbered
+
+
 @pytest.fixture(scope="session")
 async def sweep_dataset(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report-sweep") / "out"
-    with fake_engine_in_thread(FakeEngine(script=terminus_script(
-            "echo hello > /app/hello.txt\n"))) as (_, llm_url):
+    with fake_engine_in_thread(FakeEngine(script=numbered(terminus_script(
+            "echo hello > /app/hello.txt\n")))) as (_, llm_url):
         engine = HttpEngine(llm_url)
         try:
             served_model = (await certify(engine, engine.root)).served_model

@@ -38,15 +38,19 @@ def rewards_by_task(out: Path) -> dict[str, list[float]]:
     return {task: sorted(values) for task, values in rewards.items()}
 
 
-def assert_shows_the_dataset_s_ids(tokens: list, out: Path, rollout_id: str) -> None:
-    """The viewer's sampled ids for `rollout_id`, in order, are its turns' in the
-    dataset (by turn index), each with its logprob (shown to 4 places) or none."""
+def stored_ids(out: Path, rollout_id: str) -> list[tuple[int, float | None]]:
+    """`rollout_id`'s sampled ids and their logprobs in the dataset, turn by turn."""
     turns = pq.read_table(out / "turns", columns=["rollout_id", "index", "token_ids",
                                                   "logprobs"]).to_pylist()
     ours = sorted((t for t in turns if t["rollout_id"] == rollout_id),
                   key=lambda t: t["index"])
-    stored = [(i, lp) for t in ours
-              for i, lp in zip(t["token_ids"], t["logprobs"], strict=True)]
+    return [(i, lp) for t in ours for i, lp in zip(t["token_ids"], t["logprobs"], strict=True)]
+
+
+def assert_shows_the_dataset_s_ids(tokens: list, out: Path, rollout_id: str) -> None:
+    """The viewer's sampled ids for `rollout_id`, in order, are its turns' in the
+    dataset (by turn index), each with its logprob (shown to 4 places) or none."""
+    stored = stored_ids(out, rollout_id)
     shown = [(int(t.text), t.get_attribute("data-logprob")) for t in tokens]
     assert len(shown) == len(stored) > 0, (len(shown), len(stored))
     for k, ((id_shown, lp_shown), (id_stored, lp_stored)) in enumerate(
@@ -89,13 +93,18 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
         assert len(solved) == ATTEMPTS
         assert all(r.get_attribute("data-rollout-id").startswith("hello-file") for r in solved)
 
-        solved[0].click()
-        tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
-                                                       "#trace-turns .tok.sampled"),
-                          what="sampled ids")
-        selected = driver.find_element(By.CSS_SELECTOR, "tr.selected")
-        assert_shows_the_dataset_s_ids(tokens, sweep_dataset,
-                                       selected.get_attribute("data-rollout-id"))
+        # The rows' sampled ids differ (the fixture numbers each reply), so each row
+        # selected must show its own.
+        ids = [r.get_attribute("data-rollout-id") for r in solved]
+        assert stored_ids(sweep_dataset, ids[0]) != stored_ids(sweep_dataset, ids[1])
+        for row, rollout_id in reversed(list(zip(solved, ids, strict=True))):
+            row.click()
+            wait_for(lambda rid=rollout_id: driver.find_elements(
+                By.CSS_SELECTOR, f'tr.selected[data-rollout-id="{rid}"]'), what="selected")
+            tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                           "#trace-turns .tok.sampled"),
+                              what="sampled ids")
+            assert_shows_the_dataset_s_ids(tokens, sweep_dataset, rollout_id)
         scored = [t for t in tokens if t.get_attribute("data-logprob") != "none"]
         assert scored
         for token in tokens:
