@@ -26,7 +26,7 @@ from harbor_ray.playground.app import Playground, build_playground_app
 from harbor_ray.playground.calls import TokenPieces
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
-from harbor_ray.playground.launch import Launcher
+from harbor_ray.playground.launch import Launcher, Rollouts
 from harbor_ray.playground.runs import RunBoard
 from tests.data.rollouts import rollout
 from tests.fixtures.threaded import serve_in_thread
@@ -103,9 +103,10 @@ class FakeRollouts:
 @contextmanager
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
            share: bool = False, rollouts: FakeRollouts | None = None,
-           datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None
-           ) -> Iterator[str]:
-    """The playground served over loopback from a thread; yields its URL."""
+           datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None,
+           run: Rollouts | None = None, llm_url: str = ENGINE) -> Iterator[str]:
+    """The playground served over loopback from a thread; yields its URL. Its runs go
+    through `run` when given (`run_rollouts` itself), else through `rollouts`."""
     async def setup() -> dict[str, Any]:
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
                             "dialect": None, "wired": True, "note": ""}],
@@ -116,11 +117,11 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
         raise CertificationError(f"{url} lists no models")
 
     launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
-                        out=tmp_path, llm_url=ENGINE, datasets=DatasetSink(datasets_dir),
-                        rollouts=rollouts or FakeRollouts(), certify=refuse)
+                        out=tmp_path, llm_url=llm_url, datasets=DatasetSink(datasets_dir),
+                        rollouts=run or rollouts or FakeRollouts(), certify=refuse)
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)
-    app = build_playground_app(playground, llm_url=ENGINE)
+    app = build_playground_app(playground, llm_url=llm_url)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     with serve_in_thread(app, config=config) as url:
         yield url
