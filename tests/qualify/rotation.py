@@ -15,7 +15,11 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
+from harbor_ray.qualify.harnesses import LEVEL_2_BLOCKED, QUALIFIED
+
 LEVEL_2_SIZE = 4
+# The agents the rotation runs at level 2, in their fixed order.
+AT_LEVEL_2 = tuple(agent for agent in QUALIFIED if agent not in LEVEL_2_BLOCKED)
 
 
 def rotating_subset(agents: Sequence[str], day: int, size: int = LEVEL_2_SIZE

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from pathlib import Path
+
 from harbor_ray.qualify.harnesses import (
     LEVEL_2_BLOCKED,
     LEVEL_2_SEEN,
@@ -12,6 +15,10 @@ from harbor_ray.qualify.harnesses import (
     harbor_harnesses,
     harness_table,
 )
+from harbor_ray.qualify.report import QualifyReport
+
+MODEL_REPORT = (Path(__file__).resolve().parents[2] / "docs" / "qualification"
+                / "qualification-model.json")
 
 
 def test_the_table_covers_every_harness_harbor_knows() -> None:
@@ -36,6 +43,17 @@ def test_twenty_one_qualified_the_rest_each_with_a_reason() -> None:
     assert all(h.reason == "" for h in table if h.qualified)
     # Level 2 is counted only where its run was seen: the newer agents wait for theirs.
     assert {h.name for h in table if h.level_2} == LEVEL_2_SEEN <= set(QUALIFIED)
+
+
+def test_level_2_is_claimed_for_exactly_the_agents_the_checked_in_run_qualified() -> None:
+    """LEVEL_2_SEEN against its evidence: the rows of the level-2 (real model) report
+    checked in under docs/, where every row of such an agent qualified."""
+    report = QualifyReport.model_validate_json(MODEL_REPORT.read_text())
+    assert report.level == "model"
+    rows: defaultdict[str, list[bool]] = defaultdict(list)
+    for row in report.rows:
+        rows[row.agent].append(row.qualified)
+    assert {agent for agent, qualified in rows.items() if all(qualified)} == LEVEL_2_SEEN
 
 
 def test_a_harness_the_table_does_not_name_is_shown_unassessed() -> None:

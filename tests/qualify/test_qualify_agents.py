@@ -20,13 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from harbor_ray.qualify.harnesses import LEVEL_2_BLOCKED
 from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
 from harbor_ray.trials.agents import PROFILES, profiles
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
 from tests.fixtures.images import JQ_TASK
-from tests.qualify.rotation import rotating_subset, today
+from tests.qualify.rotation import AT_LEVEL_2, rotating_subset, today
 
 pytestmark = pytest.mark.integration
 
@@ -100,9 +99,6 @@ def test_level_1_other_profiles_solve_hello_file_in_one_root(
 
 # The agents whose level 2 cannot pass here (LEVEL_2_BLOCKED, with their reasons) are
 # left out of the rotation.
-AT_LEVEL_2 = tuple(agent for agent in QUALIFIED if agent not in LEVEL_2_BLOCKED)
-
-
 @pytest.mark.parametrize("agents", [rotating_subset(AT_LEVEL_2, today())], ids="+".join)
 def test_level_2_todays_agents_are_captured_on_the_real_model(
     tmp_path: Path, agents_cache: Path, engine_url: str, agents: tuple[str, ...]
