@@ -9,7 +9,8 @@ alone does not import Ray, vLLM or Harbor):
 - read a dataset: `read_rollouts`, `read_sequences`, `read_turns` (Ray Datasets);
 - drive the online service from a trainer: `Client`, `AsyncClient`;
 - catch what harbor_ray refuses: `HarborRayError` and its branches (the tree is drawn
-  in `harbor_ray.errors`).
+  in `harbor_ray.errors`), and `Interrupted`, which `run_sweep` and `run_rollouts` raise
+  when SIGINT or SIGTERM stops them.
 
     import harbor_ray
     stats = harbor_ray.run_sweep(harbor_ray.SweepRequest(agent="oracle", out=Path("out")))
@@ -35,7 +36,7 @@ _WHERE = {
     "AsyncClient": "harbor_ray.client",
     **dict.fromkeys(
         ["HarborRayError", "StartError", "CaptureError", "TrialError", "DataError",
-         "ReportError", "EngineSetupError", "OnlineError", "ClientError"],
+         "ReportError", "EngineSetupError", "OnlineError", "ClientError", "Interrupted"],
         "harbor_ray.errors"),
 }
 
@@ -47,6 +48,7 @@ __all__ = [
     "DataError",
     "EngineSetupError",
     "HarborRayError",
+    "Interrupted",
     "OnlineError",
     "QualifyRequest",
     "ReportError",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         DataError,
         EngineSetupError,
         HarborRayError,
+        Interrupted,
         OnlineError,
         ReportError,
         StartError,

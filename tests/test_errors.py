@@ -155,7 +155,6 @@ _STDLIB_RAISES_ALLOWED = {
     ("qualify/run.py", "qualify"): "the model level without an engine: the caller's bug",
     ("cluster/pool.py", "__init__"): "rollouts_per_host, checked by the configs that build it",
     ("cluster/runner.py", "__post_init__"): "a negative retry count in the caller's code",
-    ("cluster/actor_store.py", "_owner_of"): "an authenticated cluster session has an owner",
     ("online/app.py", "build_controller_app"): "the service always loads or makes a key",
     ("host_names.py", "__init__"): "every caller names one: loopback, any_address or min_length=1",
     ("engine/affinity.py", "__post_init__"): "limits harbor_ray sets itself: no config names them",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import harbor_ray
+import harbor_ray.errors as errors_module
 from harbor_ray.errors import HarborRayError
 
 
@@ -20,6 +21,9 @@ def test_the_public_errors_are_the_tree_s() -> None:
     errors = [n for n in harbor_ray.__all__ if n.endswith("Error")]
     assert "HarborRayError" in errors
     assert all(issubclass(getattr(harbor_ray, n), HarborRayError) for n in errors)
+    # What the jobs raise when stopped by a signal is caught by its public name too.
+    assert harbor_ray.Interrupted is errors_module.Interrupted
+    assert issubclass(harbor_ray.Interrupted, HarborRayError)
 
 
 def test_the_version_is_the_installed_distribution_s() -> None:

@@ -149,8 +149,8 @@ class ActorSessionStore:
             return entry.owner
         # Authenticated, then pushed out of the cache by other sessions' traffic.
         owner = owner_of(session_id)
-        if owner is None:
-            raise ValueError(f"session {session_id!r} names no owner")
+        if owner is None:  # no actor can hold it: gone, as a closed one (a 401)
+            raise SessionGone(session_id)
         return await self._owner_named(owner)
 
     async def _owner_named(self, owner: str) -> ActorHandle:

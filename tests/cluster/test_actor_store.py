@@ -128,6 +128,15 @@ async def test_keys_that_open_nothing(owner) -> None:
         assert await store.authenticate(key) is None, key
 
 
+async def test_a_session_that_names_no_owner_is_gone(ray_cluster: None) -> None:
+    """An id no actor can hold (it names no owner) is a session gone (a 401 to the
+    agent), as a closed one is: not a bare error (a 500)."""
+    store = ActorSessionStore()
+    for call in (store.admit(new_session_id()), store.release(new_session_id(), 0)):
+        with pytest.raises(SessionGone):
+            await call
+
+
 async def test_records_for_a_dead_owner_raise_session_gone(doomed_owner) -> None:
     """A reply whose turn could not be kept is not delivered: the agent gets a 401."""
     store = ActorSessionStore()

@@ -12,8 +12,10 @@ back at the end.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from tests.fixtures.policy_step import CHANGED, SAME, max_gap, policy_gradient_s
 
 pytestmark = pytest.mark.integration
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 QUESTION = [{"role": "user", "content": "What is 2+2? Answer with a number."}]
 
 
@@ -142,28 +145,40 @@ async def test_a_request_in_flight_survives_an_update(
     assert before["start"] == 0 and before["end"] == after["start"] and after["end"] == LONG
 
 
-async def test_the_tokens_after_an_update_mid_call_are_the_new_weights(
-    engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
-) -> None:
-    """An update to other weights lands mid-generation of a call: the call completes,
-    its spans name both versions, and (the cache dropped, so the call's context is
-    recomputed by the new weights) the tokens before the boundary re-score under the
-    old weights and those after it under the new ones."""
+@dataclass(frozen=True)
+class Crossed:
+    """A call an update to stepped weights crossed mid-generation: its sampled ids'
+    logprobs as the engine recorded them, and as each model re-scores them from scratch
+    (`old`: the weights before, `new`: the stepped ones), split at the boundary."""
+
+    recorded_before: list[float]
+    recorded_after: list[float]
+    old_before: list[float]
+    new_after: list[float]
+    old_after: list[float]
+
+
+async def _crossed_by_an_update(engine: EngineHandle, updater: WeightUpdater, tmp_path: Path,
+                                *, clear_cache: bool) -> Crossed:
+    """Update to one policy-gradient step's weights while a 160-token call generates
+    (dropping the cache at the update, or keeping it: the service's default); the call
+    completes and its spans name both versions. The served weights are put back."""
     served, old = updater.path, updater.version
     [sample] = _sequences(await _chat(engine, max_tokens=12))
     stepped = policy_gradient_step(served, tmp_path / "stepped", [(*sample[:2], 1.0)])
-    clearing = serve_weight_updater(engine.app_name, served, version=old, clear_cache=True)
+    crossing = serve_weight_updater(engine.app_name, served, version=old,
+                                    clear_cache=clear_cache)
     request = asyncio.create_task(_chat(engine, max_tokens=160, ignore_eos=True))
     await asyncio.sleep(2.0)
     in_flight = not request.done()
     try:
-        result = await clearing.update(str(stepped), old + 1)
+        result = await crossing.update(str(stepped), old + 1)
         reply = await request
     finally:  # the module's other tests, and the fixture, expect `updater`'s weights
-        restored = await clearing.update(served, old + 2)
+        restored = await crossing.update(served, old + 2)
         await updater.update(served, old + 3)
     assert in_flight and result.ok and restored.ok, (result, restored)
-    assert "cache" in result.step_seconds
+    assert ("cache" in result.step_seconds) is clear_cache
     [choice] = reply["choices"]
     assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 160
     [before, after] = choice["weight_versions"]
@@ -175,6 +190,40 @@ async def test_the_tokens_after_an_update_mid_call_are_the_new_weights(
     first = mask.index(1)
     old_part = [m if i < first + boundary else 0 for i, m in enumerate(mask)]
     new_part = [m if i >= first + boundary else 0 for i, m in enumerate(mask)]
-    assert max_gap(logprobs[:boundary], rescore(served, ids, old_part)) < SAME
-    assert max_gap(logprobs[boundary:], rescore(stepped, ids, new_part)) < SAME
-    assert max_gap(logprobs[boundary:], rescore(served, ids, new_part)) > CHANGED
+    return Crossed(logprobs[:boundary], logprobs[boundary:], rescore(served, ids, old_part),
+                   rescore(stepped, ids, new_part), rescore(served, ids, new_part))
+
+
+async def test_the_tokens_after_an_update_mid_call_are_the_new_weights(
+    engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
+) -> None:
+    """With the cache dropped at the update, the call's context is recomputed by the new
+    weights: the tokens before the boundary re-score under the old weights and those
+    after it under the new ones, exactly."""
+    crossed = await _crossed_by_an_update(engine, updater, tmp_path, clear_cache=True)
+    assert max_gap(crossed.recorded_before, crossed.old_before) < SAME
+    assert max_gap(crossed.recorded_after, crossed.new_after) < SAME
+    assert max_gap(crossed.recorded_after, crossed.old_after) > CHANGED
+
+
+async def test_keeping_the_cache_across_an_update_is_measured_against_the_new_weights(
+    engine: EngineHandle, updater: WeightUpdater, tmp_path: Path
+) -> None:
+    """The default: the call keeps the KV the old weights computed. Its tokens after the
+    boundary were sampled by the new weights attending to that context, so a trainer
+    re-scoring them from scratch under the new weights sees a gap: measured here (and
+    written to test-artifacts/keep-mode-gap.json; docs/trainers.md states it). The new
+    weights did sample them: they sit nearer the new model's re-scoring than the old's."""
+    crossed = await _crossed_by_an_update(engine, updater, tmp_path, clear_cache=False)
+    assert max_gap(crossed.recorded_before, crossed.old_before) < SAME
+    to_new = [abs(a - b) for a, b in zip(crossed.recorded_after, crossed.new_after,
+                                          strict=True)]
+    to_old = [abs(a - b) for a, b in zip(crossed.recorded_after, crossed.old_after,
+                                          strict=True)]
+    assert sum(to_new) < sum(to_old), (sum(to_new), sum(to_old))
+    gap = {"tokens_after": len(to_new), "max_gap_to_new": max(to_new),
+           "mean_gap_to_new": sum(to_new) / len(to_new),
+           "max_gap_to_old": max(to_old), "mean_gap_to_old": sum(to_old) / len(to_old)}
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "keep-mode-gap.json").write_text(json.dumps(gap, indent=2) + "\n")
+    print("keep mode, logprob gap after the boundary:", gap)
