@@ -13,8 +13,9 @@ under a lock, and a finished root is found again by name:
                                   holds has none: nothing is built for it)
     IMAGES_DIR/roots/<hex>/       the root filesystem of image sha256:<hex>; complete
                                   whenever it exists (unpacked aside, then renamed)
-    IMAGES_DIR/roots/<hex>.json   what it is, for a person: reference, digest, key,
-                                  source, built_at
+    IMAGES_DIR/roots/<hex>.json   what it is: reference, digest, key, source, built_at,
+                                  and config (the image's WORKDIR, ENV and USER, which
+                                  the sandbox applies to what it runs)
 
 A Dockerfile's key is the hash of its whole build context (`image_key`), so the same
 environment gives the same image wherever a dataset put it. Roots are named by the
@@ -38,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 from harbor_ray.errors import EnvironmentBuildError, SandboxSetupError
 from harbor_ray.trials.environment_need import EnvironmentNeed, NeedKind
@@ -46,6 +47,7 @@ from harbor_ray.trials.sandbox.layout import SANDBOX_PATH
 
 __all__ = [
     "DEFAULT_IMAGES_DIR",
+    "ImageConfig",
     "ImageRoot",
     "ImageSource",
     "docker_problems",
@@ -89,6 +91,33 @@ class ImageSource:
 
 
 @dataclass(frozen=True)
+class ImageConfig:
+    """What the image sets for the processes run in it (its Dockerfile's WORKDIR, ENV
+    and USER, as the daemon's `Config` holds them)."""
+
+    workdir: str = ""  # "" when the image sets none
+    env: tuple[tuple[str, str], ...] = ()  # in the image's order
+    user: str = ""  # "" when the image sets none (root)
+
+    @classmethod
+    def from_docker(cls, config: dict[str, Any] | None) -> ImageConfig:
+        """From `docker image inspect`'s `Config` (None for an image without one)."""
+        config = config or {}
+        env = [str(entry).partition("=") for entry in config.get("Env") or []]
+        return cls(workdir=str(config.get("WorkingDir") or ""),
+                   env=tuple((name, value) for name, _, value in env if name),
+                   user=str(config.get("User") or ""))
+
+    def as_record(self) -> dict[str, Any]:
+        return {"workdir": self.workdir, "env": dict(self.env), "user": self.user}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> ImageConfig:
+        return cls(workdir=record["workdir"], env=tuple(record["env"].items()),
+                   user=record["user"])
+
+
+@dataclass(frozen=True)
 class ImageRoot:
     """An image ready for the sandbox, and what it cost this call."""
 
@@ -98,6 +127,7 @@ class ImageRoot:
     build_s: float  # seconds this call spent building and unpacking (0.0 when cached)
     built: bool  # whether this call built or unpacked anything
     log: Path | None  # the build log kept for this image (None: a docker_image as is)
+    config: ImageConfig = ImageConfig()  # what the image sets for what runs in it
 
 
 def image_source(environment_dir: Path, need: EnvironmentNeed) -> ImageSource | None:
@@ -308,11 +338,12 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
         rootfs = images_dir / "roots" / _digest_hex(digest)
         if not rootfs.is_dir():
             call.unpack(reference, digest, rootfs, key, source, kept_log)
+        config = call.recorded_config(rootfs, digest)
         build_s = time.monotonic() - began if call.ran else 0.0
     if call.ran:
         call.progress(f"image {reference} ready in {build_s:.1f} s")
     return ImageRoot(reference=reference, digest=digest, rootfs=rootfs, build_s=build_s,
-                     built=call.ran, log=kept_log)
+                     built=call.ran, log=kept_log, config=config)
 
 
 def _silent(_line: str) -> None:
@@ -365,7 +396,33 @@ class _Call:
 
     def image_id(self, reference: str) -> str | None:
         """The daemon's id of `reference`; None when it does not hold it."""
-        argv = [self.docker, "image", "inspect", "--format", "{{.Id}}", reference]
+        found = self._inspect(reference, "{{.Id}}")
+        return None if found is None else found.strip()
+
+    def config(self, digest: str) -> ImageConfig:
+        """The image's config, as the daemon that built (or holds) it reports it."""
+        found = self._inspect(digest, "{{json .Config}}")
+        if found is None:
+            raise EnvironmentBuildError(
+                f"the Docker daemon no longer holds image {digest}, whose WORKDIR, ENV and "
+                "USER the sandbox needs: remove its root under the images directory "
+                "(roots/) so that it is built again")
+        return ImageConfig.from_docker(json.loads(found))
+
+    def recorded_config(self, rootfs: Path, digest: str) -> ImageConfig:
+        """The config kept beside the root; read from the daemon (and kept) for a root
+        unpacked before configs were kept."""
+        note = rootfs.with_name(f"{rootfs.name}.json")
+        record = json.loads(note.read_text())
+        if "config" not in record:
+            record["config"] = self.config(digest).as_record()
+            note.write_text(json.dumps(record, indent=2) + "\n")
+        return ImageConfig.from_record(record["config"])
+
+    def _inspect(self, reference: str, template: str) -> str | None:
+        """`docker image inspect --format template reference`'s output; None when the
+        daemon does not hold it."""
+        argv = [self.docker, "image", "inspect", "--format", template, reference]
         try:
             result = subprocess.run(argv, capture_output=True, text=True, check=False,
                                     stdin=subprocess.DEVNULL, env={**os.environ, **_DOCKER_ENV},
@@ -378,7 +435,7 @@ class _Call:
                 f"`{shlex.join(argv)}` could not run ({exc}): "
                 f"{' '.join(docker_problems(self.docker))}") from exc
         if result.returncode == 0:
-            return result.stdout.strip()
+            return result.stdout
         if "no such image" in result.stderr.lower():
             return None
         raise EnvironmentBuildError(
@@ -438,7 +495,8 @@ class _Call:
                                             log=None if log is None else str(log))
             record = {"reference": reference, "digest": digest, "key": key,
                       "source": _named(source),
-                      "built_at": datetime.now(UTC).isoformat(timespec="seconds")}
+                      "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                      "config": self.config(digest).as_record()}
             # Written before the root appears, so a root always has its record.
             note = partial.with_name(f"{partial.name}.json")
             note.write_text(json.dumps(record, indent=2) + "\n")

@@ -50,12 +50,16 @@ from tests.trials.test_bwrap_sandbox import make_environment, pid_namespace_of, 
 from tests.waiting import eventually
 
 IMPORT_PATH = "harbor_ray.trials.sandbox.container:ContainerEnvironment"
-# Debian's jq, python3 (the forwards' relay runs it) and tmux, and a file of the task's.
+# Debian's jq, python3 (the forwards' relay runs it) and tmux, a file of the task's, and
+# variables the task's commands rely on: one of its own, and a PATH with its tool.
 DOCKERFILE = (
     "FROM debian:bookworm-slim\n"
     "RUN apt-get update && apt-get install -y --no-install-recommends jq python3 tmux"
     " && rm -rf /var/lib/apt/lists/*\n"
-    "RUN mkdir -p /app && echo '{\"answer\": 42}' > /app/data.json\n"
+    "RUN mkdir -p /app /opt/task/bin && echo '{\"answer\": 42}' > /app/data.json"
+    " && printf '#!/bin/sh\\necho task tool\\n' > /opt/task/bin/task-tool"
+    " && chmod +x /opt/task/bin/task-tool\n"
+    "ENV TASK_DATA=/app/data.json PATH=/opt/task/bin:$PATH\n"
     "WORKDIR /app\n"
 )
 
@@ -136,10 +140,12 @@ async def test_the_images_files_and_programs_are_what_runs(container: ContainerE
                                                            image: Image) -> None:
     result = await container.exec(
         "jq .answer /app/data.json; python3 --version; pwd; "
-        ". /etc/os-release; echo $VERSION_CODENAME; id -u")
+        ". /etc/os-release; echo $VERSION_CODENAME; id -u; echo $TASK_DATA; task-tool")
     assert result.return_code == 0, result.stderr
-    # Debian bookworm's python3, whatever the host runs; the image's WORKDIR.
-    assert result.stdout == "42\nPython 3.11.2\n/app\nbookworm\n0\n"
+    # Debian bookworm's python3, whatever the host runs; the image's WORKDIR; its ENV,
+    # PATH included.
+    assert result.stdout == ("42\nPython 3.11.2\n/app\nbookworm\n0\n/app/data.json\n"
+                             "task tool\n")
     record = json.loads((container.trial_paths.trial_dir / "environment.json").read_text())
     assert record == {"kind": "image", "reference": image.root.reference,
                       "digest": image.root.digest, "build_s": 0.0, "built": False,
@@ -434,6 +440,8 @@ async def test_an_oracle_trial_in_the_image_gets_its_reward(tmp_path: Path,
 @pytest.mark.parametrize(("files", "refusal"), [
     ({}, "declares no image"),
     ({"docker-compose.yaml": "services: {}\n"}, "docker-compose.yaml"),
+    # Built (on the base image's layers: seconds), then refused before any sandbox.
+    ({"Dockerfile": "FROM debian:bookworm-slim\nUSER nobody\n"}, "sets USER nobody"),
 ])
 async def test_a_task_it_cannot_give_its_image_is_refused(
     tmp_path: Path, image: Image, files: dict[str, str], refusal: str

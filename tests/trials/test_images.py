@@ -177,6 +177,9 @@ def test_a_dockerfile_builds_into_a_root_filesystem(
     record = json.loads(root.rootfs.with_name(f"{root.rootfs.name}.json").read_text())
     assert record["reference"] == root.reference and record["digest"] == root.digest
     assert record["key"] == key and record["source"] == str(source.dockerfile_dir)
+    # What the image sets for its processes, kept with it (Docker's default PATH here).
+    assert record["config"] == root.config.as_record()
+    assert dict(root.config.env)["PATH"].endswith("/usr/bin:/sbin:/bin")
     assert root.log == images_dir / "logs" / f"{key}.log"
     log = root.log.read_text()
     assert "$ docker build --force-rm --network host -t" in log and "# exit 0 after" in log
@@ -197,9 +200,23 @@ def test_a_second_call_is_cached(built: tuple[ImageSource, Path, ImageRoot, list
     again = ensure_image_root(source, images_dir, progress=lines.append)
     assert time.monotonic() - began < 5
     assert again == ImageRoot(reference=first.reference, digest=first.digest,
-                              rootfs=first.rootfs, build_s=0.0, built=False, log=first.log)
+                              rootfs=first.rootfs, build_s=0.0, built=False, log=first.log,
+                              config=first.config)
     assert (first.log.stat().st_mtime_ns, first.log.read_bytes()) == written
     assert lines == []
+
+
+@pytest.mark.integration
+def test_a_root_kept_without_its_config_gets_it_from_the_daemon(
+        built: tuple[ImageSource, Path, ImageRoot, list[str]]) -> None:
+    """A root unpacked before configs were kept: its config is read once and kept."""
+    source, images_dir, first, _ = built
+    note = first.rootfs.with_name(f"{first.rootfs.name}.json")
+    record = json.loads(note.read_text())
+    del record["config"]
+    note.write_text(json.dumps(record))
+    assert ensure_image_root(source, images_dir).config == first.config
+    assert json.loads(note.read_text())["config"] == first.config.as_record()
 
 
 @pytest.mark.integration

@@ -8,7 +8,10 @@ ContainerEnvironment", kwargs={...})`; the kwargs are `BwrapEnvironment`'s, and
 pool) with two differences: its `/` is an overlay of the task's image (its Dockerfile
 built, or its docker_image, unpacked once per node), read-only below, its own directory
 above, so its writes never reach the image that other trials share; and the task's cpu
-and memory limits hold, applied with cgroups (limits.py).
+and memory limits hold, applied with cgroups (limits.py). What the image sets for its
+processes holds too: its ENV (PATH included, after the mounted tools' bin/) for every
+command, its WORKDIR where task.toml names none; an image whose USER is not root is
+refused, since every command runs as root (one uid is mapped).
 
 Its start writes the trial directory's `environment.json`, `{"kind": "image",
 "reference", "digest", "build_s", "built", "log"}`: the rollout puts the image and what
@@ -19,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import subprocess
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -40,7 +41,7 @@ from harbor_ray.trials.images import (
     image_source,
 )
 from harbor_ray.trials.sandbox.bwrap import BwrapEnvironment
-from harbor_ray.trials.sandbox.layout import DEFAULT_WORKDIR
+from harbor_ray.trials.sandbox.layout import DEFAULT_WORKDIR, SANDBOX_PATH, tools_path
 from harbor_ray.trials.sandbox.limits import Limits, cgroup_problems
 from harbor_ray.trials.sandbox.pooled import Recipe
 from harbor_ray.trials.sandbox.preflight import find_problems, overlay_problems
@@ -52,9 +53,8 @@ ENVIRONMENT_TYPE = "container"
 # Under this, a call for an image that was ready is a lookup, not a wait for a build.
 _WAITED_S = 1.0
 
-# The WORKDIR of each image this process has run, by image id (an id is the hash of the
-# image's config, WORKDIR included, so it never changes under one).
-_WORKDIRS: dict[str, PurePosixPath | None] = {}
+# USER values that are root (the only user a command can run as).
+_ROOT = frozenset({"", "root", "0"})
 
 
 class ContainerEnvironment(BwrapEnvironment):
@@ -91,8 +91,8 @@ class ContainerEnvironment(BwrapEnvironment):
         workdir = self.task_env_config.workdir
         if workdir:
             return PurePosixPath(workdir)
-        image_workdir = None if self._image is None else _WORKDIRS.get(self._image.digest)
-        return image_workdir or DEFAULT_WORKDIR
+        image_workdir = None if self._image is None else self._image.config.workdir
+        return PurePosixPath(image_workdir) if image_workdir else DEFAULT_WORKDIR
 
     def _validate_definition(self) -> None:
         # A compose file is refused by start(), as a task without an image is.
@@ -137,25 +137,20 @@ class ContainerEnvironment(BwrapEnvironment):
                 f"image {image.reference} has no python3, which the relay to the capture "
                 "proxy runs on inside the sandbox (an agent that runs in the sandbox "
                 "calls the model through it): install python3 (3.8 or later) in the image")
-        if image.digest not in _WORKDIRS:
-            _WORKDIRS[image.digest] = await _image_workdir(self._docker, image.digest)
+        if image.config.user.partition(":")[0] not in _ROOT:
+            raise EnvironmentUnsupportedError(
+                f"image {image.reference} sets USER {image.config.user}, and the container "
+                "sandbox runs every command as root (its user namespace maps one uid): "
+                "drop USER from the Dockerfile (or set it to root), or use Harbor's docker "
+                "backend")
         self._image = image
+        image_env = dict(image.config.env)
+        # The image's variables over the sandbox's base ones; its PATH after the tools'.
+        self._env = {**self._env, **image_env,
+                     "PATH": tools_path(self._tools, image_env.get("PATH", SANDBOX_PATH))}
         self.logger.info(f"Running over image {image.reference} ({image.digest[:19]})")
         await self._start_sandbox({
             "kind": "image", "reference": image.reference, "digest": image.digest,
             "build_s": waited_s if image.built or waited_s >= _WAITED_S else 0.0,
             "built": image.built,
             "log": None if image.log is None else str(image.log)})
-
-
-async def _image_workdir(docker: str, digest: str) -> PurePosixPath | None:
-    """The image's WORKDIR as Docker reports it; None when it has none, or Docker cannot
-    say (the image was removed since it was unpacked)."""
-    process = await asyncio.create_subprocess_exec(
-        docker, "image", "inspect", "--format", "{{json .Config.WorkingDir}}", digest,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    output, _ = await process.communicate()
-    if process.returncode != 0:
-        return None
-    workdir = json.loads(output)
-    return PurePosixPath(workdir) if workdir else None

@@ -171,9 +171,10 @@ def tool_binds(tools: Mapping[str, str]) -> tuple[Bind, ...]:
     return tuple(binds)
 
 
-def tools_path(binds: Sequence[Bind]) -> str:
-    """PATH inside: the tools' bin/ first (their CLI wins over a host one), then the host's."""
-    return ":".join([*(str(bind.target / "bin") for bind in binds), SANDBOX_PATH])
+def tools_path(binds: Sequence[Bind], then: str = SANDBOX_PATH) -> str:
+    """PATH inside: the tools' bin/ first (their CLI wins over a host one), then `then`
+    (the sandbox's own PATH, or an image's)."""
+    return ":".join([*(str(bind.target / "bin") for bind in binds), then])
 
 
 def _host_system() -> tuple[list[str], dict[str, str]]:
