@@ -35,6 +35,9 @@ def playground(
              "Parquet dataset sweeps write), each DIR/NAME for a NAME the form gives; "
              "without it the form writes none.")] = None,
     tokenizer: TokenizerOption = None,
+    allow_agent: Annotated[list[str] | None, typer.Option(
+        help="An agent import path (module:Class) a form may name besides the Harbor "
+             "agents `harbor-ray info` lists (repeatable); no other is run.")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         help="A Host name it answers besides the loopback names and --host "
              "(repeatable; '*' for any). Others get 421 (no DNS rebinding).")] = None,
@@ -51,5 +54,5 @@ def playground(
             dataset or ["samples"], out=out, host=host, port=port, llm_url=llm_url,
             key_file=key_file, share_runs=share_runs, max_runs=max_runs,
             allowed_hosts=allowed_host or (), datasets_dir=datasets_dir,
-            tokenizer=tokenizer,
+            tokenizer=tokenizer, agents=allow_agent or (),
             on_ready=lambda url: console.print(f"playground at [bold]{url}[/bold]"))

@@ -44,6 +44,7 @@ from harbor_ray.errors import (
     FieldError,
     OverCapacity,
     ServiceConfigError,
+    UnknownAgentError,
     WeightsRefusedError,
     WeightUpdateError,
     WeightVersionError,
@@ -64,7 +65,7 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 from harbor_ray.switches import WORKER_ENV
-from harbor_ray.trials.agents import AGENTS, needs_model
+from harbor_ray.trials.agents import AgentAllowList
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
@@ -166,8 +167,11 @@ class ControllerConfig:
         check_warm_pool(self.sandbox, self.warm_pool)
         if self.admission is not None and not self.engine_metrics:
             raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
-        for agent in self.agents:
-            needs_model(agent)  # UnknownAgentError (a ValueError) unless an import path
+        self.allowed_agents()  # UnknownAgentError (a ValueError) unless import paths
+
+    def allowed_agents(self) -> AgentAllowList:
+        """The agents a submit may name: the Harbor agents and `agents`."""
+        return AgentAllowList(self.agents, named_in="in the controller's `agents:`")
 
 
 class Controller:
@@ -189,7 +193,7 @@ class Controller:
                          stale_policy=config.stale_policy, retain_s=config.retain_s,
                          retain_groups=config.retain_groups, request_ids=config.request_ids)
         self._datasets = frozenset((config.dataset, *config.datasets))
-        self._agents = frozenset((*AGENTS, *config.agents))
+        self._agents = config.allowed_agents()
         self.version = config.initial_version
         self._replicas: dict[str, ReplicaResult] = {}
         self._updating = asyncio.Lock()
@@ -263,10 +267,10 @@ class Controller:
             if asked.task not in tasks:
                 raise FieldError(f"no task {_shown(asked.task)} in the dataset", status=404,
                                  field=f"tasks[{i}].task")
-        if request.agent not in self._agents:
-            raise FieldError(f"unknown agent {_shown(request.agent)}: not a "
-                             "Harbor agent `harbor-ray info` lists, nor an import path in "
-                             "the controller's `agents:`", status=404, field="agent")
+        try:
+            self._agents.check(request.agent, _shown(request.agent))
+        except UnknownAgentError as exc:
+            raise FieldError(str(exc), status=404, field="agent") from exc
         sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
         if sandbox not in backend_names():
             raise FieldError(f"no sandbox backend {_shown(sandbox)}", status=404, field="sandbox")

@@ -21,14 +21,21 @@ from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.certify import Certification, certify_url
 from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
-from harbor_ray.errors import CertificationError, PlaygroundRefusal
+from harbor_ray.errors import CertificationError, PlaygroundRefusal, UnknownAgentError
 from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.runs import Run, RunBoard
+from harbor_ray.trials.agents import AgentAllowList
 
-__all__ = ["Launcher", "Rollouts"]
+__all__ = ["Launcher", "Rollouts", "allowed_agents"]
+
+
+def allowed_agents(import_paths: tuple[str, ...] = ()) -> AgentAllowList:
+    """The agents a form may name: the Harbor agents, and the import paths given at
+    start (`--allow-agent`); a bad one raises `UnknownAgentError` then."""
+    return AgentAllowList(import_paths, named_in="given with --allow-agent")
 
 
 class Rollouts(Protocol):
@@ -44,11 +51,13 @@ class Rollouts(Protocol):
 class Launcher:
     """Starts the runs visitors ask for. `llm_url`: the server's engine (None: agents
     that call a model need a visitor's); `out`: where each run writes results.jsonl
-    (OUT/<run id>/); `datasets`: where runs may write datasets."""
+    (OUT/<run id>/); `datasets`: where runs may write datasets; `agents`: the agents a
+    form may name."""
 
     def __init__(self, board: RunBoard, catalog: Catalog, *, out: Path,
                  llm_url: str | None, max_runs: int = 2,
                  datasets: DatasetSink | None = None,
+                 agents: AgentAllowList | None = None,
                  rollouts: Rollouts = run_rollouts,
                  certify: Callable[[str], Awaitable[Certification]] = certify_url) -> None:
         self.board = board
@@ -56,6 +65,7 @@ class Launcher:
         self.out = out
         self.llm_url = llm_url
         self.datasets = datasets or DatasetSink(None)
+        self.agents = agents or allowed_agents()
         self._rollouts = rollouts
         self._certify = certify
         self._slots = asyncio.Semaphore(max_runs)
@@ -65,6 +75,10 @@ class Launcher:
         """Check the form against what is served, then start its run; refused forms
         start nothing."""
         self.catalog.task(form.dataset, form.task)
+        try:
+            self.agents.check(form.agent)
+        except UnknownAgentError as exc:
+            raise PlaygroundRefusal(str(exc)) from exc
         if form.write_to is not None:
             self.datasets.directory(form.write_to)
         llm_url, certified = await self._engine(form)

@@ -26,7 +26,7 @@ from harbor_ray.playground.app import Playground, build_playground_app
 from harbor_ray.playground.calls import TokenPieces
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
-from harbor_ray.playground.launch import Launcher
+from harbor_ray.playground.launch import Launcher, allowed_agents
 from harbor_ray.playground.runs import RunBoard
 from tests.data.rollouts import rollout
 from tests.fixtures.threaded import serve_in_thread
@@ -103,9 +103,10 @@ class FakeRollouts:
 @contextmanager
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
            share: bool = False, rollouts: FakeRollouts | None = None,
-           datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None
-           ) -> Iterator[str]:
-    """The playground served over loopback from a thread; yields its URL."""
+           datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None,
+           agents: tuple[str, ...] = ()) -> Iterator[str]:
+    """The playground served over loopback from a thread; yields its URL. `agents`: the
+    import paths allowed besides the Harbor agents."""
     async def setup() -> dict[str, Any]:
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
                             "dialect": None, "wired": True, "note": ""}],
@@ -117,7 +118,8 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
 
     launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
                         out=tmp_path, llm_url=ENGINE, datasets=DatasetSink(datasets_dir),
-                        rollouts=rollouts or FakeRollouts(), certify=refuse)
+                        rollouts=rollouts or FakeRollouts(), certify=refuse,
+                        agents=allowed_agents(agents))
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)
     app = build_playground_app(playground, llm_url=ENGINE)

@@ -1,0 +1,50 @@
+"""The playground under hostile input (the fuzzing pass's doors): each is refused with
+its status and words naming the field, starts nothing, and quotes nothing it should
+not. Runs go through the stand-in for `run_rollouts` (tests/playground/served.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from harbor_ray.errors import PlaygroundError
+from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.serve import open_playground
+from tests.playground.served import FakeRollouts, client_of
+
+FORM = {"agent": "oracle", "dataset": "samples", "task": "hello-file", "attempts": 1}
+
+
+# --- D1. agents ----------------------------------------------------------------------
+
+
+def test_an_agent_the_playground_does_not_offer_is_a_404_and_nothing_is_imported(
+        catalog: Catalog, tmp_path: Path) -> None:
+    sys.modules.pop("this", None)
+    rollouts = FakeRollouts()
+    with client_of(catalog, tmp_path, rollouts=rollouts) as client:
+        for agent in ("this:s", "os:system", "acp:anything", "no-such-agent"):
+            reply = client.post("/api/runs", json={**FORM, "agent": agent})
+            assert reply.status_code == 404, (agent, reply.text)
+            assert f"unknown agent {agent!r}" in reply.json()["error"], reply.text
+            assert "--allow-agent" in reply.json()["error"]
+        assert client.get("/api/runs").json()["runs"] == []
+    assert "this" not in sys.modules and rollouts.requests == []
+
+
+def test_an_import_path_allowed_at_start_is_run_and_no_other(
+        catalog: Catalog, tmp_path: Path) -> None:
+    allowed = "harbor_ray.online.controller:LocalRollouts"
+    rollouts = FakeRollouts()
+    with client_of(catalog, tmp_path, rollouts=rollouts, agents=(allowed,)) as client:
+        assert client.post("/api/runs", json={**FORM, "agent": allowed}).status_code == 200
+        refused = client.post("/api/runs", json={**FORM, "agent": "tests.online.local:KEY"})
+        assert refused.status_code == 404 and "unknown agent" in refused.json()["error"]
+    assert [r.agent for r in rollouts.requests] == [allowed]
+
+
+def test_an_allowed_agent_that_is_no_import_path_stops_the_start(tmp_path: Path) -> None:
+    with pytest.raises(PlaygroundError, match="unknown agent 'not a path'"):
+        open_playground(["samples"], out=tmp_path, agents=("not a path",))
