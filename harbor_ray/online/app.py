@@ -48,6 +48,7 @@ from harbor_ray.online.wire import (
     WeightsReply,
     WeightsRequest,
 )
+from harbor_ray.query_numbers import parse_count
 
 __all__ = ["ActorController", "build_controller_app", "openapi"]
 
@@ -136,6 +137,15 @@ def _query_number(request: Request, name: str, default: float, high: float) -> f
     return value
 
 
+def _query_count(request: Request, name: str, default: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    value = default if raw is None else parse_count(raw, high)
+    if value is None:
+        raise _Refused(_error(400, f"{name} must be a whole number in [0, {high}], in "
+                                   "ASCII digits", name))
+    return value
+
+
 def build_controller_app(controller: ControllerCalls, key: str, *,
                          allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
     """The API over `controller`; `key` is what every caller must present, and
@@ -172,7 +182,7 @@ def build_controller_app(controller: ControllerCalls, key: str, *,
         return _json(await controller.submit(await _body(request, SubmitRequest)), 202)
 
     async def groups(request: Request) -> Response:
-        max_groups = int(_query_number(request, "max", 16, MAX_GROUPS))
+        max_groups = _query_count(request, "max", 16, MAX_GROUPS)
         wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
         written = [_group_json(g) for g in await controller.groups(max_groups, wait_s)]
         return Response(b'{"groups":[' + b",".join(g for g in written if g) + b"]}",

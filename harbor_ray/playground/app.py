@@ -33,12 +33,14 @@ from harbor_ray.playground.access import KEY_COOKIE, VISITOR_COOKIE, Access
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.launch import Launcher
+from harbor_ray.query_numbers import COUNT_DIGITS, parse_count
 from harbor_ray.report.page import token_view_script
 
 __all__ = ["Playground", "build_playground_app"]
 
 _NO_CACHE = {"cache-control": "no-store"}
 _HIDDEN = "[hidden]"
+_MAX_CURSOR = 10**COUNT_DIGITS - 1
 Setup = Callable[[], Awaitable[dict[str, Any]]]
 
 
@@ -166,11 +168,12 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
         # Polled with a cursor rather than streamed (SSE): each poll is one short
         # answer through the same key, visitor and scrub checks as every other route.
         query = request.query_params
-        cursor = query.get("after", "0")
-        if not cursor.isdigit():
-            raise PlaygroundRefusal("after: a count of calls already read", status=400)
+        cursor = parse_count(query.get("after", "0"), _MAX_CURSOR)
+        if cursor is None:
+            raise PlaygroundRefusal(f"after: a count of calls already read, in at most "
+                                    f"{COUNT_DIGITS} ASCII digits", status=400)
         run, found, after = playground.launcher.board.calls(
-            visitor, query.get("id", ""), int(cursor))
+            visitor, query.get("id", ""), cursor)
         return {"run": run.view(), "calls": found, "next": after,
                 "more": after < run.calls}
 

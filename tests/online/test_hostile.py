@@ -24,6 +24,7 @@ from harbor_ray.trials.datasets import resolve_dataset
 from tests.fixtures.threaded import serve_in_thread
 from tests.online.local import KEY, local_controller, served
 from tests.online.test_mcp import mcp_client
+from tests.playground.test_hostile import ODD_COUNTS
 from tests.trials.hub_standin import HubRepo, serve_hub
 
 SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 1}],
@@ -115,6 +116,16 @@ def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
                 400, "path")
         assert http.get("/v1/policy").json()["version"] == 0
     assert logged_errors(caplog) == []
+
+
+# --- 2b. query counts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [*ODD_COUNTS, "2.5", "1001"])
+def test_an_odd_max_is_a_400_naming_it(http: httpx.Client, given: str) -> None:
+    error = refused(http.get("/v1/groups", params={"max": given}), 400, "max")
+    assert "whole number" in error
+    assert http.get("/v1/groups", params={"max": "1000"}).status_code == 200
 
 
 # --- 3. metadata ---------------------------------------------------------------------

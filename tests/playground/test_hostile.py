@@ -48,3 +48,24 @@ def test_an_import_path_allowed_at_start_is_run_and_no_other(
 def test_an_allowed_agent_that_is_no_import_path_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(PlaygroundError, match="unknown agent 'not a path'"):
         open_playground(["samples"], out=tmp_path, agents=("not a path",))
+
+
+# --- D4. cursors ---------------------------------------------------------------------
+
+# Superscript two and Arabic-Indic one pass str.isdigit (int() refuses the first, reads
+# the second as 1); 4,301 digits are past int()'s limit on a string; the others are
+# forms int() or float() take.
+ODD_COUNTS = ["\u00b2", "\u0661", "9" * 4301, "9" * 10, "", "+1", " 1", "1_0", "0x1",
+              "1e3", "1.0", "-0"]
+
+
+@pytest.mark.parametrize("after", ODD_COUNTS)
+def test_an_odd_cursor_is_a_400_naming_it(catalog: Catalog, tmp_path: Path,
+                                          after: str) -> None:
+    with client_of(catalog, tmp_path) as client:
+        run = client.post("/api/runs", json=FORM).json()
+        reply = client.get("/api/calls", params={"id": run["id"], "after": after})
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"].startswith("after: "), reply.text
+        assert client.get("/api/calls", params={"id": run["id"], "after": "999999999"}
+                          ).json()["calls"] == []
