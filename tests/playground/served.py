@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -18,6 +19,7 @@ import uvicorn
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.session import TurnListener
+from harbor_ray.capture.proxy.upstream import api_root
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.errors import CertificationError
 from harbor_ray.jobs.rollouts import RolloutRequest
@@ -104,25 +106,29 @@ class FakeRollouts:
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
            share: bool = False, rollouts: FakeRollouts | None = None,
            datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None,
-           agents: tuple[str, ...] = ()) -> Iterator[str]:
+           agents: tuple[str, ...] = (), engine: str = ENGINE) -> Iterator[str]:
     """The playground served over loopback from a thread; yields its URL. `agents`: the
-    import paths allowed besides the Harbor agents."""
+    import paths allowed besides the Harbor agents; `engine`: the server's --llm-url."""
     async def setup() -> dict[str, Any]:
+        root = api_root(engine)
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
                             "dialect": None, "wired": True, "note": ""}],
                 "installed_agents": [], "sandboxes": [],
-                "engine": {"certified": False, "url": ENGINE, "error": f"{ENGINE} refused"}}
+                # The words `harbor-ray info` says of an engine it cannot reach.
+                "engine": {"certified": False, "url": engine, "error": (
+                    f"cannot list models at {root}/v1/models: engine unreachable at "
+                    f"{root}: cannot connect to {urlsplit(root).netloc.rpartition('@')[2]}")}}
 
     async def refuse(url: str) -> Certification:
         raise CertificationError(f"{url} lists no models")
 
     launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
-                        out=tmp_path, llm_url=ENGINE, datasets=DatasetSink(datasets_dir),
+                        out=tmp_path, llm_url=engine, datasets=DatasetSink(datasets_dir),
                         rollouts=rollouts or FakeRollouts(), certify=refuse,
                         agents=allowed_agents(agents))
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)
-    app = build_playground_app(playground, llm_url=ENGINE)
+    app = build_playground_app(playground, llm_url=engine)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     with serve_in_thread(app, config=config) as url:
         yield url

@@ -7,12 +7,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from harbor_ray.errors import PlaygroundError
 from harbor_ray.playground.catalog import Catalog
+from harbor_ray.playground.scrub import Scrub
 from harbor_ray.playground.serve import open_playground
 from tests.playground.served import FakeRollouts, client_of
+from tests.playground.test_app import finished
 
 FORM = {"agent": "oracle", "dataset": "samples", "task": "hello-file", "attempts": 1}
 
@@ -69,3 +72,44 @@ def test_an_odd_cursor_is_a_400_naming_it(catalog: Catalog, tmp_path: Path,
         assert reply.json()["error"].startswith("after: "), reply.text
         assert client.get("/api/calls", params={"id": run["id"], "after": "999999999"}
                           ).json()["calls"] == []
+
+
+# --- D6. credentials in URLs -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("user, password", [
+    ("admin", "pw"), ("a", "b"), ("", "p"), ("u", ""), ("trainer", "s3cret-token-long"),
+    ("x" * 300, "y" * 300)])
+def test_credentials_are_scrubbed_from_every_url_shown_whatever_their_length(
+        user: str, password: str) -> None:
+    engine = f"http://{user}:{password}@10.1.2.3:9/v1"
+    visitor = f"https://{user}:{password}@visitor.example/v1"
+    scrub = Scrub(key=None, llm_url=engine)
+    shown = scrub(orjson.dumps({
+        "url": engine, "error": f"cannot list models at {engine}/models: engine "
+        f"unreachable at {engine[:-3]}: cannot connect to 10.1.2.3:9: [Errno 111] "
+        "Connect call failed ('10.1.2.3', 9)",
+        "run": f"RuntimeError: {visitor}/chat/completions answered 401 (see {visitor})",
+        "file": "mail me at someone@example.com; 10.1.2.30 is not the engine"}))
+    text = shown.decode()
+    assert "10.1.2.3:9" not in text and "('10.1.2.3', 9)" not in text, text
+    assert f"//{user}:" not in text and f":{password}@" not in text, text
+    # A visitor's own URL keeps its host; only its credentials go.
+    assert text.count("https://[hidden]@visitor.example/v1") == 2, text
+    assert "someone@example.com" in text and "10.1.2.30 is not" in text
+
+
+def test_no_answer_shows_a_short_engine_password_or_the_engine_s_host(
+        catalog: Catalog, tmp_path: Path) -> None:
+    engine = "http://admin:pw@127.0.0.1:9/v1"
+    failing = FakeRollouts(fail=RuntimeError(
+        "engine unreachable at http://admin:pw@127.0.0.1:9: cannot connect to "
+        "127.0.0.1:9: [Errno 111] Connect call failed ('127.0.0.1', 9)"))
+    with client_of(catalog, tmp_path, rollouts=failing, engine=engine) as client:
+        run = client.post("/api/runs", json=FORM).json()
+        error = finished(client, run["id"])["error"]
+        setup = client.get("/api/setup").text
+    for text in (error, setup):
+        assert ":pw@" not in text and "admin" not in text, text
+        assert "127.0.0.1:9" not in text and "('127.0.0.1', 9)" not in text, text
+    assert error.startswith("RuntimeError: engine unreachable at [hidden]"), error
