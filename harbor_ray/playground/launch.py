@@ -1,7 +1,9 @@
 """Runs started from the page, through the same code as `harbor-ray rollout`
 (`jobs.rollouts.run_rollouts`), in this process: each run on a worker thread of its own
 (it runs its own event loop, as the command does), at most `max_runs` at once; the
-others wait their turn as `starting`. Each model call reaches the run board as the
+others wait their turn as `starting`, at most `max_queued` of them (a form past those is
+a 429). A visitor's engine is checked and certified first (`VisitorEngines`). Each
+model call reaches the run board as the
 capture proxy records it (`run_rollouts`' `on_turn`), and each rollout's outcome (its
 reward and the verifier's output) as it lands; a run that fails is recorded on the
 board, never raised into the server. A run whose form names a dataset also commits each
@@ -11,25 +13,30 @@ rollout to it as it lands (`DatasetSink`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.capture.proxy.certify import Certification, certify_url
+from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
-from harbor_ray.errors import CertificationError, PlaygroundRefusal, UnknownAgentError
+from harbor_ray.errors import PlaygroundRefusal, UnknownAgentError
 from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.runs import Run, RunBoard
+from harbor_ray.playground.visitor_engine import VisitorEngines
 from harbor_ray.trials.agents import AgentAllowList
 
-__all__ = ["Launcher", "Rollouts", "allowed_agents"]
+__all__ = ["MAX_QUEUED", "MAX_RUNS", "Launcher", "Rollouts", "allowed_agents"]
+
+MAX_RUNS = 2  # runs at once (--max-runs)
+MAX_QUEUED = 8  # runs waiting for one of those slots (--max-queued); past it, 429
 
 
 def allowed_agents(import_paths: tuple[str, ...] = ()) -> AgentAllowList:
@@ -55,20 +62,22 @@ class Launcher:
     form may name."""
 
     def __init__(self, board: RunBoard, catalog: Catalog, *, out: Path,
-                 llm_url: str | None, max_runs: int = 2,
-                 datasets: DatasetSink | None = None,
+                 llm_url: str | None, max_runs: int = MAX_RUNS,
+                 max_queued: int = MAX_QUEUED, datasets: DatasetSink | None = None,
                  agents: AgentAllowList | None = None,
                  rollouts: Rollouts = run_rollouts,
-                 certify: Callable[[str], Awaitable[Certification]] = certify_url) -> None:
+                 engines: VisitorEngines | None = None) -> None:
         self.board = board
         self.catalog = catalog
         self.out = out
         self.llm_url = llm_url
         self.datasets = datasets or DatasetSink(None)
         self.agents = agents or allowed_agents()
+        self.engines = engines or VisitorEngines()
         self._rollouts = rollouts
-        self._certify = certify
         self._slots = asyncio.Semaphore(max_runs)
+        self._max_queued = max_queued
+        self._queued = 0  # runs accepted, or being checked, that have no slot yet
         self._running: set[asyncio.Task[None]] = set()
 
     async def start(self, visitor: str, form: RunForm) -> Run:
@@ -81,7 +90,12 @@ class Launcher:
             raise PlaygroundRefusal(str(exc)) from exc
         if form.write_to is not None:
             self.datasets.directory(form.write_to)
-        llm_url, certified = await self._engine(form)
+        self._join_queue()  # before certifying: a certification holds its place
+        try:
+            llm_url, certified = await self._engine(form)
+        except BaseException:
+            self._queued -= 1
+            raise
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
                   started_at=_now(), writes_to=form.write_to)
@@ -95,6 +109,29 @@ class Launcher:
         task.add_done_callback(self._running.discard)
         return run
 
+    def _join_queue(self) -> None:
+        """Take a place among the runs waiting for a slot, or refuse (429) when the
+        queue is full: each form otherwise holds a run, and its certification, for as
+        long as the slots are busy, however many arrive."""
+        if self._queued >= self._max_queued:
+            raise PlaygroundRefusal(
+                f"{self._queued} runs are waiting for a slot already, the most this "
+                "playground queues (--max-queued): start this one when one of them "
+                "has started", status=429)
+        self._queued += 1
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """A run's slot; it leaves the queue once it has one (or is cancelled waiting)."""
+        try:
+            await self._slots.acquire()
+        finally:
+            self._queued -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
+
     async def aclose(self) -> None:
         for task in self._running:
             task.cancel()
@@ -107,13 +144,8 @@ class Launcher:
         if form.engine == "server":
             return self.llm_url, None
         if not form.llm_url:
-            raise PlaygroundRefusal("engine=visitor needs llm_url", status=400)
-        try:
-            certified = await self._certify(form.llm_url)
-        except CertificationError as exc:
-            raise PlaygroundRefusal(f"that engine cannot be used: {exc}",
-                                    status=400) from exc
-        return form.llm_url, certified
+            raise PlaygroundRefusal("llm_url: engine=visitor needs one", status=400)
+        return form.llm_url, await self.engines.certified(form.llm_url)
 
     async def _run(self, run: Run, request: RolloutRequest) -> None:
         loop = asyncio.get_running_loop()
@@ -130,7 +162,7 @@ class Launcher:
             outcome = _outcome(record)
             loop.call_soon_threadsafe(lambda: self.board.landed(run.id, outcome))
 
-        async with self._slots:
+        async with self._slot():
             self.board.update(run.id, status="running")
             try:
                 await asyncio.to_thread(self._rollouts, request, on_planned=planned,

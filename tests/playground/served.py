@@ -30,6 +30,7 @@ from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.launch import Launcher, allowed_agents
 from harbor_ray.playground.runs import RunBoard
+from harbor_ray.playground.visitor_engine import VisitorEngines
 from tests.data.rollouts import rollout
 from tests.fixtures.threaded import serve_in_thread
 
@@ -102,13 +103,21 @@ class FakeRollouts:
         return records
 
 
+async def refuse(url: str) -> Certification:
+    """A certification that refuses every engine."""
+    raise CertificationError(f"{url} lists no models")
+
+
 @contextmanager
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
            share: bool = False, rollouts: FakeRollouts | None = None,
            datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None,
-           agents: tuple[str, ...] = (), engine: str = ENGINE) -> Iterator[str]:
+           agents: tuple[str, ...] = (), engine: str = ENGINE,
+           engines: VisitorEngines | None = None, **launcher: Any) -> Iterator[str]:
     """The playground served over loopback from a thread; yields its URL. `agents`: the
-    import paths allowed besides the Harbor agents; `engine`: the server's --llm-url."""
+    import paths allowed besides the Harbor agents; `engine`: the server's --llm-url;
+    `engines`: how visitors' engines are checked (default: any URL, whose
+    certification is refused); `launcher`: the launcher's other options."""
     async def setup() -> dict[str, Any]:
         root = api_root(engine)
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
@@ -119,13 +128,11 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
                     f"cannot list models at {root}/v1/models: engine unreachable at "
                     f"{root}: cannot connect to {urlsplit(root).netloc.rpartition('@')[2]}")}}
 
-    async def refuse(url: str) -> Certification:
-        raise CertificationError(f"{url} lists no models")
-
     launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
                         out=tmp_path, llm_url=engine, datasets=DatasetSink(datasets_dir),
-                        rollouts=rollouts or FakeRollouts(), certify=refuse,
-                        agents=allowed_agents(agents))
+                        rollouts=rollouts or FakeRollouts(),
+                        engines=engines or VisitorEngines(allow_private=True, certify=refuse),
+                        agents=allowed_agents(agents), **launcher)
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)
     app = build_playground_app(playground, llm_url=engine)
