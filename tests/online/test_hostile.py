@@ -5,10 +5,13 @@ The controller runs in this process on `LocalRollouts` (no Ray)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +118,73 @@ def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
         refused(http.post("/v1/weights", json={"path": str(checkpoint), "version": 1}),
                 400, "path")
         assert http.get("/v1/policy").json()["version"] == 0
+    assert logged_errors(caplog) == []
+
+
+async def _no_replicas() -> list:
+    raise AssertionError("the engine is asked nothing before the checkpoint is checked")
+
+
+@pytest.mark.parametrize("shape", ["fifo", "link to a fifo", "device"])
+def test_a_checkpoint_file_that_is_no_regular_file_is_a_400_at_once(
+        tmp_path: Path, caplog, shape: str) -> None:
+    # Opening a FIFO for reading waits for a writer: the check must never open one.
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    target = checkpoint / "model.safetensors"
+    if shape == "fifo":
+        os.mkfifo(target)
+    elif shape == "link to a fifo":
+        os.mkfifo(tmp_path / "pipe")
+        target.symlink_to(tmp_path / "pipe")
+    else:
+        target.symlink_to("/dev/zero")
+    updater = WeightUpdater(_no_replicas, path=str(tmp_path / "served"))
+    with served(local_controller(tmp_path / "work", updater=updater,
+                                 weights_timeout_s=5)) as http:
+        started = time.monotonic()
+        error = refused(http.post("/v1/weights", json={"path": str(checkpoint),
+                                                       "version": 1}), 400, "path")
+        assert "not a regular file" in error and time.monotonic() - started < 3, error
+        assert http.get("/v1/policy").json() == {"version": 0, "paused": False,
+                                                 "replicas": []}
+    assert logged_errors(caplog) == []
+
+
+class Unstoppable(FakeWeightUpdater):
+    """An engine whose first update goes on for `hold_s` when told to stop (it swallows
+    the cancellation, as a shielded call does), then takes; later ones take at once."""
+
+    def __init__(self, hold_s: float) -> None:
+        super().__init__(("engine-0",))
+        self.hold_s = hold_s
+
+    async def update(self, path: str, version: int):
+        deadline, self.hold_s = time.monotonic() + self.hold_s, 0
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(left)
+        return await super().update(path, version)
+
+
+def test_an_update_that_times_out_unpauses_the_policy_whatever_the_engine_does(
+        tmp_path: Path, caplog) -> None:
+    with served(local_controller(tmp_path, updater=Unstoppable(hold_s=4),
+                                 weights_timeout_s=0.5)) as http:
+        started = time.monotonic()
+        reply = http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1})
+        took = time.monotonic() - started
+        assert reply.status_code == 502 and took < 3, (took, reply.text)
+        assert "did not finish in 0.5 s" in reply.json()["error"]
+        assert http.get("/v1/policy").json()["paused"] is False
+        # The engine took it in the end: the controller says so once it did.
+        for _ in range(100):
+            if http.get("/v1/policy").json()["version"] == 1:
+                break
+            time.sleep(0.1)
+        assert http.get("/v1/policy").json()["version"] == 1
+        second = http.post("/v1/weights", json={"path": "/ckpt/2", "version": 2})
+        assert second.status_code == 200 and second.json()["version"] == 2, second.text
     assert logged_errors(caplog) == []
 
 
