@@ -47,6 +47,7 @@ from harbor_ray.online.wire import (
     SubmitRequest,
     WeightsReply,
     WeightsRequest,
+    wide_integer,
 )
 from harbor_ray.query_numbers import parse_count
 
@@ -118,12 +119,23 @@ async def _body[M: BaseModel](request: Request, model: type[M]) -> M:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        _refuse_wide(raw)
         raise _Refused(_error(400, f"body is not JSON: {exc}")) from exc
+    _refuse_wide(raw)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         where, message = first_error(exc)
         raise _Refused(_error(400, message, where)) from exc
+
+
+def _refuse_wide(raw: bytes | bytearray) -> None:
+    """A 400 naming where a body has an integer past 64 bits: orjson reads one as a
+    float (or refuses it as infinite), and `metadata` is returned as given."""
+    if (where := wide_integer(raw)) is not None:
+        raise _Refused(_error(400, f"{where}: an integer past 64 bits, which would not "
+                                   "come back as given (JSON readers part ways there): "
+                                   "send it as a string", where))
 
 
 def _query_number(request: Request, name: str, default: float, high: float) -> float:

@@ -221,6 +221,35 @@ def test_metadata_within_the_limits_comes_back_as_given(http: httpx.Client) -> N
     assert group["metadata"] == metadata
 
 
+def _submit_text(metadata: str) -> str:
+    """A submit's JSON with `metadata` written as given (numbers no encoder rounded)."""
+    return json.dumps(SUBMIT)[:-1] + f', "metadata": {metadata}}}'
+
+
+@pytest.mark.parametrize(("metadata", "where"), [
+    ('{"big": 18446744073709551616}', "metadata.big"),
+    ('{"low": -9223372036854775809}', "metadata.low"),
+    ('{"ids": [1, 100000000000000000000000000000000000000000]}', "metadata.ids.1"),
+    ('{"d": {"e": %s}}' % ("9" * 4301), "metadata.d.e")])
+def test_an_integer_past_64_bits_is_a_400_naming_where_it_is(
+        http: httpx.Client, runner: LocalRollouts, metadata: str, where: str) -> None:
+    # orjson reads such an integer as a float: it would come back as another number.
+    reply = http.post("/v1/rollouts", content=_submit_text(metadata),
+                      headers={"content-type": "application/json"})
+    error = refused(reply, 400, where)
+    assert "past 64 bits" in error and "as a string" in error, error
+    assert runner.started == 0
+
+
+def test_integers_at_the_64_bit_edges_come_back_as_given(http: httpx.Client) -> None:
+    edges = '{"top": 18446744073709551615, "bottom": -9223372036854775808, "s": "%s"}' % (
+        "1" * 40)  # digits in a string are a string
+    assert http.post("/v1/rollouts", content=_submit_text(edges), headers={
+        "content-type": "application/json"}).status_code == 202
+    (group,) = http.get("/v1/groups", params={"wait_s": 30}).json()["groups"]
+    assert group["metadata"] == {"top": 2**64 - 1, "bottom": -(2**63), "s": "1" * 40}
+
+
 class Undeliverable:
     """A controller whose first ready group cannot be written as JSON."""
 
