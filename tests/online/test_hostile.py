@@ -413,6 +413,37 @@ def test_mcp_get_is_405_not_an_sse_stream(http: httpx.Client) -> None:
         assert reply.status_code == 405 and "POST" in reply.headers["allow"]
 
 
+MCP = {"accept": "application/json, text/event-stream"}
+
+
+def test_mcp_prompts_get_of_an_unknown_prompt_is_an_error_reply_not_a_traceback(
+        http: httpx.Client, caplog) -> None:
+    for _ in range(3):
+        reply = http.post("/mcp", headers=MCP, json={
+            "jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "nope"}})
+        answer = reply.json()
+        assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
+        assert "'nope'" in answer["error"]["message"] and "no prompts" in answer[
+            "error"]["message"], answer
+    assert logged_errors(caplog) == []
+
+
+@pytest.mark.parametrize("request_id", [{"a": 1}, 1.5, [1], True, None])
+def test_an_mcp_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
+        http: httpx.Client, caplog, request_id: Any) -> None:
+    reply = http.post("/mcp", headers=MCP, json={
+        "jsonrpc": "2.0", "id": request_id, "method": "tools/list"})
+    assert reply.status_code == 400, (reply.status_code, reply.text)
+    answer = reply.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None, answer
+    assert answer["error"]["code"] == -32600 and "id:" in answer["error"]["message"]
+    # A notification (no id at all) is still one: accepted, no answer.
+    note = http.post("/mcp", headers=MCP, json={
+        "jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert note.status_code == 202
+    assert logged_errors(caplog) == []
+
+
 def test_two_authorization_headers_are_refused_on_every_route(http: httpx.Client) -> None:
     right, wrong = f"Bearer {KEY}", "Bearer nope"
     url = str(http.base_url)
