@@ -92,10 +92,20 @@ class Launcher:
             self.datasets.directory(form.write_to)
         self._join_queue()  # before certifying: a certification holds its place
         try:
-            llm_url, certified = await self._engine(form)
+            run, request = await self._planned(visitor, form)
         except BaseException:
             self._queued -= 1
             raise
+        self.board.add(run)
+        task = asyncio.create_task(self._run(run, request))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return run
+
+    async def _planned(self, visitor: str, form: RunForm) -> tuple[Run, RolloutRequest]:
+        """The run a form asks for, and the request that runs it (its engine certified
+        first when it is the visitor's)."""
+        llm_url, certified = await self._engine(form)
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
                   started_at=_now(), writes_to=form.write_to)
@@ -103,11 +113,7 @@ class Launcher:
             agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
             attempts=form.attempts, budget=form.budget, temperature=form.temperature,
             max_tokens=form.max_tokens, out=self.out / run.id, certified=certified)
-        self.board.add(run)
-        task = asyncio.create_task(self._run(run, request))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        return run
+        return run, request
 
     def _join_queue(self) -> None:
         """Take a place among the runs waiting for a slot, or refuse (429) when the
