@@ -77,7 +77,8 @@ class Launcher:
         self._rollouts = rollouts
         self._slots = asyncio.Semaphore(max_runs)
         self._max_queued = max_queued
-        self._queued = 0  # runs accepted, or being checked, that have no slot yet
+        self._most_open = max_runs + max_queued
+        self._open = 0  # runs accepted (or being checked) that have not ended
         self._running: set[asyncio.Task[None]] = set()
 
     async def start(self, visitor: str, form: RunForm) -> Run:
@@ -90,11 +91,11 @@ class Launcher:
             raise PlaygroundRefusal(str(exc)) from exc
         if form.write_to is not None:
             self.datasets.directory(form.write_to)
-        self._join_queue()  # before certifying: a certification holds its place
+        self._take_place()  # before certifying: a certification holds its place
         try:
             run, request = await self._planned(visitor, form)
         except BaseException:
-            self._queued -= 1
+            self._open -= 1
             raise
         self.board.add(run)
         task = asyncio.create_task(self._run(run, request))
@@ -115,28 +116,26 @@ class Launcher:
             max_tokens=form.max_tokens, out=self.out / run.id, certified=certified)
         return run, request
 
-    def _join_queue(self) -> None:
-        """Take a place among the runs waiting for a slot, or refuse (429) when the
-        queue is full: each form otherwise holds a run, and its certification, for as
-        long as the slots are busy, however many arrive."""
-        if self._queued >= self._max_queued:
+    def _take_place(self) -> None:
+        """Take a place among the open runs (running, or waiting for a slot), or refuse
+        (429) when the slots and the queue are full: each form otherwise holds a run,
+        and its certification, for as long as the slots are busy, however many come."""
+        if self._open >= self._most_open:
             raise PlaygroundRefusal(
-                f"{self._queued} runs are waiting for a slot already, the most this "
-                "playground queues (--max-queued): start this one when one of them "
-                "has started", status=429)
-        self._queued += 1
+                f"every slot is running and {self._max_queued} runs are waiting already, "
+                "the most this playground queues (--max-queued): start this one when "
+                "one of them has ended", status=429)
+        self._open += 1
 
     @contextlib.asynccontextmanager
     async def _slot(self) -> AsyncIterator[None]:
-        """A run's slot; it leaves the queue once it has one (or is cancelled waiting)."""
+        """A run's turn at a slot; its place is given back when it ends (or is
+        cancelled waiting)."""
         try:
-            await self._slots.acquire()
+            async with self._slots:
+                yield
         finally:
-            self._queued -= 1
-        try:
-            yield
-        finally:
-            self._slots.release()
+            self._open -= 1
 
     async def aclose(self) -> None:
         for task in self._running:

@@ -254,6 +254,18 @@ def test_runs_past_the_queue_cap_are_a_429_naming_the_flag(catalog: Catalog,
         assert client.post("/api/runs", json=FORM).status_code == 200
 
 
+def test_with_no_queue_a_free_slot_still_runs_a_form(catalog: Catalog,
+                                                     tmp_path: Path) -> None:
+    rollouts = FakeRollouts()
+    rollouts.release.clear()
+    with client_of(catalog, tmp_path, rollouts=rollouts, max_runs=1, max_queued=0
+                   ) as client:
+        assert client.post("/api/runs", json=FORM).status_code == 200
+        refused = client.post("/api/runs", json=FORM)
+        assert refused.status_code == 429 and "0 runs are waiting" in refused.text
+        rollouts.release.set()
+
+
 def test_the_queue_and_engine_flags_are_in_help_with_the_launcher_s_defaults() -> None:
     from harbor_ray.cli import playground as command
     from harbor_ray.playground import launch
