@@ -10,6 +10,10 @@ import typer
 
 from harbor_ray.cli.options import LlmUrlOption, TokenizerOption, console
 
+# playground.launch's MAX_RUNS and MAX_QUEUED, written again: the command imports the
+# playground only when it runs (tests/playground/test_hostile.py checks they agree).
+MAX_RUNS, MAX_QUEUED = 2, 8
+
 
 def playground(
     dataset: Annotated[list[str] | None, typer.Argument(
@@ -29,12 +33,23 @@ def playground(
         help="Show every visitor's runs to every visitor (default: each sees its own).")]
         = False,
     max_runs: Annotated[int, typer.Option(
-        min=1, help="Runs at once; the others wait their turn.")] = 2,
+        min=1, help="Runs at once; the others wait their turn.")] = MAX_RUNS,
+    max_queued: Annotated[int, typer.Option(
+        min=0, help="Runs waiting their turn at most; a form past them is refused "
+                    "(429) until one starts.")] = MAX_QUEUED,
+    allow_private_engines: Annotated[bool, typer.Option(
+        "--allow-private-engines",
+        help="Let a visitor's engine URL be on loopback or a private network (off: "
+             "only public addresses, so the form cannot reach this machine's or its "
+             "network's services; --llm-url is always allowed).")] = False,
     datasets_dir: Annotated[Path | None, typer.Option(
         help="The one directory runs from the page may write datasets under (the "
              "Parquet dataset sweeps write), each DIR/NAME for a NAME the form gives; "
              "without it the form writes none.")] = None,
     tokenizer: TokenizerOption = None,
+    allow_agent: Annotated[list[str] | None, typer.Option(
+        help="An agent import path (module:Class) a form may name besides the Harbor "
+             "agents `harbor-ray info` lists (repeatable); no other is run.")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         help="A Host name it answers besides the loopback names and --host "
              "(repeatable; '*' for any). Others get 421 (no DNS rebinding).")] = None,
@@ -50,6 +65,7 @@ def playground(
         serve_playground(
             dataset or ["samples"], out=out, host=host, port=port, llm_url=llm_url,
             key_file=key_file, share_runs=share_runs, max_runs=max_runs,
+            max_queued=max_queued, allow_private_engines=allow_private_engines,
             allowed_hosts=allowed_host or (), datasets_dir=datasets_dir,
-            tokenizer=tokenizer,
+            tokenizer=tokenizer, agents=allow_agent or (),
             on_ready=lambda url: console.print(f"playground at [bold]{url}[/bold]"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -328,7 +329,7 @@ def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes from one safetensors file's header: an 8-byte little-endian length,
     then that many bytes of JSON giving each tensor's dtype, shape and byte range."""
     try:
-        size = file.stat().st_size
+        size = _regular_size(file)
         with file.open("rb") as f:
             (length,) = struct.unpack("<Q", f.read(8))
             if 8 + length > size:
@@ -339,6 +340,8 @@ def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
         if end > size:
             raise ValueError(f"tensors end at byte {end} of a {size}-byte file")
         return {name: tuple(t["shape"]) for name, t in header.items()}
+    except CheckpointError:  # a ValueError, said already
+        raise
     except RecursionError as exc:  # json's decoder recurses once per level
         raise CheckpointError(f"{file} is not a readable safetensors file: its header is "
                               "nested too deep") from exc
@@ -347,6 +350,17 @@ def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
                               f"{exc.strerror or exc}") from exc
     except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise CheckpointError(f"{file} is not a readable safetensors file: {exc}") from exc
+
+
+def _regular_size(file: Path) -> int:
+    """The size of `file`, a regular file (through links), or a CheckpointError: anything
+    else is never opened, since opening a FIFO waits for a writer that may never come,
+    holding the update (and a thread) with it, and a device reads forever."""
+    info = file.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{file} is not a regular file (a directory, FIFO, device "
+                              "or socket): a checkpoint's tensors are regular files")
+    return info.st_size
 
 
 def _compare(tensors: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]],

@@ -47,7 +47,9 @@ from harbor_ray.online.wire import (
     SubmitRequest,
     WeightsReply,
     WeightsRequest,
+    wide_integer,
 )
+from harbor_ray.query_numbers import parse_count
 
 __all__ = ["ActorController", "build_controller_app", "openapi"]
 
@@ -117,12 +119,23 @@ async def _body[M: BaseModel](request: Request, model: type[M]) -> M:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        _refuse_wide(raw)
         raise _Refused(_error(400, f"body is not JSON: {exc}")) from exc
+    _refuse_wide(raw)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         where, message = first_error(exc)
         raise _Refused(_error(400, message, where)) from exc
+
+
+def _refuse_wide(raw: bytes | bytearray) -> None:
+    """A 400 naming where a body has an integer past 64 bits: orjson reads one as a
+    float (or refuses it as infinite), and `metadata` is returned as given."""
+    if (where := wide_integer(raw)) is not None:
+        raise _Refused(_error(400, f"{where}: an integer past 64 bits, which would not "
+                                   "come back as given (JSON readers part ways there): "
+                                   "send it as a string", where))
 
 
 def _query_number(request: Request, name: str, default: float, high: float) -> float:
@@ -133,6 +146,15 @@ def _query_number(request: Request, name: str, default: float, high: float) -> f
         value = -1.0
     if not 0 <= value <= high:
         raise _Refused(_error(400, f"{name} must be a number in [0, {high:g}]", name))
+    return value
+
+
+def _query_count(request: Request, name: str, default: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    value = default if raw is None else parse_count(raw, high)
+    if value is None:
+        raise _Refused(_error(400, f"{name} must be a whole number in [0, {high}], in "
+                                   "ASCII digits", name))
     return value
 
 
@@ -172,7 +194,7 @@ def build_controller_app(controller: ControllerCalls, key: str, *,
         return _json(await controller.submit(await _body(request, SubmitRequest)), 202)
 
     async def groups(request: Request) -> Response:
-        max_groups = int(_query_number(request, "max", 16, MAX_GROUPS))
+        max_groups = _query_count(request, "max", 16, MAX_GROUPS)
         wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
         written = [_group_json(g) for g in await controller.groups(max_groups, wait_s)]
         return Response(b'{"groups":[' + b",".join(g for g in written if g) + b"]}",

@@ -38,12 +38,14 @@ from harbor_ray.cluster.sweep import check_warm_pool, in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import ErrorType
 from harbor_ray.data.writer import DatasetWriter
+from harbor_ray.engine.weights import WeightUpdate
 from harbor_ray.errors import (
     CheckpointError,
     DatasetError,
     FieldError,
     OverCapacity,
     ServiceConfigError,
+    UnknownAgentError,
     WeightsRefusedError,
     WeightUpdateError,
     WeightVersionError,
@@ -64,7 +66,7 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 from harbor_ray.switches import WORKER_ENV
-from harbor_ray.trials.agents import AGENTS, needs_model
+from harbor_ray.trials.agents import AgentAllowList
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
@@ -166,8 +168,11 @@ class ControllerConfig:
         check_warm_pool(self.sandbox, self.warm_pool)
         if self.admission is not None and not self.engine_metrics:
             raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
-        for agent in self.agents:
-            needs_model(agent)  # UnknownAgentError (a ValueError) unless an import path
+        self.allowed_agents()  # UnknownAgentError (a ValueError) unless import paths
+
+    def allowed_agents(self) -> AgentAllowList:
+        """The agents a submit may name: the Harbor agents and `agents`."""
+        return AgentAllowList(self.agents, named_in="in the controller's `agents:`")
 
 
 class Controller:
@@ -189,11 +194,12 @@ class Controller:
                          stale_policy=config.stale_policy, retain_s=config.retain_s,
                          retain_groups=config.retain_groups, request_ids=config.request_ids)
         self._datasets = frozenset((config.dataset, *config.datasets))
-        self._agents = frozenset((*AGENTS, *config.agents))
+        self._agents = config.allowed_agents()
         self.version = config.initial_version
         self._replicas: dict[str, ReplicaResult] = {}
         self._updating = asyncio.Lock()
         self._paused = False
+        self._publishing: set[asyncio.Future[None]] = set()  # a late update's version
         self._gate = ResizableGate(config.concurrency if config.admission is None
                                    else config.admission.start)
         self._steering: asyncio.Task[None] | None = None  # the adaptive cap's poller
@@ -263,10 +269,10 @@ class Controller:
             if asked.task not in tasks:
                 raise FieldError(f"no task {_shown(asked.task)} in the dataset", status=404,
                                  field=f"tasks[{i}].task")
-        if request.agent not in self._agents:
-            raise FieldError(f"unknown agent {_shown(request.agent)}: not a "
-                             "Harbor agent `harbor-ray info` lists, nor an import path in "
-                             "the controller's `agents:`", status=404, field="agent")
+        try:
+            self._agents.check(request.agent, _shown(request.agent))
+        except UnknownAgentError as exc:
+            raise FieldError(str(exc), status=404, field="agent") from exc
         sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
         if sandbox not in backend_names():
             raise FieldError(f"no sandbox backend {_shown(sandbox)}", status=404, field="sandbox")
@@ -365,15 +371,8 @@ class Controller:
             if request.version <= self.version:
                 raise FieldError(f"version {request.version} does not "
                                  f"exceed the current {self.version}", status=409, field="version")
-            self._paused = True
             try:
-                update = await asyncio.wait_for(
-                    self._updater.update(request.path, request.version),
-                    self.config.weights_timeout_s)
-            except TimeoutError as exc:
-                raise WeightUpdateError(
-                    f"the update did not finish in {self.config.weights_timeout_s:g} s; "
-                    f"version {self.version} keeps serving", replicas=[]) from exc
+                update = await self._update_in_time(request)
             except CheckpointError as exc:
                 raise FieldError(str(exc), status=400, field="path") from exc
             except WeightVersionError as exc:
@@ -381,21 +380,61 @@ class Controller:
             except WeightsRefusedError as exc:
                 raise WeightUpdateError(f"{exc}; version {self.version} keeps serving",
                                         replicas=[]) from exc
-            finally:
-                self._paused = False
-            results = replica_results(update)
-            self._replicas = {r.replica: r for r in results}
+            results = self._record(update)
             if not update.ok:
                 failed = ", ".join(f"{r.replica} ({r.step}: {r.error})"
                                    for r in results if not r.ok) or "no replica answered"
                 raise WeightUpdateError(
                     f"the update failed on {failed}; version {self.version} keeps serving",
                     replicas=results)
-            self.version = request.version
             if self._on_version is not None:
                 await self._on_version(self.version)
             return WeightsReply(version=self.version, replicas=results,
                                 steps=dict(update.step_seconds), seconds=update.seconds)
+
+    async def _update_in_time(self, request: WeightsRequest) -> WeightUpdate:
+        """The updater's answer, or a WeightUpdateError once `weights_timeout_s` passed,
+        whether or not the updater stopped when told to (a call it awaits may not end on
+        cancellation): the policy is paused no longer than that. An update that ends
+        after its caller was answered is heard then (`_ended_late`)."""
+        updating = asyncio.ensure_future(self._updater.update(request.path, request.version))
+        self._paused = True
+        try:
+            await asyncio.wait({updating}, timeout=self.config.weights_timeout_s)
+        finally:  # the bound passed, or the caller left
+            self._paused = False
+            if not updating.done():
+                updating.cancel()
+                updating.add_done_callback(self._ended_late)
+        if not updating.done():
+            raise WeightUpdateError(
+                f"the update did not finish in {self.config.weights_timeout_s:g} s; "
+                f"version {self.version} keeps serving", replicas=[])
+        return updating.result()
+
+    def _record(self, update: WeightUpdate) -> list[ReplicaResult]:
+        """Each replica's part in `update`, kept for `policy`; the version if it took."""
+        results = replica_results(update)
+        self._replicas = {r.replica: r for r in results}
+        if update.ok:
+            self.version = update.requested_version
+        return results
+
+    def _ended_late(self, updating: asyncio.Future[WeightUpdate]) -> None:
+        """An update that went on past its timeout ended: if every replica took it after
+        all, the controller says what the engine serves (and stamps turns with it)."""
+        if updating.cancelled() or updating.exception() is not None:
+            return
+        update = updating.result()
+        if not update.ok or update.requested_version <= self.version:
+            return
+        _log.warning("the update to version %d took after its timeout: the engine "
+                     "serves it", update.requested_version)
+        self._record(update)
+        if self._on_version is not None:
+            publishing = asyncio.ensure_future(self._on_version(self.version))
+            self._publishing.add(publishing)
+            publishing.add_done_callback(self._publishing.discard)
 
     async def policy(self) -> PolicyReply:
         return PolicyReply(version=self.version, paused=self._paused,

@@ -6,22 +6,35 @@ threads, whose default limiter admits 40 at a time per process, so a sync tool w
 cap concurrent rollouts at 40 without saying so. An async tool only awaits the
 controller, so calls in flight are bounded by the controller's capacity, not here.
 The transport is stateless (every request stands alone, JSON replies): any HTTP replica
-of the controller's app can serve any call, as with the other routes.
+of the controller's app can serve any call, as with the other routes. Two answers are
+ours rather than the SDK's: a request whose `id` is no string or integer is an invalid
+request (the SDK takes it for a notification and answers nothing), and a prompt the
+server does not have is the caller's mistake (the SDK logs a traceback for it).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    TransportSecuritySettings,
+)
+from mcp.shared.dispatcher import as_request_id
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, GetPromptResult, InputRequiredResult
 from pydantic import BaseModel, ValidationError
-from starlette.types import ASGIApp
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harbor_ray.errors import OnlineError
 from harbor_ray.online.controller_calls import ControllerCalls
@@ -72,7 +85,7 @@ class McpTools:
 
 def build_mcp(controller: ControllerCalls) -> McpTools:
     """The MCP server over `controller`, as an ASGI app and the lifespan it needs."""
-    server = MCPServer(
+    server = _ControllerServer(
         name="harbor-ray-controller",
         instructions="Run agent rollouts on the tasks of a Harbor dataset: list_tasks "
                      "names them, run_rollout runs one and answers with its row.")
@@ -117,7 +130,76 @@ def build_mcp(controller: ControllerCalls) -> McpTools:
         # The controller key guards the route; a browser page cannot present it, which
         # is what the SDK's Host/Origin checks would otherwise protect against.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return McpTools(app=app, lifespan=server.session_manager.run(), in_flight=in_flight)
+    return McpTools(app=_RequestIds(app), lifespan=server.session_manager.run(),
+                    in_flight=in_flight)
+
+
+class _ControllerServer(MCPServer[Any]):
+    """The SDK's server, but `prompts/get` of a prompt it does not have (it has none) is
+    an invalid-params error: the SDK raises a ValueError for it, which its dispatcher
+    answers with code 0 and logs, with a traceback, on every call."""
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
+                         context: Context[Any, Any] | None = None
+                         ) -> GetPromptResult | InputRequiredResult:
+        if name not in {prompt.name for prompt in await self.list_prompts()}:
+            raise MCPError(INVALID_PARAMS, f"no prompt {name!r}: this server has no "
+                           "prompts (its tools: run_rollout, list_tasks)")
+        return await super().get_prompt(name, arguments, context)
+
+
+class _RequestIds:
+    """The MCP transport behind a check of each request's `id`: a string or an integer
+    (JSON-RPC 2.0 as MCP has it: never null, a fraction, an object or a list). The SDK
+    reads a request with any other id as a notification, and a notification is answered
+    with 202 and nothing, so its caller waits for an answer that never comes; here it
+    gets an invalid-request error (id null, since its own cannot be echoed). A body is
+    read no further than the SDK's own limit, then handed on as it came."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        read: deque[Message] = deque()
+        body = bytearray()
+        while len(body) <= DEFAULT_MAX_REQUEST_BODY_SIZE:
+            read.append(message := await receive())
+            body += message.get("body", b"")
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        whole = read[-1]["type"] == "http.request" and not read[-1].get("more_body")
+        if whole and (problem := _id_problem(bytes(body))) is not None:
+            await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                "code": INVALID_REQUEST, "message": problem}}, 400)(scope, receive, send)
+            return
+
+        async def replay() -> Message:
+            return read.popleft() if read else await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _id_problem(body: bytes) -> str | None:
+    """What is wrong with the id of the request `body` holds, or None (not a request,
+    not JSON, a batch: the SDK's to answer)."""
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    if as_request_id(message["id"]) is not None:
+        return None
+    given = _JSON_KINDS.get(type(message["id"]), "that")
+    return (f"id: a request's id is a string or an integer, not {given}; leave it out "
+            "for a notification")
+
+
+_JSON_KINDS = {dict: "an object", list: "a list", float: "a fraction", bool: "true or "
+               "false", type(None): "null"}
 
 
 def first_error(exc: ValidationError) -> tuple[str | None, str]:

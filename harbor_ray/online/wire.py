@@ -4,6 +4,8 @@ starts."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 import orjson
@@ -51,7 +53,8 @@ class SubmitRequest(_Body):
                                       description="Policy versions; None: the controller's.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description=f"Returned with every group as given; at most "
-        f"{METADATA_MAX_DEPTH} levels deep and {METADATA_MAX_BYTES} bytes as JSON.")
+        f"{METADATA_MAX_DEPTH} levels deep and {METADATA_MAX_BYTES} bytes as JSON, its "
+        "integers within 64 bits (a wider one as a string).")
 
     @field_validator("metadata")
     @classmethod
@@ -66,6 +69,44 @@ class SubmitRequest(_Body):
         if size > METADATA_MAX_BYTES:
             raise ValueError(f"too many bytes: {size} as JSON, over {METADATA_MAX_BYTES}")
         return metadata
+
+
+# A JSON integer orjson reads exactly: a signed or unsigned 64-bit one. orjson reads a
+# wider one as a float, so it would come back as another number: refused instead.
+_INT_RANGE = (-(2**63), 2**64 - 1)
+_LONG_DIGITS = re.compile(rb"[0-9]{19,}")  # the shortest integer past the range has 19
+
+
+class _Wide:
+    """Where an integer past 64 bits was, in a body parsed to find it."""
+
+
+def wide_integer(raw: bytes | bytearray) -> str | None:
+    """Where (`metadata.ids.1`) the JSON `raw` has its first integer past 64 bits, or
+    None. Only a body with 19 digits in a row is parsed again (by the stdlib's json,
+    which reads integers exactly), so no other body pays for it."""
+    if not _LONG_DIGITS.search(raw):
+        return None
+    try:
+        data = json.loads(raw, parse_int=_int_or_wide)
+    except (ValueError, RecursionError):  # not JSON: orjson's refusal says why
+        return None
+    stack: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, _Wide):
+            return ".".join(where) or "body"
+        children = (value.items() if isinstance(value, dict) else
+                    enumerate(value) if isinstance(value, list) else ())
+        stack.extend((child, (*where, str(key))) for key, child in reversed(list(children)))
+    return None
+
+
+def _int_or_wide(text: str) -> int | _Wide:
+    if len(text.lstrip("-")) > 20:  # past the range, and past int()'s own digit limit
+        return _Wide()
+    value = int(text)
+    return value if _INT_RANGE[0] <= value <= _INT_RANGE[1] else _Wide()
 
 
 def _depth(value: Any, limit: int) -> int:

@@ -6,8 +6,8 @@ Host check), `POST /login` (the key, when there is one), and under `/api/`: `ses
 `run`, `calls` (a run's model calls after a cursor: `?id=RUN&after=N`). Every API
 route checks the key, resolves the visitor from its signed cookie (a new one gets a
 fresh id) and answers a refusal as JSON with its status, never a 5xx.
-Every answer passes a last scrub: no response body holds the key or the server's engine
-URL (which may carry a credential).
+Every answer passes a last scrub (`scrub.Scrub`): no response body holds the key, the
+server's engine URL (which may carry a credential) or any URL's credentials.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from pydantic import ValidationError
@@ -33,12 +32,14 @@ from harbor_ray.playground.access import KEY_COOKIE, VISITOR_COOKIE, Access
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.launch import Launcher
+from harbor_ray.playground.scrub import Scrub
+from harbor_ray.query_numbers import COUNT_DIGITS, parse_count
 from harbor_ray.report.page import token_view_script
 
 __all__ = ["Playground", "build_playground_app"]
 
 _NO_CACHE = {"cache-control": "no-store"}
-_HIDDEN = "[hidden]"
+_MAX_CURSOR = 10**COUNT_DIGITS - 1
 Setup = Callable[[], Awaitable[dict[str, Any]]]
 
 
@@ -69,25 +70,14 @@ def page_html() -> str:
         "</body></html>\n"])
 
 
-def secrets_of(access: Access, llm_url: str | None) -> list[str]:
-    """The strings no answer may hold: the key, the engine URL and its credentials."""
-    found = [access.key] if access.key else []
-    if llm_url:
-        parts = urlsplit(llm_url)
-        found += [llm_url, llm_url.rstrip("/"), parts.password or "", parts.username or ""]
-    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
-
-
 def build_playground_app(playground: Playground, *, llm_url: str | None = None,
                          allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
     access = playground.access
-    hidden = [s.encode() for s in secrets_of(access, llm_url)]
+    scrub = Scrub(key=access.key, llm_url=llm_url)
     setup_cache: dict[str, Any] = {}
 
     def answer(data: Any, status: int = 200) -> Response:
-        body = orjson.dumps(data)
-        for secret in hidden:
-            body = body.replace(secret, _HIDDEN.encode())
+        body = scrub(orjson.dumps(data))
         return Response(body, status, media_type="application/json", headers=_NO_CACHE)
 
     Handler = Callable[[Request, str], Awaitable[Any]]
@@ -166,11 +156,12 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
         # Polled with a cursor rather than streamed (SSE): each poll is one short
         # answer through the same key, visitor and scrub checks as every other route.
         query = request.query_params
-        cursor = query.get("after", "0")
-        if not cursor.isdigit():
-            raise PlaygroundRefusal("after: a count of calls already read", status=400)
+        cursor = parse_count(query.get("after", "0"), _MAX_CURSOR)
+        if cursor is None:
+            raise PlaygroundRefusal(f"after: a count of calls already read, in at most "
+                                    f"{COUNT_DIGITS} ASCII digits", status=400)
         run, found, after = playground.launcher.board.calls(
-            visitor, query.get("id", ""), int(cursor))
+            visitor, query.get("id", ""), cursor)
         return {"run": run.view(), "calls": found, "next": after,
                 "more": after < run.calls}
 

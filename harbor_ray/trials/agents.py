@@ -31,6 +31,7 @@ __all__ = [
     "AUX_MODEL",
     "DEFAULT_CONTEXT_WINDOW",
     "PROFILES",
+    "AgentAllowList",
     "AgentKind",
     "AgentNotWiredError",
     "ProfileNotSupportedError",
@@ -494,8 +495,38 @@ def runs_in_sandbox(agent: str) -> bool:
     return _kind(agent).runs == "sandbox"
 
 
-def describe_agents() -> list[dict[str, Any]]:
-    """One row per Harbor agent, for `harbor-ray info`."""
+@dataclass(frozen=True)
+class AgentAllowList:
+    """The agents a service runs for whoever calls it (the online controller's submits,
+    the playground's forms): the Harbor agents `harbor-ray info` lists, and the import
+    paths its operator names (`import_paths`). Any other name is refused before anything
+    is imported: an import path runs the module it names, so a caller's own would run
+    any installed code. `named_in` says where an operator names more, for the refusal."""
+
+    import_paths: tuple[str, ...] = ()
+    named_in: str = "in the service's allow-list"
+
+    def __post_init__(self) -> None:
+        for agent in self.import_paths:
+            needs_model(agent)  # UnknownAgentError unless an agent or an import path
+
+    def check(self, agent: str, shown: str | None = None) -> None:
+        """Raises `UnknownAgentError` unless `agent` is allowed; `shown`: how the refusal
+        quotes it (the name's repr by default)."""
+        if agent not in AGENTS and agent not in self.import_paths:
+            raise UnknownAgentError(
+                f"unknown agent {shown or repr(agent)}: not a Harbor agent `harbor-ray "
+                f"info` lists, nor an import path {self.named_in}")
+
+    def describe(self) -> list[dict[str, Any]]:
+        """`describe_agents`' rows, the allowed import paths' after the Harbor agents'."""
+        return describe_agents(self.import_paths)
+
+
+def describe_agents(import_paths: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """One row per Harbor agent, for `harbor-ray info`, then one per import path given."""
+    kinds = [*sorted(AGENTS.values(), key=lambda k: k.name),
+             *(_kind(path) for path in import_paths)]
     return [
         {
             "agent": kind.name,
@@ -509,7 +540,7 @@ def describe_agents() -> list[dict[str, Any]]:
             "key_variable": kind.key_env or None,
             "note": kind.note,
         }
-        for kind in sorted(AGENTS.values(), key=lambda k: k.name)
+        for kind in kinds
     ]
 
 

@@ -5,10 +5,13 @@ The controller runs in this process on `LocalRollouts` (no Ray)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from harbor_ray.trials.datasets import resolve_dataset
 from tests.fixtures.threaded import serve_in_thread
 from tests.online.local import KEY, local_controller, served
 from tests.online.test_mcp import mcp_client
+from tests.playground.test_hostile import ODD_COUNTS
 from tests.trials.hub_standin import HubRepo, serve_hub
 
 SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 1}],
@@ -117,6 +121,83 @@ def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
     assert logged_errors(caplog) == []
 
 
+async def _no_replicas() -> list:
+    raise AssertionError("the engine is asked nothing before the checkpoint is checked")
+
+
+@pytest.mark.parametrize("shape", ["fifo", "link to a fifo", "device"])
+def test_a_checkpoint_file_that_is_no_regular_file_is_a_400_at_once(
+        tmp_path: Path, caplog, shape: str) -> None:
+    # Opening a FIFO for reading waits for a writer: the check must never open one.
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    target = checkpoint / "model.safetensors"
+    if shape == "fifo":
+        os.mkfifo(target)
+    elif shape == "link to a fifo":
+        os.mkfifo(tmp_path / "pipe")
+        target.symlink_to(tmp_path / "pipe")
+    else:
+        target.symlink_to("/dev/zero")
+    updater = WeightUpdater(_no_replicas, path=str(tmp_path / "served"))
+    with served(local_controller(tmp_path / "work", updater=updater,
+                                 weights_timeout_s=5)) as http:
+        started = time.monotonic()
+        error = refused(http.post("/v1/weights", json={"path": str(checkpoint),
+                                                       "version": 1}), 400, "path")
+        assert "not a regular file" in error and time.monotonic() - started < 3, error
+        assert http.get("/v1/policy").json() == {"version": 0, "paused": False,
+                                                 "replicas": []}
+    assert logged_errors(caplog) == []
+
+
+class Unstoppable(FakeWeightUpdater):
+    """An engine whose first update goes on for `hold_s` when told to stop (it swallows
+    the cancellation, as a shielded call does), then takes; later ones take at once."""
+
+    def __init__(self, hold_s: float) -> None:
+        super().__init__(("engine-0",))
+        self.hold_s = hold_s
+
+    async def update(self, path: str, version: int):
+        deadline, self.hold_s = time.monotonic() + self.hold_s, 0
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(left)
+        return await super().update(path, version)
+
+
+def test_an_update_that_times_out_unpauses_the_policy_whatever_the_engine_does(
+        tmp_path: Path, caplog) -> None:
+    with served(local_controller(tmp_path, updater=Unstoppable(hold_s=4),
+                                 weights_timeout_s=0.5)) as http:
+        started = time.monotonic()
+        reply = http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1})
+        took = time.monotonic() - started
+        assert reply.status_code == 502 and took < 3, (took, reply.text)
+        assert "did not finish in 0.5 s" in reply.json()["error"]
+        assert http.get("/v1/policy").json()["paused"] is False
+        # The engine took it in the end: the controller says so once it did.
+        for _ in range(100):
+            if http.get("/v1/policy").json()["version"] == 1:
+                break
+            time.sleep(0.1)
+        assert http.get("/v1/policy").json()["version"] == 1
+        second = http.post("/v1/weights", json={"path": "/ckpt/2", "version": 2})
+        assert second.status_code == 200 and second.json()["version"] == 2, second.text
+    assert logged_errors(caplog) == []
+
+
+# --- 2b. query counts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [*ODD_COUNTS, "2.5", "1001"])
+def test_an_odd_max_is_a_400_naming_it(http: httpx.Client, given: str) -> None:
+    error = refused(http.get("/v1/groups", params={"max": given}), 400, "max")
+    assert "whole number" in error
+    assert http.get("/v1/groups", params={"max": "1000"}).status_code == 200
+
+
 # --- 3. metadata ---------------------------------------------------------------------
 
 
@@ -138,6 +219,35 @@ def test_metadata_within_the_limits_comes_back_as_given(http: httpx.Client) -> N
                      ).status_code == 202
     (group,) = http.get("/v1/groups", params={"wait_s": 30}).json()["groups"]
     assert group["metadata"] == metadata
+
+
+def _submit_text(metadata: str) -> str:
+    """A submit's JSON with `metadata` written as given (numbers no encoder rounded)."""
+    return json.dumps(SUBMIT)[:-1] + f', "metadata": {metadata}}}'
+
+
+@pytest.mark.parametrize(("metadata", "where"), [
+    ('{"big": 18446744073709551616}', "metadata.big"),
+    ('{"low": -9223372036854775809}', "metadata.low"),
+    ('{"ids": [1, 100000000000000000000000000000000000000000]}', "metadata.ids.1"),
+    ('{"d": {"e": %s}}' % ("9" * 4301), "metadata.d.e")])
+def test_an_integer_past_64_bits_is_a_400_naming_where_it_is(
+        http: httpx.Client, runner: LocalRollouts, metadata: str, where: str) -> None:
+    # orjson reads such an integer as a float: it would come back as another number.
+    reply = http.post("/v1/rollouts", content=_submit_text(metadata),
+                      headers={"content-type": "application/json"})
+    error = refused(reply, 400, where)
+    assert "past 64 bits" in error and "as a string" in error, error
+    assert runner.started == 0
+
+
+def test_integers_at_the_64_bit_edges_come_back_as_given(http: httpx.Client) -> None:
+    edges = '{"top": 18446744073709551615, "bottom": -9223372036854775808, "s": "%s"}' % (
+        "1" * 40)  # digits in a string are a string
+    assert http.post("/v1/rollouts", content=_submit_text(edges), headers={
+        "content-type": "application/json"}).status_code == 202
+    (group,) = http.get("/v1/groups", params={"wait_s": 30}).json()["groups"]
+    assert group["metadata"] == {"top": 2**64 - 1, "bottom": -(2**63), "s": "1" * 40}
 
 
 class Undeliverable:
@@ -301,6 +411,37 @@ def test_mcp_get_is_405_not_an_sse_stream(http: httpx.Client) -> None:
     # A stateless server has nothing to push: no stream a disconnect could break.
     with http.stream("GET", "/mcp", headers={"accept": "text/event-stream"}) as reply:
         assert reply.status_code == 405 and "POST" in reply.headers["allow"]
+
+
+MCP = {"accept": "application/json, text/event-stream"}
+
+
+def test_mcp_prompts_get_of_an_unknown_prompt_is_an_error_reply_not_a_traceback(
+        http: httpx.Client, caplog) -> None:
+    for _ in range(3):
+        reply = http.post("/mcp", headers=MCP, json={
+            "jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "nope"}})
+        answer = reply.json()
+        assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
+        assert "'nope'" in answer["error"]["message"] and "no prompts" in answer[
+            "error"]["message"], answer
+    assert logged_errors(caplog) == []
+
+
+@pytest.mark.parametrize("request_id", [{"a": 1}, 1.5, [1], True, None])
+def test_an_mcp_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
+        http: httpx.Client, caplog, request_id: Any) -> None:
+    reply = http.post("/mcp", headers=MCP, json={
+        "jsonrpc": "2.0", "id": request_id, "method": "tools/list"})
+    assert reply.status_code == 400, (reply.status_code, reply.text)
+    answer = reply.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None, answer
+    assert answer["error"]["code"] == -32600 and "id:" in answer["error"]["message"]
+    # A notification (no id at all) is still one: accepted, no answer.
+    note = http.post("/mcp", headers=MCP, json={
+        "jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert note.status_code == 202
+    assert logged_errors(caplog) == []
 
 
 def test_two_authorization_headers_are_refused_on_every_route(http: httpx.Client) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -18,6 +19,7 @@ import uvicorn
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.session import TurnListener
+from harbor_ray.capture.proxy.upstream import api_root
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.errors import CertificationError
 from harbor_ray.jobs.rollouts import RolloutRequest
@@ -26,8 +28,9 @@ from harbor_ray.playground.app import Playground, build_playground_app
 from harbor_ray.playground.calls import TokenPieces
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
-from harbor_ray.playground.launch import Launcher, Rollouts
+from harbor_ray.playground.launch import Launcher, Rollouts, allowed_agents
 from harbor_ray.playground.runs import RunBoard
+from harbor_ray.playground.visitor_engine import VisitorEngines
 from tests.data.rollouts import rollout
 from tests.fixtures.threaded import serve_in_thread
 
@@ -100,28 +103,41 @@ class FakeRollouts:
         return records
 
 
+async def refuse(url: str) -> Certification:
+    """A certification that refuses every engine."""
+    raise CertificationError(f"{url} lists no models")
+
+
 @contextmanager
 def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
            share: bool = False, rollouts: FakeRollouts | None = None,
            datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None,
-           run: Rollouts | None = None, llm_url: str = ENGINE) -> Iterator[str]:
-    """The playground served over loopback from a thread; yields its URL. Its runs go
-    through `run` when given (`run_rollouts` itself), else through `rollouts`."""
+           agents: tuple[str, ...] = (), engine: str = ENGINE,
+           engines: VisitorEngines | None = None, run: Rollouts | None = None,
+           **launcher: Any) -> Iterator[str]:
+    """The playground served over loopback from a thread; yields its URL. `agents`: the
+    import paths allowed besides the Harbor agents; `engine`: the server's --llm-url;
+    `engines`: how visitors' engines are checked (default: any URL, whose
+    certification is refused); `run`: what runs go through when given (`run_rollouts`
+    itself), else `rollouts`; `launcher`: the launcher's other options."""
     async def setup() -> dict[str, Any]:
+        root = api_root(engine)
         return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
                             "dialect": None, "wired": True, "note": ""}],
                 "installed_agents": [], "sandboxes": [],
-                "engine": {"certified": False, "url": ENGINE, "error": f"{ENGINE} refused"}}
-
-    async def refuse(url: str) -> Certification:
-        raise CertificationError(f"{url} lists no models")
+                # The words `harbor-ray info` says of an engine it cannot reach.
+                "engine": {"certified": False, "url": engine, "error": (
+                    f"cannot list models at {root}/v1/models: engine unreachable at "
+                    f"{root}: cannot connect to {urlsplit(root).netloc.rpartition('@')[2]}")}}
 
     launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
-                        out=tmp_path, llm_url=llm_url, datasets=DatasetSink(datasets_dir),
-                        rollouts=run or rollouts or FakeRollouts(), certify=refuse)
+                        out=tmp_path, llm_url=engine, datasets=DatasetSink(datasets_dir),
+                        rollouts=run or rollouts or FakeRollouts(),
+                        engines=engines or VisitorEngines(allow_private=True, certify=refuse),
+                        agents=allowed_agents(agents), **launcher)
     playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
                             setup=setup)
-    app = build_playground_app(playground, llm_url=llm_url)
+    app = build_playground_app(playground, llm_url=engine)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     with serve_in_thread(app, config=config) as url:
         yield url

@@ -152,7 +152,7 @@ def test_the_flags_are_in_help() -> None:
     result = CliRunner().invoke(cli, ["playground", "--help"], terminal_width=200)
     assert result.exit_code == 0
     for flag in ("--key-file", "--share-runs", "--llm-url", "--allowed-host", "--max-runs",
-                 "--datasets-dir"):
+                 "--datasets-dir", "--allow-agent"):
         assert flag in result.output
 
 

@@ -11,6 +11,7 @@ from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.launch import Launcher
 from harbor_ray.playground.runs import RunBoard
+from harbor_ray.playground.visitor_engine import VisitorEngines
 from tests.playground.served import FakeRollouts
 
 CERT = Certification(url="http://visitor:8000", served_model="m", models=["m"],
@@ -29,7 +30,8 @@ async def test_a_visitor_engine_is_certified_once_and_the_run_takes_it(
 
     rollouts = FakeRollouts()
     launcher = Launcher(RunBoard(share=False), catalog, out=tmp_path, llm_url=None,
-                        rollouts=rollouts, certify=certify)
+                        rollouts=rollouts,
+                        engines=VisitorEngines(allow_private=True, certify=certify))
     await launcher.start("v", RunForm(agent="terminus-2", dataset="samples",
                                       task="hello-file", engine="visitor",
                                       llm_url="http://visitor:8000"))

@@ -28,7 +28,7 @@ def test_a_real_runs_calls_reach_the_page_while_it_runs(catalog: Catalog,
     engine = scripted_engine("terminus-2", catalog.task("samples", TASK).path)
     engine.delay_s = 1.0  # each call: time for the page to see the run still running
     with fake_engine_in_thread(engine) as (_, llm_url), client_of(
-            catalog, tmp_path, run=run_rollouts, llm_url=llm_url) as client:
+            catalog, tmp_path, run=run_rollouts, engine=llm_url) as client:
         run = client.post("/api/runs", json={
             "agent": "terminus-2", "dataset": "samples", "task": TASK, "attempts": 1,
             "engine": "server", "budget": 6}).json()
