@@ -11,9 +11,12 @@ then, in another shell, from the repository root:
 Each step submits one group of `--num-generations` rollouts per task (terminus-2 in a
 sandbox, every model call captured with its token ids and the logprobs of the
 distribution it was sampled from), trains on them (one sample per rollout: the agent's
-whole conversation, with only the ids the model sampled in the loss), then saves the
-weights and loads them into the engine as the next policy version, so the next step's
-rollouts run on the model just trained.
+whole conversation, with only the ids the model sampled in the loss, each weighted by
+its importance ratio to the logprob recorded when it was sampled, truncated at 3), then
+saves the weights and loads them into the engine as the next policy version, so the next
+step's rollouts run on the model just trained. Each step's log has the ratio
+(`sampling/importance_sampling_ratio/*`) and the trained tokens by staleness
+(`staleness/tokens_*`).
 
 The defaults fit a 2-core CPU machine (a step takes minutes). On GPUs, serve
 `serve_configs/online_gpu.yaml`, pass the same model as `--model` (a hub id or a
@@ -30,11 +33,17 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer
 
 from harbor_ray.client import Client
 from harbor_ray.engine.model import prepare_model
-from harbor_ray.integrations.trl import GroupRollouts, WeightSync, task_dataset, verifier_reward
+from harbor_ray.integrations.trl import (
+    GroupRollouts,
+    ServiceGRPOConfig,
+    ServiceGRPOTrainer,
+    WeightSync,
+    task_dataset,
+    verifier_reward,
+)
 
 
 def main() -> None:
@@ -68,10 +77,12 @@ def main() -> None:
     client = Client(args.url, args.key_file.expanduser().read_text().strip())
     rollouts = GroupRollouts(client, args.agent, budget=args.budget, max_tokens=args.max_tokens)
     sync = WeightSync(client, args.out / "checkpoints")
-    trainer = GRPOTrainer(
+    # ServiceGRPOTrainer: TRL's GRPOTrainer with TRL's importance-sampling correction
+    # against the recorded logprobs (per token, truncated: ServiceGRPOConfig's default).
+    trainer = ServiceGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        args=GRPOConfig(
+        args=ServiceGRPOConfig(
             output_dir=str(args.out / "trl"), max_steps=args.steps,
             per_device_train_batch_size=args.num_generations,
             num_generations=args.num_generations, temperature=args.temperature,

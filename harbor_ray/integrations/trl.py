@@ -4,31 +4,44 @@
 of `num_generations` rollouts per prompt, at TRL's sampling settings, one sample per
 rollout in TRL's order), `verifier_reward` (the verifier's reward, never recomputed) and
 `WeightSync` (the weights into the engine after every optimizer step, as version
-`base + global_step`). Staleness, unscored groups and the logprobs: docs/trainers.md.
+`base + global_step`), and `ServiceGRPOTrainer` with `ServiceGRPOConfig` (TRL's
+importance-sampling correction against the recorded logprobs, and the staleness of what
+it trains, logged). Staleness, unscored groups, the logprobs and the correction:
+docs/trainers.md.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
 
 from harbor_ray.client import Client, group_samples, mask_stale, trl_columns
 from harbor_ray.errors import TrainerError
 from harbor_ray.online.wire import Group, TaskRequest
 
-__all__ = ["GroupRollouts", "WeightSync", "task_dataset", "verifier_reward"]
+__all__ = ["GroupRollouts", "ServiceGRPOConfig", "ServiceGRPOTrainer", "WeightSync",
+           "task_dataset", "verifier_reward"]
 
 _log = logging.getLogger(__name__)
 
 # TRL's GRPOConfig fields that shape the sampling distribution, as a submit's `sampling`
 # names them; a value TRL leaves unset is left to the engine.
 _SAMPLING_ARGS = ("temperature", "top_p", "top_k", "min_p")
+
+# The trained tokens' staleness buckets (versions behind the one serving at submit), as
+# `ServiceGRPOTrainer` logs them: `staleness/tokens_0`, `_1`, `_2+`.
+_STALENESS = ("0", "1", "2+")
 
 
 def task_dataset(tasks: Sequence[str]) -> Any:
@@ -58,7 +71,9 @@ class GroupRollouts:
     `max_staleness` (policy versions behind the one serving at submit) with
     `stale_policy="drop"` trains nothing of a sample whose oldest turn is older; with
     `"mask"` only its tokens sampled by an older version leave `env_mask`, and the rest
-    train (docs/trainers.md, "Staleness").
+    train (docs/trainers.md, "Staleness"). Each sample carries `policy_versions` (per
+    completion token) and `policy_version` (the one serving at submit), which
+    `ServiceGRPOTrainer` logs the staleness of trained tokens from.
     """
 
     def __init__(self, client: Client, agent: str, *, dataset: str | None = None,
@@ -136,6 +151,7 @@ class GroupRollouts:
             raise TrainerError(f"group {group.group_id} has {len(samples)} rollouts, not {n}")
         unscored = any(s["reward"] is None for s in samples)
         for sample in samples:
+            sample["policy_version"] = version
             oldest = sample["policy_version_min"]
             stale = (self.max_staleness is not None and oldest is not None
                      and version - oldest > self.max_staleness)
@@ -180,6 +196,159 @@ class WeightSync(TrainerCallback):
         self.saved.append(path)
         while len(self.saved) > self.keep:
             shutil.rmtree(self.saved.pop(0), ignore_errors=True)
+
+
+@dataclass
+class ServiceGRPOConfig(GRPOConfig):
+    """TRL's `GRPOConfig`, with its importance-sampling correction per token by default
+    (`vllm_importance_sampling_mode="token_truncate"`: each trained token's ratio to the
+    recorded logprob, truncated at `vllm_importance_sampling_clip_max`, 3 by default).
+
+    TRL's own default, `sequence_mask`, zeroes a whole sequence whose product of ratios
+    leaves the bounds: a multi-turn sample from a policy a version or two behind would
+    mostly be dropped instead of down-weighted token by token.
+    """
+
+    vllm_importance_sampling_mode: str = field(
+        default="token_truncate",
+        metadata={"help": "How the recorded logprobs' importance ratios are applied: "
+                  "'token_truncate' (the default here), 'token_mask', 'sequence_truncate' "
+                  "or 'sequence_mask' (TRL's GRPOConfig)."})
+
+
+class ServiceGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` for samples from the service (`rollout_func=GroupRollouts`):
+    TRL's importance-sampling correction against the recorded logprobs, which TRL runs
+    only for samples of its own vLLM (`use_vllm=True`), and the trained tokens'
+    staleness logged.
+
+    The correction is TRL's, with TRL's settings (`vllm_importance_sampling_correction`,
+    `_mode`, `_clip_min`, `_clip_max`; `ServiceGRPOConfig` defaults to `token_truncate`):
+    each trained token's loss is weighted by `exp(logp_model - logp_recorded)`, where the
+    model is the policy before this step's update and a token with no recorded logprob
+    (None, NaN: not sampled by the model) gets 1. TRL logs the ratio
+    (`sampling/importance_sampling_ratio/{mean,min,max}`); this adds
+    `sampling/importance_sampling_ratio/clipped_fraction` (trained tokens whose ratio
+    left the bounds: truncated or masked) and `staleness/tokens_{0,1,2+}` (trained tokens
+    by versions behind the one serving at submit, from `GroupRollouts`' columns).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Checked before TRL's __init__, which with use_vllm would start connecting to a
+        # vLLM server that does not exist here.
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
+        config = bound.arguments.get("args")
+        _check_service_setup(config, bound.arguments.get("rollout_func"))
+        if config is None:
+            bound.arguments["args"] = ServiceGRPOConfig()
+        super().__init__(*bound.args[1:], **bound.kwargs)
+
+    # TRL computes, logs and applies the ratio only where `self.use_vllm` is set; the three
+    # overrides below set it while TRL scores the samples and computes the loss (its code
+    # path, unchanged), and clear it while TRL collects them, where it would sync weights
+    # into a vLLM engine this trainer does not have.
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        with self._trl_correction(True):
+            output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        self._log_correction(output)
+        self._log_staleness(inputs, output)
+        return output
+
+    def _generate(self, prompts: list[Any]) -> Any:
+        with self._trl_correction(False):
+            return super()._generate(prompts)
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        with self._trl_correction(True):
+            return super()._compute_loss(model, inputs)
+
+    @contextmanager
+    def _trl_correction(self, on: bool) -> Iterator[None]:
+        saved = self.use_vllm
+        self.use_vllm = on and self.vllm_importance_sampling_correction
+        try:
+            yield
+        finally:
+            self.use_vllm = saved
+
+    def _mode(self) -> str:
+        return "train" if self.model.training else "eval"
+
+    def _log_correction(self, output: dict[str, Any]) -> None:
+        """The fraction of trained tokens whose ratio TRL truncated or masked."""
+        ratio = output.get("importance_sampling_ratio")
+        if ratio is None:
+            return
+        trained = _trained(output)
+        clipped = _clipped(ratio, self.vllm_importance_sampling_mode,
+                           self.vllm_importance_sampling_clip_min,
+                           self.vllm_importance_sampling_clip_max).expand_as(trained)
+        counts = torch.stack([(clipped & trained).sum(), trained.sum()]).float()
+        hit, total = self.accelerator.reduce(counts, reduction="sum").tolist()
+        self._metrics[self._mode()]["sampling/importance_sampling_ratio/clipped_fraction"].append(
+            hit / total if total else 0.0)
+
+    def _log_staleness(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> None:
+        """Trained tokens by versions behind the one serving at submit (TRL merged the
+        rollout_func's `policy_versions` and `policy_version` columns into `inputs`)."""
+        if any("policy_versions" not in x or x.get("policy_version") is None for x in inputs):
+            return  # not GroupRollouts' samples: nothing says which version sampled them
+        trained = _trained(output)
+        behind = _versions_behind([x["policy_versions"] for x in inputs],
+                                  [x["policy_version"] for x in inputs], trained.shape[1])
+        behind = behind.to(trained.device)
+        counts = torch.stack([((behind == 0) & trained).sum(), ((behind == 1) & trained).sum(),
+                              ((behind >= 2) & trained).sum()])
+        summed = self.accelerator.reduce(counts, reduction="sum").tolist()
+        for bucket, count in zip(_STALENESS, summed, strict=True):
+            self._metrics[self._mode()][f"staleness/tokens_{bucket}"].append(float(count))
+
+
+def _check_service_setup(config: GRPOConfig | None, rollout_func: Any) -> None:
+    if rollout_func is None:
+        raise TrainerError("ServiceGRPOTrainer trains on the service's samples: pass "
+                           "rollout_func=GroupRollouts(client, agent)")
+    if config is not None and config.use_vllm:
+        raise TrainerError("ServiceGRPOTrainer's samples come from the service, not TRL's "
+                           "vLLM: set use_vllm=False (or train with TRL's GRPOTrainer)")
+    if (type(config) is GRPOConfig and config.vllm_importance_sampling_correction
+            and config.vllm_importance_sampling_mode == "sequence_mask"):
+        _log.warning("vllm_importance_sampling_mode is GRPOConfig's default, sequence_mask: "
+                     "a stale sequence is dropped whole, not weighted per token; pass "
+                     "ServiceGRPOConfig (token_truncate by default) or set the mode")
+
+
+def _trained(output: dict[str, Any]) -> torch.Tensor:
+    """The tokens TRL's loss counts: the completion's, less `env_mask`'s zeros."""
+    mask = output["completion_mask"]
+    if "tool_mask" in output:
+        mask = mask * output["tool_mask"]
+    return mask.bool()
+
+
+def _clipped(ratio: torch.Tensor, mode: str, low: float | None,
+             high: float | None) -> torch.Tensor:
+    """Where TRL's final ratio shows the raw one left [low, high]: zeroed in the `*_mask`
+    modes, pinned to a bound in the `*_truncate` ones."""
+    if mode.endswith("_mask"):
+        return ratio == 0
+    hit = torch.zeros_like(ratio, dtype=torch.bool)
+    if high is not None:
+        hit |= ratio >= high
+    if low is not None:
+        hit |= ratio <= low
+    return hit
+
+
+def _versions_behind(versions: list[list[int | None]], current: list[int],
+                     width: int) -> torch.Tensor:
+    """(samples, width): how many versions each completion token's sampler is behind its
+    sample's `current` (0 at least: one serving later counts as fresh); -1 where no
+    version sampled it (tool output) and past the completion."""
+    rows = [[-1 if v is None else max(now - v, 0) for v in tokens] + [-1] * (width - len(tokens))
+            for tokens, now in zip(versions, current, strict=True)]
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def _tasks(prompts: list[Any], n: int) -> list[str]:

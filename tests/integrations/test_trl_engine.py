@@ -64,6 +64,19 @@ def test_the_trl_example_trains_through_the_online_service(
         print(entry)
     print(f"weight updates (version, seconds): {summary['weight_updates']}")
 
+    # Each step weighted its tokens by TRL's importance ratio to the recorded logprobs
+    # (ServiceGRPOTrainer): the trained model is the one that sampled them, so every
+    # ratio is about 1, none truncated, and every trained token is fresh.
+    steps = [entry for entry in summary["log"] if "staleness/tokens_0" in entry]
+    assert len(steps) == 2, summary["log"]
+    for entry in steps:
+        for bound in ("min", "max"):
+            ratio = entry[f"sampling/importance_sampling_ratio/{bound}"]
+            assert abs(math.log(ratio)) < SAME_OVER_A_CONVERSATION, entry
+        assert entry["sampling/importance_sampling_ratio/clipped_fraction"] == 0
+        assert entry["staleness/tokens_0"] > 0
+        assert entry["staleness/tokens_1"] == entry["staleness/tokens_2+"] == 0
+
     # The engine served version 1 after step 1 and 2 after step 2.
     assert [version for version, _ in summary["weight_updates"]] == [1, 2]
     assert summary["policy_version"] == 2

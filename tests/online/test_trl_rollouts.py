@@ -142,6 +142,8 @@ def test_the_mask_policy_trains_the_fresh_tokens_of_a_stale_sample() -> None:
     samples = rollouts._samples(stale, 2, 3, 0)
     assert [s["env_mask"] for s in samples] == [[1, 0, 1], [0, 0, 1]]
     assert samples[1]["policy_versions"] == [1, None, 3] and trained(samples) == [True, True]
+    # The version serving at submit goes with every sample, for the trainer's staleness log.
+    assert [s["policy_version"] for s in samples] == [3, 3]
 
 
 def test_groups_that_do_not_finish_in_timeout_s_are_cancelled_and_refused(
