@@ -116,12 +116,11 @@ async def _body[M: BaseModel](request: Request, model: type[M]) -> M:
         raw += chunk
         if len(raw) > MAX_BODY_BYTES:
             raise _Refused(_error(413, f"body over {MAX_BODY_BYTES} bytes"))
+    _refuse_wide(raw)  # before orjson, which reads such an integer as a float or refuses it
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        _refuse_wide(raw)
         raise _Refused(_error(400, f"body is not JSON: {exc}")) from exc
-    _refuse_wide(raw)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

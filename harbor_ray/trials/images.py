@@ -127,7 +127,7 @@ class ImageRoot:
     build_s: float  # seconds this call spent building and unpacking (0.0 when cached)
     built: bool  # whether this call built or unpacked anything
     log: Path | None  # the build log kept for this image (None: a docker_image as is)
-    config: ImageConfig = ImageConfig()  # what the image sets for what runs in it
+    config: ImageConfig  # what the image sets for what runs in it
 
 
 def image_source(environment_dir: Path, need: EnvironmentNeed) -> ImageSource | None:
