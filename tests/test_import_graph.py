@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -108,6 +108,31 @@ def layer_rules(doc: str) -> dict[str, frozenset[str]]:
     return rules
 
 
+def module_map(doc: str) -> dict[str, frozenset[str]]:
+    """The Modules section: each part's line -> the names it gives in backticks (a
+    subpackage as `name/`, read as `name`)."""
+    section = doc.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+    entries = re.findall(r"^- `([^`]+)`:(.*?)(?=^- |^$|\Z)", section, re.M | re.S)
+    return {part: frozenset(name.rstrip("/") for name in re.findall(r"`([^`]+)`", text))
+            for part, text in entries}
+
+
+def unmapped_modules(modules: Iterable[str], rules: Rules, names: Mapping[str, frozenset[str]],
+                     package: str) -> list[str]:
+    """Each module some part of whose dotted name (below its part) its part's line of the
+    module map does not name; and each line whose part the table lacks."""
+    found = [f"the map's line `{part}` is no part of the table" for part in names
+             if part not in rules]
+    for module in sorted(modules):
+        part = part_of(module, rules, package)
+        if part is None or module == module_of(part, package):
+            continue  # a module without a part fails the test above; a part's own module
+        below = module.removeprefix(module_of(part, package) + ".").split(".")
+        if not set(below) <= names.get(part, frozenset()):
+            found.append(f"{module} ({part})")
+    return found
+
+
 def _cells(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
 
@@ -181,6 +206,11 @@ def test_every_module_has_a_part_and_every_name_a_module(graph: Graph, rules: Ru
                   ) == []
 
 
+def test_the_module_map_names_every_module(graph: Graph, rules: Rules) -> None:
+    names = module_map(DOC.read_text())
+    assert unmapped_modules(graph, rules, names, PACKAGE.name) == []
+
+
 # The checks above on a package made for them: each can fail.
 
 def _write(root: Path, files: Mapping[str, str]) -> Path:
@@ -238,3 +268,23 @@ def test_a_sideways_import_and_a_cycle_of_layers_are_found(tmp_path: Path) -> No
     ]
     looped = {**rules, "core": frozenset({"low"})}
     assert cycles(rule_graph(looped, "pkg")) == [["core", "low"]]
+
+
+def test_a_module_left_off_the_map_and_a_stray_line_are_found() -> None:
+    doc = (
+        "# Doc\n\n## Modules\n\nThe map.\n\n"
+        "- `core`: `sub/` (`one`), `record`\n"
+        "- `edge`: `app`\n  (wrapped) `http`\n"
+        "- `gone`: `old`\n\n## Next\n\n- `later`: `x`\n"
+    )
+    names = module_map(doc)
+    assert names == {"core": frozenset({"sub", "one", "record"}),
+                     "edge": frozenset({"app", "http"}), "gone": frozenset({"old"})}
+    rules = {"core": frozenset(), "edge": frozenset({"core"}), "solo": frozenset()}
+    modules = ["pkg.core", "pkg.core.record", "pkg.core.sub", "pkg.core.sub.one",
+               "pkg.core.sub.two", "pkg.edge.app", "pkg.edge.http", "pkg.edge.io", "pkg.solo"]
+    assert unmapped_modules(modules, rules, names, "pkg") == [
+        "the map's line `gone` is no part of the table",
+        "pkg.core.sub.two (core)",
+        "pkg.edge.io (edge)",
+    ]

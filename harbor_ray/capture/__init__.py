@@ -1,22 +1,8 @@
 """The capture layer: what agents send, what the engine saw and sampled, and the verdict.
 
-`core/` (pure: no Ray, no HTTP stack, no Harbor, no clock; `CORE` lists its modules,
-and a test imports them in a fresh interpreter to hold that line): `dialects/` (the four
-wire dialects), `detect`, `normalize`, `capture_level` (what a call records),
-`sampling`, `completion`, `turn` (one recorded call), `prefixes` and `graph` (exact
-prefix linking), `continuation` (a continued conversation's prompt from the ids it
-already has), `auxiliary` (an agent's side calls), `token_buffers` (a session's turns
-with their ids held once) and `address_equality` (equality proved from where arrays
-live), `findings` (validation), `record` (a closed session), `export` (its JSON view),
-`session_info` (what opening a session gives its rollout), `budget`, `count_tokens`,
-`session_keys`, `sse`, `models_list`, `policy_segments` (which version sampled which
-tokens of a call), `journal` (a host's turn journal as records).
-
-`proxy/`, the edge: `app` (the Starlette proxy), `upstream` and `http1` (the engine
-client), `certify`, `session` (session stores), `journal_file` (a host's journal on disk),
-`server`, `local` (the proxy in this
-process), `heap`, `fast_json`, `head_limit`, `fake_engine` (a stand-in engine for tests
-and benchmarks).
+`core/` is pure: no Ray, no HTTP stack, no Harbor, no clock. `CORE` lists its modules,
+and a test imports them in a fresh interpreter to hold that line. `proxy/` is the edge.
+Every module of both is named in docs/architecture.md ("Modules"), the package's one map.
 """
 
 from harbor_ray.capture.core.findings import Code, Finding, Severity
