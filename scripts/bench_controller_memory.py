@@ -29,10 +29,14 @@ from pathlib import Path
 import orjson
 import psutil
 
-from harbor_ray.online.controller import Controller, ControllerConfig, LocalRollouts
+# The repo root, for the controller's local stand-in rollouts (tests/online/local.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harbor_ray.online.controller import Controller, ControllerConfig
 from harbor_ray.online.weights import FakeWeightUpdater
 from harbor_ray.online.wire import SubmitRequest
 from harbor_ray.switches import set_switches
+from tests.online.local import LocalRollouts
 
 MIB = 1024 * 1024
 

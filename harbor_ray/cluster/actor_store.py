@@ -94,9 +94,6 @@ class ActorSessionStore:
         self._sessions: _Lru[str, _Entry] = _Lru(max_sessions)
         self._owners: _Lru[str, ActorHandle] = _Lru(max_owners)
 
-    def cached_sessions(self) -> int:
-        return len(self._sessions)
-
     async def authenticate(self, key: str) -> SessionGrant | None:
         session_id = session_of(key)
         owner = owner_of(session_id) if session_id else None

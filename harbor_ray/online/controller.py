@@ -90,21 +90,6 @@ class Rollouts(Protocol):
     async def run(self, spec: RolloutSpec) -> RolloutRecord: ...
 
 
-class LocalRollouts:
-    """`Rollouts` that never leave this process: each ends as an `agent_error` row after
-    `hold_s`, nothing run. For tests of the controller's own rules and the memory
-    benchmark; `started` counts the rollouts that began."""
-
-    def __init__(self, hold_s: float = 0.0) -> None:
-        self.hold_s = hold_s
-        self.started = 0
-
-    async def run(self, spec: RolloutSpec) -> RolloutRecord:
-        self.started += 1
-        await asyncio.sleep(self.hold_s)
-        return failed_record(spec, ErrorType.AGENT_ERROR, "a local stand-in ran", self.hold_s)
-
-
 @dataclass(frozen=True)
 class ControllerConfig:
     """How the controller runs rollouts; a submit says what each group is."""

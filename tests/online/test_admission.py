@@ -7,11 +7,10 @@ import asyncio
 from pathlib import Path
 
 from harbor_ray.cluster.admission import AdmissionPolicy
-from harbor_ray.online.controller import LocalRollouts
 from harbor_ray.online.wire import SubmitRequest
 from tests.fixtures.pressure_engine import BUSY, IDLE, scripted
 from tests.fixtures.threaded import serve_in_thread
-from tests.online.local import local_controller
+from tests.online.local import LocalRollouts, local_controller
 
 N = 120
 

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harbor_ray.online.controller import Controller, LocalRollouts
+from harbor_ray.online.controller import Controller
 from tests.capture.test_fuzz import FUZZ, VALUES, mutated
 from tests.online.conftest import KEY
-from tests.online.local import local_controller, served
+from tests.online.local import LocalRollouts, local_controller, served
 
 SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 2}],
           "agent": "terminus-2", "dataset": "samples", "sandbox": "local",

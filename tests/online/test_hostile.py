@@ -20,12 +20,11 @@ import pytest
 
 from harbor_ray.engine.weights import WeightUpdater
 from harbor_ray.online.app import build_controller_app
-from harbor_ray.online.controller import LocalRollouts
 from harbor_ray.online.weights import FakeWeightUpdater
 from harbor_ray.online.wire import Group
 from harbor_ray.trials.datasets import resolve_dataset
 from tests.fixtures.threaded import serve_in_thread
-from tests.online.local import KEY, local_controller, served
+from tests.online.local import KEY, LocalRollouts, local_controller, served
 from tests.online.test_mcp import mcp_client
 from tests.playground.test_hostile import ODD_COUNTS
 from tests.trials.hub_standin import HubRepo, serve_hub
@@ -374,7 +373,7 @@ def test_an_agent_import_path_not_allowed_is_a_404_and_nothing_is_imported(
 
 def test_an_import_path_the_config_allows_is_accepted(tmp_path: Path) -> None:
     runner = LocalRollouts()
-    agent = "harbor_ray.online.controller:LocalRollouts"
+    agent = "tests.online.local:LocalRollouts"
     with served(local_controller(tmp_path, runner=runner, agents=(agent,))) as http:
         assert http.post("/v1/rollouts", json={**SUBMIT, "agent": agent}
                          ).status_code == 202

@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from harbor_ray.online.controller import LocalRollouts
 from harbor_ray.online.groups import Book
 from harbor_ray.online.wire import SubmitRequest
-from tests.online.local import local_controller
+from tests.online.local import LocalRollouts, local_controller
 from tests.online.test_book import _group, _row
 
 SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 2}],
