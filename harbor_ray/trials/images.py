@@ -24,24 +24,21 @@ image's digest, so two contexts that build the same image share one root.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import Any
 
 from harbor_ray.errors import EnvironmentBuildError, SandboxSetupError
+from harbor_ray.trials.docker_cli import DockerCli, docker_problems
 from harbor_ray.trials.environment_need import EnvironmentNeed, NeedKind
 from harbor_ray.trials.sandbox.layout import SANDBOX_PATH
 
@@ -65,16 +62,6 @@ _REPOSITORY = "harbor-ray-env"
 # key, rather than an old image under a key that now means something else.
 _KEY_FORMAT = b"harbor-ray image key 1\0"
 _PARTIAL = ".partial-"
-_TAIL_LINES = 12
-# `docker image inspect`, `docker rm` and the daemon probe answer in well under a
-# second when the daemon is healthy; vfs makes a busy one slow, not this slow.
-_QUERY_TIMEOUT_S = 60.0
-_PROBE_TIMEOUT_S = 10.0
-# The legacy builder: the Debian daemon has no BuildKit front end for the CLI to use.
-_DOCKER_ENV = {"DOCKER_BUILDKIT": "0"}
-_LEGACY_NOTICE = "DEPRECATED: The legacy builder is deprecated"
-_START_DOCKERD = ("start it as root: `dockerd --storage-driver=vfs --iptables=false "
-                  "--bridge=none &` (scripts/container_host.sh does)")
 
 # What the container sandbox enters through, each with the Debian package that has it:
 # by its path, or (tar) anywhere on the sandbox's PATH, wherever the image keeps it.
@@ -239,21 +226,6 @@ def _refusal(reference: str, missing: Sequence[str]) -> str:
             f"image, or install {', '.join(packages)}")
 
 
-def _tail(text: str, lines: int = _TAIL_LINES) -> str:
-    """The last lines of a command's output, indented for quoting in a message.
-
-    The CLI's notice that the legacy builder (our choice) is deprecated is left out:
-    quoted beside a failure, it reads like its cause.
-    """
-    kept: list[str] = []
-    in_notice = False
-    for line in text.splitlines():
-        in_notice = line.startswith(_LEGACY_NOTICE) or (in_notice and line[:1].isspace())
-        if line.strip() and not in_notice:
-            kept.append(line)
-    return "\n".join(f"  | {line}" for line in kept[-lines:]) or "  | (no output)"
-
-
 def _reference(key: str) -> str:
     return f"{_REPOSITORY}:{key[:16]}"
 
@@ -275,34 +247,6 @@ def _digest_hex(digest: str) -> str:
     return hex_digest
 
 
-# --- the edge: Docker, tar and the lock ------------------------------------------------
-
-
-def docker_problems(docker: str = "docker") -> list[str]:
-    """Why images cannot be built here, each naming the fix ([] when they can): the
-    CLI missing, the daemon not answering `docker version` in a few seconds."""
-    problems = []
-    if shutil.which("tar") is None:
-        problems.append("`tar` not found on PATH: install the Debian package `tar`.")
-    path = shutil.which(docker)
-    if path is None:
-        return [*problems, f"`{docker}` not found on PATH: install Debian's `docker.io` "
-                           "(apt-get install docker.io; scripts/container_host.sh does)."]
-    try:
-        result = subprocess.run([path, "version", "--format", "{{.Server.Version}}"],
-                                capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                timeout=_PROBE_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return [*problems, f"the Docker daemon did not answer `{docker} version` within "
-                           f"{_PROBE_TIMEOUT_S:g} s: restart it, or {_START_DOCKERD}."]
-    if result.returncode != 0:
-        said = " ".join((result.stderr or result.stdout).split())
-        return [*problems, f"the Docker daemon does not answer `{docker} version` "
-                           f"({said}): {_START_DOCKERD}; a user other than root needs "
-                           "access to its socket (the `docker` group)."]
-    return problems
-
-
 def ensure_image_root(source: ImageSource, images_dir: Path, *,
                       timeout_s: float | None = None,
                       progress: Callable[[str], None] | None = None,
@@ -314,13 +258,14 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
     `timeout_s` (for the whole call, the wait included) the running command is killed.
     Every failure is an EnvironmentBuildError naming the log and quoting its end.
     """
-    call = _Call(docker=docker, progress=progress or _silent, timeout_s=timeout_s,
-                 deadline=None if timeout_s is None else time.monotonic() + timeout_s)
+    cli = DockerCli(docker=docker, progress=progress or _silent, timeout_s=timeout_s,
+                    deadline=None if timeout_s is None else time.monotonic() + timeout_s)
+    call = _Build(cli)
     key = _source_key(source)
     for name in ("locks", "logs", "roots"):
         (images_dir / name).mkdir(parents=True, exist_ok=True)
     log = images_dir / "logs" / f"{key}.log"
-    with call.locked(images_dir / "locks" / f"{key}.lock", source):
+    with cli.locked(images_dir / "locks" / f"{key}.lock", _named(source)):
         # Whoever holds the key's lock is its only unpacker: a partial root of the key
         # is the remains of a caller that was killed.
         for leftover in (images_dir / "roots").glob(f"{_PARTIAL}{key}-*"):
@@ -328,11 +273,11 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
         began = time.monotonic()
         if source.dockerfile_dir is not None:
             reference = _reference(key)
-            digest = call.image_id(reference) or call.build(source.dockerfile_dir,
+            digest = cli.image_id(reference) or call.build(source.dockerfile_dir,
                                                             reference, log)
         else:
             reference = str(source.image)
-            digest = call.image_id(reference) or call.pull(reference, log)
+            digest = cli.image_id(reference) or call.pull(reference, log)
         # A docker_image the daemon held has no log unless it was pulled once.
         kept_log = log if log.exists() else None
         rootfs = images_dir / "roots" / _digest_hex(digest)
@@ -341,7 +286,7 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
         config = call.recorded_config(rootfs, digest)
         build_s = time.monotonic() - began if call.ran else 0.0
     if call.ran:
-        call.progress(f"image {reference} ready in {build_s:.1f} s")
+        cli.progress(f"image {reference} ready in {build_s:.1f} s")
     return ImageRoot(reference=reference, digest=digest, rootfs=rootfs, build_s=build_s,
                      built=call.ran, log=kept_log, config=config)
 
@@ -351,57 +296,15 @@ def _silent(_line: str) -> None:
 
 
 @dataclass
-class _Call:
-    """One ensure_image_root call's Docker commands, under its one deadline."""
+class _Build:
+    """One ensure_image_root call's steps, over its Docker CLI (and its deadline)."""
 
-    docker: str
-    progress: Callable[[str], None]
-    timeout_s: float | None
-    deadline: float | None
+    cli: DockerCli
     ran: bool = False  # whether a build, pull or unpack ran
-
-    def remaining(self, cap: float | None = None) -> float | None:
-        if self.deadline is None:
-            return cap
-        left = max(self.deadline - time.monotonic(), 0.0)
-        return left if cap is None else min(left, cap)
-
-    @contextmanager
-    def locked(self, path: Path, source: ImageSource) -> Iterator[None]:
-        with path.open("a") as lock:  # closing it releases the lock
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self.progress(f"waiting for another build of {_named(source)} on this "
-                              f"node (lock: {path})")
-                self._wait(lock, path, source)
-            yield
-
-    def _wait(self, lock: IO[str], path: Path, source: ImageSource) -> None:
-        if self.deadline is None:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            return
-        # flock has no timeout: poll, so a build that outlives our deadline cannot
-        # keep us waiting past it.
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= self.deadline:
-                    raise EnvironmentBuildError(
-                        f"{_named(source)}: another build on this node still held {path} "
-                        f"after the {self.timeout_s:g} s allowed") from None
-                time.sleep(0.1)
-
-    def image_id(self, reference: str) -> str | None:
-        """The daemon's id of `reference`; None when it does not hold it."""
-        found = self._inspect(reference, "{{.Id}}")
-        return None if found is None else found.strip()
 
     def config(self, digest: str) -> ImageConfig:
         """The image's config, as the daemon that built (or holds) it reports it."""
-        found = self._inspect(digest, "{{json .Config}}")
+        found = self.cli.inspect(digest, "{{json .Config}}")
         if found is None:
             raise EnvironmentBuildError(
                 f"the Docker daemon no longer holds image {digest}, whose WORKDIR, ENV and "
@@ -419,44 +322,22 @@ class _Call:
             note.write_text(json.dumps(record, indent=2) + "\n")
         return ImageConfig.from_record(record["config"])
 
-    def _inspect(self, reference: str, template: str) -> str | None:
-        """`docker image inspect --format template reference`'s output; None when the
-        daemon does not hold it."""
-        argv = [self.docker, "image", "inspect", "--format", template, reference]
-        try:
-            result = subprocess.run(argv, capture_output=True, text=True, check=False,
-                                    stdin=subprocess.DEVNULL, env={**os.environ, **_DOCKER_ENV},
-                                    timeout=self.remaining(_QUERY_TIMEOUT_S))
-        except subprocess.TimeoutExpired as exc:
-            raise EnvironmentBuildError(
-                f"`{shlex.join(argv)}` did not answer within {exc.timeout:g} s") from exc
-        except OSError as exc:
-            raise EnvironmentBuildError(
-                f"`{shlex.join(argv)}` could not run ({exc}): "
-                f"{' '.join(docker_problems(self.docker))}") from exc
-        if result.returncode == 0:
-            return result.stdout
-        if "no such image" in result.stderr.lower():
-            return None
-        raise EnvironmentBuildError(
-            f"`{shlex.join(argv)}` failed (exit {result.returncode}):\n{_tail(result.stderr)}"
-            f"\n{' '.join(docker_problems(self.docker))}")
-
     def build(self, dockerfile_dir: Path, reference: str, log: Path) -> str:
-        self.progress(f"building image for {dockerfile_dir} (log: {log})")
+        self.cli.progress(f"building image for {dockerfile_dir} (log: {log})")
         log.write_bytes(b"")  # the log is the latest build's
         self.ran = True
         # --force-rm: a failed or killed step's container is removed too, not only
         # those of the steps that succeeded.
-        self.step([[self.docker, "build", "--force-rm", "--network", "host", "-t", reference,
-                    str(dockerfile_dir)]], log, f"building the image of {dockerfile_dir}")
+        docker = self.cli.docker
+        self.cli.step([[docker, "build", "--force-rm", "--network", "host", "-t", reference,
+                        str(dockerfile_dir)]], log, f"building the image of {dockerfile_dir}")
         return self._found(reference, log)
 
     def pull(self, reference: str, log: Path) -> str:
-        self.progress(f"pulling {reference}: the Docker daemon does not hold it (log: {log})")
+        self.cli.progress(f"pulling {reference}: the Docker daemon does not hold it (log: {log})")
         log.write_bytes(b"")
         self.ran = True
-        self.step([[self.docker, "pull", reference]], log,
+        self.cli.step([[self.cli.docker, "pull", reference]], log,
                   f"docker_image {reference} is not held by this node's Docker daemon, "
                   "and pulling it",
                   fix="Put it on this node's daemon (`docker pull`, `docker load`) or give "
@@ -464,7 +345,7 @@ class _Call:
         return self._found(reference, log)
 
     def _found(self, reference: str, log: Path) -> str:
-        digest = self.image_id(reference)
+        digest = self.cli.image_id(reference)
         if digest is None:
             raise EnvironmentBuildError(
                 f"Docker reported success but holds no image {reference} (log: {log})",
@@ -474,7 +355,7 @@ class _Call:
     def unpack(self, reference: str, digest: str, rootfs: Path, key: str,
                source: ImageSource, log: Path | None) -> None:
         """Export the image's files into `rootfs`: unpacked aside, checked, renamed."""
-        self.progress(f"unpacking {reference} ({digest[:19]}) into {rootfs}")
+        self.cli.progress(f"unpacking {reference} ({digest[:19]}) into {rootfs}")
         self.ran = True
         partial = Path(tempfile.mkdtemp(prefix=f"{_PARTIAL}{key}-", dir=rootfs.parent))
         # Named by us, so that it is removed even when `docker create` was killed
@@ -482,13 +363,13 @@ class _Call:
         container = f"harbor-ray-unpack-{key[:16]}-{partial.name[-8:]}"
         try:
             try:
-                self.step([[self.docker, "create", "--network", "none", "--name", container,
+                self.cli.step([[self.cli.docker, "create", "--network", "none", "--name", container,
                             digest, "/bin/true"]], log, f"creating a container of {reference}")
-                self.step([[self.docker, "export", container],
+                self.cli.step([[self.cli.docker, "export", container],
                            ["tar", "-x", "--numeric-owner", "-C", str(partial)]],
                           log, f"unpacking {reference}")
             finally:
-                self._remove(container)
+                self.cli.remove(container)
             missing = _missing_entries(partial)
             if missing:
                 raise EnvironmentBuildError(_refusal(reference, missing),
@@ -509,79 +390,6 @@ class _Call:
                     raise
         finally:
             shutil.rmtree(partial, ignore_errors=True)
-
-    def _remove(self, container: str) -> None:
-        """Remove the unpack's container, whatever became of the unpack. One left behind
-        (the daemon too slow to answer) costs disk only: said, not raised."""
-        argv = [self.docker, "rm", "-f", container]
-        try:
-            subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL,
-                           timeout=_QUERY_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            self.progress(f"could not remove container {container} ({exc}): "
-                          f"`{shlex.join(argv)}` removes it")
-
-    def step(self, commands: list[list[str]], log: Path | None, what: str,
-             fix: str = "") -> None:
-        """Run a command (or a pipeline) to its end, its output appended to `log` (to a
-        scratch file when there is none) under a line naming it, then one saying how it
-        ended; an EnvironmentBuildError quoting that output if it failed or timed out."""
-        line = " | ".join(shlex.join(argv) for argv in commands)
-        with log.open("ab+") if log is not None else tempfile.TemporaryFile() as out:
-            out.write(f"$ {line}  # {datetime.now(UTC).isoformat(timespec='seconds')}\n"
-                      .encode())
-            out.flush()
-            start, began = out.tell(), time.monotonic()
-            failure: str | None = None
-            try:
-                codes = _pipeline(commands, out, self.remaining())
-                ended = f"exit {' '.join(map(str, codes))}"
-                if any(codes):
-                    failure = f"failed ({ended})"
-            except subprocess.TimeoutExpired:
-                ended = "killed: over its time"
-                failure = f"took longer than the {self.timeout_s:g} s allowed and was killed"
-            except OSError as exc:
-                ended = failure = f"could not start ({exc})"
-            out.seek(start)
-            output = out.read().decode(errors="replace")
-            out.seek(0, os.SEEK_END)
-            out.write(f"# {ended} after {time.monotonic() - began:.1f} s\n".encode())
-        if failure is not None:
-            where = "" if log is None else f" (log: {log})"
-            raise EnvironmentBuildError(
-                f"{what} {failure}{where}; its last lines:\n{_tail(output)}"
-                + (f"\n{fix}" if fix else ""),
-                log=None if log is None else str(log))
-
-
-def _pipeline(commands: list[list[str]], out: IO[bytes], timeout: float | None) -> list[int]:
-    """Each command's exit status, each one's stdout feeding the next, the last one's and
-    every stderr into `out`. Past `timeout` every process is killed (TimeoutExpired)."""
-    env = {**os.environ, **_DOCKER_ENV}
-    deadline = None if timeout is None else time.monotonic() + timeout
-    processes: list[subprocess.Popen[bytes]] = []
-    feed: IO[bytes] | int = subprocess.DEVNULL
-    try:
-        for index, argv in enumerate(commands):
-            last = index == len(commands) - 1
-            process = subprocess.Popen(argv, stdin=feed, stderr=out, env=env,
-                                       stdout=out if last else subprocess.PIPE)
-            if not isinstance(feed, int):
-                feed.close()  # the next command holds it now
-            processes.append(process)
-            if process.stdout is not None:
-                feed = process.stdout
-        return [process.wait(None if deadline is None else
-                             max(deadline - time.monotonic(), 0.0))
-                for process in processes]
-    finally:
-        if not isinstance(feed, int):
-            feed.close()
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
 
 def _named(source: ImageSource) -> str:
