@@ -72,8 +72,7 @@ class HostNames:
                  any_address: bool = False) -> None:
         self.allowed = frozenset(names_served(allowed))
         self.any_address = any_address
-        if not self.allowed and not any_address:
-            raise ValueError("no Host name allowed: list at least one (or '*')")
+        assert self.allowed or any_address, "no Host name allowed: list at least one (or '*')"
 
     def admits(self, scope: Scope) -> bool:
         if ANY_HOST in self.allowed:

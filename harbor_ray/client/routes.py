@@ -116,8 +116,8 @@ class GroupCursor:
     acknowledged first); None polls forever."""
 
     def __init__(self, max_groups: int, wait_s: float, total: int | None) -> None:
-        if max_groups < 1 or (total is not None and total < 0):
-            raise ValueError("max_groups must be at least 1 and total not negative")
+        assert max_groups >= 1 and (total is None or total >= 0), (
+            "max_groups must be at least 1 and total not negative")
         self.max_groups, self.wait_s, self.total = max_groups, wait_s, total
         self.taken = 0
         self.pending: list[str] = []  # the batch handed out, not yet acknowledged

@@ -76,8 +76,7 @@ class HostPool:
         warm_pool: Mapping[str, int] | None = None,
         ledgers_dir: Path | None = None,
     ) -> None:
-        if rollouts_per_host < 1:
-            raise ValueError("rollouts per host must be at least 1")
+        assert rollouts_per_host >= 1, "rollouts per host must be at least 1"
         self._rollouts_per_host = rollouts_per_host
         self._proxy, self._num_cpus, self._work = proxy, num_cpus, work
         self._sandboxes_dir = sandboxes_dir  # where the rollouts' sandboxes go, if known
@@ -85,8 +84,8 @@ class HostPool:
         self.journaling = journaling
         self._warm_pool = dict(warm_pool or {})
         self._ledgers_dir = ledgers_dir
-        if self._warm_pool and (sandboxes_dir is None or ledgers_dir is None):
-            raise ValueError("a warm pool needs the sandboxes and ledgers directories")
+        assert not self._warm_pool or (sandboxes_dir is not None and ledgers_dir is not None), (
+            "a warm pool needs the sandboxes and ledgers directories")
         self._salvaged: dict[str, asyncio.Task[Salvaged]] = {}  # dead host -> its journal
         self._journal_nodes: dict[str, str] = {}  # dead host -> the node of its journal
         self._debts = JournalDebts()  # which dead hosts' journals rows still need

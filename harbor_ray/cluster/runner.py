@@ -48,8 +48,7 @@ class RetryPolicy:
     host_start_s: float = 600.0  # a host not running by then is lost (and retried)
 
     def __post_init__(self) -> None:
-        if self.retries < 0:
-            raise ValueError("retries cannot be negative")
+        assert self.retries >= 0, "retries cannot be negative"
 
 
 class RolloutRunner:

@@ -84,8 +84,8 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
     `turns_from_export` does for the export document). `turns` holds one rollout, with
     `prompt_ids` (rebuilt) or `prompt_delta` (rebuilt here), and its message columns.
     """
-    if len(set(turns.column("rollout_id").to_pylist())) > 1:
-        raise ValueError("turn_records takes the turns of one rollout")
+    assert len(set(turns.column("rollout_id").to_pylist())) <= 1, (
+        "turn_records takes the turns of one rollout")
     if "prompt_ids" not in turns.column_names:
         turns = rebuild_prompts(turns)
     rows = turns.drop_columns(["prompt_ids", "token_ids", "logprobs"]).to_pydict()

@@ -82,8 +82,7 @@ class DatasetWriter:
         Raises DuplicateRolloutError for a rollout id already finished or buffered: writing it twice
         would duplicate its rows, so the caller must skip `finished_ids()`.
         """
-        if self._closed:
-            raise RuntimeError("the writer is closed")
+        assert not self._closed, "add after close"
         rollout_id = record.rollout_id
         if rollout_id in self._finished or rollout_id in self._pending_ids:
             raise DuplicateRolloutError(f"rollout {rollout_id!r} is already in the dataset")

@@ -38,10 +38,8 @@ class AffinityLimits:
     """Sessions remembered at most; the least recently seen are forgotten first."""
 
     def __post_init__(self) -> None:
-        if not self.idle_s > 0:
-            raise ValueError(f"idle_s must be positive, got {self.idle_s!r}")
-        if self.max_sessions < 1:
-            raise ValueError(f"max_sessions must be at least 1, got {self.max_sessions!r}")
+        assert self.idle_s > 0, f"idle_s must be positive, got {self.idle_s!r}"
+        assert self.max_sessions >= 1, f"max_sessions must be at least 1, got {self.max_sessions!r}"
 
 
 @dataclass(frozen=True)

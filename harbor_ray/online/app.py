@@ -162,8 +162,7 @@ def build_controller_app(controller: ControllerCalls, key: str, *,
     """The API over `controller`; `key` is what every caller must present, and
     `allowed_hosts` the Host names it answers (the Starlette app's attributes, `state`
     included, read through)."""
-    if not key:
-        raise ValueError("the controller needs a key")
+    assert key, "the controller needs a key (the service always loads or makes one)"
     expected = f"Bearer {key}".encode()
 
     def allowed(scope: Scope) -> bool:

@@ -154,8 +154,7 @@ async def qualify(
     kind: EngineKind | None = None
     stitch = True
     if level == "model":
-        if engine is None:
-            raise ValueError("the model level needs an engine")
+        assert engine is not None, "the model level needs an engine"
         adapted = await adapt_engine(engine, engine_kind)
         model_engine, kind, stitch = adapted.engine, adapted.kind, adapted.stitch
         certification = await certify(model_engine, url, model=model, engine_kind=kind)

@@ -63,8 +63,7 @@ def plots(tables: DatasetTables, *, pass_reward: float = 1.0) -> list[Plot]:
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of a task with `c` passing rollouts out of `n`: the chance
     that k of them drawn without replacement hold at least one pass."""
-    if not 0 < k <= n:
-        raise ValueError(f"pass@k needs 0 < k <= n, got k={k}, n={n}")
+    assert 0 < k <= n, f"pass@k needs 0 < k <= n, got k={k}, n={n}"
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 

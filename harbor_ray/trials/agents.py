@@ -263,8 +263,7 @@ def agent_config(
     extra = copy.deepcopy(dict(extra_kwargs or {}))
     if kind.channel == "none":
         return AgentConfig(name=agent, kwargs=_merge({}, extra))
-    if not session_key:
-        raise ValueError("session_key is empty")
+    assert session_key, "session_key is empty: the proxy mints every session key"
 
     url = proxy.url(kind.runs) + kind.url_path
     model_name = kind.model_prefix + served_model

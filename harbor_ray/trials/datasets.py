@@ -148,8 +148,7 @@ def select_tasks(report: DatasetReport, names: Sequence[str] | None) -> list[Tas
     exists but is broken, and lists the tasks there are: a typo must not silently run
     nothing.
     """
-    if isinstance(names, str):
-        raise TypeError("names is a sequence of task names, not one string")
+    assert not isinstance(names, str), "names is a sequence of task names, not one string"
     if names is None:
         return list(report.tasks)
     available = [task.name for task in report.tasks]

@@ -23,8 +23,7 @@ async def run_many(
     on_result: Callable[[RolloutRecord], None] | None = None,
 ) -> list[RolloutRecord]:
     """Run every spec, at most `concurrency` at once; records in spec order."""
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
+    assert concurrency >= 1, "concurrency must be at least 1 (jobs.rollouts refuses less)"
     gate = asyncio.Semaphore(concurrency)
 
     async def one(spec: RolloutSpec) -> RolloutRecord:

@@ -144,8 +144,7 @@ class WarmPool[S: PooledSandbox]:
     async def take(self, environment: str) -> S:
         """A started sandbox of `environment`, now the caller's to `release`: a ready one
         if there is, else one started now (after its token)."""
-        if self._closed:
-            raise RuntimeError("the warm pool is closed")
+        assert not self._closed, "take after close"
         if ready := self._ready.get(environment):
             sandbox = ready.pop(0)
             self._wanted[environment].set()

@@ -162,7 +162,7 @@ def test_turns_without_ids_neither_link_nor_parent() -> None:
 
 
 def test_duplicate_index_is_refused() -> None:
-    with pytest.raises(ValueError, match="index 0"):
+    with pytest.raises(AssertionError, match="index 0"):
         build_graph([turn(0, [1], [2]), turn(0, [3], [4])])
 
 

@@ -80,5 +80,5 @@ def test_turn_records_from_deltas_or_from_rebuilt_prompts() -> None:
 
 def test_turn_records_take_one_rollout() -> None:
     table = pa.concat_tables([stored(chain(2), "a"), stored(chain(2), "b")])
-    with pytest.raises(ValueError, match="one rollout"):
+    with pytest.raises(AssertionError, match="one rollout"):
         turn_records(table)

@@ -195,7 +195,7 @@ def test_a_rollout_is_written_once(out: Path) -> None:
     with pytest.raises(ValueError, match="'a1' is already"):
         writer.add(rollout("a1", chain(2)))  # on disk
     writer.close(ended_at=None)
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(AssertionError, match="after close"):
         writer.add(rollout("a2", chain(2)))
 
 

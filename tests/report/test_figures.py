@@ -21,7 +21,7 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
     assert pass_at_k(2, 1, 2) == 1.0
     assert pass_at_k(5, 0, 3) == 0.0
     assert math.isclose(pass_at_k(5, 2, 2), 1 - 3 / 10)
-    with pytest.raises(ValueError):
+    with pytest.raises(AssertionError):
         pass_at_k(2, 1, 3)
 
 

@@ -155,8 +155,7 @@ def assemble(by_index: Mapping[int, TurnRecord], links: Links) -> RolloutGraph:
 def _by_index(turns: Sequence[TurnRecord]) -> dict[int, TurnRecord]:
     by_index: dict[int, TurnRecord] = {}
     for turn in turns:
-        if turn.index in by_index:
-            raise ValueError(f"two turns share index {turn.index}")
+        assert turn.index not in by_index, f"two turns share index {turn.index}"
         by_index[turn.index] = turn
     return dict(sorted(by_index.items()))
 

@@ -134,10 +134,8 @@ class Http1Pool:
     ) -> tuple[int, bytes]:
         """Send one request (`path` below the URL's prefix) and return the status and the
         whole body. Error statuses are returned, not raised; failures raise `Http1Error`."""
-        if self._closed:
-            raise RuntimeError("Http1Pool is closed")
-        if method == "HEAD":
-            raise ValueError("HEAD is not supported: its answer would be parsed as having a body")
+        assert not self._closed, "a request on a closed Http1Pool"
+        assert method != "HEAD", "HEAD is not supported: its answer would be read as having a body"
         head = f"{method} {self._prefix}{path} HTTP/1.1\r\nHost: {self._host_line}\r\n"
         if body is not None:
             head += f"Content-Length: {len(body)}\r\n"
