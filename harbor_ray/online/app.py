@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -157,69 +158,130 @@ def _query_count(request: Request, name: str, default: int, high: int) -> int:
     return value
 
 
+Handler = Callable[[ControllerCalls, Request], Awaitable[Response]]
+
+
+async def submit(controller: ControllerCalls, request: Request) -> Response:
+    return _json(await controller.submit(await _body(request, SubmitRequest)), 202)
+
+
+async def groups(controller: ControllerCalls, request: Request) -> Response:
+    max_groups = _query_count(request, "max", 16, MAX_GROUPS)
+    wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
+    written = [_group_json(g) for g in await controller.groups(max_groups, wait_s)]
+    return Response(b'{"groups":[' + b",".join(g for g in written if g) + b"]}",
+                    media_type="application/json")
+
+
+async def ack(controller: ControllerCalls, request: Request) -> Response:
+    return _json(await controller.ack((await _body(request, AckRequest)).group_ids))
+
+
+async def cancel(controller: ControllerCalls, request: Request) -> Response:
+    return _json(await controller.cancel(request.path_params["group_id"]))
+
+
+async def weights(controller: ControllerCalls, request: Request) -> Response:
+    return _json(await controller.update_weights(await _body(request, WeightsRequest)))
+
+
+async def policy(controller: ControllerCalls, request: Request) -> Response:
+    return _json(await controller.policy())
+
+
+async def stats(controller: ControllerCalls, request: Request) -> Response:
+    return _json(await controller.stats())
+
+
+async def health(controller: ControllerCalls, request: Request) -> Response:
+    await controller.policy()  # the controller answers
+    return _json({"ok": True})
+
+
+async def document(controller: ControllerCalls, request: Request) -> Response:
+    return _json(openapi())
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route of the API: its handler, and what the OpenAPI document says of it
+    (`summary` empty: not in the document)."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str = ""
+    body: type[BaseModel] | None = None
+    status: int = 200
+    reply: type[BaseModel] | None = None
+
+
+# Every route but the MCP transport's, in one table: the app routes it, the OpenAPI
+# document describes it.
+ENDPOINTS = (
+    Endpoint("POST", "/v1/rollouts", submit, "Submit groups (idempotent by request_id); "
+             "429 when over capacity", SubmitRequest, 202, SubmitReply),
+    Endpoint("GET", "/v1/groups", groups, "Long-poll finished groups, oldest first (query: "
+             "max, wait_s); delivered again until acknowledged", reply=GroupsReply),
+    Endpoint("POST", "/v1/groups/ack", ack, "Acknowledge delivered groups", AckRequest,
+             reply=AckReply),
+    Endpoint("POST", "/v1/groups/{group_id}/cancel", cancel, "Cancel a group: its rollouts "
+             "end as cancelled rows", reply=CancelReply),
+    Endpoint("POST", "/v1/weights", weights, "Load a checkpoint on every engine replica, "
+             "then set the policy version", WeightsRequest, reply=WeightsReply),
+    Endpoint("GET", "/v1/policy", policy, "The policy version and each replica's state",
+             reply=PolicyReply),
+    Endpoint("GET", "/v1/stats", stats, "Counts, errors, staleness, rollouts/min",
+             reply=StatsReply),
+    Endpoint("GET", "/health", health),
+    Endpoint("GET", "/openapi.json", document),
+)
+
+
+class _KeyCheck:
+    """Whether a request presents the controller key: in exactly one Authorization
+    header (two are refused, not one of them picked: every route and the MCP transport
+    decide alike, whatever a proxy in between keeps), compared in constant time."""
+
+    def __init__(self, key: str) -> None:
+        assert key, "the controller needs a key (the service always loads or makes one)"
+        self._expected = f"Bearer {key}".encode()
+
+    def __call__(self, scope: Scope) -> bool:
+        given = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
+        return hmac.compare_digest(given[0] if len(given) == 1 else b"", self._expected)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One endpoint's handler behind the key, its refusals turned into their replies."""
+
+    handler: Handler
+    controller: ControllerCalls
+    allowed: _KeyCheck
+
+    async def endpoint(self, request: Request) -> Response:
+        if not self.allowed(request.scope):
+            return _unauthorized()
+        try:
+            return await self.handler(self.controller, request)
+        except _Refused as refused:
+            return refused.response
+        except OverCapacity as exc:
+            return _error(429, str(exc), headers={"retry-after": str(exc.retry_after_s)})
+        except WeightUpdateError as exc:
+            return _json({"error": str(exc), "replicas": [
+                r.model_dump(mode="json") for r in exc.replicas]}, exc.status)
+        except FieldError as exc:
+            return _error(exc.status, str(exc), exc.field)
+
+
 def build_controller_app(controller: ControllerCalls, key: str, *,
                          allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
     """The API over `controller`; `key` is what every caller must present, and
     `allowed_hosts` the Host names it answers (the Starlette app's attributes, `state`
     included, read through)."""
-    assert key, "the controller needs a key (the service always loads or makes one)"
-    expected = f"Bearer {key}".encode()
-
-    def allowed(scope: Scope) -> bool:
-        given = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
-        # Two headers are refused, not one of them picked: every route and the MCP
-        # transport decide alike, whatever a proxy in between keeps.
-        return hmac.compare_digest(given[0] if len(given) == 1 else b"", expected)
-
-    def route(handler: Callable[[Request], Awaitable[Response]]):
-        async def endpoint(request: Request) -> Response:
-            if not allowed(request.scope):
-                return _unauthorized()
-            try:
-                return await handler(request)
-            except _Refused as refused:
-                return refused.response
-            except OverCapacity as exc:
-                return _error(429, str(exc), headers={"retry-after": str(exc.retry_after_s)})
-            except WeightUpdateError as exc:
-                return _json({"error": str(exc), "replicas": [
-                    r.model_dump(mode="json") for r in exc.replicas]}, exc.status)
-            except FieldError as exc:
-                return _error(exc.status, str(exc), exc.field)
-        return endpoint
-
-    async def submit(request: Request) -> Response:
-        return _json(await controller.submit(await _body(request, SubmitRequest)), 202)
-
-    async def groups(request: Request) -> Response:
-        max_groups = _query_count(request, "max", 16, MAX_GROUPS)
-        wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
-        written = [_group_json(g) for g in await controller.groups(max_groups, wait_s)]
-        return Response(b'{"groups":[' + b",".join(g for g in written if g) + b"]}",
-                        media_type="application/json")
-
-    async def ack(request: Request) -> Response:
-        return _json(await controller.ack((await _body(request, AckRequest)).group_ids))
-
-    async def cancel(request: Request) -> Response:
-        return _json(await controller.cancel(request.path_params["group_id"]))
-
-    async def weights(request: Request) -> Response:
-        return _json(await controller.update_weights(await _body(request, WeightsRequest)))
-
-    async def policy(request: Request) -> Response:
-        return _json(await controller.policy())
-
-    async def stats(request: Request) -> Response:
-        return _json(await controller.stats())
-
-    async def health(request: Request) -> Response:
-        await controller.policy()  # the controller answers
-        return _json({"ok": True})
-
-    async def document(request: Request) -> Response:
-        return _json(openapi())
-
+    allowed = _KeyCheck(key)
     mcp = build_mcp(controller)
 
     @contextlib.asynccontextmanager
@@ -229,15 +291,8 @@ def build_controller_app(controller: ControllerCalls, key: str, *,
 
     app = Starlette(lifespan=lifespan, routes=[
         Route(MCP_PATH, _KeyGuard(mcp.app, allowed)),
-        Route("/v1/rollouts", route(submit), methods=["POST"]),
-        Route("/v1/groups", route(groups), methods=["GET"]),
-        Route("/v1/groups/ack", route(ack), methods=["POST"]),
-        Route("/v1/groups/{group_id}/cancel", route(cancel), methods=["POST"]),
-        Route("/v1/weights", route(weights), methods=["POST"]),
-        Route("/v1/policy", route(policy), methods=["GET"]),
-        Route("/v1/stats", route(stats), methods=["GET"]),
-        Route("/health", route(health), methods=["GET"]),
-        Route("/openapi.json", route(document), methods=["GET"]),
+        *(Route(e.path, _Answer(e.handler, controller, allowed).endpoint, methods=[e.method])
+          for e in ENDPOINTS),
     ])
     app.state.mcp_in_flight = mcp.in_flight  # MCP tool calls running, and their peak
     return HostGuard(app, allowed_hosts)
@@ -265,7 +320,7 @@ class _KeyGuard:
     transport is stateless, so there is nothing to push, and an open stream would only
     wait to be broken by its client."""
 
-    def __init__(self, app: ASGIApp, allowed: Callable[[Scope], bool]) -> None:
+    def __init__(self, app: ASGIApp, allowed: _KeyCheck) -> None:
         self.app, self.allowed = app, allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -279,27 +334,10 @@ class _KeyGuard:
         await self.app(scope, receive, send)
 
 
-# (method, path, summary, request model, reply status, reply model)
-_ROUTES: tuple[tuple[str, str, str, type[BaseModel] | None, int, type[BaseModel] | None],
-               ...] = (
-    ("post", "/v1/rollouts", "Submit groups (idempotent by request_id); 429 when over "
-     "capacity", SubmitRequest, 202, SubmitReply),
-    ("get", "/v1/groups", "Long-poll finished groups, oldest first (query: max, wait_s); "
-     "delivered again until acknowledged", None, 200, GroupsReply),
-    ("post", "/v1/groups/ack", "Acknowledge delivered groups", AckRequest, 200, AckReply),
-    ("post", "/v1/groups/{group_id}/cancel", "Cancel a group: its rollouts end as "
-     "cancelled rows", None, 200, CancelReply),
-    ("post", "/v1/weights", "Load a checkpoint on every engine replica, then set the "
-     "policy version", WeightsRequest, 200, WeightsReply),
-    ("get", "/v1/policy", "The policy version and each replica's state", None, 200,
-     PolicyReply),
-    ("get", "/v1/stats", "Counts, errors, staleness, rollouts/min", None, 200, StatsReply),
-)
-
-
 def openapi() -> dict[str, Any]:
     """The API's OpenAPI 3.1 document, from the wire models."""
-    models = {m for r in _ROUTES for m in (r[3], r[5]) if m is not None} | {ErrorReply}
+    documented = [e for e in ENDPOINTS if e.summary]
+    models = {m for e in documented for m in (e.body, e.reply) if m is not None} | {ErrorReply}
     schemas: dict[str, Any] = {}
     for model in sorted(models, key=lambda m: m.__name__):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -311,14 +349,14 @@ def openapi() -> dict[str, Any]:
             "$ref": f"#/components/schemas/{model.__name__}"}}}}
 
     paths: dict[str, Any] = {}
-    for method, path, summary, body, status, reply in _ROUTES:
-        operation: dict[str, Any] = {"summary": summary, "responses": {
-            str(status): {"description": "ok", **(ref(reply) if reply else {})},
+    for e in documented:
+        operation: dict[str, Any] = {"summary": e.summary, "responses": {
+            str(e.status): {"description": "ok", **(ref(e.reply) if e.reply else {})},
             "401": {"description": "missing or wrong controller key"},
             "400": {"description": "a malformed field", **ref(ErrorReply)}}}
-        if body is not None:
-            operation["requestBody"] = {"required": True, **ref(body)}
-        paths.setdefault(path, {})[method] = operation
+        if e.body is not None:
+            operation["requestBody"] = {"required": True, **ref(e.body)}
+        paths.setdefault(e.path, {})[e.method.lower()] = operation
     return {"openapi": "3.1.0",
             "info": {"title": "harbor_ray online controller", "version": "1"},
             "components": {"schemas": schemas, "securitySchemes": {

@@ -68,22 +68,32 @@ class LiveReport:
             return self._document
 
 
+async def page(request: Request) -> Response:
+    """The report page, told to poll `/version` every `poll_s` seconds."""
+    live: LiveReport = request.app.state.live
+    return HTMLResponse(render_page(await live.document(), title=f"harbor_ray view: {live.out}",
+                                    live_poll_s=request.app.state.poll_s), headers=_NO_CACHE)
+
+
+async def data(request: Request) -> Response:
+    """The current document, as the page reads it."""
+    return Response(await request.app.state.live.document(), media_type="application/json",
+                    headers=_NO_CACHE)
+
+
+async def version(request: Request) -> Response:
+    """The dataset's version: what the page polls."""
+    return PlainTextResponse(request.app.state.live.version(), headers=_NO_CACHE)
+
+
+ROUTES = (Route("/", page), Route("/data.json", data), Route("/version", version))
+
+
 def build_view_app(live: LiveReport, *, poll_s: float = 2.0,
                    allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
-    async def page(_: Request) -> Response:
-        document = await live.document()
-        return HTMLResponse(render_page(document, title=f"harbor_ray view: {live.out}",
-                                        live_poll_s=poll_s), headers=_NO_CACHE)
-
-    async def data(_: Request) -> Response:
-        return Response(await live.document(), media_type="application/json",
-                        headers=_NO_CACHE)
-
-    async def version(_: Request) -> Response:
-        return PlainTextResponse(live.version(), headers=_NO_CACHE)
-
-    return HostGuard(Starlette(routes=[Route("/", page), Route("/data.json", data),
-                                       Route("/version", version)]), allowed_hosts)
+    app = Starlette(routes=list(ROUTES))
+    app.state.live, app.state.poll_s = live, poll_s
+    return HostGuard(app, allowed_hosts)
 
 
 def _server(live: LiveReport, poll_s: float, allowed_hosts: Iterable[str]) -> uvicorn.Server:
