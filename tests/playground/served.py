@@ -52,15 +52,33 @@ def agent_turn(index: int, *, tokens: int = 6) -> TurnRecord:
         index=index, dialect="chat", prompt_ids=np.arange(20 + index, dtype=np.int32),
         token_ids=ids, logprobs=np.linspace(-2, 0, tokens, dtype=np.float32),
         finish_reason="tool_calls", request_messages_json=orjson.dumps(messages),
-        response_message_json=orjson.dumps(_reply(index)), request_model="test-model",
+        response_message_json=orjson.dumps({**_reply(index), **ENGINE_NULLS}),
+        request_model="test-model",
         started_at=10.0 * index, ended_at=10.0 * index + 0.25,
         prompt_tokens=20 + index, completion_tokens=tokens)
+
+
+# The null fields a vLLM reply carries, which terminus-2 drops when it sends the reply back.
+ENGINE_NULLS = {"annotations": None, "audio": None, "function_call": None,
+                "reasoning": None, "reasoning_content": None, "refusal": None}
 
 
 def _reply(index: int) -> dict[str, Any]:
     return {"role": "assistant", "content": f"Step {index}: I run a command.",
             "tool_calls": [{"id": f"call-{index}", "type": "function", "function": {
                 "name": "bash", "arguments": orjson.dumps({"cmd": f"step {index}"}).decode()}}]}
+
+
+# `info`'s agents as the Setup tab and the form get them: one not wired first, as
+# `info` sorts them (acp), so the form's default cannot be the first listed.
+SETUP_AGENTS = [
+    {"agent": "acp", "runs": "sandbox", "needs_model": True, "dialect": None,
+     "wired": False, "note": "not wired to the capture proxy: it reaches its model its "
+     "own way"},
+    {"agent": "oracle", "runs": "host", "needs_model": False, "dialect": None,
+     "wired": True, "note": ""},
+    {"agent": "terminus-2", "runs": "sandbox", "needs_model": True, "dialect": "chat",
+     "wired": True, "note": ""}]
 
 
 class FakeRollouts:
@@ -70,7 +88,8 @@ class FakeRollouts:
     `trial_dir` its trial directory); or raises `fail`."""
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
-                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None) -> None:
+                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
+                 reward: float = 0.5) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -79,6 +98,7 @@ class FakeRollouts:
         self.tokens = tokens
         self.hold_s = hold_s
         self.trial_dir = trial_dir  # each rollout's, when given
+        self.reward = reward
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -97,7 +117,7 @@ class FakeRollouts:
                 if index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)
-            records.append(rollout(f"r{attempt}", None, reward=0.5, trial_dir=self.trial_dir
+            records.append(rollout(f"r{attempt}", None, reward=self.reward, trial_dir=self.trial_dir
                                    and str(self.trial_dir)))
             on_result(records[-1])
         return records
@@ -122,9 +142,13 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
     itself), else `rollouts`; `launcher`: the launcher's other options."""
     async def setup() -> dict[str, Any]:
         root = api_root(engine)
-        return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
-                            "dialect": None, "wired": True, "note": ""}],
-                "installed_agents": [], "sandboxes": [],
+        return {"agents": SETUP_AGENTS,
+                "installed_agents": [{"agent": "claude-code", "package":
+                                      "@anthropic-ai/claude-code", "version": None,
+                                      "installed": False}],
+                "sandboxes": [{"name": "bwrap", "usable": True, "reason": ""},
+                              {"name": "container", "usable": False, "reason":
+                               "no container runtime answered: start dockerd or podman"}],
                 # The words `harbor-ray info` says of an engine it cannot reach.
                 "engine": {"certified": False, "url": engine, "error": (
                     f"cannot list models at {root}/v1/models: engine unreachable at "

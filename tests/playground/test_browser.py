@@ -23,7 +23,8 @@ from tests.report.browser import chromium, js_errors, wait_for
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-WIDTHS = {"desktop": (1280, 800), "phone": (390, 844)}
+# A phone's 390 px by device emulation (a headless window is never under 500 px).
+WIDTHS = {"desktop": (1280, 800, False), "phone": (390, 844, True)}
 CALLS = PAGE + 2
 
 
@@ -50,8 +51,9 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
     rollouts = FakeRollouts(calls=CALLS, hold_s=300)
     rollouts.release.clear()
     with served(catalog, tmp_path, rollouts=rollouts, token_pieces=_word_per_id) as url, \
-            chromium(*WIDTHS[width]) as driver:
+            chromium(*WIDTHS[width][:2], phone=WIDTHS[width][2]) as driver:
         driver.get(url)
+        assert driver.execute_script("return window.innerWidth") == WIDTHS[width][0]
         wait_for(lambda: _texts(driver, "#task-list li"), what="the task list")
         box = driver.find_element(By.ID, "task-filter")
         box.send_keys("hello-file")
