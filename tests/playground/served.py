@@ -89,7 +89,7 @@ class FakeRollouts:
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
                  tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
-                 reward: float = 0.5) -> None:
+                 reward: float = 0.5, landing: dict[str, Any] | None = None) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -99,6 +99,7 @@ class FakeRollouts:
         self.hold_s = hold_s
         self.trial_dir = trial_dir  # each rollout's, when given
         self.reward = reward
+        self.landing = landing or {}  # more fields of each landed rollout's result
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -117,8 +118,9 @@ class FakeRollouts:
                 if index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)
-            records.append(rollout(f"r{attempt}", None, reward=self.reward, trial_dir=self.trial_dir
-                                   and str(self.trial_dir)))
+            records.append(rollout(f"r{attempt}", None, **{
+                "reward": self.reward, "trial_dir": self.trial_dir and str(self.trial_dir),
+                **self.landing}))
             on_result(records[-1])
         return records
 
