@@ -111,7 +111,7 @@ class Launcher:
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
                   started_at=_now(), writes_to=form.write_to,
-                  settings=form.settings(certified and certified.served_model))
+                  settings=form.settings(certified.served_model if certified else None))
         request = RolloutRequest(
             agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
             attempts=form.attempts, budget=form.budget, temperature=form.temperature,

@@ -59,7 +59,7 @@ def agent_turn(index: int, *, tokens: int = 6) -> TurnRecord:
 
 
 # The null fields a vLLM reply carries, which terminus-2 drops when it sends the reply back.
-ENGINE_NULLS = {"annotations": None, "audio": None, "function_call": None,
+ENGINE_NULLS: dict[str, Any] = {"annotations": None, "audio": None, "function_call": None,
                 "reasoning": None, "reasoning_content": None, "refusal": None}
 
 
