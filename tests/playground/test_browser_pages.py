@@ -181,7 +181,27 @@ def test_a_run_shows_its_settings_outcome_and_each_reply_once(catalog: Catalog,
             ".map(e => e.textContent)")
         assert "assistant" not in roles
         assert "temperature 0.2" in _text(driver, "#run-list")
+        driver.execute_script("[...document.querySelectorAll('#run-detail button')]"
+                              ".find(b => b.textContent.startsWith('Run again')).click()")
+        wait_for(lambda: driver.execute_script(
+            "const t = document.querySelector('form.run input[name=temperature]');"
+            "return t && t.value === '0.2' && document.querySelector("
+            "'form.run input[name=max_tokens]').value === '64'"), what="the form refilled")
         assert js_errors(driver) == []
+
+
+def test_a_run_says_its_stage_before_its_first_call(catalog: Catalog,
+                                                   tmp_path: Path) -> None:
+    rollouts = FakeRollouts(hold_s=300)  # held before it lands, no call made
+    rollouts.release.clear()
+    with served(catalog, tmp_path, rollouts=rollouts) as url, \
+            chromium(1280, 800) as driver:
+        driver.get(url)
+        _open_task(driver, "hello-file")
+        driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
+        wait_for(lambda: "setting up the sandbox" in _text(driver, "#run-detail"),
+                 what="the run's stage")
+        rollouts.release.set()
 
 
 def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) -> None:
@@ -200,7 +220,10 @@ def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) 
         wait_for(lambda: _text(driver, "#task-detail h2") == "fix-mean"
                  and not driver.find_element(By.ID, "tab-tasks").get_attribute("hidden"),
                  what="Back to the task")
-        driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
+        driver.execute_script(
+            "const f = document.querySelector('form.run');"
+            "f.querySelector('input[name=temperature]').value = '1';"
+            "f.querySelector('button[type=submit]').click();")
         wait_for(lambda: len(_runs(url, driver)) == 2
                  and f"/run/{run_id}" not in driver.current_url
                  and "/run/" in driver.current_url, what="a second run")
@@ -208,6 +231,10 @@ def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) 
         driver.get(f"{url}/compare/{ids[0]},{ids[1]}")
         wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-head"))
                  == 2, what="a comparison's URL")
+        differs = driver.execute_script(  # what differs between them, marked
+            "return [...document.querySelectorAll('#compare .settings .differs')]"
+            ".map(e => e.textContent)")
+        assert sorted(differs) == ["temperature 1", "temperature the agent's"]
         driver.get(f"{url}/task/x")
         said = wait_for(lambda: _text(driver, "#task-detail .error"), what="an unknown task")
         assert "x" in said and "/task/" in said
