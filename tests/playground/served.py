@@ -84,8 +84,9 @@ SETUP_AGENTS = [
 class FakeRollouts:
     """`run_rollouts`' stand-in: plans the request's attempts; in each, records its
     first model call (`calls` of them, `agent_turn`'s), then holds until `release` is
-    set (or `hold_s` passed), records the rest and lands the rollout (reward 0.5,
-    `trial_dir` its trial directory); or raises `fail`."""
+    set (or `hold_s` passed), records the rest and lands the rollout (its turns those
+    calls, `reward`, `trial_dir` its trial directory, and the fields of `landing`); or
+    raises `fail`."""
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
                  tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
@@ -113,12 +114,13 @@ class FakeRollouts:
         on_planned(request.attempts)
         records = []
         for attempt in range(request.attempts):
-            for index in range(self.calls):
-                on_turn(f"session-{attempt}", agent_turn(index, tokens=self.tokens))
-                if index == 0:
+            turns = [agent_turn(index, tokens=self.tokens) for index in range(self.calls)]
+            for turn in turns:
+                on_turn(f"session-{attempt}", turn)
+                if turn.index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)
-            records.append(rollout(f"r{attempt}", None, **{
+            records.append(rollout(f"r{attempt}", turns or None, **{
                 "reward": self.reward, "trial_dir": self.trial_dir and str(self.trial_dir),
                 **self.landing}))
             on_result(records[-1])
