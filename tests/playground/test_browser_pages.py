@@ -174,7 +174,7 @@ def test_a_run_shows_its_settings_outcome_and_each_reply_once(catalog: Catalog,
         outcome = _text(driver, "#run-detail .outcomes")
         assert "fail" in outcome and "reward 0.000" in outcome
         assert "duration" in _text(driver, "#run-detail") and "agent_execution" in outcome
-        assert "calls ended: tool_calls ×3 (called a tool)" in outcome
+        assert "calls ended: tool_calls \u00d73 (called a tool)" in outcome
         # Each reply shown once: as the reply, never again as a sent message (the engine's
         # reply had null fields the agent dropped when it sent it back).
         roles = driver.execute_script(
