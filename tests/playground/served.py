@@ -38,11 +38,12 @@ KEY = "the-playground-key-0123456789"
 ENGINE = "http://trainer:s3cret-token@engine.internal:8000"
 
 
-def agent_turn(index: int, *, tokens: int = 6) -> TurnRecord:
+def agent_turn(index: int, *, tokens: int = 6, system: str = "You are terminus."
+               ) -> TurnRecord:
     """Call `index` of an agent loop as the proxy records it: the conversation so far
     (the task, then each earlier reply and its tool's output), a reply calling a tool,
     ids with logprobs, usage and times."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terminus."},
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": "Create hello.txt."}]
     for earlier in range(index):
         messages += [_reply(earlier), {"role": "tool", "tool_call_id": f"call-{earlier}",
@@ -90,7 +91,8 @@ class FakeRollouts:
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
                  tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
-                 reward: float = 0.5, landing: dict[str, Any] | None = None) -> None:
+                 reward: float = 0.5, landing: dict[str, Any] | None = None,
+                 system: str = "You are terminus.") -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -101,6 +103,7 @@ class FakeRollouts:
         self.trial_dir = trial_dir  # each rollout's, when given
         self.reward = reward
         self.landing = landing or {}  # more fields of each landed rollout's result
+        self.system = system  # each call's system prompt
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -114,7 +117,8 @@ class FakeRollouts:
         on_planned(request.attempts)
         records = []
         for attempt in range(request.attempts):
-            turns = [agent_turn(index, tokens=self.tokens) for index in range(self.calls)]
+            turns = [agent_turn(index, tokens=self.tokens, system=self.system)
+                     for index in range(self.calls)]
             for turn in turns:
                 on_turn(f"session-{attempt}", turn)
                 if turn.index == 0:

@@ -154,7 +154,7 @@ def test_a_refused_form_says_why_next_to_the_button(catalog: Catalog,
 
 def test_a_run_shows_its_settings_outcome_and_each_reply_once(catalog: Catalog,
                                                              tmp_path: Path) -> None:
-    rollouts = FakeRollouts(calls=3, reward=0.0)
+    rollouts = FakeRollouts(calls=3, reward=0.0, system="You are terminus. " * 200)
     with served(catalog, tmp_path, rollouts=rollouts) as url, \
             chromium(1280, 800) as driver:
         driver.get(url)
@@ -181,6 +181,12 @@ def test_a_run_shows_its_settings_outcome_and_each_reply_once(catalog: Catalog,
             "return [...document.querySelectorAll('#run-calls .message.sent .role')]"
             ".map(e => e.textContent)")
         assert "assistant" not in roles
+        # The long system prompt folded, the short task shown.
+        assert driver.execute_script(
+            "const m = document.querySelectorAll('#run-calls .call')[0]"
+            ".querySelectorAll('.message.sent');"
+            "return [m[0].querySelector('details.fold:not([open])') !== null,"
+            " m[1].querySelector('details.fold') === null]") == [True, True]
         assert "temperature 0.2" in _text(driver, "#run-list")
         driver.execute_script("[...document.querySelectorAll('#run-detail button')]"
                               ".find(b => b.textContent.startsWith('Run again')).click()")
@@ -241,6 +247,11 @@ def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) 
         assert "x" in said and "/task/" in said
         assert driver.find_element(By.ID, "tabs").is_displayed()  # the app, not a bare 404
         assert js_errors(driver) == []
+        driver.get(f"{url}/run/0123456789ab")
+        said = wait_for(lambda: _text(driver, "#run-detail .error"), what="an unknown run")
+        assert "no such run" in said and "--share-runs" in said
+        # Its 404 is logged as a failed load; no script error beside it.
+        assert [e for e in js_errors(driver) if e["source"] != "network"] == []
     with served(catalog, tmp_path) as url:
         missing = httpx.get(f"{url}/no/such/page")
         assert missing.status_code == 404 and "playground" in missing.text

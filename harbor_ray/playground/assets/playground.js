@@ -313,7 +313,14 @@
     pane.replaceChildren(head, outcomes, el("h3", "Model calls"), none, list);
     const reader = callReader(runId);
     follow(async () => {
-      const fresh = await reader.read();
+      let fresh;
+      try { fresh = await reader.read(); } catch (err) {
+        if (reader.run) throw err;  // a missed beat of a run shown: the next poll is not
+        head.replaceChildren(el("h2", "Run " + runId), el("p", err.message + ": a run is " +
+          "seen only by the browser that started it, unless the server shares runs " +
+          "(--share-runs).", "error"));
+        return false;
+      }
       const run = reader.run;
       const again = el("button", "Run again with changes");
       again.type = "button";
@@ -451,13 +458,21 @@
     return box;
   }
 
+  // A sent message this long (a system prompt, a task's instruction) is folded: the
+  // calls after it are what a reader came for.
+  const FOLD_CHARS = 1200;
   function renderMessage(message, kind) {
     const box = el("div", null, "message " + kind);
     box.appendChild(el("span", (message.role || "?") + (kind === "reply" ? " (reply)" : ""),
                        "role"));
     const content = textOf(message.content);
     if (message.reasoning_content) box.appendChild(el("pre", message.reasoning_content, "reasoning"));
-    if (content) box.appendChild(el("pre", content));
+    if (content && kind === "sent" && content.length > FOLD_CHARS) {
+      const fold = el("details", null, "fold");
+      fold.appendChild(el("summary", content.length + " characters: open to read"));
+      fold.appendChild(el("pre", content));
+      box.appendChild(fold);
+    } else if (content) box.appendChild(el("pre", content));
     for (const tool of message.tool_calls || []) {
       const fn = tool.function || {};
       box.appendChild(el("pre", "→ " + (fn.name || "?") + " " + (fn.arguments || ""), "tool-call"));
