@@ -38,22 +38,22 @@ KEY = "the-playground-key-0123456789"
 ENGINE = "http://trainer:s3cret-token@engine.internal:8000"
 
 
-def agent_turn(index: int, *, tokens: int = 6, system: str = "You are terminus."
-               ) -> TurnRecord:
+def agent_turn(index: int, *, tokens: int = 6, system: str = "You are terminus.",
+               command: str = "step") -> TurnRecord:
     """Call `index` of an agent loop as the proxy records it: the conversation so far
     (the task, then each earlier reply and its tool's output), a reply calling a tool,
     ids with logprobs, usage and times."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": "Create hello.txt."}]
     for earlier in range(index):
-        messages += [_reply(earlier), {"role": "tool", "tool_call_id": f"call-{earlier}",
+        messages += [_reply(earlier, command), {"role": "tool", "tool_call_id": f"call-{earlier}",
                                        "content": f"$ step {earlier}\nok"}]
     ids = np.arange(100 * index, 100 * index + tokens, dtype=np.int32)
     return TurnRecord(
         index=index, dialect="chat", prompt_ids=np.arange(20 + index, dtype=np.int32),
         token_ids=ids, logprobs=np.linspace(-2, 0, tokens, dtype=np.float32),
         finish_reason="tool_calls", request_messages_json=orjson.dumps(messages),
-        response_message_json=orjson.dumps({**_reply(index), **ENGINE_NULLS}),
+        response_message_json=orjson.dumps({**_reply(index, command), **ENGINE_NULLS}),
         request_model="test-model",
         started_at=10.0 * index, ended_at=10.0 * index + 0.25,
         prompt_tokens=20 + index, completion_tokens=tokens)
@@ -64,10 +64,11 @@ ENGINE_NULLS: dict[str, Any] = {"annotations": None, "audio": None, "function_ca
                 "reasoning": None, "reasoning_content": None, "refusal": None}
 
 
-def _reply(index: int) -> dict[str, Any]:
+def _reply(index: int, command: str = "step") -> dict[str, Any]:
+    arguments = orjson.dumps({"cmd": f"{command} {index}"}).decode()
     return {"role": "assistant", "content": f"Step {index}: I run a command.",
             "tool_calls": [{"id": f"call-{index}", "type": "function", "function": {
-                "name": "bash", "arguments": orjson.dumps({"cmd": f"step {index}"}).decode()}}]}
+                "name": "bash", "arguments": arguments}}]}
 
 
 # `info`'s agents as the Setup tab and the form get them: one not wired first, as
@@ -92,7 +93,8 @@ class FakeRollouts:
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
                  tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
                  reward: float = 0.5, landing: dict[str, Any] | None = None,
-                 system: str = "You are terminus.") -> None:
+                 system: str = "You are terminus.",
+                 command_of: Callable[[RolloutRequest], str] | None = None) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -104,6 +106,7 @@ class FakeRollouts:
         self.reward = reward
         self.landing = landing or {}  # more fields of each landed rollout's result
         self.system = system  # each call's system prompt
+        self.command_of = command_of  # the command each call runs, by request ("step")
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -117,8 +120,9 @@ class FakeRollouts:
         on_planned(request.attempts)
         records = []
         for attempt in range(request.attempts):
-            turns = [agent_turn(index, tokens=self.tokens, system=self.system)
-                     for index in range(self.calls)]
+            command = self.command_of(request) if self.command_of else "step"
+            turns = [agent_turn(index, tokens=self.tokens, system=self.system,
+                                command=command) for index in range(self.calls)]
             for turn in turns:
                 on_turn(f"session-{attempt}", turn)
                 if turn.index == 0:

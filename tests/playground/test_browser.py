@@ -116,6 +116,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
             "return [...document.querySelectorAll('#compare .compare-cell')].slice(0, 2)"
             ".map(c => c.getBoundingClientRect().top);")
         assert (tops[0] == tops[1]) == (width == "desktop")  # columns, or stacked
+        assert not driver.find_elements(By.CSS_SELECTOR, "#compare .differs")  # the same
         assert _overflow(driver) <= 0
         driver.save_screenshot(str(ARTIFACTS / f"playground-compare-{width}.png"))
 

@@ -212,7 +212,11 @@ def test_a_run_says_its_stage_before_its_first_call(catalog: Catalog,
 
 
 def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) -> None:
-    with served(catalog, tmp_path) as url, chromium(1280, 800) as driver:
+    # The run at temperature 1 runs other commands: its calls differ from the first's.
+    rollouts = FakeRollouts(calls=2, command_of=lambda request: "ls" if request.temperature
+                            else "step")
+    with served(catalog, tmp_path, rollouts=rollouts) as url, \
+            chromium(1280, 800) as driver:
         driver.get(f"{url}/task/samples/fix-mean")
         wait_for(lambda: _text(driver, "#task-detail h2") == "fix-mean", what="a task's URL")
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
@@ -242,6 +246,10 @@ def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) 
             "return [...document.querySelectorAll('#compare .settings .differs')]"
             ".map(e => e.textContent)")
         assert sorted(differs) == ["temperature 1", "temperature the agent's"]
+        wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-cell"))
+                 == 4, what="both runs' calls")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-cell.differs")
+                   ) == 4
         driver.get(f"{url}/task/x")
         said = wait_for(lambda: _text(driver, "#task-detail .error"), what="an unknown task")
         assert "x" in said and "/task/" in said

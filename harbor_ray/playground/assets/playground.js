@@ -523,6 +523,9 @@
     });
   }
 
+  const callSays = (call) => JSON.stringify([textOf(call.reply.content),
+    (call.reply.tool_calls || []).map((t) => t.function || {}), call.finish_reason]);
+
   function drawComparison(pane, readers) {
     const grid = el("div", null, "compare-grid");
     grid.style.setProperty("--columns", readers.length);
@@ -539,9 +542,13 @@
     }
     const rows = Math.max(...readers.map((r) => r.calls.length));
     for (let i = 0; i < rows; i++) {
+      // A row whose calls did not all answer the same (reply, tool calls, finish) is
+      // marked: where compared runs part ways is what a comparison is for.
+      const said = new Set(readers.map((r) => i < r.calls.length ? callSays(r.calls[i]) : null));
       for (const r of readers) {
-        const cell = el("div", null, "compare-cell");
+        const cell = el("div", null, "compare-cell" + (said.size > 1 ? " differs" : ""));
         cell.appendChild(el("p", "run " + r.run.id + ", call " + (i + 1), "compare-label"));
+        if (said.size > 1) cell.appendChild(el("p", "differs between the runs", "differs-note"));
         cell.appendChild(i < r.calls.length ? renderCall(r.calls[i]) : el("p", "no call", "hint"));
         grid.appendChild(cell);
       }
