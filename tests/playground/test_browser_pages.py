@@ -16,12 +16,11 @@ from selenium.webdriver.common.by import By
 
 from harbor_ray.playground.catalog import Catalog
 from tests.playground.served import FakeRollouts, served
-from tests.report.browser import chromium, js_errors, wait_for
+from tests.playground.test_browser import ARTIFACTS, WIDTHS
+from tests.report.browser import chromium, js_errors, overflow, wait_for
 
 pytestmark = pytest.mark.integration
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-WIDTHS = {"desktop": (1280, 800, False), "phone": (390, 844, True)}
 
 # Each word of the cells under a selector that the layout split over two lines (words
 # split at a hyphen or slash too: "terminus-" then "2" is a wrap, not a broken word).
@@ -41,11 +40,6 @@ for (const cell of document.querySelectorAll(arguments[0])) {
   }
 }
 return broken;"""
-
-
-def _overflow(driver: Any) -> int:
-    return int(driver.execute_script(
-        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
 def _rect(driver: Any, selector: str) -> dict[str, float]:
@@ -85,9 +79,9 @@ def test_a_long_summary_task_opens_from_the_unfiltered_list(
         driver.get(url)
         assert driver.execute_script("return window.innerWidth") == wide
         wait_for(lambda: _text(driver, "#task-list"), what="the task list")
-        assert _overflow(driver) <= 0  # the list's long summaries set no width
+        assert overflow(driver) <= 0  # the list's long summaries set no width
         _open_task(driver, "fix-mean")  # its summary is one of the longest
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         detail = _rect(driver, "#task-detail")
         form = _rect(driver, "form.run")
         assert detail["width"] >= (0.55 * wide if width == "desktop" else wide - 60)
@@ -121,12 +115,12 @@ def test_runs_and_setup_break_no_word_and_the_form_has_no_traps(
         assert driver.execute_script("return arguments[0].getClientRects().length > 0",
                                      driver.find_element(By.CSS_SELECTOR,
                                                          "#run-list tbody td.agent"))
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         assert driver.execute_script(_BROKEN_WORDS, "#tab-runs") == []
         driver.save_screenshot(str(ARTIFACTS / f"playground-runs-cards-{width}.png"))
         driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=setup]").click()
         wait_for(lambda: "container" in _text(driver, "#setup"), what="the setup tab")
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         assert driver.execute_script(_BROKEN_WORDS, "#setup") == []
         driver.save_screenshot(str(ARTIFACTS / f"playground-setup-{width}.png"))
         assert js_errors(driver) == []

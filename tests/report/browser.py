@@ -39,6 +39,12 @@ def chromium(width: int = 1400, height: int = 1000, *, phone: bool = False
         driver.quit()
 
 
+def overflow(driver: webdriver.Chrome) -> int:
+    """How far the page scrolls sideways, in CSS px (0 or less: it does not)."""
+    return int(driver.execute_script(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"))
+
+
 def js_errors(driver: webdriver.Chrome) -> list[dict[str, Any]]:
     return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
