@@ -221,6 +221,19 @@ def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) 
         driver.refresh()
         wait_for(lambda: f"Run {run_id}" in _text(driver, "#run-detail"),
                  what="the run after a reload")
+        driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=runs]").click()
+        wait_for(lambda: driver.current_url.endswith("/runs")
+                 and not driver.find_element(By.ID, "run-detail").is_displayed(),
+                 what="the Runs tab alone")
+        driver.back()
+        wait_for(lambda: f"/run/{run_id}" in driver.current_url
+                 and f"Run {run_id}" in _text(driver, "#run-detail")
+                 and driver.find_element(By.ID, "run-detail").is_displayed(),
+                 what="Back to the run")
+        driver.forward()
+        wait_for(lambda: not driver.find_element(By.ID, "run-detail").is_displayed(),
+                 what="Forward to the Runs tab alone")
+        driver.back()
         driver.back()
         wait_for(lambda: _text(driver, "#task-detail h2") == "fix-mean"
                  and not driver.find_element(By.ID, "tab-tasks").get_attribute("hidden"),

@@ -62,7 +62,12 @@
     if (push) go(name === "tasks" ? "/" : "/" + name);
     if (name === "runs") {
       refreshRuns();
-      if (push) { state.following = null; $("run-detail").hidden = true; $("compare").hidden = true; }
+      // The list alone at /runs (pressed, reloaded or gone Back to), no run left open.
+      if (location.pathname === "/runs") {
+        state.following = null;
+        $("run-detail").hidden = true;
+        $("compare").hidden = true;
+      }
     }
     if (name === "setup") loadSetup();
   }
