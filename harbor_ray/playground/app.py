@@ -1,7 +1,10 @@
 """The playground's HTTP app: the page, and the JSON it reads and posts.
 
 Routes: `/` the page (static: it holds no data, so it is served to anyone who passes the
-Host check), `POST /login` (the key, when there is one), and under `/api/`: `session`,
+Host check), and the same page at each view's own URL (`/tasks`, `/task/DATASET/NAME`,
+`/runs`, `/run/ID`, `/compare/ID,ID`, `/setup`: the page opens the view its path names,
+so reload, Back and a shared link work); any other path the app's own 404 page;
+`POST /login` (the key, when there is one), and under `/api/`: `session`,
 `tasks`, `task`, `file`, `setup`, `runs` (GET: the visitor's runs; POST: start one),
 `run`, `calls` (a run's model calls after a cursor: `?id=RUN&after=N`). Every API
 route checks the key, resolves the visitor from its signed cookie (a new one gets a
@@ -103,6 +106,11 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
     async def page(_: Request) -> Response:
         return HTMLResponse(page_html(), headers=_NO_CACHE)
 
+    async def not_found(request: Request, _: Exception) -> Response:
+        if request.url.path.startswith("/api/"):
+            return answer({"error": "no such route"}, 404)
+        return HTMLResponse(_NOT_FOUND, 404, headers=_NO_CACHE)
+
     async def login(request: Request) -> Response:
         offered = str((await request.form()).get("key", ""))
         if not access.key_matches(offered):
@@ -172,13 +180,27 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
         finally:
             await playground.launcher.aclose()
 
-    routes = [Route("/", page), Route("/login", login, methods=["POST"]),
+    views = [Route(path, page) for path in (
+        "/", "/tasks", "/runs", "/setup", "/task/{rest:path}", "/run/{id}",
+        "/compare/{ids}")]
+    routes = [*views, Route("/login", login, methods=["POST"]),
               Route("/api/session", session), Route("/api/tasks", api(tasks)),
               Route("/api/task", api(task)), Route("/api/file", api(file)),
               Route("/api/setup", api(setup)),
               Route("/api/runs", api(runs), methods=["GET", "POST"]),
               Route("/api/run", api(run)), Route("/api/calls", api(calls))]
-    return HostGuard(Starlette(routes=routes, lifespan=lifespan), allowed_hosts)
+    return HostGuard(Starlette(routes=routes, lifespan=lifespan,
+                               exception_handlers={404: not_found}), allowed_hosts)
+
+
+_NOT_FOUND = (
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+    "<title>Not here: harbor_ray playground</title></head><body style=\"font-family: "
+    "system-ui, sans-serif; margin: 1em\"><h1>harbor_ray playground: no page here</h1>"
+    "<p>The playground's pages are <a href=\"/\">its tasks</a>, a task at "
+    "<code>/task/DATASET/NAME</code>, a run at <code>/run/ID</code> and runs side by "
+    "side at <code>/compare/ID,ID</code>.</p></body></html>\n")
 
 
 def _first_problem(errors: Iterable[Mapping[str, Any]]) -> str:

@@ -4,8 +4,11 @@ cursor (the count it holds), so a poll sends only what is new.
 
 A turn's request holds the whole conversation so far, so a call shows only the
 messages its rollout's previous call did not: those it repeats (the previous request,
-and its reply when the agent sent it back as it came) are counted in `earlier`, not
-sent again; a 200-call rollout would otherwise send its conversation 200 times.
+and its reply when the agent sent it back) are counted in `earlier`, not sent again; a
+200-call rollout would otherwise send its conversation 200 times. A message repeats
+another when its role, content and tool calls are the same (`same_message`): an engine's
+reply carries null fields (`annotations`, `refusal`, `reasoning`...) that an agent
+drops when it sends the reply back, and the reply is still the one it sent.
 Plain state, no I/O.
 """
 
@@ -19,7 +22,7 @@ import orjson
 
 from harbor_ray.capture.core.turn import TurnRecord
 
-__all__ = ["PAGE", "RunCalls", "TokenPieces", "call_view"]
+__all__ = ["PAGE", "RunCalls", "TokenPieces", "call_view", "same_message"]
 
 PAGE = 50  # calls per read at most: a long run reaches the page in pieces
 
@@ -58,9 +61,31 @@ def _repeated(messages: list[Any], previous: list[Any]) -> int:
     """How many leading messages repeat the previous call's request (with its reply, or
     without it when the agent rewrote the reply before sending it back)."""
     for count in (len(previous), len(previous) - 1):
-        if 0 < count <= len(messages) and messages[:count] == previous[:count]:
+        if 0 < count <= len(messages) and all(
+                same_message(a, b) for a, b in zip(messages[:count], previous, strict=False)):
             return count
     return 0
+
+
+def same_message(a: Any, b: Any) -> bool:
+    """Whether two chat messages say the same: the same role, content and tool calls,
+    a field that is null (or an empty list, or absent) being no field at all."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return bool(a == b)
+    return all(_meaning(a.get(key)) == _meaning(b.get(key))
+               for key in ("role", "content", "tool_calls", "tool_call_id", "name"))
+
+
+def _meaning(value: Any) -> Any:
+    """`value` with its null fields dropped, at every depth; an empty list or string as
+    None (an agent sends a reply with no text back as "" or null, with no tool calls as
+    [] or none)."""
+    if isinstance(value, dict):
+        kept = {k: _meaning(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v is not None}
+    if isinstance(value, list):
+        return [_meaning(v) for v in value] or None
+    return None if value == "" else value
 
 
 def _json(data: bytes, default: Any) -> Any:

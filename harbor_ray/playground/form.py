@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from harbor_ray.playground.scrub import hide_credentials
 
 __all__ = ["RunForm"]
 
@@ -30,3 +32,13 @@ class RunForm(BaseModel):
     write_to: str | None = Field(
         None, max_length=64, description="A dataset name to commit the run's rollouts "
         "to, under the server's --datasets-dir; None: results.jsonl only.")
+
+    def settings(self, model: str | None) -> dict[str, Any]:
+        """What the run is set to, as it is stored with it and shown: `model` the served
+        model (None until known); the engine the server's, or the visitor's URL with its
+        credentials hidden (the answer's scrub hides them again, and the server's URL)."""
+        engine = ("the server's" if self.engine == "server" or not self.llm_url
+                  else hide_credentials(self.llm_url.encode()).decode())
+        return {"model": model, "engine": engine, "agent": self.agent,
+                "temperature": self.temperature, "max_tokens": self.max_tokens,
+                "budget": self.budget, "attempts": self.attempts}

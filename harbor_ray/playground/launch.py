@@ -29,6 +29,7 @@ from harbor_ray.jobs.rollouts import RolloutRequest, run_rollouts
 from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.form import RunForm
+from harbor_ray.playground.outcome import all_errored, outcome_view
 from harbor_ray.playground.runs import Run, RunBoard
 from harbor_ray.playground.visitor_engine import VisitorEngines
 from harbor_ray.trials.agents import AgentAllowList
@@ -109,7 +110,8 @@ class Launcher:
         llm_url, certified = await self._engine(form)
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
-                  started_at=_now(), writes_to=form.write_to)
+                  started_at=_now(), writes_to=form.write_to,
+                  settings=form.settings(certified.served_model if certified else None))
         request = RolloutRequest(
             agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
             attempts=form.attempts, budget=form.budget, temperature=form.temperature,
@@ -173,10 +175,13 @@ class Launcher:
                 await asyncio.to_thread(self._rollouts, request, on_planned=planned,
                                         on_result=landed, on_turn=turn)
             except Exception as exc:  # a failed run is data on the board, not a crash
-                self.board.update(run.id, status="failed",
+                self.board.update(run.id, status="failed", ended_at=_now(),
                                   error=f"{type(exc).__name__}: {exc}")
             else:
-                self.board.update(run.id, status="done")
+                # Read on the loop, after every landing queued before it.
+                error = all_errored(self.board.get(run.owner, run.id).rollouts)
+                self.board.update(run.id, status="done" if error is None else "failed",
+                                  error=error, ended_at=_now())
 
 
 _VERIFIER_OUTPUT = ("verifier", "test-stdout.txt")  # in a Harbor trial directory
@@ -184,12 +189,9 @@ _VERIFIER_TAIL = 16 * 1024
 
 
 def _outcome(record: RolloutRecord) -> dict[str, Any]:
-    result = record.result
-    return {"rollout_id": result.rollout_id, "task": result.task, "ok": result.ok,
-            "reward": result.reward, "rewards": result.rewards,
-            "error_type": result.error_type, "error": result.error,
-            "model_calls": result.model_calls,
-            "verifier_output": _verifier_output(result.trial_dir)}
+    reasons = record.turns.column("finish_reason").to_pylist() if record.turns.num_rows \
+        else []
+    return outcome_view(record.result, reasons, _verifier_output(record.result.trial_dir))
 
 
 def _verifier_output(trial_dir: str | None) -> str | None:

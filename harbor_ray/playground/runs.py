@@ -38,6 +38,10 @@ class Run:
     error: str | None = None
     writes_to: str | None = None  # the dataset name its rollouts are committed to
     calls: int = 0  # model calls recorded so far
+    # Model, engine, agent, sampling, budget and attempts (`RunForm.settings`); the model
+    # filled in from the first call when the server's engine names it.
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ended_at: str | None = None
 
     @property
     def reward(self) -> float | None:
@@ -68,14 +72,24 @@ class RunBoard:
         """A model call of the run was recorded."""
         calls = self._calls[run_id]
         calls.add(session_id, turn)
-        self.update(run_id, calls=len(calls))
+        self.update(run_id, calls=len(calls), settings=self._model_known(
+            run_id, turn.request_model))
+
+    def _model_known(self, run_id: str, model: str | None) -> dict[str, Any]:
+        """The run's settings, with `model` as its model when none was known (the
+        server's engine names it only in its calls and results)."""
+        settings = self._runs[run_id].settings
+        if settings.get("model") is None and model:
+            return {**settings, "model": model}
+        return settings
 
     def update(self, run_id: str, **changes: Any) -> None:
         self._runs[run_id] = dataclasses.replace(self._runs[run_id], **changes)
 
     def landed(self, run_id: str, rollout: dict[str, Any]) -> None:
         run = self._runs[run_id]
-        self.update(run_id, rollouts=(*run.rollouts, rollout))
+        self.update(run_id, rollouts=(*run.rollouts, rollout),
+                    settings=self._model_known(run_id, rollout.get("model")))
 
     def visible(self, visitor: str) -> list[Run]:
         return [run for run in self._runs.values() if self.share or run.owner == visitor]

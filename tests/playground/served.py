@@ -38,39 +38,63 @@ KEY = "the-playground-key-0123456789"
 ENGINE = "http://trainer:s3cret-token@engine.internal:8000"
 
 
-def agent_turn(index: int, *, tokens: int = 6) -> TurnRecord:
+def agent_turn(index: int, *, tokens: int = 6, system: str = "You are terminus.",
+               command: str = "step") -> TurnRecord:
     """Call `index` of an agent loop as the proxy records it: the conversation so far
     (the task, then each earlier reply and its tool's output), a reply calling a tool,
     ids with logprobs, usage and times."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terminus."},
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": "Create hello.txt."}]
     for earlier in range(index):
-        messages += [_reply(earlier), {"role": "tool", "tool_call_id": f"call-{earlier}",
+        messages += [_reply(earlier, command), {"role": "tool", "tool_call_id": f"call-{earlier}",
                                        "content": f"$ step {earlier}\nok"}]
     ids = np.arange(100 * index, 100 * index + tokens, dtype=np.int32)
     return TurnRecord(
         index=index, dialect="chat", prompt_ids=np.arange(20 + index, dtype=np.int32),
         token_ids=ids, logprobs=np.linspace(-2, 0, tokens, dtype=np.float32),
         finish_reason="tool_calls", request_messages_json=orjson.dumps(messages),
-        response_message_json=orjson.dumps(_reply(index)), request_model="test-model",
+        response_message_json=orjson.dumps({**_reply(index, command), **ENGINE_NULLS}),
+        request_model="test-model",
         started_at=10.0 * index, ended_at=10.0 * index + 0.25,
         prompt_tokens=20 + index, completion_tokens=tokens)
 
 
-def _reply(index: int) -> dict[str, Any]:
+# The null fields a vLLM reply carries, which terminus-2 drops when it sends the reply back.
+ENGINE_NULLS: dict[str, Any] = {"annotations": None, "audio": None, "function_call": None,
+                "reasoning": None, "reasoning_content": None, "refusal": None}
+
+
+def _reply(index: int, command: str = "step") -> dict[str, Any]:
+    arguments = orjson.dumps({"cmd": f"{command} {index}"}).decode()
     return {"role": "assistant", "content": f"Step {index}: I run a command.",
             "tool_calls": [{"id": f"call-{index}", "type": "function", "function": {
-                "name": "bash", "arguments": orjson.dumps({"cmd": f"step {index}"}).decode()}}]}
+                "name": "bash", "arguments": arguments}}]}
+
+
+# `info`'s agents as the Setup tab and the form get them: one not wired first, as
+# `info` sorts them (acp), so the form's default cannot be the first listed.
+SETUP_AGENTS = [
+    {"agent": "acp", "runs": "sandbox", "needs_model": True, "dialect": None,
+     "wired": False, "note": "not wired to the capture proxy: it reaches its model its "
+     "own way"},
+    {"agent": "oracle", "runs": "host", "needs_model": False, "dialect": None,
+     "wired": True, "note": ""},
+    {"agent": "terminus-2", "runs": "sandbox", "needs_model": True, "dialect": "chat",
+     "wired": True, "note": ""}]
 
 
 class FakeRollouts:
     """`run_rollouts`' stand-in: plans the request's attempts; in each, records its
     first model call (`calls` of them, `agent_turn`'s), then holds until `release` is
-    set (or `hold_s` passed), records the rest and lands the rollout (reward 0.5,
-    `trial_dir` its trial directory); or raises `fail`."""
+    set (or `hold_s` passed), records the rest and lands the rollout (its turns those
+    calls, `reward`, `trial_dir` its trial directory, and the fields of `landing`); or
+    raises `fail`."""
 
     def __init__(self, fail: Exception | None = None, *, calls: int = 0,
-                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None) -> None:
+                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
+                 reward: float = 0.5, landing: dict[str, Any] | None = None,
+                 system: str = "You are terminus.",
+                 command_of: Callable[[RolloutRequest], str] | None = None) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -79,6 +103,10 @@ class FakeRollouts:
         self.tokens = tokens
         self.hold_s = hold_s
         self.trial_dir = trial_dir  # each rollout's, when given
+        self.reward = reward
+        self.landing = landing or {}  # more fields of each landed rollout's result
+        self.system = system  # each call's system prompt
+        self.command_of = command_of  # the command each call runs, by request ("step")
 
     def __call__(self, request: RolloutRequest, *,
                  on_planned: Callable[[int], None] | None = None,
@@ -92,13 +120,17 @@ class FakeRollouts:
         on_planned(request.attempts)
         records = []
         for attempt in range(request.attempts):
-            for index in range(self.calls):
-                on_turn(f"session-{attempt}", agent_turn(index, tokens=self.tokens))
-                if index == 0:
+            command = self.command_of(request) if self.command_of else "step"
+            turns = [agent_turn(index, tokens=self.tokens, system=self.system,
+                                command=command) for index in range(self.calls)]
+            for turn in turns:
+                on_turn(f"session-{attempt}", turn)
+                if turn.index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)
-            records.append(rollout(f"r{attempt}", None, reward=0.5, trial_dir=self.trial_dir
-                                   and str(self.trial_dir)))
+            records.append(rollout(f"r{attempt}", turns or None, **{
+                "reward": self.reward, "trial_dir": self.trial_dir and str(self.trial_dir),
+                **self.landing}))
             on_result(records[-1])
         return records
 
@@ -122,9 +154,13 @@ def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
     itself), else `rollouts`; `launcher`: the launcher's other options."""
     async def setup() -> dict[str, Any]:
         root = api_root(engine)
-        return {"agents": [{"agent": "oracle", "runs": "host", "needs_model": False,
-                            "dialect": None, "wired": True, "note": ""}],
-                "installed_agents": [], "sandboxes": [],
+        return {"agents": SETUP_AGENTS,
+                "installed_agents": [{"agent": "claude-code", "package":
+                                      "@anthropic-ai/claude-code", "version": None,
+                                      "installed": False}],
+                "sandboxes": [{"name": "bwrap", "usable": True, "reason": ""},
+                              {"name": "container", "usable": False, "reason":
+                               "no container runtime answered: start dockerd or podman"}],
                 # The words `harbor-ray info` says of an engine it cannot reach.
                 "engine": {"certified": False, "url": engine, "error": (
                     f"cannot list models at {root}/v1/models: engine unreachable at "

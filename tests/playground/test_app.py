@@ -244,3 +244,43 @@ def test_a_landed_rollout_shows_the_end_of_its_verifier_output(catalog: Catalog,
         run = client.post("/api/runs", json={**FORM, "attempts": 1}).json()
         output = finished(client, run["id"])["rollouts"][0]["verifier_output"]
     assert output.endswith("1 passed\n") and len(output) == 16 * 1024
+
+
+def test_a_run_stores_its_settings_and_its_model_once_known(catalog: Catalog,
+                                                            tmp_path: Path) -> None:
+    with client_of(catalog, tmp_path) as client:
+        started = client.post("/api/runs", json={**FORM, "temperature": 0.2,
+                                                 "max_tokens": 64, "budget": 5}).json()
+        expected = {"engine": "the server's", "agent": "oracle", "temperature": 0.2,
+                    "max_tokens": 64, "budget": 5, "attempts": 2}
+        assert started["settings"] == {**expected, "model": None}
+        run = finished(client, started["id"])
+        assert run["settings"] == {**expected, "model": "test-model"}  # from its results
+        assert run["ended_at"] >= run["started_at"]
+        listed = client.get("/api/runs").json()["runs"]
+        assert listed[0]["settings"] == run["settings"]
+
+
+def test_a_run_whose_every_rollout_errored_is_failed(catalog: Catalog,
+                                                     tmp_path: Path) -> None:
+    rollouts = FakeRollouts(landing={"error_type": "agent_setup", "reward": None,
+                                     "error": "npm: not found"})
+    with client_of(catalog, tmp_path, rollouts=rollouts) as client:
+        run = finished(client, client.post("/api/runs", json=FORM).json()["id"])
+        assert run["status"] == "failed"
+        assert run["error"] == ("every rollout failed (2); the first: agent_setup: "
+                                "npm: not found")
+        assert [r["verdict"] for r in run["rollouts"]] == ["error", "error"]
+
+
+def test_each_view_has_its_url_and_other_paths_get_the_app_s_404(
+        catalog: Catalog, tmp_path: Path) -> None:
+    with client_of(catalog, tmp_path) as client:
+        for path in ("/tasks", "/task/samples/fix-mean", "/task/x", "/runs", "/setup",
+                     "/run/0123abcd", "/compare/a,b"):
+            reply = client.get(path)
+            assert reply.status_code == 200 and "harbor_ray playground" in reply.text
+        missing = client.get("/no/such/page")
+        assert missing.status_code == 404 and "/task/DATASET/NAME" in missing.text
+        api = client.get("/api/nothing")
+        assert api.status_code == 404 and api.json() == {"error": "no such route"}

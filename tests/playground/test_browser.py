@@ -18,18 +18,14 @@ from selenium.webdriver.common.by import By
 from harbor_ray.playground.calls import PAGE
 from harbor_ray.playground.catalog import Catalog
 from tests.playground.served import FakeRollouts, served
-from tests.report.browser import chromium, js_errors, wait_for
+from tests.report.browser import chromium, js_errors, overflow, wait_for
 
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-WIDTHS = {"desktop": (1280, 800), "phone": (390, 844)}
+# A phone's 390 px by device emulation (a headless window is never under 500 px).
+WIDTHS = {"desktop": (1280, 800, False), "phone": (390, 844, True)}
 CALLS = PAGE + 2
-
-
-def _overflow(driver) -> int:  # type: ignore[no-untyped-def]
-    return int(driver.execute_script(
-        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
 def _texts(driver, selector: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -50,8 +46,9 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
     rollouts = FakeRollouts(calls=CALLS, hold_s=300)
     rollouts.release.clear()
     with served(catalog, tmp_path, rollouts=rollouts, token_pieces=_word_per_id) as url, \
-            chromium(*WIDTHS[width]) as driver:
+            chromium(*WIDTHS[width][:2], phone=WIDTHS[width][2]) as driver:
         driver.get(url)
+        assert driver.execute_script("return window.innerWidth") == WIDTHS[width][0]
         wait_for(lambda: _texts(driver, "#task-list li"), what="the task list")
         box = driver.find_element(By.ID, "task-filter")
         box.send_keys("hello-file")
@@ -64,7 +61,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
                  what="the task's files")
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
                  what="the agents")
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         driver.save_screenshot(str(ARTIFACTS / f"playground-tasks-{width}.png"))
 
         driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
@@ -72,7 +69,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
         assert len(first) == 1 and "call 1" in first[0] and "bash" in first[0]
         assert "running" in driver.find_element(By.ID, "run-list").text
         assert "r0" not in driver.find_element(By.ID, "run-detail").text  # not landed
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         rollouts.release.set()
         wait_for(lambda: len(_texts(driver, "#run-calls .call")) == CALLS, what="every call")
         wait_for(lambda: "done" in driver.find_element(By.ID, "run-list").text,
@@ -91,7 +88,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
         token_section.find_element(By.CSS_SELECTOR, ".token-toggle").click()
         wait_for(lambda: token_section.find_element(By.CSS_SELECTOR, ".tok.sampled"
                                                     ).text.strip() == "0", what="the ids")
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         driver.save_screenshot(str(ARTIFACTS / f"playground-run-view-{width}.png"))
 
         driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=tasks]").click()
@@ -99,7 +96,7 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
         wait_for(lambda: len(_texts(driver, "#run-list tbody tr")) == 2 and
                  "running" not in driver.find_element(By.ID, "run-list").text,
                  what="the second run done")
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         driver.save_screenshot(str(ARTIFACTS / f"playground-runs-{width}.png"))
         # Clicked and measured in one script each: the page redraws these as it polls.
         driver.execute_script(
@@ -114,14 +111,15 @@ def test_tasks_runs_and_setup_in_the_browser(catalog: Catalog, tmp_path: Path,
             "return [...document.querySelectorAll('#compare .compare-cell')].slice(0, 2)"
             ".map(c => c.getBoundingClientRect().top);")
         assert (tops[0] == tops[1]) == (width == "desktop")  # columns, or stacked
-        assert _overflow(driver) <= 0
+        assert not driver.find_elements(By.CSS_SELECTOR, "#compare .differs")  # the same
+        assert overflow(driver) <= 0
         driver.save_screenshot(str(ARTIFACTS / f"playground-compare-{width}.png"))
 
         driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=setup]").click()
         wait_for(lambda: "oracle" in driver.find_element(By.ID, "setup").text,
                  what="the setup tab")
         assert "s3cret" not in driver.page_source
-        assert _overflow(driver) <= 0
+        assert overflow(driver) <= 0
         assert js_errors(driver) == []
 
 

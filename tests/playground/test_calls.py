@@ -7,8 +7,8 @@ import dataclasses
 
 import orjson
 
-from harbor_ray.playground.calls import PAGE, RunCalls, call_view
-from tests.playground.served import agent_turn
+from harbor_ray.playground.calls import PAGE, RunCalls, call_view, same_message
+from tests.playground.served import ENGINE_NULLS, agent_turn
 
 
 def test_a_call_shows_its_reply_tool_calls_usage_and_ids() -> None:
@@ -27,6 +27,22 @@ def test_a_call_sends_only_what_the_previous_call_did_not() -> None:
     view, _ = call_view(agent_turn(1), 1, conversation)
     assert view["earlier"] == 3  # system, user and the reply sent back as it came
     assert [m["role"] for m in view["messages"]] == ["tool"]
+
+
+def test_a_reply_sent_back_without_its_null_fields_is_the_same_message() -> None:
+    sent = {"role": "assistant", "content": "ls", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+    reply = {**sent, **ENGINE_NULLS, "tool_calls": [{**sent["tool_calls"][0],
+                                                     "index": None}]}
+    assert same_message(reply, sent) and same_message(sent, reply)
+    assert same_message({"role": "assistant", "content": None, "tool_calls": []},
+                        {"role": "assistant", "content": ""})
+    assert not same_message(reply, {**sent, "content": "ls -l"})
+    assert not same_message(reply, {**sent, "role": "user"})
+    assert not same_message(reply, {**sent, "tool_calls": []})
+    assert not same_message(reply, {**sent, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{1}"}}]})
+    assert same_message("odd", "odd") and not same_message("odd", {"role": "odd"})
 
 
 def test_a_reply_rewritten_before_it_is_sent_back_is_shown_again() -> None:

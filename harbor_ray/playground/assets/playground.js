@@ -12,19 +12,63 @@
   const state = { tasks: [], selected: null, agents: [], timer: null,
                   compare: new Set(), following: null, writesDatasets: false };
 
+  // A refusal in the server's words; a server that cannot be reached, or answers with
+  // something other than JSON, in the page's (never the browser's errno text).
   async function api(path, options) {
-    const reply = await fetch(path, Object.assign({ credentials: "same-origin" }, options));
-    const data = await reply.json();
+    let reply, data;
+    try {
+      reply = await fetch(path, Object.assign({ credentials: "same-origin" }, options));
+    } catch (err) {
+      throw new Error("the playground did not answer: is its server still running?");
+    }
+    try { data = await reply.json(); } catch (err) {
+      throw new Error("the playground answered " + reply.status + " with no JSON");
+    }
     if (!reply.ok) throw new Error(data.error || ("HTTP " + reply.status));
     return data;
   }
 
-  function showTab(name) {
+  // --- URLs ----------------------------------------------------------------------------
+  // Each view has its path (/task/DATASET/NAME, /run/ID, /compare/ID,ID, /runs, /setup):
+  // opening a view pushes it, so reload, Back and a shared link reach the same view.
+  const part = encodeURIComponent;
+  function go(path) {
+    if (location.pathname !== path) history.pushState(null, "", path);
+  }
+
+  function route() {
+    const [kind, ...rest] = location.pathname.split("/").filter(Boolean)
+      .map(decodeURIComponent);
+    if (kind === "task") {
+      showTab("tasks", false);
+      openTaskAt(rest);
+    } else if (kind === "run" && rest.length) {
+      showTab("runs", false);
+      openRun(rest[0]);
+    } else if (kind === "compare" && rest.length) {
+      state.compare = new Set(rest[0].split(",").filter(Boolean));
+      showTab("runs", false);
+      openCompare();
+    } else {
+      showTab(kind === "runs" || kind === "setup" ? kind : "tasks", false);
+    }
+  }
+
+  function showTab(name, push = true) {
     for (const button of document.querySelectorAll("#tabs button")) {
       button.classList.toggle("active", button.dataset.tab === name);
     }
     for (const tab of ["tasks", "runs", "setup"]) $("tab-" + tab).hidden = tab !== name;
-    if (name === "runs") refreshRuns();
+    if (push) go(name === "tasks" ? "/" : "/" + name);
+    if (name === "runs") {
+      refreshRuns();
+      // The list alone at /runs (pressed, reloaded or gone Back to), no run left open.
+      if (location.pathname === "/runs") {
+        state.following = null;
+        $("run-detail").hidden = true;
+        $("compare").hidden = true;
+      }
+    }
     if (name === "setup") loadSetup();
   }
 
@@ -48,8 +92,22 @@
       (shown.length > 500 ? " (first 500 listed)" : "");
   }
 
-  async function openTask(task) {
+  // The task a path names (DATASET/NAME, or a NAME only one dataset holds); a path that
+  // names none says what a task's path is, next to the list.
+  function openTaskAt(parts) {
+    const [first, second] = parts;
+    const found = state.tasks.filter((t) => parts.length === 1 ? t.name === first
+      : t.dataset === first && t.name === second);
+    if (found.length === 1) { openTask(found[0], null, false); return; }
+    const asked = parts.join("/") || "(nothing)";
+    $("task-detail").replaceChildren(el("p", (found.length ? "Several datasets hold a task " +
+        "named " + asked + ": " : "No task " + asked + " is served here: ") +
+      "a task's link is /task/DATASET/NAME. Pick one from the list.", "error"));
+  }
+
+  async function openTask(task, preset, push = true) {
     state.selected = task.dataset + "\u0000" + task.name;
+    if (push) go("/task/" + part(task.dataset) + "/" + part(task.name));
     renderTaskList();
     const pane = $("task-detail");
     const query = new URLSearchParams({ dataset: task.dataset, task: task.name });
@@ -79,7 +137,9 @@
     }
     pane.appendChild(files);
     pane.appendChild(shown);
-    pane.appendChild(runForm(task));
+    pane.appendChild(runForm(task, preset));
+    // On a phone the detail is below the list: bring it to the tap.
+    if (window.matchMedia("(max-width: 700px)").matches) pane.scrollIntoView();
   }
 
   function field(form, label, input) {
@@ -88,19 +148,43 @@
     return input;
   }
 
-  function runForm(task) {
+  // `info`'s agents: those not wired to the capture proxy are listed greyed, with why;
+  // the first chosen is terminus-2 when it can run, else the first that can.
+  function fillAgents(select, chosen) {
+    select.replaceChildren();
+    for (const row of state.agents) {
+      const option = new Option(row.agent + (row.wired ? "" : " (" + (row.note || "not wired") +
+                                                              ")"), row.agent);
+      option.disabled = !row.wired;
+      select.appendChild(option);
+    }
+    const runnable = state.agents.filter((row) => row.wired).map((row) => row.agent);
+    select.value = runnable.includes(chosen) ? chosen :
+      runnable.includes("terminus-2") ? "terminus-2" : (runnable[0] || "");
+  }
+
+  function runForm(task, preset) {
+    const given = preset || {};
     const form = el("form", null, "run");
-    form.appendChild(el("h3", "Run it"));
+    form.appendChild(el("h3", preset ? "Run it again, with changes" : "Run it"));
     form.appendChild(el("span"));
     const agent = field(form, "agent", el("select"));
     agent.name = "agent";
-    for (const name of state.agents) agent.appendChild(new Option(name, name));
+    fillAgents(agent, given.agent);
     const engine = field(form, "engine", el("select"));
     engine.name = "engine";
     engine.appendChild(new Option("the server's", "server"));
-    engine.appendChild(new Option("my own URL (certified first)", "visitor"));
+    engine.appendChild(new Option("a visitor's engine: my own URL (certified first)",
+                                  "visitor"));
     const url = field(form, "engine URL", el("input"));
     url.name = "llm_url"; url.placeholder = "http://host:8000";
+    // A URL is read only for a visitor's engine: otherwise the field is off, not ignored.
+    const urlOn = () => { url.disabled = engine.value !== "visitor"; };
+    engine.addEventListener("change", urlOn);
+    if (given.engine && given.engine !== "the server's") {
+      engine.value = "visitor";  // its URL is not sent back (its credentials hidden)
+    }
+    urlOn();
     const dataset = field(form, "write to dataset", el("input"));
     dataset.name = "write_to";
     dataset.placeholder = state.writesDatasets ? "a name (optional)" : "not on this server";
@@ -109,18 +193,24 @@
     for (const [name, value, step] of [["attempts", 1, 1], ["budget", 20, 1],
                                         ["temperature", "", 0.1], ["max_tokens", "", 1]]) {
       const input = field(form, name, el("input"));
-      input.type = "number"; input.name = name; input.value = value; input.step = step;
+      input.type = "number"; input.name = name; input.step = step;
+      input.value = given[name] === undefined || given[name] === null ? value : given[name];
       numbers[name] = input;
     }
-    const go = el("button", "Start");
-    go.type = "submit";
-    form.appendChild(go);
+    const start = el("button", "Start");
+    start.type = "submit";
+    form.appendChild(start);
     const said = el("span", "", "hint");
     form.appendChild(said);
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
+      if (start.disabled) return;
+      // Off until the server answers: a second press would start a second run.
+      start.disabled = true;
+      said.textContent = "starting…"; said.className = "hint";
       const body = { agent: agent.value, dataset: task.dataset, task: task.name,
-                     engine: engine.value, llm_url: url.value || null,
+                     engine: engine.value,
+                     llm_url: engine.value === "visitor" ? url.value || null : null,
                      write_to: dataset.value || null };
       for (const [name, input] of Object.entries(numbers)) {
         body[name] = input.value === "" ? null : Number(input.value);
@@ -128,9 +218,11 @@
       try {
         const run = await api("/api/runs", { method: "POST", body: JSON.stringify(body),
                                              headers: { "content-type": "application/json" } });
-        showTab("runs");
-        openRun(run.id);
+        said.textContent = "";
+        showTab("runs", false);
+        openRun(run.id, true);
       } catch (err) { said.textContent = err.message; said.className = "error"; }
+      start.disabled = false;
     });
     return form;
   }
@@ -156,13 +248,19 @@
         if (pick.checked) state.compare.add(run.id); else state.compare.delete(run.id);
         compareButton();
       });
-      const cell = el("td"); cell.appendChild(pick); row.appendChild(cell);
-      for (const text of [run.id, run.agent, run.tasks.join(", ")]) row.appendChild(el("td", text));
-      row.appendChild(el("td", run.status, "status-" + run.status));
-      row.appendChild(el("td", run.rollouts.length + "/" + (run.planned || "?")));
-      row.appendChild(el("td", run.calls));
-      row.appendChild(el("td", reward(run.reward)));
-      row.addEventListener("click", () => openRun(run.id));
+      const cell = el("td", null, "pick"); cell.appendChild(pick); row.appendChild(cell);
+      // Each cell names its column: on a phone the rows are cards, the head hidden.
+      for (const [label, text, cls] of [
+          ["run", run.id, "id"], ["agent", run.agent, "agent"],
+          ["task", run.tasks.join(", "), "task"], ["status", run.status, "status-" + run.status],
+          ["rollouts", run.rollouts.length + "/" + (run.planned || "?"), "rollouts"],
+          ["calls", run.calls, "calls"], ["reward", reward(run.reward), "reward"],
+          ["settings", samplingLine(run.settings), "settings"]]) {
+        const td = el("td", text, cls);
+        td.dataset.label = label;
+        row.appendChild(td);
+      }
+      row.addEventListener("click", () => openRun(run.id, true));
       rows.appendChild(row);
     }
     body.replaceChildren(rows);
@@ -207,7 +305,8 @@
     tick();
   }
 
-  function openRun(runId) {
+  function openRun(runId, push) {
+    if (push) go("/run/" + part(runId));
     $("compare").hidden = true;
     const pane = $("run-detail");
     pane.hidden = false;
@@ -219,15 +318,76 @@
     pane.replaceChildren(head, outcomes, el("h3", "Model calls"), none, list);
     const reader = callReader(runId);
     follow(async () => {
-      const fresh = await reader.read();
+      let fresh;
+      try { fresh = await reader.read(); } catch (err) {
+        if (reader.run) throw err;  // a missed beat of a run shown: the next poll is not
+        head.replaceChildren(el("h2", "Run " + runId), el("p", err.message + ": a run is " +
+          "seen only by the browser that started it, unless the server shares runs " +
+          "(--share-runs).", "error"));
+        return false;
+      }
       const run = reader.run;
-      head.replaceChildren(el("h2", "Run " + run.id), el("p", runLine(run), "hint"));
+      const again = el("button", "Run again with changes");
+      again.type = "button";
+      again.addEventListener("click", () => runAgain(run));
+      head.replaceChildren(el("h2", "Run " + run.id), el("p", runLine(run), "hint"),
+                           settingsBox(run.settings, new Set()), again);
       if (run.error) head.appendChild(el("pre", run.error, "error"));
       outcomes.replaceChildren(renderOutcomes(run));
       appendCalls(list, reader.calls.slice(reader.calls.length - fresh));
       none.hidden = reader.calls.length > 0;
+      none.textContent = stage(run);
       return live(run);
     });
+  }
+
+  // Where a run is before its first model call, as far as the page can know.
+  function stage(run) {
+    if (run.status === "starting") return "Waiting for a free slot (a few runs go at once).";
+    if (run.status === "running") {
+      return "Started: setting up the sandbox and the agent, then the first model call.";
+    }
+    return "No model calls.";
+  }
+
+  // The Tasks tab, the run's task open with its form filled from the run's settings.
+  function runAgain(run) {
+    const task = state.tasks.find((t) => t.dataset === run.dataset && t.name === run.tasks[0]);
+    if (!task) return;
+    showTab("tasks", false);
+    openTask(task, run.settings);
+  }
+
+  const SETTINGS = [["model", "model"], ["engine", "engine"], ["agent", "agent"],
+                    ["temperature", "temperature"], ["max_tokens", "max tokens"],
+                    ["budget", "budget"], ["attempts", "attempts"]];
+  const setting = (settings, key) => {
+    const value = (settings || {})[key];
+    return value === null || value === undefined ? (key === "model" ? "not known yet"
+      : key === "budget" ? "none" : "the agent's") : String(value);
+  };
+
+  // A run's settings, one span each; those in `differs` marked (a comparison's).
+  function settingsBox(settings, differs) {
+    const box = el("p", null, "settings");
+    for (const [key, label] of SETTINGS) {
+      box.appendChild(el("span", label + " " + setting(settings, key),
+                         differs.has(key) ? "differs" : ""));
+    }
+    return box;
+  }
+
+  const samplingLine = (settings) => ["temperature", "max_tokens", "budget"]
+    .map((key) => key.replace("_", " ") + " " + setting(settings, key)).join(", ");
+
+  const seconds = (s) => s < 90 ? s.toFixed(1) + " s" : (s / 60).toFixed(1) + " min";
+  function duration(run) {
+    const start = Date.parse(run.started_at);
+    const end = run.ended_at ? Date.parse(run.ended_at) : Date.now();
+    // Its times are in whole seconds: say less than a second rather than "0.0 s".
+    const spent = (end - start) / 1000;
+    return (run.ended_at ? "duration " : "running for ") +
+      (spent < 1 ? "under 1 s" : seconds(spent));
   }
 
   // A few calls a frame: a long run's calls drawn at once would hold the page for the
@@ -244,17 +404,34 @@
 
   function runLine(run) {
     return run.agent + " on " + run.tasks.join(", ") + " (" + run.dataset + "), " +
-      run.status + ", " + run.calls + " model calls, started " + run.started_at +
-      (run.writes_to ? ", written to dataset " + run.writes_to : "");
+      run.status + ", " + run.calls + " model calls, started " + run.started_at + ", " +
+      duration(run) + (run.writes_to ? ", written to dataset " + run.writes_to : "");
   }
 
+  // Each rollout: pass or fail by its reward (ok only says nothing broke), why its calls
+  // stopped, its budget stops, its phases' seconds, then the verifier's output.
   function renderOutcomes(run) {
     const box = el("div", null, "outcomes");
     for (const r of run.rollouts) {
       const item = el("div", null, "outcome");
-      item.appendChild(el("p", "rollout " + r.rollout_id + ": " + (r.ok ? "ok" : "not ok") +
-        ", reward " + reward(r.reward) + ", " + r.model_calls + " model calls" +
+      const head = el("p");
+      head.appendChild(el("strong", r.verdict, "verdict-" + r.verdict.replace(" ", "-")));
+      head.appendChild(document.createTextNode(" rollout " + r.rollout_id + ", reward " +
+        reward(r.reward) + ", " + r.model_calls + " model calls" +
+        (r.duration_s === null || r.duration_s === undefined ? ""
+          : ", duration " + seconds(r.duration_s)) +
         (r.error_type ? ", " + r.error_type + ": " + (r.error || "") : "")));
+      item.appendChild(head);
+      const why = (r.finishes || []).map((f) => f.reason + " ×" + f.count +
+                                              (f.label ? " (" + f.label + ")" : ""));
+      if (r.budget_stops) why.push(r.budget_stops + " budget stop(s): the call budget was spent");
+      if (why.length) item.appendChild(el("p", "calls ended: " + why.join(", "),
+                                          r.truncated ? "truncated" : "hint"));
+      const phases = Object.entries(r.timings || {});
+      if (phases.length) {
+        item.appendChild(el("p", "phases: " + phases.map(([k, v]) => k + " " + seconds(v))
+          .join(", "), "hint"));
+      }
       if (r.verifier_output) {
         const verifier = el("details");
         verifier.appendChild(el("summary", "verifier output"));
@@ -286,13 +463,21 @@
     return box;
   }
 
+  // A sent message this long (a system prompt, a task's instruction) is folded: the
+  // calls after it are what a reader came for.
+  const FOLD_CHARS = 1200;
   function renderMessage(message, kind) {
     const box = el("div", null, "message " + kind);
     box.appendChild(el("span", (message.role || "?") + (kind === "reply" ? " (reply)" : ""),
                        "role"));
     const content = textOf(message.content);
     if (message.reasoning_content) box.appendChild(el("pre", message.reasoning_content, "reasoning"));
-    if (content) box.appendChild(el("pre", content));
+    if (content && kind === "sent" && content.length > FOLD_CHARS) {
+      const fold = el("details", null, "fold");
+      fold.appendChild(el("summary", content.length + " characters: open to read"));
+      fold.appendChild(el("pre", content));
+      box.appendChild(fold);
+    } else if (content) box.appendChild(el("pre", content));
     for (const tool of message.tool_calls || []) {
       const fn = tool.function || {};
       box.appendChild(el("pre", "→ " + (fn.name || "?") + " " + (fn.arguments || ""), "tool-call"));
@@ -327,8 +512,9 @@
   // --- Side by side ------------------------------------------------------------------
   // Two to four runs in columns, one row per call index (on a phone each row's calls
   // stack, each labelled with its run).
-  function openCompare() {
+  function openCompare(push) {
     const ids = [...state.compare].slice(0, 4);
+    if (push) go("/compare/" + ids.map(part).join(","));
     $("run-detail").hidden = true;
     const pane = $("compare");
     pane.hidden = false;
@@ -342,21 +528,32 @@
     });
   }
 
+  const callSays = (call) => JSON.stringify([textOf(call.reply.content),
+    (call.reply.tool_calls || []).map((t) => t.function || {}), call.finish_reason]);
+
   function drawComparison(pane, readers) {
     const grid = el("div", null, "compare-grid");
     grid.style.setProperty("--columns", readers.length);
+    // The settings that are not the same in every run compared, marked in each head.
+    const differs = new Set(SETTINGS.map(([key]) => key).filter((key) =>
+      new Set(readers.map((r) => setting(r.run.settings, key))).size > 1));
     for (const r of readers) {
       const head = el("div", null, "compare-head");
       head.appendChild(el("h3", "Run " + r.run.id));
       head.appendChild(el("p", runLine(r.run) + ", reward " + reward(r.run.reward), "hint"));
+      head.appendChild(settingsBox(r.run.settings, differs));
       head.appendChild(renderOutcomes(r.run));
       grid.appendChild(head);
     }
     const rows = Math.max(...readers.map((r) => r.calls.length));
     for (let i = 0; i < rows; i++) {
+      // A row whose calls did not all answer the same (reply, tool calls, finish) is
+      // marked: where compared runs part ways is what a comparison is for.
+      const said = new Set(readers.map((r) => i < r.calls.length ? callSays(r.calls[i]) : null));
       for (const r of readers) {
-        const cell = el("div", null, "compare-cell");
+        const cell = el("div", null, "compare-cell" + (said.size > 1 ? " differs" : ""));
         cell.appendChild(el("p", "run " + r.run.id + ", call " + (i + 1), "compare-label"));
+        if (said.size > 1) cell.appendChild(el("p", "differs between the runs", "differs-note"));
         cell.appendChild(i < r.calls.length ? renderCall(r.calls[i]) : el("p", "no call", "hint"));
         grid.appendChild(cell);
       }
@@ -366,20 +563,25 @@
   }
 
   // --- Setup -------------------------------------------------------------------------
+  // A table whose rows become cards on a phone (each cell labelled by its column).
   function table(columns, rows) {
-    const node = el("table");
-    const head = el("tr");
+    const node = el("table", null, "cards");
+    const head = el("tr", null, "head");
     for (const c of columns) head.appendChild(el("th", c));
     node.appendChild(head);
     for (const row of rows) {
       const tr = el("tr");
       for (const c of columns) {
         const v = row[c];
-        tr.appendChild(el("td", typeof v === "boolean" ? (v ? "yes" : "no") : v));
+        const td = el("td", typeof v === "boolean" ? (v ? "yes" : "no") : v);
+        td.dataset.label = c;
+        tr.appendChild(td);
       }
       node.appendChild(tr);
     }
-    return node;
+    const wrap = el("div", null, "table-wrap");
+    wrap.appendChild(node);
+    return wrap;
   }
 
   let setupLoaded = false;
@@ -413,20 +615,18 @@
       button.addEventListener("click", () => showTab(button.dataset.tab));
     }
     $("task-filter").addEventListener("input", renderTaskList);
-    $("compare-runs").addEventListener("click", openCompare);
+    $("compare-runs").addEventListener("click", () => openCompare(true));
+    window.addEventListener("popstate", route);
     const data = await api("/api/tasks");
     state.tasks = data.tasks.map((t) => Object.assign(t, {
       haystack: (t.name + " " + t.summary + " " + t.dataset).toLowerCase() }));
     renderTaskList();
     try { state.writesDatasets = (await api("/api/runs")).writes_datasets; } catch (err) { }
-    try {
-      state.agents = (await api("/api/setup")).agents.map((a) => a.agent);
-    } catch (err) { state.agents = []; }
+    route();
+    try { state.agents = (await api("/api/setup")).agents; } catch (err) { state.agents = []; }
     // A task opened before the agents were known has an empty list: fill it now.
     for (const select of document.querySelectorAll("form.run select[name=agent]")) {
-      if (!select.options.length) {
-        for (const name of state.agents) select.appendChild(new Option(name, name));
-      }
+      if (!select.options.length) fillAgents(select);
     }
   }
   start();
