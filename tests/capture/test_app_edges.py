@@ -41,7 +41,8 @@ def assert_dialect_error(path: str, reply: httpx.Response, status: int) -> str:
 @pytest.mark.parametrize(("content", "headers", "status", "says"), [
     (b"{not json", {}, 400, "not valid JSON"),
     (b"[1, 2]", {}, 400, "JSON object"),
-    (b'{"messages": 5, "contents": 5}', {}, 400, ""),
+    # With max_tokens, which Anthropic's checks ask for first: the messages' own check.
+    (b'{"max_tokens": 5, "messages": 5, "contents": 5}', {}, 400, "must be a JSON array"),
     (b"{}", {}, 400, ""),
     (b'{"a": 1}', {"content-type": "text/plain"}, 415, "application/json"),
     (b'{"pad": "' + b"x" * 300_000 + b'"}', {}, 413, "exceeds"),

@@ -92,21 +92,31 @@ def no_errors_logged() -> Iterator[None]:
 
 
 def refusal_named(reply: httpx.Response) -> None:
+    """A refusal by the route's own checks: it names the field, or the body's model as a
+    whole ("body: ", where the field has no name); a door before them (a body not read
+    as JSON, a key, a Host) names neither."""
     body = reply.json()
     assert isinstance(body["error"], str) and body["error"], body
+    if reply.status_code != 429:  # over capacity: the controller's, and no field's
+        assert body.get("field") or body["error"].startswith("body: "), body
 
 
 @FUZZ
 @given(body=mutated(SUBMIT) | hostile_field(SUBMIT, ["dataset", "sandbox", "agent"]))
+@example(body=SUBMIT)  # the valid one is accepted: the mutants reach the same checks
 def test_submit(service: Service, body: dict[str, Any]) -> None:
+    valid = body == SUBMIT
     if isinstance(body.get("request_id"), str):
-        body["request_id"] = f"{body['request_id']}-{next(service.ids)}"  # each one new
+        body = {**body, "request_id": f"{body['request_id']}-{next(service.ids)}"}
     known = len(service.controller.book.requests)
     reply = service.http.post("/v1/rollouts", json=body)
     assert reply.status_code in (202, 400, 404, 429), (reply.status_code, reply.text)
     if reply.status_code != 202:
+        assert not valid, reply.text
         refusal_named(reply)
         assert len(service.controller.book.requests) == known  # nothing accepted
+    else:
+        assert len(service.controller.book.requests) == known + 1
     # Whatever was accepted, the groups are still delivered.
     polled = service.http.get("/v1/groups", params={"max": 1000})
     assert polled.status_code == 200, polled.text
@@ -115,18 +125,37 @@ def test_submit(service: Service, body: dict[str, Any]) -> None:
         service.http.post("/v1/groups/ack", json={"group_ids": ids})
 
 
+ACK = {"group_ids": ["a", "b"]}
+
+
 @FUZZ
-@given(body=mutated({"group_ids": ["a", "b"]}))
+@given(body=mutated(ACK))
+@example(body=ACK)
 def test_ack(service: Service, body: dict[str, Any]) -> None:
     reply = service.http.post("/v1/groups/ack", json=body)
     assert reply.status_code in (200, 400), (reply.status_code, reply.text)
+    if reply.status_code == 400:
+        refusal_named(reply)
+    else:  # the controller's answer: which of the ids it knew
+        answer = reply.json()
+        assert {*answer["acknowledged"], *answer["unknown"]} == set(body["group_ids"])
+    if body == ACK:
+        assert reply.json() == {"acknowledged": [], "unknown": ["a", "b"]}, reply.text
+
+
+WEIGHTS = {"path": "/ckpt/1", "version": 10**6}
 
 
 @FUZZ
-@given(body=mutated({"path": "/ckpt/1", "version": 10**6}))
+@given(body=mutated(WEIGHTS))
+@example(body=WEIGHTS)
 def test_weights(service: Service, body: dict[str, Any]) -> None:
     reply = service.http.post("/v1/weights", json=body)
     assert reply.status_code in (200, 400, 409), (reply.status_code, reply.text)
+    if reply.status_code != 200:
+        refusal_named(reply)
+    if body == WEIGHTS:  # taken, or (asked again) refused by the controller as not newer
+        assert reply.status_code in (200, 409) and "version" in reply.text, reply.text
 
 
 @FUZZ
@@ -137,10 +166,16 @@ def test_weights(service: Service, body: dict[str, Any]) -> None:
 def test_cancel_and_poll(service: Service, group_id: str, query: dict[str, str]) -> None:
     cancel = service.http.post(f"/v1/groups/{group_id}/cancel")
     assert cancel.status_code in (200, 404), (cancel.status_code, cancel.text)
+    if cancel.status_code == 404:  # the controller's: no such group
+        assert cancel.json()["field"] == "group_id", cancel.text
     if query.get("wait_s"):
         query["wait_s"] = "0"  # a poll here never waits
     polled = service.http.get("/v1/groups", params=query)
     assert polled.status_code in (200, 400), (polled.status_code, polled.text)
+    if polled.status_code == 400:
+        assert polled.json()["field"] in query, polled.text
+    else:
+        assert isinstance(polled.json()["groups"], list), polled.text
 
 
 def _tool_call(tool: str) -> st.SearchStrategy[tuple[str, Any]]:
@@ -152,6 +187,8 @@ def _tool_call(tool: str) -> st.SearchStrategy[tuple[str, Any]]:
 @FUZZ
 @given(call=st.sampled_from(sorted(TOOLS)).flatmap(_tool_call))
 @example(call=("list_tasks", {"dataset": "~nosuchuser"}))
+@example(call=("list_tasks", TOOLS["list_tasks"]))
+@example(call=("run_rollout", TOOLS["run_rollout"]))
 @example(call=("run_rollout", {**TOOLS["run_rollout"], "dataset": "/" + "a" * 5000}))
 def test_mcp_tools(service: Service, call: tuple[str, Any]) -> None:
     tool, arguments = call
@@ -166,6 +203,8 @@ def test_mcp_tools(service: Service, call: tuple[str, Any]) -> None:
     if answer["result"].get("isError"):
         text = answer["result"]["content"][0]["text"]
         assert "unexpected" not in text and "Traceback" not in text, text
+    # The valid calls are run: the mutants reach the tools, not some door before them.
+    assert arguments != TOOLS[tool] or not answer["result"].get("isError"), answer
     assert logged_errors() == []
 
 

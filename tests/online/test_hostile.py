@@ -19,10 +19,12 @@ import httpx
 import pytest
 
 from harbor_ray.engine.weights import WeightUpdater
+from harbor_ray.online import controller as controller_module
 from harbor_ray.online.app import build_controller_app
 from harbor_ray.online.weights import FakeWeightUpdater
 from harbor_ray.online.wire import Group
 from harbor_ray.trials.datasets import resolve_dataset
+from tests.fixtures.reached import calls_of
 from tests.fixtures.threaded import serve_in_thread
 from tests.online.local import KEY, LocalRollouts, local_controller, served
 from tests.online.test_mcp import mcp_client
@@ -64,9 +66,15 @@ def http(tmp_path: Path, runner: LocalRollouts):
     ("~nosuchuser", 404), ("~nosuchuser/x:y", 404), ("/" + "a" * 4000, 404),
     ("/" + "a" * 5000, 400)])  # past PATH_MAX: refused as a value
 def test_a_dataset_spec_that_breaks_path_handling_is_refused(
-        http: httpx.Client, runner: LocalRollouts, caplog, dataset: str, status: int) -> None:
-    error = refused(http.post("/v1/rollouts", json={**SUBMIT, "dataset": dataset}),
-                    status, "dataset")
+        tmp_path: Path, caplog, dataset: str, status: int) -> None:
+    # Configured: a spec not configured is refused before any path handling sees it.
+    runner = LocalRollouts()
+    controller_module._tasks.cache_clear()
+    with served(local_controller(tmp_path, runner=runner, datasets=(dataset,))) as http, \
+            calls_of(controller_module, "resolve_dataset", at_least=status == 404):
+        error = refused(http.post("/v1/rollouts", json={**SUBMIT, "dataset": dataset}),
+                        status, "dataset")
+    assert status == 400 or "cannot be read" in error, error  # the resolution's refusal
     assert len(error) < 1000  # a 5,000-character spec is not echoed whole
     assert runner.started == 0 and logged_errors(caplog) == []
 
@@ -74,8 +82,11 @@ def test_a_dataset_spec_that_breaks_path_handling_is_refused(
 @pytest.mark.parametrize("dataset", ["~nosuchuser", "/" + "a" * 5000, "/etc"])
 def test_mcp_tools_refuse_a_bad_dataset_as_a_tool_error_naming_it(
         tmp_path: Path, caplog, dataset: str) -> None:
-    controller = local_controller(tmp_path)
-    with serve_in_thread(build_controller_app(controller, KEY)) as url:
+    # Configured: a spec not configured is refused before any path handling sees it.
+    controller = local_controller(tmp_path, datasets=(dataset,))
+    controller_module._tasks.cache_clear()
+    with serve_in_thread(build_controller_app(controller, KEY)) as url, \
+            calls_of(controller_module, "resolve_dataset"):
         async def run():
             async with mcp_client(url) as mcp:
                 return (await mcp.call_tool("list_tasks", {"dataset": dataset}),
@@ -85,6 +96,7 @@ def test_mcp_tools_refuse_a_bad_dataset_as_a_tool_error_naming_it(
         listed, ran = asyncio.run(run())
     for result in (listed, ran):
         assert result.is_error and ": dataset: " in result.content[0].text, result
+    assert "cannot be read" in listed.content[0].text, listed  # the resolution's refusal
     assert logged_errors(caplog) == []
 
 
