@@ -16,8 +16,9 @@ is counted once.
 
 The first run is the baseline: each other run gets its difference from it ("B minus
 A"), the per-task paired difference of pass@k averaged over shared tasks with a
-Student-t interval (stats.py says why), and the tasks it solves that the baseline does
-not and the reverse (solved: at least one passing attempt).
+Student-t interval, never narrower than the attempts' own noise (stats.py says why),
+and the tasks it solves that the baseline does not and the reverse (solved: at least
+one passing attempt).
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harbor_ray.errors import ComparisonError
-from harbor_ray.report.stats import LEVEL, Estimate, mean_interval, pass_at_k, wilson
+from harbor_ray.report.stats import (
+    LEVEL,
+    Estimate,
+    mean_interval,
+    pass_at_k,
+    pass_at_k_variance,
+    wilson,
+)
 from harbor_ray.report.tables import DatasetTables
 
 __all__ = ["NO_ERROR", "SETTINGS", "Comparison", "Difference", "Run", "RunSummary", "Spread",
@@ -142,6 +150,14 @@ def _models(rollouts: pa.Table) -> list[str]:
 
 
 @dataclass(frozen=True)
+class _TaskK:
+    """One task's pass@k in one run, and its variance over the run's attempts."""
+
+    value: float
+    variance: float
+
+
+@dataclass(frozen=True)
 class _Rows:
     """A run's rows as the comparison reads them: one per attempt."""
 
@@ -219,8 +235,9 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
                 for run, c in zip(runs, counts, strict=True)))
     k_max = min(c[task][1] for c in counts for task in shared)
     ks = range(1, k_max + 1)
-    per_task_k = [{task: [pass_at_k(c[task][1], c[task][0], k) for k in ks] for task in shared}
-                  for c in counts]
+    per_task_k = [{task: [_TaskK(pass_at_k(c[task][1], c[task][0], k),
+                                 pass_at_k_variance(c[task][1], c[task][0], k)) for k in ks]
+                   for task in shared} for c in counts]
     summaries = [_summary(run, rows, c, shared, per_task_k[i], k_max, pass_reward)
                  for i, (run, rows, c) in enumerate(zip(runs, read, counts, strict=True))]
     tasks = [TaskRow(task, [TaskCell(c[task][0], c[task][1], wilson(*c[task]))
@@ -236,7 +253,7 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
 
 
 def _summary(run: Run, rows: _Rows, counts: Mapping[str, list[int]], shared: list[str],
-             per_task_k: Mapping[str, list[float]], k_max: int,
+             per_task_k: Mapping[str, list[_TaskK]], k_max: int,
              pass_reward: float) -> RunSummary:
     kept = set(shared)
     ours = [row for row in rows.rows if row["task"] in kept]
@@ -246,7 +263,8 @@ def _summary(run: Run, rows: _Rows, counts: Mapping[str, list[int]], shared: lis
     return RunSummary(
         label=run.label, source=run.source, models=_models(run.tables.rollouts),
         rollouts=len(ours), passes=passes, pass_rate=wilson(passes, len(ours)),
-        pass_at_k=[mean_interval([per_task_k[task][k] for task in shared])
+        pass_at_k=[mean_interval([per_task_k[task][k].value for task in shared],
+                                 [per_task_k[task][k].variance for task in shared])
                    for k in range(k_max)],
         turns=_spread([row["counts"]["turns"] for row in captured]),
         sampled_tokens=_spread([rows.sampled.get(row["rollout_id"], 0) for row in captured]),
@@ -256,16 +274,19 @@ def _summary(run: Run, rows: _Rows, counts: Mapping[str, list[int]], shared: lis
 
 
 def _difference(label: str, baseline: str, ours: Mapping[str, list[int]],
-                theirs: Mapping[str, list[int]], ours_k: Mapping[str, list[float]],
-                theirs_k: Mapping[str, list[float]], shared: list[str],
+                theirs: Mapping[str, list[int]], ours_k: Mapping[str, list[_TaskK]],
+                theirs_k: Mapping[str, list[_TaskK]], shared: list[str],
                 k_max: int) -> Difference:
     def rate(counts: Mapping[str, list[int]], task: str) -> float:
         return counts[task][0] / counts[task][1]
 
     return Difference(
         label=label, baseline=baseline,
-        pass_at_k=[mean_interval([ours_k[t][k] - theirs_k[t][k] for t in shared],
-                                 bounds=(-1.0, 1.0)) for k in range(k_max)],
+        # The runs' attempts are independent: their variances add.
+        pass_at_k=[mean_interval([ours_k[t][k].value - theirs_k[t][k].value for t in shared],
+                                 [ours_k[t][k].variance + theirs_k[t][k].variance
+                                  for t in shared], bounds=(-1.0, 1.0))
+                   for k in range(k_max)],
         better=[t for t in shared if rate(ours, t) > rate(theirs, t)],
         worse=[t for t in shared if rate(ours, t) < rate(theirs, t)],
         solved_only_here=[t for t in shared if ours[t][0] and not theirs[t][0]],

@@ -10,6 +10,12 @@
   across tasks counts both (the clustered error of "Adding Error Bars to Evals", Miller
   2024). The t quantile (not z) keeps the interval honest for the few tasks a test
   suite has; `t_quantile` computes it exactly, with no scipy.
+- With few tasks the spread across them can be near 0 by chance (two tasks that each
+  gained +0.5), and the interval would claim a certainty the attempts do not give. So
+  the standard error is never below the attempts' own: each task's variance over its
+  attempts (`pass_at_k_variance`, the delete-one jackknife of its pass@k, which at k=1
+  is p(1-p)/(n-1)), summed over tasks and divided by m^2: the error the mean would have
+  on these very tasks.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-__all__ = ["LEVEL", "Estimate", "mean_interval", "pass_at_k", "t_quantile", "wilson"]
+__all__ = ["LEVEL", "Estimate", "mean_interval", "pass_at_k", "pass_at_k_variance", "t_quantile",
+           "wilson"]
 
 LEVEL = 0.95  # every interval's confidence level
 
@@ -42,6 +49,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if not 0 <= c <= n:
         raise ValueError(f"pass@k needs 0 <= c <= n, got c={c}, n={n}")
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_at_k_variance(n: int, c: int, k: int) -> float:
+    """The delete-one jackknife variance of a task's pass@k over its n attempts:
+    (n-1)/n * sum over attempts of (pass@k without it - their mean)^2. 0 when k = n
+    (no attempt can be left out): pass@n is whether the task was solved at all."""
+    if k >= n:
+        pass_at_k(n, c, k)  # refuses what it cannot estimate
+        return 0.0
+    without_pass = pass_at_k(n - 1, c - 1, k) if c else 0.0  # a passing attempt left out
+    without_fail = pass_at_k(n - 1, c, k) if c < n else 0.0  # a failing one left out
+    mean = (c * without_pass + (n - c) * without_fail) / n
+    return (n - 1) / n * (c * (without_pass - mean) ** 2
+                          + (n - c) * (without_fail - mean) ** 2)
 
 
 def wilson(passes: int, n: int, level: float = LEVEL) -> Estimate:
@@ -94,16 +115,21 @@ def t_quantile(df: int, level: float = LEVEL) -> float:
     return (low + high) / 2
 
 
-def mean_interval(values: Sequence[float], bounds: tuple[float, float] = (0.0, 1.0),
-                  level: float = LEVEL) -> Estimate:
+def mean_interval(values: Sequence[float], within: Sequence[float] = (),
+                  bounds: tuple[float, float] = (0.0, 1.0), level: float = LEVEL) -> Estimate:
     """The mean of `values` (one a task) with its Student-t interval, clipped to
-    `bounds` (the range the mean can take). Fewer than two values: no interval."""
+    `bounds` (the range the mean can take). `within`: each value's variance over its
+    own attempts; the standard error is never below sqrt(sum(within)) / m. Fewer than
+    two values: no interval."""
     if not values:
         raise ValueError("a mean needs at least one value")
+    if within and len(within) != len(values):
+        raise ValueError(f"{len(within)} within-task variances for {len(values)} values")
     m = len(values)
     mean = math.fsum(values) / m
     if m < 2:
         return Estimate(mean, None, None)
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (m - 1))
-    half = t_quantile(m - 1, level) * sd / math.sqrt(m)
+    spread = math.fsum((v - mean) ** 2 for v in values) / (m - 1) / m
+    error = math.sqrt(max(spread, math.fsum(within) / (m * m)))
+    half = t_quantile(m - 1, level) * error
     return Estimate(mean, max(bounds[0], mean - half), min(bounds[1], mean + half))

@@ -36,9 +36,24 @@ def score_test_bounds(passes: int, n: int) -> tuple[float, float]:
     return (0.0 if passes == 0 else edge(phat, 0.0), 1.0 if passes == n else edge(phat, 1.0))
 
 
-def t_interval(values: list[float], bounds: tuple[float, float] = (0.0, 1.0)
-               ) -> tuple[float, float, float]:
-    """(mean, low, high): mean +/- t * sd / sqrt(m), clipped to `bounds`."""
+def jackknife_variance(n: int, c: int, k: int) -> float:
+    """The delete-one jackknife variance of pass@k over n attempts (c passing), each
+    attempt left out in turn and pass@k enumerated on the rest; 0 when k = n."""
+    if k == n:
+        return 0.0
+    attempts = [True] * c + [False] * (n - c)
+    without = [enumerated_pass_at_k(n - 1, sum(attempts[:j] + attempts[j + 1:]), k)
+               for j in range(n)]
+    mean = statistics.fmean(without)
+    return (n - 1) / n * sum((w - mean) ** 2 for w in without)
+
+
+def t_interval(values: list[float], within: list[float] | None = None,
+               bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float, float]:
+    """(mean, low, high): mean +/- t * error, clipped to `bounds`; the error is
+    sd / sqrt(m), or sqrt(sum(within)) / m where that is larger."""
     mean = statistics.fmean(values)
-    half = T95[len(values) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+    m = len(values)
+    error = max(statistics.stdev(values) / math.sqrt(m), math.sqrt(sum(within or [])) / m)
+    half = T95[m - 1] * error
     return mean, max(bounds[0], mean - half), min(bounds[1], mean + half)

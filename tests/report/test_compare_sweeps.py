@@ -11,7 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from harbor_ray.cli.options import Exit
-from tests.report.by_hand import enumerated_pass_at_k, score_test_bounds, t_interval
+from tests.report.by_hand import (
+    enumerated_pass_at_k,
+    jackknife_variance,
+    score_test_bounds,
+    t_interval,
+)
 from tests.report.conftest import MODELS
 from tests.test_cli_errors import invoke
 
@@ -56,7 +61,8 @@ def assert_matches_the_rows(doc: dict[str, Any], outs: list[Path]) -> None:
                                            *score_test_bounds(passes, rollouts)))
         for k in range(1, k_max + 1):
             per_task = [enumerated_pass_at_k(c[t][1], c[t][0], k) for t in shared]
-            assert_estimate(run["pass_at_k"][k - 1], t_interval(per_task))
+            within = [jackknife_variance(c[t][1], c[t][0], k) for t in shared]
+            assert_estimate(run["pass_at_k"][k - 1], t_interval(per_task, within))
         assert run["error_types"] == {"none": rollouts}
         assert run["turns"] == {"mean": 1.0, "median": 1.0, "rollouts": rollouts}
     for difference, c in zip(doc["differences"], counts[1:], strict=True):
@@ -64,7 +70,10 @@ def assert_matches_the_rows(doc: dict[str, Any], outs: list[Path]) -> None:
         for k in range(1, k_max + 1):
             paired = [enumerated_pass_at_k(c[t][1], c[t][0], k)
                       - enumerated_pass_at_k(base[t][1], base[t][0], k) for t in shared]
-            assert_estimate(difference["pass_at_k"][k - 1], t_interval(paired, (-1.0, 1.0)))
+            within = [jackknife_variance(c[t][1], c[t][0], k)
+                      + jackknife_variance(base[t][1], base[t][0], k) for t in shared]
+            assert_estimate(difference["pass_at_k"][k - 1],
+                            t_interval(paired, within, (-1.0, 1.0)))
         assert difference["solved_only_here"] == [t for t in shared if c[t][0] and not base[t][0]]
         assert difference["solved_only_baseline"] == [
             t for t in shared if base[t][0] and not c[t][0]]

@@ -12,6 +12,7 @@ import pytest
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import ErrorType
 from harbor_ray.errors import ComparisonError
+from harbor_ray.report.compare import compare_datasets
 from harbor_ray.report.comparison import Run, compare
 from harbor_ray.report.comparison_tables import comparison_tables, markdown
 from harbor_ray.report.tables import read_tables
@@ -135,3 +136,13 @@ def test_the_tables_carry_the_figures(tmp_path: Path) -> None:
     assert tables["pass-at-k"].rows[0][3].startswith("+0.50 [")
     assert tables["tasks"].rows[0][:2] == ["a", "1/4: 0.25 [0.05, 0.70]"]
     assert tables["where"].rows == [["trained vs base", "a, b", "none", "b", "none"]]
+
+
+def test_runs_of_one_model_are_told_apart_by_their_directory(tmp_path: Path) -> None:
+    for name in ("before", "after"):
+        write_dataset(tmp_path / name, [_record("a", 0, 1.0, "smol")])
+    comparison = compare_datasets([tmp_path / "before", tmp_path / "after"])
+    assert [run.label for run in comparison.runs] == ["smol (before)", "smol (after)"]
+    labelled = compare_datasets([tmp_path / "before", tmp_path / "after"],
+                                labels=["base", "step-3"])
+    assert [run.label for run in labelled.runs] == ["base", "step-3"]

@@ -8,8 +8,15 @@ import math
 
 import pytest
 
-from harbor_ray.report.stats import Estimate, mean_interval, pass_at_k, t_quantile, wilson
-from tests.report.by_hand import enumerated_pass_at_k, score_test_bounds
+from harbor_ray.report.stats import (
+    Estimate,
+    mean_interval,
+    pass_at_k,
+    pass_at_k_variance,
+    t_quantile,
+    wilson,
+)
+from tests.report.by_hand import enumerated_pass_at_k, jackknife_variance, score_test_bounds
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -71,3 +78,29 @@ def test_mean_interval_is_the_t_interval_over_tasks() -> None:
     assert mean_interval([0.25]) == Estimate(0.25, None, None)
     with pytest.raises(ValueError):
         mean_interval([])
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_pass_at_k_variance_is_the_jackknife_over_attempts(n: int) -> None:
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert math.isclose(pass_at_k_variance(n, c, k), jackknife_variance(n, c, k),
+                                abs_tol=1e-12), (n, c, k)
+    for c in range(n + 1):  # at k=1, the unbiased variance of a proportion
+        if n > 1:
+            assert math.isclose(pass_at_k_variance(n, c, 1),
+                                (c / n) * (1 - c / n) / (n - 1), abs_tol=1e-12)
+
+
+def test_the_interval_is_never_narrower_than_the_attempts_noise() -> None:
+    # Two tasks that each gained +0.5 (1/4 -> 3/4): no spread across tasks, but 4
+    # attempts a task leave each difference uncertain: 2 * (3/16) / 3 = 0.125 each.
+    within = [0.125, 0.125]
+    estimate = mean_interval([0.5, 0.5], within, bounds=(-1.0, 1.0))
+    half = 12.706205 * math.sqrt(0.25) / 2
+    assert math.isclose(estimate.low, max(-1.0, 0.5 - half))
+    assert estimate.high == 1.0
+    assert mean_interval([0.5, 0.5], bounds=(-1.0, 1.0)) == Estimate(0.5, 0.5, 0.5)
+    # Where the tasks spread more than the attempts, the spread is the error.
+    wide = mean_interval([0.5, 0.6, 0.7, 0.8], [1e-6] * 4)
+    assert wide == mean_interval([0.5, 0.6, 0.7, 0.8])
