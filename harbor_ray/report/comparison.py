@@ -11,8 +11,8 @@ differ are listed.
 A rollout passes when its reward is at least `pass_reward`; a rollout without a reward
 (the verifier never ran: an infrastructure or agent error) does not pass, as in the
 report, and a note counts them. A lost try that was retried (`<rollout_id>@<host>`,
-`partial`) is left out when the retried row of the same attempt is present: the attempt
-is counted once.
+`partial`) is left out: each attempt counts once, as its retried row (or, when every
+try was lost, as one of them).
 
 The first run is the baseline: each other run gets its difference from it ("B minus
 A"), the per-task paired difference of pass@k averaged over shared tasks with a
@@ -162,7 +162,7 @@ class _Rows:
     """A run's rows as the comparison reads them: one per attempt."""
 
     rows: list[dict[str, Any]]
-    retried: int  # lost tries left out because their attempt's retried row is here
+    retried: int  # lost tries left out: their attempt has another row here
     sampled: Mapping[str, int]  # rollout id -> sampled tokens (captured rollouts only)
 
 
@@ -177,11 +177,10 @@ def _rows(tables: DatasetTables) -> _Rows:
     for row, is_partial in zip(rollouts.select(list(_COLUMNS)).to_pylist(), partial,
                                strict=True):
         by_attempt[(row["task"], row["attempt"])].append((bool(is_partial), row))
-    rows, retried = [], 0
-    for tries in by_attempt.values():
-        whole = [row for is_partial, row in tries if not is_partial]
-        rows.extend(whole or [row for _, row in tries])
-        retried += len(tries) - len(whole) if whole else 0
+    # One row an attempt: its retried row, else (every try lost) one of its lost tries.
+    rows = [next((row for is_partial, row in tries if not is_partial), tries[0][1])
+            for tries in by_attempt.values()]
+    retried = sum(len(tries) - 1 for tries in by_attempt.values())
     return _Rows(rows, retried, _sampled_tokens(tables.turns))
 
 
@@ -330,7 +329,7 @@ def _notes(runs: Sequence[Run], read: Sequence[_Rows], counts: Sequence[Mapping[
                          "(the verifier never ran), counted as not passing")
         if rows.retried:
             notes.append(f"{run.label}: {rows.retried} row(s) of lost tries left out: their "
-                         "attempt was retried, and the retry's row counts")
+                         "attempt was retried, and counts once")
         if len(summary.models) > 1:
             notes.append(f"{run.label}: its rows name several models: "
                          + ", ".join(summary.models))

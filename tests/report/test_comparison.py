@@ -83,16 +83,21 @@ def test_unrewarded_and_retried_rows(tmp_path: Path) -> None:
                    partial=True, error_type=ErrorType.INFRA_LOST, error="host died",
                    model="base")
     dead = _record("a", 4, None, "base", error_type=ErrorType.SANDBOX_START, error="slow")
-    base = _run(tmp_path, "base", {"a": (1, 4)}, extra=[lost, dead])
-    other = _run(tmp_path, "other", {"a": (1, 5)})
+    # Attempt 5 was lost on every try: the retry's row is partial too.
+    lost_twice = [rollout(rollout_id, None, task="a", attempt=5, reward=None, ok=False,
+                          partial=True, error_type=ErrorType.INFRA_LOST, error="host died",
+                          model="base") for rollout_id in ("a__5__base@host-2", "a__5__base")]
+    base = _run(tmp_path, "base", {"a": (1, 4)}, extra=[lost, dead, *lost_twice])
+    other = _run(tmp_path, "other", {"a": (1, 6)})
     comparison = compare([base, other])
     summary = comparison.runs[0]
-    # The lost try of attempt 0 is not an attempt of its own; the dead rollout is one.
-    assert summary.rollouts == 5 and summary.passes == 1 and summary.unrewarded == 1
-    assert summary.error_types == {"none": 4, "sandbox_start": 1}
-    assert "base: 1 rollout(s) without a reward (the verifier never ran), counted as not " \
+    # A lost try that was retried is not an attempt of its own; the dead rollout is one,
+    # and so is attempt 5, once.
+    assert summary.rollouts == 6 and summary.passes == 1 and summary.unrewarded == 2
+    assert summary.error_types == {"none": 4, "sandbox_start": 1, "infra_lost": 1}
+    assert "base: 2 rollout(s) without a reward (the verifier never ran), counted as not " \
            "passing" in comparison.notes
-    assert any("1 row(s) of lost tries left out" in note for note in comparison.notes)
+    assert any("2 row(s) of lost tries left out" in note for note in comparison.notes)
     assert "one shared task" in " ".join(comparison.notes)
     assert comparison.runs[0].pass_at_k[0].low is None  # one task: no interval
 
