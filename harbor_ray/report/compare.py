@@ -16,7 +16,7 @@ import orjson
 
 from harbor_ray.errors import ComparisonError, NotADatasetError
 from harbor_ray.report.build import write_atomically
-from harbor_ray.report.comparison import Comparison, Run, compare, run_label
+from harbor_ray.report.comparison import TURN_COLUMNS, Comparison, Run, compare, run_label
 from harbor_ray.report.comparison_page import render_comparison_page
 from harbor_ray.report.comparison_tables import markdown
 from harbor_ray.report.tables import read_tables
@@ -38,7 +38,7 @@ def compare_datasets(outs: Sequence[str | os.PathLike[str]], *,
     for out in outs:
         if not (Path(out) / "rollouts").is_dir():
             raise NotADatasetError(f"{out} is not a dataset (no rollouts/ in it)")
-    tables = [read_tables(out) for out in outs]
+    tables = [read_tables(out, turn_columns=TURN_COLUMNS) for out in outs]
     names = list(labels) or [run_label(t, Path(out).name) for t, out in zip(tables, outs,
                                                                              strict=True)]
     if not labels:

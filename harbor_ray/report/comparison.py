@@ -43,8 +43,8 @@ from harbor_ray.report.stats import (
 )
 from harbor_ray.report.tables import DatasetTables
 
-__all__ = ["NO_ERROR", "SETTINGS", "Comparison", "Difference", "Run", "RunSummary", "Spread",
-           "TaskCell", "TaskRow", "compare", "run_label"]
+__all__ = ["NO_ERROR", "SETTINGS", "TURN_COLUMNS", "Comparison", "Difference", "Run",
+           "RunSummary", "Spread", "TaskCell", "TaskRow", "compare", "run_label"]
 
 NO_ERROR = "none"  # the error type of a rollout that did not fail
 # The manifest settings that change what a run measures; a comparison lists those that
@@ -167,6 +167,9 @@ class _Rows:
 
 
 _COLUMNS = ("rollout_id", "task", "attempt", "reward", "error_type", "counts")
+# All a comparison reads of turns/ (sequences/ not at all): never the tokens' lists
+# beyond their lengths, nor the messages.
+TURN_COLUMNS = ("rollout_id", "token_ids", "completion_tokens")
 
 
 def _rows(tables: DatasetTables) -> _Rows:
