@@ -18,8 +18,8 @@ METHOD = (
     "pass). Every figure is over the tasks all runs hold. Intervals are {level:.0%}: a "
     "run's pass rate over its rollouts has a Wilson score interval; pass@k (unbiased, "
     "averaged over tasks) and each difference from the baseline ({baseline}) have a "
-    "Student-t interval over tasks, the difference paired task by task. Solved: at least "
-    "one passing attempt.")
+    "Student-t interval over tasks, the difference paired task by task, never narrower "
+    "than the attempts' own noise. Solved: at least one passing attempt.")
 
 
 @dataclass(frozen=True)
