@@ -215,7 +215,8 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
     Raises ComparisonError when fewer than two runs, two runs under one label, or no
     task every run holds."""
     if len(runs) < 2:
-        raise ComparisonError("a comparison needs at least two datasets")
+        raise ComparisonError(f"a comparison needs at least two datasets (a baseline and "
+                              f"one to compare with it), got {len(runs)}")
     labels = [run.label for run in runs]
     if len(set(labels)) < len(labels):
         repeated = sorted({label for label in labels if labels.count(label) > 1})
@@ -233,8 +234,9 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
     if not shared:
         raise ComparisonError(
             "no task is in every dataset: " + "; ".join(
-                f"{run.label} has {', '.join(sorted(c)) or 'no rollouts'}"
-                for run, c in zip(runs, counts, strict=True)))
+                f"{run.label} has {_few(sorted(c)) or 'no rollouts'}"
+                for run, c in zip(runs, counts, strict=True))
+            + ". Sweep them on the same tasks (--dataset, --task)")
     k_max = min(c[task][1] for c in counts for task in shared)
     ks = range(1, k_max + 1)
     per_task_k = [{task: [_TaskK(pass_at_k(c[task][1], c[task][0], k),
@@ -340,6 +342,13 @@ def _notes(runs: Sequence[Run], read: Sequence[_Rows], counts: Sequence[Mapping[
         notes.append(f"settings differ: {key}: " + ", ".join(
             f"{run.label} {value!r}" for run, value in zip(runs, values, strict=True)))
     return notes
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    """`names` joined, the first `shown` of a long list and how many in all."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f", ... ({len(names)} in all)"
 
 
 def _span(values: list[int]) -> str:

@@ -126,6 +126,10 @@ def test_what_cannot_be_compared_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ComparisonError, match="no task is in every dataset: base has a; "
                                               "other has b"):
         compare([base, other])
+    many = _run(tmp_path, "many", {f"t{i}": (1, 1) for i in range(7)})
+    with pytest.raises(ComparisonError, match=r"many has t0, t1, t2, t3, t4, \.\.\. \(7 in "
+                                              r"all\)\. Sweep them on the same tasks"):
+        compare([base, many])
     with pytest.raises(ComparisonError, match="--label"):
         compare([base, Run("base", "x", base.tables)])
     with pytest.raises(ComparisonError, match="at least two"):
