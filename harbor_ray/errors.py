@@ -48,7 +48,8 @@ HarborRayError                           harbor_ray refused or failed something
 │   ├── SchemaMismatchError (ValueError)  rows or a directory of another schema version
 │   └── BrokenRowsError (ValueError)     turns whose parent links do not hold
 ├── ReportError                          the report and its viewer (harbor_ray.report)
-│   └── ViewerError                      the live viewer cannot start
+│   ├── ViewerError                      the live viewer cannot start
+│   └── ComparisonError (ValueError)     datasets that cannot be compared as asked
 ├── PlaygroundError                      the playground (harbor_ray.playground)
 │   └── PlaygroundRefusal (LookupError)  a request names nothing it serves; its status
 ├── EngineSetupError                     the engine harbor_ray starts (harbor_ray.engine)
@@ -307,6 +308,11 @@ class ReportError(HarborRayError):
 
 class ViewerError(ReportError):
     """The live viewer cannot start (its port, most often); the message names the fix."""
+
+
+class ComparisonError(ReportError, ValueError):
+    """Datasets that cannot be compared as asked (no task they all hold, two under one
+    label); the message names the fix."""
 
 
 # --- the playground (harbor_ray.playground) ---------------------------------------------

@@ -80,6 +80,7 @@ app.command()(qualify.qualify)
 app.command()(sweep.sweep)
 app.command()(report.report)
 app.command()(report.view)
+app.command()(report.compare)
 app.command()(playground.playground)
 
 

@@ -1,10 +1,11 @@
-"""`harbor-ray report` and `harbor-ray view`: a dataset's report, as a file or live."""
+"""`harbor-ray report` and `harbor-ray view`: a dataset's report, as a file or live;
+`harbor-ray compare`: datasets side by side."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -39,7 +40,9 @@ def report(
     with its loss mask.
 
     Only committed rows are read: safe on a dataset a sweep is writing
-    (`harbor-ray view` follows one as it grows).
+    (`harbor-ray view` follows one as it grows). To put several runs side
+    by side (a base model against a trained checkpoint), use `harbor-ray
+    compare`.
     """
     from harbor_ray.report import write_report
 
@@ -80,3 +83,47 @@ def view(
         serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
                    allowed_hosts=allowed_host or (), tokenizer=tokenizer,
                    on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))
+
+
+def compare(
+    outs: Annotated[list[Path], typer.Argument(
+        metavar="OUT",
+        help="Two or more dataset directories (sweeps' --out); the first is the "
+             "baseline every other is measured against.")],
+    label: Annotated[list[str] | None, typer.Option(
+        help="A name for each dataset, in order (repeat it once per dataset); default: "
+             "the model each one's rows name.")] = None,
+    form: Annotated[Literal["html", "json", "md"], typer.Option(
+        "--format", help="html: one self-contained page (no server, no network); json: "
+                         "every figure at full precision, for CI; md: the tables, for "
+                         "papers and pull requests.")] = "html",
+    dest: Annotated[Path | None, typer.Option(
+        "--to", help="Where to write it (default: compare.html for html, the standard "
+                     "output for json and md).")] = None,
+    pass_reward: PassRewardOption = 1.0,
+) -> None:
+    """Compare runs on the same tasks: did training help, and where?
+
+    Per run: pass rate over its rollouts with a 95% Wilson interval, pass@k
+    (unbiased, k up to the attempts) averaged over tasks with a 95%
+    Student-t interval, turns and sampled tokens per rollout, error types.
+    Each run against the baseline (the first): its pass@k minus the
+    baseline's, paired task by task with a 95% interval (one that crosses 0
+    is no clear difference), and the tasks it solves that the baseline does
+    not, and the reverse.
+
+    Only the tasks every dataset holds are compared; the others are named,
+    never averaged in. Attempts that differ, rollouts without a reward
+    (counted as not passing) and settings that differ (agent, temperature,
+    ...) are said in notes at the top.
+
+    Example: harbor-ray compare base/ trained/ --format md
+    """
+    from harbor_ray.report.compare import compare_datasets, render_comparison, write_comparison
+
+    comparison = compare_datasets(outs, labels=label or (), pass_reward=pass_reward)
+    if dest is None and form != "html":
+        print(render_comparison(comparison, form), end="")
+        return
+    path = write_comparison(comparison, form, dest or Path("compare.html"))
+    console.print(f"comparison: {path}")

@@ -10,7 +10,7 @@ from harbor_ray.report.page import render_page
 from harbor_ray.report.tables import dataset_version, read_tables, served_model, token_ids_used
 from harbor_ray.report.tokenizer import Tokenizers, token_section
 
-__all__ = ["REPORT_FILE", "report_document", "write_report"]
+__all__ = ["REPORT_FILE", "report_document", "write_atomically", "write_report"]
 
 REPORT_FILE = "report.html"
 
@@ -32,11 +32,16 @@ def write_report(out: str | os.PathLike[str], dest: str | os.PathLike[str] | Non
     `tokenizer`: a directory or local Hugging Face name to decode ids with (default:
     the served model's, when it is on this machine).
 
-    Written to a hidden name and renamed, so a browser never opens half a page."""
+    Written to a hidden name and renamed (write_atomically)."""
     path = Path(dest) if dest is not None else Path(out) / REPORT_FILE
     document = report_document(out, pass_reward=pass_reward, tokenizers=Tokenizers(tokenizer))
-    page = render_page(document, title=f"harbor_ray report: {out}")
+    return write_atomically(path, render_page(document, title=f"harbor_ray report: {out}"))
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """Write `text` to `path` through a hidden name and rename it, so a reader (a
+    browser, CI) never opens half a file; return `path`."""
     temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(page)
+    temp.write_text(text)
     os.replace(temp, path)
     return path

@@ -13,7 +13,6 @@ rollout was sampled by a later version: an online run that updated its weights.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -23,12 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
+from harbor_ray.report.stats import pass_at_k
 from harbor_ray.report.tables import DatasetTables, policy_columns
 
-__all__ = ["Plot", "pass_at_k", "plots"]
+__all__ = ["LAYOUT", "Plot", "plots"]
 
 NO_ERROR = "none (ok or failed without an error)"
-_LAYOUT = {"margin": {"l": 60, "r": 20, "t": 50, "b": 60}, "height": 380,
+LAYOUT = {"margin": {"l": 60, "r": 20, "t": 50, "b": 60}, "height": 380,
            "template": "plotly_white"}
 
 
@@ -60,15 +60,8 @@ def plots(tables: DatasetTables, *, pass_reward: float = 1.0) -> list[Plot]:
     return found
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased pass@k of a task with `c` passing rollouts out of `n`: the chance
-    that k of them drawn without replacement hold at least one pass."""
-    assert 0 < k <= n, f"pass@k needs 0 < k <= n, got k={k}, n={n}"
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
 def _figure(**layout: object) -> go.Figure:
-    return go.Figure(layout={**_LAYOUT, **layout})
+    return go.Figure(layout={**LAYOUT, **layout})
 
 
 def _empty(figure: go.Figure, what: str) -> go.Figure:
@@ -159,7 +152,7 @@ def _turns_and_tokens(rollouts: pa.Table, turns: pa.Table) -> Plot:
     sampled = _sampled_per_rollout(rollouts, turns)
     figure = make_subplots(rows=1, cols=2, subplot_titles=("turns per rollout",
                                                            "sampled tokens per rollout"))
-    figure.update_layout(**_LAYOUT, showlegend=False)
+    figure.update_layout(**LAYOUT, showlegend=False)
     figure.add_trace(go.Histogram(x=counts, name="turns"), row=1, col=1)
     figure.add_trace(go.Histogram(x=sampled, name="sampled tokens"), row=1, col=2)
     figure.update_yaxes(title_text="rollouts", row=1, col=1)
@@ -184,7 +177,7 @@ def _phase_times(rollouts: pa.Table) -> Plot:
 
 def _engine_over_time(turns: pa.Table) -> Plot:
     figure = make_subplots(specs=[[{"secondary_y": True}]])
-    figure.update_layout(**_LAYOUT, xaxis_title="seconds since the first call")
+    figure.update_layout(**LAYOUT, xaxis_title="seconds since the first call")
     caption = ("Engine throughput as the proxy recorded it: sampled tokens per second "
                "(a call's tokens counted when it ended) and model calls in flight, "
                "from every turn's start and end.")
@@ -227,7 +220,7 @@ def _policy(rollouts: pa.Table) -> Plot:
         if reward is not None:
             reward_list.append(reward)
     figure = make_subplots(rows=1, cols=2, subplot_titles=("reward", "staleness (versions)"))
-    figure.update_layout(**_LAYOUT, showlegend=False)
+    figure.update_layout(**LAYOUT, showlegend=False)
     for version in sorted(by_version):
         reward_list, staleness = by_version[version]
         figure.add_trace(go.Box(y=reward_list, name=str(version), boxpoints="all",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,25 +82,36 @@ def dataset_version(out: str | os.PathLike[str]) -> str:
     return f"{len(parts)}:{parts[-1] if parts else ''}:{stamp}"
 
 
-def read_tables(out: str | os.PathLike[str]) -> DatasetTables:
-    """Every committed row of the dataset at `out` (empty tables for an empty one)."""
+def read_tables(out: str | os.PathLike[str], *,
+                turn_columns: Sequence[str] | None = None) -> DatasetTables:
+    """Every committed row of the dataset at `out` (empty tables for an empty one).
+
+    `turn_columns`: read only these columns of turns/ (those a part holds: a column
+    added later is absent from older parts) and none of sequences/, for a reader that
+    needs no tokens or messages (a comparison of large datasets)."""
     root = Path(out)
     parts = _committed(root)
     manifest_path = root / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     return DatasetTables(
         rollouts=_read(root / "rollouts", parts, ROLLOUTS),
-        turns=_read(root / "turns", parts, TURNS),
-        sequences=_read(root / "sequences", parts, SEQUENCES),
+        turns=_read(root / "turns", parts, TURNS, turn_columns),
+        sequences=_read(root / "sequences", [] if turn_columns is not None else parts,
+                        SEQUENCES),
         manifest=manifest,
     )
 
 
-def _read(directory: Path, parts: list[str], schema: pa.Schema) -> pa.Table:
+def _read(directory: Path, parts: list[str], schema: pa.Schema,
+          columns: Sequence[str] | None = None) -> pa.Table:
     # A flush with no rows for a table (rollouts that never called a model) writes no
     # part there, so a committed name may be absent from turns/ and sequences/.
-    tables = [pq.read_table(directory / name) for name in parts if (directory / name).exists()]
+    paths = [directory / name for name in parts if (directory / name).exists()]
+    tables = [pq.read_table(path, columns=None if columns is None else
+                            [c for c in columns if c in pq.read_schema(path).names])
+              for path in paths]
     if not tables:
-        return schema.empty_table()
+        empty = schema.empty_table()
+        return empty if columns is None else empty.select(list(columns))
     # Columns added later (nullable, e.g. policy versions) may be in newer parts only.
     return pa.concat_tables(tables, promote_options="default")

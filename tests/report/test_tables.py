@@ -38,3 +38,16 @@ def test_the_version_changes_with_each_commit(tmp_path: Path) -> None:
 def test_an_empty_or_missing_dataset_reads_as_empty_tables(tmp_path: Path) -> None:
     tables = read_tables(tmp_path / "nothing")
     assert (tables.rollouts.num_rows, tables.turns.num_rows, tables.manifest) == (0, 0, {})
+
+
+def test_a_reader_of_counts_reads_only_the_turn_columns_it_names(tmp_path: Path) -> None:
+    out = write_dataset(tmp_path / "out", sample_records())
+    whole = read_tables(out)
+    columns = ("rollout_id", "token_ids", "completion_tokens")
+    lean = read_tables(out, turn_columns=columns)
+    assert lean.turns.column_names == list(columns)
+    assert lean.turns == whole.turns.select(list(columns))
+    assert lean.sequences.num_rows == 0 < whole.sequences.num_rows
+    assert lean.rollouts == whole.rollouts
+    assert read_tables(tmp_path / "empty", turn_columns=columns).turns.column_names == list(
+        columns)
