@@ -18,7 +18,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -90,7 +90,7 @@ class Phases:
     """One line per step: `[  12s] starting the engine`, and the same prefix on every
     detail the step reports while it runs (the `progress` callbacks of the library)."""
 
-    def __init__(self, console: Console, *, clock=time.monotonic) -> None:
+    def __init__(self, console: Console, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._console = console
         self._clock = clock
         self._started = clock()

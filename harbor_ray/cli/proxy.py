@@ -10,12 +10,13 @@ import typer
 
 from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.upstream_profile import UpstreamName
-from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.app import build_capture_app
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.engine_adapter import AdaptedEngine, EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.hosted import build_upstream, read_key
 from harbor_ray.capture.proxy.server import check_exposure, run_server, serve
 from harbor_ray.capture.proxy.session import InMemorySessionStore
+from harbor_ray.capture.proxy.settings import CaptureSettings
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cli.options import (
     CaptureOption,

@@ -88,7 +88,8 @@ class Client:
             try:
                 step = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
             except StopIteration as done:
-                return done.value
+                result: R = done.value  # the exchange's R; StopIteration types it Any
+                return result
             if isinstance(step, Send):
                 outcome = self._send(step)
             else:
@@ -167,7 +168,8 @@ class AsyncClient:
             try:
                 step = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
             except StopIteration as done:
-                return done.value
+                result: R = done.value  # the exchange's R; StopIteration types it Any
+                return result
             outcome = await (self._send(step) if isinstance(step, Send)
                              else _async_sleep(step))
 

@@ -60,9 +60,10 @@ def _groups(raw: bytes) -> list[Group]:
 
 def _health(raw: bytes) -> bool:
     reply = orjson.loads(raw)
-    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+    ok = reply.get("ok") if isinstance(reply, dict) else None
+    if not isinstance(ok, bool):
         raise ValueError(f"not a health reply: {reply!r}")
-    return reply["ok"]
+    return ok
 
 
 def submit(tasks: Mapping[str, int] | Sequence[TaskRequest], agent: str,

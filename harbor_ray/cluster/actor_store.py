@@ -71,7 +71,7 @@ class _Lru[K, V]:
 
 @dataclass(frozen=True)
 class _Entry:
-    owner: ActorHandle
+    owner: ActorHandle[Any]
     digest: bytes
     grant: SessionGrant
 
@@ -92,7 +92,7 @@ class ActorSessionStore:
         self._namespace = namespace
         self._holder = holder
         self._sessions: _Lru[str, _Entry] = _Lru(max_sessions)
-        self._owners: _Lru[str, ActorHandle] = _Lru(max_owners)
+        self._owners: _Lru[str, ActorHandle[Any]] = _Lru(max_owners)
 
     async def authenticate(self, key: str) -> SessionGrant | None:
         session_id = session_of(key)
@@ -108,7 +108,9 @@ class ActorSessionStore:
         try:
             owner = await self._owner_of(session_id)
             # The prefixes are a few digests; the answer carries the continued turn's ids.
-            return await owner.admit.remote(session_id, self._holder, tuple(prefixes))
+            admission: Admission = await owner.admit.remote(
+                session_id, self._holder, tuple(prefixes))
+            return admission
         except _OWNER_GONE as exc:
             self._forget(session_id, exc)
             raise SessionGone(session_id) from exc
@@ -140,7 +142,7 @@ class ActorSessionStore:
         self._sessions.put(session_id, entry)
         return entry
 
-    async def _owner_of(self, session_id: str) -> ActorHandle:
+    async def _owner_of(self, session_id: str) -> ActorHandle[Any]:
         entry = self._sessions.get(session_id)
         if entry is not None:
             return entry.owner
@@ -150,7 +152,7 @@ class ActorSessionStore:
             raise SessionGone(session_id)
         return await self._owner_named(owner)
 
-    async def _owner_named(self, owner: str) -> ActorHandle:
+    async def _owner_named(self, owner: str) -> ActorHandle[Any]:
         handle = self._owners.get(owner)
         if handle is None:
             # get_actor blocks on the GCS: keep it off the event loop serving requests.
@@ -161,7 +163,7 @@ class ActorSessionStore:
         return handle
 
     async def _deliver(
-        self, session_id: str, what: str, send: Callable[[ActorHandle], Any]
+        self, session_id: str, what: str, send: Callable[[ActorHandle[Any]], Any]
     ) -> None:
         try:
             await send(await self._owner_of(session_id))

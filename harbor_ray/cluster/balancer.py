@@ -63,7 +63,8 @@ async def still_there(entries: Sequence[ReplicaEntry], timeout_s: float = 2.0
     async def check(client: httpx.AsyncClient, entry: ReplicaEntry) -> bool | None:
         try:
             reply = await client.get(f"{entry.url}/health")
-            return reply.json().get("instance") == entry.instance
+            instance: object = reply.json().get("instance")
+            return instance == entry.instance
         except (httpx.ConnectError, ValueError, AttributeError):
             return False
         except httpx.HTTPError:

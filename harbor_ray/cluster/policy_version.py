@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
@@ -68,7 +69,7 @@ def start_policy_version(app: str, version: int = 0) -> Any:  # ActorHandle
     ).remote(version)
 
 
-def publish_version(app: str):
+def publish_version(app: str) -> Callable[[int], Awaitable[None]]:
     """The controller's `on_version`: set the app's version actor."""
 
     async def publish(version: int) -> None:

@@ -19,8 +19,9 @@ from typing import Any
 from ray import serve
 from ray.serve.context import _get_global_client
 
-from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.app import CaptureApp, build_capture_app
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
+from harbor_ray.capture.proxy.settings import CaptureSettings
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress

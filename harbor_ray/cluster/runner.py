@@ -150,7 +150,7 @@ async def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActo
     return record
 
 
-async def _cancel(ref: Any, running: asyncio.Future, grace_s: float, host: Host,
+async def _cancel(ref: Any, running: asyncio.Future[RolloutRecord], grace_s: float, host: Host,
                   pool: HostPool) -> str:
     """Cancel a rollout's task on its host; kill the host if that does not end it."""
     if running.done():

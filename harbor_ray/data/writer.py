@@ -142,11 +142,11 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
 
 
 def _is_list(type_: pa.DataType) -> bool:
-    return pa.types.is_list(type_) or pa.types.is_map(type_)
+    return bool(pa.types.is_list(type_) or pa.types.is_map(type_))
 
 
 def _is_list_of(type_: pa.DataType, value: pa.DataType) -> bool:
-    return pa.types.is_list(type_) and type_.value_type == value
+    return bool(pa.types.is_list(type_) and type_.value_type == value)
 
 
 def _write_atomically(path: Path, table: pa.Table, schema: pa.Schema) -> None:

@@ -140,7 +140,8 @@ def _model_dir(cache_dir: Path | None, source: _Source) -> Path:
 
 def _is_complete(directory: Path, source: _Source) -> bool:
     try:
-        return json.loads((directory / _MARKER).read_text()) == source.marker()
+        marker: object = json.loads((directory / _MARKER).read_text())
+        return marker == source.marker()
     except (OSError, ValueError):
         return False
 

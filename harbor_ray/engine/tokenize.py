@@ -24,7 +24,9 @@ from ray.llm._internal.serve.core.server.llm_server import LLMServer
 class TokenizingIngress(OpenAiIngress):
     """The OpenAI ingress whose /tokenize also takes chat messages."""
 
-    async def tokenize(self, body: TokenizeRequest, request: Request) -> Response:  # type: ignore[override]
+    async def tokenize(self, body: TokenizeRequest, request: Request) -> Response:
+        # Ray's signature names the `{prompt}` form only; the body passes on to vLLM's
+        # tokenize, which takes both forms (the point of this subclass).
         return await super().tokenize(body, request)  # type: ignore[arg-type]
 
 
@@ -32,7 +34,7 @@ class TokenizingServer(LLMServer):
     """The LLM server, with the engine's tokenizer service found under vLLM's name."""
 
     async def start(self) -> None:
-        await super().start()
+        await super().start()  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
         engine: Any = self.engine
         state = getattr(engine, "_app_state", None)
         if getattr(engine, "_oai_serving_tokenization", True) is None and state is not None:

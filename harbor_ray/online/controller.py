@@ -472,7 +472,7 @@ class Controller:
                                    time.time() - started)
         self._finished(record)
 
-    def _never_ran(self, spec: RolloutSpec, submitted: float, task: asyncio.Task) -> None:
+    def _never_ran(self, spec: RolloutSpec, submitted: float, task: asyncio.Task[None]) -> None:
         """A rollout cancelled before its task first ran (`_run` never saw the
         cancellation) still ends as its cancelled row."""
         if task.cancelled() and self._tasks.get(spec.rollout_id) is task:

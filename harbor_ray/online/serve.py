@@ -239,7 +239,7 @@ def build_capture(args: dict[str, Any]) -> Application:
     config = _validated(CaptureArgs, args)
     engine = config.engine_config()
     # serve.ingress's types hide the Deployment that serve.deployment makes of the class.
-    return CaptureProxy.options(  # type: ignore[attr-defined]
+    return CaptureProxy.options(  # type: ignore[attr-defined, no-any-return]
         num_replicas=config.replicas, max_ongoing_requests=config.max_ongoing_requests,
         ray_actor_options={"num_cpus": config.num_cpus},
     ).bind(config.engine_url, engine.model_id,
@@ -294,5 +294,5 @@ async def stop_controller(handle: Any, capture_app: str) -> None:
 
 def build_controller(args: dict[str, Any]) -> Application:
     """The controller application from its YAML `args:` (`ControllerArgs`)."""
-    return OnlineController.bind(  # type: ignore[attr-defined]  # as CaptureProxy's above
+    return OnlineController.bind(  # type: ignore[attr-defined, no-any-return]  # as above
         _validated(ControllerArgs, args))

@@ -124,4 +124,5 @@ def harbor_harnesses() -> list[str]:
     """The harness names Harbor's agent factory accepts (`--agent`)."""
     from harbor.agents.factory import AgentFactory
 
-    return AgentFactory.registered_names()
+    names: list[str] = AgentFactory.registered_names()
+    return names

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply, Script
 
 __all__ = [
     "FINAL_TEXT",
@@ -149,10 +149,10 @@ def _shell_tool(tools: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
     return None
 
 
-def terminus_script(keystrokes: str):
+def terminus_script(keystrokes: str) -> Script:
     """terminus-2's JSON protocol: act once, then claim completion twice (it confirms)."""
 
-    def script(messages: list[dict]) -> FakeReply:
+    def script(messages: list[dict[str, Any]]) -> FakeReply:
         acted = sum(1 for m in messages if m.get("role") == "assistant")
         if acted == 0:
             reply = {"analysis": "Empty directory.", "plan": "Write the file.",

@@ -17,7 +17,7 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -105,7 +105,7 @@ def _server(live: LiveReport, poll_s: float, allowed_hosts: Iterable[str]) -> uv
 def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8766,
                poll_s: float = 2.0, pass_reward: float = 1.0,
                allowed_hosts: Iterable[str] = (), tokenizer: str | None = None,
-               on_ready=print) -> None:
+               on_ready: Callable[[str], object] = print) -> None:
     """Serve the view of `out` until interrupted. The port is bound here, so a taken one
     fails at once (ViewerError) rather than on the server's thread, and so is a
     `tokenizer` that cannot be loaded (ReportError). It answers the Host names

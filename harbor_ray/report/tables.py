@@ -61,7 +61,8 @@ def token_ids_used(turns: pa.Table) -> list[int]:
     """Every distinct id the turns hold, sampled or in a prompt delta."""
     flat = [pc.list_flatten(turns[name]) for name in ("token_ids", "prompt_delta")]
     chunks = [chunk for column in flat for chunk in column.chunks]
-    return pc.unique(pa.chunked_array(chunks, type=pa.int32())).to_pylist()
+    ids: list[int] = pc.unique(pa.chunked_array(chunks, type=pa.int32())).to_pylist()
+    return ids
 
 
 def _committed(root: Path) -> list[str]:

@@ -36,7 +36,7 @@ class TokenizerVocab(Mapping[int, VocabEntry]):
     def __init__(self, tokenizer: Any, source: str) -> None:
         self.source = source
         self._tokenizer = tokenizer
-        self._size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._size: int = tokenizer.get_vocab_size(with_added_tokens=True)
         self._added = dict(tokenizer.get_added_tokens_decoder())
         self._byte_level = "ByteLevel" in repr(tokenizer.decoder)
         self._entries: dict[int, VocabEntry] = {}

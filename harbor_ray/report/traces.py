@@ -58,7 +58,8 @@ def summaries(rollouts: pa.Table) -> list[dict[str, Any]]:
 def _column(table: pa.Table, name: str) -> list[Any]:
     """A column added in schema version 5, or its older meaning in every row."""
     if name in table.column_names:
-        return table[name].to_pylist()
+        values: list[Any] = table[name].to_pylist()
+        return values
     return [_SINCE_V5[name]] * table.num_rows
 
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from harbor_ray.data.encode import RolloutRecord
-from harbor_ray.trials.rollout import CaptureService, RolloutSpec, run_rollout
+from harbor_ray.trials.rollout import run_rollout
+from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 
 async def run_many(

@@ -169,7 +169,7 @@ class PreinstalledPi(_SkipInstallWhenPresent, Pi):
     COMMANDS = ("pi", "node")
 
     def _build_custom_models_json(self, access: Any, model_id: str) -> dict[str, Any] | None:
-        models = super()._build_custom_models_json(access, model_id)
+        models: dict[str, Any] | None = super()._build_custom_models_json(access, model_id)
         for provider in (models or {}).get("providers", {}).values():
             provider["apiKey"] = str(provider["apiKey"]).removeprefix("$")
         return models
@@ -229,7 +229,7 @@ class PreinstalledCopilotCli(_SkipInstallWhenPresent, CopilotCli):
         self._available_tools = None if available_tools is None else list(available_tools)
 
     def build_cli_flags(self) -> str:
-        flags = super().build_cli_flags()
+        flags: str = super().build_cli_flags()
         if self._available_tools is None:
             return flags
         tools = " ".join(shlex.quote(tool) for tool in self._available_tools)
@@ -250,8 +250,9 @@ class PreinstalledVibe(_SkipInstallWhenPresent, Vibe):
     def _build_config_toml(self) -> str:
         # Top-level keys go before Harbor's tables ([[providers]], [[models]]): after
         # them, TOML would read them as keys of the last table.
-        extra = vibe_module._to_toml(self._settings) if self._settings else ""
-        return extra + super()._build_config_toml()
+        extra: str = vibe_module._to_toml(self._settings) if self._settings else ""
+        harbor_toml: str = super()._build_config_toml()
+        return extra + harbor_toml
 
 
 class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):

@@ -183,7 +183,8 @@ def _route_path(scope: Scope) -> str:
     Mounted under a prefix (Ray Serve's route prefix, an ASGI `root_path`), the scope's
     path is the full one, so `/capture/v1/messages` must be detected as `/v1/messages`.
     """
-    path, root = scope["path"], scope.get("root_path", "")
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
     if root and path.startswith(root) and path[len(root):len(root) + 1] in ("", "/"):
         return path[len(root):] or "/"
     return path

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harbor_ray.capture.core.capture_level import CaptureLevel, covers
-from harbor_ray.capture.proxy.app import CaptureApp, CaptureSettings, build_capture_app
+from harbor_ray.capture.proxy.app import CaptureApp, build_capture_app
 from harbor_ray.capture.proxy.certify import Certification, certify
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
 from harbor_ray.capture.proxy.server import serve
@@ -25,6 +25,7 @@ from harbor_ray.capture.proxy.session import (
     StoreSessions,
     TurnListener,
 )
+from harbor_ray.capture.proxy.settings import CaptureSettings
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import CertificationError
 from harbor_ray.listening import bind

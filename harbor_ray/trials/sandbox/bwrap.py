@@ -378,7 +378,8 @@ class BwrapEnvironment(BaseEnvironment):
 
         def keep_inside(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
             try:
-                return transfer_tar_filter(member, destination)
+                kept: tarfile.TarInfo | None = transfer_tar_filter(member, destination)
+                return kept
             except tarfile.FilterError:
                 skipped.append(member.name)
                 return None
