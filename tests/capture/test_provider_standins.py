@@ -108,3 +108,35 @@ def test_each_stand_in_refuses_a_field_its_api_does_not_document(profile: Upstre
         answer = httpx.post(url + path, json=body, headers={
             **PROFILES[profile].headers(KEY), "anthropic-version": "2023-06-01"})
     assert answer.status_code == 400 and "return_token_ids" in _message(profile, answer.json())
+
+
+@pytest.mark.parametrize("profile", ["anthropic", "openai-responses"])
+def test_a_field_unknown_inside_a_message_is_refused(profile: UpstreamName) -> None:
+    """The SDKs' TypedDicts ignore a field they do not name; the APIs refuse it, and so
+    does the stand-in (a tool result keyed `tool_id` for `tool_use_id` is refused)."""
+    stand_in = StandIn(profile, KEY)
+    body, path = ({"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "x", "tool_id": "t1"}]}]}, "/v1/messages") \
+        if profile == "anthropic" else ({"model": MODEL, "input": [
+            {"role": "user", "content": "x", "tool_id": "t1"}]}, "/v1/responses")
+    with serve_in_thread(provider_app(stand_in)) as url:
+        answer = httpx.post(url + path, json=body, headers={
+            **PROFILES[profile].headers(KEY), "anthropic-version": "2023-06-01"})
+    assert answer.status_code == 400 and "tool_id" in _message(profile, answer.json())
+    assert len(stand_in.requests) == 1
+
+
+def test_the_stand_ins_import_nothing_of_the_proxys_conversions() -> None:
+    import ast
+    from pathlib import Path
+
+    fixtures = Path(__file__).parents[1] / "fixtures"
+    for name in ("providers.py", "provider_requests.py", "provider_replies.py"):
+        tree = ast.parse((fixtures / name).read_text())
+        imported = {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module} | {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+            for alias in node.names}
+        assert not {m for m in imported if m.startswith((
+            "harbor_ray.capture.core.dialects", "harbor_ray.capture.core.native_",
+            "harbor_ray.capture.core.completion"))}, name
