@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from harbor_ray.capture.core.upstream_profile import UpstreamName
-from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.cli import app
 from tests.fixtures.providers import MODEL, StandIn, provider_app
 from tests.fixtures.threaded import serve_in_thread
@@ -71,9 +70,7 @@ def test_a_text_rollout_against_each_profile_keeps_the_key_out_of_everything(
     converted to its format, rewarded, its conversation kept, never trainable; the
     upstream key is sent in the API's own header and is in no file the run wrote nor in
     its output."""
-    engine = FakeEngine(model=MODEL, token_ids=False, logprobs=False,
-                        script=terminus_script("echo hello > /app/hello.txt\n"))
-    stand_in = StandIn(profile, SECRET, engine)
+    stand_in = StandIn(profile, SECRET, terminus_script("echo hello > /app/hello.txt\n"))
     out = tmp_path / "out"
     with serve_in_thread(provider_app(stand_in)) as url:
         code, output = rollout(url, out, "--upstream", profile, "--capture", "text",

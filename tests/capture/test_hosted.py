@@ -76,8 +76,8 @@ def hosted(request: pytest.FixtureRequest) -> Iterator[HostedProxy]:
 
 @pytest.fixture
 def proxy(hosted: HostedProxy) -> HostedProxy:
-    hosted.stand_in.engine.script = echo_script
-    hosted.stand_in.engine.tool_script = None
+    hosted.stand_in.script = echo_script
+    hosted.stand_in.tool_script = None
     hosted.stand_in.requests.clear()
     return hosted
 
@@ -137,7 +137,7 @@ WEATHER = {"type": "function", "function": {
 
 
 def test_a_chat_agents_tool_call_round_trips_through_each_profile(proxy: HostedProxy) -> None:
-    proxy.stand_in.engine.tool_script = weather
+    proxy.stand_in.tool_script = weather
     _, key = proxy.new_session()
     chat = openai_client(proxy, key).chat.completions
     messages: list = [{"role": "system", "content": "be brief"},
