@@ -73,106 +73,155 @@ def page_html() -> str:
         "</body></html>\n"])
 
 
-def build_playground_app(playground: Playground, *, llm_url: str | None = None,
-                         allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
-    access = playground.access
-    scrub = Scrub(key=access.key, llm_url=llm_url)
-    setup_cache: dict[str, Any] = {}
+@dataclass
+class _Served:
+    """What every endpoint reads (the app's `state.served`): the playground, the last
+    scrub of every answer, and the Setup tab's content once gathered."""
 
-    def answer(data: Any, status: int = 200) -> Response:
-        body = scrub(orjson.dumps(data))
+    playground: Playground
+    scrub: Scrub
+    setup: dict[str, Any] | None = None
+
+    def answer(self, data: Any, status: int = 200) -> Response:
+        body = self.scrub(orjson.dumps(data))
         return Response(body, status, media_type="application/json", headers=_NO_CACHE)
 
-    Handler = Callable[[Request, str], Awaitable[Any]]
 
-    def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            if not access.admits(request.cookies, request.headers.get("authorization")):
-                return answer({"error": "a key is needed: log in"}, 401)
-            visitor = access.visitor(request.cookies.get(VISITOR_COOKIE))
-            cookie = None
-            if visitor is None:
-                visitor, cookie = access.new_visitor()
-            try:
-                response = answer(await handler(request, visitor))
-            except PlaygroundRefusal as exc:
-                response = answer({"error": str(exc)}, exc.status)
-            if cookie is not None:
-                response.set_cookie(VISITOR_COOKIE, cookie, httponly=True,
-                                    samesite="strict")
-            return response
-        return endpoint
+def _served(request: Request) -> _Served:
+    served: _Served = request.app.state.served
+    return served
 
-    async def page(_: Request) -> Response:
-        return HTMLResponse(page_html(), headers=_NO_CACHE)
 
-    async def not_found(request: Request, _: Exception) -> Response:
-        if request.url.path.startswith("/api/"):
-            return answer({"error": "no such route"}, 404)
-        return HTMLResponse(_NOT_FOUND, 404, headers=_NO_CACHE)
+ApiHandler = Callable[[Playground, Request, str], Awaitable[Any]]
 
-    async def login(request: Request) -> Response:
-        offered = str((await request.form()).get("key", ""))
-        if not access.key_matches(offered):
-            return answer({"error": "that is not the key"}, 401)
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(KEY_COOKIE, access.key_cookie(), httponly=True,
-                            samesite="strict")
+
+@dataclass(frozen=True)
+class _Api:
+    """An `/api/` route: the key checked, the visitor resolved from its signed cookie (a
+    new one gets a fresh id), a refusal answered as JSON with its status."""
+
+    handler: ApiHandler
+
+    async def endpoint(self, request: Request) -> Response:
+        served = _served(request)
+        access = served.playground.access
+        if not access.admits(request.cookies, request.headers.get("authorization")):
+            return served.answer({"error": "a key is needed: log in"}, 401)
+        visitor = access.visitor(request.cookies.get(VISITOR_COOKIE))
+        cookie = None
+        if visitor is None:
+            visitor, cookie = access.new_visitor()
+        try:
+            response = served.answer(await self.handler(served.playground, request, visitor))
+        except PlaygroundRefusal as exc:
+            response = served.answer({"error": str(exc)}, exc.status)
+        if cookie is not None:
+            response.set_cookie(VISITOR_COOKIE, cookie, httponly=True, samesite="strict")
         return response
 
-    async def session(request: Request) -> Response:
-        return answer({"needs_key": access.key is not None,
-                       "admitted": access.admits(request.cookies,
-                                                 request.headers.get("authorization"))})
 
-    async def tasks(_: Request, __: str) -> Any:
-        catalog = playground.catalog
-        return {"datasets": catalog.datasets, "problems": catalog.problems,
-                "tasks": [asdict(t) for t in catalog.summaries()]}
+async def page(_: Request) -> Response:
+    return HTMLResponse(page_html(), headers=_NO_CACHE)
 
-    async def task(request: Request, _: str) -> Any:
-        query = request.query_params
-        return playground.catalog.detail(query.get("dataset", ""), query.get("task", ""))
 
-    async def file(request: Request, _: str) -> Any:
-        query = request.query_params
-        return {"text": playground.catalog.file_text(
-            query.get("dataset", ""), query.get("task", ""), query.get("path", ""))}
+async def not_found(request: Request, _: Exception) -> Response:
+    if request.url.path.startswith("/api/"):
+        return _served(request).answer({"error": "no such route"}, 404)
+    return HTMLResponse(_NOT_FOUND, 404, headers=_NO_CACHE)
 
-    async def setup(_: Request, __: str) -> Any:
-        if "data" not in setup_cache:
-            setup_cache["data"] = await playground.setup()
-        return setup_cache["data"]
 
-    async def runs(request: Request, visitor: str) -> Any:
-        launcher = playground.launcher
-        if request.method == "POST":
-            try:
-                form = RunForm.model_validate_json(await request.body())
-            except ValidationError as exc:
-                raise PlaygroundRefusal(_first_problem(exc.errors()), status=400) from exc
-            return (await launcher.start(visitor, form)).view()
-        return {"runs": [run.view() for run in launcher.board.visible(visitor)],
-                "server_engine": launcher.llm_url is not None,
-                "writes_datasets": launcher.datasets.root is not None}
+async def login(request: Request) -> Response:
+    served = _served(request)
+    access = served.playground.access
+    offered = str((await request.form()).get("key", ""))
+    if not access.key_matches(offered):
+        return served.answer({"error": "that is not the key"}, 401)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(KEY_COOKIE, access.key_cookie(), httponly=True, samesite="strict")
+    return response
 
-    async def run(request: Request, visitor: str) -> Any:
-        return playground.launcher.board.get(visitor, request.query_params.get("id", "")
-                                             ).view()
 
-    async def calls(request: Request, visitor: str) -> Any:
-        # Polled with a cursor rather than streamed (SSE): each poll is one short
-        # answer through the same key, visitor and scrub checks as every other route.
-        query = request.query_params
-        cursor = parse_count(query.get("after", "0"), _MAX_CURSOR)
-        if cursor is None:
-            raise PlaygroundRefusal(f"after: a count of calls already read, in at most "
-                                    f"{COUNT_DIGITS} ASCII digits", status=400)
-        run, found, after = playground.launcher.board.calls(
-            visitor, query.get("id", ""), cursor)
-        return {"run": run.view(), "calls": found, "next": after,
-                "more": after < run.calls}
+async def session(request: Request) -> Response:
+    served = _served(request)
+    access = served.playground.access
+    return served.answer({"needs_key": access.key is not None,
+                          "admitted": access.admits(request.cookies,
+                                                    request.headers.get("authorization"))})
 
+
+async def tasks(playground: Playground, _: Request, __: str) -> Any:
+    catalog = playground.catalog
+    return {"datasets": catalog.datasets, "problems": catalog.problems,
+            "tasks": [asdict(t) for t in catalog.summaries()]}
+
+
+async def task(playground: Playground, request: Request, _: str) -> Any:
+    query = request.query_params
+    return playground.catalog.detail(query.get("dataset", ""), query.get("task", ""))
+
+
+async def file(playground: Playground, request: Request, _: str) -> Any:
+    query = request.query_params
+    return {"text": playground.catalog.file_text(
+        query.get("dataset", ""), query.get("task", ""), query.get("path", ""))}
+
+
+async def setup(playground: Playground, request: Request, _: str) -> Any:
+    served = _served(request)
+    if served.setup is None:  # gathered once, on first ask
+        served.setup = await playground.setup()
+    return served.setup
+
+
+async def runs(playground: Playground, request: Request, visitor: str) -> Any:
+    launcher = playground.launcher
+    if request.method == "POST":
+        try:
+            form = RunForm.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise PlaygroundRefusal(_first_problem(exc.errors()), status=400) from exc
+        return (await launcher.start(visitor, form)).view()
+    return {"runs": [run.view() for run in launcher.board.visible(visitor)],
+            "server_engine": launcher.llm_url is not None,
+            "writes_datasets": launcher.datasets.root is not None}
+
+
+async def run(playground: Playground, request: Request, visitor: str) -> Any:
+    return playground.launcher.board.get(visitor, request.query_params.get("id", "")).view()
+
+
+async def calls(playground: Playground, request: Request, visitor: str) -> Any:
+    # Polled with a cursor rather than streamed (SSE): each poll is one short answer
+    # through the same key, visitor and scrub checks as every other route.
+    query = request.query_params
+    cursor = parse_count(query.get("after", "0"), _MAX_CURSOR)
+    if cursor is None:
+        raise PlaygroundRefusal(f"after: a count of calls already read, in at most "
+                                f"{COUNT_DIGITS} ASCII digits", status=400)
+    found_run, found, after = playground.launcher.board.calls(visitor, query.get("id", ""),
+                                                              cursor)
+    return {"run": found_run.view(), "calls": found, "next": after,
+            "more": after < found_run.calls}
+
+
+# Every route, in one table: the page at each view's own URL, the login, and the API.
+ROUTES = (
+    *(Route(path, page) for path in ("/", "/tasks", "/runs", "/setup", "/task/{rest:path}",
+                                     "/run/{id}", "/compare/{ids}")),
+    Route("/login", login, methods=["POST"]),
+    Route("/api/session", session),
+    Route("/api/tasks", _Api(tasks).endpoint),
+    Route("/api/task", _Api(task).endpoint),
+    Route("/api/file", _Api(file).endpoint),
+    Route("/api/setup", _Api(setup).endpoint),
+    Route("/api/runs", _Api(runs).endpoint, methods=["GET", "POST"]),
+    Route("/api/run", _Api(run).endpoint),
+    Route("/api/calls", _Api(calls).endpoint),
+)
+
+
+def build_playground_app(playground: Playground, *, llm_url: str | None = None,
+                         allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         try:
@@ -180,17 +229,10 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
         finally:
             await playground.launcher.aclose()
 
-    views = [Route(path, page) for path in (
-        "/", "/tasks", "/runs", "/setup", "/task/{rest:path}", "/run/{id}",
-        "/compare/{ids}")]
-    routes = [*views, Route("/login", login, methods=["POST"]),
-              Route("/api/session", session), Route("/api/tasks", api(tasks)),
-              Route("/api/task", api(task)), Route("/api/file", api(file)),
-              Route("/api/setup", api(setup)),
-              Route("/api/runs", api(runs), methods=["GET", "POST"]),
-              Route("/api/run", api(run)), Route("/api/calls", api(calls))]
-    return HostGuard(Starlette(routes=routes, lifespan=lifespan,
-                               exception_handlers={404: not_found}), allowed_hosts)
+    app = Starlette(routes=list(ROUTES), lifespan=lifespan,
+                    exception_handlers={404: not_found})
+    app.state.served = _Served(playground, Scrub(key=playground.access.key, llm_url=llm_url))
+    return HostGuard(app, allowed_hosts)
 
 
 _NOT_FOUND = (
