@@ -145,7 +145,7 @@ _STDLIB_RAISES_ALLOWED = {
     ("data/rebuild.py", "turn_records"): "given several rollouts: the caller's bug",
     ("data/encode.py", "_list_array"): "over 2**31 values in one column: no real rollout",
     ("data/writer.py", "add"): "add after close: the caller's bug",
-    ("capture/proxy/http1.py", "request"): "a closed pool or a HEAD: the caller's bug",
+    ("capture/proxy/http1.py", "exchange"): "a closed pool or a HEAD: the caller's bug",
     ("capture/core/graph.py", "_by_index"): "turns of one session share no index",
     ("capture/core/session_keys.py", "new_session_id"): "an owner name is harbor_ray's own",
     ("trials/datasets.py", "select_tasks"): "one string for a list of names: a TypeError",
