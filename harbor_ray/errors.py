@@ -145,10 +145,13 @@ class EngineCallError(CaptureError):
 class EngineError(EngineCallError):
     """The engine answered an error status, or could not be reached (`status` says which)."""
 
-    def __init__(self, message: str, *, status: int) -> None:
+    def __init__(self, message: str, *, status: int, retry_after_s: float | None = None
+                 ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        # What a 429's Retry-After asked for, in seconds (None: no such header).
+        self.retry_after_s = retry_after_s
 
     @property
     def retryable(self) -> bool:

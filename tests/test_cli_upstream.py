@@ -20,7 +20,7 @@ from tests.trials.scripts import terminus_script
 SECRET = "sk-ant-upstream-SECRET-51c2e8"
 
 
-@pytest.mark.parametrize("command", ["rollout", "proxy"])
+@pytest.mark.parametrize("command", ["rollout", "proxy", "sweep"])
 def test_help_shows_the_upstream_flags_and_the_default(command: str) -> None:
     shown = " ".join(CliRunner().invoke(app, [command, "--help"],
                                         env={"COLUMNS": "200"}).output.split())

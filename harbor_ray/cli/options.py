@@ -154,6 +154,13 @@ def notice(message: str) -> None:
     console.print(f"[yellow]{message}[/yellow]")
 
 
+def evaluation_notice(capture: CaptureLevel) -> None:
+    """Say so when `--capture` makes the run an evaluation (`rollout`, `sweep`)."""
+    if capture != "tokens":
+        notice(f"--capture {capture}: an evaluation; no row is trainable, and nothing is "
+               "stitched (continuing a conversation's prompt needs its token ids)")
+
+
 def show_log(terminal: Terminal) -> None:
     if terminal.log is not None:
         console.print(f"logs: {terminal.log}")

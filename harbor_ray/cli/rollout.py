@@ -76,9 +76,7 @@ def rollout(
         engine_kind=engine_kind, upstream=upstream, upstream_key_file=upstream_key_file,
         host_userland=host_userland)
     checked = check_rollouts(request, opt.notice)  # before the log: a refusal leaves nothing
-    if capture != "tokens":
-        opt.notice(f"--capture {capture}: an evaluation; no row is trainable, and nothing is "
-                   "stitched (continuing a conversation's prompt needs its token ids)")
+    opt.evaluation_notice(capture)
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal, \
             Progress(console=console) as progress:
         bar = progress.add_task("rollouts", total=None)

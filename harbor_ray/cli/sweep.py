@@ -133,11 +133,22 @@ def sweep(
     stitch: opt.StitchOption = True,
     engine_kind: opt.EngineKindOption = "auto",
     host_userland: opt.HostUserlandOption = False,
+    capture: opt.CaptureOption = "tokens",
+    upstream: opt.UpstreamOption = "openai-chat",
+    upstream_key_file: opt.UpstreamKeyFileOption = None,
 ) -> None:
     """Run tasks x attempts on Ray rollout hosts, into a resumable Parquet dataset.
 
     At the end it writes OUT/report.html (plots and a trace viewer, as
     `harbor-ray report`); the summary prints its path.
+
+    Evaluating a model is a sweep too: `--capture text` (or `logprobs`) with an engine
+    that returns no ids, or a hosted API (`--upstream anthropic|google|openai-responses|hf
+    --upstream-key-file KEY`, no --llm-url needed), writes the same dataset with
+    `capture_level` and `trainable: false` on every row, and resumes the same way. The
+    key goes to the capture proxies only (on every node), never to a sandbox, a log or
+    the dataset; an upstream's 429 with Retry-After is retried by the proxy
+    (counts.retried_calls) instead of failing rows (docs/evaluation.md).
 
     Exit code 0: every rollout ok; 1: some rollouts failed (see the tables);
     2: could not start (bad flags, engine refused, sandbox unusable); 130: stopped by
@@ -161,8 +172,10 @@ def sweep(
         min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
         metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate,
         journal=journal, train_partial=train_partial, engine_kind=engine_kind,
-        warm_pool=parse_pool_sizes(warm_pool or []), host_userland=host_userland)
+        warm_pool=parse_pool_sizes(warm_pool or []), host_userland=host_userland,
+        capture=capture, upstream=upstream, upstream_key_file=upstream_key_file)
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
+    opt.evaluation_notice(capture)
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
         with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \
                 _view_beside(request.out, view_port) if view else contextlib.nullcontext(), \

@@ -27,10 +27,13 @@ from typing import Any, Literal
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineKind, adapt_engine
 from harbor_ray.capture.proxy.heap import freeze_startup_heap
+from harbor_ray.capture.proxy.hosted import UpstreamKey, build_upstream
 from harbor_ray.capture.proxy.local import LocalCapture, serve_capture
-from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.balancer import Relay
 from harbor_ray.cluster.journaling import JournaledCapture, Journaling
 from harbor_ray.cluster.owner import NAMESPACE, SessionOwner, owner_actor_name
@@ -77,7 +80,8 @@ class ProxyTarget:
 
     `url` is the proxy's Serve route; with `ingress="direct"` agents use their host's
     relay to the replicas of Serve application `app` instead. With `ingress="host"`,
-    `url` is the engine's, and each host serves the capture app itself.
+    `url` is the engine's (the `upstream` API's), and each host serves the capture app
+    itself, holding `upstream_key`.
     """
 
     url: str
@@ -90,6 +94,11 @@ class ProxyTarget:
     stitch: bool = True  # CaptureSettings.stitch, wherever the proxy runs
     logprobs_mode: str | None = None  # CaptureSettings.logprobs_mode, wherever it runs
     engine_kind: EngineKind = "vllm"  # the certified engine's, adapted wherever it runs
+    capture: CaptureLevel = "tokens"  # CaptureSettings.capture, wherever the proxy runs
+    upstream: UpstreamName = "openai-chat"  # the API behind the proxy (upstream_profile.py)
+    # Its credential, for the hosts that call the upstream themselves (host ingress);
+    # the replicas got theirs when deployed. None: no key.
+    upstream_key: UpstreamKey | None = None
     # For agents in sandboxes off the host's node: the URL they use (`--proxy-url`), which
     # lands on a node's entry relay (remote_entry.py; direct ingress only). None: not
     # configured, and nothing listens off loopback for them.
@@ -237,11 +246,12 @@ class RolloutHost(SessionOwner):
             clock.start()
             self._serving.push_async_callback(clock.stop)
             adapted = await adapt_engine(
-                HttpEngine(proxy.url, timeout_s=proxy.engine_timeout_s), proxy.engine_kind)
+                build_upstream(proxy.upstream, proxy.url, key=proxy.upstream_key,
+                               timeout_s=proxy.engine_timeout_s), proxy.engine_kind)
             return await self._serving.enter_async_context(
                 serve_capture(self.store, adapted.engine, proxy.served_model,
                               stitch=proxy.stitch and adapted.stitch, policy_version=clock,
-                              logprobs_mode=proxy.logprobs_mode))
+                              logprobs_mode=proxy.logprobs_mode, capture=proxy.capture))
         url = proxy.url
         if proxy.ingress == "serve":
             # Serve's API blocks on its controller: off the loop that serves calls.

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineKind
+from harbor_ray.capture.proxy.hosted import UpstreamKey
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.nodes import alive_nodes
@@ -26,14 +29,19 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                         stitch: bool = True, remote_url: str | None = None,
                         remote_bind: str | None = None,
                         logprobs_mode: str | None = None,
-                        engine_kind: EngineKind = "vllm") -> ProxyTarget:
+                        engine_kind: EngineKind = "vllm", capture: CaptureLevel = "tokens",
+                        upstream: UpstreamName = "openai-chat",
+                        upstream_key: UpstreamKey | None = None) -> ProxyTarget:
     """Deploy the replicas the ingress needs (none for `host`); where agents reach them.
-    `remote_url`/`remote_bind`: `remote_endpoint`; `engine_kind`: the certified one."""
+    `remote_url`/`remote_bind`: `remote_endpoint`; `engine_kind`: the certified one;
+    `capture`: what each call records; `upstream`, `upstream_key`: the API at `llm_url`
+    and its credential, handed to whichever proxies call it (the hosts or the replicas)."""
     remote = remote_endpoint(ingress, remote_url, remote_bind)
     if ingress == "host":
         return ProxyTarget(url=llm_url, served_model=served_model, ingress="host",
                            engine_timeout_s=engine_timeout_s, stitch=stitch,
-                           logprobs_mode=logprobs_mode, engine_kind=engine_kind)
+                           logprobs_mode=logprobs_mode, engine_kind=engine_kind,
+                           capture=capture, upstream=upstream, upstream_key=upstream_key)
     # On a cluster of several nodes the replicas' direct sockets listen on their node's
     # address, so that a host on a node without a replica relays to another node's.
     across_nodes = len(alive_nodes()) > 1
@@ -41,11 +49,14 @@ def start_capture_proxy(llm_url: str, served_model: str, *, ingress: Ingress,
                                engine_timeout_s=engine_timeout_s, stitch=stitch,
                                across_nodes=across_nodes, logprobs_mode=logprobs_mode,
                                allowed_hosts=capture_hosts(remote_url if remote else None),
-                               engine_kind=engine_kind)
+                               engine_kind=engine_kind, capture=capture, upstream=upstream,
+                               upstream_key=upstream_key)
+    # The replicas hold the key: the hosts, which only relay to them, get none.
     target = ProxyTarget(url=url, served_model=served_model, ingress=ingress,
                          engine_timeout_s=engine_timeout_s, stitch=stitch,
                          remote_url=remote_url if remote else None,
-                         logprobs_mode=logprobs_mode, engine_kind=engine_kind)
+                         logprobs_mode=logprobs_mode, engine_kind=engine_kind,
+                         capture=capture, upstream=upstream)
     if remote is not None:
         try:
             start_entry_relays(target.app, remote)

@@ -19,10 +19,13 @@ from typing import Any
 from ray import serve
 from ray.serve.context import _get_global_client
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.app import CaptureApp, build_capture_app
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, adapt_engine
+from harbor_ray.capture.proxy.hosted import UpstreamKey, build_upstream
 from harbor_ray.capture.proxy.settings import CaptureSettings
-from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
+from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.actor_store import ActorSessionStore
 from harbor_ray.cluster.direct_ingress import DirectIngress
 from harbor_ray.cluster.nodes import this_node
@@ -51,6 +54,8 @@ class CaptureProxy:
     at once (`auto`, from an online YAML, asks the engine which it is). `llm_url` None is
     an engine app at Serve's root route (a `serve run` of the online YAML); `app_name`
     None is this replica's own application's name (its policy clock and registry).
+    `upstream` and `upstream_key`: the API behind it and its credential (hosted.py),
+    which reaches the replica as an argument, never through its environment.
     """
 
     def __init__(
@@ -67,16 +72,21 @@ class CaptureProxy:
         logprobs_mode: str | None = None,
         allowed_hosts: tuple[str, ...] | None = None,
         engine_kind: EngineChoice = "vllm",
+        capture: CaptureLevel = "tokens",
+        upstream: UpstreamName = "openai-chat",
+        upstream_key: UpstreamKey | None = None,
     ) -> None:
         overrides: dict[str, Any] = {"keepalive_s": keepalive_s,
                                      "max_body_bytes": max_body_bytes,
                                      "allowed_hosts": allowed_hosts}
         self._settings = CaptureSettings(
             served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode,
+            capture=capture,
             **{name: value for name, value in overrides.items() if value is not None},
         )
-        self._engine = HttpEngine(llm_url or f"{serve_http_base('/')}/v1",
-                                  timeout_s=engine_timeout_s)
+        self._engine = build_upstream(upstream, llm_url or f"{serve_http_base('/')}/v1",
+                                      key=upstream_key,
+                                      timeout_s=engine_timeout_s)
         self._engine_kind = engine_kind
         self._app_name = app_name or serve.get_replica_context().app_name
         self._across_nodes = across_nodes
@@ -136,6 +146,9 @@ def deploy_capture_proxy(
     logprobs_mode: str | None = None,
     allowed_hosts: tuple[str, ...] | None = None,
     engine_kind: EngineChoice = "vllm",
+    capture: CaptureLevel = "tokens",
+    upstream: UpstreamName = "openai-chat",
+    upstream_key: UpstreamKey | None = None,
 ) -> str:
     """Deploy (or update) the proxy and wait until it runs; return the base URL of its
     Serve route, without `/v1` (e.g. `http://127.0.0.1:8000/capture`). Hosts reach the
@@ -146,7 +159,8 @@ def deploy_capture_proxy(
     for a core the rollouts' accounting holds. `keepalive_s` and `max_body_bytes`
     override `CaptureSettings`' defaults; `engine_timeout_s` bounds each engine call;
     `stitch`, `logprobs_mode` and `allowed_hosts` (None: the default) are
-    `CaptureSettings`'; `engine_kind` is the certification's. `across_nodes`: each replica's
+    `CaptureSettings`'; `engine_kind` is the certification's; `capture`, `upstream` and
+    `upstream_key` are `CaptureProxy`'s. `across_nodes`: each replica's
     direct socket listens on its node's address instead of loopback, so that hosts on
     nodes without a replica reach it (session keys still required; a replica has no admin routes);
     without it, a replica adds that socket once a second node joins (direct_ingress.py).
@@ -164,7 +178,8 @@ def deploy_capture_proxy(
             llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
             app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
             across_nodes=across_nodes, logprobs_mode=logprobs_mode,
-            allowed_hosts=allowed_hosts, engine_kind=engine_kind,
+            allowed_hosts=allowed_hosts, engine_kind=engine_kind, capture=capture,
+            upstream=upstream, upstream_key=upstream_key,
         ),
         name=app_name,
         route_prefix=route_prefix,

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import ray
 
+from harbor_ray.capture.core.capture_level import CaptureLevel
+from harbor_ray.capture.core.upstream_profile import PROFILES, UpstreamName
 from harbor_ray.capture.proxy.certify import Certification, certify_url, reachable_url
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
+from harbor_ray.capture.proxy.hosted import UpstreamKey
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
@@ -44,6 +47,10 @@ class ClusterSpec:
     engine_timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S
     stitch: bool = True  # CaptureSettings.stitch
     engine_kind: EngineChoice = "auto"  # which engine the URL is (engine_adapter.py)
+    capture: CaptureLevel = "tokens"  # below `tokens`: an evaluation (capture_level.py)
+    upstream: UpstreamName = "openai-chat"  # the API behind the proxy (upstream_profile.py)
+    # Its credential: to the certification and to the proxies (hosts or replicas) only.
+    upstream_key: UpstreamKey | None = None
     # Agents in sandboxes off their host's node reach the proxy at `proxy_url`; the hosts'
     # relays listen on `proxy_bind` (HOST:PORT; default every interface on the URL's
     # port) for them. None: nothing listens off loopback.
@@ -71,7 +78,7 @@ def running_cluster(
         certification = None
         proxy = None
         if spec.wants_model:
-            url = spec.llm_url
+            url = spec.llm_url or PROFILES[spec.upstream].default_url
             if spec.engine_config is not None:
                 from harbor_ray.engine.lifecycle import engine_down, engine_up
 
@@ -82,9 +89,12 @@ def running_cluster(
             if url is None:
                 raise StartError("an agent that calls a model needs llm_url or engine_config: "
                                  "give the URL of a running engine, or the engine to start")
-            certification = asyncio.run(certify_url(url, spec.model, spec.engine_kind))
+            certification = asyncio.run(certify_url(
+                url, spec.model, spec.engine_kind, capture=spec.capture,
+                upstream=spec.upstream, key=spec.upstream_key))
             progress("certifying the engine from every node")
-            certify_from_every_node(url, certification.served_model)
+            certify_from_every_node(url, certification.served_model,
+                                    upstream=spec.upstream, key=spec.upstream_key)
             progress(f"setting up the capture proxy ({spec.ingress} ingress)")
             try:
                 proxy = start_capture_proxy(
@@ -92,7 +102,8 @@ def running_cluster(
                     replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
                     stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind,
                     logprobs_mode=certification.logprobs_mode,
-                    engine_kind=certification.engine_kind)
+                    engine_kind=certification.engine_kind, capture=spec.capture,
+                    upstream=spec.upstream, upstream_key=spec.upstream_key)
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc
@@ -100,13 +111,17 @@ def running_cluster(
         yield RunningCluster(proxy, certification)
 
 
-def certify_from_every_node(url: str, served_model: str) -> None:
+def certify_from_every_node(url: str, served_model: str, *,
+                            upstream: UpstreamName = "openai-chat",
+                            key: UpstreamKey | None = None) -> None:
     """Check from each node, where hosts and replicas call it, that the engine certified
     from the driver answers there and serves `served_model`: the driver reaching it says
     nothing of a node behind another network. Raises `CertificationError` naming every
-    node that cannot, before any rollout starts."""
+    node that cannot, before any rollout starts. `upstream`, `key`: the API and its
+    credential (a task argument, as the proxies get it)."""
     failed = [f"{node.ip} (node {node.node_id[:12]}): {first_line(result)}"
-              for node, result in on_each(_reachable_here, alive_nodes(), url, served_model)
+              for node, result in on_each(_reachable_here, alive_nodes(), url, served_model,
+                                          upstream, key)
               if isinstance(result, BaseException)]
     if failed:
         raise CertificationError(f"the engine at {url} cannot be used from every node "
@@ -114,8 +129,9 @@ def certify_from_every_node(url: str, served_model: str) -> None:
 
 
 @ray.remote
-def _reachable_here(url: str, served_model: str) -> None:
-    asyncio.run(reachable_url(url, served_model))
+def _reachable_here(url: str, served_model: str, upstream: UpstreamName,
+                    key: UpstreamKey | None) -> None:
+    asyncio.run(reachable_url(url, served_model, upstream=upstream, key=key))
 
 
 @contextlib.contextmanager

@@ -186,6 +186,7 @@ def _turns_table(
         "capture_level": [t.capture_level for t in ordered],
         "prompt_tokens": [t.prompt_tokens for t in ordered],
         "completion_tokens": [t.completion_tokens for t in ordered],
+        "upstream_retries": [t.upstream_retries for t in ordered],
         "reward": [reward] * n,
         "ok": [ok] * n,
         "request_messages": [t.request_messages_json.decode() for t in ordered],

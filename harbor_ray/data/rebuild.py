@@ -113,6 +113,8 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
             capture_level=_since_v5(rows, "capture_level", row) or "tokens",
             prompt_tokens=_since_v5(rows, "prompt_tokens", row) or 0,
             completion_tokens=_since_v5(rows, "completion_tokens", row) or 0,
+            # Schema version 8 (the same reading: absent before it).
+            upstream_retries=_since_v5(rows, "upstream_retries", row) or 0,
         )
         for row in range(turns.num_rows)
     ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import traceback
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from harbor_ray.capture.core.capture_level import CaptureLevel
 from harbor_ray.capture.core.findings import Finding
@@ -118,6 +118,9 @@ class RolloutResult(BaseModel):
     train_partial: bool = Field(False, description="A partial row the run asked to keep "
                                 "trainable (`--train-partial`); not a column of its own.")
 
+    # A field of every dump, so that `harbor-ray rollout`'s results.jsonl says what the
+    # dataset's rollouts/ column says (an evaluation's row: false, never absent).
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def trainable(self) -> bool:
         """Ok (or partial, when the run asked to train on those), and nothing in it was

@@ -68,7 +68,12 @@ __all__ = [
 # host's userland whatever its Dockerfile or docker_image asked, and said nothing, so a
 # version-6 reward may describe the host rather than the task; from 7 a task that needs
 # its own image runs in it (`image`) or says that it did not (`host_override`).
-SCHEMA_VERSION = 7
+# 8: rate-limited calls (rollouts/ `counts.retried_calls`; turns/ `upstream_retries`):
+# how many of a rollout's calls the proxy sent again after the upstream answered 429
+# with a Retry-After, and how many times each. Nullable, bumped on purpose: up to
+# version 7 such a 429 reached the agent, whose retries nothing recorded, so a version-7
+# null is "not counted", never 0; from 8 a rate-limited evaluation says it was slowed.
+SCHEMA_VERSION = 8
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -101,6 +106,7 @@ COUNTS = pa.struct(
         pa.field("discarded", pa.int32()),
         pa.field("engine_errors", pa.int32()),
         pa.field("budget_stops", pa.int32()),
+        pa.field("retried_calls", pa.int32()),
     ]
 )
 
@@ -207,6 +213,7 @@ TURNS = versioned(
         pa.field("capture_level", pa.string()),
         pa.field("prompt_tokens", pa.int32()),
         pa.field("completion_tokens", pa.int32()),
+        pa.field("upstream_retries", pa.int32()),
         pa.field("reward", pa.float64()),
         pa.field("ok", pa.bool_(), nullable=False),
         pa.field(MESSAGE_COLUMNS[0], pa.string(), nullable=False),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from harbor_ray.capture.proxy.certify import Certification
+from harbor_ray.capture.proxy.hosted import upstream_key
 from harbor_ray.cluster.engine_metrics import metrics_url
 from harbor_ray.cluster.host import Ingress
 from harbor_ray.cluster.ingress import remote_endpoint
@@ -81,6 +82,10 @@ class SweepRequest(RunRequest):
             "commit_every_s": self.commit_every_s,
             "engine_timeout_s": self.engine_timeout_s, "stitch": self.stitch,
             "host_userland": self.host_userland,
+            # The key file's path, never its contents (hosted.py).
+            "capture": self.capture, "upstream": self.upstream,
+            "upstream_key_file": (None if self.upstream_key_file is None
+                                  else str(self.upstream_key_file)),
         }
 
 
@@ -116,11 +121,7 @@ def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedSt
     checked = checked_start(request, progress)
     for reason in checked.refused:
         progress(f"environment_unsupported rows, no reward: {reason}")
-    if request.capture != "tokens":
-        # A sweep writes a training dataset; its proxies record every call's ids.
-        raise StartError(f"a sweep records at the `tokens` level only, not "
-                         f"{request.capture!r}: evaluate with `harbor-ray rollout --capture "
-                         f"{request.capture}`")
+    upstream_key(request.upstream_key_file)  # unreadable or empty: refused before Ray
     _config(request)
     names = {task.name for task in checked.tasks}
     if unknown := sorted(set(request.warm_pool) - names):
@@ -145,7 +146,8 @@ def started_sweep(
         proxy_replicas=request.proxy_replicas, engine_timeout_s=request.engine_timeout_s,
         stitch=request.stitch, wants_model=checked.wants_model, proxy_url=request.proxy_url,
         proxy_bind=request.proxy_bind, logs_dir=config.out / "logs",
-        engine_kind=request.engine_kind)
+        engine_kind=request.engine_kind, capture=request.capture, upstream=request.upstream,
+        upstream_key=upstream_key(request.upstream_key_file))
     with contextlib.ExitStack() as stack:
         try:
             running = stack.enter_context(running_cluster(cluster, progress=progress))

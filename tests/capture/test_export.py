@@ -43,6 +43,7 @@ def test_document_shape_and_values() -> None:
         "discarded": 1,
         "engine_errors": 1,
         "budget_stops": 2,
+        "retried_calls": 0,
     }
     assert doc["turns"][0] == {
         "index": 0,
@@ -56,6 +57,7 @@ def test_document_shape_and_values() -> None:
         "logprobs_mode": None,  # the factory's turns were not made on a certified engine
         "capture_level": "tokens",
         "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+        "upstream_retries": 0,
         "sampling": {"temperature": None, "top_p": None, "top_k": None, "min_p": None},
         "finish_reason": "stop",
         "request_messages": [{"role": "user", "content": "call 0"}],
@@ -197,6 +199,7 @@ def test_zero_turns_exports_an_untrainable_document() -> None:
         "discarded": 0,
         "engine_errors": 0,
         "budget_stops": 0,
+        "retried_calls": 0,
     }
     assert (doc["turns"], doc["sequences"]) == ([], [])
     assert [f["code"] for f in doc["findings"]] == ["no_turns"]

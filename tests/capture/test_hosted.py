@@ -5,6 +5,7 @@ not. No real provider is called."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -57,12 +58,12 @@ def _upstream_url(profile: UpstreamName, url: str) -> str:
 NATIVE = [p for p in PROFILES if PROFILES[p].native]
 
 
-@pytest.fixture(scope="module", params=list(PROFILES))
-def hosted(request: pytest.FixtureRequest) -> Iterator[HostedProxy]:
-    profile: UpstreamName = request.param
-    stand_in = StandIn(profile, SECRET)
+@contextlib.contextmanager
+def hosted_proxy(stand_in: StandIn) -> Iterator[HostedProxy]:
+    """The proxy (certified at `text`, with an admin key) in front of `stand_in`'s API."""
+    profile = stand_in.profile
     with serve_in_thread(provider_app(stand_in)) as url:
-        upstream = build_upstream(profile, _upstream_url(profile, url), key=SECRET)
+        upstream = build_upstream(profile, _upstream_url(profile, url), key=stand_in.key)
         cert = asyncio.run(certify(upstream, upstream.root, capture="text"))
         assert cert.capture_level == "text" and cert.served_model == MODEL
         store = InMemorySessionStore()
@@ -72,6 +73,12 @@ def hosted(request: pytest.FixtureRequest) -> Iterator[HostedProxy]:
         with serve_in_thread(app) as proxy_url, httpx.Client(
                 base_url=proxy_url, headers={"authorization": f"Bearer {ADMIN}"}) as admin:
             yield HostedProxy(proxy_url, stand_in, admin, url)
+
+
+@pytest.fixture(scope="module", params=list(PROFILES))
+def hosted(request: pytest.FixtureRequest) -> Iterator[HostedProxy]:
+    with hosted_proxy(StandIn(request.param, SECRET)) as proxy:
+        yield proxy
 
 
 @pytest.fixture

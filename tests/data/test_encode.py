@@ -111,7 +111,8 @@ def test_the_rollout_row() -> None:
         "rewards": [("reward", 1.0), ("length", 3.0)],
         "findings": [f.model_dump() for f in result.findings],
         "counts": {"model_calls": 9, "turns": 9, "roots": 4, "agent_roots": 3, "sequences": 6,
-                   "discarded": 1, "engine_errors": 1, "budget_stops": 0},
+                   "discarded": 1, "engine_errors": 1, "budget_stops": 0,
+                   "retried_calls": 0},
         "timings": [("agent_execution", 9.5), ("total", 12.25)],
         "trial_dir": "/trials/a1",
         "node": None,  # not placed yet: its host stamps it (`with_placement`)

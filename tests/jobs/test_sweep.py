@@ -30,7 +30,8 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
     ({"max_concurrency": 16}, "needs the engines' metrics"),
     ({"max_concurrency": 16, "min_concurrency": 9, "engine_metrics": ("http://e/m",)},
      "--min-concurrency"),
-    ({"capture": "text"}, "rollout --capture text"),
+    ({"upstream": "anthropic", "capture": "text",
+      "upstream_key_file": Path("/nonexistent/upstream.key")}, "--upstream-key-file"),
 ])
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, says: str
@@ -69,6 +70,19 @@ def test_the_manifest_says_what_made_the_dataset() -> None:
     assert (with_engine["ingress"], with_engine["proxy_replicas"]) == ("direct", 4)
     host = SweepRequest(agent="oracle").manifest(["a"], cert)
     assert (host["ingress"], host["proxy_replicas"]) == ("host", None)
+    assert (host["capture"], host["upstream"], host["upstream_key_file"]) == (
+        "tokens", "openai-chat", None)
+
+
+def test_an_evaluation_s_manifest_names_its_key_file_not_the_key(tmp_path: Path) -> None:
+    key_file = tmp_path / "upstream.key"
+    key_file.write_text("sk-never-in-the-manifest\n")
+    request = SweepRequest(agent="oracle", capture="text", upstream="anthropic",
+                           upstream_key_file=key_file)
+    manifest = request.manifest(["a"], None)
+    assert (manifest["capture"], manifest["upstream"]) == ("text", "anthropic")
+    assert manifest["upstream_key_file"] == str(key_file)
+    assert "sk-never-in-the-manifest" not in repr(manifest)
 
 
 def test_more_hosts_than_the_nodes_hold_is_a_warning_and_bigger_hosts(

@@ -105,6 +105,8 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
             capture_level=t.get("capture_level", "tokens"),
             prompt_tokens=(t.get("usage") or {}).get("prompt_tokens", 0),
             completion_tokens=(t.get("usage") or {}).get("completion_tokens", 0),
+            # Absent from exports written before the field existed.
+            upstream_retries=t.get("upstream_retries", 0),
         )
         for t in doc["turns"]
     ]
@@ -124,6 +126,7 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "capture_level": turn.capture_level,
         "usage": {"prompt_tokens": turn.prompt_tokens,
                   "completion_tokens": turn.completion_tokens},
+        "upstream_retries": turn.upstream_retries,
         "sampling": dataclasses.asdict(turn.sampling),
         "finish_reason": turn.finish_reason,
         "request_messages": orjson.loads(turn.request_messages_json),

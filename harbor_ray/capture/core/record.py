@@ -31,6 +31,9 @@ class CaptureCounts:
     discarded: int
     engine_errors: int
     budget_stops: int
+    # Turns whose call was sent again after a rate limit (TurnRecord.upstream_retries);
+    # 0 in rows written before schema version 8, which did not count them.
+    retried_calls: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,5 +86,6 @@ def close_capture(
         discarded=len(graph.discarded),
         engine_errors=engine_errors,
         budget_stops=budget_stops,
+        retried_calls=sum(1 for t in ordered if t.upstream_retries),
     )
     return ClosedCapture(ordered, graph, counts, findings)

@@ -69,3 +69,6 @@ class TurnRecord:
     # turn without ids still says of its length.
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # How many times the proxy sent the call again after the upstream answered 429 with
+    # a Retry-After (capture/proxy/pipeline.py): a rate-limited hosted API.
+    upstream_retries: int = 0

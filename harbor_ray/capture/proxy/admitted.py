@@ -42,6 +42,7 @@ class EngineReply:
     started: float
     version: int | None  # the policy version when the call was forwarded
     continuation: Continuation | None = None
+    retries: int = 0  # times the call was sent again after a 429 (pipeline.py)
 
 
 class CallSteps(Protocol):

@@ -22,9 +22,9 @@ from harbor_ray.capture.core.capture_level import (
 )
 from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice, EngineKind, adapt_engine
-from harbor_ray.capture.proxy.hosted import HostedUpstream
+from harbor_ray.capture.proxy.hosted import HostedUpstream, UpstreamKey, build_upstream
 from harbor_ray.capture.proxy.sglang import TOOL_PARSER_FIX
-from harbor_ray.capture.proxy.upstream import Engine, HttpEngine
+from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import CertificationError, EngineError
 
 _PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]
@@ -110,25 +110,29 @@ async def certify(
 
 
 async def certify_url(
-    url: str, model: str | None = None, engine_kind: EngineChoice = "auto"
+    url: str | None, model: str | None = None, engine_kind: EngineChoice = "auto", *,
+    capture: CaptureLevel = "tokens", upstream: UpstreamName = "openai-chat",
+    key: UpstreamKey | None = None,
 ) -> Certification:
     """Certify the engine at `url` over HTTP, with a client of its own, through the
     adapter for `engine_kind` (`auto`: found from its answers; the certification says
-    which)."""
-    engine = HttpEngine(url)
+    which), for the `capture` level; `upstream` and `key`: the API it is and its
+    credential (hosted.py; `url` None: the profile's own address)."""
+    engine = build_upstream(upstream, url, key=key)
     try:
         adapted = await adapt_engine(engine, engine_kind)
-        return await certify(adapted.engine, engine.root, model=model,
+        return await certify(adapted.engine, engine.root, model=model, capture=capture,
                              engine_kind=adapted.kind)
     finally:
         await engine.aclose()
 
 
-async def reachable_url(url: str, model: str) -> None:
+async def reachable_url(url: str, model: str, *, upstream: UpstreamName = "openai-chat",
+                        key: UpstreamKey | None = None) -> None:
     """That the engine at `url` answers here and lists `model`: what another node must
     check once the engine is certified (its replies are the same from anywhere; only
     the network path differs). Raises CertificationError otherwise."""
-    engine = HttpEngine(url)
+    engine = build_upstream(upstream, url, key=key)
     try:
         await _listed(engine, engine.root, model)
     finally:

@@ -10,11 +10,15 @@ a call in the upstream's own dialect is `prepare`d as it came.
 
 The credential is read once, here, from a file or a value, and lives only in the
 client's headers: it is never logged, never in an error message, never handed to the
-agent (which keeps its session key) and never recorded.
+agent (which keeps its session key) and never recorded. A sweep carries it to every
+proxy (the rollout hosts with host ingress, the replicas otherwise) as an `UpstreamKey`
+in Ray's actor and task arguments: never in an environment variable, which a sandbox
+or an agent could inherit, nor in any file the run writes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,22 @@ from harbor_ray.capture.core.upstream_profile import PROFILES, UpstreamName, Ups
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S, HttpEngine
 from harbor_ray.errors import AgentRequestError, EngineError, EngineReplyError, StartError
 
-__all__ = ["HostedUpstream", "build_upstream", "read_key"]
+__all__ = ["HostedUpstream", "UpstreamKey", "build_upstream", "read_key", "upstream_key"]
+
+
+@dataclass(frozen=True)
+class UpstreamKey:
+    """An upstream credential on its way to a proxy in another process. Its repr hides
+    the value, so an argument Ray or Serve logs, or an error that shows a target, shows
+    no key."""
+
+    value: str = field(repr=False)
+
+
+def upstream_key(path: Path | None) -> UpstreamKey | None:
+    """`read_key`'s credential, for sending to the proxies."""
+    key = read_key(path)
+    return None if key is None else UpstreamKey(key)
 
 
 def read_key(path: Path | None) -> str | None:
@@ -42,11 +61,13 @@ def read_key(path: Path | None) -> str | None:
 
 
 def build_upstream(
-    profile: UpstreamName, url: str | None, *, key: str | None = None,
+    profile: UpstreamName, url: str | None, *, key: str | UpstreamKey | None = None,
     timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
 ) -> HttpEngine | HostedUpstream:
     """The upstream for `profile` at `url` (None: the profile's own address), sending
     `key` as the profile says. Close it with `aclose`."""
+    if isinstance(key, UpstreamKey):
+        key = key.value
     chosen = PROFILES[profile]
     where = url or chosen.default_url
     if where is None:
@@ -113,7 +134,8 @@ class HostedUpstream:
             return await self.http.request(method, path, body)
         except EngineError as exc:
             raise EngineError(f"the {self.profile.name} upstream ({method} {path}): "
-                              f"{exc.message}", status=exc.status) from exc
+                              f"{exc.message}", status=exc.status,
+                              retry_after_s=exc.retry_after_s) from exc
 
     async def aclose(self) -> None:
         await self.http.aclose()

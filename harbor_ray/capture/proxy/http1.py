@@ -16,12 +16,21 @@ import asyncio
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from typing import cast
+from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 import httptools
 
 from harbor_ray.errors import EngineCallError, EngineConnectError, EngineProtocolError, Http1Timeout
+
+
+class Answer(NamedTuple):
+    """One response: its status, its whole body, and its Retry-After header's value
+    (None without one), by which a rate-limited upstream says when to ask again."""
+
+    status: int
+    body: bytes
+    retry_after: str | None = None
 
 
 class _Stale(EngineCallError):
@@ -36,17 +45,19 @@ class _Connection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._parser = httptools.HttpResponseParser(self)
-        self._answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self._answer: asyncio.Future[Answer] | None = None
         self._chunks: list[bytes] = []
+        self._retry_after: str | None = None
         self._answered = False
         self.transport: asyncio.Transport
         self.lost: asyncio.Future[None] = loop.create_future()
         self.keep_alive = False
         self.idle_since = 0.0
 
-    def send(self, data: bytes) -> asyncio.Future[tuple[int, bytes]]:
+    def send(self, data: bytes) -> asyncio.Future[Answer]:
         self._answer = answer = self._loop.create_future()
         self._chunks = []
+        self._retry_after = None
         self._answered = self.keep_alive = False
         self.transport.write(data)
         return answer
@@ -74,6 +85,11 @@ class _Connection(asyncio.Protocol):
             # is out of step, and raising here makes data_received drop the connection.
             raise EngineProtocolError("unsolicited response")
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # The one header a caller reads; a name's case is the server's.
+        if len(name) == 11 and name.lower() == b"retry-after":
+            self._retry_after = value.decode("latin-1").strip()
+
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
 
@@ -81,7 +97,8 @@ class _Connection(asyncio.Protocol):
         answer = self._answer
         if answer is not None and not answer.done():
             self.keep_alive = self._parser.should_keep_alive()
-            answer.set_result((self._parser.get_status_code(), b"".join(self._chunks)))
+            answer.set_result(Answer(self._parser.get_status_code(), b"".join(self._chunks),
+                                     self._retry_after))
         self._chunks = []
 
     def _fail(self, exc: Exception) -> None:
@@ -134,6 +151,17 @@ class Http1Pool:
     ) -> tuple[int, bytes]:
         """Send one request (`path` below the URL's prefix) and return the status and the
         whole body. Error statuses are returned, not raised; failures raise `Http1Error`."""
+        answer = await self.exchange(method, path, body, headers)
+        return answer.status, answer.body
+
+    async def exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """`request`'s answer with its Retry-After header."""
         assert not self._closed, "a request on a closed Http1Pool"
         assert method != "HEAD", "HEAD is not supported: its answer would be read as having a body"
         head = f"{method} {self._prefix}{path} HTTP/1.1\r\nHost: {self._host_line}\r\n"
@@ -158,7 +186,7 @@ class Http1Pool:
             conn.transport.abort()
         await asyncio.gather(*(conn.lost for conn in idle))
 
-    async def _send(self, data: bytes) -> tuple[int, bytes]:
+    async def _send(self, data: bytes) -> Answer:
         conn = self._pop_idle()
         if conn is not None:
             try:
@@ -171,7 +199,7 @@ class Http1Pool:
         except _Stale:
             raise EngineProtocolError("connection closed before any response") from None
 
-    async def _exchange(self, conn: _Connection, data: bytes) -> tuple[int, bytes]:
+    async def _exchange(self, conn: _Connection, data: bytes) -> Answer:
         try:
             answer = await conn.send(data)
         except BaseException:

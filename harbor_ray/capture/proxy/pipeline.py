@@ -57,6 +57,23 @@ from harbor_ray.errors import AgentRequestError, EngineError, EngineReplyError, 
 if TYPE_CHECKING:
     from harbor_ray.capture.proxy.settings import CaptureSettings
 
+# A call the upstream refused with 429 and a Retry-After is sent again after that long,
+# this many times at most, so that a hosted API's rate limit slows a run instead of
+# failing its rows. A longer Retry-After, a 429 without one, or a 429 past the last
+# retry reaches the agent as before (its own retries, then an engine_error row).
+MAX_RATE_LIMIT_RETRIES = 5
+MAX_RETRY_AFTER_S = 60.0
+
+
+def rate_limit_wait(exc: EngineError, retried: int) -> float | None:
+    """How long to wait before sending a call again that failed with `exc` after
+    `retried` retries; None: do not."""
+    wait = exc.retry_after_s
+    if (exc.status != 429 or wait is None or wait > MAX_RETRY_AFTER_S
+            or retried >= MAX_RATE_LIMIT_RETRIES):
+        return None
+    return wait
+
 
 class CallPipeline:
     """The model calls of one app, over its session store and engine."""
@@ -175,13 +192,22 @@ class CallPipeline:
         session_id, index = admitted.session_id, admitted.index
         started, version = self.clock(), self.policy_version()
         prompt = None
+        retries = 0
         try:
-            if admitted.native is not None and self._hosted is not None:
-                reply = await self._hosted.send(admitted.native)
-            else:
-                prompt = await self._stitcher.prompt(admitted.payload, admitted.base)
-                reply = await self.engine.request("POST", "/v1/chat/completions",
-                                                  prompt.payload, session=session_id)
+            while True:
+                try:
+                    if admitted.native is not None and self._hosted is not None:
+                        reply = await self._hosted.send(admitted.native)
+                    else:
+                        prompt = await self._stitcher.prompt(admitted.payload, admitted.base)
+                        reply = await self.engine.request("POST", "/v1/chat/completions",
+                                                          prompt.payload, session=session_id)
+                    break
+                except EngineError as exc:
+                    if (wait := rate_limit_wait(exc, retries)) is None:
+                        raise
+                    retries += 1
+                    await asyncio.sleep(wait)
             completion = parse_engine_reply(reply)
         except EngineError:
             await self.store.release(session_id, index, "engine_error")
@@ -195,7 +221,7 @@ class CallPipeline:
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
         return EngineReply(completion, message, started, version,
-                           None if prompt is None else prompt.checked(completion))
+                           None if prompt is None else prompt.checked(completion), retries)
 
     async def record(self, admitted: Admitted, reply: EngineReply) -> None:
         """Keep the turn (before its reply leaves: a replica killed after answering must
@@ -229,6 +255,7 @@ class CallPipeline:
                 segments_from_spans(completion.weight_versions, reply.version), reply.version),
             auxiliary=admitted.auxiliary,
             continuation=reply.continuation,
+            upstream_retries=reply.retries,
             conversation_key=b"" if admitted.conversation is None else extend(
                 admitted.conversation.digest, {**reply.message, "role": "assistant"}),
         ))

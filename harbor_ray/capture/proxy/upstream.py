@@ -40,13 +40,29 @@ class Engine(Protocol):
         ...
 
 
-def engine_status_error(status: int, detail: str) -> EngineError:
+def engine_status_error(status: int, detail: str, retry_after: str | None = None
+                        ) -> EngineError:
     """The error for an engine that answered `status`: its 5xx is the agent's 502
-    (retry), its 429 the agent's 429 (too busy now: retry later), any other 4xx the
-    agent's 400 (the request itself was refused; retrying won't help).
+    (retry), its 429 the agent's 429 (too busy now: retry later, after `retry_after`
+    when it said, which the proxy may do itself: pipeline.py), any other 4xx the agent's
+    400 (the request itself was refused; retrying won't help).
     """
     agent_status = 502 if status >= 500 else 429 if status == 429 else 400
-    return EngineError(f"engine answered {status}: {detail}", status=agent_status)
+    return EngineError(f"engine answered {status}: {detail}", status=agent_status,
+                       retry_after_s=retry_after_seconds(retry_after) if status == 429
+                       else None)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header's delay in seconds; None for none, or for the HTTP-date
+    form (no hosted API we reach sends it, and reading it would need a clock here)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
 
 
 DEFAULT_ENGINE_TIMEOUT_S = 600.0
@@ -91,7 +107,7 @@ class HttpEngine:
     ) -> dict[str, Any]:
         data = orjson.dumps(body) if body is not None else None
         try:
-            status, raw = await self._connections().request(
+            status, raw, retry_after = await self._connections().exchange(
                 method, path, data, self._headers(data is not None, session))
         except Http1Timeout as exc:
             raise EngineError(f"engine timed out on {path}", status=504) from exc
@@ -100,7 +116,7 @@ class HttpEngine:
         except Http1Error as exc:
             raise EngineError(f"engine request failed: {exc}", status=502) from exc
         if status >= 400:
-            raise engine_status_error(status, _error_detail(raw))
+            raise engine_status_error(status, _error_detail(raw), retry_after)
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
