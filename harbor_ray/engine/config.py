@@ -30,8 +30,37 @@ AFFINITY_ROUTER = "harbor_ray.engine.routing.SessionAffinityRouter"
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
 # answers to one question.
 _TYPED_ENGINE_KWARGS = frozenset(
-    {"model", "dtype", "max_model_len", "tensor_parallel_size", "chat_template", "logprobs_mode"}
+    {"model", "dtype", "max_model_len", "tensor_parallel_size", "chat_template", "logprobs_mode",
+     "enable_lora", "max_lora_rank", "max_loras"}
 )
+
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+"""The ranks vLLM 0.32 accepts as `max_lora_rank` (its `MaxLoRARanks`)."""
+
+
+class LoraSlots(BaseModel):
+    """Room in the engine for LoRA adapters (vLLM's `enable_lora`).
+
+    What runs today: the engine starts with LoRA enabled and serves adapters that vLLM
+    is asked for. Loading a trainer's adapter as a new policy version does not run yet:
+    weight updates load full checkpoints only (docs/trainers.md, "LoRA updates").
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_rank: LoraRank = Field(
+        default=16,
+        description="The largest adapter rank the engine takes (vLLM's max_lora_rank).",
+    )
+    max_loras: int = Field(
+        default=2,
+        ge=2,
+        description=(
+            "Adapters one batch may use (vLLM's max_loras). At least 2: across an update "
+            "the calls in flight keep the adapter they began with while new calls take "
+            "the new one, so two versions run at once."
+        ),
+    )
 
 
 class EngineConfig(BaseModel):
@@ -143,6 +172,13 @@ class EngineConfig(BaseModel):
             "(e.g. VLLM_CPU_KVCACHE_SPACE, HF_HUB_OFFLINE)."
         ),
     )
+    lora: LoraSlots | None = Field(
+        default=None,
+        description=(
+            "Serve LoRA adapters on top of the model: `{max_rank, max_loras}`. None: "
+            "no LoRA. On the CPU engine, vLLM then runs without torch.compile."
+        ),
+    )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -199,6 +235,9 @@ def to_llm_config(
         "worker_extension_cls": WORKER_EXTENSION,
         **config.engine_kwargs,
     }
+    if config.lora is not None:
+        engine_kwargs.update(enable_lora=True, max_lora_rank=config.lora.max_rank,
+                             max_loras=config.lora.max_loras)
     if config.max_model_len is not None:
         engine_kwargs["max_model_len"] = config.max_model_len
     if chat_template is not None:

@@ -44,6 +44,11 @@ def test_unknown_fields_are_refused() -> None:
         ({"tensor_parallel_size": 0}, "greater than or equal to 1"),
         ({"dtype": "fp8"}, "dtype"),
         ({"engine_kwargs": {"chat_template": "t.jinja"}}, "repeats \\['chat_template'\\]"),
+        ({"engine_kwargs": {"enable_lora": True}}, "repeats \\['enable_lora'\\]"),
+        ({"lora": {"max_rank": 12}}, "lora.max_rank\n  Input should be 1, 8, 16"),
+        # one slot cannot hold the version in flight and the new one at once
+        ({"lora": {"max_loras": 1}}, "greater than or equal to 2"),
+        ({"lora": {"rank": 8}}, "lora.rank\n  Extra inputs"),
     ],
 )
 def test_contradictions_are_refused(args: dict[str, Any], message: str) -> None:
@@ -158,3 +163,10 @@ def test_several_replicas_route_each_session_to_one_unless_asked_otherwise() -> 
     assert "request_router_config" not in to_llm_config(EngineConfig(), "/m").deployment_config
     with pytest.raises(ValidationError):
         EngineConfig(routing="round_robin")  # type: ignore[arg-type]
+
+
+def test_lora_becomes_vllms_lora_arguments() -> None:
+    config = EngineConfig.model_validate({"lora": {"max_rank": 8, "max_loras": 3}})
+    kwargs = to_llm_config(config, "/models/smollm2").engine_kwargs
+    assert (kwargs["enable_lora"], kwargs["max_lora_rank"], kwargs["max_loras"]) == (True, 8, 3)
+    assert "enable_lora" not in to_llm_config(EngineConfig(), "/m").engine_kwargs
