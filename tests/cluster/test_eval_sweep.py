@@ -19,8 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harbor_ray.capture.proxy.fake_engine import FakeEngine
-from tests.fixtures.providers import MODEL, StandIn, provider_app
+from tests.fixtures.providers import StandIn, provider_app
 from tests.fixtures.threaded import serve_in_thread
 from tests.test_cli_rollout_capture import rollout
 from tests.trials.scripts import terminus_script
@@ -68,10 +67,8 @@ def generations(stand_in: StandIn) -> list[dict[str, str]]:
 def _swept(ingress: str, tmp: Path, stack: contextlib.ExitStack) -> Swept:
     key_file = tmp / "upstream.key"
     key_file.write_text(SECRET + "\n")
-    engine = FakeEngine(model=MODEL, token_ids=False, logprobs=False,
-                        script=terminus_script(KEYSTROKES))
-    stand_in = StandIn("anthropic", SECRET, engine, rate_limited=THROTTLED,
-                       retry_after="0.1")
+    stand_in = StandIn("anthropic", SECRET, script=terminus_script(KEYSTROKES),
+                       rate_limited=THROTTLED, retry_after="0.1")
     url = stack.enter_context(serve_in_thread(provider_app(stand_in)))
     code, output = sweep(url, tmp / "out", key_file, "--ingress", ingress,
                          "--proxy-replicas", "1")
