@@ -47,6 +47,8 @@ class SubmitOptions(TypedDict, total=False):
     budget: int
     deadline_s: float
     max_staleness: int
+    drop_no_signal: bool
+    max_extra_groups: int
     metadata: dict[str, Any]
 
 
