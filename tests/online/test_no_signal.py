@@ -4,12 +4,20 @@ bound, cancel through a replacement, the counts `/v1/stats` reports)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import RolloutResult
+from harbor_ray.errors import FieldError
+from harbor_ray.online.controller import LocalRollouts
 from harbor_ray.online.groups import Book, GroupState, Phase
 from harbor_ray.online.no_signal import Refill, Verdict, carries_signal, judge
+from harbor_ray.online.wire import SubmitRequest
+from harbor_ray.trials.spec import RolloutSpec
+from tests.online.local import local_controller
 
 
 @pytest.mark.parametrize(("rewards", "signal"), [
@@ -103,3 +111,45 @@ def test_groups_of_a_request_that_did_not_ask_are_never_judged() -> None:
     group = _finish(book, "g1", [1.0, 1.0])
     assert group.phase is Phase.READY and not group.no_signal
     assert (book.no_signal_dropped, book.no_signal_delivered, book.signal_kept) == (0, 0, 0)
+
+
+class Passing(LocalRollouts):
+    """Every rollout passes: reward 1.0, so no group has signal."""
+
+    async def run(self, spec: RolloutSpec) -> RolloutRecord:
+        self.started += 1
+        return encode_record(RolloutResult(
+            rollout_id=spec.rollout_id, task=spec.task.name, agent=spec.agent,
+            sandbox=spec.sandbox, ok=True, reward=1.0), None)
+
+
+def _submit(request_id: str, n: int, **fields: object) -> SubmitRequest:
+    return SubmitRequest.model_validate({
+        "request_id": request_id, "tasks": [{"task": "hello-file", "n": n}],
+        "agent": "terminus-2", **fields})
+
+
+def test_the_controllers_default_replaces_then_delivers_flagged(tmp_path: Path) -> None:
+    """`drop_no_signal:` on, no bound set: a request of one group gets one replacement
+    (as many as its groups), and the replacement, without signal too, comes back
+    flagged in the submit's group's place."""
+    runner = Passing()
+    controller = local_controller(tmp_path, runner=runner, drop_no_signal=True)
+
+    async def run() -> None:
+        [ref] = (await controller.submit(_submit("r", 2))).groups
+        [group] = await controller.groups(8, wait_s=30)
+        assert (group.replaces, group.no_signal, group.no_signal_dropped) == (
+            ref.group_id, True, 1)
+        stats = await controller.stats()
+        assert (stats.no_signal_dropped, stats.no_signal_delivered, stats.extra_rollouts,
+                stats.signal_kept) == (1, 1, 2, 0)
+        assert runner.started == 4
+        # A group of one is not judged by the default, and refused when asked for.
+        await controller.submit(_submit("one", 1))
+        with pytest.raises(FieldError, match="a group of 1") as refused:
+            await controller.submit(_submit("asked", 1, drop_no_signal=True))
+        assert refused.value.field == "tasks[0].n"
+        controller.shutdown()
+
+    asyncio.run(run())
