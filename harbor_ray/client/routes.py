@@ -49,6 +49,7 @@ class SubmitOptions(TypedDict, total=False):
     max_staleness: int
     drop_no_signal: bool
     max_extra_groups: int
+    replacement_tasks: list[str]
     metadata: dict[str, Any]
 
 

@@ -77,8 +77,10 @@ class GroupRollouts:
     `ServiceGRPOTrainer` logs the staleness of trained tokens from.
 
     `drop_no_signal=True` has the service drop a group whose rewards are all equal (it
-    has no GRPO signal) and run a replacement in its place, at most `max_extra_groups`
-    per call (None: the service's defaults); the call still returns one group per
+    has no GRPO signal) and run a replacement in its place, of one of
+    `replacement_tasks` (None: the call's own tasks; pass the trainer's task list so
+    that a call of one prompt can be refilled too), at most `max_extra_groups` per call
+    (None: the service's defaults); the call still returns one group per
     prompt: past the bound a group without signal comes back flagged, and trains
     nothing (docs/trainers.md, "Groups that carry signal"). `last` holds the call's
     figures (`call_figures`), which `ServiceGRPOTrainer` logs.
@@ -91,13 +93,16 @@ class GroupRollouts:
                  stale_policy: Literal["drop", "mask"] = "drop", timeout_s: float = 3600.0,
                  wait_s: float = 30.0, filler_id: int | None = None,
                  drop_no_signal: bool | None = None,
-                 max_extra_groups: int | None = None) -> None:
+                 max_extra_groups: int | None = None,
+                 replacement_tasks: Sequence[str] | None = None) -> None:
         self.client, self.agent = client, agent
         self.options: dict[str, Any] = {
             key: value for key, value in (("dataset", dataset), ("sandbox", sandbox),
                                           ("budget", budget), ("deadline_s", deadline_s),
                                           ("drop_no_signal", drop_no_signal),
-                                          ("max_extra_groups", max_extra_groups))
+                                          ("max_extra_groups", max_extra_groups),
+                                          ("replacement_tasks", None if replacement_tasks
+                                           is None else list(replacement_tasks)))
             if value is not None}
         self.max_tokens, self.max_staleness = max_tokens, max_staleness
         self.stale_policy = stale_policy

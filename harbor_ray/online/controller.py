@@ -306,9 +306,14 @@ class Controller:
         judged = tuple(t.task for t in request.tasks if t.n >= 2)
         if not judged:
             return None
+        for i, task in enumerate(request.replacement_tasks or ()):
+            if task not in tasks:
+                raise FieldError(f"no task {_shown(task)} in the dataset", status=404,
+                                 field=f"replacement_tasks[{i}]")
         bound = next(b for b in (request.max_extra_groups, self.config.max_extra_groups,
                                  len(request.tasks)) if b is not None)
-        return Refill(tasks=judged, max_extra=bound, origin=(request, tasks, sandbox))
+        return Refill(tasks=tuple(request.replacement_tasks or judged), max_extra=bound,
+                      origin=(request, tasks, sandbox))
 
     def _start_all(self, specs: list[RolloutSpec]) -> None:
         for spec in in_sandboxes_dir(specs, self._sandboxes):

@@ -61,6 +61,10 @@ class SubmitRequest(_Body):
         "(each as large as the group it replaces); past it a group without signal is "
         "delivered with `no_signal` true. None: the controller's (its default: as many "
         "as the request's groups).")
+    replacement_tasks: list[str] | None = Field(
+        None, min_length=1, max_length=10_000, description="The tasks of the dataset a "
+        "replacement group may run (a trainer's whole task list, so that a request of "
+        "one task can be refilled too); None: the request's own tasks.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description=f"Returned with every group as given; at most "
         f"{METADATA_MAX_DEPTH} levels deep and {METADATA_MAX_BYTES} bytes as JSON, its "

@@ -150,6 +150,21 @@ def test_the_controllers_default_replaces_then_delivers_flagged(tmp_path: Path) 
         with pytest.raises(FieldError, match="a group of 1") as refused:
             await controller.submit(_submit("asked", 1, drop_no_signal=True))
         assert refused.value.field == "tasks[0].n"
+        # Replacements may run tasks the request did not name, of the dataset only.
+        await controller.submit(_submit("wide", 2, drop_no_signal=True, max_extra_groups=1,
+                                        replacement_tasks=["count-words"]))
+        await controller.ack([group.group_id])
+        wide = None
+        while wide is None:  # each long poll waits for a group; the others acknowledged
+            for taken in await controller.groups(8, wait_s=30):
+                if taken.request_id == "wide":
+                    wide = taken
+                await controller.ack([taken.group_id])
+        assert (wide.task, wide.no_signal) == ("count-words", True)
+        with pytest.raises(FieldError) as unknown:
+            await controller.submit(_submit("bad", 2, drop_no_signal=True,
+                                            replacement_tasks=["count-words", "nope"]))
+        assert (unknown.value.field, unknown.value.status) == ("replacement_tasks[1]", 404)
         controller.shutdown()
 
     asyncio.run(run())
