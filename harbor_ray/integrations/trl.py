@@ -190,14 +190,15 @@ def call_figures(groups: Sequence[Group], samples: Sequence[dict[str, Any]], sec
                  version: int) -> dict[str, float]:
     """What one `GroupRollouts` call did, as sums (so that a trainer can add them over
     processes before taking means): rollouts and their rewards (`reward_sum`,
-    `reward_sq_sum` over the `scored` ones), model calls (`turns`), tokens the model
+    `reward_sq_sum` over the `scored` ones), turns recorded (`turns`: the rollouts/
+    row's `counts.turns`, one per model call answered), tokens the model
     sampled (`sampled_tokens`, before any was masked), samples that train nothing as
     too stale (`stale_dropped`) and tokens masked as too stale (`stale_masked_tokens`:
     here, and by the service's `mask` policy), groups dropped for no signal by the
     service (`no_signal_dropped`, each replaced: `extra_rollouts`) and delivered
     flagged at the bound (`no_signal_kept`), and the call's wall `seconds`."""
     rewards = [s["reward"] for s in samples if s["reward"] is not None]
-    turns = {row["rollout_id"]: row.get("model_calls") or 0
+    turns = {row["rollout_id"]: (row.get("counts") or {}).get("turns") or 0
              for group in groups for row in group.rollouts}
     return {
         "groups": float(len(groups)), "rollouts": float(len(samples)),

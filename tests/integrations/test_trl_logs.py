@@ -31,7 +31,8 @@ def _group(slot: str, task: str, rewards: list[float], calls: list[int], oldest:
            **fields: Any) -> Group:
     ids = [f"{slot}-r{i}" for i in range(len(rewards))]
     rollouts = [{"rollout_id": rid, "task": task, "reward": reward, "ok": True,
-                 "trainable": True, "model_calls": n, "policy_version_min": low,
+                 "trainable": True, "counts": {"turns": n, "model_calls": n},
+                 "policy_version_min": low,
                  "policy_version_max": VERSION}
                 for rid, reward, n, low in zip(ids, rewards, calls, oldest, strict=True)]
     # Prompt [5]; completion [6, 7, 8], 7 a tool output: 2 sampled tokens each.

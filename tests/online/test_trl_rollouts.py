@@ -185,6 +185,7 @@ def test_groups_without_signal_are_dropped_and_replaced_to_a_full_batch(
     figures = rollouts.last
     assert (figures["no_signal_dropped"], figures["extra_rollouts"],
             figures["no_signal_kept"]) == (2, 4, 0)
+    assert figures["turns"] == 6  # one model call each, from the rows' counts
 
 
 def test_past_max_extra_groups_a_group_without_signal_comes_back_and_trains_nothing(
