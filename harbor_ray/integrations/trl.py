@@ -327,7 +327,7 @@ class ServiceGRPOTrainer(GRPOTrainer):
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         started, rollout = time.monotonic(), self._seconds["rollout"]
-        loss = super().training_step(*args, **kwargs)
+        loss = super().training_step(*args, **kwargs)  # type: ignore[no-untyped-call]  # untyped in trl
         # The step's rollouts (TRL collects them inside it, once per generation batch)
         # are rollout time, not training time.
         self._seconds["train"] += (time.monotonic() - started

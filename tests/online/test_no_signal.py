@@ -12,12 +12,11 @@ import pytest
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import RolloutResult
 from harbor_ray.errors import FieldError
-from harbor_ray.online.controller import LocalRollouts
 from harbor_ray.online.groups import Book, GroupState, Phase
 from harbor_ray.online.no_signal import Refill, Verdict, carries_signal, judge
 from harbor_ray.online.wire import SubmitRequest
 from harbor_ray.trials.spec import RolloutSpec
-from tests.online.local import local_controller
+from tests.online.local import LocalRollouts, local_controller
 
 
 @pytest.mark.parametrize(("rewards", "signal"), [
