@@ -71,11 +71,19 @@ def main() -> None:
                         help="tokens per model call (default: 64)")
     parser.add_argument("--out", type=Path, default=Path("trl_grpo_out"),
                         help="checkpoints and TRL's output (default: %(default)s)")
+    parser.add_argument("--drop-no-signal", action="store_true",
+                        help="have the service drop a group whose rewards are all equal and "
+                        "run a replacement of one of --tasks in its place")
+    parser.add_argument("--max-extra-groups", type=int, default=None,
+                        help="replacements per step at most (default: the service's)")
     args = parser.parse_args()
 
     model_dir = str(prepare_model()) if args.model == "default" else args.model
     client = Client(args.url, args.key_file.expanduser().read_text().strip())
-    rollouts = GroupRollouts(client, args.agent, budget=args.budget, max_tokens=args.max_tokens)
+    rollouts = GroupRollouts(client, args.agent, budget=args.budget, max_tokens=args.max_tokens,
+                             drop_no_signal=args.drop_no_signal or None,
+                             max_extra_groups=args.max_extra_groups,
+                             replacement_tasks=args.tasks if args.drop_no_signal else None)
     sync = WeightSync(client, args.out / "checkpoints")
     # ServiceGRPOTrainer: TRL's GRPOTrainer with TRL's importance-sampling correction
     # against the recorded logprobs (per token, truncated: ServiceGRPOConfig's default).

@@ -47,6 +47,9 @@ class SubmitOptions(TypedDict, total=False):
     budget: int
     deadline_s: float
     max_staleness: int
+    drop_no_signal: bool
+    max_extra_groups: int
+    replacement_tasks: list[str]
     metadata: dict[str, Any]
 
 

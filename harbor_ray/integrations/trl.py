@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,7 @@ from harbor_ray.errors import TrainerError
 from harbor_ray.online.wire import Group, TaskRequest
 
 __all__ = ["GroupRollouts", "ServiceGRPOConfig", "ServiceGRPOTrainer", "WeightSync",
-           "task_dataset", "verifier_reward"]
+           "call_figures", "rollout_metrics", "task_dataset", "verifier_reward"]
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +75,15 @@ class GroupRollouts:
     train (docs/trainers.md, "Staleness"). Each sample carries `policy_versions` (per
     completion token) and `policy_version` (the one serving at submit), which
     `ServiceGRPOTrainer` logs the staleness of trained tokens from.
+
+    `drop_no_signal=True` has the service drop a group whose rewards are all equal (it
+    has no GRPO signal) and run a replacement in its place, of one of
+    `replacement_tasks` (None: the call's own tasks; pass the trainer's task list so
+    that a call of one prompt can be refilled too), at most `max_extra_groups` per call
+    (None: the service's defaults); the call still returns one group per
+    prompt: past the bound a group without signal comes back flagged, and trains
+    nothing (docs/trainers.md, "Groups that carry signal"). `last` holds the call's
+    figures (`call_figures`), which `ServiceGRPOTrainer` logs.
     """
 
     def __init__(self, client: Client, agent: str, *, dataset: str | None = None,
@@ -81,17 +91,24 @@ class GroupRollouts:
                  deadline_s: float | None = None, max_tokens: int | None = None,
                  max_staleness: int | None = None,
                  stale_policy: Literal["drop", "mask"] = "drop", timeout_s: float = 3600.0,
-                 wait_s: float = 30.0, filler_id: int | None = None) -> None:
+                 wait_s: float = 30.0, filler_id: int | None = None,
+                 drop_no_signal: bool | None = None,
+                 max_extra_groups: int | None = None,
+                 replacement_tasks: Sequence[str] | None = None) -> None:
         self.client, self.agent = client, agent
         self.options: dict[str, Any] = {
             key: value for key, value in (("dataset", dataset), ("sandbox", sandbox),
-                                          ("budget", budget), ("deadline_s", deadline_s))
+                                          ("budget", budget), ("deadline_s", deadline_s),
+                                          ("drop_no_signal", drop_no_signal),
+                                          ("max_extra_groups", max_extra_groups),
+                                          ("replacement_tasks", None if replacement_tasks
+                                           is None else list(replacement_tasks)))
             if value is not None}
         self.max_tokens, self.max_staleness = max_tokens, max_staleness
         self.stale_policy = stale_policy
         self.timeout_s, self.wait_s, self.filler_id = timeout_s, wait_s, filler_id
-        # What the last call did, for a trainer's logs.
-        self.last: dict[str, Any] = {}
+        # What the last call did, for a trainer's logs (`call_figures`).
+        self.last: dict[str, float] = {}
         # Groups the service delivered that no call of this object asked for.
         self.unclaimed: list[Group] = []
 
@@ -108,9 +125,8 @@ class GroupRollouts:
         filler = self.filler_id if self.filler_id is not None else _filler(trainer)
         samples = [sample for group_id in ids for sample in self._samples(
             groups[group_id], n, reply.policy_version, filler)]
-        self.last = {"groups": len(ids), "seconds": time.monotonic() - started,
-                     "policy_version": reply.policy_version,
-                     "trainable": sum(s["trainable"] for s in samples)}
+        self.last = call_figures([groups[i] for i in ids], samples,
+                                 time.monotonic() - started, reply.policy_version)
         return trl_columns(samples)
 
     def _sampling(self, args: Any) -> dict[str, Any]:
@@ -121,7 +137,8 @@ class GroupRollouts:
         return sampling
 
     def _wait(self, ids: list[str]) -> dict[str, Group]:
-        """The groups `ids`, acknowledged; others that arrive meanwhile are kept apart.
+        """The groups in the places of `ids` (each the group itself, or the replacement
+        that took its place), acknowledged; others that arrive meanwhile are kept apart.
         One long poll at a time, so that `timeout_s` is checked between polls."""
         deadline = time.monotonic() + self.timeout_s
         got: dict[str, Group] = {}
@@ -134,8 +151,8 @@ class GroupRollouts:
                                    "the rollouts' budget or deadline_s")
             batch = self.client.poll(max_groups=len(missing), wait_s=self.wait_s)
             for group in batch:
-                if group.group_id in missing:
-                    got[group.group_id] = group
+                if (place := group.replaces or group.group_id) in missing:
+                    got[place] = group
                 else:
                     _log.warning("group %s was not asked for here; kept in `unclaimed`",
                                  group.group_id)
@@ -152,15 +169,52 @@ class GroupRollouts:
         unscored = any(s["reward"] is None for s in samples)
         for sample in samples:
             sample["policy_version"] = version
+            sample["sampled_tokens"] = sum(sample["env_mask"])
             oldest = sample["policy_version_min"]
             stale = (self.max_staleness is not None and oldest is not None
                      and version - oldest > self.max_staleness)
-            if unscored or not sample["trainable"] or (stale and self.stale_policy == "drop"):
+            sample["stale_dropped"] = stale and self.stale_policy == "drop"
+            sample["stale_masked"] = 0
+            if (unscored or group.no_signal or not sample["trainable"]
+                    or sample["stale_dropped"]):
                 _train_nothing(sample)
             elif stale and self.max_staleness is not None:
-                sample["env_mask"] = mask_stale(sample["env_mask"], sample["policy_versions"],
-                                                version, self.max_staleness)
+                kept = mask_stale(sample["env_mask"], sample["policy_versions"], version,
+                                  self.max_staleness)
+                sample["stale_masked"] = sum(sample["env_mask"]) - sum(kept)
+                sample["env_mask"] = kept
         return samples
+
+
+def call_figures(groups: Sequence[Group], samples: Sequence[dict[str, Any]], seconds: float,
+                 version: int) -> dict[str, float]:
+    """What one `GroupRollouts` call did, as sums (so that a trainer can add them over
+    processes before taking means): rollouts and their rewards (`reward_sum`,
+    `reward_sq_sum` over the `scored` ones), turns recorded (`turns`: the rollouts/
+    row's `counts.turns`, one per model call answered), tokens the model
+    sampled (`sampled_tokens`, before any was masked), samples that train nothing as
+    too stale (`stale_dropped`) and tokens masked as too stale (`stale_masked_tokens`:
+    here, and by the service's `mask` policy), groups dropped for no signal by the
+    service (`no_signal_dropped`, each replaced: `extra_rollouts`) and delivered
+    flagged at the bound (`no_signal_kept`), and the call's wall `seconds`."""
+    rewards = [s["reward"] for s in samples if s["reward"] is not None]
+    turns = {row["rollout_id"]: (row.get("counts") or {}).get("turns") or 0
+             for group in groups for row in group.rollouts}
+    return {
+        "groups": float(len(groups)), "rollouts": float(len(samples)),
+        "scored": float(len(rewards)), "reward_sum": float(sum(rewards)),
+        "reward_sq_sum": float(sum(r * r for r in rewards)),
+        "turns": float(sum(turns.get(s["rollout_id"], 0) for s in samples)),
+        "sampled_tokens": float(sum(s["sampled_tokens"] for s in samples)),
+        "trainable": float(sum(bool(s["trainable"]) for s in samples)),
+        "stale_dropped": float(sum(bool(s["stale_dropped"]) for s in samples)),
+        "stale_masked_tokens": float(sum(s["stale_masked"] for s in samples)
+                                     + sum(g.masked_tokens for g in groups)),
+        "no_signal_dropped": float(sum(g.no_signal_dropped for g in groups)),
+        "no_signal_kept": float(sum(g.no_signal for g in groups)),
+        "extra_rollouts": float(sum(g.no_signal_dropped * g.n for g in groups)),
+        "seconds": seconds, "policy_version": float(version),
+    }
 
 
 class WeightSync(TrainerCallback):
@@ -231,6 +285,12 @@ class ServiceGRPOTrainer(GRPOTrainer):
     `sampling/importance_sampling_ratio/clipped_fraction` (trained tokens whose ratio
     left the bounds: truncated or masked) and `staleness/tokens_{0,1,2+}` (trained tokens
     by versions behind the one serving at submit, from `GroupRollouts`' columns).
+
+    It also logs what the rollouts were (`rollouts/*`, `groups/*`: `rollout_metrics` of
+    `GroupRollouts.last`, summed over processes) and where the time went (`timing/
+    rollout_s`, `timing/train_s`: seconds since the last log), all through TRL's `log`,
+    so `report_to` sends them wherever the rest goes (docs/trainers.md, "What the
+    trainer logs").
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -242,6 +302,8 @@ class ServiceGRPOTrainer(GRPOTrainer):
         if config is None:
             bound.arguments["args"] = ServiceGRPOConfig()
         super().__init__(*bound.args[1:], **bound.kwargs)
+        # Seconds since the last log: in the rollout_func, and in training steps less it.
+        self._seconds = {"rollout": 0.0, "train": 0.0}
 
     # TRL computes, logs and applies the ratio only where `self.use_vllm` is set; the three
     # overrides below set it while TRL scores the samples and computes the loss (its code
@@ -256,8 +318,41 @@ class ServiceGRPOTrainer(GRPOTrainer):
         return output
 
     def _generate(self, prompts: list[Any]) -> Any:
+        started = time.monotonic()
         with self._trl_correction(False):
-            return super()._generate(prompts)
+            generated = super()._generate(prompts)
+        self._seconds["rollout"] += time.monotonic() - started
+        self._log_rollouts()
+        return generated
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        started, rollout = time.monotonic(), self._seconds["rollout"]
+        loss = super().training_step(*args, **kwargs)  # type: ignore[no-untyped-call]  # untyped in trl
+        # The step's rollouts (TRL collects them inside it, once per generation batch)
+        # are rollout time, not training time.
+        self._seconds["train"] += (time.monotonic() - started
+                                   - (self._seconds["rollout"] - rollout))
+        return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        metrics = self._metrics[self._mode()]
+        for name, seconds in self._seconds.items():
+            metrics[f"timing/{name}_s"] = [seconds]
+            self._seconds[name] = 0.0
+        super().log(logs, start_time)
+
+    def _log_rollouts(self) -> None:
+        """`GroupRollouts.last` (the call just made), summed over processes, as
+        `rollout_metrics`; nothing for a rollout_func that keeps no such figures."""
+        figures = getattr(self.rollout_func, "last", None)
+        if not isinstance(figures, dict) or not figures:
+            return
+        keys = sorted(k for k in _SUMMED if k in figures)
+        summed = self.accelerator.reduce(
+            torch.tensor([float(figures[k]) for k in keys], device=self.accelerator.device),
+            reduction="sum").tolist()
+        for name, value in rollout_metrics(dict(zip(keys, summed, strict=True))).items():
+            self._metrics[self._mode()][name].append(value)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
         with self._trl_correction(True):
@@ -303,6 +398,37 @@ class ServiceGRPOTrainer(GRPOTrainer):
         summed = self.accelerator.reduce(counts, reduction="sum").tolist()
         for bucket, count in zip(_STALENESS, summed, strict=True):
             self._metrics[self._mode()][f"staleness/tokens_{bucket}"].append(float(count))
+
+
+# `call_figures` that add up over processes (the rest: the call's own, not logged).
+_SUMMED = ("rollouts", "scored", "reward_sum", "reward_sq_sum", "turns", "sampled_tokens",
+           "stale_dropped", "stale_masked_tokens", "no_signal_dropped", "no_signal_kept",
+           "extra_rollouts")
+
+
+def rollout_metrics(figures: dict[str, float]) -> dict[str, float]:
+    """The logged form of `call_figures` sums: per-rollout means and the counts.
+    `rollouts/reward_mean` and `_std` are over the scored rollouts (population std;
+    absent when none was scored); `turns_mean` and `sampled_tokens_mean` per rollout."""
+    rollouts, scored = figures.get("rollouts", 0.0), figures.get("scored", 0.0)
+    metrics: dict[str, float] = {}
+    if scored:
+        mean = figures["reward_sum"] / scored
+        metrics["rollouts/reward_mean"] = mean
+        metrics["rollouts/reward_std"] = math.sqrt(
+            max(figures["reward_sq_sum"] / scored - mean * mean, 0.0))
+    if rollouts:
+        metrics["rollouts/turns_mean"] = figures.get("turns", 0.0) / rollouts
+        metrics["rollouts/sampled_tokens_mean"] = figures.get("sampled_tokens", 0.0) / rollouts
+        metrics["rollouts/unscored"] = rollouts - scored
+    for key, name in (("stale_dropped", "rollouts/stale_dropped"),
+                      ("stale_masked_tokens", "rollouts/stale_masked_tokens"),
+                      ("no_signal_dropped", "groups/no_signal_dropped"),
+                      ("no_signal_kept", "groups/no_signal_kept"),
+                      ("extra_rollouts", "groups/extra_rollouts")):
+        if key in figures:
+            metrics[name] = figures[key]
+    return metrics
 
 
 def _check_service_setup(config: GRPOConfig | None, rollout_func: Any) -> None:

@@ -51,6 +51,7 @@ from harbor_ray.errors import (
     WeightVersionError,
 )
 from harbor_ray.online.groups import Book, GroupState, Phase
+from harbor_ray.online.no_signal import Refill
 from harbor_ray.online.weights import EngineWeights, replica_results
 from harbor_ray.online.wire import (
     AckReply,
@@ -115,6 +116,11 @@ class ControllerConfig:
     metrics_every_s: float = 5.0
     max_staleness: int | None = None  # the default bound, in policy versions
     stale_policy: StalePolicy = "drop"
+    # A submit's defaults for groups without signal (rewards all equal): drop and
+    # replace them (groups of 2 or more), at most `max_extra_groups` replacements per
+    # request (None: as many as the request's groups).
+    drop_no_signal: bool = False
+    max_extra_groups: int | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # Each host's turn journal (work_dir/journal/<host>.journal on its node): a dead
     # host's rollouts become partial rows with their turns (cluster/journaling.py).
@@ -148,6 +154,8 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.capacity < 1:
             raise ServiceConfigError("capacity and concurrency must be at least 1")
+        if self.max_extra_groups is not None and self.max_extra_groups < 0:
+            raise ServiceConfigError("max_extra_groups cannot be negative (0: no replacement)")
         if self.sandbox_starts_per_s < 0:
             raise ServiceConfigError("sandbox_starts_per_s cannot be negative (0: no limit)")
         check_warm_pool(self.sandbox, self.warm_pool)
@@ -264,6 +272,7 @@ class Controller:
         asked_n = sum(t.n for t in request.tasks)
         if (why := self.book.over_capacity(asked_n)) is not None:
             raise OverCapacity(why, retry_after_s=self.config.retry_after_s)
+        refill = self._refill(request, tasks, sandbox)
         groups, specs = [], []
         for asked in request.tasks:
             group_id = uuid.uuid4().hex[:16]
@@ -273,14 +282,56 @@ class Controller:
             groups.append(GroupState(
                 group_id=group_id, request_id=request.request_id, task=asked.task,
                 rollout_ids=tuple(s.rollout_id for s in group_specs),
-                max_staleness=request.max_staleness, metadata=request.metadata))
+                max_staleness=request.max_staleness, metadata=request.metadata,
+                refill=refill if asked.n >= 2 else None))
         reply = self.book.accept(request.request_id, groups, self.version)
         self._steer()
+        self._start_all(specs)
+        return reply
+
+    def _refill(self, request: SubmitRequest, tasks: dict[str, TaskRef], sandbox: str
+                ) -> Refill | None:
+        """The request's replacements when it drops groups without signal (explicitly,
+        or by the controller's default for its groups of 2 or more); None otherwise."""
+        drop = request.drop_no_signal
+        if drop:
+            ones = [i for i, t in enumerate(request.tasks) if t.n < 2]
+            if ones:
+                raise FieldError("drop_no_signal judges a group by its rewards' spread, "
+                                 "which a group of 1 has none of: ask n of 2 or more, or "
+                                 "leave drop_no_signal out", status=400,
+                                 field=f"tasks[{ones[0]}].n")
+        if not (self.config.drop_no_signal if drop is None else drop):
+            return None
+        judged = tuple(t.task for t in request.tasks if t.n >= 2)
+        if not judged:
+            return None
+        for i, task in enumerate(request.replacement_tasks or ()):
+            if task not in tasks:
+                raise FieldError(f"no task {_shown(task)} in the dataset", status=404,
+                                 field=f"replacement_tasks[{i}]")
+        bound = next(b for b in (request.max_extra_groups, self.config.max_extra_groups,
+                                 len(request.tasks)) if b is not None)
+        return Refill(tasks=tuple(request.replacement_tasks or judged), max_extra=bound,
+                      origin=(request, tasks, sandbox))
+
+    def _start_all(self, specs: list[RolloutSpec]) -> None:
         for spec in in_sandboxes_dir(specs, self._sandboxes):
             task = asyncio.create_task(self._run(spec))
             task.add_done_callback(partial(self._never_ran, spec, time.time()))
             self._tasks[spec.rollout_id] = task
-        return reply
+
+    def _replace(self, dropped: GroupState) -> None:
+        """Start the group that takes the place of `dropped` (no signal)."""
+        assert dropped.refill is not None
+        request, tasks, sandbox = dropped.refill.origin
+        task = dropped.refill.next_task()
+        assert task is not None, "the book drops a group only within its request's bound"
+        group_id = uuid.uuid4().hex[:16]
+        specs = [self._spec(request, tasks[task], sandbox, group_id, k)
+                 for k in range(dropped.n)]
+        self.book.replace(dropped, group_id, task, tuple(s.rollout_id for s in specs))
+        self._start_all(specs)
 
     async def groups(self, max_groups: int, wait_s: float) -> list[Group]:
         """The oldest finished groups (at most `max_groups`), waiting up to `wait_s` for
@@ -433,6 +484,9 @@ class Controller:
             finished=book.finished_rollouts, groups_ready=len(book.ready),
             delivered=book.delivered, dropped=book.dropped, cancelled=book.cancelled,
             errors=dict(book.errors), staleness=dict(book.staleness_seen),
+            no_signal_dropped=book.no_signal_dropped,
+            no_signal_delivered=book.no_signal_delivered, signal_kept=book.signal_kept,
+            extra_rollouts=book.extra_rollouts,
             rollouts_per_min=book.finished_rollouts / minutes,
             concurrency_limit=self._gate.limit)
 
@@ -492,6 +546,9 @@ class Controller:
         group = self.book.finish(record, self.version)
         if group is None:
             return
+        if group.phase is Phase.NO_SIGNAL:
+            self._replace(group)
+            return
         if group.phase is Phase.READY and self._writer is not None:
             # Written when it becomes ready, not when acknowledged: a trainer that dies
             # before its ack still leaves the group in the dataset. One part per group,
@@ -512,6 +569,8 @@ def _manifest(config: ControllerConfig) -> dict[str, Any]:
             "capacity": config.capacity, "concurrency": config.concurrency,
             "max_concurrency": None if config.admission is None else config.admission.ceiling,
             "max_staleness": config.max_staleness, "stale_policy": config.stale_policy,
+            "drop_no_signal": config.drop_no_signal,
+            "max_extra_groups": config.max_extra_groups,
             "retries": config.retry.retries, "initial_version": config.initial_version}
 
 

@@ -4,13 +4,15 @@ I/O: the controller calls in with what happened (and the time).
 
 A group (the n rollouts of one task a submit asked for) is finished when every rollout
 ended as a row; then it is ready until acknowledged, or dropped past its staleness bound
-under the `drop` policy; under `mask` it is delivered with its tokens past the bound
-out of the loss mask (data/token_versions.py). Retention: a closed group (acknowledged,
-dropped, or cancelled with every rollout ended) stays `retain_s` seconds and at most
-`retain_groups` of them stay; an acknowledged or cancelled group lets its rows go as it
-closes, a dropped one keeps them until forgotten; an open group is never forgotten. The
-`request_id` index keeps every request with a group in the book and the `request_ids`
-most recent others.
+under the `drop` policy; under `mask` it is delivered with its tokens past the bound out
+of the loss mask (data/token_versions.py). A group of a request that asked to drop
+groups without signal (rewards all equal: `no_signal.py`) is dropped as it finishes and
+a replacement group takes its place, within the request's bound. Retention: a closed
+group (acknowledged, dropped, or cancelled with every rollout ended) stays `retain_s`
+seconds and at most `retain_groups` of them stay; an acknowledged or cancelled group
+lets its rows go as it closes, a dropped one keeps them until forgotten; an open group
+is never forgotten. The `request_id` index keeps every request with a group in the book
+and the `request_ids` most recent others.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.token_versions import mask_stale, sequence_versions
 from harbor_ray.errors import ServiceConfigError
+from harbor_ray.online.no_signal import Refill, Verdict, carries_signal, judge
 from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
 
 __all__ = ["Book", "GroupState", "Phase", "version_span"]
@@ -39,6 +42,7 @@ class Phase(StrEnum):
     DELIVERED = "delivered"  # acknowledged
     DROPPED = "dropped"  # finished too stale under the `drop` policy
     CANCELLED = "cancelled"  # cancelled by the caller (its rows are kept, not delivered)
+    NO_SIGNAL = "no_signal"  # finished with rewards all equal: dropped, a replacement runs
 
 
 @dataclass
@@ -61,6 +65,15 @@ class GroupState:
     # Under the `mask` policy, its staleness bound: tokens further behind
     # `finished_version` are delivered out of the loss mask.
     mask_bound: int | None = None
+    # Its request's replacements, when it asked to drop groups without signal.
+    refill: Refill | None = None
+    # The submit reply's group whose place it takes (None: it is that group); the
+    # no-signal groups dropped in that place before it; the group that replaced it.
+    replaces: str | None = None
+    dropped_before: int = 0
+    replaced_by: str | None = None
+    # Without signal, delivered because its request's extra groups were spent.
+    no_signal: bool = False
 
     @property
     def n(self) -> int:
@@ -97,7 +110,12 @@ class GroupState:
             finished_version=self.finished_version, staleness=self.staleness(),
             rollouts=[row for r in records for row in r.rollout.to_pylist()],
             sequences=sequences, turns=turns, masked_tokens=masked,
+            replaces=self.replaces, no_signal=self.no_signal,
+            no_signal_dropped=self.dropped_before,
         )
+
+    def rewards(self) -> list[float | None]:
+        return [self.records[r].result.reward for r in self.rollout_ids if r in self.records]
 
 
 def _versioned(sequences: list[dict[str, Any]], turns: list[dict[str, Any]], current: int,
@@ -149,6 +167,12 @@ class Book:
     delivered: int = 0
     dropped: int = 0
     cancelled: int = 0
+    # Groups of requests that drop those without signal: dropped (each replaced),
+    # delivered flagged at the request's bound, kept with signal; replacement rollouts.
+    no_signal_dropped: int = 0
+    no_signal_delivered: int = 0
+    signal_kept: int = 0
+    extra_rollouts: int = 0
     _unfinished: int = 0
     _open: Counter[str] = field(default_factory=Counter)  # request id -> groups kept
     _closing: list[str] = field(default_factory=list)  # closed since the last forget
@@ -217,10 +241,43 @@ class Book:
             group.phase = Phase.DROPPED
             self.dropped += 1
             self._close(group, keep_rows=True)
+        elif (verdict := judge(group.rewards(), group.refill)) is Verdict.DROP:
+            assert group.refill is not None
+            group.phase = Phase.NO_SIGNAL
+            group.refill.no_signal.add(group.task)
+            self.no_signal_dropped += 1
+            self._close(group)
         else:
+            if verdict is Verdict.FLAG:
+                group.no_signal = True
+                self.no_signal_delivered += 1
+            elif group.refill is not None and carries_signal(group.rewards()):
+                self.signal_kept += 1
             group.phase = Phase.READY
             if not group.awaited:
                 self.ready.append(group.group_id)
+        return group
+
+    def replace(self, dropped: GroupState, group_id: str, task: str,
+                rollout_ids: tuple[str, ...]) -> GroupState:
+        """Take the group that takes the place of `dropped` (finished without signal,
+        within its request's bound: `finish` said so), running `task` (its request's
+        `Refill.next_task`). Not held to the capacity: it stands in for rollouts that
+        just ended."""
+        assert dropped.phase is Phase.NO_SIGNAL and dropped.refill is not None
+        group = GroupState(
+            group_id=group_id, request_id=dropped.request_id, task=task,
+            rollout_ids=rollout_ids, max_staleness=dropped.max_staleness,
+            metadata=dropped.metadata, refill=dropped.refill,
+            replaces=dropped.replaces or dropped.group_id,
+            dropped_before=dropped.dropped_before + 1)
+        dropped.replaced_by = group_id
+        self.groups[group_id] = group
+        for rollout_id in rollout_ids:
+            self.by_rollout[rollout_id] = group_id
+        self._open[group.request_id] += 1
+        self._unfinished += group.n
+        self.extra_rollouts += group.n
         return group
 
     def take(self, max_groups: int) -> list[GroupState]:
@@ -245,8 +302,11 @@ class Book:
         return done, unknown
 
     def cancel(self, group_id: str) -> GroupState | None:
-        """Mark a group cancelled (its rollouts still end as rows); None if unknown."""
+        """Mark a group cancelled (its rollouts still end as rows); None if unknown. A
+        group dropped for no signal stands for its replacement: that one is cancelled."""
         group = self.groups.get(group_id)
+        while group is not None and group.replaced_by is not None:
+            group = self.groups.get(group.replaced_by)
         if group is None:
             return None
         if group.phase in (Phase.RUNNING, Phase.READY):

@@ -162,6 +162,14 @@ class ControllerArgs(_Args):
     stale_policy: StalePolicy = Field(
         "drop", description="A group past max_staleness: drop it whole, deliver it as "
         "it is, or mask: deliver it with loss_mask 0 on the tokens past the bound.")
+    drop_no_signal: bool = Field(
+        False, description="A submit's default: drop a finished group of 2 or more "
+        "whose rewards are all equal (no GRPO signal) and run a replacement group of the "
+        "request's tasks in its place; a submit may set its own.")
+    max_extra_groups: int | None = Field(
+        None, ge=0, description="A submit's default bound on its replacement groups; past "
+        "it a group without signal is delivered flagged no_signal. None: as many as the "
+        "request's groups.")
     clear_cache_on_update: bool = Field(
         False, description="Drop the engine's KV and prefix cache at each weight update, "
         "so requests in flight recompute their context under the new weights. False: "
@@ -210,6 +218,7 @@ class ControllerArgs(_Args):
                 start=self.concurrency),
             engine_metrics=tuple(self.engine_metrics), metrics_every_s=self.metrics_every_s,
             max_staleness=self.max_staleness, stale_policy=self.stale_policy,
+            drop_no_signal=self.drop_no_signal, max_extra_groups=self.max_extra_groups,
             retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
             rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
             sandbox_starts_per_s=self.sandbox_starts_per_s, warm_pool=dict(self.warm_pool),

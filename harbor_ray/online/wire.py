@@ -51,6 +51,20 @@ class SubmitRequest(_Body):
     deadline_s: float | None = Field(None, gt=0, description="Per rollout.")
     max_staleness: int | None = Field(None, ge=0,
                                       description="Policy versions; None: the controller's.")
+    drop_no_signal: bool | None = Field(
+        None, description="Drop a finished group whose rewards are all equal (it has no "
+        "GRPO signal) and run a replacement group in its place, of the request's tasks; "
+        "None: the controller's. The controller's default applies to groups of 2 or more; "
+        "true with a group of 1 is refused (one reward cannot vary).")
+    max_extra_groups: int | None = Field(
+        None, ge=0, le=10_000, description="Replacement groups this request runs at most "
+        "(each as large as the group it replaces); past it a group without signal is "
+        "delivered with `no_signal` true. None: the controller's (its default: as many "
+        "as the request's groups).")
+    replacement_tasks: list[str] | None = Field(
+        None, min_length=1, max_length=10_000, description="The tasks of the dataset a "
+        "replacement group may run (a trainer's whole task list, so that a request of "
+        "one task can be refilled too); None: the request's own tasks.")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description=f"Returned with every group as given; at most "
         f"{METADATA_MAX_DEPTH} levels deep and {METADATA_MAX_BYTES} bytes as JSON, its "
@@ -157,6 +171,14 @@ class Group(BaseModel):
     masked_tokens: int = Field(0, description="Sampled tokens the `mask` policy took out "
                                "of `loss_mask` as too stale.")
     turns: list[dict[str, Any]] = Field(description="turns/ rows, `prompt_ids` in full.")
+    replaces: str | None = Field(None, description="The submit reply's group whose place "
+                                 "this one takes (that one, or a replacement before this, "
+                                 "had no signal); None: it is that group.")
+    no_signal: bool = Field(False, description="Its rewards are all equal, and its request's "
+                            "max_extra_groups were spent: delivered so that the request "
+                            "still gets as many groups as it asked for.")
+    no_signal_dropped: int = Field(0, description="Groups dropped for no signal in this "
+                                   "group's place before it.")
 
 
 class GroupsReply(BaseModel):
@@ -227,6 +249,13 @@ class StatsReply(BaseModel):
     cancelled: int = Field(description="Groups cancelled by the caller.")
     errors: dict[str, int] = Field(description="Rows by error type.")
     staleness: dict[str, int] = Field(description="Finished groups by staleness (versions).")
+    no_signal_dropped: int = Field(0, description="Groups dropped because their rewards "
+                                   "were all equal (drop_no_signal), each replaced.")
+    no_signal_delivered: int = Field(0, description="Groups without signal delivered "
+                                     "flagged: their request's max_extra_groups were spent.")
+    signal_kept: int = Field(0, description="Groups of drop_no_signal requests whose "
+                             "rewards varied.")
+    extra_rollouts: int = Field(0, description="Rollouts of replacement groups started.")
     rollouts_per_min: float
     concurrency_limit: int = Field(description="Rollouts allowed on hosts at once now "
                                    "(it moves with an adaptive cap: max_concurrency).")

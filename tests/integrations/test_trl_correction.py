@@ -63,6 +63,11 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest.fixture
 def model() -> LlamaForCausalLM:
+    return tiny_model()
+
+
+def tiny_model() -> LlamaForCausalLM:
+    """A one-layer Llama over `VOCAB` ids, random (seeded): seconds on a CPU."""
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32,
                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,

@@ -34,7 +34,7 @@ def trainer(n: int, step: int = 0, temperature: float = 0.7) -> Any:
         processing_class=SimpleNamespace(pad_token_id=2))
 
 
-def reward_of(rollout_id: str) -> float:
+def reward_of(rollout_id: str, task: str = "") -> float:
     """A reward that differs from rollout to rollout, known from its id alone."""
     return zlib.crc32(rollout_id.encode()) % 97 / 96
 
@@ -156,3 +156,50 @@ def test_groups_that_do_not_finish_in_timeout_s_are_cancelled_and_refused(
             rollouts(["hello-file"] * 2, trainer(2))
         stats = client.stats()
     assert stats.in_flight == stats.queued == 0, stats
+
+
+def flat_for_hello_file(rollout_id: str, task: str) -> float:
+    """hello-file's rollouts all get 1.0 (no signal); other tasks' rewards vary."""
+    return 1.0 if task == "hello-file" else reward_of(rollout_id)
+
+
+def test_groups_without_signal_are_dropped_and_replaced_to_a_full_batch(
+        service_factory) -> None:
+    """DAPO's dynamic sampling: hello-file's groups (rewards all equal) are dropped by
+    the service and replaced by count-words groups in their places, so TRL's call still
+    gets one group per prompt, each with signal."""
+    service = service_factory("trl-no-signal", work=stub_agent(1, reward=flat_for_hello_file))
+    with Client(service.url, KEY) as client:
+        rollouts = GroupRollouts(client, "terminus-2", max_tokens=16, wait_s=2,
+                                 drop_no_signal=True, max_extra_groups=4)
+        prompts = ["hello-file"] * 2 + ["count-words"] * 2 + ["hello-file"] * 2
+        columns = rollouts(prompts, trainer(2))
+        stats = client.stats()
+    # Three groups, as asked, each with signal: hello-file's two were replaced.
+    assert len(columns["reward"]) == 6 and len(set(columns["group_id"])) == 3
+    for start in range(0, 6, 2):
+        assert columns["reward"][start] != columns["reward"][start + 1]
+    assert set(columns["task"]) == {"count-words"} and all(columns["trainable"])
+    assert (stats.no_signal_dropped, stats.signal_kept, stats.no_signal_delivered,
+            stats.extra_rollouts) == (2, 3, 0, 4), stats
+    figures = rollouts.last
+    assert (figures["no_signal_dropped"], figures["extra_rollouts"],
+            figures["no_signal_kept"]) == (2, 4, 0)
+    assert figures["turns"] == 6  # one model call each, from the rows' counts
+
+
+def test_past_max_extra_groups_a_group_without_signal_comes_back_and_trains_nothing(
+        service_factory) -> None:
+    service = service_factory("trl-no-signal-bound",
+                              work=stub_agent(1, reward=flat_for_hello_file))
+    with Client(service.url, KEY) as client:
+        rollouts = GroupRollouts(client, "terminus-2", max_tokens=16, wait_s=2,
+                                 drop_no_signal=True, max_extra_groups=0)
+        columns = rollouts(["hello-file"] * 2 + ["count-words"] * 2, trainer(2))
+        stats = client.stats()
+    assert columns["task"] == ["hello-file"] * 2 + ["count-words"] * 2
+    assert columns["trainable"] == [False, False, True, True]
+    assert not any(columns["env_mask"][0]) and any(columns["env_mask"][2])
+    assert (stats.no_signal_dropped, stats.no_signal_delivered, stats.signal_kept) == (
+        0, 1, 1), stats
+    assert rollouts.last["no_signal_kept"] == 1
