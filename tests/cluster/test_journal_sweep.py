@@ -18,7 +18,7 @@ from harbor_ray.cluster.sweep import SweepConfig, SweepStats, run_rollouts, swee
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
-from tests.fixtures.cluster_actors import kill_the_only_host
+from tests.fixtures.cluster_actors import kill_the_only_host, session_hosts
 from tests.fixtures.stub_agent import chat_agent
 from tests.fixtures.threaded import fake_engine_in_thread
 
@@ -58,13 +58,14 @@ async def test_a_killed_hosts_turns_are_in_the_dataset_exactly_once(
     config = SweepConfig(out=out, retries=retries, journal="fsync",
                          proxy=ProxyTarget(llm_url, "fake-model", ingress="host"))
     engine.calls.clear()
+    before = session_hosts()
     running = asyncio.create_task(sweep(
         [spec], config, {}, work=chat_agent(CALLS, between=_held_once(str(marker)))))
     async with asyncio.timeout(120):
         while not marker.exists():
             assert not running.done()
             await asyncio.sleep(0.1)
-    host = kill_the_only_host()
+    host = kill_the_only_host(before)
     async with asyncio.timeout(120):
         stats = await running
 

@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import make_specs
 from tests.cluster import stubs
+from tests.fixtures.cluster_actors import kill_the_only_host, session_hosts
 from tests.processes import sandbox_processes
 
 pytestmark = pytest.mark.integration
@@ -213,15 +213,14 @@ async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = SweepConfig(out=out, retries=0)
     [spec] = _specs(_slow_tasks(tmp_path, 120), out, names=["slow"], deadline=300)
+    before = session_hosts()
     running = asyncio.create_task(sweep([spec], config, {}))
     # Kill the actor once its sandbox exists, i.e. mid-rollout.
     async with asyncio.timeout(240):
         while not (config.sandboxes_dir.exists() and any(config.sandboxes_dir.iterdir())):
             assert not running.done()
             await asyncio.sleep(0.5)
-    [host] = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-              if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")]
-    ray.kill(ray.get_actor(host, namespace=NAMESPACE))
+    kill_the_only_host(before)
     stats = await running
     [row] = _rows(out)
     assert row["error_type"] == "infra_lost" and row["reward"] is None

@@ -16,7 +16,7 @@ from harbor_ray.cluster.sweep import SweepConfig, SweepStats, in_sandboxes_dir, 
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 from harbor_ray.trials.warm_pool import Ledger
-from tests.fixtures.cluster_actors import kill_the_only_host
+from tests.fixtures.cluster_actors import kill_the_only_host, session_hosts
 from tests.fixtures.images import JQ_TASK
 from tests.processes import sandbox_processes
 
@@ -83,6 +83,7 @@ async def test_a_killed_hosts_pooled_sandboxes_are_reaped(
     (slow / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 600\n")
     spec = dataclasses.replace(spec, task=spec.task.model_copy(update={"path": slow}))
     rows = []
+    before = session_hosts()
     running = asyncio.create_task(
         run_rollouts([spec], config, SweepStats(total=1), rows.append))
     # Wait until the host holds two started sandboxes: its rollout's, and a ready one.
@@ -90,7 +91,7 @@ async def test_a_killed_hosts_pooled_sandboxes_are_reaped(
         while len(left_behind(config)[0]) < 2:
             assert not running.done()
             await asyncio.sleep(0.2)
-    kill_the_only_host()
+    kill_the_only_host(before)
     async with asyncio.timeout(120):
         await running
     assert [r.result.error_type for r in rows] == ["infra_lost"]
