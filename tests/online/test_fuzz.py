@@ -97,7 +97,9 @@ def refusal_named(reply: httpx.Response) -> None:
     as JSON, a key, a Host) names neither."""
     body = reply.json()
     assert isinstance(body["error"], str) and body["error"], body
-    if reply.status_code != 429:  # over capacity: the controller's, and no field's
+    # Two doors name no field: over capacity (429, the controller's), and a body nested
+    # past what the JSON reader reads (1024 levels: a deep value mutated deeper again).
+    if reply.status_code != 429 and "depth limit exceeded" not in body["error"]:
         assert body.get("field") or body["error"].startswith("body: "), body
 
 

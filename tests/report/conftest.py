@@ -75,10 +75,11 @@ MODELS: dict[str, tuple[dict[str, int], int]] = {
 }
 
 
-def planned_reward(passes: dict[str, int]) -> Callable[[str], float]:
-    """The reward of a rollout id (`task__attempt__run`) as MODELS plans it."""
+def planned_reward(passes: dict[str, int]) -> Callable[[str, str], float]:
+    """The reward of a rollout id (`task__attempt__run`) as MODELS plans it (the stub
+    agent also passes the task's name, which the id already holds)."""
 
-    def reward(rollout_id: str) -> float:
+    def reward(rollout_id: str, _task: str) -> float:
         task, attempt, _ = rollout_id.split("__")
         return 1.0 if int(attempt) < passes[task] else 0.0
 
