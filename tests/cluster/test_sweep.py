@@ -223,7 +223,7 @@ async def test_killed_actor_is_infra_lost_and_reaped(tmp_path: Path) -> None:
     kill_the_only_host(before)
     stats = await running
     [row] = _rows(out)
-    assert row["error_type"] == "infra_lost" and row["reward"] is None
+    assert row["error_type"] == "infra_lost" and row["reward"] is None, row["error"]
     assert stats.failed == 1
     assert _sandbox_leftovers(config) == ([], [])
 
