@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,12 @@ from harbor_ray.capture.core.dialects.base import (
     require_dict,
     require_list,
 )
+from harbor_ray.capture.core.dialects.google_fields import (
+    read_camel,
+    read_name,
+    read_text,
+    read_tools,
+)
 from harbor_ray.capture.core.sse import sse_event
 from harbor_ray.errors import AgentRequestError
 
@@ -35,11 +40,6 @@ _PART_CONTENT = ("text", "functionCall", "functionResponse")
 _PART_METADATA = frozenset(
     {"thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution"}
 )
-
-# Gemini Schema keywords whose values are schemas themselves (the rest pass through).
-_SCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_SINGLE = ("items", "not", "additionalProperties")
 
 # generationConfig fields that become engine sampling fields: (engine name, integer?).
 _SAMPLING: dict[str, tuple[str, bool]] = {
@@ -70,9 +70,6 @@ _STATUS: dict[ErrorKind, str] = {
     "rate_limited": "RESOURCE_EXHAUSTED",
 }
 
-_SNAKE = re.compile(r"_([a-z0-9])")
-
-
 class GoogleDialect:
     name: DialectName = "google"
     # Gemini's API sends no SSE comments, and antigravity-sdk's Go harness (0.1.22)
@@ -83,14 +80,14 @@ class GoogleDialect:
     def to_engine(
         self, body: dict[str, Any], *, url_model: str | None, url_stream: bool
     ) -> EngineCall:
-        request = _camel(body, "request")
+        request = read_camel(body, "request")
         if "cachedContent" in request:
             raise AgentRequestError(
                 "cachedContent is not supported: the proxy cannot read its text")
         messages = _system(request.get("systemInstruction")) + _messages(request.get("contents"))
         engine: dict[str, Any] = {"messages": messages}
         left_out: list[str] = []
-        engine.update(_tools(request.get("tools"), request.get("toolConfig"), left_out))
+        engine.update(read_tools(request.get("tools"), request.get("toolConfig"), left_out))
         engine.update(_sampling(request.get("generationConfig")))
         return EngineCall(body=engine, stream=url_stream, request_model=url_model or "",
                           not_forwarded=tuple(left_out))
@@ -128,7 +125,7 @@ def count_tokens_call(body: dict[str, Any], url_model: str | None) -> EngineCall
     both are translated exactly as generateContent would be, so the count matches the
     prompt the engine would see.
     """
-    request = _camel(body, "request")
+    request = read_camel(body, "request")
     inner = request.get("generateContentRequest")
     if inner is None:
         return GOOGLE.to_engine(request, url_model=url_model, url_stream=False)
@@ -140,29 +137,6 @@ def count_tokens_call(body: dict[str, Any], url_model: str | None) -> EngineCall
 
 
 # ---- request -------------------------------------------------------------------------
-
-
-def _camel(value: Any, what: str) -> dict[str, Any]:
-    """One level of a Google object with every key in camelCase."""
-    out: dict[str, Any] = {}
-    for key, item in require_dict(value, what).items():
-        name = _SNAKE.sub(lambda m: m.group(1).upper(), key)
-        if name in out:
-            raise AgentRequestError(f"{what} has the field {name} twice (camelCase and snake_case)")
-        out[name] = item
-    return out
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise AgentRequestError(f"{what} must be a string")
-    return value
-
-
-def _name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise AgentRequestError(f"{what} must be a non-empty string")
-    return value
 
 
 def _compact(value: Any) -> str:
@@ -188,7 +162,7 @@ _Part = str | _Call | _Reply
 
 def _part(value: Any, what: str) -> _Part | None:
     """A part's content, or None for a part the engine never sees (thoughts, bare metadata)."""
-    part = _camel(value, what)
+    part = read_camel(value, what)
     for key in part:
         if key not in _PART_CONTENT and key not in _PART_METADATA:
             raise AgentRequestError(f"{what}.{key} is not supported: the engine takes text and "
@@ -203,9 +177,9 @@ def _part(value: Any, what: str) -> _Part | None:
         return None
     key = present[0]
     if key == "text":
-        return _text(part["text"], f"{what}.text")
-    body = _camel(part[key], f"{what}.{key}")
-    name = _name(body.get("name"), f"{what}.{key}.name")
+        return read_text(part["text"], f"{what}.text")
+    body = read_camel(part[key], f"{what}.{key}")
+    name = read_name(body.get("name"), f"{what}.{key}.name")
     call_id = body.get("id")
     if call_id is not None and not isinstance(call_id, str):
         raise AgentRequestError(f"{what}.{key}.id must be a string")
@@ -227,7 +201,7 @@ def _system(value: Any) -> list[dict[str, Any]]:
     if value is None:
         return []
     texts = []
-    for j, part in _parts(_camel(value, "systemInstruction"), "systemInstruction"):
+    for j, part in _parts(read_camel(value, "systemInstruction"), "systemInstruction"):
         if not isinstance(part, str):
             raise AgentRequestError(f"systemInstruction.parts[{j}] must be a text part")
         texts.append(part)
@@ -243,7 +217,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for i, raw in enumerate(contents):
         what = f"contents[{i}]"
-        content = _camel(raw, what)
+        content = read_camel(raw, what)
         # The API lets a lone content omit its role; it is then the user's. "function"
         # is the role older Gemini clients put on function responses.
         role = content.get("role", "user")
@@ -322,108 +296,17 @@ def _answer(reply: _Reply, i: int, j: int, pending: list[tuple[str, str]]) -> st
     return reply.id or f"call_{i}_{j}"
 
 
-def _tools(tools_value: Any, config_value: Any, left_out: list[str]) -> dict[str, Any]:
-    functions: list[dict[str, Any]] = []
-    for i, raw in enumerate(require_list(tools_value or [], "tools")):
-        tool = _camel(raw, f"tools[{i}]")
-        left_out.extend(f"tools[{i}].{key}" for key in tool if key != "functionDeclarations")
-        declarations = require_list(tool.get("functionDeclarations", []),
-                                    f"tools[{i}].functionDeclarations")
-        for j, declaration in enumerate(declarations):
-            functions.append(_function(declaration, f"tools[{i}].functionDeclarations[{j}]"))
-    out: dict[str, Any] = {"tools": functions} if functions else {}
-    choice = _tool_choice(config_value)
-    if choice is not None:
-        out["tool_choice"] = choice
-    return out
-
-
-def _function(value: Any, what: str) -> dict[str, Any]:
-    declaration = _camel(value, what)
-    function: dict[str, Any] = {"name": _name(declaration.get("name"), f"{what}.name")}
-    if "description" in declaration:
-        function["description"] = _text(declaration["description"], f"{what}.description")
-    if "parameters" in declaration and "parametersJsonSchema" in declaration:
-        raise AgentRequestError(f"{what} must give parameters or parametersJsonSchema, not both")
-    if "parameters" in declaration:
-        function["parameters"] = _json_schema(declaration["parameters"], f"{what}.parameters")
-    elif "parametersJsonSchema" in declaration:
-        # Already JSON Schema: passed on as written.
-        function["parameters"] = require_dict(
-            declaration["parametersJsonSchema"], f"{what}.parametersJsonSchema")
-    return {"type": "function", "function": function}
-
-
-def _json_schema(value: Any, what: str) -> dict[str, Any]:
-    """A Gemini Schema (OBJECT, STRING, nullable) as the JSON Schema the engine expects.
-
-    Only schema positions are converted: property names are the agent's own and kept.
-    """
-    schema = _camel(value, what)
-    out: dict[str, Any] = {}
-    for key, item in schema.items():
-        where = f"{what}.{key}"
-        if key == "type":
-            kind = _text(item, where).lower()
-            if kind != "type_unspecified":
-                out["type"] = kind
-        elif key in _SCHEMA_MAPS:
-            out[key] = {name: _json_schema(sub, f"{where}.{name}")
-                        for name, sub in require_dict(item, where).items()}
-        elif key in _SCHEMA_LISTS:
-            out[key] = [_json_schema(sub, f"{where}[{k}]")
-                        for k, sub in enumerate(require_list(item, where))]
-        elif key in _SCHEMA_SINGLE and isinstance(item, dict):
-            out[key] = _json_schema(item, where)
-        elif key != "nullable":
-            out[key] = item
-    nullable = schema.get("nullable", False)
-    if not isinstance(nullable, bool):
-        raise AgentRequestError(f"{what}.nullable must be a boolean")
-    if nullable and "type" in out:
-        out["type"] = [out["type"], "null"]
-    return out
-
-
-def _tool_choice(value: Any) -> str | dict[str, Any] | None:
-    if value is None:
-        return None
-    config = _camel(value, "toolConfig")
-    if config.get("functionCallingConfig") is None:
-        return None
-    what = "toolConfig.functionCallingConfig"
-    calling = _camel(config["functionCallingConfig"], what)
-    mode = _text(calling.get("mode", "MODE_UNSPECIFIED"), f"{what}.mode").upper()
-    names = require_list(calling.get("allowedFunctionNames", []), f"{what}.allowedFunctionNames")
-    for k, name in enumerate(names):
-        _text(name, f"{what}.allowedFunctionNames[{k}]")
-    if mode == "MODE_UNSPECIFIED":
-        return None
-    # VALIDATED is AUTO with constrained decoding of the calls, which the engine decides.
-    if mode in ("AUTO", "VALIDATED"):
-        return "auto"
-    if mode == "NONE":
-        return "none"
-    if mode == "ANY":
-        # OpenAI can force one named function; several allowed names can only be
-        # "some function", so the restriction to them is not passed on.
-        if len(names) == 1:
-            return {"type": "function", "function": {"name": names[0]}}
-        return "required"
-    raise AgentRequestError(f"{what}.mode must be AUTO, ANY, NONE or VALIDATED")
-
-
 def _sampling(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
-    config = _camel(value, "generationConfig")
+    config = read_camel(value, "generationConfig")
     out: dict[str, Any] = {}
     for key, (engine_key, integer) in _SAMPLING.items():
         if config.get(key) is not None:
             out[engine_key] = _number(config[key], f"generationConfig.{key}", integer)
     if config.get("stopSequences") is not None:
         stops = require_list(config["stopSequences"], "generationConfig.stopSequences")
-        out["stop"] = [_text(s, f"generationConfig.stopSequences[{k}]")
+        out["stop"] = [read_text(s, f"generationConfig.stopSequences[{k}]")
                        for k, s in enumerate(stops)]
     count = config.get("candidateCount")
     if count is not None and _number(count, "generationConfig.candidateCount", True) > 1:
