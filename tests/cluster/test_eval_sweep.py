@@ -21,7 +21,7 @@ import pytest
 
 from tests.fixtures.providers import StandIn, provider_app
 from tests.fixtures.threaded import serve_in_thread
-from tests.test_cli_rollout_capture import rollout
+from tests.cli.test_rollout_capture import rollout
 from tests.trials.scripts import terminus_script
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from tests.report.by_hand import (
     t_interval,
 )
 from tests.report.conftest import MODELS
-from tests.test_cli_errors import invoke
+from tests.cli.test_errors import invoke
 
 pytestmark = pytest.mark.integration
 
