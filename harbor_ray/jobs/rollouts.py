@@ -29,6 +29,7 @@ from harbor_ray.jobs.runs import (
 )
 from harbor_ray.trials.local_run import run_many
 from harbor_ray.trials.spec import RolloutSpec
+from harbor_ray.trials.stages import StageListener
 
 __all__ = ["ENGINE", "RESULTS", "RolloutRequest", "check_rollouts", "run_rollouts"]
 
@@ -67,12 +68,14 @@ def run_rollouts(
     on_planned: Callable[[int], None] | None = None,
     on_result: Callable[[RolloutRecord], None] | None = None,
     on_turn: TurnListener | None = None,
+    on_stage: StageListener | None = None,
     checked: CheckedStart | None = None,
 ) -> list[RolloutRecord]:
     """Run the request's rollouts, in spec order. `on_planned` hears how many there are
     before the first starts, `on_result` each one as it finishes (after its line is
     written), `on_turn` each model call as the proxy records it (session id, turn; on
-    the rollouts' event loop, so it must not block). A request that cannot work raises
+    the rollouts' event loop, so it must not block), `on_stage` each stage each trial
+    reaches (rollout id, `Stage`; on that loop too). A request that cannot work raises
     before anything starts; `checked`: its `checked_start`, when the caller made it
     already."""
     if request.concurrency < 1:
@@ -85,13 +88,13 @@ def run_rollouts(
     with started_engine(engine, None, progress) as started_url:
         url = started_url or request.llm_url
         return run_until_signalled(_run(specs, url, request, on_result, checked.wants_model,
-                                        on_turn))
+                                        on_turn, on_stage))
 
 
 async def _run(
     specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
     on_result: Callable[[RolloutRecord], None] | None, wants_model: bool,
-    on_turn: TurnListener | None,
+    on_turn: TurnListener | None, on_stage: StageListener | None,
 ) -> list[RolloutRecord]:
     request.results_path.parent.mkdir(parents=True, exist_ok=True)
     with request.results_path.open("a") as sink:
@@ -106,7 +109,7 @@ async def _run(
 
         if not wants_model:
             return await run_many(specs, None, concurrency=request.concurrency,
-                                  on_result=done)
+                                  on_result=done, on_stage=on_stage)
         engine = build_upstream(request.upstream, llm_url,
                                 key=read_key(request.upstream_key_file),
                                 timeout_s=request.engine_timeout_s)
@@ -121,6 +124,6 @@ async def _run(
                     (request.out.resolve() / ENGINE).write_text(
                         capture.certification.model_dump_json(indent=2) + "\n")
                 return await run_many(specs, capture, concurrency=request.concurrency,
-                                      on_result=done)
+                                      on_result=done, on_stage=on_stage)
         finally:
             await engine.aclose()

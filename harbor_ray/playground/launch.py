@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.capture.proxy.certify import Certification
@@ -30,9 +31,10 @@ from harbor_ray.playground.catalog import Catalog
 from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.form import RunForm
 from harbor_ray.playground.outcome import all_errored, outcome_view
-from harbor_ray.playground.runs import Run, RunBoard
+from harbor_ray.playground.runs import Run, RunBoard, StageMark
 from harbor_ray.playground.visitor_engine import VisitorEngines
 from harbor_ray.trials.agents import AgentAllowList
+from harbor_ray.trials.stages import Stage, StageListener
 
 __all__ = ["MAX_QUEUED", "MAX_RUNS", "Launcher", "Rollouts", "allowed_agents"]
 
@@ -53,6 +55,7 @@ class Rollouts(Protocol):
                  on_planned: Callable[[int], None] | None = ...,
                  on_result: Callable[[RolloutRecord], None] | None = ...,
                  on_turn: TurnListener | None = ...,
+                 on_stage: StageListener | None = ...,
                  ) -> list[RolloutRecord]: ...
 
 
@@ -111,6 +114,7 @@ class Launcher:
         run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
                   dataset=form.dataset, tasks=(form.task,), engine=form.engine,
                   started_at=_now(), writes_to=form.write_to,
+                  stages=(StageMark("queued", time.time()),),
                   settings=form.settings(certified.served_model if certified else None))
         request = RolloutRequest(
             agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
@@ -163,6 +167,10 @@ class Launcher:
         def turn(session_id: str, record: TurnRecord) -> None:
             loop.call_soon_threadsafe(self.board.called, run.id, session_id, record)
 
+        def staged(rollout_id: str, stage: Stage) -> None:
+            mark = StageMark(stage.value, time.time(), rollout_id)
+            loop.call_soon_threadsafe(self.board.staged, run.id, mark)
+
         def landed(record: RolloutRecord) -> None:
             if run.writes_to is not None:
                 self.datasets.write(run.writes_to, record, _manifest(run), ended_at=_now())
@@ -171,17 +179,20 @@ class Launcher:
 
         async with self._slot():
             self.board.update(run.id, status="running")
+            self.board.staged(run.id, StageMark("preparing", time.time()))
             try:
                 await asyncio.to_thread(self._rollouts, request, on_planned=planned,
-                                        on_result=landed, on_turn=turn)
+                                        on_result=landed, on_turn=turn, on_stage=staged)
             except Exception as exc:  # a failed run is data on the board, not a crash
-                self.board.update(run.id, status="failed", ended_at=_now(),
-                                  error=f"{type(exc).__name__}: {exc}")
+                self._ended(run, "failed", f"{type(exc).__name__}: {exc}")
             else:
-                # Read on the loop, after every landing queued before it.
+                # Read on the loop, after every landing and stage queued before it.
                 error = all_errored(self.board.get(run.owner, run.id).rollouts)
-                self.board.update(run.id, status="done" if error is None else "failed",
-                                  error=error, ended_at=_now())
+                self._ended(run, "done" if error is None else "failed", error)
+
+    def _ended(self, run: Run, status: Literal["done", "failed"], error: str | None) -> None:
+        self.board.update(run.id, status=status, error=error, ended_at=_now())
+        self.board.staged(run.id, StageMark(status, time.time()))
 
 
 _VERIFIER_OUTPUT = ("verifier", "test-stdout.txt")  # in a Harbor trial directory

@@ -16,9 +16,20 @@ from harbor_ray.capture.core.turn import TurnRecord
 from harbor_ray.errors import PlaygroundRefusal
 from harbor_ray.playground.calls import RunCalls, TokenPieces
 
-__all__ = ["Run", "RunBoard", "RunStatus"]
+__all__ = ["Run", "RunBoard", "RunStatus", "StageMark"]
 
 RunStatus = Literal["starting", "running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class StageMark:
+    """A stage the run reached, and when (seconds since the epoch): the run's own
+    (`queued` for a slot, `preparing`: the task checked and the engine certified, then
+    `done` or `failed`) or a rollout's trial's (`trials.stages.Stage`, with its id)."""
+
+    stage: str
+    at: float
+    rollout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,7 @@ class Run:
     # filled in from the first call when the server's engine names it.
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     ended_at: str | None = None
+    stages: tuple[StageMark, ...] = ()  # in the order reached; the last is where it is
 
     @property
     def reward(self) -> float | None:
@@ -85,6 +97,10 @@ class RunBoard:
 
     def update(self, run_id: str, **changes: Any) -> None:
         self._runs[run_id] = dataclasses.replace(self._runs[run_id], **changes)
+
+    def staged(self, run_id: str, mark: StageMark) -> None:
+        """The run, or one of its rollouts, reached a stage."""
+        self.update(run_id, stages=(*self._runs[run_id].stages, mark))
 
     def landed(self, run_id: str, rollout: dict[str, Any]) -> None:
         run = self._runs[run_id]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from harbor_ray.capture.proxy.http1 import DEFAULT_PORTS
 from harbor_ray.capture.proxy.upstream import api_root
 
 __all__ = ["HIDDEN", "Scrub", "hide_credentials"]
@@ -52,10 +53,12 @@ def _engine_forms(url: str) -> list[str]:
     host_port = parts.netloc.rpartition("@")[2]
     forms = [url, url.rstrip("/"), api_root(url), host_port,
              parts.username or "", parts.password or ""]
-    if parts.hostname:
+    # A URL the engine client would not reach (not http(s), no host, a port that is not
+    # one) is never named in a connection error.
+    if parts.hostname and parts.scheme in DEFAULT_PORTS:
         try:
-            port = parts.port or {"https": 443}.get(parts.scheme, 80)
-        except ValueError:  # a port that is not one: the URL is never reached anyway
+            port = parts.port or DEFAULT_PORTS[parts.scheme]
+        except ValueError:
             return forms
         forms += [f"{parts.hostname}:{port}", f"('{parts.hostname}', {port})"]
     return forms

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from harbor_ray.capture.proxy.certify import Certification, certify_url
+from harbor_ray.capture.proxy.http1 import DEFAULT_PORTS
 from harbor_ray.errors import CertificationError, EngineCallError, PlaygroundRefusal
 
 __all__ = ["CERTIFY_TIMEOUT_S", "VisitorEngines"]
 
 CERTIFY_TIMEOUT_S = 15.0  # resolving and certifying a visitor's engine, all told
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _NOT_A_URL = "llm_url: an http:// or https:// URL naming the engine's host (and port)"
 _PRIVATE = ("llm_url: a visitor's engine must be at a public address; this playground "
             "reaches loopback and private ones only for its own --llm-url (its operator "
@@ -76,9 +76,9 @@ def _host_port(url: str) -> tuple[str, int]:
         port = parts.port
     except ValueError:  # not a number, or past 65535
         port = -1
-    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or port == -1:
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname or port == -1:
         raise PlaygroundRefusal(_NOT_A_URL, status=400)
-    return parts.hostname, port or _DEFAULT_PORTS[parts.scheme]
+    return parts.hostname, port or DEFAULT_PORTS[parts.scheme]
 
 
 async def _refuse_private(host: str, port: int) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
+from harbor_ray.trials.stages import StageListener
 
 
 async def run_many(
@@ -22,14 +23,16 @@ async def run_many(
     *,
     concurrency: int,
     on_result: Callable[[RolloutRecord], None] | None = None,
+    on_stage: StageListener | None = None,
 ) -> list[RolloutRecord]:
-    """Run every spec, at most `concurrency` at once; records in spec order."""
+    """Run every spec, at most `concurrency` at once; records in spec order. `on_stage`
+    hears each stage each trial reaches."""
     assert concurrency >= 1, "concurrency must be at least 1 (jobs.rollouts refuses less)"
     gate = asyncio.Semaphore(concurrency)
 
     async def one(spec: RolloutSpec) -> RolloutRecord:
         async with gate:
-            record = await run_rollout(spec, capture)
+            record = await run_rollout(spec, capture, on_stage=on_stage)
         if on_result is not None:
             on_result(record)
         return record

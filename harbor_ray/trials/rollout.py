@@ -50,6 +50,7 @@ from harbor_ray.trials.outcome import classify
 from harbor_ray.trials.rewards import findings_for, select_reward
 from harbor_ray.trials.sandbox.bwrap import ENVIRONMENT_FILE
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
+from harbor_ray.trials.stages import StageListener, watch_stages
 
 # The port at which an agent inside the local sandbox finds the proxy (forwarded).
 SANDBOX_PROXY_PORT = 18080
@@ -62,12 +63,14 @@ async def run_rollout(
     capture: CaptureService | None,
     *,
     clock: Callable[[], float] = time.time,
+    on_stage: StageListener | None = None,
 ) -> RolloutRecord:
-    """Run one rollout to its record. Only a cancellation from the caller escapes."""
+    """Run one rollout to its record. Only a cancellation from the caller escapes.
+    `on_stage` hears each stage its trial reaches (`stages.Stage`)."""
     started = clock()
     closed: ClosedCapture | None = None
     try:
-        result, closed = await _run(spec, capture)
+        result, closed = await _run(spec, capture, on_stage)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug here must still end as a row
@@ -77,7 +80,7 @@ async def run_rollout(
 
 
 async def _run(
-    spec: RolloutSpec, capture: CaptureService | None
+    spec: RolloutSpec, capture: CaptureService | None, on_stage: StageListener | None
 ) -> tuple[RolloutResult, ClosedCapture | None]:
     refused = refusal(spec.task.environment, task=spec.task.name, sandbox=spec.sandbox,
                       provides_image=provides_task_image(spec.sandbox),
@@ -99,7 +102,8 @@ async def _run(
     closed = None
     try:
         trial_config = _trial_config(spec, capture, session)
-        error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s)
+        error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s,
+                                                           on_stage)
     except (AgentNotWiredError, AgentInstallError) as exc:
         return _row(spec, capture, error_type=ErrorType.AGENT_SETUP, error=str(exc)), None
     finally:
@@ -170,7 +174,7 @@ def _preinstalled(
 
 
 async def _run_trial(
-    config: TrialConfig, deadline_s: float | None
+    config: TrialConfig, deadline_s: float | None, on_stage: StageListener | None
 ) -> tuple[ErrorType | None, str | None, Any]:
     """Run the Harbor trial in this event loop (never a nested `asyncio.run`: that
     cancelled Harbor's shielded teardown and leaked sandboxes, docs/lessons.md)."""
@@ -184,6 +188,8 @@ async def _run_trial(
                 # A constructor's TypeError or ValueError says what the backend lacks.
                 return (ErrorType.SANDBOX_START, f"the sandbox backend could not be "
                         f"constructed: {type(exc).__name__}: {exc}", None)
+            if on_stage is not None:
+                watch_stages(trial, config.trial_name, on_stage)
             return None, None, await trial.run()
     except TimeoutError:
         return ErrorType.DEADLINE, f"rollout passed its deadline of {deadline_s} s", None

@@ -31,6 +31,7 @@ from harbor_ray.playground.dataset_sink import DatasetSink
 from harbor_ray.playground.launch import Launcher, Rollouts, allowed_agents
 from harbor_ray.playground.runs import RunBoard
 from harbor_ray.playground.visitor_engine import VisitorEngines
+from harbor_ray.trials.stages import Stage, StageListener
 from tests.data.rollouts import rollout
 from tests.fixtures.threaded import serve_in_thread
 
@@ -84,9 +85,10 @@ SETUP_AGENTS = [
 
 
 class FakeRollouts:
-    """`run_rollouts`' stand-in: plans the request's attempts; in each, records its
-    first model call (`calls` of them, `agent_turn`'s), then holds until `release` is
-    set (or `hold_s` passed), records the rest and lands the rollout (its turns those
+    """`run_rollouts`' stand-in: plans the request's attempts; in each, reaches the
+    trial's stages up to the agent running, records its first model call (`calls` of
+    them, `agent_turn`'s), then holds until `release` is set (or `hold_s` passed),
+    records the rest, reaches the verifier and the end, and lands the rollout (its turns those
     calls, `reward`, `trial_dir` its trial directory, and the fields of `landing`); or
     raises `fail`."""
 
@@ -112,14 +114,18 @@ class FakeRollouts:
                  on_planned: Callable[[int], None] | None = None,
                  on_result: Callable[[RolloutRecord], None] | None = None,
                  on_turn: TurnListener | None = None,
+                 on_stage: StageListener | None = None,
                  ) -> list[RolloutRecord]:
         self.requests.append(request)
         if self.fail is not None:
             raise self.fail
         assert on_planned is not None and on_result is not None and on_turn is not None
+        assert on_stage is not None
         on_planned(request.attempts)
         records = []
         for attempt in range(request.attempts):
+            for stage in (Stage.SANDBOX, Stage.AGENT_SETUP, Stage.AGENT):
+                on_stage(f"r{attempt}", stage)
             command = self.command_of(request) if self.command_of else "step"
             turns = [agent_turn(index, tokens=self.tokens, system=self.system,
                                 command=command) for index in range(self.calls)]
@@ -128,6 +134,8 @@ class FakeRollouts:
                 if turn.index == 0:
                     self.release.wait(self.hold_s)
             self.release.wait(self.hold_s)
+            for stage in (Stage.VERIFYING, Stage.ENDED):
+                on_stage(f"r{attempt}", stage)
             records.append(rollout(f"r{attempt}", turns or None, **{
                 "reward": self.reward, "trial_dir": self.trial_dir and str(self.trial_dir),
                 **self.landing}))

@@ -200,8 +200,10 @@ def test_a_run_says_its_stage_before_its_first_call(catalog: Catalog,
         driver.get(url)
         _open_task(driver, "hello-file")
         driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
-        wait_for(lambda: "setting up the sandbox" in _text(driver, "#run-detail"),
+        wait_for(lambda: "waiting for its first model call" in _text(driver, "#run-detail"),
                  what="the run's stage")
+        assert _text(driver, "#run-detail .stages").split("\n")[0].startswith(
+            "queued")
         rollouts.release.set()
 
 

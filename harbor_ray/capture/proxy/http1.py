@@ -23,6 +23,10 @@ import httptools
 
 from harbor_ray.errors import EngineCallError, EngineConnectError, EngineProtocolError, Http1Timeout
 
+# The port an engine URL that names none is reached at, by its scheme: the one place that
+# decides it, so that what checks or hides a URL's host:port sees the port connected to.
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
 
 class Answer(NamedTuple):
     """One response: its status, its whole body, and its Retry-After header's value
@@ -125,11 +129,11 @@ class Http1Pool:
         idle_s: float = 4.0,
     ) -> None:
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
             raise EngineConnectError(f"expected http(s)://host[:port][/prefix], got {url!r}: "
                                      "give the engine's URL with its scheme")
         tls = parts.scheme == "https"
-        default_port = 443 if tls else 80
+        default_port = DEFAULT_PORTS[parts.scheme]
         self._host = parts.hostname
         self._port = parts.port or default_port
         self._ssl = (ssl_context or ssl.create_default_context()) if tls else None

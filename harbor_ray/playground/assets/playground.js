@@ -331,7 +331,7 @@
       again.type = "button";
       again.addEventListener("click", () => runAgain(run));
       head.replaceChildren(el("h2", "Run " + run.id), el("p", runLine(run), "hint"),
-                           settingsBox(run.settings, new Set()), again);
+                           stagesLine(run), settingsBox(run.settings, new Set()), again);
       if (run.error) head.appendChild(el("pre", run.error, "error"));
       outcomes.replaceChildren(renderOutcomes(run));
       appendCalls(list, reader.calls.slice(reader.calls.length - fresh));
@@ -341,13 +341,43 @@
     });
   }
 
-  // Where a run is before its first model call, as far as the page can know.
+  // What each stage a run reaches is, in words: the run's own (queued, preparing, done,
+  // failed) and its rollouts' trials' (harbor_ray.trials.stages.Stage), as the server
+  // heard them.
+  const STAGES = {
+    queued: ["queued", "Queued: waiting for a free slot (a few runs go at once)."],
+    preparing: ["preparing", "Preparing: checking the task and the engine."],
+    sandbox: ["sandbox starting", "Starting the sandbox."],
+    agent_setup: ["agent setup", "Setting up the agent (installing its harness)."],
+    agent: ["agent running", "Agent running: waiting for its first model call."],
+    verifying: ["verifying", "Verifying: the task's tests are running."],
+    ended: ["rollout ended", "The rollout ended; its sandbox is torn down."],
+    done: ["done", "No model calls."],
+    failed: ["failed", "No model calls."],
+  };
+  const stageWords = (stage) => STAGES[stage] || [stage, stage];
+
+  // Where a run is before its first model call: its last stage.
   function stage(run) {
-    if (run.status === "starting") return "Waiting for a free slot (a few runs go at once).";
-    if (run.status === "running") {
-      return "Started: setting up the sandbox and the agent, then the first model call.";
-    }
-    return "No model calls.";
+    const last = run.stages[run.stages.length - 1];
+    return last ? stageWords(last.stage)[1] : "No model calls yet.";
+  }
+
+  // Every stage the run reached, with the seconds it spent there (the last, while the
+  // run is live, so far); a rollout's stages named by its attempt when there are several.
+  function stagesLine(run) {
+    const box = el("p", null, "stages");
+    const rollouts = [...new Set(run.stages.map((m) => m.rollout).filter((r) => r))];
+    run.stages.forEach((mark, i) => {
+      const next = run.stages[i + 1];
+      const end = next ? next.at : (live(run) ? Date.now() / 1000 : null);
+      const who = mark.rollout && rollouts.length > 1
+        ? "#" + (rollouts.indexOf(mark.rollout) + 1) + " " : "";
+      box.appendChild(el("span", who + stageWords(mark.stage)[0] +
+        (end === null ? "" : " " + Math.max(0, end - mark.at).toFixed(1) + " s"),
+        next ? "" : "current"));
+    });
+    return box;
   }
 
   // The Tasks tab, the run's task open with its form filled from the run's settings.
