@@ -115,7 +115,10 @@ def compare(
     Only the tasks every dataset holds are compared; the others are named,
     never averaged in. Attempts that differ, rollouts without a reward
     (counted as not passing) and settings that differ (agent, temperature,
-    ...) are said in notes at the top.
+    ...) are said in notes at the top. The Provenance table shows what each
+    run's rows say made them (weights, tokenizer, chat template, harness);
+    a tokenizer, template or harness that differs is warned of in a note
+    (not refused: comparing other models is what this is for).
 
     Example: harbor-ray compare base/ trained/ --format md
     """

@@ -155,6 +155,6 @@ def partial_record(spec: RolloutSpec, turns: tuple[TurnRecord, ...], *, rollout_
             code="journal_partial", severity="warn",
             message=f"{len(turns)} turns read from the dead host's journal")],
         capture_level=turns[0].capture_level if turns else None,
-        partial=True, train_partial=train_partial,
+        partial=True, train_partial=train_partial, provenance=spec.provenance,
     ), closed)
 

@@ -175,6 +175,7 @@ def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds:
         agent=spec.agent, sandbox=spec.sandbox, ok=False, reward=None,
         error_type=error_type, error=error, timings={"total": seconds},
         node=None if host is None else host.node, host=None if host is None else host.name,
+        provenance=spec.provenance,
     ), None)
 
 

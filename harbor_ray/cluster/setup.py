@@ -29,6 +29,7 @@ from harbor_ray.cluster.host import Ingress, ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.nodes import alive_nodes, on_each
 from harbor_ray.cluster.runner import first_line
+from harbor_ray.data.result import Provenance
 from harbor_ray.errors import CertificationError, ServeError, StartError
 
 __all__ = ["ClusterSpec", "RunningCluster", "running_cluster"]
@@ -66,6 +67,9 @@ class ClusterSpec:
 class RunningCluster:
     proxy: ProxyTarget | None  # where agents call the model; None when none does
     certification: Certification | None
+    # What the engine serves, for every row's provenance (data/result.py): the files of
+    # the engine started from engine_config, or a hosted API's model; None otherwise.
+    provenance: Provenance | None = None
 
 
 @contextlib.contextmanager
@@ -77,6 +81,7 @@ def running_cluster(
         stack.enter_context(_ray(spec.ray_address, spec.logs_dir, progress))
         certification = None
         proxy = None
+        served: Provenance | None = None
         if spec.wants_model:
             url = spec.llm_url or PROFILES[spec.upstream].default_url
             if spec.engine_config is not None:
@@ -85,13 +90,16 @@ def running_cluster(
                 handle = engine_up(spec.engine_config, ray_address=spec.ray_address or "auto",
                                    progress=progress)
                 stack.callback(engine_down, handle.app_name)
-                url = handle.url
+                url, served = handle.url, handle.provenance
             if url is None:
                 raise StartError("an agent that calls a model needs llm_url or engine_config: "
                                  "give the URL of a running engine, or the engine to start")
             certification = asyncio.run(certify_url(
                 url, spec.model, spec.engine_kind, capture=spec.capture,
                 upstream=spec.upstream, key=spec.upstream_key))
+            if spec.upstream != "openai-chat":
+                # A hosted API says its model's name and nothing of its files.
+                served = Provenance.hosted(spec.upstream, certification.served_model)
             progress("certifying the engine from every node")
             certify_from_every_node(url, certification.served_model,
                                     upstream=spec.upstream, key=spec.upstream_key)
@@ -108,7 +116,7 @@ def running_cluster(
                 raise ServeError(f"the capture proxy's deployment did not start: {exc} "
                                  "(the Ray logs of its replicas say why)") from exc
             stack.callback(stop_capture_proxy, proxy)
-        yield RunningCluster(proxy, certification)
+        yield RunningCluster(proxy, certification, served)
 
 
 def certify_from_every_node(url: str, served_model: str, *,

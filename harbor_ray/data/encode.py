@@ -295,6 +295,7 @@ def _rollout_row(result: RolloutResult, versions: Versions = (None, None)) -> di
         "partial": result.partial,
         "environment": None if result.environment is None else result.environment.value,
         "image_digest": result.image_digest,
+        "provenance": None if result.provenance is None else result.provenance.model_dump(),
         "schema_version": SCHEMA_VERSION,
     }
 

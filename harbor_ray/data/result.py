@@ -69,6 +69,45 @@ class FindingRecord(BaseModel):
                    message=finding.message, turn=finding.turn)
 
 
+class Provenance(BaseModel):
+    """What a row was made with, beyond its model's name: which weights, tokenizer and
+    chat template the engine served, and which harness ran, as hashes a comparison can
+    hold side by side (SCHEMA.md, `provenance`). None: not known where the run started
+    (a hosted model's files, an engine the run did not start), never a stand-in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_source: str | None = Field(
+        None, description="Where the served weights came from: the model directory or "
+        "hub id the engine loaded, or `UPSTREAM:MODEL` for a hosted API.")
+    weights_sha256: str | None = Field(
+        None, description="sha256 of the model directory's weight files (names and bytes).")
+    chat_template_sha256: str | None = Field(
+        None, description="sha256 of the chat template the engine renders prompts with.")
+    tokenizer_sha256: str | None = Field(
+        None, description="sha256 of the tokenizer files the engine loads (their chat "
+        "template aside: that is `chat_template_sha256`).")
+    harness_version: str | None = Field(
+        None, description="The agent's release: its pinned CLI's, else Harbor's.")
+    harness_config_sha256: str | None = Field(
+        None, description="sha256 of the agent's configuration as run (its name, dialect "
+        "and keyword arguments).")
+
+    @classmethod
+    def hosted(cls, upstream: str, model: str) -> Provenance:
+        """A hosted API's model: its name is all a run can know of its files."""
+        return cls(model_source=f"{upstream}:{model}")
+
+    def with_engine(self, engine: Provenance | None) -> Provenance:
+        """This record with the engine's fields of `engine` (None: unknown)."""
+        engine = engine or Provenance()
+        return self.model_copy(update={name: getattr(engine, name) for name in ENGINE_FIELDS})
+
+
+ENGINE_FIELDS = ("model_source", "weights_sha256", "chat_template_sha256", "tokenizer_sha256")
+"""The fields of a `Provenance` the engine decides; the rest are the harness's."""
+
+
 class RolloutResult(BaseModel):
     """One rollout, as the driver, the JSON-lines output and the dataset see it."""
 
@@ -113,6 +152,9 @@ class RolloutResult(BaseModel):
     image_digest: str | None = Field(
         None, description="The id (sha256:...) of the image the trial ran in, when the "
         "sandbox knows it (the container sandbox does).")
+    provenance: Provenance | None = Field(
+        None, description="What the row was made with (weights, tokenizer, chat template, "
+        "harness); None when nothing recorded it.")
     partial: bool = Field(False, description="Rebuilt from its host's journal after the "
                           "host died: the turns recorded before; never ok.")
     train_partial: bool = Field(False, description="A partial row the run asked to keep "

@@ -21,6 +21,7 @@ __all__ = [
     "LOGPROBS",
     "MASK",
     "MESSAGE_COLUMNS",
+    "PROVENANCE",
     "ROLLOUTS",
     "SAMPLING",
     "SCHEMA_VERSION",
@@ -73,7 +74,13 @@ __all__ = [
 # with a Retry-After, and how many times each. Nullable, bumped on purpose: up to
 # version 7 such a 429 reached the agent, whose retries nothing recorded, so a version-7
 # null is "not counted", never 0; from 8 a rate-limited evaluation says it was slowed.
-SCHEMA_VERSION = 8
+# 9: provenance (rollouts/ `provenance`: the model source, and sha256 of the weights, the
+# served chat template, the tokenizer and the harness's configuration, with its
+# version). Nullable, bumped on purpose: up to version 8 two datasets of one model name
+# could hold different weights, templates or harness settings and nothing said so; from
+# 9 a null field means "not known where the run started", and a comparison states
+# where its runs differ.
+SCHEMA_VERSION = 9
 
 _METADATA = {b"harbor_ray.schema_version": str(SCHEMA_VERSION).encode()}
 
@@ -111,6 +118,18 @@ COUNTS = pa.struct(
 )
 
 
+PROVENANCE = pa.struct(
+    [
+        pa.field("model_source", pa.string()),
+        pa.field("weights_sha256", pa.string()),
+        pa.field("chat_template_sha256", pa.string()),
+        pa.field("tokenizer_sha256", pa.string()),
+        pa.field("harness_version", pa.string()),
+        pa.field("harness_config_sha256", pa.string()),
+    ]
+)
+
+
 def versioned(fields: list[pa.Field]) -> pa.Schema:
     """A schema stamped with SCHEMA_VERSION."""
     return pa.schema(fields, metadata=_METADATA)
@@ -143,6 +162,7 @@ ROLLOUTS = versioned(
         pa.field("partial", pa.bool_()),
         pa.field("environment", pa.string()),
         pa.field("image_digest", pa.string()),
+        pa.field("provenance", PROVENANCE),
         pa.field("schema_version", pa.int32(), nullable=False),
     ]
 )

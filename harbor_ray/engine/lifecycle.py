@@ -32,9 +32,15 @@ from ray import serve
 from ray.serve import Application, RunTarget
 from ray.serve.schema import ApplicationStatus, ServeApplicationSchema, ServeDeploySchema
 
+from harbor_ray.data.result import Provenance
 from harbor_ray.engine.config import EngineConfig
 from harbor_ray.engine.model import Progress, prepare_model
-from harbor_ray.engine.serve import build_engine_app
+from harbor_ray.engine.provenance import served_provenance
+from harbor_ray.engine.serve import (
+    build_engine_app,
+    resolve_chat_template,
+    resolve_model_source,
+)
 from harbor_ray.errors import EngineStartError
 from harbor_ray.serve_http import serve_http_base
 
@@ -57,6 +63,9 @@ class EngineHandle:
     model_id: str
     app_name: str
     startup_s: float
+    provenance: Provenance | None = None
+    """What it serves (weights, tokenizer, chat template), when harbor_ray's builder made
+    it; None: another builder's application, whose files are not known here."""
 
 
 def engine_up(
@@ -114,7 +123,18 @@ def engine_up(
         raise
     elapsed = time.monotonic() - started
     say(f"engine ready at {url} serving {model_id!r} after {elapsed:.0f}s")
-    return EngineHandle(url=url, model_id=model_id, app_name=app.name, startup_s=elapsed)
+    return EngineHandle(url=url, model_id=model_id, app_name=app.name, startup_s=elapsed,
+                        provenance=_provenance(builder, args))
+
+
+def _provenance(builder: Callable[[dict[str, Any]], Any],
+                args: dict[str, Any]) -> Provenance | None:
+    """What harbor_ray's builder handed vLLM, hashed once (engine/provenance.py); the
+    default model is prepared by now, so resolving it only finds its directory."""
+    if builder is not build_engine_app:
+        return None
+    config = EngineConfig.model_validate(args)
+    return served_provenance(resolve_model_source(config), resolve_chat_template(config))
 
 
 def engine_down(app_name: str = ENGINE_APP_NAME, *, ray_address: str | None = None) -> None:

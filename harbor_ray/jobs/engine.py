@@ -50,9 +50,9 @@ def start_engine(
 @contextlib.contextmanager
 def started_engine(
     config: Path | None, model: str | None, progress: Progress
-) -> Iterator[str | None]:
-    """The URL of the engine started from `config` for the duration (None: no config,
-    nothing started)."""
+) -> Iterator[EngineHandle | None]:
+    """The engine started from `config`, for the duration (None: no config, nothing
+    started): its URL, and what it serves (`provenance`)."""
     if config is None:
         yield None
         return
@@ -60,6 +60,6 @@ def started_engine(
 
     handle, _ = start_engine(config, model=model, progress=progress)
     try:
-        yield handle.url
+        yield handle
     finally:
         engine_down(handle.app_name)

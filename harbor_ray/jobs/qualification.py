@@ -116,8 +116,8 @@ def run_qualify(
     if request.level == "scripted":
         return run_until_signalled(qualify(plan, level="scripted", on_row=on_row))
     config = Path(request.engine) if request.llm_url is None else None
-    with started_engine(config, None, progress) as started_url:
-        return run_until_signalled(_against(plan, started_url or request.llm_url,
+    with started_engine(config, None, progress) as started:
+        return run_until_signalled(_against(plan, started.url if started else request.llm_url,
                                             request.model, request.engine_kind, on_row))
 
 

@@ -4,6 +4,7 @@ export document under `capture`. The engine's certification goes to OUT/engine.j
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from harbor_ray.capture.proxy.local import local_capture
 from harbor_ray.capture.proxy.session import TurnListener
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
+from harbor_ray.data.result import Provenance
 from harbor_ray.errors import EnvironmentUnsupportedError, StartError
 from harbor_ray.jobs.engine import started_engine
 from harbor_ray.jobs.interrupts import run_until_signalled
@@ -85,17 +87,20 @@ def run_rollouts(
     if on_planned is not None:
         on_planned(len(specs))
     engine = request.engine if checked.wants_model else None
-    with started_engine(engine, None, progress) as started_url:
-        url = started_url or request.llm_url
+    with started_engine(engine, None, progress) as started:
+        url = started.url if started else request.llm_url
+        served = started.provenance if started else None
         return run_until_signalled(_run(specs, url, request, on_result, checked.wants_model,
-                                        on_turn, on_stage))
+                                        on_turn, on_stage, served))
 
 
 async def _run(
     specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
     on_result: Callable[[RolloutRecord], None] | None, wants_model: bool,
     on_turn: TurnListener | None, on_stage: StageListener | None,
+    served: Provenance | None,
 ) -> list[RolloutRecord]:
+    """`served`: what the engine started for the job serves (None: none started)."""
     request.results_path.parent.mkdir(parents=True, exist_ok=True)
     with request.results_path.open("a") as sink:
 
@@ -123,7 +128,18 @@ async def _run(
                 if capture.certification is not None:
                     (request.out.resolve() / ENGINE).write_text(
                         capture.certification.model_dump_json(indent=2) + "\n")
+                    if request.upstream != "openai-chat":
+                        served = Provenance.hosted(request.upstream,
+                                                   capture.certification.served_model)
+                specs = [_with_engine(spec, served) for spec in specs]
                 return await run_many(specs, capture, concurrency=request.concurrency,
                                       on_result=done, on_stage=on_stage)
         finally:
             await engine.aclose()
+
+
+def _with_engine(spec: RolloutSpec, served: Provenance | None) -> RolloutSpec:
+    """`spec` with the engine's half of its rows' provenance, known once it is certified."""
+    if spec.provenance is None:
+        return spec
+    return dataclasses.replace(spec, provenance=spec.provenance.with_engine(served))

@@ -15,6 +15,7 @@ from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.upstream_profile import PROFILES, UpstreamName
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
+from harbor_ray.data.result import Provenance
 from harbor_ray.errors import StartError
 from harbor_ray.trials.agents import needs_model
 from harbor_ray.trials.backends import check_backend, provides_task_image
@@ -108,16 +109,17 @@ def environment_refusals(tasks: Sequence[TaskRef], sandbox: str, *,
 
 def specs_of(
     request: RunRequest, tasks: Sequence[TaskRef], *, trials_dir: Path,
-    run_id: str | None = None,
+    run_id: str | None = None, engine: Provenance | None = None,
 ) -> list[RolloutSpec]:
-    """The request's rollouts: tasks x attempts, in task order then attempt order."""
+    """The request's rollouts: tasks x attempts, in task order then attempt order;
+    `engine`: what the engine serves, for every row's provenance (None: unknown)."""
     return make_specs(
         tasks, request.attempts, agent=request.agent, sandbox=request.sandbox,
         trials_dir=trials_dir, sampling=sampling_of(request.temperature, request.max_tokens),
         budget=request.budget, deadline_s=request.deadline_s, reward_key=request.reward_key,
         sandbox_kwargs=dict(request.sandbox_kwargs), run_id=run_id,
         agents_cache=request.agents_cache and request.agents_cache.resolve(),
-        host_userland=request.host_userland)
+        host_userland=request.host_userland, engine=engine)
 
 
 def check_sandbox(sandbox: str, sandbox_kwargs: Mapping[str, Any]) -> None:

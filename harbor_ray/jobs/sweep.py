@@ -158,7 +158,7 @@ def started_sweep(
             progress(f"engine: {engine.served_model} (tool calling: "
                      f"{'yes' if engine.tool_calling else 'no'})")
         specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
-                         run_id=request.name)
+                         run_id=request.name, engine=running.provenance)
         hosts = host_plan(config.ceiling, config.rollouts_per_host,
                           setting="--rollouts-per-host")
         if hosts.warning is not None:

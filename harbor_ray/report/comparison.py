@@ -6,7 +6,8 @@ shared tasks); the tasks only some runs hold are named in a note with the rollou
 out, never averaged in. pass@k goes up to the fewest attempts any run made at a shared
 task (the estimator needs k <= n), and a note says when the attempts differ. Runs made
 with different settings (agent, temperature, ...) are compared, and the settings that
-differ are listed.
+differ are listed; so are the rows' provenance fields (comparison_provenance.py), with
+a note for each that is not the weights.
 
 A rollout passes when its reward is at least `pass_reward`; a rollout without a reward
 (the verifier never ran: an infrastructure or agent error) does not pass, as in the
@@ -33,6 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harbor_ray.errors import ComparisonError
+from harbor_ray.report.comparison_provenance import (
+    ProvenanceRow,
+    provenance_notes,
+    provenance_rows,
+)
 from harbor_ray.report.stats import (
     LEVEL,
     Estimate,
@@ -125,6 +131,7 @@ class Comparison:
     tasks: list[TaskRow]
     differences: list[Difference]
     settings: dict[str, list[Any]] = field(default_factory=dict)  # differing: value per run
+    provenance: list[ProvenanceRow] = field(default_factory=list)  # every field, per run
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,10 +257,12 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
                                per_task_k[i], per_task_k[0], shared, k_max)
                    for i in range(1, len(runs))]
     settings = _differing_settings(runs)
+    provenance = provenance_rows([run.tables.rollouts for run in runs])
     return Comparison(pass_reward=pass_reward, level=LEVEL, baseline=runs[0].label,
                       runs=summaries, shared_tasks=shared, k_max=k_max, tasks=tasks,
-                      differences=differences, settings=settings,
-                      notes=_notes(runs, read, counts, shared, summaries, settings, k_max))
+                      differences=differences, settings=settings, provenance=provenance,
+                      notes=provenance_notes(labels, provenance)
+                      + _notes(runs, read, counts, shared, summaries, settings, k_max))
 
 
 def _summary(run: Run, rows: _Rows, counts: Mapping[str, list[int]], shared: list[str],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harbor_ray.report.comparison import Comparison, Spread
+from harbor_ray.report.comparison_provenance import shown
 from harbor_ray.report.stats import Estimate
 
 __all__ = ["METHOD", "Table", "comparison_tables", "markdown", "title"]
@@ -97,6 +98,13 @@ def comparison_tables(comparison: Comparison) -> list[Table]:
               "failed (none: no error).", ["error type", *labels],
               [[error, *(str(run.error_types.get(error, 0)) for run in runs)]
                for error in _error_types(comparison)]),
+        Table("provenance", "Provenance", "What each run's rows say they were made with "
+              "(the weights, the tokenizer and chat template served, the harness; hashes "
+              "by their first 12 digits; unknown: not recorded where the run started). "
+              "differs: the runs do not all hold the same values.",
+              ["field", *labels, "differs"],
+              [[row.field, *[", ".join(map(shown, values)) for values in row.values],
+                "yes" if row.differs else "no"] for row in comparison.provenance]),
     ]
 
 

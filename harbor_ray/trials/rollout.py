@@ -295,6 +295,7 @@ def _row(spec: RolloutSpec, service: CaptureService | None, **values: Any) -> Ro
         agent=spec.agent,
         sandbox=spec.sandbox,
         model=service.served_model if service is not None and needs_model(spec.agent) else None,
+        provenance=spec.provenance,
         **values,
     )
 

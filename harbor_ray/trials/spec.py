@@ -16,8 +16,10 @@ from harbor_ray.capture.core.auxiliary import MainLoop
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.session_info import SessionInfo
+from harbor_ray.data.result import Provenance
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.datasets import TaskRef
+from harbor_ray.trials.harness import harness_provenance
 
 
 class CaptureService(Protocol):
@@ -62,6 +64,9 @@ class RolloutSpec:
     # Run a task that needs its own image on the host's userland anyway, when the
     # sandbox cannot give it (--host-userland); its row says `host_override`.
     host_userland: bool = False
+    # What every row of the rollout says it was made with (data/result.py); None:
+    # nothing recorded.
+    provenance: Provenance | None = None
 
 
 def make_specs(
@@ -80,9 +85,13 @@ def make_specs(
     run_id: str | None = None,
     agents_cache: Path | None = None,
     host_userland: bool = False,
+    engine: Provenance | None = None,
 ) -> list[RolloutSpec]:
-    """tasks x attempts, in task order then attempt order (the documented output order)."""
+    """tasks x attempts, in task order then attempt order (the documented output order).
+    `engine`: what the engine serves (its half of every row's provenance; None: unknown)."""
     run_id = run_id or uuid.uuid4().hex[:8]
+    provenance = harness_provenance(agent, profile=None,
+                                    agent_kwargs=agent_kwargs or {}).with_engine(engine)
     return [
         RolloutSpec(
             rollout_id=f"{task.name}__{attempt}__{run_id}",
@@ -99,6 +108,7 @@ def make_specs(
             sandbox_kwargs=sandbox_kwargs or {},
             agents_cache=agents_cache,
             host_userland=host_userland,
+            provenance=provenance,
         )
         for task in tasks
         for attempt in range(attempts)

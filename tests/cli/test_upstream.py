@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from harbor_ray.capture.core.upstream_profile import UpstreamName
 from harbor_ray.cli import app
+from tests.cli.test_rollout_capture import rollout
 from tests.fixtures.providers import MODEL, StandIn, provider_app
 from tests.fixtures.threaded import serve_in_thread
-from tests.cli.test_rollout_capture import rollout
 from tests.trials.scripts import terminus_script
 
 SECRET = "sk-ant-upstream-SECRET-51c2e8"

@@ -9,6 +9,8 @@ is counted; the rows resume like any sweep's and mean what `harbor-ray rollout`'
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -19,9 +21,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.cli.test_rollout_capture import rollout
 from tests.fixtures.providers import StandIn, provider_app
 from tests.fixtures.threaded import serve_in_thread
-from tests.cli.test_rollout_capture import rollout
 from tests.trials.scripts import terminus_script
 
 pytestmark = pytest.mark.integration
@@ -138,6 +140,22 @@ def test_the_key_reaches_the_upstream_and_nothing_else(swept: Swept) -> None:
     assert SECRET not in swept.output
 
 
+def test_every_row_says_what_made_it(swept: Swept) -> None:
+    """Issue 35, item 2: a hosted model's rows name it and leave its files unknown (not
+    faked); the harness's version and configuration are hashed as SCHEMA.md says."""
+    assert swept.code == 0, swept.output[-3000:]
+    served = json.loads((swept.out / "_manifest.json").read_text())["engine"]["served_model"]
+    config = json.dumps({"agent": "terminus-2", "agent_kwargs": {}, "profile": None},
+                        sort_keys=True, separators=(",", ":"))
+    expected = {
+        "model_source": f"anthropic:{served}", "weights_sha256": None,
+        "chat_template_sha256": None, "tokenizer_sha256": None,
+        "harness_version": f"harbor {importlib.metadata.version('harbor')}",
+        "harness_config_sha256": hashlib.sha256(config.encode()).hexdigest()}
+    rows = pq.read_table(swept.out / "rollouts").to_pylist()
+    assert [row["provenance"] for row in rows] == [expected] * 2
+
+
 def test_a_rerun_resumes_without_calling_the_upstream_again(host_swept: Swept) -> None:
     swept = host_swept
     assert swept.code == 0, swept.output[-3000:]
@@ -159,7 +177,7 @@ def test_rollout_rows_mean_what_the_sweep_s_rows_mean(host_swept: Swept, tmp_pat
     assert code == 0, output
     (line,) = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     one = json.loads(line)
-    fields = ("ok", "reward", "capture_level", "trainable")
+    fields = ("ok", "reward", "capture_level", "trainable", "provenance")
     for row in pq.read_table(swept.out / "rollouts").to_pylist():
         assert {f: row[f] for f in fields} == {f: one[f] for f in fields}
     assert one["trainable"] is False and one["capture_level"] == "text"

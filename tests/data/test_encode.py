@@ -10,7 +10,7 @@ from harbor_ray.capture.core.graph import build_graph
 from harbor_ray.capture.core.record import close_capture
 from harbor_ray.data.encode import encode_record, rollouts_table, with_findings, with_placement
 from harbor_ray.data.rebuild import turn_records
-from harbor_ray.data.result import FindingRecord, RolloutResult
+from harbor_ray.data.result import FindingRecord, Provenance, RolloutResult
 from harbor_ray.data.schema import ROLLOUTS, SCHEMA_VERSION, SEQUENCES, TURNS
 from tests.capture.turns_factory import chain, full, turn
 from tests.data.rollouts import (
@@ -92,8 +92,13 @@ def test_tables_have_the_versioned_schemas() -> None:
     assert encoded.sequences.schema.equals(SEQUENCES, check_metadata=True)
 
 
+PROVENANCE = Provenance(model_source="/models/step-40", weights_sha256="0a" * 32,
+                        chat_template_sha256="1b" * 32, tokenizer_sha256=None,
+                        harness_version="harbor 0.25.0", harness_config_sha256="2c" * 32)
+
+
 def test_the_rollout_row() -> None:
-    record = rollout("a1", rich_session())
+    record = rollout("a1", rich_session(), provenance=PROVENANCE)
     result = record.result
     (row,) = record.rollout.to_pylist()
     assert row == {
@@ -124,6 +129,7 @@ def test_the_rollout_row() -> None:
         "partial": False,
         "environment": "image",
         "image_digest": "sha256:" + "ab" * 32,
+        "provenance": PROVENANCE.model_dump(),  # a null field stays null
         "schema_version": SCHEMA_VERSION,
     }
     assert {"code": "retokenization_split", "severity": "warn", "turn": 5}.items() <= (

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harbor_ray.cli.options import Exit
+from tests.cli.test_errors import invoke
 from tests.report.by_hand import (
     enumerated_pass_at_k,
     jackknife_variance,
@@ -18,7 +19,6 @@ from tests.report.by_hand import (
     t_interval,
 )
 from tests.report.conftest import MODELS
-from tests.cli.test_errors import invoke
 
 pytestmark = pytest.mark.integration
 

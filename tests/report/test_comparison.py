@@ -140,7 +140,7 @@ def test_the_tables_carry_the_figures(tmp_path: Path) -> None:
     base = _run(tmp_path, "base", {"a": (1, 4), "b": (0, 4)})
     trained = _run(tmp_path, "trained", {"a": (3, 4), "b": (2, 4)})
     tables = {t.id: t for t in comparison_tables(compare([base, trained]))}
-    assert list(tables) == ["runs", "pass-at-k", "where", "tasks", "error-types"]
+    assert list(tables) == ["runs", "pass-at-k", "where", "tasks", "error-types", "provenance"]
     assert tables["pass-at-k"].header == ["k", "base", "trained", "trained - base"]
     assert tables["pass-at-k"].rows[0][3].startswith("+0.50 [")
     assert tables["tasks"].rows[0][:2] == ["a", "1/4: 0.25 [0.05, 0.70]"]
