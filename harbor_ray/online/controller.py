@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
@@ -22,18 +22,17 @@ from typing import Any, Protocol
 
 import ray
 
-from harbor_ray.capture.core.journal import JournalMode
-from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
+from harbor_ray.cluster.admission import AdmissionController
+from harbor_ray.cluster.fleet import FleetSettings, settings_of, sized_for_nodes
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.journaling import Journaling, remove_everywhere
 from harbor_ray.cluster.metrics_poller import steer_gate
-from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
-from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
+from harbor_ray.cluster.runner import RolloutRunner, failed_record
 from harbor_ray.cluster.sweep import check_warm_pool, in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import ErrorType
@@ -71,7 +70,6 @@ from harbor_ray.trials.agents import AgentAllowList
 from harbor_ray.trials.backends import LOCAL, backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import StartRate
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
 
@@ -92,8 +90,9 @@ class Rollouts(Protocol):
 
 
 @dataclass(frozen=True)
-class ControllerConfig:
-    """How the controller runs rollouts; a submit says what each group is."""
+class ControllerConfig(FleetSettings):
+    """How the controller runs rollouts (the fleet settings and the service's own); a
+    submit says what each group is."""
 
     work_dir: Path  # trials and sandboxes live under it
     dataset: str = "samples"  # a submit's default
@@ -107,13 +106,8 @@ class ControllerConfig:
     # host's userland (rows say `host_override`) instead of being refused (a row).
     host_userland: bool = False
     capacity: int = 256  # accepted rollouts unfinished at most (429 beyond)
-    concurrency: int = 16  # rollouts on hosts at once; the rest wait, queued
-    # The adaptive cap (cluster/admission.py): None keeps `concurrency` fixed; else the
-    # cap starts at `admission.start` and follows the engines' `/metrics` at
-    # `engine_metrics`, read every `metrics_every_s` seconds.
-    admission: AdmissionPolicy | None = None
-    engine_metrics: tuple[str, ...] = ()
-    metrics_every_s: float = 5.0
+    # The service's default cap is higher than a sweep's: it serves many trainers' groups.
+    concurrency: int = field(default=16, kw_only=True)
     max_staleness: int | None = None  # the default bound, in policy versions
     stale_policy: StalePolicy = "drop"
     # A submit's defaults for groups without signal (rewards all equal): drop and
@@ -121,20 +115,8 @@ class ControllerConfig:
     # request (None: as many as the request's groups).
     drop_no_signal: bool = False
     max_extra_groups: int | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # Each host's turn journal (work_dir/journal/<host>.journal on its node): a dead
-    # host's rollouts become partial rows with their turns (cluster/journaling.py).
-    journal: JournalMode = "flush"
-    train_partial: bool = False
     proxy: ProxyTarget | None = None  # where agents call the model
-    rollouts_per_host: int = 8
     host_cpus: float = 0.01
-    # Sandboxes created a second at most, the whole service, across every host (as a
-    # sweep's: cluster/start_bucket.py); 0: no limit.
-    sandbox_starts_per_s: float = 0.0
-    # Local sandboxes each host keeps started ahead of its rollouts, per task name (as
-    # a sweep's --warm-pool); ledgers under work_dir/warm_pools/<host> on its node.
-    warm_pool: Mapping[str, int] = field(default_factory=dict)
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
     initial_version: int = 0
@@ -146,21 +128,13 @@ class ControllerConfig:
     retain_groups: int = 10_000
     request_ids: int = 10_000
 
-    @property
-    def ceiling(self) -> int:
-        """The most rollouts ever on hosts at once (the adaptive cap's ceiling, if any)."""
-        return self.concurrency if self.admission is None else self.admission.ceiling
-
     def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.capacity < 1:
-            raise ServiceConfigError("capacity and concurrency must be at least 1")
+        super().__post_init__()
+        if self.capacity < 1:
+            raise ServiceConfigError("capacity must be at least 1")
         if self.max_extra_groups is not None and self.max_extra_groups < 0:
             raise ServiceConfigError("max_extra_groups cannot be negative (0: no replacement)")
-        if self.sandbox_starts_per_s < 0:
-            raise ServiceConfigError("sandbox_starts_per_s cannot be negative (0: no limit)")
         check_warm_pool(self.sandbox, self.warm_pool)
-        if self.admission is not None and not self.engine_metrics:
-            raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
         self.allowed_agents()  # UnknownAgentError (a ValueError) unless import paths
 
     def allowed_agents(self) -> AgentAllowList:
@@ -193,8 +167,7 @@ class Controller:
         self._updating = asyncio.Lock()
         self._paused = False
         self._publishing: set[asyncio.Future[None]] = set()  # a late update's version
-        self._gate = ResizableGate(config.concurrency if config.admission is None
-                                   else config.admission.start)
+        self._gate = ResizableGate(config.concurrency)  # the adaptive cap's start too
         self._steering: asyncio.Task[None] | None = None  # the adaptive cap's poller
         self._in_flight = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -204,18 +177,20 @@ class Controller:
         self._sandboxes = config.work_dir / "sandboxes"
         self._ledgers = config.work_dir / "warm_pools"
         self._on_hosts = runner is None
-        per_host = self._rollouts_per_host()
-        self._pool = HostPool(rollouts_per_host=per_host, proxy=config.proxy,
+        # Sized by the live nodes only where rollouts run on hosts.
+        sized = config if runner is not None else sized_for_nodes(
+            config, setting="rollouts_per_host:", warn=_log.warning)
+        self._pool = HostPool(rollouts_per_host=sized.rollouts_per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
                               sandboxes_dir=self._sandboxes,
-                              start_rate=StartRate.of(config.sandbox_starts_per_s),
+                              start_rate=config.start_rate,
                               journaling=Journaling(
                                   config.work_dir / "journal", config.journal,
                                   config.train_partial),
                               warm_pool=config.warm_pool, ledgers_dir=self._ledgers)
         self._runner: Rollouts
         if runner is None:
-            self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
+            self._runner = RolloutRunner(self._pool, config.retry_policy, on_start=self._start,
                                          on_end=self._end, on_lost=self._lost)
             reap_everywhere(self._sandboxes, self._ledgers)
         else:
@@ -224,24 +199,13 @@ class Controller:
             config.out, {"online": _manifest(config), "started_at": self._started},
             flush_rollouts=_NEVER)
 
-    def _rollouts_per_host(self) -> int:
-        """As configured, unless the nodes cannot hold that many hosts (host_sizing.py)."""
-        config = self.config
-        if not self._on_hosts:
-            return config.rollouts_per_host
-        plan = host_plan(config.ceiling, config.rollouts_per_host,
-                         setting="rollouts_per_host:")
-        if plan.warning is not None:
-            _log.warning("%s", plan.warning)
-        return plan.rollouts_per_host
-
     def _steer(self) -> None:
         """Start the adaptive cap's poller, once, from a route (it needs the loop)."""
         config = self.config
-        if config.admission is None or self._steering is not None:
+        if (policy := config.admission) is None or self._steering is not None:
             return
         self._steering = asyncio.create_task(steer_gate(
-            self._gate, AdmissionController(config.admission), config.engine_metrics,
+            self._gate, AdmissionController(policy), config.engine_metrics,
             every_s=config.metrics_every_s))
 
     def _start(self) -> None:
@@ -565,13 +529,12 @@ class Controller:
 def _manifest(config: ControllerConfig) -> dict[str, Any]:
     """What the dataset's manifest says made it: the controller's settings."""
     return {"dataset": config.dataset, "sandbox": config.sandbox,
-            "host_userland": config.host_userland,
-            "capacity": config.capacity, "concurrency": config.concurrency,
-            "max_concurrency": None if config.admission is None else config.admission.ceiling,
+            "host_userland": config.host_userland, "capacity": config.capacity,
+            **settings_of(config),
             "max_staleness": config.max_staleness, "stale_policy": config.stale_policy,
             "drop_no_signal": config.drop_no_signal,
             "max_extra_groups": config.max_extra_groups,
-            "retries": config.retry.retries, "initial_version": config.initial_version}
+            "initial_version": config.initial_version}
 
 
 @lru_cache(maxsize=TASK_LISTS_CACHED)
