@@ -36,9 +36,10 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, says: str
 ) -> None:
-    with pytest.raises(StartError, match=says):  # the fleet's refuse the request itself
-        with started_sweep(SweepRequest(**{"agent": "oracle", "out": tmp_path, **changes})):
-            pass
+    # The fleet's settings refuse the request itself, the others started_sweep.
+    with pytest.raises(StartError, match=says), \
+            started_sweep(SweepRequest(**{"agent": "oracle", "out": tmp_path, **changes})):
+        pass
     assert not (tmp_path / "rollouts").exists()
 
 
