@@ -21,7 +21,7 @@ from harbor_ray.errors import ServiceConfigError, StartError
 from harbor_ray.jobs import sweep as jobs_sweep
 from harbor_ray.jobs.sweep import SweepRequest, _config
 from harbor_ray.online import serve as serve_module
-from harbor_ray.online.controller import ControllerConfig, _manifest
+from harbor_ray.online.controller_config import ControllerConfig
 from harbor_ray.online.serve import ControllerArgs, _validated
 from tests.online.test_serve_config import _apps
 
@@ -112,7 +112,7 @@ def test_every_setting_is_a_yaml_field_that_reaches_the_controller(tmp_path: Pat
                                        **settings_of(CHANGED)})
     config = args.controller_config()
     assert settings_of(config) == settings_of(CHANGED)
-    assert {n: _manifest(config)[n] for n in NAMES} == settings_of(CHANGED)
+    assert {n: config.manifest()[n] for n in NAMES} == settings_of(CHANGED)
 
 
 @pytest.mark.usefixtures("no_serve")
