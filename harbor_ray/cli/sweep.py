@@ -22,8 +22,12 @@ FLEET_NAMES = frozenset(f.name for f in dataclasses.fields(FleetSettings))
 
 
 def _fleet(name: str) -> Any:
-    """Fleet setting `name` as a flag: its name and help are the type's."""
-    return typer.Option(fleet_flag(name), help=fleet_help(name))
+    """Fleet setting `name` as a flag: its name and help are the type's (a switch has
+    its --no- form, as Typer gives any other)."""
+    flag = fleet_flag(name)
+    if isinstance(getattr(FLEET, name), bool):
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    return typer.Option(flag, help=fleet_help(name))
 
 
 
