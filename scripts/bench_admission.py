@@ -26,7 +26,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harbor_ray.cluster.admission import AdmissionPolicy  # noqa: E402
 from harbor_ray.online.controller import Controller, ControllerConfig  # noqa: E402
 from harbor_ray.online.weights import FakeWeightUpdater  # noqa: E402
 from harbor_ray.online.wire import SubmitRequest  # noqa: E402
@@ -38,12 +37,12 @@ async def one_run(args: argparse.Namespace, adaptive: bool, metrics: str,
                   engine: PressureEngine) -> tuple[float, int, tuple[int, int]]:
     """Rollouts/min, preemptions, and the lowest and highest cap seen."""
     engine.preemptions = 0
-    policy = AdmissionPolicy(floor=args.floor, ceiling=args.cap, start=args.cap)
     with tempfile.TemporaryDirectory() as work:
         controller = Controller(
             ControllerConfig(work_dir=Path(work), concurrency=args.cap,
                              capacity=args.rollouts,
-                             admission=policy if adaptive else None,
+                             min_concurrency=args.floor,
+                             max_concurrency=args.cap if adaptive else None,
                              engine_metrics=(metrics,) if adaptive else (),
                              metrics_every_s=args.metrics_every),
             FakeWeightUpdater(("engine-0",)), runner=PressureRollouts(engine, args.turns))

@@ -37,7 +37,6 @@ from bench_sweep import add_workload_args, certified_model, start_engine
 
 from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
-from harbor_ray.cluster.runner import RetryPolicy
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.online.app import ActorController, build_controller_app
 from harbor_ray.online.controller import ControllerConfig, start_controller
@@ -72,7 +71,7 @@ async def through_service(concurrency: int, count: int, args: argparse.Namespace
     name = f"bench{concurrency}"
     config = ControllerConfig(work_dir=out, proxy=proxy, concurrency=concurrency,
                               capacity=count, rollouts_per_host=args.rollouts_per_host,
-                              retry=RetryPolicy(retries=0))
+                              retries=0)
     handle = start_controller(name, config, FakeWeightUpdater(),
                               work=chat_agent(args.calls, args.think))
     await handle.policy.remote()  # constructed

@@ -4,15 +4,31 @@ its progress, its summary and its report."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 import harbor_ray.cli.options as opt
+from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
 from harbor_ray.cli.options import LOG_NAME, Exit, command_output, console, phases_of, show_log
+from harbor_ray.cluster.fleet import FleetSettings, fleet_flag, fleet_help
+
+FLEET = FleetSettings()  # the defaults --help shows
+FLEET_NAMES = frozenset(f.name for f in dataclasses.fields(FleetSettings))
+
+
+def _fleet(name: str) -> Any:
+    """Fleet setting `name` as a flag: its name and help are the type's (a switch has
+    its --no- form, as Typer gives any other)."""
+    flag = fleet_flag(name)
+    if isinstance(getattr(FLEET, name), bool):
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    return typer.Option(flag, help=fleet_help(name))
+
 
 
 def sweep(
@@ -29,60 +45,26 @@ def sweep(
     sandbox: opt.SandboxOption = "local",
     sandbox_arg: opt.SandboxArgOption = None,
     n: opt.AttemptsOption = 1,
-    sandbox_start_rate: Annotated[float, typer.Option(
-        help="Sandboxes created a second at most, across the sweep (every host draws "
-             "from one bucket per backend before a rollout's sandbox starts). Cloud "
-             "backends cap "
-             "creation (Modal: about 5 a second a workspace). Default 0: no limit, as the "
-             "local sandbox needs none.")] = 0.0,
-    warm_pool: Annotated[list[str] | None, typer.Option(
-        help="TASK=N (repeatable): each rollout host keeps N sandboxes of task TASK (its "
-             "name as in the rows' `task` column) started ahead of its rollouts, which "
-             "take one instead of starting their own. The local and container "
-             "sandboxes only (another --sandbox is refused). A pool fills once the "
-             "host's first rollout of TASK has shown what its sandbox holds; its starts "
-             "draw on --sandbox-start-rate; the host stops what it holds when it ends, "
-             "and the reaper what a dead host's pool left. Default: none.")] = None,
-    concurrency: Annotated[int, typer.Option(
-        help="Rollouts at once (the only cap); with --max-concurrency, the cap to start "
-             "from.")] = 8,
-    max_concurrency: Annotated[int | None, typer.Option(
-        help="Make the cap adaptive: it rises (to this at most) while the engines are "
-             "idle and falls on preemptions, requests queued in the engines or a KV cache "
-             "over 90% full, read from their /metrics every --metrics-every seconds. "
-             "Default: off, --concurrency is fixed. Hosts are sized for this.")] = None,
-    min_concurrency: Annotated[int, typer.Option(
-        help="With --max-concurrency: the adaptive cap never falls below this.")] = 1,
-    engine_metrics: Annotated[list[str] | None, typer.Option(
-        help="With --max-concurrency: an engine replica's Prometheus URL (repeatable). "
-             "Default: /metrics of --llm-url's server (as `vllm serve` answers). For an "
-             "engine on Ray Serve LLM (--engine, log_engine_metrics: true): each node's "
-             "Ray metrics endpoint, e.g. http://NODE:8080/metrics.")] = None,
-    metrics_every: Annotated[float, typer.Option(
-        help="Seconds between reads of the engines' metrics (--max-concurrency).")] = 5.0,
-    retries: Annotated[int, typer.Option(
-        help="Retries of a rollout lost to infrastructure (infra_lost, sandbox_start).")] = 1,
-    journal: Annotated[str, typer.Option(
-        help="Each rollout host appends every recorded turn to OUT/journal/<host>.journal "
-             "on its node before the reply reaches the agent; when a host dies, its "
-             "rollouts become `infra_lost` rows with those turns, marked `partial`. "
-             "`flush` (default): each turn is in the kernel first (survives the host "
-             "process), `fsync`: on the disk first (survives the node's OS too, where "
-             "the journal is unreachable anyway unless OUT is shared; costs each call "
-             "the disk's flush: docs/performance.md), `off`: no journal (a dead host's "
-             "rows have no turns).")] = "flush",
-    train_partial: Annotated[bool, typer.Option(
-        help="Mark partial rows (a dead host's rollouts, rebuilt from its journal) "
-             "`trainable`. Default: they are not; they have no reward either.")] = False,
+    # The fleet settings: flags, defaults and help from FleetSettings (cluster/fleet.py).
+    concurrency: Annotated[int, _fleet("concurrency")] = FLEET.concurrency,
+    max_concurrency: Annotated[int | None, _fleet("max_concurrency")] = FLEET.max_concurrency,
+    min_concurrency: Annotated[int, _fleet("min_concurrency")] = FLEET.min_concurrency,
+    engine_metrics: Annotated[list[str] | None, _fleet("engine_metrics")] = None,
+    metrics_every_s: Annotated[float, _fleet("metrics_every_s")] = FLEET.metrics_every_s,
+    rollouts_per_host: Annotated[int, _fleet("rollouts_per_host")] = FLEET.rollouts_per_host,
+    sandbox_starts_per_s: Annotated[float, _fleet("sandbox_starts_per_s")] = (
+        FLEET.sandbox_starts_per_s),
+    journal: Annotated[JournalMode, _fleet("journal")] = FLEET.journal,
+    train_partial: Annotated[bool, _fleet("train_partial")] = FLEET.train_partial,
+    warm_pool: Annotated[list[str] | None, _fleet("warm_pool")] = None,
+    retries: Annotated[int, _fleet("retries")] = FLEET.retries,
+    grace_s: Annotated[float, _fleet("grace_s")] = FLEET.grace_s,
     budget: opt.BudgetOption = 20,
     deadline: Annotated[float | None, typer.Option(
         help="Seconds a rollout may take: then it ends itself (row `deadline`, sandbox "
              "torn down). One with no row --grace seconds later is cancelled on its host; "
              "one deaf to that for another --grace costs its host (its neighbours are "
              "retried).")] = 900.0,
-    grace: Annotated[float, typer.Option(
-        help="Seconds past the deadline before the driver cancels a rollout on its host, "
-             "and again before it kills a host that ignored the cancellation.")] = 60.0,
     temperature: opt.TemperatureOption = None,
     max_tokens: opt.MaxTokensOption = None,
     reward_key: opt.RewardKeyOption = None,
@@ -96,11 +78,6 @@ def sweep(
     proxy_replicas: Annotated[int, typer.Option(
         help="Capture proxy replicas (a Ray Serve deployment) between agents and the "
              "engine, with --ingress direct or serve (host deploys none).")] = 2,
-    rollouts_per_host: Annotated[int, typer.Option(
-        help="Rollouts one host actor runs at once; hosts are started for --concurrency "
-             "slots. A host that dies fails (and retries) only its own rollouts. Hosts "
-             "(~150 MB each) are capped at 2 per CPU within half of each node's memory; "
-             "past that each takes more rollouts, and the sweep warns with the sums.")] = 8,
     commit_every_s: Annotated[float, typer.Option(
         "--commit-every",
         help="Seconds between commits of finished rows to --out (one Parquet part per "
@@ -156,24 +133,23 @@ def sweep(
     their sandboxes torn down).
     """
     from harbor_ray.cluster.progress import live_progress, print_summary
-    from harbor_ray.jobs.sweep import SweepRequest, check_sweep, started_sweep
+    from harbor_ray.jobs.sweep import SweepRequest, check_sweep, checked_ingress, started_sweep
     from harbor_ray.trials.backends import parse_sandbox_args
     from harbor_ray.trials.warm_pool import parse_pool_sizes
 
+    fleet = {name: value for name, value in locals().items() if name in FLEET_NAMES}
     request = SweepRequest(
         agent=agent, dataset=dataset, tasks=task, llm_url=llm_url, engine=engine, model=model,
         sandbox=sandbox, sandbox_kwargs=parse_sandbox_args(sandbox_arg or []), attempts=n,
-        concurrency=concurrency, retries=retries, budget=budget, deadline_s=deadline,
-        grace_s=grace, temperature=temperature, max_tokens=max_tokens, reward_key=reward_key,
-        name=name, out=out.resolve(), ray_address=ray_address, proxy_replicas=proxy_replicas,
-        rollouts_per_host=rollouts_per_host, commit_every_s=commit_every_s, ingress=ingress,
-        engine_timeout_s=engine_timeout, proxy_url=proxy_url, proxy_bind=proxy_bind,
-        agents_cache=agents_cache, stitch=stitch, max_concurrency=max_concurrency,
-        min_concurrency=min_concurrency, engine_metrics=tuple(engine_metrics or ()),
-        metrics_every_s=metrics_every, sandbox_starts_per_s=sandbox_start_rate,
-        journal=journal, train_partial=train_partial, engine_kind=engine_kind,
-        warm_pool=parse_pool_sizes(warm_pool or []), host_userland=host_userland,
-        capture=capture, upstream=upstream, upstream_key_file=upstream_key_file)
+        budget=budget, deadline_s=deadline, temperature=temperature, max_tokens=max_tokens,
+        reward_key=reward_key, name=name, out=out.resolve(), ray_address=ray_address,
+        proxy_replicas=proxy_replicas, commit_every_s=commit_every_s,
+        ingress=checked_ingress(ingress), engine_timeout_s=engine_timeout,
+        proxy_url=proxy_url, proxy_bind=proxy_bind, agents_cache=agents_cache, stitch=stitch,
+        engine_kind=engine_kind, host_userland=host_userland, capture=capture,
+        upstream=upstream, upstream_key_file=upstream_key_file,
+        **{**fleet, "engine_metrics": tuple(engine_metrics or ()),
+           "warm_pool": parse_pool_sizes(warm_pool or [])})
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     opt.evaluation_notice(capture)
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:

@@ -19,7 +19,7 @@ every rollout in flight waits longer for each turn.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harbor_ray.cluster.engine_metrics import EngineLoad
 from harbor_ray.errors import StartError
@@ -47,9 +47,12 @@ class AdmissionPolicy:
     waiting_allowed: int = 0  # requests queued inside the engines that are not pressure
     grow: float = 0.25  # a rise, as a fraction of the limit
     cut: float = 0.25  # a cut, as a fraction of the limit
+    # What the bounds are called where they were set (flags, YAML fields), for the check.
+    names: tuple[str, str, str] = field(default=("floor", "start", "ceiling"),
+                                        compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_cap_order(self.floor, self.start, self.ceiling)
+        check_cap_order(self.floor, self.start, self.ceiling, self.names)
         if not 0 < self.kv_low <= self.kv_high:
             raise StartError("the KV thresholds need 0 < kv_low <= kv_high")
         if not (self.grow > 0 and 0 < self.cut < 1):

@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from harbor_ray.capture.core.journal import JournalMode
-from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy, check_cap_order
+from harbor_ray.cluster.admission import AdmissionController
+from harbor_ray.cluster.fleet import FleetSettings
 from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import ProxyTarget, Work
 from harbor_ray.cluster.journaling import Journaling, remove_everywhere
@@ -36,83 +36,26 @@ from harbor_ray.errors import StartError, WarmPoolUnsupportedError
 from harbor_ray.trials.backends import ON_THIS_NODE
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import StartRate
 
 
 @dataclass(frozen=True)
-class SweepConfig:
-    """How the driver runs rollouts; the specs say what each rollout is."""
+class SweepConfig(FleetSettings):
+    """How the driver runs rollouts (the fleet settings and the sweep's own); the specs
+    say what each rollout is."""
 
     out: Path
-    concurrency: int = 8
-    retries: int = 1
-    grace_s: float = 60.0
     proxy: ProxyTarget | None = None  # where agents call the model; None: no agent does
-    rollouts_per_host: int = 8
     host_cpus: float = 0.01
     host_start_s: float = 600.0  # a host not running by then is lost (and retried)
     # Finished rows are committed together every this many seconds (0: each on its own).
     # A driver killed in between loses the rows of the last interval (rerun, not doubled).
     commit_every_s: float = 2.0
-    # The adaptive cap: None keeps `concurrency` fixed; else the cap starts at
-    # `concurrency` and moves between `min_concurrency` and this, steered by the
-    # engines' `/metrics` at `engine_metrics`, read every `metrics_every_s` seconds.
-    max_concurrency: int | None = None
-    min_concurrency: int = 1
-    engine_metrics: tuple[str, ...] = ()
-    metrics_every_s: float = 5.0
-    # Sandboxes created a second at most, the whole sweep, across every host (one
-    # bucket actor per backend: cluster/start_bucket.py); 0: no limit.
-    sandbox_starts_per_s: float = 0.0
-    # Each host's turn journal (OUT/journal/<host>.journal on its node), from which a
-    # dead host's rollouts become partial rows; `train_partial` makes those trainable.
-    journal: JournalMode = "flush"
-    train_partial: bool = False
-    # Local sandboxes each host keeps started ahead of its rollouts, per task name
-    # (trials/warm_pool.py); their ledgers go under OUT/warm_pools/<host> on its node.
-    warm_pool: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise StartError("concurrency must be at least 1")
-        if self.sandbox_starts_per_s < 0:
-            raise StartError("--sandbox-start-rate cannot be negative (0: no limit)")
-        if self.max_concurrency is not None:
-            check_cap_order(self.min_concurrency, self.concurrency, self.max_concurrency,
-                            ("--min-concurrency", "--concurrency", "--max-concurrency"))
-            if not self.engine_metrics:
-                raise StartError("--max-concurrency needs the engines' metrics: an "
-                                 "engine the sweep starts, --llm-url, or --engine-metrics")
-            if self.metrics_every_s <= 0:
-                raise StartError("--metrics-every must be positive")
-        if self.retries < 0:
-            raise StartError("retries cannot be negative: 0 tries each rollout once")
-        if self.rollouts_per_host < 1:
-            raise StartError("rollouts per host must be at least 1")
-        if self.journal not in get_args(JournalMode):
-            raise StartError(f"--journal must be one of {', '.join(get_args(JournalMode))}, "
-                             f"not {self.journal!r}")
+        super().__post_init__()
         if self.commit_every_s < 0:
             raise StartError("the commit interval cannot be negative: 0 commits each row "
                              "on its own")
-
-    @property
-    def ceiling(self) -> int:
-        """The most rollouts ever in flight."""
-        return self.max_concurrency or self.concurrency
-
-    @property
-    def admission(self) -> AdmissionPolicy | None:
-        """The adaptive cap's policy; None for a fixed cap."""
-        if self.max_concurrency is None:
-            return None
-        return AdmissionPolicy(floor=self.min_concurrency, ceiling=self.max_concurrency,
-                               start=self.concurrency)
-
-    @property
-    def start_rate(self) -> StartRate | None:
-        """The sweep's sandbox start rate; None: no limit."""
-        return StartRate.of(self.sandbox_starts_per_s)
 
     @property
     def retry_policy(self) -> RetryPolicy:

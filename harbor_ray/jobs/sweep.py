@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeGuard, get_args
 
 from harbor_ray.capture.proxy.certify import Certification
 from harbor_ray.capture.proxy.hosted import upstream_key
 from harbor_ray.cluster.engine_metrics import metrics_url
+from harbor_ray.cluster.fleet import FleetSettings, fleet_fields, settings_of, sized_for_nodes
 from harbor_ray.cluster.host import Ingress
 from harbor_ray.cluster.ingress import remote_endpoint
-from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.setup import ClusterSpec, running_cluster
 from harbor_ray.cluster.sweep import SweepConfig, SweepStats, check_warm_pool, sweep
 from harbor_ray.errors import StartError
@@ -30,34 +30,31 @@ from harbor_ray.jobs.runs import (
 )
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["StartedSweep", "SweepRequest", "check_sweep", "run_sweep", "started_sweep"]
+__all__ = [
+    "StartedSweep", "SweepRequest", "check_sweep", "checked_ingress", "run_sweep",
+    "started_sweep",
+]
 
 
 @dataclass(frozen=True)
-class SweepRequest(RunRequest):
-    """What to sweep and how; the fields are `harbor-ray sweep`'s flags."""
+class SweepRequest(RunRequest, FleetSettings):
+    """What to sweep and how; the fields are `harbor-ray sweep`'s flags (the fleet's
+    among them, checked as the request is made)."""
 
-    concurrency: int = 8
-    retries: int = 1
-    grace_s: float = 60.0
     name: str = "sweep"  # part of every rollout id: the same name and out resume
     out: Path = Path("sweep")
     ray_address: str | None = None  # None: a local Ray for the sweep
     proxy_replicas: int = 2
-    rollouts_per_host: int = 8
     commit_every_s: float = 2.0
-    ingress: str = "host"
+    ingress: Ingress = "host"
     proxy_url: str | None = None
     proxy_bind: str | None = None
-    # The adaptive cap (SweepConfig): None keeps --concurrency fixed.
-    max_concurrency: int | None = None
-    min_concurrency: int = 1
-    engine_metrics: tuple[str, ...] = ()  # default: /metrics of --llm-url's server
-    metrics_every_s: float = 5.0
-    sandbox_starts_per_s: float = 0.0  # 0: no limit
-    journal: str = "flush"  # fsync, flush or off (SweepConfig.journal)
-    train_partial: bool = False
-    warm_pool: Mapping[str, int] = field(default_factory=dict)  # task name -> sandboxes
+
+    def __post_init__(self) -> None:
+        if not self.engine_metrics and self.llm_url is not None:
+            # The adaptive cap's default: the engine's own /metrics (as `vllm serve`).
+            object.__setattr__(self, "engine_metrics", (metrics_url(self.llm_url),))
+        super().__post_init__()
 
     def manifest(self, tasks: Sequence[str], engine: Certification | None) -> dict[str, Any]:
         """What the dataset's manifest says made it (`engine`: the certified one, None
@@ -65,20 +62,14 @@ class SweepRequest(RunRequest):
         return {
             "run": self.name, "agent": self.agent, "sandbox": self.sandbox,
             "sandbox_kwargs": dict(self.sandbox_kwargs), "dataset": self.dataset,
-            "tasks": list(tasks), "attempts": self.attempts,
-            "concurrency": self.concurrency, "max_concurrency": self.max_concurrency,
-            "min_concurrency": self.min_concurrency, "retries": self.retries,
-            "sandbox_starts_per_s": self.sandbox_starts_per_s,
-            "journal": self.journal, "train_partial": self.train_partial,
-            "warm_pool": dict(self.warm_pool),
-            "deadline_s": self.deadline_s, "grace_s": self.grace_s, "budget": self.budget,
+            "tasks": list(tasks), "attempts": self.attempts, **settings_of(self),
+            "deadline_s": self.deadline_s, "budget": self.budget,
             "temperature": self.temperature, "max_tokens": self.max_tokens,
             "reward_key": self.reward_key,
             "engine": engine.model_dump() if engine else None,
             "proxy_replicas": (self.proxy_replicas if engine and self.ingress != "host"
                                else None),
             "ingress": self.ingress if engine else None,
-            "rollouts_per_host": self.rollouts_per_host,
             "commit_every_s": self.commit_every_s,
             "engine_timeout_s": self.engine_timeout_s, "stitch": self.stitch,
             "host_userland": self.host_userland,
@@ -142,7 +133,7 @@ def started_sweep(
     cluster = ClusterSpec(
         ray_address=request.ray_address, llm_url=request.llm_url,
         engine_config=request.engine, model=request.model,
-        ingress=request.ingress,  # type: ignore[arg-type]  # checked by _config
+        ingress=request.ingress,
         proxy_replicas=request.proxy_replicas, engine_timeout_s=request.engine_timeout_s,
         stitch=request.stitch, wants_model=checked.wants_model, proxy_url=request.proxy_url,
         proxy_bind=request.proxy_bind, logs_dir=config.out / "logs",
@@ -159,34 +150,28 @@ def started_sweep(
                      f"{'yes' if engine.tool_calling else 'no'})")
         specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
                          run_id=request.name, engine=running.provenance)
-        hosts = host_plan(config.ceiling, config.rollouts_per_host,
-                          setting="--rollouts-per-host")
-        if hosts.warning is not None:
-            progress(f"warning: {hosts.warning}")
-        yield StartedSweep(specs, dataclasses.replace(
-            config, proxy=running.proxy, rollouts_per_host=hosts.rollouts_per_host),
-            request.manifest([t.name for t in checked.tasks], engine))
+        sized = sized_for_nodes(config, setting="--rollouts-per-host",
+                                warn=lambda why: progress(f"warning: {why}"))
+        yield StartedSweep(specs, dataclasses.replace(sized, proxy=running.proxy),
+                           request.manifest([t.name for t in checked.tasks], engine))
+
+
+def checked_ingress(value: str) -> Ingress:
+    """`value` as an Ingress, or the StartError that names --ingress's choices."""
+    if _is_ingress(value):
+        return value
+    raise StartError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
+                     f"not {value!r}")
+
+
+def _is_ingress(value: str) -> TypeGuard[Ingress]:
+    return value in get_args(Ingress)
 
 
 def _config(request: SweepRequest) -> SweepConfig:
     """The driver's config, or a StartError naming the flag that cannot work."""
-    if request.ingress not in get_args(Ingress):
-        raise StartError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
-                         f"not {request.ingress!r}")
-    remote_endpoint(request.ingress, request.proxy_url,  # type: ignore[arg-type]
+    checked_ingress(request.ingress)  # a library caller's string, unchecked by its type
+    remote_endpoint(request.ingress, request.proxy_url,
                     request.proxy_bind)  # raises the StartError itself
-    engine_metrics = request.engine_metrics or (
-        (metrics_url(request.llm_url),) if request.llm_url is not None else ())
-    return SweepConfig(out=request.out.resolve(), concurrency=request.concurrency,
-                       retries=request.retries, grace_s=request.grace_s,
-                       rollouts_per_host=request.rollouts_per_host,
-                       commit_every_s=request.commit_every_s,
-                       max_concurrency=request.max_concurrency,
-                       min_concurrency=request.min_concurrency,
-                       engine_metrics=engine_metrics,
-                       metrics_every_s=request.metrics_every_s,
-                       sandbox_starts_per_s=request.sandbox_starts_per_s,
-                       journal=request.journal,  # type: ignore[arg-type]
-                       train_partial=request.train_partial,
-                       warm_pool=request.warm_pool,
-                       )  # raises the StartError itself
+    return SweepConfig(out=request.out.resolve(), commit_every_s=request.commit_every_s,
+                       **fleet_fields(request))  # raises the StartError itself

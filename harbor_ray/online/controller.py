@@ -14,52 +14,43 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from functools import lru_cache, partial
-from pathlib import Path
 from typing import Any, Protocol
 
 import ray
 
-from harbor_ray.capture.core.journal import JournalMode
-from harbor_ray.cluster.admission import AdmissionController, AdmissionPolicy
+from harbor_ray.cluster.admission import AdmissionController
+from harbor_ray.cluster.fleet import sized_for_nodes
 from harbor_ray.cluster.gate import ResizableGate
-from harbor_ray.cluster.host import ProxyTarget, Work
+from harbor_ray.cluster.host import Work
 from harbor_ray.cluster.journaling import Journaling, remove_everywhere
 from harbor_ray.cluster.metrics_poller import steer_gate
-from harbor_ray.cluster.nodes import host_plan
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
-from harbor_ray.cluster.runner import RetryPolicy, RolloutRunner, failed_record
-from harbor_ray.cluster.sweep import check_warm_pool, in_sandboxes_dir
+from harbor_ray.cluster.runner import RolloutRunner, failed_record
+from harbor_ray.cluster.sweep import in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import ErrorType
 from harbor_ray.data.writer import DatasetWriter
-from harbor_ray.engine.weights import WeightUpdate
 from harbor_ray.errors import (
-    CheckpointError,
     DatasetError,
     FieldError,
     OverCapacity,
-    ServiceConfigError,
     UnknownAgentError,
-    WeightsRefusedError,
-    WeightUpdateError,
-    WeightVersionError,
 )
+from harbor_ray.online.controller_config import ControllerConfig
 from harbor_ray.online.groups import Book, GroupState, Phase
 from harbor_ray.online.no_signal import Refill
-from harbor_ray.online.weights import EngineWeights, replica_results
+from harbor_ray.online.policy_keeper import PolicyKeeper
+from harbor_ray.online.weights import EngineWeights
 from harbor_ray.online.wire import (
     AckReply,
     CancelReply,
     Group,
     PolicyReply,
-    ReplicaResult,
-    StalePolicy,
     StatsReply,
     SubmitReply,
     SubmitRequest,
@@ -67,11 +58,9 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 from harbor_ray.switches import WORKER_ENV
-from harbor_ray.trials.agents import AgentAllowList
-from harbor_ray.trials.backends import LOCAL, backend_names
+from harbor_ray.trials.backends import backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 from harbor_ray.trials.spec import RolloutSpec
-from harbor_ray.trials.start_rate import StartRate
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
 
@@ -91,83 +80,6 @@ class Rollouts(Protocol):
     async def run(self, spec: RolloutSpec) -> RolloutRecord: ...
 
 
-@dataclass(frozen=True)
-class ControllerConfig:
-    """How the controller runs rollouts; a submit says what each group is."""
-
-    work_dir: Path  # trials and sandboxes live under it
-    dataset: str = "samples"  # a submit's default
-    # The other dataset specs a submit may name, spelled exactly so; no other is read.
-    datasets: tuple[str, ...] = ()
-    # Import paths (module:Class) a submit may name as its agent, besides the Harbor
-    # agents `harbor-ray info` lists; no other is accepted, and nothing is imported here.
-    agents: tuple[str, ...] = ()
-    sandbox: str = LOCAL  # a submit's default
-    # A task that needs its own image, on a sandbox that cannot build it, runs on the
-    # host's userland (rows say `host_override`) instead of being refused (a row).
-    host_userland: bool = False
-    capacity: int = 256  # accepted rollouts unfinished at most (429 beyond)
-    concurrency: int = 16  # rollouts on hosts at once; the rest wait, queued
-    # The adaptive cap (cluster/admission.py): None keeps `concurrency` fixed; else the
-    # cap starts at `admission.start` and follows the engines' `/metrics` at
-    # `engine_metrics`, read every `metrics_every_s` seconds.
-    admission: AdmissionPolicy | None = None
-    engine_metrics: tuple[str, ...] = ()
-    metrics_every_s: float = 5.0
-    max_staleness: int | None = None  # the default bound, in policy versions
-    stale_policy: StalePolicy = "drop"
-    # A submit's defaults for groups without signal (rewards all equal): drop and
-    # replace them (groups of 2 or more), at most `max_extra_groups` replacements per
-    # request (None: as many as the request's groups).
-    drop_no_signal: bool = False
-    max_extra_groups: int | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # Each host's turn journal (work_dir/journal/<host>.journal on its node): a dead
-    # host's rollouts become partial rows with their turns (cluster/journaling.py).
-    journal: JournalMode = "flush"
-    train_partial: bool = False
-    proxy: ProxyTarget | None = None  # where agents call the model
-    rollouts_per_host: int = 8
-    host_cpus: float = 0.01
-    # Sandboxes created a second at most, the whole service, across every host (as a
-    # sweep's: cluster/start_bucket.py); 0: no limit.
-    sandbox_starts_per_s: float = 0.0
-    # Local sandboxes each host keeps started ahead of its rollouts, per task name (as
-    # a sweep's --warm-pool); ledgers under work_dir/warm_pools/<host> on its node.
-    warm_pool: Mapping[str, int] = field(default_factory=dict)
-    weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
-    retry_after_s: int = 5  # the 429's Retry-After
-    initial_version: int = 0
-    # Where every group is also written as it becomes ready (the sweep's dataset
-    # layout and writer); None: nowhere.
-    out: Path | None = None
-    # Retention of closed groups and of request ids (see harbor_ray.online.groups).
-    retain_s: float = 600.0
-    retain_groups: int = 10_000
-    request_ids: int = 10_000
-
-    @property
-    def ceiling(self) -> int:
-        """The most rollouts ever on hosts at once (the adaptive cap's ceiling, if any)."""
-        return self.concurrency if self.admission is None else self.admission.ceiling
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.capacity < 1:
-            raise ServiceConfigError("capacity and concurrency must be at least 1")
-        if self.max_extra_groups is not None and self.max_extra_groups < 0:
-            raise ServiceConfigError("max_extra_groups cannot be negative (0: no replacement)")
-        if self.sandbox_starts_per_s < 0:
-            raise ServiceConfigError("sandbox_starts_per_s cannot be negative (0: no limit)")
-        check_warm_pool(self.sandbox, self.warm_pool)
-        if self.admission is not None and not self.engine_metrics:
-            raise ServiceConfigError("an adaptive cap needs the engines' metrics URLs")
-        self.allowed_agents()  # UnknownAgentError (a ValueError) unless import paths
-
-    def allowed_agents(self) -> AgentAllowList:
-        """The agents a submit may name: the Harbor agents and `agents`."""
-        return AgentAllowList(self.agents, named_in="in the controller's `agents:`")
-
-
 class Controller:
     """Accepts groups, runs their rollouts, hands finished groups out, keeps the version.
 
@@ -181,20 +93,15 @@ class Controller:
                  work: Work | None = None,
                  on_version: Callable[[int], Awaitable[None]] | None = None,
                  runner: Rollouts | None = None) -> None:
-        self.config, self._updater = config, updater
-        self._on_version = on_version
+        self.config = config
+        self._policy = PolicyKeeper(updater, config.initial_version,
+                                    timeout_s=config.weights_timeout_s, on_version=on_version)
         self.book = Book(capacity=config.capacity, max_staleness=config.max_staleness,
                          stale_policy=config.stale_policy, retain_s=config.retain_s,
                          retain_groups=config.retain_groups, request_ids=config.request_ids)
         self._datasets = frozenset((config.dataset, *config.datasets))
         self._agents = config.allowed_agents()
-        self.version = config.initial_version
-        self._replicas: dict[str, ReplicaResult] = {}
-        self._updating = asyncio.Lock()
-        self._paused = False
-        self._publishing: set[asyncio.Future[None]] = set()  # a late update's version
-        self._gate = ResizableGate(config.concurrency if config.admission is None
-                                   else config.admission.start)
+        self._gate = ResizableGate(config.concurrency)  # the adaptive cap's start too
         self._steering: asyncio.Task[None] | None = None  # the adaptive cap's poller
         self._in_flight = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -204,44 +111,35 @@ class Controller:
         self._sandboxes = config.work_dir / "sandboxes"
         self._ledgers = config.work_dir / "warm_pools"
         self._on_hosts = runner is None
-        per_host = self._rollouts_per_host()
-        self._pool = HostPool(rollouts_per_host=per_host, proxy=config.proxy,
+        # Sized by the live nodes only where rollouts run on hosts.
+        sized = config if runner is not None else sized_for_nodes(
+            config, setting="rollouts_per_host:", warn=_log.warning)
+        self._pool = HostPool(rollouts_per_host=sized.rollouts_per_host, proxy=config.proxy,
                               num_cpus=config.host_cpus, work=work,
                               sandboxes_dir=self._sandboxes,
-                              start_rate=StartRate.of(config.sandbox_starts_per_s),
+                              start_rate=config.start_rate,
                               journaling=Journaling(
                                   config.work_dir / "journal", config.journal,
                                   config.train_partial),
                               warm_pool=config.warm_pool, ledgers_dir=self._ledgers)
         self._runner: Rollouts
         if runner is None:
-            self._runner = RolloutRunner(self._pool, config.retry, on_start=self._start,
+            self._runner = RolloutRunner(self._pool, config.retry_policy, on_start=self._start,
                                          on_end=self._end, on_lost=self._lost)
             reap_everywhere(self._sandboxes, self._ledgers)
         else:
             self._runner = runner  # nothing reaches a host: no sandbox to reap
         self._writer = None if config.out is None else DatasetWriter(
-            config.out, {"online": _manifest(config), "started_at": self._started},
+            config.out, {"online": config.manifest(), "started_at": self._started},
             flush_rollouts=_NEVER)
-
-    def _rollouts_per_host(self) -> int:
-        """As configured, unless the nodes cannot hold that many hosts (host_sizing.py)."""
-        config = self.config
-        if not self._on_hosts:
-            return config.rollouts_per_host
-        plan = host_plan(config.ceiling, config.rollouts_per_host,
-                         setting="rollouts_per_host:")
-        if plan.warning is not None:
-            _log.warning("%s", plan.warning)
-        return plan.rollouts_per_host
 
     def _steer(self) -> None:
         """Start the adaptive cap's poller, once, from a route (it needs the loop)."""
         config = self.config
-        if config.admission is None or self._steering is not None:
+        if (policy := config.admission) is None or self._steering is not None:
             return
         self._steering = asyncio.create_task(steer_gate(
-            self._gate, AdmissionController(config.admission), config.engine_metrics,
+            self._gate, AdmissionController(policy), config.engine_metrics,
             every_s=config.metrics_every_s))
 
     def _start(self) -> None:
@@ -403,78 +301,15 @@ class Controller:
         return CancelReply(group_id=group_id, cancelled=len(running))
 
     async def update_weights(self, request: WeightsRequest) -> WeightsReply:
-        async with self._updating:
-            if request.version <= self.version:
-                raise FieldError(f"version {request.version} does not "
-                                 f"exceed the current {self.version}", status=409, field="version")
-            try:
-                update = await self._update_in_time(request)
-            except CheckpointError as exc:
-                raise FieldError(str(exc), status=400, field="path") from exc
-            except WeightVersionError as exc:
-                raise FieldError(str(exc), status=409, field="version") from exc
-            except WeightsRefusedError as exc:
-                raise WeightUpdateError(f"{exc}; version {self.version} keeps serving",
-                                        replicas=[]) from exc
-            results = self._record(update)
-            if not update.ok:
-                failed = ", ".join(f"{r.replica} ({r.step}: {r.error})"
-                                   for r in results if not r.ok) or "no replica answered"
-                raise WeightUpdateError(
-                    f"the update failed on {failed}; version {self.version} keeps serving",
-                    replicas=results)
-            if self._on_version is not None:
-                await self._on_version(self.version)
-            return WeightsReply(version=self.version, replicas=results,
-                                steps=dict(update.step_seconds), seconds=update.seconds)
-
-    async def _update_in_time(self, request: WeightsRequest) -> WeightUpdate:
-        """The updater's answer, or a WeightUpdateError once `weights_timeout_s` passed,
-        whether or not the updater stopped when told to (a call it awaits may not end on
-        cancellation): the policy is paused no longer than that. An update that ends
-        after its caller was answered is heard then (`_ended_late`)."""
-        updating = asyncio.ensure_future(self._updater.update(request.path, request.version))
-        self._paused = True
-        try:
-            await asyncio.wait({updating}, timeout=self.config.weights_timeout_s)
-        finally:  # the bound passed, or the caller left
-            self._paused = False
-            if not updating.done():
-                updating.cancel()
-                updating.add_done_callback(self._ended_late)
-        if not updating.done():
-            raise WeightUpdateError(
-                f"the update did not finish in {self.config.weights_timeout_s:g} s; "
-                f"version {self.version} keeps serving", replicas=[])
-        return updating.result()
-
-    def _record(self, update: WeightUpdate) -> list[ReplicaResult]:
-        """Each replica's part in `update`, kept for `policy`; the version if it took."""
-        results = replica_results(update)
-        self._replicas = {r.replica: r for r in results}
-        if update.ok:
-            self.version = update.requested_version
-        return results
-
-    def _ended_late(self, updating: asyncio.Future[WeightUpdate]) -> None:
-        """An update that went on past its timeout ended: if every replica took it after
-        all, the controller says what the engine serves (and stamps turns with it)."""
-        if updating.cancelled() or updating.exception() is not None:
-            return
-        update = updating.result()
-        if not update.ok or update.requested_version <= self.version:
-            return
-        _log.warning("the update to version %d took after its timeout: the engine "
-                     "serves it", update.requested_version)
-        self._record(update)
-        if self._on_version is not None:
-            publishing = asyncio.ensure_future(self._on_version(self.version))
-            self._publishing.add(publishing)
-            publishing.add_done_callback(self._publishing.discard)
+        return await self._policy.update(request)
 
     async def policy(self) -> PolicyReply:
-        return PolicyReply(version=self.version, paused=self._paused,
-                           replicas=list(self._replicas.values()))
+        return self._policy.reply()
+
+    @property
+    def version(self) -> int:
+        """The policy version every engine replica serves (stamped on each turn)."""
+        return self._policy.version
 
     async def stats(self) -> StatsReply:
         book = self.book
@@ -560,18 +395,6 @@ class Controller:
         self._changed.set()
         if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
             waiter.set_result(None)
-
-
-def _manifest(config: ControllerConfig) -> dict[str, Any]:
-    """What the dataset's manifest says made it: the controller's settings."""
-    return {"dataset": config.dataset, "sandbox": config.sandbox,
-            "host_userland": config.host_userland,
-            "capacity": config.capacity, "concurrency": config.concurrency,
-            "max_concurrency": None if config.admission is None else config.admission.ceiling,
-            "max_staleness": config.max_staleness, "stale_policy": config.stale_policy,
-            "drop_no_signal": config.drop_no_signal,
-            "max_extra_groups": config.max_extra_groups,
-            "retries": config.retry.retries, "initial_version": config.initial_version}
 
 
 @lru_cache(maxsize=TASK_LISTS_CACHED)

@@ -18,26 +18,26 @@ set_switches()
 
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, get_type_hints  # noqa: E402
 
 import ray  # noqa: E402
 from pydantic import (  # noqa: E402
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeInt,
     ValidationError,
+    create_model,
     model_validator,
 )
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
-from harbor_ray.capture.core.journal import JournalMode  # noqa: E402
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
-from harbor_ray.cluster.admission import AdmissionPolicy, check_cap_order  # noqa: E402
+from harbor_ray.cluster.fleet import FleetSettings, fleet_help  # noqa: E402
 from harbor_ray.cluster.host import ProxyTarget  # noqa: E402
 from harbor_ray.cluster.owner import NAMESPACE  # noqa: E402
 from harbor_ray.cluster.policy_version import policy_actor_name  # noqa: E402
@@ -47,7 +47,6 @@ from harbor_ray.cluster.proxy_deployment import (  # noqa: E402
     CaptureProxy,
 )
 from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME  # noqa: E402
-from harbor_ray.cluster.runner import RetryPolicy  # noqa: E402
 from harbor_ray.engine.config import EngineConfig  # noqa: E402
 from harbor_ray.engine.lifecycle import ENGINE_APP_NAME  # noqa: E402
 from harbor_ray.engine.replicas import serve_weight_updater  # noqa: E402
@@ -104,8 +103,37 @@ class CaptureArgs(_Args):
         return self
 
 
-class ControllerArgs(_Args):
-    """`args:` of the controller app (`build_controller`)."""
+_FLEET_FIELDS = [f.name for f in dataclasses.fields(FleetSettings)]
+
+
+def _fleet_args() -> type[_Args]:
+    """`_Args` with the fleet settings as fields: each one's YAML key is its name, its
+    default the controller's and its description the type's. Checked as a whole by
+    `FleetSettings` (ControllerArgs._fleet), which names a field it refuses."""
+    hints = get_type_hints(ControllerConfig)
+    defaults = {f.name: f for f in dataclasses.fields(ControllerConfig)}
+
+    def of(name: str) -> Any:
+        default = defaults[name]
+        if default.default_factory is not dataclasses.MISSING:
+            return Field(default_factory=default.default_factory,
+                         description=fleet_help(name))
+        return Field(default.default, description=fleet_help(name))
+
+    fields: dict[str, Any] = {name: (hints[name], of(name)) for name in _FLEET_FIELDS}
+    return create_model("_FleetArgs", __base__=_Args, **fields)
+
+
+# mypy sees the plain base; ControllerArgs reads the fleet's fields by name (`fleet`).
+if TYPE_CHECKING:
+    _FleetArgs = _Args
+else:
+    _FleetArgs = _fleet_args()
+
+
+class ControllerArgs(_FleetArgs):
+    """`args:` of the controller app (`build_controller`): the service's own fields, and
+    the fleet settings (cluster/fleet.py) under their own names."""
 
     key_file: Path = _CACHE / "controller.key"
     engine_app: str = ENGINE_APP_NAME
@@ -130,32 +158,6 @@ class ControllerArgs(_Args):
         "environment=host_override. False: such a rollout is an environment_unsupported "
         "row, with no reward.")
     capacity: int = Field(256, ge=1)
-    concurrency: int = Field(16, ge=1, description="Rollouts on hosts at once; with "
-                             "max_concurrency, the cap to start from.")
-    max_concurrency: int | None = Field(
-        None, ge=1, description="Make the cap adaptive: it rises (to this at most) while "
-        "the engines are idle and falls on preemptions, requests queued in the engines or "
-        "a KV cache over 90% full, read from engine_metrics. None: concurrency is fixed.")
-    min_concurrency: int = Field(1, ge=1, description="The adaptive cap's floor.")
-    engine_metrics: list[str] = Field(
-        default_factory=list, description="With max_concurrency: the Prometheus URLs "
-        "that carry the engine's vLLM metrics (Ray Serve LLM with log_engine_metrics: "
-        "each node's Ray metrics endpoint, e.g. http://NODE:8080/metrics).")
-    metrics_every_s: float = Field(5.0, gt=0, description="Seconds between reads of "
-                                   "engine_metrics.")
-    rollouts_per_host: int = Field(8, ge=1, description="Rollouts one host runs at once. "
-                                   "Hosts (~150 MB each) are capped at 2 per CPU within "
-                                   "half of each node's memory; past that each host takes "
-                                   "more rollouts, and the controller logs a warning.")
-    sandbox_starts_per_s: float = Field(
-        0.0, ge=0, description="Sandboxes created a second at most, the whole service "
-        "(cloud backends cap creation, e.g. Modal at about 5/s a workspace), one bucket "
-        "per backend every host draws from. 0: no limit.")
-    warm_pool: dict[str, NonNegativeInt] = Field(
-        default_factory=dict, description="Task name -> N: each rollout host keeps N "
-        "sandboxes of that task started ahead of its rollouts (as a sweep's "
-        "--warm-pool); the local and container sandboxes only, for groups that run in "
-        "them. Default: none.")
     max_staleness: int | None = Field(
         None, ge=0, description="Policy versions a group's oldest token may be behind the "
         "version it finished at; a submit may set its own. None: no bound.")
@@ -175,15 +177,6 @@ class ControllerArgs(_Args):
         "so requests in flight recompute their context under the new weights. False: "
         "they keep their KV (new requests are salted by version and reuse no prefix of "
         "other weights).")
-    journal: JournalMode = Field(
-        "flush", description="Each rollout host's turn journal (WORK_DIR/journal/<host>."
-        "journal on its node): `flush` (each turn in the kernel before its reply: survives "
-        "the host process), `fsync` (on the disk: survives the node's OS too) or `off`. A "
-        "dead host's rollouts become partial `infra_lost` rows with the turns journaled.")
-    train_partial: bool = Field(False, description="Mark partial rows (a dead host's "
-                                "rollouts, from its journal) trainable.")
-    retries: int = Field(1, ge=0)
-    grace_s: float = Field(60.0, gt=0)
     weights_timeout_s: float = Field(900.0, gt=0)
     retry_after_s: int = Field(5, ge=1)
     retain_s: float = Field(600.0, ge=0, description="How long a closed group (acknowledged, "
@@ -194,15 +187,13 @@ class ControllerArgs(_Args):
                              "ones is taken as new.")
 
     @model_validator(mode="after")
-    def _adaptive_cap(self) -> ControllerArgs:
-        if self.max_concurrency is None:
-            return self
-        check_cap_order(self.min_concurrency, self.concurrency, self.max_concurrency,
-                        ("min_concurrency", "concurrency", "max_concurrency"))
-        if not self.engine_metrics:
-            raise ValueError("max_concurrency needs engine_metrics: the URLs of the "
-                             "engine's vLLM metrics")
+    def _fleet(self) -> ControllerArgs:
+        FleetSettings(**self.fleet())  # its StartError, a ValueError, names the field
         return self
+
+    def fleet(self) -> dict[str, Any]:
+        """The fleet settings, as ControllerConfig takes them."""
+        return {name: getattr(self, name) for name in _FLEET_FIELDS}
 
     def controller_config(self) -> ControllerConfig:
         served_model = self.engine_config().model_id
@@ -212,21 +203,14 @@ class ControllerArgs(_Args):
         return ControllerConfig(
             work_dir=self.work_dir.expanduser(), dataset=self.dataset,
             datasets=tuple(self.datasets), agents=tuple(self.agents), sandbox=self.sandbox,
-            capacity=self.capacity, concurrency=self.concurrency,
-            admission=None if self.max_concurrency is None else AdmissionPolicy(
-                floor=self.min_concurrency, ceiling=self.max_concurrency,
-                start=self.concurrency),
-            engine_metrics=tuple(self.engine_metrics), metrics_every_s=self.metrics_every_s,
-            max_staleness=self.max_staleness, stale_policy=self.stale_policy,
-            drop_no_signal=self.drop_no_signal, max_extra_groups=self.max_extra_groups,
-            retry=RetryPolicy(retries=self.retries, grace_s=self.grace_s), proxy=proxy,
-            rollouts_per_host=self.rollouts_per_host, weights_timeout_s=self.weights_timeout_s,
-            sandbox_starts_per_s=self.sandbox_starts_per_s, warm_pool=dict(self.warm_pool),
-            retry_after_s=self.retry_after_s, retain_s=self.retain_s,
+            capacity=self.capacity, max_staleness=self.max_staleness,
+            stale_policy=self.stale_policy, drop_no_signal=self.drop_no_signal,
+            max_extra_groups=self.max_extra_groups, proxy=proxy,
+            weights_timeout_s=self.weights_timeout_s, retry_after_s=self.retry_after_s,
+            retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser(),
-            journal=self.journal, train_partial=self.train_partial,
-            host_userland=self.host_userland)
+            host_userland=self.host_userland, **self.fleet())
 
 
 def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
@@ -239,7 +223,9 @@ def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in (*where, *first["loc"]))
-        raise ServiceConfigError(f"{model.__name__} {field}: {first['msg']}") from exc
+        # A check of several fields at once (the fleet's) names its field in its message.
+        raise ServiceConfigError(f"{model.__name__}{' ' + field if field else ''}: "
+                                 f"{first['msg']}") from exc
     return parsed
 
 

@@ -26,7 +26,7 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
     ({"ingress": "carrier-pigeon"}, "--ingress must be one of"),
     ({"proxy_url": "http://10.0.0.1:8770"}, "needs --ingress direct"),
     ({"ingress": "direct", "proxy_url": "ftp://x"}, "--proxy-url must be"),
-    ({"concurrency": 0}, "concurrency must be at least 1"),
+    ({"concurrency": 0}, r"concurrency \(--concurrency\) must be at least 1"),
     ({"max_concurrency": 16}, "needs the engines' metrics"),
     ({"max_concurrency": 16, "min_concurrency": 9, "engine_metrics": ("http://e/m",)},
      "--min-concurrency"),
@@ -36,8 +36,9 @@ from harbor_ray.jobs.sweep import SweepRequest, started_sweep
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, says: str
 ) -> None:
-    request = SweepRequest(**{"agent": "oracle", "out": tmp_path, **changes})
-    with pytest.raises(StartError, match=says), started_sweep(request):
+    # The fleet's settings refuse the request itself, the others started_sweep.
+    with pytest.raises(StartError, match=says), \
+            started_sweep(SweepRequest(**{"agent": "oracle", "out": tmp_path, **changes})):
         pass
     assert not (tmp_path / "rollouts").exists()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from harbor_ray.cluster.admission import AdmissionPolicy
 from harbor_ray.online.wire import SubmitRequest
 from tests.fixtures.pressure_engine import BUSY, IDLE, scripted
 from tests.fixtures.threaded import serve_in_thread
@@ -21,7 +20,7 @@ async def test_the_cap_falls_under_pressure_then_rises_and_no_rollout_is_lost(
         runner = LocalRollouts(hold_s=0.02)
         controller = local_controller(
             tmp_path, runner=runner, concurrency=8, engine_metrics=(f"{url}/metrics",),
-            admission=AdmissionPolicy(floor=2, ceiling=16, start=8), metrics_every_s=0.01)
+            min_concurrency=2, max_concurrency=16, metrics_every_s=0.01)
         assert (await controller.stats()).concurrency_limit == 8
         await controller.submit(SubmitRequest.model_validate({
             "request_id": "r", "tasks": [{"task": "hello-file", "n": N}],

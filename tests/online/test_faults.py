@@ -10,7 +10,6 @@ import pytest
 import ray
 
 from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.runner import RetryPolicy
 from tests.cluster.test_journal_sweep import HELD_AFTER, _held_once
 from tests.cluster.test_sweep import _slow_tasks
 from tests.online.conftest import stub_agent
@@ -65,7 +64,7 @@ def test_a_dead_hosts_journal_goes_once_its_rows_are_committed(
     name, marker, out = f"journal{retries}", tmp_path / "held", tmp_path / "out"
     before = _hosts()
     service = service_factory(name, out=out, journal="fsync",
-                              retry=RetryPolicy(retries=retries),
+                              retries=retries,
                               work=stub_agent(4, between=_held_once(str(marker))))
     submitted = service.http.post("/v1/rollouts", json={
         "request_id": "j", "agent": "terminus-2", "tasks": [{"task": "hello-file", "n": 1}]})
