@@ -73,7 +73,8 @@ def _chat(engine: EngineHandle) -> dict[str, Any]:
             "logprobs": True, "max_tokens": 8, "temperature": 0}
     response = httpx.post(f"{engine.url}/chat/completions", json=body, timeout=600)
     assert response.status_code == 200, response.text
-    return response.json()
+    reply: dict[str, Any] = response.json()
+    return reply
 
 
 def _served(reply: dict[str, Any]) -> tuple[list[int], list[int], list[float]]:
@@ -86,7 +87,8 @@ def _served(reply: dict[str, Any]) -> tuple[list[int], list[int], list[float]]:
 
 def _rescore(model: Any, ids: list[int], mask: list[int]) -> list[float]:
     with torch.no_grad():
-        return token_logprobs(model, ids, mask).tolist()
+        logprobs: list[float] = token_logprobs(model, ids, mask).tolist()
+        return logprobs
 
 
 def test_a_trainers_adapter_serves_as_each_new_version(

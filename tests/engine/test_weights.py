@@ -283,7 +283,8 @@ def _adapter(directory: Path, rank: int = 8) -> str:
     return str(directory)
 
 
-def _lora_replicas(log: list[tuple[str, str]], faults: dict[str, dict[str, Any]] | None = None,
+def _lora_replicas(log: list[tuple[str, str]],
+                   faults: dict[str, dict[str, BaseException | str]] | None = None,
                    n: int = 2) -> list[FakeReplica]:
     return [FakeReplica(f"r{i}", log, (faults or {}).get(f"r{i}"), lora_rank=16)
             for i in range(n)]
