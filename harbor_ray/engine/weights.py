@@ -16,7 +16,7 @@ a fresh name (step `load`), and only once all have it does each switch new calls
 (step `switch`); there is no pause, since the base weights do not change. A failed load
 removes the adapter where it loaded, and every replica keeps the previous version. Full
 weights for a LoRA engine, and an adapter for an engine without LoRA slots, are refused
-before any replica is touched (`WeightsRefusedError`, naming the fix).
+before any replica is touched (`CheckpointError`, naming the fix).
 
 Replicas are known only as `EngineReplica` (a name and a way to call a method of Ray
 Serve LLM's `LLMServer` on that one replica), so this runs without Ray;
@@ -254,7 +254,7 @@ class WeightUpdater:
         an update of the other kind than the engine takes."""
         if self._label_method is None:  # not harbor_ray's server: full weights only
             if adapter:
-                raise WeightsRefusedError(
+                raise CheckpointError(
                     f"{path} is a LoRA adapter ({ADAPTER_CONFIG}), and only harbor_ray's "
                     "engine (VersionedServer, with `lora:` in its config) loads adapters")
             return None
@@ -266,13 +266,14 @@ class WeightUpdater:
             raise WeightsRefusedError(f"a replica did not say which updates it takes: "
                                       f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]) from exc
         lora = [bool(kind["lora"]) for kind in kinds]
+        # CheckpointError: the caller sent the wrong directory, or started the wrong engine.
         if adapter and not all(lora):
-            raise WeightsRefusedError(
+            raise CheckpointError(
                 f"{path} is a LoRA adapter ({ADAPTER_CONFIG}) but the engine has no LoRA "
                 "slots: start it with `lora: {max_rank: R, max_loras: 2}` in its args "
                 "(EngineConfig.lora), R at least the adapter's rank")
         if not adapter and any(lora):
-            raise WeightsRefusedError(
+            raise CheckpointError(
                 f"{path} holds full weights but the engine serves LoRA adapters (`lora:` "
                 f"in its args): send the adapter directory (peft's save_pretrained: "
                 f"{ADAPTER_CONFIG} and adapter_model.safetensors), or start the engine "

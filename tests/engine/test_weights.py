@@ -336,14 +336,14 @@ async def test_a_failed_switch_switches_every_replica_back(tmp_path: Path) -> No
 async def test_an_update_of_the_other_kind_is_refused_naming_the_fix(tmp_path: Path) -> None:
     log: list[tuple[str, str]] = []
     adapter = _adapter(tmp_path / "v1")
-    with pytest.raises(WeightsRefusedError, match=r"no LoRA slots: start it with `lora:"):
+    with pytest.raises(CheckpointError, match=r"no LoRA slots: start it with `lora:"):
         await _updater([FakeReplica("r0", log)]).update(adapter, 1)
-    with pytest.raises(WeightsRefusedError, match="only harbor_ray's engine"):
+    with pytest.raises(CheckpointError, match="only harbor_ray's engine"):
         await _updater([FakeReplica("r0", log)], label_method=None).update(adapter, 1)
     # One replica with slots is enough to refuse full weights: they would sit under
     # every adapter loaded on it.
     mixed = [FakeReplica("r0", log), FakeReplica("r1", log, lora_rank=8)]
-    with pytest.raises(WeightsRefusedError, match="send the adapter directory"):
+    with pytest.raises(CheckpointError, match="send the adapter directory"):
         await _updater(mixed).update(NEW, 1)
     assert log == []
 
