@@ -41,9 +41,8 @@ LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 class LoraSlots(BaseModel):
     """Room in the engine for LoRA adapters (vLLM's `enable_lora`).
 
-    What runs today: the engine starts with LoRA enabled and serves adapters that vLLM
-    is asked for. Loading a trainer's adapter as a new policy version does not run yet:
-    weight updates load full checkpoints only (docs/trainers.md, "LoRA updates").
+    Weight updates then load a trainer's adapter (peft's `save_pretrained`) as each new
+    policy version, and refuse full weights (docs/trainers.md, "LoRA updates").
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -10,6 +10,14 @@ checkpoint whose tensors are not the served one's (`CheckpointError`, from
 `check_checkpoint`) are refused before the engine is touched. The steps and their
 failure modes: docs/architecture.md, "Weight updates in flight".
 
+An engine with LoRA slots (`EngineConfig.lora`) takes adapters instead: a directory
+holding `adapter_config.json` (peft's `save_pretrained`) is loaded on every replica under
+a fresh name (step `load`), and only once all have it does each switch new calls to it
+(step `switch`); there is no pause, since the base weights do not change. A failed load
+removes the adapter where it loaded, and every replica keeps the previous version. Full
+weights for a LoRA engine, and an adapter for an engine without LoRA slots, are refused
+before any replica is touched (`CheckpointError`, naming the fix).
+
 Replicas are known only as `EngineReplica` (a name and a way to call a method of Ray
 Serve LLM's `LLMServer` on that one replica), so this runs without Ray;
 `harbor_ray.engine.replicas` gives the Serve-backed replicas.
@@ -22,6 +30,7 @@ import json
 import stat
 import struct
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +43,14 @@ LABEL_METHOD = "set_weight_version"
 """The server method that labels new weights with their version
 (`harbor_ray.engine.versions.VersionedServer`'s)."""
 
-Step = Literal["pause", "reload", "cache", "label", "resume", "rollback"]
+KIND_METHOD = "weights_kind"
+"""The server method that says whether the engine takes adapters (`VersionedServer`'s)."""
+ADAPTER_CONFIG = "adapter_config.json"
+"""What makes a checkpoint directory a LoRA adapter (peft's `save_pretrained`)."""
+
+Step = Literal["pause", "reload", "cache", "label", "resume", "rollback", "load", "switch"]
 STEPS: tuple[Step, ...] = ("pause", "reload", "cache", "label", "resume")
+ADAPTER_STEPS: tuple[Step, ...] = ("load", "switch")
 
 # The longest error text kept per replica: a worker's traceback can be pages long.
 _ERROR_CHARS = 2000
@@ -68,7 +83,9 @@ class StepTimeouts:
     resume_s: float = 60.0
 
     def of(self, step: Step) -> float:
-        return self.reload_s if step in ("reload", "rollback") else getattr(self, f"{step}_s")
+        if step in ("reload", "rollback", "load"):
+            return self.reload_s
+        return self.label_s if step == "switch" else float(getattr(self, f"{step}_s"))
 
 
 DEFAULT_TIMEOUTS = StepTimeouts()
@@ -190,6 +207,7 @@ class WeightUpdater:
         self._version = version
         self._timeouts = timeouts
         self._check = check
+        self._adapter: str | None = None  # the tag of the adapter serving (LoRA engines)
         self._lock = asyncio.Lock()
 
     @property
@@ -206,21 +224,87 @@ class WeightUpdater:
             if version <= self._version:
                 raise WeightVersionError(
                     f"version {version} does not increase on the serving {self._version}")
-            if self._check:
-                await asyncio.to_thread(check_checkpoint, path, self._path)
             replicas = list(await self._list_replicas())
             if not replicas:
                 raise WeightsRefusedError("the engine has no running replica to update")
+            adapter = is_adapter(path)
+            max_rank = await self._kind(replicas, adapter, path)
+            if self._check:
+                if adapter:
+                    await asyncio.to_thread(check_adapter, path, max_rank)
+                else:
+                    await asyncio.to_thread(check_checkpoint, path, self._path)
             started = time.perf_counter()
             steps: dict[str, float] = {}
             states = [_Replica(replica, self._timeouts) for replica in replicas]
-            took = await self._switch(states, path, version, steps)
+            if adapter:
+                took = await self._switch_adapter(states, path, version, steps)
+            else:
+                took = await self._switch(states, path, version, steps)
             if took:
                 self._path, self._version = path, version
             return WeightUpdate(
                 path=path, requested_version=version, version=self._version,
                 replicas=tuple(state.result(self._version) for state in states),
                 step_seconds=steps, seconds=time.perf_counter() - started)
+
+    async def _kind(self, replicas: Sequence[EngineReplica], adapter: bool,
+                    path: str) -> int | None:
+        """The largest adapter rank every replica takes (None: no LoRA slots); refuses
+        an update of the other kind than the engine takes."""
+        if self._label_method is None:  # not harbor_ray's server: full weights only
+            if adapter:
+                raise CheckpointError(
+                    f"{path} is a LoRA adapter ({ADAPTER_CONFIG}), and only harbor_ray's "
+                    "engine (VersionedServer, with `lora:` in its config) loads adapters")
+            return None
+        try:
+            kinds = await asyncio.wait_for(asyncio.gather(
+                *(replica.call(KIND_METHOD) for replica in replicas)),
+                self._timeouts.label_s)
+        except Exception as exc:
+            raise WeightsRefusedError(f"a replica did not say which updates it takes: "
+                                      f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]) from exc
+        lora = [bool(kind["lora"]) for kind in kinds]
+        # CheckpointError: the caller sent the wrong directory, or started the wrong engine.
+        if adapter and not all(lora):
+            raise CheckpointError(
+                f"{path} is a LoRA adapter ({ADAPTER_CONFIG}) but the engine has no LoRA "
+                "slots: start it with `lora: {max_rank: R, max_loras: 2}` in its args "
+                "(EngineConfig.lora), R at least the adapter's rank")
+        if not adapter and any(lora):
+            raise CheckpointError(
+                f"{path} holds full weights but the engine serves LoRA adapters (`lora:` "
+                f"in its args): send the adapter directory (peft's save_pretrained: "
+                f"{ADAPTER_CONFIG} and adapter_model.safetensors), or start the engine "
+                "without `lora:` to update full weights")
+        return min((int(kind["max_rank"]) for kind in kinds if kind["lora"]), default=None)
+
+    async def _switch_adapter(self, states: list[_Replica], path: str, version: int,
+                              steps: dict[str, float]) -> bool:
+        """Load the adapter on every replica, then switch every replica to it; True if
+        all serve it. A failure before the switch removes it wherever it loaded."""
+        tag = f"v{version}-{uuid.uuid4().hex[:12]}"
+        load: Call = ("load_adapter", {"path": path, "version": str(version), "tag": tag})
+        if await _step(steps, "load", states, load):
+            if await _step(steps, "switch", states, ("use_adapter", {"tag": tag})):
+                self._adapter = tag
+                return True
+            # Back to the adapter served before (None: the base model) where it switched.
+            await self._roll_back_adapter(states, steps, ("use_adapter", {"tag": self._adapter}),
+                                          serving=True)
+        await self._roll_back_adapter(states, steps, ("drop_adapter", {"tag": tag}))
+        return False
+
+    async def _roll_back_adapter(self, states: list[_Replica], steps: dict[str, float],
+                                 call: Call, *, serving: bool = False) -> None:
+        """`call` on every replica; if it switches what is `serving`, a replica where it
+        failed serves no known version."""
+        started = time.perf_counter()
+        done = await asyncio.gather(*(state.run("rollback", call) for state in states))
+        for state, ok in zip(states, done, strict=True):
+            state.known = state.known and (ok or not serving)
+        steps["rollback"] = steps.get("rollback", 0.0) + time.perf_counter() - started
 
     async def _switch(self, states: list[_Replica], path: str, version: int,
                       steps: dict[str, float]) -> bool:
@@ -289,6 +373,31 @@ async def _step(steps: dict[str, float], step: Step, states: Sequence[_Replica],
 
 
 # --- checking a checkpoint before the engine sees it ------------------------------------
+
+
+def is_adapter(path: str) -> bool:
+    """Whether checkpoint directory `path` is a LoRA adapter rather than full weights."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def check_adapter(path: str, max_rank: int | None = None) -> dict[str, tuple[int, ...]]:
+    """The tensors of the adapter directory `path`, or CheckpointError: its config must
+    be readable with a rank no larger than `max_rank` (the engine's `max_lora_rank`),
+    and its weights readable safetensors."""
+    file = Path(path) / ADAPTER_CONFIG
+    try:
+        _regular_size(file)
+        config = json.loads(file.read_text())
+        rank = int(config["r"])
+    except OSError as exc:
+        raise CheckpointError(f"{file} cannot be read: {exc.strerror or exc}") from exc
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise CheckpointError(f"{file} is not a peft adapter config with a rank `r`: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    if max_rank is not None and rank > max_rank:
+        raise CheckpointError(f"{path} has rank {rank}, above the engine's max_rank "
+                              f"{max_rank}: raise `lora: max_rank` or train a smaller rank")
+    return check_checkpoint(path)
 
 
 def check_checkpoint(path: str, reference: str | None = None) -> dict[str, tuple[int, ...]]:

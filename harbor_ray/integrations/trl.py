@@ -221,7 +221,12 @@ class WeightSync(TrainerCallback):
     """After every optimizer step: the model saved under `checkpoint_dir` and loaded into
     the engine as policy version `base + global_step` (`base`: the version serving when
     training began), before the next rollouts are submitted. Keeps the `keep` newest
-    checkpoints (the engine reads the one it serves on a restart of a replica)."""
+    checkpoints (the engine reads the one it serves on a restart of a replica).
+
+    A peft model (TRL's `peft_config`, or a `PeftModel` handed to the trainer) is saved
+    as its adapter alone (`adapter_config.json`, `adapter_model.safetensors`: megabytes,
+    not the whole model), which an engine with `lora:` loads as the new version
+    (docs/trainers.md, "LoRA updates")."""
 
     def __init__(self, client: Client, checkpoint_dir: str | Path, *, keep: int = 2) -> None:
         if keep < 1:
@@ -245,11 +250,20 @@ class WeightSync(TrainerCallback):
         version = self.base + state.global_step
         path = self.dir / f"version-{version}"
         model.save_pretrained(path, safe_serialization=True)
+        if _is_peft(model) and not (path / "adapter_config.json").is_file():
+            raise TrainerError(f"the peft model saved no adapter_config.json in {path}: "
+                               "train it as a peft PeftModel (TRL's peft_config)")
         self.client.update_weights(str(path.resolve()), version)
         self.updates.append((version, time.monotonic() - started))
         self.saved.append(path)
         while len(self.saved) > self.keep:
             shutil.rmtree(self.saved.pop(0), ignore_errors=True)
+
+
+def _is_peft(model: Any) -> bool:
+    """Whether `model` trains peft adapters (a `PeftModel`, or a transformers model
+    with adapters attached): its `save_pretrained` then writes only the adapter."""
+    return bool(getattr(model, "peft_config", None))
 
 
 @dataclass

@@ -218,7 +218,8 @@ class ReplicaResult(BaseModel):
                                 "left paused and needs a restart).")
     error: str | None = None
     step: str | None = Field(None, description="The step that failed (pause, reload, "
-                             "cache, resume, rollback).")
+                             "cache, label, resume, rollback; for a LoRA adapter: load, "
+                             "switch, rollback).")
     steps: dict[str, float] = Field(default_factory=dict,
                                     description="Seconds of each step it ran.")
     seconds: float = 0.0
@@ -229,7 +230,8 @@ class WeightsReply(BaseModel):
     replicas: list[ReplicaResult]
     steps: dict[str, float] = Field(description="Seconds of each step across the "
                                     "replicas (they run it at once): pause, reload, "
-                                    "cache, resume.")
+                                    "cache, label, resume; for a LoRA adapter: load, "
+                                    "switch.")
     seconds: float
 
 

@@ -14,9 +14,12 @@ import torch
 from safetensors.numpy import save_file
 
 from harbor_ray.engine.weights import (
+    ADAPTER_CONFIG,
+    KIND_METHOD,
     LABEL_METHOD,
     StepTimeouts,
     WeightUpdater,
+    check_adapter,
     check_checkpoint,
 )
 from harbor_ray.engine.worker import RELOAD_METHOD, refresh_tied_layers
@@ -28,7 +31,15 @@ HANG = "hang"
 
 
 def _what(method: str, kwargs: dict[str, Any]) -> str:
-    """A call as the step it is: pause, cache, resume, reload:<path> or label:<version>."""
+    """A call as the step it is: pause, cache, resume, reload:<path> or label:<version>;
+    for adapters load:<path>, use:<version> (base: none), drop:<version>."""
+    if method in ("load_adapter", "use_adapter", "drop_adapter"):
+        tag = kwargs["tag"]
+        version = "base" if tag is None else tag.split("-")[0]
+        if method == "load_adapter":
+            assert tag.startswith(f"v{kwargs['version']}-")
+            return f"load:{kwargs['path']}"
+        return f"{method.removesuffix('_adapter')}:{version}"
     if method == LABEL_METHOD:
         return f"label:{kwargs['version']}"
     if method == "collective_rpc":
@@ -45,12 +56,16 @@ class FakeReplica:
     """Records each call in a shared log; `faults` makes a call raise, or hang."""
 
     def __init__(self, name: str, log: list[tuple[str, str]],
-                 faults: dict[str, BaseException | str] | None = None) -> None:
+                 faults: dict[str, BaseException | str] | None = None,
+                 lora_rank: int | None = None) -> None:
         self.name = name
         self._log = log
         self._faults = faults or {}
+        self._lora_rank = lora_rank  # None: no LoRA slots
 
     async def call(self, method: str, /, **kwargs: Any) -> Any:
+        if method == KIND_METHOD:  # a question, not a step: not logged
+            return {"lora": self._lora_rank is not None, "max_rank": self._lora_rank}
         what = _what(method, kwargs)
         self._log.append((self.name, what))
         fault = self._faults.get(what)
@@ -255,6 +270,92 @@ async def test_the_updater_checks_before_touching_the_engine(tmp_path: Path) -> 
         await updater.update(str(bad), 1)
     assert log == []
     assert (await updater.update(str(_checkpoint(tmp_path / "good", SHAPES)), 1)).ok
+
+
+# --- LoRA adapters --------------------------------------------------------------------
+
+
+def _adapter(directory: Path, rank: int = 8) -> str:
+    """An adapter directory as peft's save_pretrained writes it (its tensors zeros)."""
+    _checkpoint(directory, {"base_model.model.q_proj.lora_A.weight": (rank, 4),
+                            "base_model.model.q_proj.lora_B.weight": (4, rank)})
+    (directory / ADAPTER_CONFIG).write_text(json.dumps({"r": rank, "peft_type": "LORA"}))
+    return str(directory)
+
+
+def _lora_replicas(log: list[tuple[str, str]],
+                   faults: dict[str, dict[str, BaseException | str]] | None = None,
+                   n: int = 2) -> list[FakeReplica]:
+    return [FakeReplica(f"r{i}", log, (faults or {}).get(f"r{i}"), lora_rank=16)
+            for i in range(n)]
+
+
+async def test_an_adapter_is_loaded_everywhere_then_switched_without_a_pause(
+        tmp_path: Path) -> None:
+    log: list[tuple[str, str]] = []
+    replicas = _lora_replicas(log)
+    updater = _updater(replicas)
+    first, second = _adapter(tmp_path / "v1"), _adapter(tmp_path / "v2")
+    result = await updater.update(first, 1)
+    assert result.ok and updater.version == 1 and updater.path == first
+    assert set(result.step_seconds) == {"load", "switch"}
+    # Every replica has it before any switches to it.
+    assert [what.split(":")[0] for _, what in log] == ["load", "load", "use", "use"]
+    assert (await updater.update(second, 2)).ok
+    for replica in replicas:
+        assert _calls(log, replica.name) == [f"load:{first}", "use:v1", f"load:{second}",
+                                             "use:v2"]
+
+
+async def test_a_failed_adapter_load_leaves_every_replica_on_the_old_version(
+        tmp_path: Path) -> None:
+    log: list[tuple[str, str]] = []
+    first, second = _adapter(tmp_path / "v1"), _adapter(tmp_path / "v2")
+    updater = _updater(_lora_replicas(log, {"r1": {f"load:{second}": RuntimeError("rank")}}))
+    assert (await updater.update(first, 1)).ok
+    result = await updater.update(second, 2)
+    assert not result.ok and result.version == updater.version == 1 and updater.path == first
+    [failed] = result.failed
+    assert failed.replica == "r1" and failed.failed_step == "load" and "rank" in str(failed.error)
+    assert [r.serving_version for r in result.replicas] == [1, 1]
+    # No replica switched; the new adapter is removed wherever it loaded.
+    assert _calls(log, "r0") == [f"load:{first}", "use:v1", f"load:{second}", "drop:v2"]
+
+
+async def test_a_failed_switch_switches_every_replica_back(tmp_path: Path) -> None:
+    log: list[tuple[str, str]] = []
+    first = _adapter(tmp_path / "v1")
+    updater = _updater(_lora_replicas(log, {"r1": {"use:v1": RuntimeError("gone")}}))
+    result = await updater.update(first, 1)
+    assert not result.ok and updater.version == 0
+    assert [r.failed_step for r in result.replicas] == [None, "switch"]
+    # Back to the base model (no adapter served before), then the adapter removed.
+    assert _calls(log, "r0") == [f"load:{first}", "use:v1", "use:base", "drop:v1"]
+
+
+async def test_an_update_of_the_other_kind_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    log: list[tuple[str, str]] = []
+    adapter = _adapter(tmp_path / "v1")
+    with pytest.raises(CheckpointError, match=r"no LoRA slots: start it with `lora:"):
+        await _updater([FakeReplica("r0", log)]).update(adapter, 1)
+    with pytest.raises(CheckpointError, match="only harbor_ray's engine"):
+        await _updater([FakeReplica("r0", log)], label_method=None).update(adapter, 1)
+    # One replica with slots is enough to refuse full weights: they would sit under
+    # every adapter loaded on it.
+    mixed = [FakeReplica("r0", log), FakeReplica("r1", log, lora_rank=8)]
+    with pytest.raises(CheckpointError, match="send the adapter directory"):
+        await _updater(mixed).update(NEW, 1)
+    assert log == []
+
+
+def test_an_adapter_is_checked_against_the_engine_rank(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path / "v1", rank=32)
+    assert len(check_adapter(adapter, 32)) == 2
+    with pytest.raises(CheckpointError, match="above the engine's max_rank 16"):
+        check_adapter(adapter, 16)
+    (Path(adapter) / ADAPTER_CONFIG).write_text("{}")
+    with pytest.raises(CheckpointError, match="rank `r`"):
+        check_adapter(adapter)
 
 
 # --- the worker's refresh of tied layers ----------------------------------------------
