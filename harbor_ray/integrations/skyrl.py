@@ -13,6 +13,7 @@ input batch onto them and their samples onto SkyRL's output. docs/trainers.md, "
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -40,6 +41,10 @@ class ServiceGenerator(GeneratorInterface):
     `max_tokens` is `GroupRollouts`'. `rollouts.last` holds the call's figures, and the
     output's `rollout_metrics` their logged form (`rollouts/*`, `groups/*`), which SkyRL
     logs with its own.
+
+    Calls are served one at a time: `GroupRollouts` polls for whatever groups the service
+    delivers, so two calls at once (SkyRL's fully async trainer generates per group
+    concurrently) would wait on each other's groups; the second waits for the first.
     """
 
     def __init__(self, rollouts: GroupRollouts, *, task_key: str = "task") -> None:
@@ -48,6 +53,7 @@ class ServiceGenerator(GeneratorInterface):
                                "of the trainer's tokenizer (its pad_token_id) for rollouts "
                                "with nothing to train")
         self.rollouts, self.task_key = rollouts, task_key
+        self._one_at_a_time = threading.Lock()
 
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
         tasks, n = task_groups(input_batch, self.task_key)
@@ -60,11 +66,16 @@ class ServiceGenerator(GeneratorInterface):
             state=SimpleNamespace(global_step=getattr(metadata, "global_step", 0)))
         prompts = [task for task in tasks for _ in range(n)]
         # The client blocks on long polls; SkyRL's trainer awaits this on its event loop.
-        columns = await asyncio.to_thread(self.rollouts, prompts, view)
+        columns, figures = await asyncio.to_thread(self._call, prompts, view)
         output = generator_output(columns)
         output["trajectory_ids"] = input_batch.get("trajectory_ids")
-        output["rollout_metrics"] = rollout_metrics(self.rollouts.last)
+        output["rollout_metrics"] = rollout_metrics(figures)
         return output
+
+    def _call(self, prompts: list[str], view: SimpleNamespace
+              ) -> tuple[dict[str, list[Any]], dict[str, float]]:
+        with self._one_at_a_time:
+            return self.rollouts(prompts, view), dict(self.rollouts.last)
 
 
 def task_groups(input_batch: GeneratorInput, task_key: str = "task") -> tuple[list[str], int]:
