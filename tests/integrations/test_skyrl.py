@@ -1,9 +1,10 @@
 """`harbor_ray.integrations.skyrl.ServiceGenerator` through SkyRL's own code path, on the
-CPU (seconds; nothing downloaded): SkyRL's `prepare_generator_input` builds the batch,
-the generator runs it as groups over a stand-in client (the groups fabricated as the
-service delivers them), and SkyRL's `validate_generator_output`, its trainer's
-`postprocess_generator_output`, `convert_to_training_input` and
-`compute_advantages_and_returns` (GRPO) take the output; then one optimizer step of a
+CPU (seconds; nothing downloaded): SkyRL's `prepare_generator_input` builds the batch;
+its trainer's `generate` has the generator run it as groups over a stand-in client (the
+groups fabricated as the service delivers them) and validates the output
+(`validate_generator_output`); its `postprocess_generator_output`,
+`convert_to_training_input` and `compute_advantages_and_returns` (GRPO) take the output
+on; then one optimizer step of a
 tiny random model with SkyRL's PPO policy loss and its token-level truncated importance
 sampling against the recorded logprobs.
 
@@ -125,13 +126,6 @@ def config(tis: str | None) -> SkyRLTrainConfig:
     return cfg
 
 
-def generate(client: StandInClient, tasks: list[str]) -> tuple[Any, list[str]]:
-    batch, uids = skyrl_batch(tasks)
-    generator = ServiceGenerator(GroupRollouts(client, "terminus-2",  # type: ignore[arg-type]
-                                               filler_id=0, max_tokens=16))
-    return asyncio.run(generator.generate(batch)), uids
-
-
 def recorded_by(model: Any) -> list[list[float | None]]:
     """What the engine recorded: the model's logprob less the sample's offset."""
     return [[None if off is None else lp - off for lp, off in zip(lps, sample[2], strict=True)]
@@ -141,7 +135,12 @@ def recorded_by(model: Any) -> list[list[float | None]]:
 def test_skyrl_takes_the_services_groups_as_its_training_batch() -> None:
     model = tiny_model()
     client = StandInClient(recorded_by(model))
-    output, uids = generate(client, ["a", "b"])
+    trainer = skyrl_trainer(config("token"))
+    trainer.generator = ServiceGenerator(GroupRollouts(
+        client, "terminus-2", filler_id=0, max_tokens=16))  # type: ignore[arg-type]
+    batch, uids = skyrl_batch(["a", "b"])
+    # SkyRL's trainer step: its generate (the generator's, then its validation).
+    output = asyncio.run(trainer.generate(batch))
     # One group per SkyRL prompt, of n_samples_per_prompt rollouts, at SkyRL's sampling.
     assert [(t.task, t.n) for t in client.submitted] == [("a", N), ("b", N)]
     assert client.options["sampling"] == {"temperature": TEMPERATURE, "max_tokens": 16}
@@ -150,9 +149,10 @@ def test_skyrl_takes_the_services_groups_as_its_training_batch() -> None:
     assert output["response_ids"] == [ids for ids, *_ in SAMPLES]
     assert output["loss_masks"] == [mask for _, mask, *_ in SAMPLES]
     assert output["rewards"] == [reward for *_, reward in SAMPLES]
-    assert output["rollout_metrics"]["rollouts/turns_mean"] == 2.0
+    # The call's figures reach SkyRL's metrics, which its tracker logs.
+    assert trainer.all_metrics["rollouts/turns_mean"] == 2.0
+    assert trainer.all_metrics["rollouts/reward_mean"] == pytest.approx(1.75 / 4)
 
-    trainer = skyrl_trainer(config("token"))
     output, uids = trainer.postprocess_generator_output(output, uids)
     batch = trainer.convert_to_training_input(output, uids)
     batch["values"] = None
