@@ -1,2 +1,3 @@
 """Trainers driving the online service: `harbor_ray.integrations.trl` (TRL's
-GRPOTrainer). Each imports its trainer's package only when imported itself."""
+GRPOTrainer) and `harbor_ray.integrations.skyrl` (SkyRL's generator). Each imports its
+trainer's package only when imported itself."""
