@@ -163,7 +163,8 @@ async def qualify(
 
     async def one(agent: str, profile: str | None, task: TaskRef) -> QualifyRow:
         async with gate:
-            played = EngineTap(scripted_engine(agent, task.path) if model_engine is None
+            played = EngineTap(scripted_engine(agent, task.path, task.workdir)
+                               if model_engine is None
                                else model_engine)
             scripted = level == "scripted"
             async with _capture(played, SCRIPTED_MODEL if scripted else served,

@@ -156,14 +156,15 @@ def terminus_script(keystrokes: str) -> Script:
     return script
 
 
-def scripted_engine(agent: str, task_dir: Path) -> FakeEngine:
+def scripted_engine(agent: str, task_dir: Path, workdir: str | None = None) -> FakeEngine:
     """An engine (vLLM's API with token ids, fake_engine.py) whose model solves the task
     at `task_dir` as `agent` speaks: tool calls for tool-calling agents, terminus-2's
-    JSON for terminus-2, whole-file edits for aider."""
+    JSON for terminus-2, whole-file edits for aider (of the files in `workdir`, the
+    task's; None: the sandboxes' default)."""
     if agent in _WHOLE_FILE_AGENTS:
         # Every call gets the edits: aider asks once per message, and again only to
         # reflect on edits it could not apply.
-        edits = FakeReply(text=whole_file_edits(solution_edits(task_dir)))
+        edits = FakeReply(text=whole_file_edits(solution_edits(task_dir, workdir)))
         return FakeEngine(script=lambda _messages: edits)
     script = solution_script(task_dir)
     if agent == "terminus-2":

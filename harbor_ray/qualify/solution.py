@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from harbor_ray.errors import DatasetError
 from harbor_ray.trials.environment_need import uploads_environment_dir
@@ -80,20 +80,22 @@ def _continues(line: str) -> bool:
     return (len(line) - len(line.rstrip("\\"))) % 2 == 1
 
 
-def solution_edits(task_dir: Path) -> dict[str, str]:
-    """The files the task's solution writes or changes in its workdir, by their path
-    relative to it, with their new text: found by running solve.sh once in a scratch
-    sandbox. `DatasetError` where that cannot be an agent's file edits: the solution
-    fails, removes a file, leaves a file that is not text, or changes nothing."""
+def solution_edits(task_dir: Path, workdir: str | None = None) -> dict[str, str]:
+    """The files the task's solution writes or changes in its workdir (`workdir`, the
+    task's [environment].workdir; None: the sandboxes' default), by their path relative
+    to it, with their new text: found by running solve.sh once in a scratch sandbox.
+    `DatasetError` where that cannot be an agent's file edits: the solution fails,
+    removes a file, leaves a file that is not text, or changes nothing."""
+    inside = PurePosixPath(workdir) if workdir else DEFAULT_WORKDIR
     with tempfile.TemporaryDirectory(prefix="hr-solution-") as scratch:
-        layout = Layout(root=Path(scratch) / "root")
+        layout = Layout(root=Path(scratch) / "root", workdir=inside)
         prepare_root(layout)
-        workdir = layout.root / DEFAULT_WORKDIR.relative_to("/")
+        here = layout.root / inside.relative_to("/")
         environment = task_dir / "environment"
         if uploads_environment_dir(environment):
-            shutil.copytree(environment, workdir, dirs_exist_ok=True)
-        before = _contents(workdir)
-        script = f"cd {DEFAULT_WORKDIR} && {{\n{solution_script(task_dir)}\n}}"
+            shutil.copytree(environment, here, dirs_exist_ok=True)
+        before = _contents(here)
+        script = f"cd {inside} && {{\n{solution_script(task_dir)}\n}}"
         bwrap = shutil.which("bwrap") or "bwrap"
         ran = subprocess.run(init_argv(bwrap, layout, command=("/bin/bash", "-c", script)),
                              capture_output=True, check=False, timeout=_RUN_TIMEOUT_S,
@@ -102,8 +104,8 @@ def solution_edits(task_dir: Path) -> dict[str, str]:
             raise DatasetError(
                 f"{task_dir.name}'s solve.sh failed in a scratch sandbox (exit "
                 f"{ran.returncode}): {ran.stderr.decode(errors='replace')[-500:]}")
-        after = _contents(workdir)
-    return _edits(task_dir.name, before, after)
+        after = _contents(here)
+    return _edits(task_dir.name, inside, before, after)
 
 
 def _contents(root: Path) -> dict[str, bytes]:
@@ -111,7 +113,8 @@ def _contents(root: Path) -> dict[str, bytes]:
             for path in sorted(root.rglob("*")) if path.is_file()}
 
 
-def _edits(task: str, before: dict[str, bytes], after: dict[str, bytes]) -> dict[str, str]:
+def _edits(task: str, workdir: PurePosixPath, before: dict[str, bytes],
+           after: dict[str, bytes]) -> dict[str, str]:
     """The written or changed files of `after` as text; refusals name what cannot be an
     edit."""
     gone = sorted(before.keys() - after.keys())
@@ -128,6 +131,6 @@ def _edits(task: str, before: dict[str, bytes], after: dict[str, bytes]) -> dict
             raise DatasetError(f"{task}'s solution leaves {name}, which is not UTF-8 text: "
                                "whole-file edits carry text only") from None
     if not edits:
-        raise DatasetError(f"{task}'s solution changes no file in {DEFAULT_WORKDIR}: an "
+        raise DatasetError(f"{task}'s solution changes no file in {workdir}: an "
                            "agent that only edits files has nothing to write")
     return edits
