@@ -98,6 +98,13 @@ def test_the_edits_are_the_files_the_solution_writes_or_changes(tmp_path: Path) 
     assert edits["py.txt"] == "ü\tü\n"
 
 
+def test_the_edits_are_relative_to_the_task_s_workdir(tmp_path: Path) -> None:
+    # [environment].workdir: its environment/ is copied there, and solve.sh runs there.
+    task = make_task(tmp_path, "printf 'x\\n' > /srv/site/a.txt; cat b.txt >> a.txt\n",
+                     {"b.txt": "b\n"})
+    assert solution_edits(task, "/srv/site") == {"a.txt": "x\nb\n"}
+
+
 @pytest.mark.parametrize(("solve", "environment", "why"), [
     ("rm /app/old.txt\n", {"old.txt": "x"}, "removes old.txt"),
     ("mkdir -p /app/empty\n", {}, "changes no file"),
