@@ -24,7 +24,12 @@ from types import MappingProxyType
 from typing import Any
 
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply, Script
-from harbor_ray.qualify.solution import solution_edits, solution_script, split_commands
+from harbor_ray.qualify.solution import (
+    solution_edits,
+    solution_script,
+    split_commands,
+    typed_command,
+)
 
 __all__ = [
     "FINAL_TEXT",
@@ -96,6 +101,9 @@ _FENCE = "```"
 # multiple commands at once" to a script of several lines' commands. They get one call
 # per command, cut where bash ends it (a heredoc, an `if` or a quoted newline kept in one
 # call); their terminal session keeps the working directory and variables between calls.
+# Their commands, and terminus-2's keystrokes, are typed into an interactive shell in a
+# tmux pane, where a tab in a heredoc would complete a name (seen: openhands-sdk wrote a
+# tabbed line without its tab): such a command is typed as an `eval` of it, escaped.
 _ONE_COMMAND_AGENTS = frozenset({"openhands", "openhands-sdk"})
 
 
@@ -168,7 +176,9 @@ def scripted_engine(agent: str, task_dir: Path, workdir: str | None = None) -> F
         return FakeEngine(script=lambda _messages: edits)
     script = solution_script(task_dir)
     if agent == "terminus-2":
-        return FakeEngine(script=terminus_script(script + "\n"))
-    steps = split_commands(script) if agent in _ONE_COMMAND_AGENTS else (script,)
+        typed = "".join(typed_command(c) + "\n" for c in split_commands(script))
+        return FakeEngine(script=terminus_script(typed))
+    steps = (tuple(map(typed_command, split_commands(script)))
+             if agent in _ONE_COMMAND_AGENTS else (script,))
     return FakeEngine(tool_script=ToolSolver((*steps, *_FINISH.get(agent, ())),
                                              _FINAL_CALL.get(agent)))

@@ -28,7 +28,8 @@ from harbor_ray.trials.sandbox.layout import (
     prepare_root,
 )
 
-__all__ = ["bash_reads_whole", "solution_edits", "solution_script", "split_commands"]
+__all__ = ["bash_reads_whole", "solution_edits", "solution_script", "split_commands",
+           "typed_command"]
 
 # A solution is a few commands run once: far below this, which only stops a hung one.
 _RUN_TIMEOUT_S = 120.0
@@ -78,6 +79,25 @@ def split_commands(script: str, whole: Callable[[str], bool] = bash_reads_whole
 def _continues(line: str) -> bool:
     """A line continued on the next by an odd run of backslashes at its end."""
     return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+# What an interactive shell (readline in a terminal, as openhands' and terminus-2's tmux
+# panes run) does not take as typed text: a tab completes, another control character is
+# a key, `!` expands history. A command holding one is typed as `eval $'...'`, where
+# each is an escape.
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "!": "\\x21"}
+
+
+def typed_command(command: str) -> str:
+    """`command` as it can be typed into an interactive shell and do what it does in a
+    script: itself, or, where it holds a tab, another control character or `!`, `eval`
+    of it in ANSI-C quotes (one line; the shell's state, such as its directory and
+    variables, still changes as the command changes it)."""
+    if not any(c in "\t!" or (c < " " and c != "\n") or c == "\x7f" for c in command):
+        return command
+    quoted = "".join(_ESCAPES.get(c) or (f"\\x{ord(c):02x}" if c < " " or c == "\x7f"
+                                         else c) for c in command)
+    return f"eval $'{quoted}'"
 
 
 def solution_edits(task_dir: Path, workdir: str | None = None) -> dict[str, str]:

@@ -8,6 +8,7 @@ played as edits from a scratch sandbox run. Cheap: bash -n and one bwrap per cas
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from harbor_ray.errors import DatasetError
 from harbor_ray.qualify.script import scripted_engine, whole_file_edits
-from harbor_ray.qualify.solution import solution_edits, split_commands
+from harbor_ray.qualify.solution import solution_edits, split_commands, typed_command
 
 # Each command as bash ends it, in order; the script is them joined by newlines, with a
 # comment and blank lines between that run nothing.
@@ -35,6 +36,8 @@ COMMANDS = (
     "python3 - <<'PY'\nopen('/app/py.txt', 'w').write('\u00fc\\tü\\n')\nPY",
     "echo a; echo b | tr a-z A-Z > /app/pipe.txt",
 )
+# printf's \\u needs a UTF-8 locale, whatever the machine's.
+SHELL_ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
 SCRIPT = "\n\n# set up, then write\n".join(COMMANDS[:2]) + "\n" + "\n".join(COMMANDS[2:])
 
 
@@ -49,7 +52,7 @@ def test_each_command_is_whole_and_together_they_do_what_the_script_does(
     def run(script: str, where: Path) -> dict[str, str]:
         where.mkdir()
         subprocess.run(["bash", "-c", script.replace("/app", str(where))], check=True,
-                       capture_output=True)
+                       capture_output=True, env=SHELL_ENV)
         return {p.relative_to(where).as_posix(): p.read_text()
                 for p in sorted(where.rglob("*")) if p.is_file()}
 
@@ -61,6 +64,55 @@ def test_each_command_is_whole_and_together_they_do_what_the_script_does(
     assert run("\n".join(commands), tmp_path / "split") == whole
     assert whole["printf.txt"] == "café\tnaïve – ünïcødé\nit's\nsay \"hi\"\n"
     assert whole["tabbed.txt"] == "stripped\tinside kept\n"
+
+
+def files_in(where: Path) -> dict[str, str]:
+    return {p.relative_to(where).as_posix(): p.read_text()
+            for p in sorted(where.rglob("*")) if p.is_file()}
+
+
+def typed_into_a_terminal(lines: list[str], where: Path) -> None:
+    """`lines` typed into an interactive bash on a terminal (readline on, as in the
+    tmux panes openhands and terminus-2 type into), then `exit`."""
+    main, terminal = os.openpty()
+    shell = subprocess.Popen(
+        ["bash", "--norc", "--noprofile", "-i"], stdin=terminal, stdout=terminal,
+        stderr=terminal, cwd=where, start_new_session=True,
+        env={**SHELL_ENV, "HOME": str(where), "HISTFILE": "/dev/null", "TERM": "xterm",
+             "PS1": "$ "})
+    os.close(terminal)
+    os.write(main, "".join(line + "\n" for line in [*lines, "exit"]).encode())
+    while True:  # drain what it prints until the terminal closes with the shell
+        try:
+            if not os.read(main, 65536):
+                break
+        except OSError:
+            break
+    os.close(main)
+    assert shell.wait(timeout=60) == 0
+
+
+def test_typed_into_an_interactive_shell_the_commands_do_what_the_script_does(
+    tmp_path: Path,
+) -> None:
+    # A tab in a heredoc, typed as is, completes a name instead (openhands-sdk's notes
+    # lost their tab): the typed form escapes it, and `!`, inside an eval.
+    script = SCRIPT + "\necho 'bang!' \"wow!\" > /app/bang.txt"
+    (tmp_path / "script").mkdir()
+    subprocess.run(["bash", "-c", script.replace("/app", str(tmp_path / "script"))],
+                   check=True, capture_output=True, env=SHELL_ENV)
+    (tmp_path / "typed").mkdir()
+    typed = [typed_command(c) for c in split_commands(
+        script.replace("/app", str(tmp_path / "typed")))]
+    assert all("\t" not in line and "!" not in line for line in typed)
+    typed_into_a_terminal(typed, tmp_path / "typed")
+    assert files_in(tmp_path / "typed") == files_in(tmp_path / "script")
+    assert files_in(tmp_path / "typed")["tabbed.txt"] == "stripped\tinside kept\n"
+
+
+def test_a_command_without_keys_a_terminal_takes_is_typed_as_it_is() -> None:
+    assert typed_command(COMMANDS[1]) == COMMANDS[1]
+    assert typed_command(COMMANDS[2]) == COMMANDS[2]  # newlines: the shell's PS2 takes them
 
 
 def test_one_line_of_several_commands_is_one_command() -> None:
@@ -147,7 +199,8 @@ async def test_one_command_tools_get_one_call_per_command(
         assert name == tool and arguments == {"command": arguments["command"], **extra}
         sent.append(arguments["command"])
         history += [{"role": "assistant", "content": ""}, {"role": "tool", "content": ""}]
-    assert tuple(sent) == COMMANDS
+    assert tuple(sent) == tuple(map(typed_command, COMMANDS))
+    assert sent[COMMANDS.index(next(c for c in COMMANDS if "\t" in c))].startswith("eval $'")
     # Then the agent's ending (text, or openhands' finish call): no shell call again.
     assert all(name != tool for name, _ in script(history, tools).tool_calls)
 
