@@ -22,10 +22,12 @@ import pytest
 
 from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
+from harbor_ray.qualify.solution import split_commands, typed_command
 from harbor_ray.trials.agents import PROFILES, profiles
-from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir, install
 from tests.fixtures.images import JQ_TASK
 from tests.qualify.rotation import CELLS_AT_LEVEL_2, rotating_subset, today
+from tests.qualify.test_solution import SCRIPT
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +52,28 @@ def agents_cache() -> Path:
     install([PINS[name] for name in QUALIFIED if name in PINS], DEFAULT_CACHE,
             progress=lambda _: None)
     return DEFAULT_CACHE
+
+
+# Where each installed openhands keeps the splitter its shell tool refuses a command by
+# ("Cannot execute multiple commands at once" when it finds more than one).
+SPLITTERS = {"openhands-sdk": "openhands.tools.terminal.terminal.terminal_session",
+             "openhands": "openhands.runtime.utils.bash"}
+
+
+@pytest.mark.parametrize("agent", list(SPLITTERS))
+def test_each_command_the_driver_sends_is_one_to_the_harness_own_splitter(
+    agents_cache: Path, agent: str
+) -> None:
+    """The cuts checked by the harness's own code (bashlex in its venv), not by the
+    driver's bash: every command sent, as typed, counts as one."""
+    sent = [typed_command(c) for c in split_commands(SCRIPT)]
+    python = entry_dir(agents_cache, PINS[agent]) / "venv" / "bin" / "python"
+    counted = subprocess.run(
+        [str(python), "-c", f"import json, sys; from {SPLITTERS[agent]} import "
+         "split_bash_commands as split; print(json.dumps([len(split(c)) for c in "
+         "json.load(sys.stdin)]))"], input=json.dumps(sent), capture_output=True,
+        text=True, check=True, timeout=120)
+    assert json.loads(counted.stdout) == [1] * len(sent)
 
 
 def qualify(out: Path, cache: Path, *args: str, timeout_s: float,
