@@ -1,7 +1,8 @@
 """The scripted engine's policy: a model that solves a task by its solution commands.
 
-Pure: a function of the conversation the engine is asked to continue. Agents that call
-tools get a call of their shell-like tool (picked from the tools the request declares)
+The replies are pure: a function of the conversation the engine is asked to continue
+(`scripted_engine` reads the task, and solution.py runs bash to cut and play it). Agents
+that call tools get a call of their shell-like tool (picked from the tools the request declares)
 running the task's solution (`solution/solve.sh`: the whole script in one call, or one
 call per top-level command for a tool that takes one command at a time), then a final
 text reply once a tool result came back; terminus-2, whose protocol is text, gets the
