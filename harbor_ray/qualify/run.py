@@ -33,6 +33,8 @@ from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
+from harbor_ray.data.result import ErrorType
+from harbor_ray.errors import DatasetError
 from harbor_ray.qualify.harnesses import QUALIFIED, harbor_harnesses, harness_table
 from harbor_ray.qualify.report import (
     HarnessRow,
@@ -51,7 +53,8 @@ from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["QUALIFIED", "Cell", "QualifyPlan", "default_agents", "qualify", "report_paths"]
+__all__ = ["QUALIFIED", "Cell", "QualifyPlan", "default_agents", "qualify", "report_paths",
+           "unplayable_row"]
 
 _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
@@ -163,14 +166,20 @@ async def qualify(
 
     async def one(agent: str, profile: str | None, task: TaskRef) -> QualifyRow:
         async with gate:
-            played = EngineTap(scripted_engine(agent, task.path) if model_engine is None
-                               else model_engine)
             scripted = level == "scripted"
-            async with _capture(played, SCRIPTED_MODEL if scripted else served,
-                                None if scripted else logprobs_mode,
-                                stitch) as (capture, answers):
-                row = await _qualify_one(plan, level, (agent, profile), task, capture,
-                                         answers, played)
+            try:
+                # Off the loop: the script's cuts and aider's edits run bash (solution.py).
+                played = EngineTap(model_engine if model_engine is not None else await
+                                   asyncio.to_thread(scripted_engine, agent, task.path,
+                                                     task.workdir))
+            except DatasetError as error:  # this agent cannot be played this solution
+                row = unplayable_row(agent, profile, task.name, str(error))
+            else:
+                async with _capture(played, SCRIPTED_MODEL if scripted else served,
+                                    None if scripted else logprobs_mode,
+                                    stitch) as (capture, answers):
+                    row = await _qualify_one(plan, level, (agent, profile), task, capture,
+                                             answers, played)
         if on_row is not None:
             on_row(row)
         return row
@@ -228,6 +237,21 @@ async def _qualify_one(
     return row.model_copy(update={"profile": profile, "qualified": not why, "why": why})
 
 
+def unplayable_row(agent: str, profile: str | None, task: str, why: str) -> QualifyRow:
+    """The row of a cell whose scripted engine cannot play the task's solution (the
+    reason from solution.py): not qualified, nothing run."""
+    row = QualifyRow(agent=agent, profile=profile, version=_agent_version(agent),
+                     dialect=None, streaming="-", task=task, row_ok=False, turns=0,
+                     agent_roots=0, auxiliary_turns=0, splits=0, stitched=0, reward=None,
+                     proxy_4xx=0, exact_ids=None, error_type=ErrorType.TASK_INVALID.value,
+                     error=f"the scripted engine cannot play this solution: {why}")
+    return row.model_copy(update={"why": problems(row, "scripted")})
+
+
+def _agent_version(agent: str) -> str:
+    return PINS[agent].version if agent in PINS else _version("harbor")
+
+
 def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
            generations: Sequence[Generation]) -> QualifyRow:
     """The report's row of one finished rollout, what the proxy answered during it, and
@@ -239,7 +263,7 @@ def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
     streamed = {a.streamed for a in calls}
     refusals = [f"{a.method} {a.path} {a.status}" for a in answers if 400 <= a.status < 500]
     return QualifyRow(
-        agent=agent, version=PINS[agent].version if agent in PINS else _version("harbor"),
+        agent=agent, version=_agent_version(agent),
         dialect=_dialect(calls),
         streaming="-" if not streamed else "mixed" if len(streamed) > 1 else (
             "yes" if streamed == {True} else "no"),

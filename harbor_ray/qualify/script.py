@@ -1,12 +1,15 @@
 """The scripted engine's policy: a model that solves a task by its solution commands.
 
-Pure: a function of the conversation the engine is asked to continue. Agents that call
-tools get a call of their shell-like tool (picked from the tools the request declares)
-running the task's solution (`solution/solve.sh`), then a final text reply once a tool
-result came back; terminus-2, whose protocol is text, gets the same commands as its
-JSON keystrokes; aider, which changes files only through edits written in its reply,
-gets the files the solution leaves (`solution/files/`) as its whole-file edits. Side
-calls (a title, a memory manager without a shell tool) get text.
+The replies are pure: a function of the conversation the engine is asked to continue
+(`scripted_engine` reads the task, and solution.py runs bash to cut and play it). Agents
+that call tools get a call of their shell-like tool (picked from the tools the request declares)
+running the task's solution (`solution/solve.sh`: the whole script in one call, or one
+call per top-level command for a tool that takes one command at a time), then a final
+text reply once a tool result came back; terminus-2, whose protocol is text, gets the
+same commands as its JSON keystrokes; aider, which changes files only through edits
+written in its reply, gets the files the solution leaves (found by running it in a
+scratch sandbox, solution.py) as its whole-file edits. Side calls (a title, a memory
+manager without a shell tool) get text.
 The engine side is always chat completions (the proxy's dialect layer turns the tool
 calls into each agent's own form), so tools arrive as chat function tools and results
 as `tool` messages.
@@ -22,14 +25,18 @@ from types import MappingProxyType
 from typing import Any
 
 from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply, Script
+from harbor_ray.qualify.solution import (
+    solution_edits,
+    solution_script,
+    split_commands,
+    typed_command,
+)
 
 __all__ = [
     "FINAL_TEXT",
     "SHELL_TOOLS",
     "ToolSolver",
     "scripted_engine",
-    "solution_commands",
-    "solution_files",
     "terminus_script",
     "whole_file_edits",
 ]
@@ -90,23 +97,15 @@ _FINAL_CALL: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
 # picks for a model it does not know, as Harbor runs it).
 _WHOLE_FILE_AGENTS = frozenset({"aider"})
 _FENCE = "```"
-
-
-def solution_commands(task_dir: Path) -> str:
-    """The task's solution script as one shell command string: its shebang dropped,
-    every other line (heredocs, comments inside them) kept as it is."""
-    lines = (task_dir / "solution" / "solve.sh").read_text().splitlines()
-    if lines and lines[0].startswith("#!"):
-        lines = lines[1:]
-    return "\n".join(lines).strip()
-
-
-def solution_files(task_dir: Path) -> dict[str, str]:
-    """The files the task's solution leaves in its workdir, by their path relative to it:
-    `solution/files/` mirrors the workdir (a test keeps it equal to what solve.sh does)."""
-    root = task_dir / "solution" / "files"
-    return {path.relative_to(root).as_posix(): path.read_text()
-            for path in sorted(root.rglob("*")) if path.is_file()}
+# Agents whose shell tool runs one top-level command per call: openhands' execute_bash
+# and openhands-sdk's terminal parse the command with bashlex and answer "Cannot execute
+# multiple commands at once" to a script of several lines' commands. They get one call
+# per command, cut where bash ends it (a heredoc, an `if` or a quoted newline kept in one
+# call); their terminal session keeps the working directory and variables between calls.
+# Their commands, and terminus-2's keystrokes, are typed into an interactive shell in a
+# tmux pane, where a tab in a heredoc would complete a name (seen: openhands-sdk wrote a
+# tabbed line without its tab): such a command is typed as an `eval` of it, escaped.
+_ONE_COMMAND_AGENTS = frozenset({"openhands", "openhands-sdk"})
 
 
 def whole_file_edits(files: Mapping[str, str]) -> str:
@@ -166,17 +165,21 @@ def terminus_script(keystrokes: str) -> Script:
     return script
 
 
-def scripted_engine(agent: str, task_dir: Path) -> FakeEngine:
+def scripted_engine(agent: str, task_dir: Path, workdir: str | None = None) -> FakeEngine:
     """An engine (vLLM's API with token ids, fake_engine.py) whose model solves the task
     at `task_dir` as `agent` speaks: tool calls for tool-calling agents, terminus-2's
-    JSON for terminus-2, whole-file edits for aider."""
+    JSON for terminus-2, whole-file edits for aider (of the files in `workdir`, the
+    task's; None: the sandboxes' default)."""
     if agent in _WHOLE_FILE_AGENTS:
         # Every call gets the edits: aider asks once per message, and again only to
         # reflect on edits it could not apply.
-        edits = FakeReply(text=whole_file_edits(solution_files(task_dir)))
+        edits = FakeReply(text=whole_file_edits(solution_edits(task_dir, workdir)))
         return FakeEngine(script=lambda _messages: edits)
-    commands = solution_commands(task_dir)
+    script = solution_script(task_dir)
     if agent == "terminus-2":
-        return FakeEngine(script=terminus_script(commands + "\n"))
-    return FakeEngine(tool_script=ToolSolver((commands, *_FINISH.get(agent, ())),
+        typed = "".join(typed_command(c) + "\n" for c in split_commands(script))
+        return FakeEngine(script=terminus_script(typed))
+    steps = (tuple(map(typed_command, split_commands(script)))
+             if agent in _ONE_COMMAND_AGENTS else (script,))
+    return FakeEngine(tool_script=ToolSolver((*steps, *_FINISH.get(agent, ())),
                                              _FINAL_CALL.get(agent)))

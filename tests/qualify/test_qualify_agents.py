@@ -4,11 +4,11 @@ install` does) in the real bwrap sandbox, through the in-process capture proxy.
 
 Level 1 plays the scripted engine: each agent must solve hello-file (reward 1.0) in one
 agent root with the engine's exact ids. Level 2 uses the session's one real engine
-(tests/fixtures/engine.py) with small budgets, for today's rotating subset of the agents
-(tests/qualify/rotation.py; the test id names them): a captured turn and no
-infrastructure error per agent, and the capture as exact as at level 1 (one agent root
-but for an agent that rewrites its history, no split, no 4xx). At both levels each agent
-speaks the dialect its routes show.
+(tests/fixtures/engine.py) with small budgets, for today's cells of the rotation over
+every agent x profile (tests/qualify/rotation.py; the test id names them): a captured
+turn and no infrastructure error per cell, and the capture as exact as at level 1 (one
+agent root but for an agent that rewrites its history, no split, no 4xx). At both
+levels each cell speaks the dialect its routes show.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ import pytest
 
 from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
+from harbor_ray.qualify.solution import split_commands, typed_command
 from harbor_ray.trials.agents import PROFILES, profiles
-from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir, install
 from tests.fixtures.images import JQ_TASK
-from tests.qualify.rotation import AT_LEVEL_2, rotating_subset, today
+from tests.qualify.rotation import CELLS_AT_LEVEL_2, rotating_subset, today
+from tests.qualify.test_solution import SCRIPT
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +52,28 @@ def agents_cache() -> Path:
     install([PINS[name] for name in QUALIFIED if name in PINS], DEFAULT_CACHE,
             progress=lambda _: None)
     return DEFAULT_CACHE
+
+
+# Where each installed openhands keeps the splitter its shell tool refuses a command by
+# ("Cannot execute multiple commands at once" when it finds more than one).
+SPLITTERS = {"openhands-sdk": "openhands.tools.terminal.terminal.terminal_session",
+             "openhands": "openhands.runtime.utils.bash"}
+
+
+@pytest.mark.parametrize("agent", list(SPLITTERS))
+def test_each_command_the_driver_sends_is_one_to_the_harness_own_splitter(
+    agents_cache: Path, agent: str
+) -> None:
+    """The cuts checked by the harness's own code (bashlex in its venv), not by the
+    driver's bash: every command sent, as typed, counts as one."""
+    sent = [typed_command(c) for c in split_commands(SCRIPT)]
+    python = entry_dir(agents_cache, PINS[agent]) / "venv" / "bin" / "python"
+    counted = subprocess.run(
+        [str(python), "-c", f"import json, sys; from {SPLITTERS[agent]} import "
+         "split_bash_commands as split; print(json.dumps([len(split(c)) for c in "
+         "json.load(sys.stdin)]))"], input=json.dumps(sent), capture_output=True,
+        text=True, check=True, timeout=120)
+    assert json.loads(counted.stdout) == [1] * len(sent)
 
 
 def qualify(out: Path, cache: Path, *args: str, timeout_s: float,
@@ -98,28 +122,37 @@ def test_level_1_other_profiles_solve_hello_file_in_one_root(
 
 
 # The agents whose level 2 cannot pass here (LEVEL_2_BLOCKED, with their reasons) are
-# left out of the rotation.
-@pytest.mark.parametrize("agents", [rotating_subset(AT_LEVEL_2, today())], ids="+".join)
-def test_level_2_todays_agents_are_captured_on_the_real_model(
-    tmp_path: Path, agents_cache: Path, engine_url: str, agents: tuple[str, ...]
+# left out of the rotation. `qualify --profile P` asks P of every agent named, so the
+# day's cells run as one qualify per profile among them.
+@pytest.mark.parametrize("cells", [rotating_subset(CELLS_AT_LEVEL_2, today())],
+                         ids=lambda cells: "+".join(f"{a}:{p}" for a, p in cells))
+def test_level_2_todays_cells_are_captured_on_the_real_model(
+    tmp_path: Path, agents_cache: Path, engine_url: str, cells: tuple[tuple[str, str], ...]
 ) -> None:
-    # Budget 2: opencode's first call is its title generator (auxiliary), so with one
-    # call its agent never reached the model.
-    run, report = qualify(tmp_path, agents_cache, "--llm-url", engine_url,
-                          "--budget", "2", "--max-tokens", "32", "--deadline", "300",
-                          "--concurrency", "3", agents=agents, timeout_s=2400)
-    rows = {row["agent"]: row for row in report["rows"]}
-    assert list(rows) == list(agents)
-    for agent, row in rows.items():
-        assert row["qualified"], (agent, row["why"], row["error"])
+    spoken = {profile: dialect for dialect, profile in PROFILES.items()}
+    rows: dict[tuple[str, str], dict] = {}
+    runs = []
+    for profile in dict.fromkeys(p for _, p in cells):
+        agents = tuple(a for a, p in cells if p == profile)
+        # Budget 2: opencode's first call is its title generator (auxiliary), so with
+        # one call its agent never reached the model.
+        run, report = qualify(tmp_path / profile, agents_cache, "--llm-url", engine_url,
+                              "--profile", profile, "--budget", "2", "--max-tokens", "32",
+                              "--deadline", "300", "--concurrency", "3", agents=agents,
+                              timeout_s=2400)
+        assert report["engine"] != "scripted"
+        runs.append(run)
+        rows |= {(row["agent"], row["profile"]): row for row in report["rows"]}
+    assert sorted(rows) == sorted(cells)
+    for (agent, profile), row in rows.items():
+        assert row["qualified"], (agent, profile, row["why"], row["error"])
         assert row["turns"] >= 1 and row["exact_ids"] is True
         assert row["splits"] == 0 and row["proxy_4xx"] == 0, (agent, row["refusals"])
         assert row["agent_roots"] == 1 or (
             agent in REWRITES_HISTORY and row["agent_roots"] > 1), (agent, row)
-    assert {agent: row["dialect"] for agent, row in rows.items()} == {
-        agent: SPOKEN[agent] for agent in agents}
-    assert report["engine"] != "scripted"
-    assert run.returncode == 0, run.stderr[-3000:]
+        assert row["dialect"] == spoken[profile], (agent, profile, row["dialect"])
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
 
 
 # In the container sandbox, on a task whose image is the task (tests/fixtures/images.py):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.qualify.run import row_of
+from harbor_ray.qualify.run import QualifyPlan, qualify, row_of
 from harbor_ray.qualify.taps import Answer, Generation
+from harbor_ray.trials.datasets import resolve_dataset, select_tasks
 from tests.capture.turns_factory import chain
 from tests.data.rollouts import rollout
 
@@ -72,3 +74,18 @@ def test_a_rollout_without_a_capture_is_a_row_with_no_turn() -> None:
     row = row_of("pi", record, [], [])
     assert (row.turns, row.agent_roots, row.exact_ids, row.dialect) == (0, 0, None, None)
     assert row.error == "ValueError: no"
+
+
+async def test_a_solution_the_engine_cannot_play_is_a_row_that_says_why(tmp_path: Path) -> None:
+    # make-directory's solution writes no file: aider, which only edits files, has
+    # nothing to write. The run goes on and says so in the row (nothing is started).
+    (task,) = select_tasks(resolve_dataset("samples"), ["make-directory"])
+    plan = QualifyPlan(cells=(("aider", "openai-chat"),), tasks=(task,), out=tmp_path)
+    report = await qualify(plan, level="scripted")
+    (row,) = report.rows
+    assert (row.agent, row.profile, row.task, row.qualified) == (
+        "aider", "openai-chat", "make-directory", False)
+    assert row.error_type == "task_invalid" and "changes no file" in (row.error or "")
+    assert row.why == [f"task_invalid: {row.error}", "no captured turn",
+                       "reward None, not 1.0", "row not ok"]
+    assert not (tmp_path / "trials").exists()
