@@ -18,6 +18,11 @@ step's rollouts run on the model just trained. Each step's log has the ratio
 (`sampling/importance_sampling_ratio/*`) and the trained tokens by staleness
 (`staleness/tokens_*`).
 
+`--harnesses terminus-2 claude-code` trains the one policy through both agents at once:
+each step one group per task per harness, each group one task under one harness (its
+own GRPO baseline), and `harness/<agent>/*` figures in the log (docs/trainers.md,
+"Mixing harnesses").
+
 The defaults fit a 2-core CPU machine (a step takes minutes). On GPUs, serve
 `serve_configs/online_gpu.yaml`, pass the same model as `--model` (a hub id or a
 directory: the trainer's weights must be the served model's, same dtype), and raise
