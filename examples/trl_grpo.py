@@ -18,6 +18,11 @@ step's rollouts run on the model just trained. Each step's log has the ratio
 (`sampling/importance_sampling_ratio/*`) and the trained tokens by staleness
 (`staleness/tokens_*`).
 
+`--harnesses terminus-2 claude-code` trains the one policy through both agents at once:
+each step one group per task per harness, each group one task under one harness (its
+own GRPO baseline), and `harness/<agent>/*` figures in the log (docs/trainers.md,
+"Mixing harnesses").
+
 The defaults fit a 2-core CPU machine (a step takes minutes). On GPUs, serve
 `serve_configs/online_gpu.yaml`, pass the same model as `--model` (a hub id or a
 directory: the trainer's weights must be the served model's, same dtype), and raise
@@ -57,6 +62,10 @@ def main() -> None:
                         help="the served model's weights: `default` (SmolLM2-135M-Instruct, "
                         "prepared offline), a directory or a hub id (default: %(default)s)")
     parser.add_argument("--agent", default="terminus-2", help="default: %(default)s")
+    parser.add_argument("--harnesses", nargs="+", default=None,
+                        help="train one policy through several agents at once: one group "
+                        "per task per harness each step, each with its own GRPO baseline, "
+                        "and per-harness figures in the log (default: --agent alone)")
     parser.add_argument("--tasks", nargs="+", default=["hello-file", "count-words"],
                         help="task names of the service's dataset (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default: 2)")
@@ -92,11 +101,11 @@ def main() -> None:
         processing_class=AutoTokenizer.from_pretrained(model_dir),
         args=ServiceGRPOConfig(
             output_dir=str(args.out / "trl"), max_steps=args.steps,
-            per_device_train_batch_size=args.num_generations,
+            per_device_train_batch_size=args.num_generations * len(args.harnesses or [None]),
             num_generations=args.num_generations, temperature=args.temperature,
             learning_rate=args.learning_rate, beta=0.0, logging_steps=1, report_to=[],
             save_strategy="no", bf16=False),
-        train_dataset=task_dataset(args.tasks),
+        train_dataset=task_dataset(args.tasks, args.harnesses),
         reward_funcs=verifier_reward,
         rollout_func=rollouts,
         callbacks=[sync],

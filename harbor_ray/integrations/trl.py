@@ -1,8 +1,9 @@
 """TRL's `GRPOTrainer` trained through the online service.
 
-`task_dataset` (prompts are task names), `GroupRollouts` (the `rollout_func`: a group
-of `num_generations` rollouts per prompt, at TRL's sampling settings, one sample per
-rollout in TRL's order), `verifier_reward` (the verifier's reward, never recomputed) and
+`task_dataset` (prompts are task names, or task and harness: `harness_prompt`),
+`GroupRollouts` (the `rollout_func`: a group of `num_generations` rollouts per prompt,
+under the prompt's harness, at TRL's sampling settings, one sample per rollout in TRL's
+order), `verifier_reward` (the verifier's reward, never recomputed) and
 `WeightSync` (the weights into the engine after every optimizer step, as version
 `base + global_step`), and `ServiceGRPOTrainer` with `ServiceGRPOConfig` (TRL's
 importance-sampling correction against the recorded logprobs, and the staleness of what
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from accelerate.utils import gather_object  # type: ignore[import-untyped]  # untyped
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
@@ -32,7 +34,8 @@ from harbor_ray.errors import TrainerError
 from harbor_ray.online.wire import Group, TaskRequest
 
 __all__ = ["GroupRollouts", "ServiceGRPOConfig", "ServiceGRPOTrainer", "WeightSync",
-           "call_figures", "rollout_metrics", "task_dataset", "verifier_reward"]
+           "call_figures", "harness_metrics", "harness_prompt", "rollout_metrics", "task_dataset",
+           "verifier_reward"]
 
 _log = logging.getLogger(__name__)
 
@@ -45,12 +48,33 @@ _SAMPLING_ARGS = ("temperature", "top_p", "top_k", "min_p")
 _STALENESS = ("0", "1", "2+")
 
 
-def task_dataset(tasks: Sequence[str]) -> Any:
+# Between a prompt's task and its harness (`harness_prompt`): no agent name or import
+# path holds a space, so the last one splits a prompt unambiguously.
+_HARNESS_MARK = " @ "
+
+
+def harness_prompt(task: str, harness: str) -> str:
+    """The prompt of `task` run under `harness` (an agent name, e.g. `codex`):
+    `"hello-file @ codex"`. `GroupRollouts` submits its group under that harness."""
+    if not harness or _HARNESS_MARK.strip() in harness or " " in harness:
+        raise TrainerError(f"a harness is an agent name (no spaces, no '@'): got {harness!r}")
+    return f"{task}{_HARNESS_MARK}{harness}"
+
+
+def task_dataset(tasks: Sequence[str], harnesses: Sequence[str] | None = None) -> Any:
     """A TRL train dataset whose prompts are these task names (of the service's
-    dataset, or of the one `GroupRollouts` submits to)."""
+    dataset, or of the one `GroupRollouts` submits to); with `harnesses`, one prompt per
+    (task, harness) (`harness_prompt`), so that one policy trains through all of them,
+    each GRPO group one task under one harness."""
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": list(tasks)})
+    if harnesses is None:
+        return Dataset.from_dict({"prompt": list(tasks)})
+    if not harnesses or len(set(harnesses)) != len(harnesses):
+        raise TrainerError(f"harnesses must be distinct agent names, at least one: got "
+                           f"{list(harnesses)}")
+    return Dataset.from_dict({"prompt": [harness_prompt(task, harness) for task in tasks
+                                         for harness in harnesses]})
 
 
 def verifier_reward(completions: list[Any], reward: list[float | None],
@@ -63,6 +87,16 @@ def verifier_reward(completions: list[Any], reward: list[float | None],
 class GroupRollouts:
     """A `rollout_func`: TRL's prompts (task names, each repeated `num_generations`
     times) become one group per prompt on the online service, and its samples.
+
+    A prompt that names a harness (`harness_prompt`, `task_dataset(tasks, harnesses)`)
+    runs its group under that agent, one submit for the whole call (the service refuses
+    an agent it does not know, naming those it does, and starts nothing); `agent` is the
+    harness of prompts that name none. A group is one prompt, so it is one task under
+    one harness, and GRPO's baseline (the group's mean) is that harness's: the service
+    runs a replacement group (`drop_no_signal`) under the harness of the group it
+    replaces. Each sample carries its `agent`; `last` has per-harness sums
+    (`harness/<agent>/...`), which `ServiceGRPOTrainer` logs (docs/trainers.md, "Mixing
+    harnesses").
 
     `agent` and the submit options (`dataset`, `sandbox`, `budget`, `deadline_s`,
     `max_tokens` per model call) are the groups'; the rest of the sampling is TRL's
@@ -115,16 +149,20 @@ class GroupRollouts:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         started = time.monotonic()
         n = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
-        tasks = _tasks(prompts, n)
+        asked = _tasks(prompts, n)
         reply = self.client.submit(
-            [TaskRequest(task=task, n=n) for task in tasks], self.agent,
+            [TaskRequest(task=task, n=n, agent=agent) for task, agent in asked], self.agent,
             sampling=self._sampling(trainer.args), **self.options,
             metadata={"trl_global_step": trainer.state.global_step})
         ids = [ref.group_id for ref in reply.groups]
         groups = self._wait(ids)
         filler = self.filler_id if self.filler_id is not None else _filler(trainer)
-        samples = [sample for group_id in ids for sample in self._samples(
-            groups[group_id], n, reply.policy_version, filler)]
+        samples = []
+        for group_id, (_, agent) in zip(ids, asked, strict=True):
+            group_samples = self._samples(groups[group_id], n, reply.policy_version, filler)
+            for sample in group_samples:
+                sample["agent"] = _ran(groups[group_id], agent or self.agent)
+            samples += group_samples
         self.last = call_figures([groups[i] for i in ids], samples,
                                  time.monotonic() - started, reply.policy_version)
         return trl_columns(samples)
@@ -186,6 +224,16 @@ class GroupRollouts:
         return samples
 
 
+def _ran(group: Group, asked: str) -> str:
+    """The agent `group`'s rows say ran it: `asked`, or the service broke the harness
+    a group was asked under, and its baseline would mix harnesses."""
+    ran = {row.get("agent", asked) for row in group.rollouts}
+    if ran - {asked}:
+        raise TrainerError(f"group {group.group_id} was asked of {asked} but its rows name "
+                           f"{sorted(ran)}: the service runs each group under one agent")
+    return asked
+
+
 def call_figures(groups: Sequence[Group], samples: Sequence[dict[str, Any]], seconds: float,
                  version: int) -> dict[str, float]:
     """What one `GroupRollouts` call did, as sums (so that a trainer can add them over
@@ -196,16 +244,18 @@ def call_figures(groups: Sequence[Group], samples: Sequence[dict[str, Any]], sec
     too stale (`stale_dropped`) and tokens masked as too stale (`stale_masked_tokens`:
     here, and by the service's `mask` policy), groups dropped for no signal by the
     service (`no_signal_dropped`, each replaced: `extra_rollouts`) and delivered
-    flagged at the bound (`no_signal_kept`), and the call's wall `seconds`."""
-    rewards = [s["reward"] for s in samples if s["reward"] is not None]
+    flagged at the bound (`no_signal_kept`), and the call's wall `seconds`.
+
+    Samples that carry their `agent` (`GroupRollouts`') add the first six sums per
+    harness, as `harness/<agent>/<sum>` (`harness/codex/reward_sum`)."""
     turns = {row["rollout_id"]: (row.get("counts") or {}).get("turns") or 0
              for group in groups for row in group.rollouts}
+    by_harness: dict[str, list[dict[str, Any]]] = {}
+    for sample in samples:
+        if (agent := sample.get("agent")) is not None:
+            by_harness.setdefault(agent, []).append(sample)
     return {
-        "groups": float(len(groups)), "rollouts": float(len(samples)),
-        "scored": float(len(rewards)), "reward_sum": float(sum(rewards)),
-        "reward_sq_sum": float(sum(r * r for r in rewards)),
-        "turns": float(sum(turns.get(s["rollout_id"], 0) for s in samples)),
-        "sampled_tokens": float(sum(s["sampled_tokens"] for s in samples)),
+        "groups": float(len(groups)), **_sums(samples, turns),
         "trainable": float(sum(bool(s["trainable"]) for s in samples)),
         "stale_dropped": float(sum(bool(s["stale_dropped"]) for s in samples)),
         "stale_masked_tokens": float(sum(s["stale_masked"] for s in samples)
@@ -214,6 +264,19 @@ def call_figures(groups: Sequence[Group], samples: Sequence[dict[str, Any]], sec
         "no_signal_kept": float(sum(g.no_signal for g in groups)),
         "extra_rollouts": float(sum(g.no_signal_dropped * g.n for g in groups)),
         "seconds": seconds, "policy_version": float(version),
+        **{f"{_HARNESS_PREFIX}{agent}/{key}": value for agent, mine in by_harness.items()
+           for key, value in _sums(mine, turns).items()},
+    }
+
+
+def _sums(samples: Sequence[dict[str, Any]], turns: dict[str, int]) -> dict[str, float]:
+    """Rollouts, their rewards (over the scored ones), turns and sampled tokens."""
+    rewards = [s["reward"] for s in samples if s["reward"] is not None]
+    return {
+        "rollouts": float(len(samples)), "scored": float(len(rewards)),
+        "reward_sum": float(sum(rewards)), "reward_sq_sum": float(sum(r * r for r in rewards)),
+        "turns": float(sum(turns.get(s["rollout_id"], 0) for s in samples)),
+        "sampled_tokens": float(sum(s["sampled_tokens"] for s in samples)),
     }
 
 
@@ -367,6 +430,14 @@ class ServiceGRPOTrainer(GRPOTrainer):
             reduction="sum").tolist()
         for name, value in rollout_metrics(dict(zip(keys, summed, strict=True))).items():
             self._metrics[self._mode()][name].append(value)
+        # Processes may have run different harnesses: their sums are gathered by name.
+        harnesses: dict[str, float] = {}
+        for part in gather_object([{k: v for k, v in figures.items()
+                                    if k.startswith(_HARNESS_PREFIX)}]):
+            for key, value in part.items():
+                harnesses[key] = harnesses.get(key, 0.0) + value
+        for name, value in harness_metrics(harnesses).items():
+            self._metrics[self._mode()][name].append(value)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
         with self._trl_correction(True):
@@ -418,6 +489,29 @@ class ServiceGRPOTrainer(GRPOTrainer):
 _SUMMED = ("rollouts", "scored", "reward_sum", "reward_sq_sum", "turns", "sampled_tokens",
            "stale_dropped", "stale_masked_tokens", "no_signal_dropped", "no_signal_kept",
            "extra_rollouts")
+
+
+# `call_figures`' per-harness sums, and the per-harness figures `ServiceGRPOTrainer` logs.
+_HARNESS_PREFIX = "harness/"
+
+
+def harness_metrics(figures: dict[str, float]) -> dict[str, float]:
+    """The logged form of `call_figures`' per-harness sums (summed over processes):
+    `harness/<agent>/` `reward_mean`, `reward_std`, `turns_mean`, `sampled_tokens_mean`
+    and `unscored` as `rollout_metrics` makes them of that harness's rollouts alone, and
+    its `rollouts`."""
+    by_harness: dict[str, dict[str, float]] = {}
+    for key, value in figures.items():
+        if key.startswith(_HARNESS_PREFIX):
+            agent, _, name = key[len(_HARNESS_PREFIX):].rpartition("/")
+            by_harness.setdefault(agent, {})[name] = value
+    metrics: dict[str, float] = {}
+    for agent, sums in sorted(by_harness.items()):
+        prefix = f"{_HARNESS_PREFIX}{agent}/"
+        metrics[f"{prefix}rollouts"] = sums.get("rollouts", 0.0)
+        for name, value in rollout_metrics(sums).items():
+            metrics[prefix + name.removeprefix("rollouts/")] = value
+    return metrics
 
 
 def rollout_metrics(figures: dict[str, float]) -> dict[str, float]:
@@ -491,18 +585,20 @@ def _versions_behind(versions: list[list[int | None]], current: list[int],
     return torch.tensor(rows, dtype=torch.long)
 
 
-def _tasks(prompts: list[Any], n: int) -> list[str]:
-    """The task of each block of `n` prompts (TRL repeats each prompt n times in a row)."""
+def _tasks(prompts: list[Any], n: int) -> list[tuple[str, str | None]]:
+    """The task and harness (None: the prompt names none) of each block of `n` prompts
+    (TRL repeats each prompt n times in a row: one block is one GRPO group)."""
     if not prompts or len(prompts) % n:
         raise TrainerError(f"{len(prompts)} prompts are no whole number of groups of {n}")
-    tasks = []
+    tasks: list[tuple[str, str | None]] = []
     for start in range(0, len(prompts), n):
         block = prompts[start:start + n]
         if not isinstance(block[0], str) or any(p != block[0] for p in block):
-            raise TrainerError("a GroupRollouts prompt is a task name, repeated "
-                               f"num_generations ({n}) times; got {block[0]!r} "
-                               "(build the dataset with task_dataset)")
-        tasks.append(block[0])
+            raise TrainerError("a GroupRollouts prompt is a task name (or `harness_prompt`'s "
+                               f"task and harness), repeated num_generations ({n}) times; "
+                               f"got {block[0]!r} (build the dataset with task_dataset)")
+        task, mark, harness = block[0].rpartition(_HARNESS_MARK)
+        tasks.append((task, harness) if mark else (block[0], None))
     return tasks
 
 

@@ -160,10 +160,13 @@ class Controller:
             if asked.task not in tasks:
                 raise FieldError(f"no task {_shown(asked.task)} in the dataset", status=404,
                                  field=f"tasks[{i}].task")
-        try:
-            self._agents.check(request.agent, _shown(request.agent))
-        except UnknownAgentError as exc:
-            raise FieldError(str(exc), status=404, field="agent") from exc
+        for where, agent in (("agent", request.agent), *(
+                (f"tasks[{i}].agent", asked.agent) for i, asked in enumerate(request.tasks)
+                if asked.agent is not None)):
+            try:
+                self._agents.check(agent, _shown(agent))
+            except UnknownAgentError as exc:
+                raise FieldError(str(exc), status=404, field=where) from exc
         sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
         if sandbox not in backend_names():
             raise FieldError(f"no sandbox backend {_shown(sandbox)}", status=404, field="sandbox")
@@ -174,14 +177,15 @@ class Controller:
         groups, specs = [], []
         for asked in request.tasks:
             group_id = uuid.uuid4().hex[:16]
-            group_specs = [self._spec(request, tasks[asked.task], sandbox, group_id, k)
+            agent = asked.agent or request.agent
+            group_specs = [self._spec(request, agent, tasks[asked.task], sandbox, group_id, k)
                            for k in range(asked.n)]
             specs += group_specs
             groups.append(GroupState(
                 group_id=group_id, request_id=request.request_id, task=asked.task,
                 rollout_ids=tuple(s.rollout_id for s in group_specs),
                 max_staleness=request.max_staleness, metadata=request.metadata,
-                refill=refill if asked.n >= 2 else None))
+                refill=refill if asked.n >= 2 else None, agent=agent))
         reply = self.book.accept(request.request_id, groups, self.version)
         self._steer()
         self._start_all(specs)
@@ -226,7 +230,7 @@ class Controller:
         task = dropped.refill.next_task()
         assert task is not None, "the book drops a group only within its request's bound"
         group_id = uuid.uuid4().hex[:16]
-        specs = [self._spec(request, tasks[task], sandbox, group_id, k)
+        specs = [self._spec(request, dropped.agent, tasks[task], sandbox, group_id, k)
                  for k in range(dropped.n)]
         self.book.replace(dropped, group_id, task, tuple(s.rollout_id for s in specs))
         self._start_all(specs)
@@ -343,10 +347,10 @@ class Controller:
 
     # --- rollouts -------------------------------------------------------------------
 
-    def _spec(self, request: SubmitRequest, task: TaskRef, sandbox: str, group_id: str,
-              k: int) -> RolloutSpec:
+    def _spec(self, request: SubmitRequest, agent: str, task: TaskRef, sandbox: str,
+              group_id: str, k: int) -> RolloutSpec:
         return RolloutSpec(
-            rollout_id=f"{group_id}__{k}", task=task, agent=request.agent,
+            rollout_id=f"{group_id}__{k}", task=task, agent=agent,
             trials_dir=self.config.work_dir / "trials", sandbox=sandbox, attempt=k,
             sampling=request.sampling, budget=request.budget,
             deadline_s=request.deadline_s, host_userland=self.config.host_userland)

@@ -53,6 +53,9 @@ class GroupState:
     rollout_ids: tuple[str, ...]
     max_staleness: int | None
     metadata: dict[str, Any]
+    # The agent (harness) its rollouts run: its task's in the request, else the
+    # request's; its replacements run it too, so that a group never mixes harnesses.
+    agent: str
     records: dict[str, RolloutRecord] = field(default_factory=dict)
     phase: Phase = Phase.RUNNING
     finished_version: int | None = None
@@ -268,7 +271,7 @@ class Book:
         group = GroupState(
             group_id=group_id, request_id=dropped.request_id, task=task,
             rollout_ids=rollout_ids, max_staleness=dropped.max_staleness,
-            metadata=dropped.metadata, refill=dropped.refill,
+            metadata=dropped.metadata, agent=dropped.agent, refill=dropped.refill,
             replaces=dropped.replaces or dropped.group_id,
             dropped_before=dropped.dropped_before + 1)
         dropped.replaced_by = group_id

@@ -31,6 +31,11 @@ class _Body(BaseModel):
 class TaskRequest(_Body):
     task: str = Field(min_length=1, description="A task name of the dataset.")
     n: int = Field(ge=1, le=10_000, description="Rollouts of the task: one group (GRPO).")
+    agent: str | None = Field(None, min_length=1, max_length=1000,
+                              description="The agent (harness) this group runs, so that one "
+                              "request can train one policy through several; None (or "
+                              "absent): the request's `agent`. A group's replacements "
+                              "(drop_no_signal) run its agent.")
 
 
 class SubmitRequest(_Body):

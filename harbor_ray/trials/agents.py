@@ -158,9 +158,10 @@ class AgentAllowList:
         """Raises `UnknownAgentError` unless `agent` is allowed; `shown`: how the refusal
         quotes it (the name's repr by default)."""
         if agent not in AGENTS and agent not in self.import_paths:
+            known = ", ".join([*sorted(AGENTS), *self.import_paths])
             raise UnknownAgentError(
                 f"unknown agent {shown or repr(agent)}: not a Harbor agent `harbor-ray "
-                f"info` lists, nor an import path {self.named_in}")
+                f"info` lists, nor an import path {self.named_in} (known: {known})")
 
     def describe(self) -> list[dict[str, Any]]:
         """`describe_agents`' rows, the allowed import paths' after the Harbor agents'."""

@@ -17,7 +17,7 @@ from tests.capture.turns_factory import turn
 def _group(group_id: str, n: int, max_staleness: int | None = None) -> GroupState:
     return GroupState(group_id=group_id, request_id=f"r-{group_id}", task="t",
                       rollout_ids=tuple(f"{group_id}__{k}" for k in range(n)),
-                      max_staleness=max_staleness, metadata={})
+                      max_staleness=max_staleness, metadata={}, agent="terminus-2")
 
 
 def _row(rollout_id: str, error: ErrorType | None = None) -> RolloutRecord:

@@ -394,6 +394,22 @@ def test_an_import_path_the_config_allows_is_accepted(tmp_path: Path) -> None:
                 404, "agent")
 
 
+def test_a_groups_unknown_agent_is_a_404_naming_it_and_the_known_ones(
+        http: httpx.Client, runner: LocalRollouts) -> None:
+    """A request that mixes harnesses (an agent per group) is checked whole: one
+    unknown agent, and none of its groups starts."""
+    tasks = [{"task": "hello-file", "n": 1, "agent": "codex"},
+             {"task": "hello-file", "n": 1, "agent": "no-such-harness"}]
+    error = refused(http.post("/v1/rollouts", json={**SUBMIT, "tasks": tasks}), 404,
+                    "tasks[1].agent")
+    assert "unknown agent 'no-such-harness'" in error
+    known = error.split("(known: ", 1)[1]
+    assert {"terminus-2", "codex", "claude-code"} <= set(known.rstrip(")").split(", "))
+    assert runner.started == 0 and http.get("/v1/stats").json()["queued"] == 0
+    tasks[1]["agent"] = "claude-code"
+    assert http.post("/v1/rollouts", json={**SUBMIT, "tasks": tasks}).status_code == 202
+
+
 # --- 7. Host names -------------------------------------------------------------------
 
 

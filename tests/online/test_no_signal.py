@@ -50,7 +50,8 @@ def test_replacements_prefer_tasks_that_have_not_lacked_signal() -> None:
 def _group(group_id: str, task: str, n: int, refill: Refill | None) -> GroupState:
     return GroupState(group_id=group_id, request_id="r", task=task,
                       rollout_ids=tuple(f"{group_id}__{k}" for k in range(n)),
-                      max_staleness=None, metadata={}, refill=refill)
+                      max_staleness=None, metadata={}, agent="terminus-2",
+                      refill=refill)
 
 
 def _row(rollout_id: str, reward: float | None) -> RolloutRecord:

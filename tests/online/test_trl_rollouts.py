@@ -16,7 +16,7 @@ import pytest
 from harbor_ray.capture.proxy.fake_engine import IM_END, IM_START
 from harbor_ray.client import Client
 from harbor_ray.errors import TrainerError
-from harbor_ray.integrations.trl import GroupRollouts, verifier_reward
+from harbor_ray.integrations.trl import GroupRollouts, harness_prompt, verifier_reward
 from harbor_ray.online.wire import Group
 from tests.fixtures.stub_agent import chat_agent
 from tests.online.conftest import KEY, stub_agent
@@ -203,3 +203,29 @@ def test_past_max_extra_groups_a_group_without_signal_comes_back_and_trains_noth
     assert (stats.no_signal_dropped, stats.no_signal_delivered, stats.signal_kept) == (
         0, 1, 1), stats
     assert rollouts.last["no_signal_kept"] == 1
+
+
+def test_mixed_harnesses_run_each_group_under_its_own_even_when_replaced(
+        service_factory) -> None:
+    """One call, two harnesses: each group runs its prompt's agent (the stub writes the
+    agent it was given into each row, which GroupRollouts checks), and a group dropped
+    for no signal is replaced under the same harness, so no group mixes harnesses."""
+    service = service_factory("trl-harnesses", work=stub_agent(1, reward=flat_for_hello_file))
+    with Client(service.url, KEY) as client:
+        rollouts = GroupRollouts(client, "terminus-2", max_tokens=16, wait_s=2,
+                                 drop_no_signal=True, max_extra_groups=4,
+                                 replacement_tasks=["count-words"])
+        prompts = [harness_prompt("hello-file", "codex")] * 2 + [
+            harness_prompt("count-words", "claude-code")] * 2 + ["count-words"] * 2
+        columns = rollouts(prompts, trainer(2))
+    assert columns["agent"] == ["codex"] * 2 + ["claude-code"] * 2 + ["terminus-2"] * 2
+    # hello-file under codex had no signal: its place went to count-words, still codex.
+    assert columns["task"] == ["count-words"] * 6
+    assert rollouts.last["no_signal_dropped"] == 1
+    for start in range(0, 6, 2):
+        assert len({columns["group_id"][start], columns["group_id"][start + 1]}) == 1
+    for harness in ("codex", "claude-code", "terminus-2"):
+        mine = [r for r, a in zip(columns["reward"], columns["agent"], strict=True)
+                if a == harness]
+        assert rollouts.last[f"harness/{harness}/reward_sum"] == pytest.approx(sum(mine))
+        assert rollouts.last[f"harness/{harness}/rollouts"] == 2
