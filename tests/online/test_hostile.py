@@ -512,7 +512,7 @@ def test_an_internal_row_names_the_exception_and_where_it_was_raised(
     from harbor_ray.trials import rollout
     from harbor_ray.trials.spec import make_specs
 
-    async def broken(spec, capture):
+    async def broken(spec, capture, on_stage):
         raise RuntimeError()  # no message: the row must still say what and where
 
     monkeypatch.setattr(rollout, "_run", broken)

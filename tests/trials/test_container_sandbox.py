@@ -49,6 +49,10 @@ from harbor_ray.trials.warm_pool import Ledger, WarmPool
 from tests.trials.test_bwrap_sandbox import make_environment, pid_namespace_of, running
 from tests.waiting import eventually
 
+# Real Docker builds, bwrap, overlays and cgroups: with the other tests of real
+# components, never beside them in the unit run (scripts/test).
+pytestmark = pytest.mark.integration
+
 IMPORT_PATH = "harbor_ray.trials.sandbox.container:ContainerEnvironment"
 # Debian's jq, python3 (the forwards' relay runs it) and tmux, a file of the task's, and
 # variables the task's commands rely on: one of its own, and a PATH with its tool.
