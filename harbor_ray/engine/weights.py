@@ -224,16 +224,17 @@ class WeightUpdater:
             if version <= self._version:
                 raise WeightVersionError(
                     f"version {version} does not increase on the serving {self._version}")
+            # The checkpoint is checked before the engine is asked anything; an
+            # adapter's rank only once the replicas have said what they take.
+            adapter = is_adapter(path)
+            if self._check and not adapter:
+                await asyncio.to_thread(check_checkpoint, path, self._path)
             replicas = list(await self._list_replicas())
             if not replicas:
                 raise WeightsRefusedError("the engine has no running replica to update")
-            adapter = is_adapter(path)
             max_rank = await self._kind(replicas, adapter, path)
-            if self._check:
-                if adapter:
-                    await asyncio.to_thread(check_adapter, path, max_rank)
-                else:
-                    await asyncio.to_thread(check_checkpoint, path, self._path)
+            if self._check and adapter:
+                await asyncio.to_thread(check_adapter, path, max_rank)
             started = time.perf_counter()
             steps: dict[str, float] = {}
             states = [_Replica(replica, self._timeouts) for replica in replicas]
@@ -376,8 +377,12 @@ async def _step(steps: dict[str, float], step: Step, states: Sequence[_Replica],
 
 
 def is_adapter(path: str) -> bool:
-    """Whether checkpoint directory `path` is a LoRA adapter rather than full weights."""
-    return (Path(path) / ADAPTER_CONFIG).is_file()
+    """Whether checkpoint directory `path` is a LoRA adapter rather than full weights
+    (a path that cannot be read is not: the full checkpoint's check names why)."""
+    try:
+        return (Path(path) / ADAPTER_CONFIG).is_file()
+    except OSError:
+        return False
 
 
 def check_adapter(path: str, max_rank: int | None = None) -> dict[str, tuple[int, ...]]:
