@@ -21,7 +21,8 @@ from typing import Any
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
 
 from harbor_ray.errors import TrainerError
-from harbor_ray.integrations.trl import GroupRollouts, rollout_metrics
+from harbor_ray.integrations.figures import rollout_metrics
+from harbor_ray.integrations.trl import GroupRollouts
 
 __all__ = ["ServiceGenerator", "generator_output", "task_groups"]
 
