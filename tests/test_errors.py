@@ -137,7 +137,7 @@ def test_errors_survive_pickling_with_their_attributes(error: HarborRayError) ->
 # Inside a pydantic validator a ValueError is pydantic's protocol (it becomes the field's
 # ValidationError), so those are recognised by their decorator rather than listed.
 _STDLIB_RAISES_ALLOWED = {
-    ("engine/weights.py", "_header_shapes"): "a signal caught below, as a CheckpointError",
+    ("engine/checkpoints.py", "_header_shapes"): "a signal caught below, as a CheckpointError",
     ("capture/proxy/certify.py", "_top_logprobs"): "caught by its caller, a CertificationError",
     ("trials/sandbox/relay.py", "_listen"): "caught by main: harbor_ray builds the relay's argv",
     ("client/routes.py", "_health"): "caught by the call's parse step, as a ClientError",

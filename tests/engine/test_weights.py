@@ -13,15 +13,8 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from harbor_ray.engine.weights import (
-    ADAPTER_CONFIG,
-    KIND_METHOD,
-    LABEL_METHOD,
-    StepTimeouts,
-    WeightUpdater,
-    check_adapter,
-    check_checkpoint,
-)
+from harbor_ray.engine.checkpoints import ADAPTER_CONFIG, check_adapter, check_checkpoint
+from harbor_ray.engine.weights import KIND_METHOD, LABEL_METHOD, StepTimeouts, WeightUpdater
 from harbor_ray.engine.worker import RELOAD_METHOD, refresh_tied_layers
 from harbor_ray.errors import CheckpointError, WeightsRefusedError, WeightVersionError
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from peft import LoraConfig, get_peft_model
 
-from harbor_ray.engine.weights import check_adapter, is_adapter
+from harbor_ray.engine.checkpoints import check_adapter, is_adapter
 from harbor_ray.integrations.trl import WeightSync
 from tests.integrations.test_trl_correction import tiny_model
 
