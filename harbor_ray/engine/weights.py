@@ -228,7 +228,10 @@ class WeightUpdater:
             # adapter's rank only once the replicas have said what they take.
             adapter = is_adapter(path)
             if self._check and not adapter:
-                await asyncio.to_thread(check_checkpoint, path, self._path)
+                # Against the served weights' tensors, unless an adapter serves: then the
+                # engine's own refusal (below) says what to send instead.
+                served = None if is_adapter(self._path) else self._path
+                await asyncio.to_thread(check_checkpoint, path, served)
             replicas = list(await self._list_replicas())
             if not replicas:
                 raise WeightsRefusedError("the engine has no running replica to update")

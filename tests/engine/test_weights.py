@@ -341,6 +341,24 @@ async def test_an_update_of_the_other_kind_is_refused_naming_the_fix(tmp_path: P
     assert log == []
 
 
+async def test_full_weights_after_an_adapter_are_refused_as_the_other_kind(
+        tmp_path: Path) -> None:
+    """Checked (as the service checks): the full checkpoint is not compared with the
+    adapter serving, whose tensors it never has, but refused as the kind the engine does
+    not take, naming what to send."""
+    log: list[tuple[str, str]] = []
+
+    async def listed() -> list[FakeReplica]:
+        return _lora_replicas(log)
+
+    updater = WeightUpdater(listed, path=OLD, timeouts=FAST)
+    assert (await updater.update(_adapter(tmp_path / "v1"), 1)).ok
+    full = str(_checkpoint(tmp_path / "full", SHAPES))
+    with pytest.raises(CheckpointError, match="send the adapter directory"):
+        await updater.update(full, 2)
+    assert updater.version == 1
+
+
 def test_an_adapter_is_checked_against_the_engine_rank(tmp_path: Path) -> None:
     adapter = _adapter(tmp_path / "v1", rank=32)
     assert len(check_adapter(adapter, 32)) == 2
