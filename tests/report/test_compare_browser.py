@@ -11,6 +11,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from harbor_ray.report.compare import compare_datasets, write_comparison
+from harbor_ray.report.comparison_provenance import FIELDS
 from tests.report.browser import chromium, js_errors, wait_for
 from tests.report.by_hand import score_test_bounds
 from tests.report.test_browser import ARTIFACTS
@@ -19,7 +20,7 @@ from tests.report.test_compare_sweeps import task_counts
 pytestmark = pytest.mark.integration
 
 PLOTS = ["pass-at-k", "difference", "by-task"]
-TABLES = ["runs", "pass-at-k", "where", "tasks", "error-types"]
+TABLES = ["runs", "pass-at-k", "where", "tasks", "error-types", "provenance"]
 
 
 def _cells(driver, table: str) -> list[list[str]]:
@@ -64,6 +65,14 @@ def test_the_comparison_page(compared_sweeps: dict[str, Path], tmp_path: Path, w
             assert row[0] == out.name
             assert row[5] == f"{passes / n:.2f} [{low:.2f}, {high:.2f}]"
         assert [row[0] for row in _cells(driver, "tasks")] == shared
+        # One provenance row per field the rows record: each run's values, and "differs"
+        # where they do.
+        provenance = _cells(driver, "provenance")
+        assert [row[0] for row in provenance] == list(FIELDS)
+        for row in provenance:
+            values, differs = row[1:-1], row[-1]
+            assert len(values) == len(outs) and differs == (
+                "yes" if len(set(values)) > 1 else "no"), row
         notes = driver.find_element(By.ID, "notes").text
         assert "fix-mean" in notes and "greet-function" in notes and "k=2" in notes
 
