@@ -97,9 +97,7 @@ def running_cluster(
             certification = asyncio.run(certify_url(
                 url, spec.model, spec.engine_kind, capture=spec.capture,
                 upstream=spec.upstream, key=spec.upstream_key))
-            if spec.upstream != "openai-chat":
-                # A hosted API says its model's name and nothing of its files.
-                served = Provenance.hosted(spec.upstream, certification.served_model)
+            served = Provenance.served(spec.upstream, certification.served_model, served)
             progress("certifying the engine from every node")
             certify_from_every_node(url, certification.served_model,
                                     upstream=spec.upstream, key=spec.upstream_key)

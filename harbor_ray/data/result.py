@@ -98,6 +98,13 @@ class Provenance(BaseModel):
         """A hosted API's model: its name is all a run can know of its files."""
         return cls(model_source=f"{upstream}:{model}")
 
+    @classmethod
+    def served(cls, upstream: str, model: str, engine: Provenance | None) -> Provenance | None:
+        """The engine's half of a run's rows, once its model is certified: `engine` (what
+        the run's own engine serves; None: unknown) behind an OpenAI-compatible engine
+        (`openai-chat`), and a hosted API's model name behind any other upstream."""
+        return engine if upstream == "openai-chat" else cls.hosted(upstream, model)
+
     def with_engine(self, engine: Provenance | None) -> Provenance:
         """This record with the engine's fields of `engine` (None: unknown)."""
         engine = engine or Provenance()

@@ -128,9 +128,8 @@ async def _run(
                 if capture.certification is not None:
                     (request.out.resolve() / ENGINE).write_text(
                         capture.certification.model_dump_json(indent=2) + "\n")
-                    if request.upstream != "openai-chat":
-                        served = Provenance.hosted(request.upstream,
-                                                   capture.certification.served_model)
+                    served = Provenance.served(request.upstream,
+                                               capture.certification.served_model, served)
                 specs = [_with_engine(spec, served) for spec in specs]
                 return await run_many(specs, capture, concurrency=request.concurrency,
                                       on_result=done, on_stage=on_stage)
