@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
@@ -58,25 +57,24 @@ class ServiceGenerator(GeneratorInterface):
 
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
         tasks, n = task_groups(input_batch, self.task_key)
-        metadata = input_batch.get("batch_metadata")
-        view = SimpleNamespace(  # what GroupRollouts reads of TRL's trainer
-            num_generations=n, num_generations_eval=n,
-            model=SimpleNamespace(training=getattr(metadata, "training_phase", "train")
-                                  == "train"),
-            args=SimpleNamespace(**_sampling(input_batch.get("sampling_params"))),
-            state=SimpleNamespace(global_step=getattr(metadata, "global_step", 0)))
+        step = getattr(input_batch.get("batch_metadata"), "global_step", 0)
+        sampling = {name: value for name, value in
+                    _sampling(input_batch.get("sampling_params")).items() if value is not None}
         prompts = [task for task in tasks for _ in range(n)]
         # The client blocks on long polls; SkyRL's trainer awaits this on its event loop.
-        columns, figures = await asyncio.to_thread(self._call, prompts, view)
+        columns, figures = await asyncio.to_thread(self._call, prompts, n, sampling, step)
         output = generator_output(columns)
         output["trajectory_ids"] = input_batch.get("trajectory_ids")
         output["rollout_metrics"] = rollout_metrics(figures)
         return output
 
-    def _call(self, prompts: list[str], view: SimpleNamespace
+    def _call(self, prompts: list[str], n: int, sampling: dict[str, Any], step: int
               ) -> tuple[dict[str, list[Any]], dict[str, float]]:
+        assert self.rollouts.filler_id is not None  # checked in __init__
         with self._one_at_a_time:
-            return self.rollouts(prompts, view), dict(self.rollouts.last)
+            columns = self.rollouts.collect(prompts, n, sampling=sampling, step=step,
+                                            filler_id=self.rollouts.filler_id)
+            return columns, dict(self.rollouts.last)
 
 
 def task_groups(input_batch: GeneratorInput, task_key: str = "task") -> tuple[list[str], int]:

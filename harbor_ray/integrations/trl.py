@@ -136,32 +136,40 @@ class GroupRollouts:
         self.unclaimed: list[Group] = []
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        started = time.monotonic()
+        """TRL's `rollout_func`: `collect` at what TRL's trainer says (its group size,
+        sampling settings, step and tokenizer)."""
         n = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        sampling = {name: value for name in _SAMPLING_ARGS
+                    if (value := getattr(trainer.args, name, None)) is not None}
+        filler = self.filler_id if self.filler_id is not None else _filler(trainer)
+        return self.collect(prompts, n, sampling=sampling, step=trainer.state.global_step,
+                            filler_id=filler)
+
+    def collect(self, prompts: list[Any], n: int, *, sampling: dict[str, Any], step: int,
+                filler_id: int) -> dict[str, list[Any]]:
+        """One group of `n` rollouts per block of `n` equal prompts, at `sampling` (the
+        engine's sampling fields; `max_tokens` is this object's), as TRL's columns, one
+        sample per rollout in the prompts' order: the call any trainer makes (SkyRL's
+        adapter too). `step`: the trainer's, in the submit's metadata."""
+        started = time.monotonic()
         asked = _tasks(prompts, n)
+        if self.max_tokens is not None:
+            sampling = {**sampling, "max_tokens": self.max_tokens}
         reply = self.client.submit(
             [TaskRequest(task=task, n=n, agent=agent) for task, agent in asked], self.agent,
-            sampling=self._sampling(trainer.args), **self.options,
-            metadata={"trl_global_step": trainer.state.global_step})
+            sampling=sampling, **self.options, metadata={"trl_global_step": step})
         ids = [ref.group_id for ref in reply.groups]
         groups = self._wait(ids)
-        filler = self.filler_id if self.filler_id is not None else _filler(trainer)
         samples = []
         for group_id, (_, agent) in zip(ids, asked, strict=True):
-            group_samples = self._samples(groups[group_id], n, reply.policy_version, filler)
+            group_samples = self._samples(groups[group_id], n, reply.policy_version,
+                                          filler_id)
             for sample in group_samples:
                 sample["agent"] = _ran(groups[group_id], agent or self.agent)
             samples += group_samples
         self.last = call_figures([groups[i] for i in ids], samples,
                                  time.monotonic() - started, reply.policy_version)
         return trl_columns(samples)
-
-    def _sampling(self, args: Any) -> dict[str, Any]:
-        sampling = {name: value for name in _SAMPLING_ARGS
-                    if (value := getattr(args, name, None)) is not None}
-        if self.max_tokens is not None:
-            sampling["max_tokens"] = self.max_tokens
-        return sampling
 
     def _wait(self, ids: list[str]) -> dict[str, Group]:
         """The groups in the places of `ids` (each the group itself, or the replacement
