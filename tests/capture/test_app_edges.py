@@ -161,7 +161,9 @@ def test_engine_error_after_headers_becomes_the_dialects_error_event(
     server: CaptureServer, path: str, body: dict,
 ) -> None:
     server.engine.fail_with = 503
-    server.engine.delay_s = 0.12  # headers and a keepalive go out before the failure
+    # Headers and a keep-alive go out before the failure: twenty intervals, since a loaded
+    # CI machine (the unit run beside the integration run) once sent none in two (0.12 s).
+    server.engine.delay_s = 1.0
     sid, key = server.new_session()
     with httpx.stream("POST", server.url + path, json=body,
                       headers={"authorization": f"Bearer {key}"}) as reply:
