@@ -224,11 +224,6 @@ class RolloutHost(SessionOwner):
             raise SandboxError(f"the guard of {directory} failed to start (exit {code}): "
                                "check that this node can write there and run harbor_ray")
 
-    async def capture_url(self) -> str | None:
-        """The proxy URL this host's agents use (its relay's, with direct ingress)."""
-        capture = await self._capture_service()
-        return None if capture is None else capture.host_url
-
     async def _capture_service(self) -> LocalCapture | None:
         # The relay listens in this actor's event loop, so it starts with the first call.
         async with self._starting:
@@ -266,15 +261,16 @@ class RolloutHost(SessionOwner):
 def start_host(
     name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
     node_id: str | None = None, journaling: Journaling | None = None,
-    warm_pool: WarmPoolPlan | None = None,
+    warm_pool: WarmPoolPlan | None = None, kind: type[RolloutHost] = RolloutHost,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
     Spread over the nodes: with so small a request Ray's default would pack every host
     on the driver's node, while its sandboxes want the whole cluster's cores. On
     `node_id` only, if given (the pool steering clear of a node it suspects lost): if
-    that node goes too, the host fails to start rather than land elsewhere."""
-    remote = ray.remote(RolloutHost).options(
+    that node goes too, the host fails to start rather than land elsewhere. `kind`: the
+    actor's class (a test's subclass that reads its state)."""
+    remote = ray.remote(kind).options(
         name=owner_actor_name(name),
         namespace=NAMESPACE,
         num_cpus=num_cpus,

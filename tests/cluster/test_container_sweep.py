@@ -192,6 +192,7 @@ def _listing(sandboxes: Path) -> list[Path]:
 # --- The tests -----------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("containers_to_itself")  # it counts them machine-wide
 async def test_a_sweep_of_container_rollouts_leaves_nothing(
     tmp_path: Path, images_dir: Path, ray_cluster: None
 ) -> None:
@@ -226,6 +227,7 @@ async def test_a_sweep_of_container_rollouts_leaves_nothing(
     assert _left(tmp_path, config.sandboxes_dir, before) == NOTHING
 
 
+@pytest.mark.usefixtures("containers_to_itself")  # it counts them machine-wide
 async def test_a_host_killed_mid_sweep_leaves_nothing(
     tmp_path: Path, images_dir: Path, ray_cluster: None
 ) -> None:
@@ -315,6 +317,7 @@ def _host_left(host: Path) -> tuple[list[int], list[Path], list[str]]:
 # --- Over the nodes of a multi-node cluster ------------------------------------------
 
 
+@pytest.mark.usefixtures("containers_to_itself")  # it counts them machine-wide
 def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Path,
                                           images_dir: Path) -> None:
     """Container rollouts with limits on hosts spread over a head and two workers (each a

@@ -29,7 +29,7 @@ from harbor_ray.capture.core.budget import BUDGET_MESSAGE
 from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.core.session_keys import mint_key, new_session_id
 from harbor_ray.capture.proxy.fake_engine import IM_END, encode, render_prompt
-from harbor_ray.cluster.host import ProxyTarget, start_host
+from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.owner import actor_holder
 from harbor_ray.cluster.proxy_deployment import (
     SERVE_NAMESPACE,
@@ -37,7 +37,11 @@ from harbor_ray.cluster.proxy_deployment import (
     remove_capture_proxy,
 )
 from harbor_ray.cluster.replica_registry import ReplicaEntry, registry_name
-from tests.fixtures.cluster_actors import replica_actor_names, start_session_owner
+from tests.fixtures.cluster_actors import (
+    replica_actor_names,
+    start_probed_host,
+    start_session_owner,
+)
 from tests.fixtures.fake_engine import fake_engine_process, free_port
 
 pytestmark = pytest.mark.integration
@@ -72,8 +76,8 @@ def owner(ray_cluster: None) -> Iterator[Any]:
 
 def new_host() -> Any:
     """A rollout host (no rollouts here): it owns sessions and runs the relay."""
-    return start_host(f"t{uuid.uuid4().hex[:8]}", num_cpus=0,
-                      proxy=ProxyTarget("unused-serve-url", "fake-model", "direct", app=APP))
+    return start_probed_host(f"t{uuid.uuid4().hex[:8]}",
+                             ProxyTarget("unused-serve-url", "fake-model", "direct", app=APP))
 
 
 @pytest.fixture(scope="module")

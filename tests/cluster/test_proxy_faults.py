@@ -20,8 +20,9 @@ import ray
 from harbor_ray.capture.core.budget import BUDGET_MESSAGE
 from harbor_ray.capture.core.export import render_export
 from harbor_ray.capture.proxy.fake_engine import FakeEngine
-from harbor_ray.cluster.host import ProxyTarget, start_host
+from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.proxy_deployment import deploy_capture_proxy, remove_capture_proxy
+from tests.fixtures.cluster_actors import start_probed_host
 from tests.fixtures.fake_engine import free_port
 from tests.fixtures.threaded import fake_engine_in_thread
 from tests.waiting import eventually
@@ -49,7 +50,7 @@ def serve_url(engine: tuple[FakeEngine, str]) -> Iterator[str]:
 
 
 def host_for(proxy: ProxyTarget) -> Any:
-    return start_host(f"t{uuid.uuid4().hex[:8]}", num_cpus=0, proxy=proxy)
+    return start_probed_host(f"t{uuid.uuid4().hex[:8]}", proxy)
 
 
 @pytest.fixture(scope="module")

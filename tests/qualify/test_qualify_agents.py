@@ -167,6 +167,8 @@ def in_the_image(images_dir: Path) -> tuple[str, ...]:
             "--dataset", str(JQ_TASK), "--task", JQ_TASK.name)
 
 
+# Its builds and sandboxes' cgroups are not counted as another run's leftovers.
+@pytest.mark.usefixtures("containers_to_itself")
 def test_level_1_agents_solve_a_task_in_its_own_image(
     tmp_path: Path, agents_cache: Path, images_dir: Path
 ) -> None:
