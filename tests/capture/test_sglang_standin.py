@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harbor_ray.capture.proxy import sglang
+from harbor_ray.capture.proxy import fake_engine, sglang
 from harbor_ray.capture.proxy.sglang import SglangEngine
 from harbor_ray.errors import EngineError
 from tests.fixtures import sglang_tokenizer as tok
@@ -88,3 +88,14 @@ async def test_a_capture_field_the_adapter_sends_with_the_wrong_type_is_refused(
         await SglangEngine(stand_in).request("POST", CHAT, {
             "model": "m", "messages": HI, "return_token_ids": True, "logprobs": True})
     assert caught.value.status == 400 and stand_in.prompts == []
+
+
+@pytest.mark.parametrize("text", [
+    "echo: hi", "", "héllo\tworld ☃\n\n", '{"name": "ls"}', "<|im_end|> as text",
+    "<tool_call>\n{}\n</tool_call>", "a\x00b"])
+def test_the_stand_ins_tokenizer_round_trips_and_is_not_the_fake_engines(text: str) -> None:
+    """The reply's text is the decoded sampled ids, so they must give the text back;
+    and they are not the fake engine's ids, so a proxy that made its own would differ."""
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert not text or ids != fake_engine.encode(text)
