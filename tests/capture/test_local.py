@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from harbor_ray.capture.proxy.fake_engine import IM_END, FakeEngine, render_prompt
+from harbor_ray.capture.proxy.fake_engine import FakeEngine
 from harbor_ray.capture.proxy.local import local_capture
 from tests.fixtures.sglang_engine import SglangStandIn
 
@@ -47,10 +47,10 @@ async def test_an_sglang_engine_is_found_adapted_and_certified_as_sglang() -> No
         closed = await capture.close_session(info.session_id)
     assert closed is not None
     (turn,) = closed.turns
-    sent = stand_in.calls[-1]
+    # The ids the stand-in's own tokenizer made for the agent's call (the last).
     assert turn.prompt_ids is not None and turn.token_ids is not None
-    assert turn.prompt_ids.tolist() == render_prompt(sent["messages"], sent.get("tools"))
-    assert turn.token_ids[-1] == IM_END
+    assert turn.prompt_ids.tolist() == stand_in.prompts[-1]
+    assert turn.token_ids.tolist() == stand_in.outputs[-1]
 
 
 async def test_a_vllm_engine_is_certified_as_vllm() -> None:

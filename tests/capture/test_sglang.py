@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 from harbor_ray.capture.proxy.app import CaptureSettings, build_capture_app
 from harbor_ray.capture.proxy.certify import certify
 from harbor_ray.capture.proxy.engine_adapter import adapt_engine, detect_engine_kind
-from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply, render_prompt
+from harbor_ray.capture.proxy.fake_engine import FakeEngine, FakeReply
 from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.sglang import SglangEngine, vllm_shaped
 from harbor_ray.errors import CertificationError, EngineError
 from tests.capture.asgi_client import call
+from tests.fixtures import sglang_tokenizer as tok
 from tests.fixtures.sglang_engine import SGLANG_VERSION, SglangStandIn
 
 CHAT = "/v1/chat/completions"
@@ -112,17 +112,25 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
     assert closed is not None and len(closed.turns) == 2
     first, second = closed.turns
     assert second.continuation is None  # no stitching on SGLang
-    for turn, sent in zip(closed.turns, stand_in.calls, strict=True):
+    for turn, sent, prompt, sampled, answer in zip(
+            closed.turns, stand_in.calls, stand_in.prompts, stand_in.outputs,
+            stand_in.replies, strict=True):
         assert sent["return_prompt_token_ids"] and sent["return_meta_info"]
         assert "input_ids" not in sent and "kv_transfer_params" not in sent
+        # The ids the stand-in's own tokenizer made, exactly, and its logprobs.
         assert turn.prompt_ids is not None and turn.token_ids is not None
-        assert turn.prompt_ids.tolist() == render_prompt(sent["messages"], sent["tools"])
-        assert turn.logprobs is not None and len(turn.logprobs) == len(turn.token_ids)
-        assert np.isfinite(turn.logprobs).all()
+        assert turn.prompt_ids.tolist() == prompt
+        assert turn.token_ids.tolist() == sampled
+        triples = answer["choices"][0]["meta_info"]["output_token_logprobs"]
+        assert turn.logprobs is not None
+        assert turn.logprobs.tolist() == pytest.approx([lp for lp, _, _ in triples])
     assert first.finish_reason == "tool_calls"
-    # The stand-in's ids, exactly: the sampled tool call's bytes, then the end of turn.
+    # The sampled tool call as Qwen2.5 writes it, then the end of turn.
     assert first.token_ids is not None
-    assert first.token_ids[-1] == 2 and len(first.token_ids) > 10
+    assert first.token_ids.tolist() == [
+        *tok.encode(tok.tool_call_text("ls", {"path": "."})), tok.IM_END]
+    # The second prompt holds the first turn's call, parsed and rendered by the template.
+    assert tok.tool_call_text("ls", {"path": "."}) in tok.decode(stand_in.prompts[1])
 
 
 async def test_a_call_offering_tools_to_sglang_without_a_parser_is_refused() -> None:
@@ -149,9 +157,10 @@ async def test_native_generate_takes_ids_and_returns_triples() -> None:
     """The stand-in's /generate: a prompt as ids, logprobs as (logprob, id, text)."""
     stand_in = SglangStandIn()
     out = await stand_in.request("POST", "/generate", {
-        "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3},
+        "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2},
         "return_logprob": True, "return_prompt_token_ids": True})
     assert out["prompt_token_ids"] == [5, 6, 7]
     triples = out["meta_info"]["output_token_logprobs"]
-    assert [t[1] for t in triples] == out["output_ids"] and len(triples) == 3
-    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+    assert [t[1] for t in triples] == out["output_ids"] and len(triples) == 2
+    assert [t[2] for t in triples] == [None, None]  # text only with return_text_in_logprobs
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 2}

@@ -86,6 +86,10 @@ def test_fronts_an_sglang_server_found_from_its_answers() -> None:
         doc = httpx.get(f"{url}/sessions/{session['session_id']}/export").json()
     assert len(doc["turns"]) == 1 and doc["trainable"], doc["findings"]
     assert stand_in.calls[-1]["return_prompt_token_ids"] is True
+    # The ids the stand-in's own tokenizer made for the call, exactly.
+    (turn,) = doc["turns"]
+    assert (turn["prompt_ids"], turn["token_ids"]) == (stand_in.prompts[-1],
+                                                       stand_in.outputs[-1])
 
 
 def test_off_loopback_the_session_routes_need_the_admin_key(fake_engine_url: str) -> None:
