@@ -22,7 +22,7 @@ from harbor_ray.capture.core.graph import RolloutGraph, build_graph
 from harbor_ray.capture.core.policy_segments import expand
 from harbor_ray.capture.core.record import ClosedCapture
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.data.result import FindingRecord, RolloutResult
+from harbor_ray.data.result import FindingRecord, Provenance, RolloutResult
 from harbor_ray.data.schema import (
     COUNTS,
     IDS,
@@ -35,7 +35,7 @@ from harbor_ray.data.schema import (
 )
 
 __all__ = ["RolloutRecord", "encode_record", "preload_encoder_imports", "rollouts_table",
-           "with_findings", "with_placement"]
+           "with_findings", "with_placement", "with_provenance"]
 
 # zstd at its fastest level: as small as the Parquet parts, and the fastest to make.
 _WIRE_CODEC = pa.Codec("zstd", 1)
@@ -120,6 +120,11 @@ def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> R
 def with_placement(record: RolloutRecord, *, node: str | None, host: str | None) -> RolloutRecord:
     """`record` with where it ran (its node's address and its host's name) in its row."""
     return _with_row(record, node=node, host=host)
+
+
+def with_provenance(record: RolloutRecord, provenance: Provenance | None) -> RolloutRecord:
+    """`record` with `provenance` in its row (what it was made with)."""
+    return _with_row(record, provenance=provenance)
 
 
 def _with_row(record: RolloutRecord, **update: Any) -> RolloutRecord:

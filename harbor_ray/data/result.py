@@ -110,9 +110,17 @@ class Provenance(BaseModel):
         engine = engine or Provenance()
         return self.model_copy(update={name: getattr(engine, name) for name in ENGINE_FIELDS})
 
+    def without_weights(self) -> Provenance:
+        """This record less the fields that name the weights (`WEIGHTS_FIELDS`): for a
+        row that other weights than the engine's first sampled (an online service's,
+        after a weight update); its tokenizer and chat template stay the engine's."""
+        return self.model_copy(update=dict.fromkeys(WEIGHTS_FIELDS))
+
 
 ENGINE_FIELDS = ("model_source", "weights_sha256", "chat_template_sha256", "tokenizer_sha256")
 """The fields of a `Provenance` the engine decides; the rest are the harness's."""
+WEIGHTS_FIELDS = ("model_source", "weights_sha256")
+"""The engine's fields a weight update changes; its tokenizer and template it keeps."""
 
 
 class RolloutResult(BaseModel):

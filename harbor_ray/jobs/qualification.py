@@ -11,6 +11,7 @@ from typing import Any
 
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice
 from harbor_ray.capture.proxy.upstream import HttpEngine
+from harbor_ray.data.result import Provenance
 from harbor_ray.errors import EnvironmentUnsupportedError, StartError
 from harbor_ray.jobs.engine import started_engine
 from harbor_ray.jobs.interrupts import run_until_signalled
@@ -117,17 +118,20 @@ def run_qualify(
         return run_until_signalled(qualify(plan, level="scripted", on_row=on_row))
     config = Path(request.engine) if request.llm_url is None else None
     with started_engine(config, None, progress) as started:
-        return run_until_signalled(_against(plan, started.url if started else request.llm_url,
-                                            request.model, request.engine_kind, on_row))
+        return run_until_signalled(_against(
+            plan, started.url if started else request.llm_url, request.model,
+            request.engine_kind, on_row, started.provenance if started else None))
 
 
 async def _against(
     plan: QualifyPlan, llm_url: str | None, model: str | None,
     engine_kind: EngineChoice, on_row: Callable[[QualifyRow], None] | None,
+    served: Provenance | None,
 ) -> QualifyReport:
     engine = HttpEngine(llm_url or "")
     try:
         return await qualify(plan, level="model", engine=engine, url=engine.root,
-                             model=model, on_row=on_row, engine_kind=engine_kind)
+                             model=model, on_row=on_row, engine_kind=engine_kind,
+                             engine_provenance=served)
     finally:
         await engine.aclose()

@@ -33,8 +33,9 @@ from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RolloutRunner, failed_record
 from harbor_ray.cluster.sweep import in_sandboxes_dir
 from harbor_ray.data.encode import RolloutRecord
-from harbor_ray.data.result import ErrorType
+from harbor_ray.data.result import ErrorType, Provenance
 from harbor_ray.data.writer import DatasetWriter
+from harbor_ray.engine.provenance import served_provenance
 from harbor_ray.errors import (
     DatasetError,
     FieldError,
@@ -42,7 +43,7 @@ from harbor_ray.errors import (
     UnknownAgentError,
 )
 from harbor_ray.online.controller_config import ControllerConfig
-from harbor_ray.online.groups import Book, GroupState, Phase
+from harbor_ray.online.groups import Book, GroupState, Phase, weights_as_sampled
 from harbor_ray.online.no_signal import Refill
 from harbor_ray.online.policy_keeper import PolicyKeeper
 from harbor_ray.online.weights import EngineWeights
@@ -60,6 +61,7 @@ from harbor_ray.online.wire import (
 from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.backends import backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
+from harbor_ray.trials.harness import harness_provenance
 from harbor_ray.trials.spec import RolloutSpec
 
 __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
@@ -101,6 +103,13 @@ class Controller:
                          retain_groups=config.retain_groups, request_ids=config.request_ids)
         self._datasets = frozenset((config.dataset, *config.datasets))
         self._agents = config.allowed_agents()
+        # The engine's half of every row's provenance, hashed here once (reading the
+        # weights is the one slow part); each agent's whole record is made at its first
+        # group (`_provenance`). The weights' fields hold for rows the first weights
+        # sampled only (`weights_as_sampled`).
+        self._engine = (None if config.engine_files is None
+                        else served_provenance(*config.engine_files))
+        self._provenances: dict[str, Provenance] = {}
         self._gate = ResizableGate(config.concurrency)  # the adaptive cap's start too
         self._steering: asyncio.Task[None] | None = None  # the adaptive cap's poller
         self._in_flight = 0
@@ -353,7 +362,16 @@ class Controller:
             rollout_id=f"{group_id}__{k}", task=task, agent=agent,
             trials_dir=self.config.work_dir / "trials", sandbox=sandbox, attempt=k,
             sampling=request.sampling, budget=request.budget,
-            deadline_s=request.deadline_s, host_userland=self.config.host_userland)
+            deadline_s=request.deadline_s, host_userland=self.config.host_userland,
+            provenance=self._provenance(agent))
+
+    def _provenance(self, agent: str) -> Provenance:
+        """What `agent`'s rows are made with: the harness as the service runs it (no
+        profile, no keyword arguments a submit could set), on the service's engine."""
+        if agent not in self._provenances:  # an allowed agent: a bounded few
+            self._provenances[agent] = harness_provenance(
+                agent, profile=None, agent_kwargs={}).with_engine(self._engine)
+        return self._provenances[agent]
 
     async def _run(self, spec: RolloutSpec) -> None:
         started = time.time()
@@ -376,12 +394,13 @@ class Controller:
         """A lost try that is retried: its journaled turns go to `out` as a partial row
         of its own (`<rollout_id>@<host>`); the group waits for the retry's row."""
         if self._writer is not None:
-            self._writer.add(record)
+            self._writer.add(weights_as_sampled(record, self.config.initial_version))
             self._writer.flush()
             self._pool.committed([record.rollout_id])  # its journal may go (pool.py)
 
     def _finished(self, record: RolloutRecord) -> None:
         self._tasks.pop(record.rollout_id, None)
+        record = weights_as_sampled(record, self.config.initial_version)
         group = self.book.finish(record, self.version)
         if group is None:
             return

@@ -49,6 +49,11 @@ class ControllerConfig(FleetSettings):
     weights_timeout_s: float = 900.0  # a whole update; each step has its own below it
     retry_after_s: int = 5  # the 429's Retry-After
     initial_version: int = 0
+    # What vLLM loads when the engine is harbor_ray's own app in this service (the
+    # model source, and the chat template file it is handed; None: the model's own),
+    # hashed once as the controller starts into every row's provenance. None: the
+    # engine is not known here (one at a URL), and rows carry the harness's half only.
+    engine_files: tuple[str, Path | None] | None = None
     # Where every group is also written as it becomes ready (the sweep's dataset
     # layout and writer); None: nowhere.
     out: Path | None = None

@@ -26,14 +26,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harbor_ray.data.encode import RolloutRecord
+from harbor_ray.data.encode import RolloutRecord, with_provenance
 from harbor_ray.data.rebuild import rebuild_prompts
 from harbor_ray.data.token_versions import mask_stale, sequence_versions
 from harbor_ray.errors import ServiceConfigError
 from harbor_ray.online.no_signal import Refill, Verdict, carries_signal, judge
 from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
 
-__all__ = ["Book", "GroupState", "Phase", "version_span"]
+__all__ = ["Book", "GroupState", "Phase", "sampled_versions", "version_span",
+           "weights_as_sampled"]
 
 
 class Phase(StrEnum):
@@ -148,6 +149,34 @@ def version_span(turn_tables: Iterable[pa.Table]) -> tuple[int | None, int | Non
     lows = [v for v in lows if v is not None]
     highs = [v for v in highs if v is not None]
     return (min(lows) if lows else None, max(highs) if highs else None)
+
+
+def sampled_versions(turns: pa.Table) -> set[int | None]:
+    """The policy versions that sampled a rollout's tokens: each turn's segments
+    (`policy_segments`: the engine's own labels), else the version its call was
+    forwarded at (None: a turn that recorded none)."""
+    if turns.num_rows == 0:
+        return set()
+    if "policy_segments" not in turns.column_names:
+        return {None}
+    found: set[int | None] = set()
+    for start, segments in zip(turns["policy_version_start"].to_pylist(),
+                               turns["policy_segments"].to_pylist(), strict=True):
+        found |= {s["version"] for s in segments} if segments else {start}
+    return found
+
+
+def weights_as_sampled(record: RolloutRecord, first_version: int) -> RolloutRecord:
+    """`record` whose provenance names the weights (`model_source`, `weights_sha256`)
+    only where every token it holds was sampled at `first_version`, by the weights the
+    engine started with. A row that an update's weights sampled, in part or whole, or
+    one with no token (which weights the engine held then, the row cannot say), keeps
+    only what an update leaves alone: the tokenizer, the chat template, the harness."""
+    provenance = record.result.provenance
+    if provenance is None or sampled_versions(record.turns) == {first_version}:
+        return record
+    weightless = provenance.without_weights()
+    return record if weightless == provenance else with_provenance(record, weightless)
 
 
 @dataclass

@@ -20,6 +20,7 @@ import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import logging  # noqa: E402
+from collections.abc import Mapping  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Any, get_type_hints  # noqa: E402
 
@@ -34,6 +35,7 @@ from pydantic import (  # noqa: E402
 )
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
+from ray.serve.schema import ServeApplicationSchema  # noqa: E402
 
 from harbor_ray.capture.proxy.engine_adapter import EngineChoice  # noqa: E402
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S  # noqa: E402
@@ -50,21 +52,26 @@ from harbor_ray.cluster.replica_registry import CAPTURE_APP_NAME  # noqa: E402
 from harbor_ray.engine.config import EngineConfig  # noqa: E402
 from harbor_ray.engine.lifecycle import ENGINE_APP_NAME  # noqa: E402
 from harbor_ray.engine.replicas import serve_weight_updater  # noqa: E402
-from harbor_ray.engine.serve import resolve_model_source  # noqa: E402
+from harbor_ray.engine.serve import (  # noqa: E402
+    build_engine_app,
+    resolve_chat_template,
+    resolve_model_source,
+)
 from harbor_ray.errors import ServiceConfigError  # noqa: E402
 from harbor_ray.host_names import LOOPBACK_NAMES  # noqa: E402
 from harbor_ray.online.app import ActorController, build_controller_app  # noqa: E402
 from harbor_ray.online.controller import ControllerConfig, start_controller  # noqa: E402
 from harbor_ray.online.controller_key import load_or_create_key  # noqa: E402
 from harbor_ray.online.wire import StalePolicy  # noqa: E402
-from harbor_ray.serve_http import app_going_away, serve_http_base  # noqa: E402
+from harbor_ray.serve_http import app_going_away, serve_details, serve_http_base  # noqa: E402
 from harbor_ray.trials.backends import LOCAL  # noqa: E402
 
-__all__ = ["CaptureArgs", "ControllerArgs", "build_capture", "build_controller"]
+__all__ = ["CaptureArgs", "ControllerArgs", "build_capture", "build_controller", "own_engine"]
 
 _log = logging.getLogger("ray.serve")
 
 _CACHE = Path("~/.cache/harbor_ray/online")
+OWN_ENGINE = f"{build_engine_app.__module__}:{build_engine_app.__name__}"
 
 
 class _Args(BaseModel):
@@ -195,7 +202,10 @@ class ControllerArgs(_FleetArgs):
         """The fleet settings, as ControllerConfig takes them."""
         return {name: getattr(self, name) for name in _FLEET_FIELDS}
 
-    def controller_config(self) -> ControllerConfig:
+    def controller_config(self, engine_files: tuple[str, Path | None] | None = None
+                          ) -> ControllerConfig:
+        """The controller's config; `engine_files`: what vLLM loads, when the engine is
+        this YAML's own (`own_engine`), for the rows' provenance."""
         served_model = self.engine_config().model_id
         proxy = ProxyTarget(url=serve_http_base(CAPTURE_ROUTE_PREFIX),
                             served_model=served_model, ingress="direct",
@@ -210,7 +220,22 @@ class ControllerArgs(_FleetArgs):
             retain_s=self.retain_s,
             retain_groups=self.retain_groups, request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser(),
-            host_userland=self.host_userland, **self.fleet())
+            host_userland=self.host_userland, engine_files=engine_files, **self.fleet())
+
+
+def own_engine(deployed: Mapping[str, ServeApplicationSchema | None],
+               args: ControllerArgs) -> bool:
+    """Whether the agents' calls reach the engine `args.engine` describes, so that its
+    files are what the rows were made with: Serve deployed the engine app from the
+    same YAML with harbor_ray's builder and these args, and the capture app calls it
+    (no `engine_url`). `deployed`: each app's config as Serve was given it (None: an
+    app deployed from code, not a YAML). Anything else (an engine at a URL, another
+    builder) is not known here: the rows then carry the harness's half alone, as a
+    sweep's on an engine it did not start (`--llm-url`)."""
+    engine, capture = deployed.get(args.engine_app), deployed.get(args.capture_app)
+    return (engine is not None and capture is not None
+            and engine.import_path == OWN_ENGINE and engine.args == args.engine
+            and capture.args.get("engine_url") is None)
 
 
 def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
@@ -257,9 +282,14 @@ class OnlineController:
         self._key, created = load_or_create_key(key_file)
         _log.info("controller key %s %s", "created in" if created else "read from", key_file)
         engine = config.engine_config()
-        updater = serve_weight_updater(config.engine_app, resolve_model_source(engine),
+        source = resolve_model_source(engine)
+        updater = serve_weight_updater(config.engine_app, source,
                                        clear_cache=config.clear_cache_on_update)
-        self._handle = start_controller(self._app, config.controller_config(), updater)
+        deployed = {name: app.deployed_app_config
+                    for name, app in serve_details().applications.items()}
+        files = ((source, resolve_chat_template(engine)) if own_engine(deployed, config)
+                 else None)
+        self._handle = start_controller(self._app, config.controller_config(files), updater)
         ray.get(self._handle.policy.remote())  # it answers before the replica does
 
     async def __serve_build_asgi_app__(self) -> Any:

@@ -20,14 +20,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harbor_ray.capture.proxy.engine_adapter import EngineKind
-from harbor_ray.data.result import ErrorType
+from harbor_ray.data.result import ErrorType, Provenance
 
 __all__ = ["INFRASTRUCTURE", "REPORT_VERSION", "REWRITES_HISTORY", "HarnessRow", "Level",
            "QualifyReport", "QualifyRow", "Rewrite", "problems", "render_markdown"]
 
 # Bumped whenever a field's meaning changes, or a field is added. 2: `harnesses`; 3: a
 # row's `profile`; 4: a harness's `level_2`; 5: a harness's `level_2_reason`.
-REPORT_VERSION = 5
+REPORT_VERSION = 6
 
 Level = Literal["scripted", "model"]
 
@@ -110,6 +110,12 @@ class QualifyRow(BaseModel):
     seconds: float = 0.0
     qualified: bool = False
     why: list[str] = Field(default_factory=list, description="What failed the row.")
+    provenance: Provenance | None = Field(
+        None, description="What the row was made with, as a dataset's rows say it "
+        "(SCHEMA.md, `provenance`): the harness as run (its profile and keyword "
+        "arguments), and the engine's files where the run started the engine (`--engine` "
+        "YAML); none of the engine's at the scripted level or against `--llm-url`. None "
+        "before report v6.")
 
 
 class HarnessRow(BaseModel):

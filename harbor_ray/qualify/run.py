@@ -33,7 +33,7 @@ from harbor_ray.capture.proxy.session import InMemorySessionStore
 from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.rebuild import export_document
-from harbor_ray.data.result import ErrorType
+from harbor_ray.data.result import ErrorType, Provenance
 from harbor_ray.errors import DatasetError
 from harbor_ray.qualify.harnesses import QUALIFIED, harbor_harnesses, harness_table
 from harbor_ray.qualify.report import (
@@ -48,6 +48,7 @@ from harbor_ray.qualify.script import scripted_engine
 from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.datasets import TaskRef
+from harbor_ray.trials.harness import harness_provenance
 from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.rollout import run_rollout
@@ -147,11 +148,12 @@ def report_paths(out: Path, level: Level) -> tuple[Path, Path]:
 async def qualify(
     plan: QualifyPlan, *, level: Level, engine: Engine | None = None, url: str = "",
     model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
-    engine_kind: EngineChoice = "auto",
+    engine_kind: EngineChoice = "auto", engine_provenance: Provenance | None = None,
 ) -> QualifyReport:
     """Run the plan at `level` (`model` needs `engine`, at `url`, behind the adapter for
     `engine_kind`) and write its report. Rows are in plan order (cells, then tasks),
-    whatever order they finish in."""
+    whatever order they finish in. `engine_provenance`: what the engine serves, where the run
+    started it (the engine's half of every row's provenance; None: unknown)."""
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     model_engine = None
     kind: EngineKind | None = None
@@ -165,6 +167,9 @@ async def qualify(
     gate = asyncio.Semaphore(plan.concurrency)
 
     async def one(agent: str, profile: str | None, task: TaskRef) -> QualifyRow:
+        kwargs = _agent_kwargs(agent, level)
+        provenance = harness_provenance(agent, profile=profile,
+                                        agent_kwargs=kwargs).with_engine(engine_provenance)
         async with gate:
             scripted = level == "scripted"
             try:
@@ -173,13 +178,13 @@ async def qualify(
                                    asyncio.to_thread(scripted_engine, agent, task.path,
                                                      task.workdir))
             except DatasetError as error:  # this agent cannot be played this solution
-                row = unplayable_row(agent, profile, task.name, str(error))
+                row = unplayable_row(agent, profile, task.name, str(error), provenance)
             else:
                 async with _capture(played, SCRIPTED_MODEL if scripted else served,
                                     None if scripted else logprobs_mode,
                                     stitch) as (capture, answers):
                     row = await _qualify_one(plan, level, (agent, profile), task, capture,
-                                             answers, played)
+                                             answers, played, kwargs, provenance)
         if on_row is not None:
             on_row(row)
         return row
@@ -217,7 +222,8 @@ async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | No
 
 async def _qualify_one(
     plan: QualifyPlan, level: Level, cell: Cell, task: TaskRef, capture: LocalCapture,
-    proxy_tap: ProxyTap, engine_tap: EngineTap,
+    proxy_tap: ProxyTap, engine_tap: EngineTap, agent_kwargs: dict[str, Any],
+    provenance: Provenance,
 ) -> QualifyRow:
     agent, profile = cell
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -226,10 +232,9 @@ async def _qualify_one(
         agent=agent, profile=profile, sandbox=plan.sandbox,
         trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
         sampling=plan.sampling, agents_cache=plan.agents_cache,
-        agent_kwargs=copy.deepcopy({
-            **QUALIFY_KWARGS.get(agent, {}),
-            **(SMALL_CONTEXT_KWARGS.get(agent, {}) if level == "model" else {})}),
+        agent_kwargs=agent_kwargs,
         sandbox_kwargs={"sandboxes_dir": str(plan.out / "sandboxes"), **plan.sandbox_kwargs},
+        provenance=provenance,
     )
     record = await run_rollout(spec, capture)
     row = row_of(agent, record, proxy_tap.answers, engine_tap.generations)
@@ -237,14 +242,22 @@ async def _qualify_one(
     return row.model_copy(update={"profile": profile, "qualified": not why, "why": why})
 
 
-def unplayable_row(agent: str, profile: str | None, task: str, why: str) -> QualifyRow:
+def _agent_kwargs(agent: str, level: Level) -> dict[str, Any]:
+    """The keyword arguments `agent` runs with at `level` (a copy of its own)."""
+    return copy.deepcopy({**QUALIFY_KWARGS.get(agent, {}),
+                          **(SMALL_CONTEXT_KWARGS.get(agent, {}) if level == "model" else {})})
+
+
+def unplayable_row(agent: str, profile: str | None, task: str, why: str,
+                   provenance: Provenance | None = None) -> QualifyRow:
     """The row of a cell whose scripted engine cannot play the task's solution (the
     reason from solution.py): not qualified, nothing run."""
     row = QualifyRow(agent=agent, profile=profile, version=_agent_version(agent),
                      dialect=None, streaming="-", task=task, row_ok=False, turns=0,
                      agent_roots=0, auxiliary_turns=0, splits=0, stitched=0, reward=None,
                      proxy_4xx=0, exact_ids=None, error_type=ErrorType.TASK_INVALID.value,
-                     error=f"the scripted engine cannot play this solution: {why}")
+                     error=f"the scripted engine cannot play this solution: {why}",
+                     provenance=provenance)
     return row.model_copy(update={"why": problems(row, "scripted")})
 
 
@@ -279,6 +292,7 @@ def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
         exact_ids=_exact_ids(turns, generations),
         error_type=result.error_type.value if result.error_type else None,
         error=result.error, seconds=round(result.timings.get("total", 0.0), 1),
+        provenance=result.provenance,
     )
 
 

@@ -6,9 +6,12 @@ import dataclasses
 from pathlib import Path
 
 from harbor_ray.capture.core.turn import TurnRecord
-from harbor_ray.qualify.run import QualifyPlan, qualify, row_of
+from harbor_ray.data.result import Provenance
+from harbor_ray.qualify.report import QualifyReport
+from harbor_ray.qualify.run import QualifyPlan, qualify, report_paths, row_of
 from harbor_ray.qualify.taps import Answer, Generation
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks
+from harbor_ray.trials.harness import harness_provenance
 from tests.capture.turns_factory import chain
 from tests.data.rollouts import rollout
 
@@ -76,6 +79,12 @@ def test_a_rollout_without_a_capture_is_a_row_with_no_turn() -> None:
     assert row.error == "ValueError: no"
 
 
+def test_a_row_carries_its_rollout_s_provenance() -> None:
+    made = Provenance(model_source="/models/m", weights_sha256="w", harness_version="h")
+    assert row_of("codex", rollout("r", chain(1), provenance=made), answered(CHAT),
+                  []).provenance == made
+
+
 async def test_a_solution_the_engine_cannot_play_is_a_row_that_says_why(tmp_path: Path) -> None:
     # make-directory's solution writes no file: aider, which only edits files, has
     # nothing to write. The run goes on and says so in the row (nothing is started).
@@ -89,3 +98,22 @@ async def test_a_solution_the_engine_cannot_play_is_a_row_that_says_why(tmp_path
     assert row.why == [f"task_invalid: {row.error}", "no captured turn",
                        "reward None, not 1.0", "row not ok"]
     assert not (tmp_path / "trials").exists()
+
+
+async def test_every_row_says_what_made_it(tmp_path: Path) -> None:
+    """The harness as the cell ran it (its profile), on the engine the run started; a
+    row whose rollout never ran (aider has no file to write) says so too."""
+    (task,) = select_tasks(resolve_dataset("samples"), ["make-directory"])
+    plan = QualifyPlan(cells=(("oracle", None), ("aider", "openai-chat")), tasks=(task,),
+                       out=tmp_path)
+    engine = Provenance(model_source="/models/m", weights_sha256="w",
+                        chat_template_sha256="t", tokenizer_sha256="k")
+    report = await qualify(plan, level="scripted", engine_provenance=engine)
+    written = QualifyReport.model_validate_json(
+        report_paths(tmp_path, "scripted")[0].read_text())
+    for rows in (report.rows, written.rows):
+        assert [(row.agent, row.turns) for row in rows] == [("oracle", 0), ("aider", 0)]
+        for row in rows:
+            assert row.provenance == harness_provenance(
+                row.agent, profile=row.profile, agent_kwargs={}).with_engine(engine)
+    assert report.rows[0].error_type is None  # the oracle ran; aider did not
