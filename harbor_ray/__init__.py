@@ -35,9 +35,20 @@ _WHERE = {
     "Client": "harbor_ray.client",
     "AsyncClient": "harbor_ray.client",
     **dict.fromkeys(
-        ["HarborRayError", "StartError", "CaptureError", "TrialError", "DataError",
-         "ReportError", "EngineSetupError", "OnlineError", "ClientError", "Interrupted"],
-        "harbor_ray.errors"),
+        [
+            "HarborRayError",
+            "StartError",
+            "CaptureError",
+            "TrialError",
+            "DataError",
+            "ReportError",
+            "EngineSetupError",
+            "OnlineError",
+            "ClientError",
+            "Interrupted",
+        ],
+        "harbor_ray.errors",
+    ),
 }
 
 __all__ = [

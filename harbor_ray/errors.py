@@ -84,8 +84,9 @@ class HarborRayError(Exception):
         return _rebuilt, (type(self), self.args, self.__dict__)
 
 
-def _rebuilt(cls: type[HarborRayError], args: tuple[Any, ...], state: dict[str, Any]
-             ) -> HarborRayError:
+def _rebuilt(
+    cls: type[HarborRayError], args: tuple[Any, ...], state: dict[str, Any]
+) -> HarborRayError:
     error = cls.__new__(cls, *args)
     error.args = args
     error.__dict__.update(state)
@@ -145,8 +146,7 @@ class EngineCallError(CaptureError):
 class EngineError(EngineCallError):
     """The engine answered an error status, or could not be reached (`status` says which)."""
 
-    def __init__(self, message: str, *, status: int, retry_after_s: float | None = None
-                 ) -> None:
+    def __init__(self, message: str, *, status: int, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -424,8 +424,14 @@ class ClientError(HarborRayError):
     the `field` it named, and for a weight update each replica's result), or it could not
     be reached after the retries, or was given no key (`status` None)."""
 
-    def __init__(self, message: str, *, status: int | None, field: str | None = None,
-                 replicas: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        field: str | None = None,
+        replicas: list[Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.field = status, field
         self.replicas = replicas or []

@@ -23,8 +23,15 @@ from collections.abc import Iterable
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["ANY_HOST", "LOOPBACK_NAMES", "HostGuard", "HostNames", "host_name",
-           "is_loopback", "names_served"]
+__all__ = [
+    "ANY_HOST",
+    "LOOPBACK_NAMES",
+    "HostGuard",
+    "HostNames",
+    "host_name",
+    "is_loopback",
+    "names_served",
+]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = "*"
@@ -35,7 +42,7 @@ def host_name(header: str) -> str:
     """The name in a Host header: no port, no IPv6 brackets, lower case, no final dot."""
     header = header.strip().lower()
     if header.startswith("["):  # [::1]:8000
-        name = header[1:header.find("]")] if "]" in header else header
+        name = header[1 : header.find("]")] if "]" in header else header
     else:
         name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
     return name.rstrip(".")
@@ -60,16 +67,16 @@ def names_served(allowed: Iterable[str], bind: str | None = None) -> tuple[str, 
     return tuple(dict.fromkeys(names))
 
 
-REFUSED_HOST = ("this server does not answer that Host name: list it among the allowed "
-                "host names")
+REFUSED_HOST = "this server does not answer that Host name: list it among the allowed host names"
 
 
 class HostNames:
     """The Host names a server answers: `allowed` (`*`: any), and with `any_address` any
     IP address and no Host at all. Two Host headers are refused."""
 
-    def __init__(self, allowed: Iterable[str] = LOOPBACK_NAMES, *,
-                 any_address: bool = False) -> None:
+    def __init__(
+        self, allowed: Iterable[str] = LOOPBACK_NAMES, *, any_address: bool = False
+    ) -> None:
         self.allowed = frozenset(names_served(allowed))
         self.any_address = any_address
         assert self.allowed or any_address, "no Host name allowed: list at least one (or '*')"
@@ -112,7 +119,14 @@ class HostGuard:
             await send({"type": "websocket.close", "code": 1008})
             return
         body = orjson.dumps({"error": REFUSED_HOST, "field": "host"})
-        await send({"type": "http.response.start", "status": 421, "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 421,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

@@ -43,9 +43,11 @@ async def gather(
     datasets_cache = datasets_cache or default_cache_root()
     data = {
         "sandboxes": [
-            {**asdict(check_backend(name, sandbox_kwargs if name == probe else None)),
-             "needs_proxy_url": needs_proxy_url(name),
-             "task_image": provides_task_image(name)}
+            {
+                **asdict(check_backend(name, sandbox_kwargs if name == probe else None)),
+                "needs_proxy_url": needs_proxy_url(name),
+                "task_image": provides_task_image(name),
+            }
             for name in backend_names()
         ],
         "agents": describe_agents(),
@@ -62,8 +64,9 @@ async def gather(
     if probe is not None:
         from harbor_ray.trials.sandbox_probe import DEFAULT_PROBE_IMAGE, probe_backend
 
-        result = await probe_backend(probe, sandbox_kwargs,
-                                     image=probe_image or DEFAULT_PROBE_IMAGE)
+        result = await probe_backend(
+            probe, sandbox_kwargs, image=probe_image or DEFAULT_PROBE_IMAGE
+        )
         data["probe"] = asdict(result)
     return data
 
@@ -71,9 +74,14 @@ async def gather(
 def installed_agents(cache: Path | None) -> list[dict[str, Any]]:
     """The pinned agent CLIs and whether each is in the cache (`agents list`, `info`)."""
     return [
-        {"agent": entry.pin.agent, "package": entry.pin.package,
-         "registry": entry.pin.registry, "version": entry.pin.version,
-         "installed": entry.present, "path": str(entry.path)}
+        {
+            "agent": entry.pin.agent,
+            "package": entry.pin.package,
+            "registry": entry.pin.registry,
+            "version": entry.pin.version,
+            "installed": entry.present,
+            "path": str(entry.path),
+        }
         for entry in installed(cache or DEFAULT_CACHE)
     ]
 
@@ -83,23 +91,31 @@ def render_installed(rows: list[dict[str, Any]], console: Console) -> None:
     for column in ("agent", "package", "version", "installed"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["agent"], f"{row['package']} ({row['registry']})", row["version"],
-                      "yes" if row["installed"] else "[yellow]no[/yellow]")
+        table.add_row(
+            row["agent"],
+            f"{row['package']} ({row['registry']})",
+            row["version"],
+            "yes" if row["installed"] else "[yellow]no[/yellow]",
+        )
     console.print(table)
 
 
 def render_harnesses(rows: list[dict[str, Any]], console: Console) -> None:
     qualified = sum(1 for row in rows if row["qualified"])
     level_2 = sum(1 for row in rows if row["qualified"] and row["level_2"])
-    table = Table(title=f"Harbor's harnesses ({len(rows)}; {qualified} qualified at level "
-                        f"1, {level_2} of them also at level 2, harbor-ray qualify)")
+    table = Table(
+        title=f"Harbor's harnesses ({len(rows)}; {qualified} qualified at level "
+        f"1, {level_2} of them also at level 2, harbor-ray qualify)"
+    )
     for column in ("harness", "qualified", "level 2", "why not"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["name"], "yes" if row["qualified"] else "[yellow]no[/yellow]",
-                      "yes" if row["level_2"] else "-",
-                      row["reason"] or (row["level_2_reason"] and
-                                        f"level 2: {row['level_2_reason']}"))
+        table.add_row(
+            row["name"],
+            "yes" if row["qualified"] else "[yellow]no[/yellow]",
+            "yes" if row["level_2"] else "-",
+            row["reason"] or (row["level_2_reason"] and f"level 2: {row['level_2_reason']}"),
+        )
     console.print(table)
 
 
@@ -135,22 +151,36 @@ def needs_proxy_url(backend: str) -> bool:
 
 def render(data: dict[str, Any], console: Console) -> None:
     sandboxes = Table(title="sandbox backends")
-    for column in ("backend", "usable", "why", "task's own image",
-                   "in-sandbox agents need --proxy-url"):
+    for column in (
+        "backend",
+        "usable",
+        "why",
+        "task's own image",
+        "in-sandbox agents need --proxy-url",
+    ):
         sandboxes.add_column(column)
     for row in data["sandboxes"]:
-        sandboxes.add_row(row["name"], "yes" if row["usable"] else "[red]no[/red]",
-                          row["reason"],
-                          "yes" if row["task_image"] else "[yellow]no: host userland[/yellow]",
-                          "yes" if row["needs_proxy_url"] else "no")
+        sandboxes.add_row(
+            row["name"],
+            "yes" if row["usable"] else "[red]no[/red]",
+            row["reason"],
+            "yes" if row["task_image"] else "[yellow]no: host userland[/yellow]",
+            "yes" if row["needs_proxy_url"] else "no",
+        )
     console.print(sandboxes)
 
     agents = Table(title="agents")
     for column in ("agent", "runs", "model", "dialect", "wired", "note"):
         agents.add_column(column)
     for row in data["agents"]:
-        agents.add_row(row["agent"], row["runs"], "yes" if row["needs_model"] else "no",
-                       row["dialect"] or "-", "yes" if row["wired"] else "no", row["note"])
+        agents.add_row(
+            row["agent"],
+            row["runs"],
+            "yes" if row["needs_model"] else "no",
+            row["dialect"] or "-",
+            "yes" if row["wired"] else "no",
+            row["note"],
+        )
     console.print(agents)
     render_installed(data["installed_agents"], console)
     render_harnesses(data["harnesses"], console)
@@ -159,8 +189,10 @@ def render(data: dict[str, Any], console: Console) -> None:
         if "error" in dataset:
             console.print(f"dataset {dataset['spec']}: [red]{dataset['error']}[/red]")
             continue
-        console.print(f"dataset {dataset['spec']}: {len(dataset['tasks'])} tasks: "
-                      + ", ".join(dataset["tasks"]))
+        console.print(
+            f"dataset {dataset['spec']}: {len(dataset['tasks'])} tasks: "
+            + ", ".join(dataset["tasks"])
+        )
         for problem in dataset["problems"]:
             console.print(f"  [yellow]broken[/yellow] {problem['task']}: {problem['reason']}")
     cached = Table(title="cached datasets (harbor-ray datasets prefetch)")
@@ -173,8 +205,10 @@ def render(data: dict[str, Any], console: Console) -> None:
     probe = data["probe"]
     if probe is not None:
         if probe["ok"]:
-            console.print(f"probe {probe['name']}: {probe['reason']} (start "
-                          f"{probe['start_s']:.1f} s, stop {probe['stop_s']:.1f} s)")
+            console.print(
+                f"probe {probe['name']}: {probe['reason']} (start "
+                f"{probe['start_s']:.1f} s, stop {probe['stop_s']:.1f} s)"
+            )
         else:
             console.print(f"probe {probe['name']}: [red]failed[/red]: {probe['reason']}")
 
@@ -182,8 +216,10 @@ def render(data: dict[str, Any], console: Console) -> None:
     if engine is not None:
         if engine["certified"]:
             tools = "yes" if engine["tool_calling"] else f"no ({engine['tool_calling_fix']})"
-            console.print(f"engine {engine['url']}: certified, serves {engine['served_model']}"
-                          f", version {engine['engine_version']}, tool calling {tools}, "
-                          f"logprobs {engine['logprobs_mode']}")
+            console.print(
+                f"engine {engine['url']}: certified, serves {engine['served_model']}"
+                f", version {engine['engine_version']}, tool calling {tools}, "
+                f"logprobs {engine['logprobs_mode']}"
+            )
         else:
             console.print(f"engine {engine['url']}: [red]refused[/red]: {engine['error']}")

@@ -37,4 +37,3 @@ def base_url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{port}"
-

@@ -28,8 +28,10 @@ def serve_details() -> ServeInstanceDetails:
 
 def _http_options(details: ServeInstanceDetails) -> HTTPOptionsSchema:
     if details.http_options is None:
-        raise StartError("Ray Serve reports no HTTP options: its HTTP proxy is off "
-                         "(serve.start(proxy_location=...) must not be Disabled)")
+        raise StartError(
+            "Ray Serve reports no HTTP options: its HTTP proxy is off "
+            "(serve.start(proxy_location=...) must not be Disabled)"
+        )
     return details.http_options
 
 
@@ -48,8 +50,9 @@ def serve_url_on(node_id: str, url: str) -> str:
     details = serve_details()
     if _http_options(details).host not in _WILDCARD_HOSTS:
         return url
-    proxies = sorted((nid, proxy.node_ip) for nid, proxy in details.proxies.items()
-                     if proxy.status == "HEALTHY")
+    proxies = sorted(
+        (nid, proxy.node_ip) for nid, proxy in details.proxies.items() if proxy.status == "HEALTHY"
+    )
     if not proxies or node_id in {nid for nid, _ in proxies}:
         return url
     # Spread the nodes without a proxy over the proxies, the same one for each node.

@@ -35,13 +35,18 @@ def set_switches() -> None:
     for name, value in {**WORKER_ENV, **_DRIVER_ONLY}.items():
         os.environ.setdefault(name, value)
     constants = sys.modules.get("ray._private.ray_constants")
-    if (constants is not None and os.environ[_UV_HOOK] == "0"
-            and getattr(constants, _UV_HOOK, False) and under_uv_run()):
+    if (
+        constants is not None
+        and os.environ[_UV_HOOK] == "0"
+        and getattr(constants, _UV_HOOK, False)
+        and under_uv_run()
+    ):
         raise StartError(
             f"Ray was imported before harbor_ray could set {_UV_HOOK}=0, and under "
             "`uv run` its workers would be started through `uv run` in a copy of the "
             f"working dir, and fail. Run with {_UV_HOOK}=0 in the environment, import "
-            "harbor_ray before ray, or run the venv's python (.venv/bin/python) directly.")
+            "harbor_ray before ray, or run the venv's python (.venv/bin/python) directly."
+        )
 
 
 def under_uv_run() -> bool:

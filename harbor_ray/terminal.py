@@ -100,8 +100,7 @@ class Phases:
         if message == self._last:
             return
         self._last = message
-        self._console.print(f"[dim][{self.elapsed():5.0f}s][/dim] {message}",
-                            highlight=False)
+        self._console.print(f"[dim][{self.elapsed():5.0f}s][/dim] {message}", highlight=False)
 
     def elapsed(self) -> float:
         return self._clock() - self._started

@@ -32,12 +32,16 @@ def _out(argv: list[str]) -> str | None:
 def main(argv: list[str]) -> None:
     out = _out(argv)
     if "--help" not in argv and not (out and os.path.isabs(out)):
-        print("error: pass --out as an absolute path: a job runs in a temporary copy of "
-              "its working dir, where a relative one would land", file=sys.stderr)
+        print(
+            "error: pass --out as an absolute path: a job runs in a temporary copy of "
+            "its working dir, where a relative one would land",
+            file=sys.stderr,
+        )
         sys.exit(2)
     # The cluster the job runs on, unless --ray-address says otherwise.
-    typer.main.get_command(app).main(["sweep", *argv], prog_name="jobs/sweep.py",
-                                     default_map={"sweep": {"ray_address": "auto"}})
+    typer.main.get_command(app).main(
+        ["sweep", *argv], prog_name="jobs/sweep.py", default_map={"sweep": {"ray_address": "auto"}}
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def stat_fields(pid: int | str) -> list[str] | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2:].split()
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def snapshot() -> dict[int, list[str]]:
@@ -38,7 +38,7 @@ def parent(fields: list[str]) -> int:
 
 def cpu_s(fields: list[str], *, children: bool = False) -> float:
     """User + system CPU seconds; with `children`, its waited-for children's too."""
-    return sum(int(f) for f in fields[11:15 if children else 13]) / TICK
+    return sum(int(f) for f in fields[11 : 15 if children else 13]) / TICK
 
 
 def cmdline(pid: int) -> bytes | None:

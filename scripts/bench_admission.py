@@ -33,23 +33,35 @@ from tests.fixtures.pressure_engine import PressureEngine, PressureRollouts  # n
 from tests.fixtures.threaded import serve_in_thread  # noqa: E402
 
 
-async def one_run(args: argparse.Namespace, adaptive: bool, metrics: str,
-                  engine: PressureEngine) -> tuple[float, int, tuple[int, int]]:
+async def one_run(
+    args: argparse.Namespace, adaptive: bool, metrics: str, engine: PressureEngine
+) -> tuple[float, int, tuple[int, int]]:
     """Rollouts/min, preemptions, and the lowest and highest cap seen."""
     engine.preemptions = 0
     with tempfile.TemporaryDirectory() as work:
         controller = Controller(
-            ControllerConfig(work_dir=Path(work), concurrency=args.cap,
-                             capacity=args.rollouts,
-                             min_concurrency=args.floor,
-                             max_concurrency=args.cap if adaptive else None,
-                             engine_metrics=(metrics,) if adaptive else (),
-                             metrics_every_s=args.metrics_every),
-            FakeWeightUpdater(("engine-0",)), runner=PressureRollouts(engine, args.turns))
+            ControllerConfig(
+                work_dir=Path(work),
+                concurrency=args.cap,
+                capacity=args.rollouts,
+                min_concurrency=args.floor,
+                max_concurrency=args.cap if adaptive else None,
+                engine_metrics=(metrics,) if adaptive else (),
+                metrics_every_s=args.metrics_every,
+            ),
+            FakeWeightUpdater(("engine-0",)),
+            runner=PressureRollouts(engine, args.turns),
+        )
         started = time.perf_counter()
-        await controller.submit(SubmitRequest.model_validate({
-            "request_id": "bench", "tasks": [{"task": "hello-file", "n": args.rollouts}],
-            "agent": "terminus-2"}))
+        await controller.submit(
+            SubmitRequest.model_validate(
+                {
+                    "request_id": "bench",
+                    "tasks": [{"task": "hello-file", "n": args.rollouts}],
+                    "agent": "terminus-2",
+                }
+            )
+        )
         low = high = args.cap
         while (stats := await controller.stats()).finished < args.rollouts:
             low, high = min(low, stats.concurrency_limit), max(high, stats.concurrency_limit)
@@ -63,24 +75,31 @@ async def main(args: argparse.Namespace) -> None:
     engine = PressureEngine(args.engine_capacity, args.turn_s)
     with serve_in_thread(engine.app()) as url:
         fixed, fixed_pre, _ = await one_run(args, False, f"{url}/metrics", engine)
-        adaptive, adaptive_pre, (low, high) = await one_run(args, True, f"{url}/metrics",
-                                                            engine)
+        adaptive, adaptive_pre, (low, high) = await one_run(args, True, f"{url}/metrics", engine)
     print(f"fixed cap {args.cap}: {fixed:.0f} rollouts/min, {fixed_pre} preemptions")
-    print(f"adaptive cap {args.floor}..{args.cap} (seen {low}..{high}): {adaptive:.0f} "
-          f"rollouts/min, {adaptive_pre} preemptions")
+    print(
+        f"adaptive cap {args.floor}..{args.cap} (seen {low}..{high}): {adaptive:.0f} "
+        f"rollouts/min, {adaptive_pre} preemptions"
+    )
     print(f"adaptive / fixed: {adaptive / fixed:.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=600)
-    parser.add_argument("--cap", type=int, default=64, help="the fixed cap, the adaptive "
-                        "one's start and ceiling")
+    parser.add_argument(
+        "--cap", type=int, default=64, help="the fixed cap, the adaptive one's start and ceiling"
+    )
     parser.add_argument("--floor", type=int, default=4, help="the adaptive cap's floor")
     parser.add_argument("--turns", type=int, default=5, help="model calls a rollout")
-    parser.add_argument("--engine-capacity", type=int, default=16,
-                        help="calls the stand-in decodes at full speed")
+    parser.add_argument(
+        "--engine-capacity", type=int, default=16, help="calls the stand-in decodes at full speed"
+    )
     parser.add_argument("--turn-s", type=float, default=0.02, help="a call at full speed")
-    parser.add_argument("--metrics-every", type=float, default=0.05,
-                        help="seconds between reads of the stand-in's /metrics")
+    parser.add_argument(
+        "--metrics-every",
+        type=float,
+        default=0.05,
+        help="seconds between reads of the stand-in's /metrics",
+    )
     asyncio.run(main(parser.parse_args()))

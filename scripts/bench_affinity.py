@@ -68,9 +68,18 @@ REAL_ROUTERS = ("affinity", "load")
 # to ~1,300 tokens, 16-token replies; 48 blocks of 128 tokens (6,144 tokens) a replica
 # hold the ~4 sessions affinity gives each replica, not the 8 the load router spreads
 # over both.
-REAL_DEFAULTS = {"replicas": 2, "sessions": 8, "rollouts": 8, "turns": 6, "system": 256,
-                 "observation": 150, "reply": 16, "block": 128, "cache_blocks": 48,
-                 "tool_s": 0.2}
+REAL_DEFAULTS = {
+    "replicas": 2,
+    "sessions": 8,
+    "rollouts": 8,
+    "turns": 6,
+    "system": 256,
+    "observation": 150,
+    "reply": 16,
+    "block": 128,
+    "cache_blocks": 48,
+    "tool_s": 0.2,
+}
 
 
 @dataclass
@@ -172,8 +181,7 @@ def run(args: argparse.Namespace, router: str) -> Result:
         result.prompt_tokens += len(call.prompt) * args.block
         result.hit_tokens += hit * args.block
         recomputed = (len(call.prompt) - hit) * args.block
-        took = (args.overhead_s + recomputed / args.prefill_tps
-                + call.reply_tokens / args.decode_tps)
+        took = args.overhead_s + recomputed / args.prefill_tps + call.reply_tokens / args.decode_tps
         schedule(now + took, "done", replicas.index(replica))
         in_service[replica.name] = call
 
@@ -216,15 +224,17 @@ def run(args: argparse.Namespace, router: str) -> Result:
 
 # Words for the prompts: ~1 token each in SmolLM2's vocabulary, so --system and
 # --observation are close to token counts (the engines' own counts are what is reported).
-_WORD_TEXT = ("the a of to and in is it that for on with as was at by be this from or have "
-         "not are but had which one all were when we there can an your their if has more "
-         "will would been out so what up about into than them could its only other new "
-         "some time these two may then do first any like my now over such our man me "
-         "even most made after also did many before must through back years where much "
-         "way well down should because each just those people how too little state good "
-         "very make world still own see men work long get here between both life being "
-         "under never day same another know while last might us great old year off come "
-         "since against go came right used take three file test code line value error")
+_WORD_TEXT = (
+    "the a of to and in is it that for on with as was at by be this from or have "
+    "not are but had which one all were when we there can an your their if has more "
+    "will would been out so what up about into than them could its only other new "
+    "some time these two may then do first any like my now over such our man me "
+    "even most made after also did many before must through back years where much "
+    "way well down should because each just those people how too little state good "
+    "very make world still own see men work long get here between both life being "
+    "under never day same another know while last might us great old year off come "
+    "since against go came right used take three file test code line value error"
+)
 WORDS = _WORD_TEXT.split()
 
 
@@ -254,29 +264,35 @@ def real_router(args: argparse.Namespace, router: str) -> Result:
     config = yaml.safe_load(args.config.read_text())
     config["http_options"]["port"] = free_port()
     [app] = config["applications"]
-    app["args"].update(num_replicas=args.replicas, routing=router,
-                       max_model_len=args.max_model_len)
+    app["args"].update(num_replicas=args.replicas, routing=router, max_model_len=args.max_model_len)
     app["args"]["engine_kwargs"] = {
         **app["args"].get("engine_kwargs", {}),
         # Each answer's usage.prompt_tokens_details.cached_tokens: the prompt tokens its
         # replica found in its prefix cache.
         "enable_prompt_tokens_details": True,
-        "block_size": args.block, "num_gpu_blocks_override": args.cache_blocks,
-        "enforce_eager": args.eager}
+        "block_size": args.block,
+        "num_gpu_blocks_override": args.cache_blocks,
+        "enforce_eager": args.eager,
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="bench-affinity-") as file:
         yaml.safe_dump(config, file)
         file.flush()
         print(f"== routing: {router}, {args.replicas} replicas", flush=True)
         started = time.perf_counter()
         handle = engine_up(Path(file.name), progress=lambda m: print(f"  {m}", flush=True))
-    print(f"  {args.replicas} replicas up in {time.perf_counter() - started:.0f} s, "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"  {args.replicas} replicas up in {time.perf_counter() - started:.0f} s, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     try:
         result = asyncio.run(drive(handle.url, handle.model_id, args))
     finally:
         engine_down(handle.app_name)
-    print(f"  {result.finished} rollouts in {result.end:.1f} s, load {os.getloadavg()[0]:.1f}",
-          flush=True)
+    print(
+        f"  {result.finished} rollouts in {result.end:.1f} s, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     return result
 
 
@@ -298,18 +314,31 @@ async def drive(url: str, model: str, args: argparse.Namespace) -> Result:
             for turn in range(args.turns):
                 if turn:
                     await asyncio.sleep(rng.expovariate(1 / args.tool_s))
-                messages.append({"role": "user",
-                                 "content": " ".join(rng.choices(WORDS, k=args.observation))})
+                messages.append(
+                    {"role": "user", "content": " ".join(rng.choices(WORDS, k=args.observation))}
+                )
                 sent = time.perf_counter()
-                reply = await engine.request("POST", "/v1/chat/completions", {
-                    "model": model, "messages": messages, "max_tokens": args.reply,
-                    "temperature": 0}, session=session_key(index))
+                reply = await engine.request(
+                    "POST",
+                    "/v1/chat/completions",
+                    {
+                        "model": model,
+                        "messages": messages,
+                        "max_tokens": args.reply,
+                        "temperature": 0,
+                    },
+                    session=session_key(index),
+                )
                 result.latencies.append(time.perf_counter() - sent)
                 usage = reply["usage"]
                 result.prompt_tokens += usage["prompt_tokens"]
                 result.hit_tokens += usage["prompt_tokens_details"]["cached_tokens"]
-                messages.append({"role": "assistant",
-                                 "content": reply["choices"][0]["message"]["content"] or ""})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": reply["choices"][0]["message"]["content"] or "",
+                    }
+                )
             result.finished += 1
 
     started = time.perf_counter()
@@ -331,43 +360,85 @@ def ratio(a: float, b: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--real", action="store_true",
-                        help="measure real engines instead of the model (see the module's "
-                             "docstring); the flags below then take REAL_DEFAULTS")
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="measure real engines instead of the model (see the module's "
+        "docstring); the flags below then take REAL_DEFAULTS",
+    )
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--sessions", type=int, default=64, help="sessions at once")
     parser.add_argument("--rollouts", type=int, default=256, help="sessions in all")
     parser.add_argument("--turns", type=int, default=20, help="calls per session")
-    parser.add_argument("--system", type=int, default=2048,
-                        help="tokens of the system prompt every session shares (--real: words)")
-    parser.add_argument("--observation", type=int, default=512,
-                        help="tokens of tool output each turn adds (--real: words)")
+    parser.add_argument(
+        "--system",
+        type=int,
+        default=2048,
+        help="tokens of the system prompt every session shares (--real: words)",
+    )
+    parser.add_argument(
+        "--observation",
+        type=int,
+        default=512,
+        help="tokens of tool output each turn adds (--real: words)",
+    )
     parser.add_argument("--reply", type=int, default=128, help="tokens sampled per call")
-    parser.add_argument("--block", type=int, default=16,
-                        help="tokens per cache block (--real: vLLM's block_size)")
-    parser.add_argument("--cache-blocks", type=int, default=8192,
-                        help="blocks each replica's prefix cache holds "
-                             "(--real: vLLM's num_gpu_blocks_override)")
-    parser.add_argument("--prefill-tps", type=float, default=20_000,
-                        help="prompt tokens a replica computes per second (model only)")
-    parser.add_argument("--decode-tps", type=float, default=2_000,
-                        help="tokens a replica samples per second (model only)")
-    parser.add_argument("--overhead-s", type=float, default=0.01,
-                        help="fixed cost of a call (model only)")
-    parser.add_argument("--tool-s", type=float, default=2.0,
-                        help="mean time an agent's tool runs between calls")
+    parser.add_argument(
+        "--block", type=int, default=16, help="tokens per cache block (--real: vLLM's block_size)"
+    )
+    parser.add_argument(
+        "--cache-blocks",
+        type=int,
+        default=8192,
+        help="blocks each replica's prefix cache holds (--real: vLLM's num_gpu_blocks_override)",
+    )
+    parser.add_argument(
+        "--prefill-tps",
+        type=float,
+        default=20_000,
+        help="prompt tokens a replica computes per second (model only)",
+    )
+    parser.add_argument(
+        "--decode-tps",
+        type=float,
+        default=2_000,
+        help="tokens a replica samples per second (model only)",
+    )
+    parser.add_argument(
+        "--overhead-s", type=float, default=0.01, help="fixed cost of a call (model only)"
+    )
+    parser.add_argument(
+        "--tool-s", type=float, default=2.0, help="mean time an agent's tool runs between calls"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", type=Path, default=ROOT / "serve_configs/engine_cpu.yaml",
-                        help="--real: the engine's Serve YAML (its args are kept; the "
-                             "replicas, routing, KV cache and context are set from the flags)")
-    parser.add_argument("--max-model-len", type=int, default=2048,
-                        help="--real: the engines' context (prompt + reply must fit)")
-    parser.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
-                        help="--real: vLLM without torch.compile (starts in seconds instead "
-                             "of compiling; both routers pay the same)")
-    parser.add_argument("--routers", nargs="+", choices=ROUTERS, default=None,
-                        help="routers to compare, affinity first (default: all three; "
-                             "--real: affinity and load, the two an engine config selects)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=ROOT / "serve_configs/engine_cpu.yaml",
+        help="--real: the engine's Serve YAML (its args are kept; the "
+        "replicas, routing, KV cache and context are set from the flags)",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=2048,
+        help="--real: the engines' context (prompt + reply must fit)",
+    )
+    parser.add_argument(
+        "--eager",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--real: vLLM without torch.compile (starts in seconds instead "
+        "of compiling; both routers pay the same)",
+    )
+    parser.add_argument(
+        "--routers",
+        nargs="+",
+        choices=ROUTERS,
+        default=None,
+        help="routers to compare, affinity first (default: all three; "
+        "--real: affinity and load, the two an engine config selects)",
+    )
     args = parser.parse_args(argv)
     if args.real:
         parser.set_defaults(**REAL_DEFAULTS)
@@ -385,28 +456,37 @@ def main(argv: list[str] | None = None) -> None:
     else:
         results = {router: run(args, router) for router in routers}
         kind, how = "replicas", "modelled times"
-    report(f"{args.replicas} {kind} x {args.cache_blocks} blocks of {args.block} tokens; "
-           f"{args.sessions} sessions at once, {args.rollouts} in all, {args.turns} calls "
-           f"each ({how})", results)
+    report(
+        f"{args.replicas} {kind} x {args.cache_blocks} blocks of {args.block} tokens; "
+        f"{args.sessions} sessions at once, {args.rollouts} in all, {args.turns} calls "
+        f"each ({how})",
+        results,
+    )
 
 
 def report(what: str, results: dict[str, Result]) -> None:
     """The table of `results` (affinity first), then affinity's ratios to each other."""
     print(what)
-    print(f"{'router':<12} {'hit rate':>9} {'recomputed':>12} {'p50 s':>8} {'p99 s':>8} "
-          f"{'rollouts/min':>13}")
+    print(
+        f"{'router':<12} {'hit rate':>9} {'recomputed':>12} {'p50 s':>8} {'p99 s':>8} "
+        f"{'rollouts/min':>13}"
+    )
     for router, r in results.items():
-        print(f"{router:<12} {r.hit_rate:>9.3f} {r.recomputed:>12,} {r.latency(50):>8.3f} "
-              f"{r.latency(99):>8.3f} {r.rollouts_per_min:>13.1f}")
+        print(
+            f"{router:<12} {r.hit_rate:>9.3f} {r.recomputed:>12,} {r.latency(50):>8.3f} "
+            f"{r.latency(99):>8.3f} {r.rollouts_per_min:>13.1f}"
+        )
     best = results["affinity"]
     for other, r in results.items():
         if other == "affinity":
             continue
-        print(f"affinity vs {other}: hit rate {ratio(best.hit_rate, r.hit_rate)}, "
-              f"tokens recomputed {ratio(best.recomputed, r.recomputed)}, "
-              f"p50 {ratio(best.latency(50), r.latency(50))}, "
-              f"p99 {ratio(best.latency(99), r.latency(99))}, "
-              f"rollouts/min {ratio(best.rollouts_per_min, r.rollouts_per_min)}")
+        print(
+            f"affinity vs {other}: hit rate {ratio(best.hit_rate, r.hit_rate)}, "
+            f"tokens recomputed {ratio(best.recomputed, r.recomputed)}, "
+            f"p50 {ratio(best.latency(50), r.latency(50))}, "
+            f"p99 {ratio(best.latency(99), r.latency(99))}, "
+            f"rollouts/min {ratio(best.rollouts_per_min, r.rollouts_per_min)}"
+        )
 
 
 if __name__ == "__main__":

@@ -69,11 +69,7 @@ from harbor_ray.trials.sandbox.bwrap import BwrapEnvironment
 from harbor_ray.trials.sandbox.container import ContainerEnvironment
 from harbor_ray.trials.spec import make_specs
 
-SMALL_DOCKERFILE = (
-    "FROM debian:bookworm-slim\n"
-    "RUN mkdir -p /app && echo x > /app/x\n"
-    "WORKDIR /app\n"
-)
+SMALL_DOCKERFILE = "FROM debian:bookworm-slim\nRUN mkdir -p /app && echo x > /app/x\nWORKDIR /app\n"
 # Part 3: the small image plus this run's nonce, as its last layer.
 NONCE_DOCKERFILE = (
     "FROM debian:bookworm-slim\n"
@@ -111,11 +107,13 @@ def ms(seconds: float) -> str:
 
 
 def docker(*argv: str, check: bool = True) -> str:
-    result = subprocess.run(["docker", *argv], capture_output=True, text=True,
-                            stdin=subprocess.DEVNULL, check=False)
+    result = subprocess.run(
+        ["docker", *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+    )
     if check and result.returncode != 0:
-        raise RuntimeError(f"`docker {' '.join(argv)}` failed ({result.returncode}): "
-                           f"{result.stderr.strip()}")
+        raise RuntimeError(
+            f"`docker {' '.join(argv)}` failed ({result.returncode}): {result.stderr.strip()}"
+        )
     return result.stdout.strip()
 
 
@@ -173,22 +171,31 @@ def makers(run: Run, image_dir: Path) -> dict[str, Callable[[int], BaseEnvironme
 
     def container(number: int) -> BaseEnvironment:
         return ContainerEnvironment(
-            environment_dir=image_dir, environment_name=ENVIRONMENT,
-            session_id=f"c{number}__env", trial_paths=TrialPaths(run.root / f"c{number}"),
-            task_env_config=EnvironmentConfig(), sandboxes_dir=run.sandboxes_dir,
-            images_dir=run.images_dir)
+            environment_dir=image_dir,
+            environment_name=ENVIRONMENT,
+            session_id=f"c{number}__env",
+            trial_paths=TrialPaths(run.root / f"c{number}"),
+            task_env_config=EnvironmentConfig(),
+            sandboxes_dir=run.sandboxes_dir,
+            images_dir=run.images_dir,
+        )
 
     def local(number: int) -> BaseEnvironment:
         return BwrapEnvironment(
-            environment_dir=empty, environment_name=ENVIRONMENT,
-            session_id=f"l{number}__env", trial_paths=TrialPaths(run.root / f"l{number}"),
-            task_env_config=EnvironmentConfig(), sandboxes_dir=run.sandboxes_dir)
+            environment_dir=empty,
+            environment_name=ENVIRONMENT,
+            session_id=f"l{number}__env",
+            trial_paths=TrialPaths(run.root / f"l{number}"),
+            task_env_config=EnvironmentConfig(),
+            sandboxes_dir=run.sandboxes_dir,
+        )
 
     return {"container": container, "local": local}
 
 
-async def trial_rounds(run: Run, image_dir: Path, rounds: int
-                       ) -> dict[str, tuple[list[float], list[float]]]:
+async def trial_rounds(
+    run: Run, image_dir: Path, rounds: int
+) -> dict[str, tuple[list[float], list[float]]]:
     make = makers(run, image_dir)
     for maker in make.values():  # untimed: a process's one-off costs
         await start_and_stop(maker(0))
@@ -206,8 +213,9 @@ def docker_rounds(reference: str, rounds: int) -> tuple[list[float], list[float]
     firsts, teardowns = [], []
     for _ in range(rounds):
         started = time.perf_counter()
-        container = docker("create", "--network", "none", "--label", LABEL, reference,
-                           "sleep", "infinity")
+        container = docker(
+            "create", "--network", "none", "--label", LABEL, reference, "sleep", "infinity"
+        )
         try:
             docker("start", container)
             docker("exec", container, "true")
@@ -226,13 +234,17 @@ def print_trials(figures: dict[str, tuple[list[float], list[float]]]) -> dict[st
         for what, seconds in (("first", firsts), ("teardown", teardowns)):
             medians[f"{mode} {what}"] = statistics.median(seconds)
             label = "start + first command" if what == "first" else "stop(delete=True)   "
-            print(f"  {mode:9s} {label}: median {ms(statistics.median(seconds))}, "
-                  f"p90 {ms(p90(seconds))}, min {ms(min(seconds))}, max {ms(max(seconds))} "
-                  f"({len(seconds)} trials)")
+            print(
+                f"  {mode:9s} {label}: median {ms(statistics.median(seconds))}, "
+                f"p90 {ms(p90(seconds))}, min {ms(min(seconds))}, max {ms(max(seconds))} "
+                f"({len(seconds)} trials)"
+            )
     for what in ("first", "teardown"):
         ratio = medians[f"container {what}"] / medians[f"local {what}"]
-        print(f"  container / local, {'time to first command' if what == 'first' else 'teardown'}"
-              f" (medians): {ratio:.2f}x")
+        print(
+            f"  container / local, {'time to first command' if what == 'first' else 'teardown'}"
+            f" (medians): {ratio:.2f}x"
+        )
     return medians
 
 
@@ -252,13 +264,20 @@ def container_tasks(samples: list[TaskRef], into: Path) -> list[TaskRef]:
     return report.tasks
 
 
-async def rollouts(run: Run, tasks: list[TaskRef], sandbox: str, arm: str, attempts: int,
-                   concurrency: int) -> float:
+async def rollouts(
+    run: Run, tasks: list[TaskRef], sandbox: str, arm: str, attempts: int, concurrency: int
+) -> float:
     kwargs = {"sandboxes_dir": str(run.sandboxes_dir)}
     if sandbox == "container":
         kwargs["images_dir"] = str(run.images_dir)
-    specs = make_specs(tasks, attempts, agent="oracle", sandbox=sandbox,
-                       trials_dir=run.root / f"trials-{arm}", sandbox_kwargs=kwargs)
+    specs = make_specs(
+        tasks,
+        attempts,
+        agent="oracle",
+        sandbox=sandbox,
+        trials_dir=run.root / f"trials-{arm}",
+        sandbox_kwargs=kwargs,
+    )
     failed: list[RolloutRecord] = []
 
     def on_result(record: RolloutRecord) -> None:
@@ -268,23 +287,30 @@ async def rollouts(run: Run, tasks: list[TaskRef], sandbox: str, arm: str, attem
     started = time.perf_counter()
     records = await run_many(specs, None, concurrency=concurrency, on_result=on_result)
     seconds = time.perf_counter() - started
-    setup = [r.result.timings["environment_setup"] for r in records
-             if "environment_setup" in r.result.timings]
+    setup = [
+        r.result.timings["environment_setup"]
+        for r in records
+        if "environment_setup" in r.result.timings
+    ]
     total = [r.result.timings["total"] for r in records if "total" in r.result.timings]
-    print(f"  {arm:11s} {len(records)} rollouts in {seconds:6.1f} s: "
-          f"{len(records) / seconds * 60:6.1f} rollouts/min; per rollout median "
-          f"environment setup {statistics.median(setup) if setup else float('nan'):.2f} s, "
-          f"total {statistics.median(total) if total else float('nan'):.2f} s; "
-          f"not ok with reward 1.0: {len(failed)}   [{load()}]")
+    print(
+        f"  {arm:11s} {len(records)} rollouts in {seconds:6.1f} s: "
+        f"{len(records) / seconds * 60:6.1f} rollouts/min; per rollout median "
+        f"environment setup {statistics.median(setup) if setup else float('nan'):.2f} s, "
+        f"total {statistics.median(total) if total else float('nan'):.2f} s; "
+        f"not ok with reward 1.0: {len(failed)}   [{load()}]"
+    )
     by_task: dict[str, list[RolloutRecord]] = {}
     for record in failed:
         by_task.setdefault(record.result.task, []).append(record)
     for task, records_of_task in by_task.items():  # one example per task
         result = records_of_task[0].result
         said = (result.error or "").strip() or verifier_said(result.trial_dir)
-        print(f"    {task}: {len(records_of_task)} not ok with reward 1.0, e.g. "
-              f"{result.rollout_id}: ok={result.ok} reward={result.reward} "
-              f"error_type={result.error_type}: {said[-600:]}")
+        print(
+            f"    {task}: {len(records_of_task)} not ok with reward 1.0, e.g. "
+            f"{result.rollout_id}: ok={result.ok} reward={result.reward} "
+            f"error_type={result.error_type}: {said[-600:]}"
+        )
     return len(records) / seconds * 60
 
 
@@ -302,8 +328,10 @@ def verifier_said(trial_dir: str | None) -> str:
 
 def rollout_part(run: Run, attempts: int, concurrency: int) -> None:
     samples = resolve_dataset("samples").tasks
-    print(f"\n4. Rollouts/min, oracle agent, {len(samples)} sample tasks x {attempts} "
-          f"attempts = {len(samples) * attempts} rollouts at concurrency {concurrency}")
+    print(
+        f"\n4. Rollouts/min, oracle agent, {len(samples)} sample tasks x {attempts} "
+        f"attempts = {len(samples) * attempts} rollouts at concurrency {concurrency}"
+    )
     tasks = container_tasks(samples, run.root / "container-tasks")
     started = time.perf_counter()
     contexts: dict[str, str] = {}  # build context's key -> the first task with it
@@ -312,20 +340,28 @@ def rollout_part(run: Run, attempts: int, concurrency: int) -> None:
         root, seconds = run.image(task.path / "environment")
         shared = f"; same build context as {contexts[key]}" if key in contexts else ""
         contexts.setdefault(key, task.name)
-        print(f"  image of {task.name:18s} {seconds:6.1f} s "
-              f"({'built/unpacked' if root.built else 'cached'}, build_s {root.build_s:.1f}"
-              f"{shared})")
-    print(f"  images for the container arm, before the clock: "
-          f"{time.perf_counter() - started:.1f} s in all   [{load()}]")
+        print(
+            f"  image of {task.name:18s} {seconds:6.1f} s "
+            f"({'built/unpacked' if root.built else 'cached'}, build_s {root.build_s:.1f}"
+            f"{shared})"
+        )
+    print(
+        f"  images for the container arm, before the clock: "
+        f"{time.perf_counter() - started:.1f} s in all   [{load()}]"
+    )
     rates = {}
-    for arm, sandbox, arm_tasks in (("local", "local", samples),
-                                    ("container", "container", tasks),
-                                    ("local again", "local", samples)):
+    for arm, sandbox, arm_tasks in (
+        ("local", "local", samples),
+        ("container", "container", tasks),
+        ("local again", "local", samples),
+    ):
         rates[arm] = asyncio.run(rollouts(run, arm_tasks, sandbox, arm, attempts, concurrency))
     local = statistics.mean([rates["local"], rates["local again"]])
-    print(f"  container / local: {rates['container'] / rates['local']:.2f}x against the "
-          f"first local arm, {rates['container'] / rates['local again']:.2f}x against the "
-          f"second, {rates['container'] / local:.2f}x against their mean")
+    print(
+        f"  container / local: {rates['container'] / rates['local']:.2f}x against the "
+        f"first local arm, {rates['container'] / rates['local again']:.2f}x against the "
+        f"second, {rates['container'] / local:.2f}x against their mean"
+    )
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -333,39 +369,56 @@ def rollout_part(run: Run, attempts: int, concurrency: int) -> None:
 
 def bench(run: Run, args: argparse.Namespace) -> None:
     print(f"Start: {load()}")
-    print(f"\n1. Trial start and teardown, container sandbox vs local sandbox, "
-          f"{args.rounds} rounds alternating")
+    print(
+        f"\n1. Trial start and teardown, container sandbox vs local sandbox, "
+        f"{args.rounds} rounds alternating"
+    )
     small_dir = dockerfile_dir(run.root / "small-image", SMALL_DOCKERFILE)
     small, seconds = run.image(small_dir)
-    print(f"  small image {small.reference} ({small.digest[:19]}) ready before the rounds "
-          f"in {seconds:.1f} s ({'built/unpacked' if small.built else 'cached'})")
+    print(
+        f"  small image {small.reference} ({small.digest[:19]}) ready before the rounds "
+        f"in {seconds:.1f} s ({'built/unpacked' if small.built else 'cached'})"
+    )
     figures = asyncio.run(trial_rounds(run, small_dir, args.rounds))
     medians = print_trials(figures)
     print(f"  [{load()}]")
 
     if not args.skip_docker:
-        print(f"\n2. For reference, a Docker container per trial (docker create --network "
-              f"none, start, exec true; rm -f), {args.docker_rounds} rounds: the measured "
-              f"reason the container sandbox runs bubblewrap over an unpacked image")
+        print(
+            f"\n2. For reference, a Docker container per trial (docker create --network "
+            f"none, start, exec true; rm -f), {args.docker_rounds} rounds: the measured "
+            f"reason the container sandbox runs bubblewrap over an unpacked image"
+        )
         firsts, teardowns = docker_rounds(small.reference, args.docker_rounds)
-        for what, seconds_list, key in (("start + first command", firsts, "first"),
-                                        ("rm -f               ", teardowns, "teardown")):
+        for what, seconds_list, key in (
+            ("start + first command", firsts, "first"),
+            ("rm -f               ", teardowns, "teardown"),
+        ):
             median = statistics.median(seconds_list)
-            print(f"  docker    {what}: median {ms(median)}, min {ms(min(seconds_list))}, "
-                  f"max {ms(max(seconds_list))} ({len(seconds_list)} containers); "
-                  f"docker / container sandbox {median / medians[f'container {key}']:.1f}x")
+            print(
+                f"  docker    {what}: median {ms(median)}, min {ms(min(seconds_list))}, "
+                f"max {ms(max(seconds_list))} ({len(seconds_list)} containers); "
+                f"docker / container sandbox {median / medians[f'container {key}']:.1f}x"
+            )
         print(f"  [{load()}]")
 
-    print("\n3. An image build, cold vs cached (cold: this image's own layers built + "
-          "unpacked; base layers from Docker's cache)")
-    nonce_dir = dockerfile_dir(run.root / "nonce-image", NONCE_DOCKERFILE,
-                               {"nonce": uuid.uuid4().hex + "\n"})
+    print(
+        "\n3. An image build, cold vs cached (cold: this image's own layers built + "
+        "unpacked; base layers from Docker's cache)"
+    )
+    nonce_dir = dockerfile_dir(
+        run.root / "nonce-image", NONCE_DOCKERFILE, {"nonce": uuid.uuid4().hex + "\n"}
+    )
     cold, cold_s = run.image(nonce_dir)
     cached, cached_s = run.image(nonce_dir)
-    print(f"  cold   ensure_image_root: {cold_s:7.2f} s wall, build_s {cold.build_s:.2f} "
-          f"(built: {cold.built})")
-    print(f"  cached ensure_image_root: {cached_s:7.3f} s wall, build_s {cached.build_s:.2f} "
-          f"(built: {cached.built})")
+    print(
+        f"  cold   ensure_image_root: {cold_s:7.2f} s wall, build_s {cold.build_s:.2f} "
+        f"(built: {cold.built})"
+    )
+    print(
+        f"  cached ensure_image_root: {cached_s:7.3f} s wall, build_s {cached.build_s:.2f} "
+        f"(built: {cached.built})"
+    )
     print(f"  cold / cached (wall): {cold_s / cached_s:.0f}x   [{load()}]")
 
     if not args.skip_rollouts:
@@ -379,11 +432,15 @@ def clean_up(run: Run, tags_before: set[str]) -> None:
             print(f"  kept {reference}: it was in Docker before this run")
         else:
             docker("rmi", "-f", reference, check=False)
-    left = docker("ps", "-a", "--filter", f"label={LABEL}", "--format",
-                  "{{.ID}} {{.Names}}").splitlines()
+    left = docker(
+        "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.ID}} {{.Names}}"
+    ).splitlines()
     names = {f"harbor-ray-unpack-{key[:16]}" for key in run.keys}
-    left += [line for line in docker("ps", "-a", "--format", "{{.ID}} {{.Names}}").splitlines()
-             if any(line.split()[-1].startswith(name) for name in names)]
+    left += [
+        line
+        for line in docker("ps", "-a", "--format", "{{.ID}} {{.Names}}").splitlines()
+        if any(line.split()[-1].startswith(name) for name in names)
+    ]
     tags = docker_tags() & (run.references - tags_before)
     sandboxes = list(run.sandboxes_dir.iterdir()) if run.sandboxes_dir.exists() else []
     for line in left:
@@ -391,30 +448,44 @@ def clean_up(run: Run, tags_before: set[str]) -> None:
     for tag in sorted(tags):
         print(f"  an image of this run remains: {tag}")
     if sandboxes:
-        print(f"  {len(sandboxes)} sandbox directories remained (removed with the run's "
-              f"directory): {', '.join(p.name for p in sandboxes[:5])}")
+        print(
+            f"  {len(sandboxes)} sandbox directories remained (removed with the run's "
+            f"directory): {', '.join(p.name for p in sandboxes[:5])}"
+        )
     if not (left or tags or sandboxes):
-        print(f"  removed {len(run.references - tags_before)} image tags of this run; "
-              "no container, image or sandbox of this run remains")
+        print(
+            f"  removed {len(run.references - tags_before)} image tags of this run; "
+            "no container, image or sandbox of this run remains"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=20,
-                        help="rounds of part 1, each a trial of both sandboxes")
-    parser.add_argument("--docker-rounds", type=int, default=3,
-                        help="containers of part 2 (each takes seconds)")
-    parser.add_argument("--attempts", type=int, default=10,
-                        help="attempts per sample task in part 4")
-    parser.add_argument("--concurrency", type=int, default=16,
-                        help="rollouts at once in part 4")
-    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()),
-                        help="where the run's temporary directory goes")
-    parser.add_argument("--images-dir", type=Path, default=None,
-                        help="where images are unpacked, then kept (None: under the run's "
-                             "temporary directory, removed at the end)")
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="rounds of part 1, each a trial of both sandboxes"
+    )
+    parser.add_argument(
+        "--docker-rounds", type=int, default=3, help="containers of part 2 (each takes seconds)"
+    )
+    parser.add_argument(
+        "--attempts", type=int, default=10, help="attempts per sample task in part 4"
+    )
+    parser.add_argument("--concurrency", type=int, default=16, help="rollouts at once in part 4")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where the run's temporary directory goes",
+    )
+    parser.add_argument(
+        "--images-dir",
+        type=Path,
+        default=None,
+        help="where images are unpacked, then kept (None: under the run's "
+        "temporary directory, removed at the end)",
+    )
     parser.add_argument("--skip-docker", action="store_true", help="leave out part 2")
     parser.add_argument("--skip-rollouts", action="store_true", help="leave out part 4")
     args = parser.parse_args()

@@ -46,12 +46,16 @@ def rss_mib() -> float:
     return psutil.Process(os.getpid()).memory_info().rss / MIB
 
 
-async def cycles(controller: Controller, count: int, group: int, sample: int,
-                 on_sample) -> None:
+async def cycles(controller: Controller, count: int, group: int, sample: int, on_sample) -> None:
     for i in range(count):
-        body = orjson.dumps({"request_id": f"bench-{i}", "agent": "terminus-2",
-                             "tasks": [{"task": "hello-file", "n": group}],
-                             "metadata": {"step": i, "note": "x" * 64}})
+        body = orjson.dumps(
+            {
+                "request_id": f"bench-{i}",
+                "agent": "terminus-2",
+                "tasks": [{"task": "hello-file", "n": group}],
+                "metadata": {"step": i, "note": "x" * 64},
+            }
+        )
         reply = await controller.submit(SubmitRequest.model_validate_json(body))
         await asyncio.sleep(0)  # the rollouts start
         await controller.cancel(reply.groups[0].group_id)
@@ -62,9 +66,13 @@ async def cycles(controller: Controller, count: int, group: int, sample: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=100_000)
-    parser.add_argument("--warmup", type=int, default=20_000,
-                        help="cycles before the 'after warm-up' reading (default: twice "
-                             "the default retention, so the book is full by then)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20_000,
+        help="cycles before the 'after warm-up' reading (default: twice "
+        "the default retention, so the book is full by then)",
+    )
     parser.add_argument("--group", type=int, default=2, help="rollouts per submit")
     parser.add_argument("--sample", type=int, default=5_000)
     parser.add_argument("--bound-mib", type=float, default=16.0)
@@ -84,9 +92,11 @@ def main() -> int:
             if done == args.warmup:
                 readings["after warm-up"] = rss
             book = controller.book
-            print(f"{done:>8} cycles  rss {rss:8.1f} MiB  groups {len(book.groups):>6}  "
-                  f"request ids {len(book.requests):>6}  tasks {len(controller._tasks)}",
-                  flush=True)
+            print(
+                f"{done:>8} cycles  rss {rss:8.1f} MiB  groups {len(book.groups):>6}  "
+                f"request ids {len(book.requests):>6}  tasks {len(controller._tasks)}",
+                flush=True,
+            )
 
         started = time.perf_counter()
         asyncio.run(cycles(controller, args.cycles, args.group, args.sample, on_sample))
@@ -94,14 +104,18 @@ def main() -> int:
         readings["end"] = rss_mib()
     readings.setdefault("after warm-up", readings["start"])
     growth = readings["end"] - readings["after warm-up"]
-    print(f"\n{args.cycles} submit/cancel cycles ({args.group} rollouts each) in "
-          f"{seconds:.0f} s ({args.cycles / seconds:.0f}/s); load: {os.getloadavg()}")
+    print(
+        f"\n{args.cycles} submit/cancel cycles ({args.group} rollouts each) in "
+        f"{seconds:.0f} s ({args.cycles / seconds:.0f}/s); load: {os.getloadavg()}"
+    )
     for name, value in readings.items():
         print(f"  rss {name:<14} {value:8.1f} MiB")
     print(f"  rss peak           {peak:8.1f} MiB")
     verdict = "within" if growth <= args.bound_mib else "PAST"
-    print(f"  growth after the warm-up: {growth:+.1f} MiB, {verdict} the bound of "
-          f"{args.bound_mib:g} MiB")
+    print(
+        f"  growth after the warm-up: {growth:+.1f} MiB, {verdict} the bound of "
+        f"{args.bound_mib:g} MiB"
+    )
     return 0 if growth <= args.bound_mib else 1
 
 

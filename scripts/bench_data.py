@@ -113,8 +113,16 @@ def median_ms(work: Callable[[], object], repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-RESULT = RolloutResult(rollout_id="bench", task="bench", agent="bench", sandbox="none",
-                       model="bench", ok=True, reward=1.0, model_calls=TURNS)
+RESULT = RolloutResult(
+    rollout_id="bench",
+    task="bench",
+    agent="bench",
+    sandbox="none",
+    model="bench",
+    ok=True,
+    reward=1.0,
+    model_calls=TURNS,
+)
 
 
 def encode(closed: ClosedCapture) -> RolloutRecord:
@@ -124,6 +132,7 @@ def encode(closed: ClosedCapture) -> RolloutRecord:
 def recorded(turns: list[TurnRecord]) -> tuple[list[TurnRecord], list[float]]:
     """The turns as a session holds them after recording each (admit + record), and the
     seconds each record took."""
+
     async def run() -> tuple[list[TurnRecord], list[float]]:
         store = InMemorySessionStore(owner="bench")
         info = await store.open_session()
@@ -142,8 +151,10 @@ def recorded(turns: list[TurnRecord]) -> tuple[list[TurnRecord], list[float]]:
 
 def recording(name: str, turns: list[TurnRecord], repeats: int) -> list[TurnRecord]:
     held, _ = recorded(turns)
-    per_call = [statistics.median(c) for c in zip(*(recorded(turns)[1] for _ in range(repeats)),
-                                                  strict=True)]
+    per_call = [
+        statistics.median(c)
+        for c in zip(*(recorded(turns)[1] for _ in range(repeats)), strict=True)
+    ]
     print(
         f"  {name:7s} record per call: median {statistics.median(per_call) * 1e3:5.2f} ms, "
         f"slowest call {max(per_call) * 1e3:5.2f} ms, all {TURNS} {sum(per_call) * 1e3:6.1f} ms; "
@@ -256,6 +267,7 @@ def through_ray(name: str, turns: list[TurnRecord], growth: int, repeats: int) -
     owner = ray.remote(_Owner).options(num_cpus=0).remote(growth)
     runs = iter(range(1 << 30))
     with tempfile.TemporaryDirectory() as out:
+
         def in_process() -> None:
             writer = DatasetWriter(Path(out, f"local-{next(runs)}"), {})
             writer.add(encode(close_capture(turns)))
@@ -279,8 +291,7 @@ def through_ray(name: str, turns: list[TurnRecord], growth: int, repeats: int) -
         real_ms = statistics.median(real) * 1e3
         last = max(Path(out).glob("ray-*"), key=lambda p: int(p.name[4:]))
         parquet = sum(p.stat().st_size for p in last.rglob("*.parquet"))
-    wire = len(pickle.dumps(ray.get(owner.finish.remote(ray.get(owner.fill.remote()))),
-                            protocol=5))
+    wire = len(pickle.dumps(ray.get(owner.finish.remote(ray.get(owner.fill.remote()))), protocol=5))
     ratio, wire_ratio = real_ms / local_ms, wire / parquet
     print(
         f"  {name:7s} in one process {local_ms:6.1f} ms; through Ray {real_ms:6.1f} ms = "
@@ -295,8 +306,12 @@ def through_ray(name: str, turns: list[TurnRecord], growth: int, repeats: int) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--ray-repeats", type=int, default=7,
-                        help="Repeats of (3), the path through Ray; 0 skips it.")
+    parser.add_argument(
+        "--ray-repeats",
+        type=int,
+        default=7,
+        help="Repeats of (3), the path through Ray; 0 skips it.",
+    )
     args = parser.parse_args()
     growths = {
         "unique": TOKENS // TURNS,
@@ -304,11 +319,15 @@ def main() -> None:
         "summed": TOKENS // (TURNS * (TURNS + 1) // 2),
     }
     arrived = {name: synthetic_rollout(growth) for name, growth in growths.items()}
-    print(f"(0) recording one {TURNS}-turn rollout through the session store, per-call "
-          f"median of {args.repeats}:")
+    print(
+        f"(0) recording one {TURNS}-turn rollout through the session store, per-call "
+        f"median of {args.repeats}:"
+    )
     shapes = {name: recording(name, turns, args.repeats) for name, turns in arrived.items()}
-    print(f"(1) close (graph, validation) + Arrow encoding, one {TURNS}-turn rollout, "
-          f"median of {args.repeats}:")
+    print(
+        f"(1) close (graph, validation) + Arrow encoding, one {TURNS}-turn rollout, "
+        f"median of {args.repeats}:"
+    )
     for name, turns in shapes.items():
         speed(name, turns, arrived[name], args.repeats)
     for name, turns in shapes.items():
@@ -326,8 +345,9 @@ def main() -> None:
 
         set_switches()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        print(f"(3) host -> record -> Ray -> writer -> Parquet on disk, median of "
-              f"{args.ray_repeats}:")
+        print(
+            f"(3) host -> record -> Ray -> writer -> Parquet on disk, median of {args.ray_repeats}:"
+        )
         for name, turns in shapes.items():
             through_ray(name, turns, growths[name], args.ray_repeats)
         ray.shutdown()

@@ -68,8 +68,11 @@ def cpu_seconds(gcs_address: str, prefixes: tuple[bytes, ...] = VLLM_PROCESSES) 
     whatever else runs on this machine."""
     stats = procfs.snapshot()
     titles = {pid: title for pid in stats if (title := procfs.cmdline(pid)) is not None}
-    raylets = {pid for pid, title in titles.items()
-               if b"raylet" in title and f"--gcs-address={gcs_address}".encode() in title}
+    raylets = {
+        pid
+        for pid, title in titles.items()
+        if b"raylet" in title and f"--gcs-address={gcs_address}".encode() in title
+    }
     seconds = 0.0
     for pid, title in titles.items():
         if not title.startswith(prefixes):
@@ -104,8 +107,9 @@ class PeakMemory:
         self._thread.join()
 
 
-async def load(url: str, key: str | None, concurrency: int, requests: int,
-               body: dict) -> tuple[float, float, float, float]:
+async def load(
+    url: str, key: str | None, concurrency: int, requests: int, body: dict
+) -> tuple[float, float, float, float]:
     """(tokens/s, p50 latency s, max latency s, seconds in all) for `requests` calls."""
     headers = {"authorization": f"Bearer {key}"} if key else {}
     latencies: list[float] = []
@@ -120,8 +124,9 @@ async def load(url: str, key: str | None, concurrency: int, requests: int,
             while not queue.empty():
                 queue.get_nowait()
                 start = time.perf_counter()
-                async with client.post(f"{url}/v1/chat/completions", json=body,
-                                       headers=headers) as resp:
+                async with client.post(
+                    f"{url}/v1/chat/completions", json=body, headers=headers
+                ) as resp:
                     reply = await resp.json()
                     resp.raise_for_status()
                 latencies.append(time.perf_counter() - start)
@@ -137,7 +142,8 @@ async def load(url: str, key: str | None, concurrency: int, requests: int,
 _PHASES = {
     "weights": re.compile(r"Loading weights took ([\d.]+) s"),
     "engine init (profile, KV cache, warm-up)": re.compile(
-        r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+        r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
+    ),
 }
 
 # The milestones of a start, in the order they happen, from the processes' own log
@@ -147,18 +153,22 @@ _PHASES = {
 _SERVE_TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 _VLLM_TIME = r"(\d\d-\d\d \d\d:\d\d:\d\d) \[[\w.]+:\d+\]"
 _MILESTONES = (
-    ("driver: model prepared, app built, Serve started",
-     re.compile(_SERVE_TIME + r" controller \d+ -- Deploying new version of Deployment")),
-    ("replica scheduled, its process up, vLLM imported",
-     re.compile(_SERVE_TIME + r" \S*Server:\S+ \S+ -- Started initializing replica")),
-    ("EngineCore's process up, vLLM imported",
-     re.compile(_VLLM_TIME + r" Initializing a V1 LLM engine")),
-    ("the worker's process up, vLLM imported",
-     re.compile(_VLLM_TIME + r" Starting to load model")),
+    (
+        "driver: model prepared, app built, Serve started",
+        re.compile(_SERVE_TIME + r" controller \d+ -- Deploying new version of Deployment"),
+    ),
+    (
+        "replica scheduled, its process up, vLLM imported",
+        re.compile(_SERVE_TIME + r" \S*Server:\S+ \S+ -- Started initializing replica"),
+    ),
+    (
+        "EngineCore's process up, vLLM imported",
+        re.compile(_VLLM_TIME + r" Initializing a V1 LLM engine"),
+    ),
+    ("the worker's process up, vLLM imported", re.compile(_VLLM_TIME + r" Starting to load model")),
     ("weights", re.compile(_VLLM_TIME + r" Loading weights took")),
     ("to the warm-up", re.compile(_VLLM_TIME + r" Warming up model for the compilation")),
-    ("warm-up: torch.compile, or loading its cache",
-     re.compile(_VLLM_TIME + r" Warming up done")),
+    ("warm-up: torch.compile, or loading its cache", re.compile(_VLLM_TIME + r" Warming up done")),
     ("KV cache, the server's state", re.compile(_SERVE_TIME + r" \S+ \S+ -- Started vLLM engine")),
 )
 _READY = "Serve: replica healthy, routes updated, /v1/models answers"
@@ -193,8 +203,11 @@ def startup_timeline(log_text: str, started: float, ready: float) -> list[tuple[
     milestone the logs show (the first of each kind); a missing one merges its phase
     into the next."""
     year = datetime.fromtimestamp(started).year
-    seen = sorted((_stamp(found.group(1), year), name) for name, pattern in _MILESTONES
-                  if (found := pattern.search(log_text)))
+    seen = sorted(
+        (_stamp(found.group(1), year), name)
+        for name, pattern in _MILESTONES
+        if (found := pattern.search(log_text))
+    )
     timeline, previous = [], started
     for at, name in seen:
         timeline.append((name, max(0.0, at - previous)))
@@ -205,8 +218,11 @@ def startup_timeline(log_text: str, started: float, ready: float) -> list[tuple[
 
 def compile_cache_outcome(log_text: str) -> str:
     """What vLLM did with its compile cache: its first outcome line, in log order."""
-    found = [(match.start(), name) for name, pattern in _COMPILE_CACHE
-             if (match := pattern.search(log_text))]
+    found = [
+        (match.start(), name)
+        for name, pattern in _COMPILE_CACHE
+        if (match := pattern.search(log_text))
+    ]
     return min(found)[1] if found else "no AOT cache lines (AOT compile off, or eager)"
 
 
@@ -248,24 +264,39 @@ class Run:
     tok_per_cpu_s: dict[int, float] = field(default_factory=dict)
 
 
-async def bench(llm_url: str, concurrencies: list[int], max_tokens: int, rounds: int,
-                run: Run, with_proxy: bool = True) -> None:
+async def bench(
+    llm_url: str,
+    concurrencies: list[int],
+    max_tokens: int,
+    rounds: int,
+    run: Run,
+    with_proxy: bool = True,
+) -> None:
     import ray
 
     gcs = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
     engine = HttpEngine(llm_url)
-    body = {"model": "x", "messages": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
-            # Every reply is exactly max_tokens long, so runs compare like for like.
-            "ignore_eos": True}
+    body = {
+        "model": "x",
+        "messages": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        # Every reply is exactly max_tokens long, so runs compare like for like.
+        "ignore_eos": True,
+    }
     direct_body = {**body, "return_token_ids": True, "logprobs": True}
     try:
         async with local_capture(engine, engine.root) as capture:
             direct_body["model"] = capture.served_model
-            print(f"model {capture.served_model}; {max_tokens}-token replies; "
-                  f"{rounds} request(s) per client")
-            print(f"{'conc':>4} | {'direct tok/s':>12} {'p50 s':>6} {'max s':>6} "
-                  f"{'tok/cpu-s':>9} | {'proxy tok/s':>11} {'p50 s':>6} {'max s':>6} | "
-                  f"{'tok/s ratio':>11} {'p50 ratio':>9}")
+            print(
+                f"model {capture.served_model}; {max_tokens}-token replies; "
+                f"{rounds} request(s) per client"
+            )
+            print(
+                f"{'conc':>4} | {'direct tok/s':>12} {'p50 s':>6} {'max s':>6} "
+                f"{'tok/cpu-s':>9} | {'proxy tok/s':>11} {'p50 s':>6} {'max s':>6} | "
+                f"{'tok/s ratio':>11} {'p50 ratio':>9}"
+            )
             with PeakMemory() as memory:
                 for c in concurrencies:
                     n = c * rounds
@@ -275,13 +306,17 @@ async def bench(llm_url: str, concurrencies: list[int], max_tokens: int, rounds:
                     run.direct_tok_s[c] = d[0]
                     # tokens/s times the seconds of the run = the tokens sampled.
                     run.tok_per_cpu_s[c] = d[0] * d[3] / cpu if cpu else float("nan")
-                    line = (f"{c:>4} | {d[0]:12.1f} {d[1]:6.2f} {d[2]:6.2f} "
-                            f"{run.tok_per_cpu_s[c]:9.1f} |")
+                    line = (
+                        f"{c:>4} | {d[0]:12.1f} {d[1]:6.2f} {d[2]:6.2f} "
+                        f"{run.tok_per_cpu_s[c]:9.1f} |"
+                    )
                     if with_proxy:
                         key = (await capture.open_session(budget=None, sampling=None)).key
                         p = await load(capture.host_url, key, c, n, body)
-                        line += (f" {p[0]:11.1f} {p[1]:6.2f} {p[2]:6.2f} | {p[0] / d[0]:11.3f} "
-                                 f"{p[1] / d[1]:9.3f}")
+                        line += (
+                            f" {p[0]:11.1f} {p[1]:6.2f} {p[2]:6.2f} | {p[0] / d[0]:11.3f} "
+                            f"{p[1] / d[1]:9.3f}"
+                        )
                     print(line, flush=True)
             print(f"peak resident memory of Ray + vLLM processes: {memory.peak / 2**30:.2f} GiB")
     finally:
@@ -301,18 +336,26 @@ def start_and_bench(config: Path, args: argparse.Namespace, with_proxy: bool) ->
     logs = LogTail()
     started, started_wall = time.perf_counter(), time.time()
     with PeakMemory() as memory:
-        handle = engine_up(config, ray_address=args.address, port=args.port,
-                           progress=lambda m: print(f"  {m}", flush=True))
+        handle = engine_up(
+            config,
+            ray_address=args.address,
+            port=args.port,
+            progress=lambda m: print(f"  {m}", flush=True),
+        )
     run.startup_s = time.perf_counter() - started
     gcs = ray.get_runtime_context().gcs_address
-    run.startup_cpu_s = {"vLLM (EngineCore, worker)": cpu_seconds(gcs, VLLM_PROCESSES),
-                         "Serve replicas (server, ingress)": cpu_seconds(gcs, REPLICA_PROCESSES)}
+    run.startup_cpu_s = {
+        "vLLM (EngineCore, worker)": cpu_seconds(gcs, VLLM_PROCESSES),
+        "Serve replicas (server, ingress)": cpu_seconds(gcs, REPLICA_PROCESSES),
+    }
     text = logs.new_text()
     run.phases = startup_phases(text)
     run.timeline = startup_timeline(text, started_wall, started_wall + run.startup_s)
     run.compile_cache = compile_cache_outcome(text)
-    print(f"engine start-up: {run.startup_s:.0f} s, load {os.getloadavg()[0]:.1f} "
-          f"(peak memory while starting {memory.peak / 2**30:.2f} GiB)")
+    print(
+        f"engine start-up: {run.startup_s:.0f} s, load {os.getloadavg()[0]:.1f} "
+        f"(peak memory while starting {memory.peak / 2**30:.2f} GiB)"
+    )
     for name, seconds in run.timeline:
         print(f"  {name:<58} {seconds:6.1f} s")
     print("  as vLLM timed them:")
@@ -322,8 +365,9 @@ def start_and_bench(config: Path, args: argparse.Namespace, with_proxy: bool) ->
     for name, seconds in run.startup_cpu_s.items():
         print(f"  CPU seconds of {name}: {seconds:.1f}")
     try:
-        asyncio.run(bench(handle.url, args.concurrency, args.max_tokens, args.rounds, run,
-                          with_proxy))
+        asyncio.run(
+            bench(handle.url, args.concurrency, args.max_tokens, args.rounds, run, with_proxy)
+        )
     finally:
         engine_down(handle.app_name)
     return run
@@ -331,27 +375,38 @@ def start_and_bench(config: Path, args: argparse.Namespace, with_proxy: bool) ->
 
 def compare(old: Run, new: Run) -> None:
     print(f"\n{new.config} against {old.config}:")
-    print(f"  start-up {old.startup_s:.0f} s -> {new.startup_s:.0f} s "
-          f"({new.startup_s / old.startup_s:.2f}x)")
+    print(
+        f"  start-up {old.startup_s:.0f} s -> {new.startup_s:.0f} s "
+        f"({new.startup_s / old.startup_s:.2f}x)"
+    )
     for name, seconds in new.startup_cpu_s.items():
         before = old.startup_cpu_s[name]
-        print(f"  start-up CPU seconds of {name}: {before:.1f} -> {seconds:.1f} "
-              f"({seconds / before:.2f}x)")
+        print(
+            f"  start-up CPU seconds of {name}: {before:.1f} -> {seconds:.1f} "
+            f"({seconds / before:.2f}x)"
+        )
     for c, tok_s in new.direct_tok_s.items():
         before = old.direct_tok_s[c]
         print(f"  direct tok/s at {c:>2}: {before:.1f} -> {tok_s:.1f} ({tok_s / before:.3f}x)")
         per_cpu, per_cpu_before = new.tok_per_cpu_s[c], old.tok_per_cpu_s[c]
-        print(f"  tokens per vLLM CPU second at {c:>2}: {per_cpu_before:.1f} -> {per_cpu:.1f} "
-              f"({per_cpu / per_cpu_before:.3f}x)")
+        print(
+            f"  tokens per vLLM CPU second at {c:>2}: {per_cpu_before:.1f} -> {per_cpu:.1f} "
+            f"({per_cpu / per_cpu_before:.3f}x)"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm-url", help="an engine already running (skips start-up)")
-    parser.add_argument("--config", type=Path, default=ROOT / "serve_configs/engine_cpu.yaml",
-                        help="Serve YAML to start the engine from")
-    parser.add_argument("--baseline", type=Path,
-                        help="Serve YAML to start and measure first, as the 'before'")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=ROOT / "serve_configs/engine_cpu.yaml",
+        help="Serve YAML to start the engine from",
+    )
+    parser.add_argument(
+        "--baseline", type=Path, help="Serve YAML to start and measure first, as the 'before'"
+    )
     parser.add_argument("--address", help="Ray cluster to start engines on (default: a local one)")
     parser.add_argument("--port", type=int, help="HTTP port instead of the YAML's")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
@@ -360,8 +415,9 @@ def main() -> None:
     args = parser.parse_args()
     set_switches()  # before Ray is imported (start_and_bench imports it)
     if args.llm_url is not None:
-        asyncio.run(bench(args.llm_url, args.concurrency, args.max_tokens, args.rounds,
-                          Run(args.config)))
+        asyncio.run(
+            bench(args.llm_url, args.concurrency, args.max_tokens, args.rounds, Run(args.config))
+        )
         return
     old = start_and_bench(args.baseline, args, with_proxy=False) if args.baseline else None
     new = start_and_bench(args.config, args, with_proxy=True)

@@ -43,8 +43,13 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-async def timed(updater: WeightUpdater | None, save: Callable[[Path], None], scratch: Path,
-                runs: int, label: str) -> None:
+async def timed(
+    updater: WeightUpdater | None,
+    save: Callable[[Path], None],
+    scratch: Path,
+    runs: int,
+    label: str,
+) -> None:
     """`runs` saves and updates (None: saves only), each to a new directory as
     `WeightSync` makes them."""
     saves, sizes, results = [], [], []
@@ -64,18 +69,26 @@ async def timed(updater: WeightUpdater | None, save: Callable[[Path], None], scr
     def median(values: list[float]) -> str:
         return f"{statistics.median(values):.3f}"
 
-    steps = "  ".join(f"{step} {median([r.step_seconds[step] for r in results])}"
-                      for step in (results[0].step_seconds if results else ()))
-    update = (f"update {steps}  total {median([r.seconds for r in results])} s"
-              if results else "no engine to update")
-    print(f"{label:<8} save {median(saves)} s, {statistics.median(sizes):,.0f} bytes;  "
-          f"{update}  (median of {runs})")
+    steps = "  ".join(
+        f"{step} {median([r.step_seconds[step] for r in results])}"
+        for step in (results[0].step_seconds if results else ())
+    )
+    update = (
+        f"update {steps}  total {median([r.seconds for r in results])} s"
+        if results
+        else "no engine to update"
+    )
+    print(
+        f"{label:<8} save {median(saves)} s, {statistics.median(sizes):,.0f} bytes;  "
+        f"{update}  (median of {runs})"
+    )
 
 
 def adapter_saver(model_dir: Path, rank: int) -> Callable[[Path], None]:
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"],
-                        init_lora_weights=False)
+    config = LoraConfig(
+        r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
     model: Any = get_peft_model(base, config)
 
     def save(path: Path) -> None:
@@ -102,8 +115,11 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-lora-") as scratch:
         lora = serve_weight_updater(args.lora_app, str(served))
         await timed(lora, adapter_saver(served, args.rank), Path(scratch), args.runs, "adapter")
-        full = (None if args.full_app is None else
-                serve_weight_updater(args.full_app, str(served), version=args.full_version))
+        full = (
+            None
+            if args.full_app is None
+            else serve_weight_updater(args.full_app, str(served), version=args.full_version)
+        )
         await timed(full, full_saver(served), Path(scratch), args.runs, "full")
         if full is not None:  # the original weights back (the copies hold the same numbers)
             await full.update(str(served), full.version + 1)
@@ -112,16 +128,21 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     set_switches()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default=None,
-                        help="the engines' Ray cluster (default: a local one)")
-    parser.add_argument("--config", type=Path,
-                        help="start the LoRA engine from this Serve YAML here, and stop it")
-    parser.add_argument("--lora-app", default="engine-lora",
-                        help="the Serve application of the engine with `lora:`")
-    parser.add_argument("--full-app", default=None,
-                        help="the Serve application of an engine without `lora:`")
-    parser.add_argument("--full-version", type=int, default=0,
-                        help="the version --full-app serves now")
+    parser.add_argument(
+        "--address", default=None, help="the engines' Ray cluster (default: a local one)"
+    )
+    parser.add_argument(
+        "--config", type=Path, help="start the LoRA engine from this Serve YAML here, and stop it"
+    )
+    parser.add_argument(
+        "--lora-app", default="engine-lora", help="the Serve application of the engine with `lora:`"
+    )
+    parser.add_argument(
+        "--full-app", default=None, help="the Serve application of an engine without `lora:`"
+    )
+    parser.add_argument(
+        "--full-version", type=int, default=0, help="the version --full-app serves now"
+    )
     parser.add_argument("--model-dir", type=Path, help="the checkpoint the engines serve")
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)

@@ -50,40 +50,64 @@ KEY = "bench-key"
 TASK = "hello-file"
 
 
-async def through_sweep(concurrency: int, count: int, args: argparse.Namespace,
-                        proxy: ProxyTarget, out: Path) -> float:
+async def through_sweep(
+    concurrency: int, count: int, args: argparse.Namespace, proxy: ProxyTarget, out: Path
+) -> float:
     """Wall seconds of a sweep of `count` stub rollouts at `concurrency`."""
-    specs = make_specs(select_tasks(resolve_dataset("samples"), [TASK]), count,
-                       agent="terminus-2", sandbox="local", trials_dir=out / "trials",
-                       run_id=f"sweep{concurrency}")
-    config = SweepConfig(out=out, concurrency=concurrency, rollouts_per_host=args.rollouts_per_host,
-                         proxy=proxy, retries=0)
+    specs = make_specs(
+        select_tasks(resolve_dataset("samples"), [TASK]),
+        count,
+        agent="terminus-2",
+        sandbox="local",
+        trials_dir=out / "trials",
+        run_id=f"sweep{concurrency}",
+    )
+    config = SweepConfig(
+        out=out,
+        concurrency=concurrency,
+        rollouts_per_host=args.rollouts_per_host,
+        proxy=proxy,
+        retries=0,
+    )
     started = time.perf_counter()
     stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think))
     assert stats.ok == count, stats
     return time.perf_counter() - started
 
 
-async def through_service(concurrency: int, count: int, args: argparse.Namespace,
-                          proxy: ProxyTarget, out: Path) -> tuple[float, float]:
+async def through_service(
+    concurrency: int, count: int, args: argparse.Namespace, proxy: ProxyTarget, out: Path
+) -> tuple[float, float]:
     """Wall seconds of `count` stub rollouts submitted in groups to the controller at
     `concurrency`, and the controller process's CPU seconds over them."""
     name = f"bench{concurrency}"
-    config = ControllerConfig(work_dir=out, proxy=proxy, concurrency=concurrency,
-                              capacity=count, rollouts_per_host=args.rollouts_per_host,
-                              retries=0)
-    handle = start_controller(name, config, FakeWeightUpdater(),
-                              work=chat_agent(args.calls, args.think))
+    config = ControllerConfig(
+        work_dir=out,
+        proxy=proxy,
+        concurrency=concurrency,
+        capacity=count,
+        rollouts_per_host=args.rollouts_per_host,
+        retries=0,
+    )
+    handle = start_controller(
+        name, config, FakeWeightUpdater(), work=chat_agent(args.calls, args.think)
+    )
     await handle.policy.remote()  # constructed
     process = psutil.Process(await handle.__ray_call__.remote(lambda _: os.getpid()))
     sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_controller_app(ActorController(handle), KEY),
-                                           log_level="warning", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_controller_app(ActorController(handle), KEY),
+            log_level="warning",
+            access_log=False,
+        )
+    )
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=120, headers={
-                "authorization": f"Bearer {KEY}"}) as http:
+        async with httpx.AsyncClient(
+            base_url=url, timeout=120, headers={"authorization": f"Bearer {KEY}"}
+        ) as http:
             while not server.started:
                 await asyncio.sleep(0.01)
             cpu_before = sum(process.cpu_times()[:2])
@@ -91,19 +115,26 @@ async def through_service(concurrency: int, count: int, args: argparse.Namespace
             groups = math.ceil(count / args.group)
             for g in range(groups):
                 n = min(args.group, count - g * args.group)
-                reply = await http.post("/v1/rollouts", json={
-                    "request_id": f"{name}-{g}", "agent": "terminus-2",
-                    "tasks": [{"task": TASK, "n": n}]})
+                reply = await http.post(
+                    "/v1/rollouts",
+                    json={
+                        "request_id": f"{name}-{g}",
+                        "agent": "terminus-2",
+                        "tasks": [{"task": TASK, "n": n}],
+                    },
+                )
                 assert reply.status_code == 202, reply.text
             rows = 0
             while rows < count:
-                batch = (await http.get("/v1/groups", params={"wait_s": 5, "max": 100})
-                         ).json()["groups"]
+                batch = (await http.get("/v1/groups", params={"wait_s": 5, "max": 100})).json()[
+                    "groups"
+                ]
                 if batch:
                     rows += sum(len(g["rollouts"]) for g in batch)
                     assert all(r["ok"] for g in batch for r in g["rollouts"])
-                    await http.post("/v1/groups/ack", json={
-                        "group_ids": [g["group_id"] for g in batch]})
+                    await http.post(
+                        "/v1/groups/ack", json={"group_ids": [g["group_id"] for g in batch]}
+                    )
             wall = time.perf_counter() - started
             cpu = sum(process.cpu_times()[:2]) - cpu_before
     finally:
@@ -115,14 +146,16 @@ async def through_service(concurrency: int, count: int, args: argparse.Namespace
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--rollouts", type=int, default=192, help="per concurrency and driver")
     parser.add_argument("--group", type=int, default=8, help="rollouts per submitted group")
     add_workload_args(parser)
-    parser.add_argument("--per-host", dest="rollouts_per_host", type=int, default=16,
-                        help="rollouts per host")
+    parser.add_argument(
+        "--per-host", dest="rollouts_per_host", type=int, default=16, help="rollouts per host"
+    )
     args = parser.parse_args()
     set_switches()  # before Ray starts
 
@@ -132,32 +165,44 @@ def main() -> None:
     results = []
     proxy = None
     try:
-        proxy = start_capture_proxy(llm_url, asyncio.run(certified_model(llm_url)),
-                                    ingress="direct", replicas=args.replicas)
+        proxy = start_capture_proxy(
+            llm_url, asyncio.run(certified_model(llm_url)), ingress="direct", replicas=args.replicas
+        )
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as root:
             for c in args.concurrency:
-                sweep_s = asyncio.run(through_sweep(c, args.rollouts, args, proxy,
-                                                    Path(root) / f"sweep{c}"))
-                service_s, cpu_s = asyncio.run(through_service(
-                    c, args.rollouts, args, proxy, Path(root) / f"online{c}"))
+                sweep_s = asyncio.run(
+                    through_sweep(c, args.rollouts, args, proxy, Path(root) / f"sweep{c}")
+                )
+                service_s, cpu_s = asyncio.run(
+                    through_service(c, args.rollouts, args, proxy, Path(root) / f"online{c}")
+                )
                 results.append((c, sweep_s, service_s, cpu_s))
-                print(f"c={c}: sweep {sweep_s:.1f} s, service {service_s:.1f} s, "
-                      f"controller CPU {cpu_s:.1f} s", flush=True)
+                print(
+                    f"c={c}: sweep {sweep_s:.1f} s, service {service_s:.1f} s, "
+                    f"controller CPU {cpu_s:.1f} s",
+                    flush=True,
+                )
     finally:
         if proxy is not None:
             stop_capture_proxy(proxy)
         engine.terminate()
         ray.shutdown()
-    print(f"\n{args.rollouts} rollouts per run (groups of {args.group}), {args.calls} calls "
-          f"{args.think:g} s apart, stub engine {args.delay_ms:g} ms, "
-          f"{args.rollouts_per_host} per host")
-    print("| concurrency | sweep rollouts/min | service rollouts/min | ratio (target >= 0.9) "
-          "| controller CPU ms per rollout |")
+    print(
+        f"\n{args.rollouts} rollouts per run (groups of {args.group}), {args.calls} calls "
+        f"{args.think:g} s apart, stub engine {args.delay_ms:g} ms, "
+        f"{args.rollouts_per_host} per host"
+    )
+    print(
+        "| concurrency | sweep rollouts/min | service rollouts/min | ratio (target >= 0.9) "
+        "| controller CPU ms per rollout |"
+    )
     print("|---|---|---|---|---|")
     for c, sweep_s, service_s, cpu_s in results:
         n = args.rollouts
-        print(f"| {c} | {60 * n / sweep_s:.0f} | {60 * n / service_s:.0f} | "
-              f"{sweep_s / service_s:.2f} | {1e3 * cpu_s / n:.1f} |")
+        print(
+            f"| {c} | {60 * n / sweep_s:.0f} | {60 * n / service_s:.0f} | "
+            f"{sweep_s / service_s:.2f} | {1e3 * cpu_s / n:.1f} |"
+        )
 
 
 if __name__ == "__main__":

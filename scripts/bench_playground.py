@@ -32,8 +32,26 @@ from tests.playground.served import FakeRollouts, served  # noqa: E402
 from tests.report.browser import chromium, js_errors, wait_for  # noqa: E402
 
 _TOML = 'version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 300.0\n'
-_WORDS = ("parse", "the", "log", "file", "and", "count", "distinct", "users", "per",
-          "region", "then", "write", "a", "json", "summary", "sorted", "by", "name")
+_WORDS = (
+    "parse",
+    "the",
+    "log",
+    "file",
+    "and",
+    "count",
+    "distinct",
+    "users",
+    "per",
+    "region",
+    "then",
+    "write",
+    "a",
+    "json",
+    "summary",
+    "sorted",
+    "by",
+    "name",
+)
 
 _TYPE_ONE = """
 const [box, text] = arguments;
@@ -108,28 +126,43 @@ def main() -> None:
         catalog = Catalog([resolve_dataset(str(root))])
         print(f"tasks: {args.tasks}; resolved in {time.perf_counter() - began:.2f} s")
         rollouts = FakeRollouts(calls=args.turns, tokens=args.call_tokens)
-        with served(catalog, Path(scratch) / "runs", rollouts=rollouts) as url, \
-                chromium() as driver:
+        with (
+            served(catalog, Path(scratch) / "runs", rollouts=rollouts) as url,
+            chromium() as driver,
+        ):
             began = time.perf_counter()
             driver.get(url)
-            wait_for(lambda: driver.execute_script(
-                "return document.querySelectorAll('#task-list li').length") > 0,
-                what="the list")
+            wait_for(
+                lambda: (
+                    driver.execute_script(
+                        "return document.querySelectorAll('#task-list li').length"
+                    )
+                    > 0
+                ),
+                what="the list",
+            )
             drawn = time.perf_counter() - began
             count = driver.execute_script(
-                "return document.getElementById('task-count').textContent")
+                "return document.getElementById('task-count').textContent"
+            )
             print(f"page to full list drawn: {drawn:.2f} s ({count})")
             size = driver.execute_script(
-                "return fetch('/api/tasks').then(r => r.text()).then(t => t.length)")
+                "return fetch('/api/tasks').then(r => r.text()).then(t => t.length)"
+            )
             print(f"/api/tasks: {size / 1e6:.2f} MB")
             box = driver.find_element("id", "task-filter")
-            times = [driver.execute_script(_TYPE_ONE, box, args.query[:n])
-                     for n in range(1, len(args.query) + 1)]
+            times = [
+                driver.execute_script(_TYPE_ONE, box, args.query[:n])
+                for n in range(1, len(args.query) + 1)
+            ]
             shown = driver.execute_script(
-                "return document.querySelectorAll('#task-list li').length")
-            print(f"filter as you type ({len(times)} keystrokes of {args.query!r}, "
-                  f"{shown} shown at the end): median {statistics.median(times):.1f} ms, "
-                  f"max {max(times):.1f} ms")
+                "return document.querySelectorAll('#task-list li').length"
+            )
+            print(
+                f"filter as you type ({len(times)} keystrokes of {args.query!r}, "
+                f"{shown} shown at the end): median {statistics.median(times):.1f} ms, "
+                f"max {max(times):.1f} ms"
+            )
             run_view(driver, str(root), args.turns)
             assert js_errors(driver) == []
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -140,18 +173,25 @@ def run_view(driver, dataset: str, turns: int) -> None:  # type: ignore[no-untyp
     driver.set_script_timeout(300)
     run = driver.execute_async_script(_RUN_ONE, {"dataset": dataset, "name": "task-00000"})
     driver.find_element("css selector", "#tabs button[data-tab=runs]").click()
-    wait_for(lambda: "done" in driver.find_element("id", "run-list").text,
-             timeout_s=300, what="the run done")
+    wait_for(
+        lambda: "done" in driver.find_element("id", "run-list").text,
+        timeout_s=300,
+        what="the run done",
+    )
     size = driver.execute_script(
         "const id = arguments[0]; let next = 0, bytes = 0;"
         "const read = () => fetch('/api/calls?id=' + id + '&after=' + next)"
         ".then(r => r.text()).then(t => { bytes += t.length; const p = JSON.parse(t);"
-        " next = p.next; return p.more ? read() : bytes; }); return read();", run["id"])
+        " next = p.next; return p.more ? read() : bytes; }); return read();",
+        run["id"],
+    )
     row = driver.find_element("css selector", "#run-list tbody tr")
     timing = driver.execute_async_script(_OPEN_RUN, row, turns)
-    print(f"run view, {turns} calls ({size / 1e6:.2f} MB over /api/calls): all drawn "
-          f"{timing['drawn']:.0f} ms after the click; longest task "
-          f"{timing['longest_task']:.0f} ms, longest frame {timing['longest_frame']:.0f} ms")
+    print(
+        f"run view, {turns} calls ({size / 1e6:.2f} MB over /api/calls): all drawn "
+        f"{timing['drawn']:.0f} ms after the click; longest task "
+        f"{timing['longest_task']:.0f} ms, longest frame {timing['longest_frame']:.0f} ms"
+    )
     assert timing["before"] == 0
 
 

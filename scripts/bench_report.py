@@ -51,24 +51,36 @@ def _text(rng: np.random.Generator, words: int) -> str:
     return " ".join(rng.choice(WORDS, words))
 
 
-def synthetic_turns(rng: np.random.Generator, turns: int, system: int, growth: int,
-                    reply: int) -> list[TurnRecord]:
+def synthetic_turns(
+    rng: np.random.Generator, turns: int, system: int, growth: int, reply: int
+) -> list[TurnRecord]:
     prompt = rng.integers(0, VOCAB, system, dtype=np.int32)
-    messages: list[dict] = [{"role": "system", "content": _text(rng, system // 2)},
-                            {"role": "user", "content": _text(rng, 40)}]
+    messages: list[dict] = [
+        {"role": "system", "content": _text(rng, system // 2)},
+        {"role": "user", "content": _text(rng, 40)},
+    ]
     out = []
     for index in range(turns):
         sampled = rng.integers(0, VOCAB, reply, dtype=np.int32)
         logprobs = -rng.exponential(0.7, reply).astype(np.float32)
         logprobs[rng.random(reply) < 0.01] = np.nan
         answer = {"role": "assistant", "content": _text(rng, reply // 2)}
-        out.append(TurnRecord(
-            index=index, dialect="chat", prompt_ids=prompt, token_ids=sampled,
-            logprobs=logprobs, finish_reason="stop",
-            request_messages_json=orjson.dumps(messages),
-            response_message_json=orjson.dumps(answer), request_model="bench",
-            started_at=1000.0 + index * 3.0 + rng.random(), ended_at=1002.0 + index * 3.0,
-            auxiliary=False))
+        out.append(
+            TurnRecord(
+                index=index,
+                dialect="chat",
+                prompt_ids=prompt,
+                token_ids=sampled,
+                logprobs=logprobs,
+                finish_reason="stop",
+                request_messages_json=orjson.dumps(messages),
+                response_message_json=orjson.dumps(answer),
+                request_model="bench",
+                started_at=1000.0 + index * 3.0 + rng.random(),
+                ended_at=1002.0 + index * 3.0,
+                auxiliary=False,
+            )
+        )
         result = rng.integers(0, VOCAB, growth, dtype=np.int32)
         prompt = np.concatenate([prompt, sampled, result])
         messages = [*messages, answer, {"role": "tool", "content": _text(rng, growth // 2)}]
@@ -81,20 +93,34 @@ def make_dataset(out: Path, args: argparse.Namespace) -> None:
     for k in range(args.rollouts):
         failed = k % 10 == 9
         turns = args.long_turns if k == 0 else args.turns
-        capture = close_capture(synthetic_turns(rng, turns, args.system, args.growth,
-                                                args.reply))
+        capture = close_capture(synthetic_turns(rng, turns, args.system, args.growth, args.reply))
         reward = None if failed else float(rng.random() < 0.4)
-        writer.add(encode_record(RolloutResult(
-            rollout_id=f"task-{k % TASKS:02d}__{k // TASKS}__bench", task=f"task-{k % TASKS:02d}",
-            attempt=k // TASKS, agent="bench", sandbox="none", model="bench",
-            ok=not failed and capture.trainable, reward=reward,
-            reward_key=None if reward is None else "reward",
-            rewards={} if reward is None else {"reward": reward},
-            error_type=ErrorType.VERIFIER_ERROR if failed else None,
-            error="verifier failed" if failed else None, counts=capture.counts,
-            model_calls=turns,
-            timings={"agent_execution": float(rng.gamma(4, 5)), "verifier": float(rng.gamma(2, 1)),
-                     "total": 60.0}), capture))
+        writer.add(
+            encode_record(
+                RolloutResult(
+                    rollout_id=f"task-{k % TASKS:02d}__{k // TASKS}__bench",
+                    task=f"task-{k % TASKS:02d}",
+                    attempt=k // TASKS,
+                    agent="bench",
+                    sandbox="none",
+                    model="bench",
+                    ok=not failed and capture.trainable,
+                    reward=reward,
+                    reward_key=None if reward is None else "reward",
+                    rewards={} if reward is None else {"reward": reward},
+                    error_type=ErrorType.VERIFIER_ERROR if failed else None,
+                    error="verifier failed" if failed else None,
+                    counts=capture.counts,
+                    model_calls=turns,
+                    timings={
+                        "agent_execution": float(rng.gamma(4, 5)),
+                        "verifier": float(rng.gamma(2, 1)),
+                        "total": 60.0,
+                    },
+                ),
+                capture,
+            )
+        )
     writer.close(1.0)
 
 
@@ -107,12 +133,16 @@ def browser_times(page: Path) -> tuple[float, float, float]:
         started = time.perf_counter()
         driver.get(page.as_uri())
         loaded = time.perf_counter() - started
-        rendered = wait_for(lambda: driver.execute_script(
-            "return window.harborReport && window.harborReport.renderedMs"), what="the draw")
+        rendered = wait_for(
+            lambda: driver.execute_script(
+                "return window.harborReport && window.harborReport.renderedMs"
+            ),
+            what="the draw",
+        )
         row = driver.find_elements(By.CSS_SELECTOR, "#rollout-list tbody tr")[1]  # 0: the long one
         trace_ms = driver.execute_script(
-            "const t = performance.now(); arguments[0].click(); return performance.now() - t",
-            row)
+            "const t = performance.now(); arguments[0].click(); return performance.now() - t", row
+        )
         assert driver.find_elements(By.CSS_SELECTOR, ".tok.sampled")
         errors = js_errors(driver)
         if errors:
@@ -160,10 +190,17 @@ def main() -> None:
     parser.add_argument("--system", type=int, default=1000)
     parser.add_argument("--growth", type=int, default=150)
     parser.add_argument("--reply", type=int, default=60)
-    parser.add_argument("--long-turns", type=int, default=200,
-                        help="Calls of the first rollout, whose trace is timed apart.")
-    parser.add_argument("--tokenizer", help="The tokenizer for the token text (default: "
-                        "the default model's, when it is prepared on this machine).")
+    parser.add_argument(
+        "--long-turns",
+        type=int,
+        default=200,
+        help="Calls of the first rollout, whose trace is timed apart.",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        help="The tokenizer for the token text (default: "
+        "the default model's, when it is prepared on this machine).",
+    )
     parser.add_argument("--keep", type=Path, help="Write the dataset here and keep it.")
     args = parser.parse_args()
     set_switches()
@@ -171,8 +208,10 @@ def main() -> None:
         out = args.keep or Path(temp) / "out"
         started = time.perf_counter()
         make_dataset(out, args)
-        print(f"dataset: {args.rollouts} rollouts x {args.turns} turns "
-              f"in {time.perf_counter() - started:.1f} s")
+        print(
+            f"dataset: {args.rollouts} rollouts x {args.turns} turns "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
         from plotly.offline import get_plotlyjs
 
         tokenizer = args.tokenizer or _default_tokenizer()
@@ -181,18 +220,24 @@ def main() -> None:
         page = write_report(out, tokenizer=tokenizer)
         built = time.perf_counter() - started
         size, plotly_js = page.stat().st_size, len(get_plotlyjs())
-        print(f"report: {size / 1e6:.1f} MB ({plotly_js / 1e6:.1f} MB plotly.js, "
-              f"{(size - plain.stat().st_size) / 1e6:.2f} MB token text from {tokenizer}), "
-              f"built in {built:.1f} s")
+        print(
+            f"report: {size / 1e6:.1f} MB ({plotly_js / 1e6:.1f} MB plotly.js, "
+            f"{(size - plain.stat().st_size) / 1e6:.2f} MB token text from {tokenizer}), "
+            f"built in {built:.1f} s"
+        )
         loaded, rendered, trace = browser_times(page)
-        print(f"chromium: load event {loaded:.1f} s, first full draw {rendered:.1f} s "
-              f"after navigation, one trace drawn in {trace:.2f} s")
+        print(
+            f"chromium: load event {loaded:.1f} s, first full draw {rendered:.1f} s "
+            f"after navigation, one trace drawn in {trace:.2f} s"
+        )
         long_id = "task-00__0__bench"
         for name, report in (("token text", page), ("ids", plain)):
             t = long_trace_times(report, long_id)
-            print(f"{args.long_turns}-turn trace as {name}: {t['tokens']} sampled tokens, "
-                  f"first turns shown in {t['first'] / 1000:.2f} s, all drawn in "
-                  f"{t['all'] / 1000:.2f} s, longest task {t['longest'] / 1000:.3f} s")
+            print(
+                f"{args.long_turns}-turn trace as {name}: {t['tokens']} sampled tokens, "
+                f"first turns shown in {t['first'] / 1000:.2f} s, all drawn in "
+                f"{t['all'] / 1000:.2f} s, longest task {t['longest'] / 1000:.3f} s"
+            )
 
 
 def _default_tokenizer() -> str:

@@ -64,8 +64,17 @@ from tests.fixtures.stub_agent import chat_agent
 
 def start_engine(delay_ms: float) -> tuple[subprocess.Popen, str]:
     sock_port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
-                             "--port", str(sock_port), "--delay-ms", str(delay_ms)])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.capture.proxy.fake_engine",
+            "--port",
+            str(sock_port),
+            "--delay-ms",
+            str(delay_ms),
+        ]
+    )
     return proc, f"http://127.0.0.1:{sock_port}/v1"
 
 
@@ -88,8 +97,9 @@ def netns_cpu_s(namespaces: list[str]) -> float:
     children's)."""
     total = 0
     for ns in namespaces:
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
-                              check=False).stdout.split()
+        pids = subprocess.run(
+            ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False
+        ).stdout.split()
         for pid in pids:
             if (fields := procfs.stat_fields(pid)) is not None:
                 total += procfs.cpu_s(fields, children=True)
@@ -134,8 +144,9 @@ def tree_cpu_s(driver: int, engine: int | None) -> dict[int, tuple[str, float]]:
     return out
 
 
-def cpu_by_class(start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]
-                 ) -> dict[str, float]:
+def cpu_by_class(
+    start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]
+) -> dict[str, float]:
     """CPU seconds each process class used between two `tree_cpu_s` readings (a process
     that started in between counts from zero; one that ended is lost, as are its
     seconds: few and short-lived here, such as reaper tasks)."""
@@ -182,9 +193,23 @@ class Profiler:
             if name in first:
                 path = self.directory / f"{name.replace(' ', '_')}-{first[name]}.txt"
                 proc = subprocess.Popen(
-                    [self.py_spy, "record", "--pid", str(first[name]), "--format", "raw",
-                     "--nonblocking", "--gil", "--rate", "200", "-o", str(path)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    [
+                        self.py_spy,
+                        "record",
+                        "--pid",
+                        str(first[name]),
+                        "--format",
+                        "raw",
+                        "--nonblocking",
+                        "--gil",
+                        "--rate",
+                        "200",
+                        "-o",
+                        str(path),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 self._running[name] = (proc, path)
 
     def stop(self) -> None:
@@ -231,23 +256,43 @@ def _short(frame: str) -> str:
     return f"{name} ({Path(where.rsplit(':', 1)[0]).name})" if where else name
 
 
-async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarget,
-                    out_root: Path, engine_pid: int | None) -> dict[str, Any]:
+async def one_level(
+    concurrency: int,
+    args: argparse.Namespace,
+    proxy: ProxyTarget,
+    out_root: Path,
+    engine_pid: int | None,
+) -> dict[str, Any]:
     tasks = select_tasks(resolve_dataset("samples"), ["hello-file"])
     count = concurrency * args.waves
     out = out_root / f"c{concurrency}"
-    specs = make_specs(tasks, count, agent="terminus-2", sandbox="local",
-                       trials_dir=out / "trials", run_id=f"bench{concurrency}")
+    specs = make_specs(
+        tasks,
+        count,
+        agent="terminus-2",
+        sandbox="local",
+        trials_dir=out / "trials",
+        run_id=f"bench{concurrency}",
+    )
     rollouts_per_host = args.rollouts_per_host or max(8, math.ceil(concurrency / args.max_hosts))
-    config = SweepConfig(out=out, concurrency=concurrency, rollouts_per_host=rollouts_per_host,
-                         proxy=proxy, retries=0, commit_every_s=args.commit_every_s)
+    config = SweepConfig(
+        out=out,
+        concurrency=concurrency,
+        rollouts_per_host=rollouts_per_host,
+        proxy=proxy,
+        retries=0,
+        commit_every_s=args.commit_every_s,
+    )
     cpu: dict[str, float] = {}
     tree: dict[str, dict[int, tuple[str, float]]] = {}
     hosts: list[int] = []
     threads: dict[str, dict[str, float]] = {}
     # Kept after the run (the output directory is not), named in the output.
-    profiler = (Profiler(args.py_spy, Path(tempfile.mkdtemp(prefix="hr-bench-profiles-")))
-                if args.py_spy else None)
+    profiler = (
+        Profiler(args.py_spy, Path(tempfile.mkdtemp(prefix="hr-bench-profiles-")))
+        if args.py_spy
+        else None
+    )
 
     def on_stats(stats) -> None:
         # From the first wave's end (the hosts are up and warm: their start-up is not a
@@ -273,35 +318,56 @@ async def one_level(concurrency: int, args: argparse.Namespace, proxy: ProxyTarg
 
     started = time.perf_counter()
     wall_start = time.time()
-    stats = await sweep(specs, config, {}, work=chat_agent(args.calls, args.think),
-                        on_stats=on_stats)
+    stats = await sweep(
+        specs, config, {}, work=chat_agent(args.calls, args.think), on_stats=on_stats
+    )
     wall = time.perf_counter() - started
     # The calls of the rollouts that ended in between (those in flight at either end
     # roughly cancel out).
-    cpu_ms = (1e3 * (cpu["end"] - cpu["start"]) / ((count - concurrency) * args.calls)
-              if "start" in cpu and "end" in cpu and count > concurrency else float("nan"))
+    cpu_ms = (
+        1e3 * (cpu["end"] - cpu["start"]) / ((count - concurrency) * args.calls)
+        if "start" in cpu and "end" in cpu and count > concurrency
+        else float("nan")
+    )
     # The same window, by process class, per rollout that ended in it.
     steady = count - concurrency
-    by_class = ({name: 1e3 * s / steady for name, s in
-                 cpu_by_class(tree["start"], tree["end"]).items()}
-                if "end" in tree and steady > 0 else {})
+    by_class = (
+        {name: 1e3 * s / steady for name, s in cpu_by_class(tree["start"], tree["end"]).items()}
+        if "end" in tree and steady > 0
+        else {}
+    )
     window_s = cpu.get("end_t", 0.0) - cpu.get("start_t", 0.0)
-    by_thread = ({name: 1e3 * (used - threads["start"].get(name, 0.0)) / steady
-                  for name, used in threads["end"].items()}
-                 if "end" in threads and steady > 0 else {})
-    return {"concurrency": concurrency, "rollouts": count, "ok": stats.ok,
-            "cluster_cpu_ms_per_call": cpu_ms, "cpu_ms_per_rollout": by_class,
-            "host_thread_ms_per_rollout": by_thread,
-            "steady_window_s": window_s, "load": os.getloadavg(),
-            "profiles": None if profiler is None else profiler.summaries(),
-            "hosts": math.ceil(concurrency / rollouts_per_host), "peak": stats.peak_in_flight,
-            "wall_s": wall, "per_min": 60 * count / wall,
-            "calls_per_s": count * args.calls / wall, "errors": dict(stats.by_error),
-            **breakdown(out, wall_start, wall, concurrency, stats.write_s)}
+    by_thread = (
+        {
+            name: 1e3 * (used - threads["start"].get(name, 0.0)) / steady
+            for name, used in threads["end"].items()
+        }
+        if "end" in threads and steady > 0
+        else {}
+    )
+    return {
+        "concurrency": concurrency,
+        "rollouts": count,
+        "ok": stats.ok,
+        "cluster_cpu_ms_per_call": cpu_ms,
+        "cpu_ms_per_rollout": by_class,
+        "host_thread_ms_per_rollout": by_thread,
+        "steady_window_s": window_s,
+        "load": os.getloadavg(),
+        "profiles": None if profiler is None else profiler.summaries(),
+        "hosts": math.ceil(concurrency / rollouts_per_host),
+        "peak": stats.peak_in_flight,
+        "wall_s": wall,
+        "per_min": 60 * count / wall,
+        "calls_per_s": count * args.calls / wall,
+        "errors": dict(stats.by_error),
+        **breakdown(out, wall_start, wall, concurrency, stats.write_s),
+    }
 
 
-def breakdown(out: Path, wall_start: float, wall: float, concurrency: int,
-              write_s: float) -> dict[str, float]:
+def breakdown(
+    out: Path, wall_start: float, wall: float, concurrency: int, write_s: float
+) -> dict[str, float]:
     """Where the wall time went, from the rows' own marks (the stub agent's) and the
     commit times of their parts."""
     rows = pq.read_table(out / "rollouts", columns=["rollout_id", "timings"]).to_pylist()
@@ -317,12 +383,15 @@ def breakdown(out: Path, wall_start: float, wall: float, concurrency: int,
     after = wall - startup
     ended_after = sum(1 for m in marks if m["ended_at"] - wall_start >= startup)
     return {
-        "first_work_s": starts[0], "startup_s": startup,
+        "first_work_s": starts[0],
+        "startup_s": startup,
         "open_ms": 1e3 * statistics.median(m["open"] for m in marks),
         "calls_s": statistics.median(m["calls"] for m in marks),
         "close_ms": 1e3 * statistics.median(m["close"] for m in marks),
-        "last_start_s": starts[-1], "last_end_s": max(m["ended_at"] for m in marks) - wall_start,
-        "work_s": work, "return_to_commit_ms": 1e3 * statistics.median(lag),
+        "last_start_s": starts[-1],
+        "last_end_s": max(m["ended_at"] for m in marks) - wall_start,
+        "work_s": work,
+        "return_to_commit_ms": 1e3 * statistics.median(lag),
         "write_ms_per_rollout": 1e3 * write_s / len(rows),
         "after_startup_per_min": 60 * ended_after / max(after, 1e-9),
         "ideal_per_min": concurrency * 60 / work,
@@ -333,36 +402,60 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     """The stub agent's rollout and the stub engine, as the sweep and online benchmarks
     both run them."""
     parser.add_argument("--calls", type=int, default=3, help="model calls per rollout")
-    parser.add_argument("--think", type=float, default=0.5,
-                        help="seconds the stub agent waits between calls")
+    parser.add_argument(
+        "--think", type=float, default=0.5, help="seconds the stub agent waits between calls"
+    )
     parser.add_argument("--delay-ms", type=float, default=50.0, help="stub engine latency")
     parser.add_argument("--replicas", type=int, default=2, help="capture proxy replicas")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--waves", type=int, default=3, help="rollouts = waves x concurrency")
     add_workload_args(parser)
-    parser.add_argument("--ingress", choices=get_args(Ingress), default="direct",
-                        help="agents reach the replicas via their host's relay or Serve, "
-                             "or the hosts serve the proxy themselves (no replicas)")
-    parser.add_argument("--per-host", dest="rollouts_per_host", type=int, default=None,
-                        help="rollouts per host (default: enough for --max-hosts hosts)")
+    parser.add_argument(
+        "--ingress",
+        choices=get_args(Ingress),
+        default="direct",
+        help="agents reach the replicas via their host's relay or Serve, "
+        "or the hosts serve the proxy themselves (no replicas)",
+    )
+    parser.add_argument(
+        "--per-host",
+        dest="rollouts_per_host",
+        type=int,
+        default=None,
+        help="rollouts per host (default: enough for --max-hosts hosts)",
+    )
     parser.add_argument("--max-hosts", type=int, default=20)
-    parser.add_argument("--commit-s", dest="commit_every_s", type=float,
-                        default=SweepConfig.commit_every_s,
-                        help="seconds between the driver's commits (0: one per rollout)")
+    parser.add_argument(
+        "--commit-s",
+        dest="commit_every_s",
+        type=float,
+        default=SweepConfig.commit_every_s,
+        help="seconds between the driver's commits (0: one per rollout)",
+    )
     parser.add_argument("--ray-address", default=None)
-    parser.add_argument("--llm-url", default=None,
-                        help="an engine already running (default: start the stub engine)")
-    parser.add_argument("--netns-nodes", type=int, default=None,
-                        help="run on a cluster of this many namespaced nodes (root)")
-    parser.add_argument("--py-spy", default=None, metavar="PATH",
-                        help="py-spy's executable: profile one host, the driver and the "
-                             "stub engine over the steady state and print their hottest "
-                             "functions")
+    parser.add_argument(
+        "--llm-url", default=None, help="an engine already running (default: start the stub engine)"
+    )
+    parser.add_argument(
+        "--netns-nodes",
+        type=int,
+        default=None,
+        help="run on a cluster of this many namespaced nodes (root)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        default=None,
+        metavar="PATH",
+        help="py-spy's executable: profile one host, the driver and the "
+        "stub engine over the steady state and print their hottest "
+        "functions",
+    )
     parser.add_argument("--cpu-netns", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.netns_nodes is not None:
@@ -380,12 +473,20 @@ def main() -> None:
     proxy = None
     try:
         served_model = asyncio.run(certified_model(llm_url))
-        proxy = start_capture_proxy(llm_url, served_model, ingress=args.ingress,
-                                    replicas=args.replicas)
+        proxy = start_capture_proxy(
+            llm_url, served_model, ingress=args.ingress, replicas=args.replicas
+        )
         with tempfile.TemporaryDirectory(prefix="hr-bench-out-") as out_root:
             for concurrency in args.concurrency:
-                row = asyncio.run(one_level(concurrency, args, proxy, Path(out_root),
-                                            None if engine is None else engine.pid))
+                row = asyncio.run(
+                    one_level(
+                        concurrency,
+                        args,
+                        proxy,
+                        Path(out_root),
+                        None if engine is None else engine.pid,
+                    )
+                )
                 rows.append(row)
                 print(f"c={concurrency}: {row}", flush=True)
     finally:
@@ -394,44 +495,62 @@ def main() -> None:
         if engine is not None:
             engine.terminate()
         ray.shutdown()
-    print(f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "
-          f"{args.delay_ms:g} ms, {args.replicas} proxy replicas ({args.ingress} ingress), "
-          f"{args.waves} waves, a commit every {args.commit_every_s:g} s")
+    print(
+        f"\n{args.calls} calls per rollout, {args.think:g} s think time, stub engine "
+        f"{args.delay_ms:g} ms, {args.replicas} proxy replicas ({args.ingress} ingress), "
+        f"{args.waves} waves, a commit every {args.commit_every_s:g} s"
+    )
     # A level's own work time stretches when the machine is the limit, which flatters its
     # ratio; the first (least concurrent) level's work is the rollout's unstretched time.
     quiet = rows[0]
-    print("| concurrency | rollouts | ok | hosts | peak in flight | wall s | rollouts/min "
-          "| model calls/s | host start-up s | after start-up /min | C x 60 / work s "
-          f"| ratio (target >= 0.5) | ratio, work as at c={quiet['concurrency']} |")
+    print(
+        "| concurrency | rollouts | ok | hosts | peak in flight | wall s | rollouts/min "
+        "| model calls/s | host start-up s | after start-up /min | C x 60 / work s "
+        f"| ratio (target >= 0.5) | ratio, work as at c={quiet['concurrency']} |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["after_startup_per_min"] / r["ideal_per_min"]
         unstretched = r["after_startup_per_min"] * quiet["work_s"] / (r["concurrency"] * 60)
-        print(f"| {r['concurrency']} | {r['rollouts']} | {r['ok']} | {r['hosts']} | "
-              f"{r['peak']} | {r['wall_s']:.1f} | {r['per_min']:.0f} | "
-              f"{r['calls_per_s']:.1f} | {r['startup_s']:.1f} | "
-              f"{r['after_startup_per_min']:.0f} | {r['ideal_per_min']:.0f} | {ratio:.2f} | "
-              f"{unstretched:.2f} |")
+        print(
+            f"| {r['concurrency']} | {r['rollouts']} | {r['ok']} | {r['hosts']} | "
+            f"{r['peak']} | {r['wall_s']:.1f} | {r['per_min']:.0f} | "
+            f"{r['calls_per_s']:.1f} | {r['startup_s']:.1f} | "
+            f"{r['after_startup_per_min']:.0f} | {r['ideal_per_min']:.0f} | {ratio:.2f} | "
+            f"{unstretched:.2f} |"
+        )
     if args.cpu_netns:
-        print("\ncluster CPU per model call (every process of the nodes, the stub agents "
-              "included, not the engine): " + ", ".join(
-                  f"c={r['concurrency']}: {r['cluster_cpu_ms_per_call']:.2f} ms" for r in rows))
-    print("\nper rollout, medians: | concurrency | session open ms | the work s | session "
-          "close ms | return to commit ms | writer ms |")
+        print(
+            "\ncluster CPU per model call (every process of the nodes, the stub agents "
+            "included, not the engine): "
+            + ", ".join(
+                f"c={r['concurrency']}: {r['cluster_cpu_ms_per_call']:.2f} ms" for r in rows
+            )
+        )
+    print(
+        "\nper rollout, medians: | concurrency | session open ms | the work s | session "
+        "close ms | return to commit ms | writer ms |"
+    )
     for r in rows:
-        print(f"| {r['concurrency']} | {r['open_ms']:.2f} | {r['work_s']:.2f} | "
-              f"{r['close_ms']:.2f} | {r['return_to_commit_ms']:.0f} | "
-              f"{r['write_ms_per_rollout']:.2f} |")
-    print("\nCPU ms per rollout by process class, from the first wave's end to the last row "
-          "(/proc; the load average at the level's end):")
+        print(
+            f"| {r['concurrency']} | {r['open_ms']:.2f} | {r['work_s']:.2f} | "
+            f"{r['close_ms']:.2f} | {r['return_to_commit_ms']:.0f} | "
+            f"{r['write_ms_per_rollout']:.2f} |"
+        )
+    print(
+        "\nCPU ms per rollout by process class, from the first wave's end to the last row "
+        "(/proc; the load average at the level's end):"
+    )
     classes = ranked(rows, "cpu_ms_per_rollout")
     print("| concurrency | window s | " + " | ".join(classes) + " | all | load 1/5 min |")
     print("|---|---|" + "---|" * (len(classes) + 2))
     for r in rows:
         used = r["cpu_ms_per_rollout"]
-        print(f"| {r['concurrency']} | {r['steady_window_s']:.1f} | "
-              + " | ".join(f"{used.get(c, 0.0):.1f}" for c in classes)
-              + f" | {sum(used.values()):.1f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
+        print(
+            f"| {r['concurrency']} | {r['steady_window_s']:.1f} | "
+            + " | ".join(f"{used.get(c, 0.0):.1f}" for c in classes)
+            + f" | {sum(used.values()):.1f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |"
+        )
     host_threads(rows)
     cpu_limits(rows, quiet)
     for r in rows:
@@ -441,8 +560,9 @@ def main() -> None:
 
 def ranked(rows: list[dict[str, Any]], key: str) -> list[str]:
     """The names in the rows' `key` tables, the largest value in any row first."""
-    return sorted({n for r in rows for n in r[key]},
-                  key=lambda n: -max(r[key].get(n, 0.0) for r in rows))
+    return sorted(
+        {n for r in rows for n in r[key]}, key=lambda n: -max(r[key].get(n, 0.0) for r in rows)
+    )
 
 
 def host_threads(rows: list[dict[str, Any]], top: int = 6) -> None:
@@ -450,15 +570,18 @@ def host_threads(rows: list[dict[str, Any]], top: int = 6) -> None:
     the capture app and the encoding, against Ray's own (the main thread that takes and
     returns the `run` calls, and its gRPC and event threads)."""
     names = ranked(rows, "host_thread_ms_per_rollout")[:top]
-    print("\nhosts' CPU ms per rollout by thread (/proc comm names: Ray names the asyncio "
-          "loop's thread as the worker was when it started it, often ray::IDLE, and the "
-          "main thread after the actor's class):")
+    print(
+        "\nhosts' CPU ms per rollout by thread (/proc comm names: Ray names the asyncio "
+        "loop's thread as the worker was when it started it, often ray::IDLE, and the "
+        "main thread after the actor's class):"
+    )
     print("| concurrency | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for r in rows:
         used = r["host_thread_ms_per_rollout"]
-        print(f"| {r['concurrency']} | " + " | ".join(f"{used.get(n, 0.0):.2f}" for n in names)
-              + " |")
+        print(
+            f"| {r['concurrency']} | " + " | ".join(f"{used.get(n, 0.0):.2f}" for n in names) + " |"
+        )
 
 
 # What runs once per cluster whatever its size: the sweep driver and Ray's GCS. Hosts,
@@ -472,12 +595,16 @@ def cpu_limits(rows: list[dict[str, Any]], quiet: dict[str, Any]) -> None:
     and the rate a cluster's central processes would allow on one core between them
     (a bound: each has its own process, and could have its own core)."""
     cores = os.cpu_count() or 1
-    print(f"\nthe CPU the target asks (0.5 x C x 60 / {quiet['work_s']:.2f} s, the work as at "
-          f"c={quiet['concurrency']}), against this machine's {cores} cores; and the rate "
-          f"the central processes ({', '.join(CENTRAL)}) cap a cluster at, on one core "
-          "between them:")
-    print("| concurrency | target /min | CPU ms per rollout, all | cores the target needs "
-          "| central ms per rollout | central cap /min | cap / (C x 60 / work) |")
+    print(
+        f"\nthe CPU the target asks (0.5 x C x 60 / {quiet['work_s']:.2f} s, the work as at "
+        f"c={quiet['concurrency']}), against this machine's {cores} cores; and the rate "
+        f"the central processes ({', '.join(CENTRAL)}) cap a cluster at, on one core "
+        "between them:"
+    )
+    print(
+        "| concurrency | target /min | CPU ms per rollout, all | cores the target needs "
+        "| central ms per rollout | central cap /min | cap / (C x 60 / work) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         used = r["cpu_ms_per_rollout"]
@@ -487,9 +614,11 @@ def cpu_limits(rows: list[dict[str, Any]], quiet: dict[str, Any]) -> None:
         total = sum(used.values())
         central = sum(used.get(c, 0.0) for c in CENTRAL)
         cap = 60_000 / max(central, 1e-9)
-        print(f"| {r['concurrency']} | {0.5 * ideal:.0f} | {total:.1f} | "
-              f"{0.5 * ideal / 60 * total / 1e3:.1f} | {central:.1f} | "
-              f"{cap:.0f} | {cap / ideal:.2f} |")
+        print(
+            f"| {r['concurrency']} | {0.5 * ideal:.0f} | {total:.1f} | "
+            f"{0.5 * ideal / 60 * total / 1e3:.1f} | {central:.1f} | "
+            f"{cap:.0f} | {cap / ideal:.2f} |"
+        )
 
 
 def on_netns_cluster(nodes: int, delay_ms: float) -> None:
@@ -501,15 +630,40 @@ def on_netns_cluster(nodes: int, delay_ms: float) -> None:
     with netns_cluster(nodes - 1) as cluster:
         engine_node = cluster.add_namespace("engine")
         url = f"http://{engine_node.ip}:8011/v1"
-        cluster.popen(engine_node, [sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
-                                    "--host", engine_node.ip, "--port", "8011",
-                                    "--delay-ms", str(delay_ms)])
+        cluster.popen(
+            engine_node,
+            [
+                sys.executable,
+                "-m",
+                "harbor_ray.capture.proxy.fake_engine",
+                "--host",
+                engine_node.ip,
+                "--port",
+                "8011",
+                "--delay-ms",
+                str(delay_ms),
+            ],
+        )
         ray_nodes = [n.netns for n in cluster.nodes.values() if n.ray is not None]
-        print(f"{nodes} namespaced nodes: {', '.join(n.ip for n in cluster.nodes.values())}",
-              flush=True)
-        inner = cluster.popen(cluster.head, [
-            sys.executable, __file__, *forwarded, "--ray-address", cluster.address,
-            "--llm-url", url, "--cpu-netns", *ray_nodes], cwd=Path(__file__).parents[1])
+        print(
+            f"{nodes} namespaced nodes: {', '.join(n.ip for n in cluster.nodes.values())}",
+            flush=True,
+        )
+        inner = cluster.popen(
+            cluster.head,
+            [
+                sys.executable,
+                __file__,
+                *forwarded,
+                "--ray-address",
+                cluster.address,
+                "--llm-url",
+                url,
+                "--cpu-netns",
+                *ray_nodes,
+            ],
+            cwd=Path(__file__).parents[1],
+        )
         inner.wait()
 
 

@@ -34,12 +34,16 @@ ENVIRONMENT = "bench-task"
 async def first_command(root: Path, number: int, pooled: bool, forward: bool) -> float:
     """Seconds from the environment's start to the end of its first command."""
     environment = BwrapEnvironment(
-        environment_dir=root / "environment", environment_name=ENVIRONMENT,
-        session_id=f"t{number}__env", trial_paths=TrialPaths(root / f"t{number}"),
-        task_env_config=EnvironmentConfig(), sandboxes_dir=root / "sandboxes",
+        environment_dir=root / "environment",
+        environment_name=ENVIRONMENT,
+        session_id=f"t{number}__env",
+        trial_paths=TrialPaths(root / f"t{number}"),
+        task_env_config=EnvironmentConfig(),
+        sandboxes_dir=root / "sandboxes",
         warm_pool="bench" if pooled else None,
         # Nothing need listen there: the relay inside starts all the same.
-        forward={18080: "127.0.0.1:9"} if forward else None)
+        forward={18080: "127.0.0.1:9"} if forward else None,
+    )
     started = time.perf_counter()
     await environment.start(force_build=False)
     await environment.exec("true")
@@ -77,9 +81,11 @@ def main() -> None:
         figures = asyncio.run(bench(args.rounds, Path(root), args.forward))
     medians = {mode: statistics.median(seconds) for mode, seconds in figures.items()}
     for mode, seconds in figures.items():
-        print(f"{mode:9s} time to first command: median {medians[mode] * 1000:7.1f} ms, "
-              f"min {min(seconds) * 1000:7.1f} ms, max {max(seconds) * 1000:7.1f} ms "
-              f"({len(seconds)} trials)")
+        print(
+            f"{mode:9s} time to first command: median {medians[mode] * 1000:7.1f} ms, "
+            f"min {min(seconds) * 1000:7.1f} ms, max {max(seconds) * 1000:7.1f} ms "
+            f"({len(seconds)} trials)"
+        )
     print(f"unpooled / pooled: {medians['unpooled'] / medians['pooled']:.1f}x")
 
 

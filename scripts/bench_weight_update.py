@@ -55,8 +55,9 @@ class InProcessReplica:
         if method == "resume":
             return await self.llm.resume_generation()
         if method == "collective_rpc":
-            return await self.llm.collective_rpc(kwargs["method"], timeout=kwargs["timeout"],
-                                                 kwargs=kwargs["kwargs"])
+            return await self.llm.collective_rpc(
+                kwargs["method"], timeout=kwargs["timeout"], kwargs=kwargs["kwargs"]
+            )
         if method == LABEL_METHOD:
             return await self.llm.update_weight_version(kwargs["version"])
         raise ValueError(f"no such method {method}")
@@ -93,8 +94,13 @@ def recompute_logger() -> type:
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             pass
 
-        def record(self, scheduler_stats: Any, iteration_stats: Any,
-                   mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
             if scheduler_stats is not None:
                 cache = scheduler_stats.prefix_cache_stats
                 Recomputed.tokens += cache.preempted_queries - cache.preempted_hits
@@ -109,8 +115,9 @@ class Recomputed:
     tokens = 0
 
 
-async def one_round(llm: Any, updater: WeightUpdater, path: str, args: argparse.Namespace,
-                    seed: int) -> Round:
+async def one_round(
+    llm: Any, updater: WeightUpdater, path: str, args: argparse.Namespace, seed: int
+) -> Round:
     from vllm import SamplingParams
 
     rng = random.Random(seed)
@@ -119,8 +126,9 @@ async def one_round(llm: Any, updater: WeightUpdater, path: str, args: argparse.
     reached = asyncio.Event()
 
     async def call(k: int) -> None:
-        prompt = {"prompt_token_ids": [rng.randrange(100, 40_000)
-                                       for _ in range(args.prompt_tokens)]}
+        prompt = {
+            "prompt_token_ids": [rng.randrange(100, 40_000) for _ in range(args.prompt_tokens)]
+        }
         async for output in llm.generate(prompt, params, f"r{seed}-{k}"):
             sampled[k] = len(output.outputs[0].token_ids)
             if min(sampled) >= args.before:
@@ -147,10 +155,17 @@ async def main(args: argparse.Namespace) -> None:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     served = prepare_model()
-    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(
-        model=str(served), dtype="float32", max_model_len=4096, enable_prefix_caching=True,
-        worker_extension_cls=WORKER_EXTENSION, disable_log_stats=False),
-        stat_loggers=[recompute_logger()])
+    llm = AsyncLLM.from_engine_args(
+        AsyncEngineArgs(
+            model=str(served),
+            dtype="float32",
+            max_model_len=4096,
+            enable_prefix_caching=True,
+            worker_extension_cls=WORKER_EXTENSION,
+            disable_log_stats=False,
+        ),
+        stat_loggers=[recompute_logger()],
+    )
     replica = InProcessReplica(llm)
 
     async def replicas() -> list[InProcessReplica]:
@@ -161,23 +176,31 @@ async def main(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-weight-update-") as scratch:
             scaled = str(scaled_copy(served, Path(scratch) / "scaled", 1.001))
             for mode, drop in (("keep", False), ("clear", True)):
-                updater = WeightUpdater(replicas, path=str(served), clear_cache=drop,
-                                        version=len(rounds) * 2)
+                updater = WeightUpdater(
+                    replicas, path=str(served), clear_cache=drop, version=len(rounds) * 2
+                )
                 await one_round(llm, updater, scaled, args, seed=len(rounds))  # warm-up
-                rounds[mode] = await one_round(llm, updater, str(served), args,
-                                               seed=len(rounds) + 10)
+                rounds[mode] = await one_round(
+                    llm, updater, str(served), args, seed=len(rounds) + 10
+                )
     finally:
         llm.shutdown()
-    print(f"{args.in_flight} calls in flight, {args.prompt_tokens}-token prompts, "
-          f"{args.before}+ of {args.max_tokens} tokens sampled at the update")
+    print(
+        f"{args.in_flight} calls in flight, {args.prompt_tokens}-token prompts, "
+        f"{args.before}+ of {args.max_tokens} tokens sampled at the update"
+    )
     for mode, r in rounds.items():
-        print(f"{mode:>5}: update {r.update_s:6.3f} s  prefill recomputed "
-              f"{r.recomputed:8.0f} tokens  preemptions {r.preemptions:4.0f}  "
-              f"calls done {r.drain_s:6.2f} s after the update began")
+        print(
+            f"{mode:>5}: update {r.update_s:6.3f} s  prefill recomputed "
+            f"{r.recomputed:8.0f} tokens  preemptions {r.preemptions:4.0f}  "
+            f"calls done {r.drain_s:6.2f} s after the update began"
+        )
     keep, clear = rounds["keep"], rounds["clear"]
-    print(f"keep/clear: update time {keep.update_s / clear.update_s:.2f}x, prefill "
-          f"recomputed {keep.recomputed:.0f}/{clear.recomputed:.0f}, time to finish the "
-          f"calls {keep.drain_s / clear.drain_s:.2f}x")
+    print(
+        f"keep/clear: update time {keep.update_s / clear.update_s:.2f}x, prefill "
+        f"recomputed {keep.recomputed:.0f}/{clear.recomputed:.0f}, time to finish the "
+        f"calls {keep.drain_s / clear.drain_s:.2f}x"
+    )
 
 
 if __name__ == "__main__":
@@ -185,6 +208,7 @@ if __name__ == "__main__":
     parser.add_argument("--in-flight", type=int, default=8, help="calls in flight")
     parser.add_argument("--prompt-tokens", type=int, default=512, help="each call's prompt")
     parser.add_argument("--max-tokens", type=int, default=192, help="each call's sample")
-    parser.add_argument("--before", type=int, default=32,
-                        help="tokens each call has sampled when the update starts")
+    parser.add_argument(
+        "--before", type=int, default=32, help="tokens each call has sampled when the update starts"
+    )
     asyncio.run(main(parser.parse_args()))

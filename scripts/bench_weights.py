@@ -43,15 +43,20 @@ def scaled_copy(source: Path, target: Path, factor: float) -> Path:
 
 
 async def generate(url: str, model: str, tokens: int) -> None:
-    body = {"model": model, "max_tokens": tokens, "ignore_eos": True,
-            "messages": [{"role": "user", "content": "Tell me a long story."}]}
+    body = {
+        "model": model,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+    }
     async with httpx.AsyncClient(timeout=900) as client:
         response = await client.post(f"{url}/chat/completions", json=body)
         response.raise_for_status()
 
 
-async def timed_updates(updater: WeightUpdater, paths: list[str], runs: int, in_flight: int,
-                        url: str, model: str) -> list[WeightUpdate]:
+async def timed_updates(
+    updater: WeightUpdater, paths: list[str], runs: int, in_flight: int, url: str, model: str
+) -> list[WeightUpdate]:
     results = []
     for run in range(runs):
         load = [asyncio.create_task(generate(url, model, 256)) for _ in range(in_flight)]
@@ -71,8 +76,10 @@ def report(label: str, results: list[WeightUpdate]) -> None:
 
     ran = [s for s in STEPS if s in results[0].step_seconds]  # `cache` only if asked
     steps = "  ".join(f"{s} {median([r.step_seconds[s] for r in results])}" for s in ran)
-    print(f"{label:<22} {steps}  total {median([r.seconds for r in results])} s"
-          f"  (median of {len(results)})")
+    print(
+        f"{label:<22} {steps}  total {median([r.seconds for r in results])} s"
+        f"  (median of {len(results)})"
+    )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -86,8 +93,10 @@ async def main(args: argparse.Namespace) -> None:
         # Even run counts end on the served checkpoint.
         runs = args.runs + args.runs % 2
         report("idle engine", await timed_updates(updater, paths, runs, 0, url, model))
-        report(f"{args.in_flight} requests in flight",
-               await timed_updates(updater, paths, runs, args.in_flight, url, model))
+        report(
+            f"{args.in_flight} requests in flight",
+            await timed_updates(updater, paths, runs, args.in_flight, url, model),
+        )
     print(f"serving {updater.path} as version {updater.version}")
 
 

@@ -7,5 +7,10 @@ set_switches()
 
 # The real engine (one per test session) and its Ray cluster; the task images; the
 # multi-node cluster; each suite's time limit per test and wall time; no skip undeclared.
-pytest_plugins = ["tests.fixtures.engine", "tests.fixtures.images", "tests.fixtures.multinode",
-                  "tests.fixtures.suite_times", "tests.fixtures.skips"]
+pytest_plugins = [
+    "tests.fixtures.engine",
+    "tests.fixtures.images",
+    "tests.fixtures.multinode",
+    "tests.fixtures.suite_times",
+    "tests.fixtures.skips",
+]

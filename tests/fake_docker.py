@@ -11,10 +11,18 @@ import pytest
 
 # What boto3 and Docker Sandboxes' cloud client read credentials from.
 _CREDENTIAL_VARIABLES = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "SBX_TOKEN", "SBX_TOKEN_FILE", "SBX_DOCKER_USERNAME", "SBX_DOCKER_PAT",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "SBX_TOKEN",
+    "SBX_TOKEN_FILE",
+    "SBX_DOCKER_USERNAME",
+    "SBX_DOCKER_PAT",
 )
 
 
@@ -24,11 +32,19 @@ def path_with_docker(directory: Path, *, daemon: bool, compose: bool = False) ->
     with (`compose`) or without the Compose v2 plugin."""
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "docker"
-    no_compose = "" if compose else (
-        'if [ "$1" = compose ]; then echo "docker: unknown command: docker compose" >&2; '
-        "exit 1; fi\n")
-    script.write_text("#!/bin/sh\n" + no_compose + ("exit 0\n" if daemon else
-                      "echo 'Cannot connect to the Docker daemon' >&2\nexit 1\n"))
+    no_compose = (
+        ""
+        if compose
+        else (
+            'if [ "$1" = compose ]; then echo "docker: unknown command: docker compose" >&2; '
+            "exit 1; fi\n"
+        )
+    )
+    script.write_text(
+        "#!/bin/sh\n"
+        + no_compose
+        + ("exit 0\n" if daemon else "echo 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    )
     script.chmod(0o755)
     return f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"
 
@@ -46,9 +62,11 @@ def cloud_free_environ(directory: Path) -> dict[str, str]:
     """This process's environment without any AWS or Docker Sandboxes credentials: no
     variables, AWS's files pointed at nothing, and no instance-metadata lookup."""
     env = {k: v for k, v in os.environ.items() if k not in _CREDENTIAL_VARIABLES}
-    env.update(AWS_CONFIG_FILE=str(directory / "no-aws-config"),
-               AWS_SHARED_CREDENTIALS_FILE=str(directory / "no-aws-credentials"),
-               AWS_EC2_METADATA_DISABLED="true")
+    env.update(
+        AWS_CONFIG_FILE=str(directory / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(directory / "no-aws-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     return env
 
 

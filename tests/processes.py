@@ -38,7 +38,7 @@ def _mount_of(path: Path) -> tuple[str, str]:
         if inside and len(point) >= len(best[2]):
             best = (device, root, point)
     device, root, point = best
-    rest = text[len(point.rstrip("/")):]
+    rest = text[len(point.rstrip("/")) :]
     return device, root.rstrip("/") + rest
 
 
@@ -71,11 +71,13 @@ def sandbox_processes(root: Path) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X") or int(pid) == os.getpid():
+        if stat[stat.rindex(b")") + 2 :][:1] in (b"Z", b"X") or int(pid) == os.getpid():
             continue
         mount = _root_mount(int(pid))
         if any(arg.startswith(prefix) for arg in argv) or (
-                mount is not None and mount[0] == device
-                and mount[1].startswith(inside.rstrip("/") + "/")):
+            mount is not None
+            and mount[0] == device
+            and mount[1].startswith(inside.rstrip("/") + "/")
+        ):
             found.append(int(pid))
     return sorted(found)

@@ -28,10 +28,13 @@ def test_the_prefix_runs_alone_and_a_copied_venv_alone_is_refused(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert f"harbor_ray from {prefix}" in done.stdout, done.stdout
     print(f"build_image.sh: {seconds:.1f} s")  # from uv's cache: CI's cost of this test
-    ran = subprocess.run([str(prefix / "venv" / "bin" / "harbor-ray"), "--help"],
-                         capture_output=True, text=True, timeout=120,
-                         env={"LD_LIBRARY_PATH": str(prefix / "python" / "lib"),
-                              "PATH": "/usr/bin:/bin"})
+    ran = subprocess.run(
+        [str(prefix / "venv" / "bin" / "harbor-ray"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"LD_LIBRARY_PATH": str(prefix / "python" / "lib"), "PATH": "/usr/bin:/bin"},
+    )
     assert ran.returncode == 0 and "rollout" in ran.stdout, ran.stderr
     # Only the venv copied to the next stage: its interpreter link dangles.
     (prefix / "python").rename(tmp_path / "elsewhere")

@@ -48,8 +48,11 @@ def _defined_exceptions() -> dict[str, type[BaseException]]:
     for module_name in _module_names():
         module = importlib.import_module(module_name)
         for obj in vars(module).values():
-            if (inspect.isclass(obj) and issubclass(obj, BaseException)
-                    and obj.__module__ == module_name):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module_name
+            ):
                 assert found.get(obj.__name__, obj) is obj, f"two classes named {obj.__name__}"
                 found[obj.__name__] = obj
     return found
@@ -82,8 +85,9 @@ def test_module_walk_finds_the_classes_of_namespace_subpackages():
 
 
 def test_every_exception_class_derives_from_harbor_ray_error():
-    outside = sorted(name for name, cls in _defined_exceptions().items()
-                     if not issubclass(cls, HarborRayError))
+    outside = sorted(
+        name for name, cls in _defined_exceptions().items() if not issubclass(cls, HarborRayError)
+    )
     assert outside == []
 
 
@@ -115,13 +119,17 @@ def test_every_error_takes_its_message_first_and_the_rest_by_keyword():
         assert rest == [], f"{name} takes {rest} by position"
 
 
-@pytest.mark.parametrize("error", [
-    FieldError("no task 'x'", status=400, field="task"),
-    OverCapacity("at capacity", retry_after_s=5),
-    WeightUpdateError("replica 1 timed out", replicas=[{"replica": "r1", "ok": False}]),
-    ClientError("stale", status=409, field="version", replicas=[{"replica": "r1"}]),
-    HarborRayError("plain"),
-], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        FieldError("no task 'x'", status=400, field="task"),
+        OverCapacity("at capacity", retry_after_s=5),
+        WeightUpdateError("replica 1 timed out", replicas=[{"replica": "r1", "ok": False}]),
+        ClientError("stale", status=409, field="version", replicas=[{"replica": "r1"}]),
+        HarborRayError("plain"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_errors_survive_pickling_with_their_attributes(error: HarborRayError) -> None:
     """Ray pickles an error raised in an actor for its caller; one whose constructor
     takes more than the message must come back whole, not as a TypeError."""
@@ -156,8 +164,9 @@ def _bare_raises(tree: ast.AST) -> list[tuple[str, int]]:
     def visit(node: ast.AST, function: str, in_validator: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                decorators = {ast.unparse(d).split("(")[0].rsplit(".", 1)[-1]
-                              for d in child.decorator_list}
+                decorators = {
+                    ast.unparse(d).split("(")[0].rsplit(".", 1)[-1] for d in child.decorator_list
+                }
                 visit(child, child.name, bool(decorators & _VALIDATORS))
                 continue
             if isinstance(child, ast.Raise) and child.exc is not None and not in_validator:

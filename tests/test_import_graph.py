@@ -78,8 +78,11 @@ def import_graph(package: Path) -> dict[str, frozenset[str]]:
 def cycles(graph: Graph) -> list[list[str]]:
     """The groups of nodes that reach each other (each a cycle or several), sorted."""
     reach = {node: _reachable(graph, node) for node in graph}
-    groups = {frozenset(other for other in reach[node] if node in reach[other])
-              for node in graph if node in reach[node]}
+    groups = {
+        frozenset(other for other in reach[node] if node in reach[other])
+        for node in graph
+        if node in reach[node]
+    }
     return sorted(sorted(group) for group in groups)
 
 
@@ -113,16 +116,20 @@ def module_map(doc: str) -> dict[str, frozenset[str]]:
     subpackage as `name/`, read as `name`)."""
     section = doc.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
     entries = re.findall(r"^- `([^`]+)`:(.*?)(?=^- |^$|\Z)", section, re.M | re.S)
-    return {part: frozenset(name.rstrip("/") for name in re.findall(r"`([^`]+)`", text))
-            for part, text in entries}
+    return {
+        part: frozenset(name.rstrip("/") for name in re.findall(r"`([^`]+)`", text))
+        for part, text in entries
+    }
 
 
-def unmapped_modules(modules: Iterable[str], rules: Rules, names: Mapping[str, frozenset[str]],
-                     package: str) -> list[str]:
+def unmapped_modules(
+    modules: Iterable[str], rules: Rules, names: Mapping[str, frozenset[str]], package: str
+) -> list[str]:
     """Each module some part of whose dotted name (below its part) its part's line of the
     module map does not name; and each line whose part the table lacks."""
-    found = [f"the map's line `{part}` is no part of the table" for part in names
-             if part not in rules]
+    found = [
+        f"the map's line `{part}` is no part of the table" for part in names if part not in rules
+    ]
     for module in sorted(modules):
         part = part_of(module, rules, package)
         if part is None or module == module_of(part, package):
@@ -150,8 +157,9 @@ def part_of(module: str, rules: Rules, package: str) -> str | None:
     """The table's row a module belongs to: the longest name that contains it."""
     if module == package:
         return PACKAGE_INIT if PACKAGE_INIT in rules else None
-    parts = [part for part in rules
-             if part != PACKAGE_INIT and within(module, module_of(part, package))]
+    parts = [
+        part for part in rules if part != PACKAGE_INIT and within(module, module_of(part, package))
+    ]
     return max(parts, key=len, default=None)
 
 
@@ -171,9 +179,10 @@ def layer_violations(graph: Graph, rules: Rules, package: str) -> list[str]:
 
 def rule_graph(rules: Rules, package: str) -> dict[str, frozenset[str]]:
     """Each part -> the parts it may import from."""
-    return {part: frozenset(part_of(module_of(name, package), rules, package) or name
-                            for name in names)
-            for part, names in rules.items()}
+    return {
+        part: frozenset(part_of(module_of(name, package), rules, package) or name for name in names)
+        for part, names in rules.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -201,9 +210,14 @@ def test_the_layers_do_not_cycle(rules: Rules) -> None:
 def test_every_module_has_a_part_and_every_name_a_module(graph: Graph, rules: Rules) -> None:
     assert [module for module in graph if part_of(module, rules, PACKAGE.name) is None] == []
     named = set(rules).union(*rules.values())
-    assert sorted(name for name in named
-                  if not any(within(module, module_of(name, PACKAGE.name)) for module in graph)
-                  ) == []
+    assert (
+        sorted(
+            name
+            for name in named
+            if not any(within(module, module_of(name, PACKAGE.name)) for module in graph)
+        )
+        == []
+    )
 
 
 def test_the_module_map_names_every_module(graph: Graph, rules: Rules) -> None:
@@ -212,6 +226,7 @@ def test_the_module_map_names_every_module(graph: Graph, rules: Rules) -> None:
 
 
 # The checks above on a package made for them: each can fail.
+
 
 def _write(root: Path, files: Mapping[str, str]) -> Path:
     for name, text in files.items():
@@ -222,27 +237,33 @@ def _write(root: Path, files: Mapping[str, str]) -> Path:
 
 
 def test_a_cycle_through_a_function_and_a_relative_import_is_found(tmp_path: Path) -> None:
-    package = _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a/__init__.py": "",
-        "pkg/a/one.py": "def f():\n    from ..b import two\n",
-        "pkg/b/__init__.py": "",
-        "pkg/b/two.py": "from typing import TYPE_CHECKING\n"
-                        "if TYPE_CHECKING:\n    from pkg.a.one import f\n",
-        "pkg/b/three.py": "import pkg.b.two\n",
-        "pkg/data/sample/run.py": "import pkg.a.one\n",  # not a package: not a module
-    })
+    package = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a/__init__.py": "",
+            "pkg/a/one.py": "def f():\n    from ..b import two\n",
+            "pkg/b/__init__.py": "",
+            "pkg/b/two.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from pkg.a.one import f\n",
+            "pkg/b/three.py": "import pkg.b.two\n",
+            "pkg/data/sample/run.py": "import pkg.a.one\n",  # not a package: not a module
+        },
+    )
     graph = import_graph(package)
     assert set(graph) == {"pkg", "pkg.a", "pkg.a.one", "pkg.b", "pkg.b.two", "pkg.b.three"}
     assert cycles(graph) == [["pkg.a.one", "pkg.b.two"]]
 
 
 def test_importing_from_a_package_init_that_imports_you_is_a_cycle(tmp_path: Path) -> None:
-    package = _write(tmp_path, {
-        "pkg/__init__.py": "from pkg.client import Client\n",
-        "pkg/client.py": "from pkg import routes\nClient = 1\n",
-        "pkg/routes.py": "",
-    })
+    package = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.client import Client\n",
+            "pkg/client.py": "from pkg import routes\nClient = 1\n",
+            "pkg/routes.py": "",
+        },
+    )
     assert cycles(import_graph(package)) == [["pkg", "pkg.client"]]
 
 
@@ -255,13 +276,20 @@ def test_a_sideways_import_and_a_cycle_of_layers_are_found(tmp_path: Path) -> No
         "| `__init__` | the facade | `edge` |\n\n## Next\n\n| a | b |\n"
     )
     rules = layer_rules(doc)
-    assert rules == {"core": frozenset(), "edge": frozenset({"core", "low.types"}),
-                     "low": frozenset({"core"}), "__init__": frozenset({"edge"})}
-    graph = {"pkg": frozenset({"pkg.edge.app"}),
-             "pkg.core.record": frozenset(),
-             "pkg.edge.app": frozenset({"pkg.core.record", "pkg.low.types", "pkg.edge.http"}),
-             "pkg.edge.http": frozenset({"pkg.low.io"}),
-             "pkg.low.types": frozenset(), "pkg.low.io": frozenset({"pkg.edge.http"})}
+    assert rules == {
+        "core": frozenset(),
+        "edge": frozenset({"core", "low.types"}),
+        "low": frozenset({"core"}),
+        "__init__": frozenset({"edge"}),
+    }
+    graph = {
+        "pkg": frozenset({"pkg.edge.app"}),
+        "pkg.core.record": frozenset(),
+        "pkg.edge.app": frozenset({"pkg.core.record", "pkg.low.types", "pkg.edge.http"}),
+        "pkg.edge.http": frozenset({"pkg.low.io"}),
+        "pkg.low.types": frozenset(),
+        "pkg.low.io": frozenset({"pkg.edge.http"}),
+    }
     assert layer_violations(graph, rules, "pkg") == [
         "pkg.edge.http (edge) imports pkg.low.io",
         "pkg.low.io (low) imports pkg.edge.http",
@@ -278,11 +306,23 @@ def test_a_module_left_off_the_map_and_a_stray_line_are_found() -> None:
         "- `gone`: `old`\n\n## Next\n\n- `later`: `x`\n"
     )
     names = module_map(doc)
-    assert names == {"core": frozenset({"sub", "one", "record"}),
-                     "edge": frozenset({"app", "http"}), "gone": frozenset({"old"})}
+    assert names == {
+        "core": frozenset({"sub", "one", "record"}),
+        "edge": frozenset({"app", "http"}),
+        "gone": frozenset({"old"}),
+    }
     rules = {"core": frozenset(), "edge": frozenset({"core"}), "solo": frozenset()}
-    modules = ["pkg.core", "pkg.core.record", "pkg.core.sub", "pkg.core.sub.one",
-               "pkg.core.sub.two", "pkg.edge.app", "pkg.edge.http", "pkg.edge.io", "pkg.solo"]
+    modules = [
+        "pkg.core",
+        "pkg.core.record",
+        "pkg.core.sub",
+        "pkg.core.sub.one",
+        "pkg.core.sub.two",
+        "pkg.edge.app",
+        "pkg.edge.http",
+        "pkg.edge.io",
+        "pkg.solo",
+    ]
     assert unmapped_modules(modules, rules, names, "pkg") == [
         "the map's line `gone` is no part of the table",
         "pkg.core.sub.two (core)",

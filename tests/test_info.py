@@ -15,10 +15,12 @@ def test_info_shows_every_harness_with_qualified_or_its_reason() -> None:
     console = Console(record=True, width=400)
     render_harnesses(rows, console)
     shown = console.export_text()
-    assert (f"Harbor's harnesses ({len(rows)}; 21 qualified at level 1, 21 of them also at "
-            "level 2") in shown
-    lines = {line.split("│")[1].strip(): line for line in shown.splitlines()
-             if line.count("│") >= 3}
+    assert (
+        f"Harbor's harnesses ({len(rows)}; 21 qualified at level 1, 21 of them also at level 2"
+    ) in shown
+    lines = {
+        line.split("│")[1].strip(): line for line in shown.splitlines() if line.count("│") >= 3
+    }
     assert set(lines) - {"harness", ""} == {row["name"] for row in rows}
     assert "│ yes " in lines["codex"]
     assert NOT_QUALIFIED["goose"] in lines["goose"] and "│ no " in lines["goose"]

@@ -42,9 +42,15 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 def test_importing_the_package_imports_no_heavy_library() -> None:
     heavy = ("ray", "vllm", "harbor", "torch", "pyarrow")
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, harbor_ray; "
-         f"print([m for m in {heavy!r} if m in sys.modules])"],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-c",
+            f"import sys, harbor_ray; print([m for m in {heavy!r} if m in sys.modules])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout.strip() == "[]"
 
 

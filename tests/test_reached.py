@@ -35,8 +35,11 @@ def test_calls_of_counts_and_passes_each_call_through() -> None:
 
 def test_calls_of_passes_through_async_static_and_module_functions() -> None:
     module = types.SimpleNamespace(double=lambda value: value * 2)
-    with calls_of(Guard, "acheck") as awaited, calls_of(Guard, "static") as static, \
-            calls_of(module, "double") as plain:
+    with (
+        calls_of(Guard, "acheck") as awaited,
+        calls_of(Guard, "static") as static,
+        calls_of(module, "double") as plain,
+    ):
         assert asyncio.run(Guard().acheck(2)) == 6
         assert Guard.static(1) == 2 and Guard().static(1) == 2
         assert module.double(4) == 8
@@ -45,12 +48,16 @@ def test_calls_of_passes_through_async_static_and_module_functions() -> None:
 
 
 def test_calls_of_fails_naming_the_path_when_it_was_not_reached() -> None:
-    with pytest.raises(AssertionError, match=r"not reached: Guard\.check was called 0"), \
-            calls_of(Guard, "check"):
+    with (
+        pytest.raises(AssertionError, match=r"not reached: Guard\.check was called 0"),
+        calls_of(Guard, "check"),
+    ):
         pass
     assert "check" in vars(Guard)  # restored even so
-    with pytest.raises(AssertionError, match="called 1 times, expected at least 2"), \
-            calls_of(Guard, "check", at_least=2):
+    with (
+        pytest.raises(AssertionError, match="called 1 times, expected at least 2"),
+        calls_of(Guard, "check", at_least=2),
+    ):
         Guard().check(1)
 
 
@@ -68,11 +75,15 @@ def test_logged_passes_on_the_words_and_fails_listing_what_was_said() -> None:
         log.debug("refused: too deep at 300 levels")
     assert seen.messages() == ["refused: too deep at 300 levels"]
     assert log.level == logging.NOTSET and not log.handlers  # put back
-    with pytest.raises(AssertionError, match=r"never said 'too deep'.*\['something else'\]"), \
-            logged("tests.reached.demo", "too deep"):
+    with (
+        pytest.raises(AssertionError, match=r"never said 'too deep'.*\['something else'\]"),
+        logged("tests.reached.demo", "too deep"),
+    ):
         log.warning("something else")
-    with pytest.raises(AssertionError, match="never said"), \
-            logged("tests.reached.demo", "too deep", level=logging.ERROR):
+    with (
+        pytest.raises(AssertionError, match="never said"),
+        logged("tests.reached.demo", "too deep", level=logging.ERROR),
+    ):
         log.warning("too deep, but only a warning")
 
 

@@ -19,7 +19,8 @@ def snippet() -> str:
 
 
 def test_the_sweep_from_python_snippet_runs_as_written(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", snippet()], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", snippet()], cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 of 2 ok" in done.stdout and "2 rows" in done.stdout, done.stdout

@@ -40,8 +40,12 @@ _SCRIPT = textwrap.dedent("""
 
 def _run(tmp_path: Path, mode: str, end: str = "ok") -> tuple[subprocess.CompletedProcess, str]:
     log = tmp_path / "logs" / "run.log"
-    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(log), mode, end],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(log), mode, end],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return done, log.read_text() if log.exists() else ""
 
 
@@ -101,7 +105,9 @@ def test_phases_carry_the_elapsed_seconds_and_skip_repeats() -> None:
     phases("engine deploying")
     phases("engine deploying")
     assert sink.getvalue().splitlines() == [
-        "[    0s] starting a local Ray cluster", "[   42s] engine deploying"]
+        "[    0s] starting a local Ray cluster",
+        "[   42s] engine deploying",
+    ]
 
 
 def test_the_summary_gives_the_wait_for_images_apart() -> None:
@@ -109,8 +115,18 @@ def test_the_summary_gives_the_wait_for_images_apart() -> None:
     stats = SweepStats(total=3)
     for build_s in (12.5, 0.0, 3.5):
         timings = {"total": 20.0, **({"environment_build": build_s} if build_s else {})}
-        stats.add(RolloutResult(rollout_id="r", task="t", agent="oracle", sandbox="container",
-                                ok=True, reward=1.0, timings=timings))
+        stats.add(
+            RolloutResult(
+                rollout_id="r",
+                task="t",
+                agent="oracle",
+                sandbox="container",
+                ok=True,
+                reward=1.0,
+                timings=timings,
+            )
+        )
     print_summary(stats, Path("out"), Console(file=sink, width=200))
     assert "task images: 2 rollouts waited for a build or unpack, 16.0 s in all" in (
-        " ".join(sink.getvalue().split()))
+        " ".join(sink.getvalue().split())
+    )

@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable
 
 
-async def eventually(condition: Callable[[], bool], timeout_s: float = 10.0,
-                     what: str = "the condition") -> None:
+async def eventually(
+    condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "the condition"
+) -> None:
     """Return once `condition()` holds; fail the test if it does not within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not condition():

@@ -12,11 +12,33 @@ from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.capture.core.turn import TurnRecord
 
 CORE = (
-    "dialects", "detect", "normalize", "sampling", "completion", "turn", "prefixes",
-    "graph", "continuation", "findings", "record", "export", "budget", "count_tokens",
-    "session_keys", "sse", "models_list", "auxiliary", "token_buffers", "address_equality",
-    "session_info", "capture_level", "policy_segments", "journal", "upstream_profile",
-    "native_request", "native_reply",
+    "dialects",
+    "detect",
+    "normalize",
+    "sampling",
+    "completion",
+    "turn",
+    "prefixes",
+    "graph",
+    "continuation",
+    "findings",
+    "record",
+    "export",
+    "budget",
+    "count_tokens",
+    "session_keys",
+    "sse",
+    "models_list",
+    "auxiliary",
+    "token_buffers",
+    "address_equality",
+    "session_info",
+    "capture_level",
+    "policy_segments",
+    "journal",
+    "upstream_profile",
+    "native_request",
+    "native_reply",
 )
 
 __all__ = [

@@ -14,14 +14,19 @@ from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
 
 agents_app = typer.Typer(
     help="Agent CLIs installed on the host for the local sandbox, at pinned versions.",
-    no_args_is_help=True)
+    no_args_is_help=True,
+)
 
 
 @agents_app.command("install")
 def agents_install(
-    names: Annotated[list[str] | None, typer.Argument(
-        help="Agents to install, by Harbor name (default: every pinned agent).",
-        show_default=False)] = None,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Agents to install, by Harbor name (default: every pinned agent).",
+            show_default=False,
+        ),
+    ] = None,
     agents_cache: AgentsCacheOption = None,
 ) -> None:
     """Install agent CLIs from the npm registry and PyPI into the host's agent cache.
@@ -37,10 +42,12 @@ def agents_install(
     unknown = sorted(set(names or ()) - set(PINS))
     if unknown:
         raise AgentInstallError(
-            f"no pinned version for {', '.join(unknown)}; pinned: {', '.join(sorted(PINS))}")
+            f"no pinned version for {', '.join(unknown)}; pinned: {', '.join(sorted(PINS))}"
+        )
     pins = [PINS[name] for name in (names or sorted(PINS))]
-    install(pins, agents_cache or DEFAULT_CACHE,
-            progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    install(
+        pins, agents_cache or DEFAULT_CACHE, progress=lambda msg: console.print(f"[dim]{msg}[/dim]")
+    )
 
 
 @agents_app.command("list")

@@ -10,14 +10,19 @@ from harbor_ray.cli.options import DatasetsCacheOption, console
 
 datasets_app = typer.Typer(
     help="Datasets from the Hugging Face hub or a Harbor registry, cached as local files.",
-    no_args_is_help=True)
+    no_args_is_help=True,
+)
 
 
 @datasets_app.command("prefetch")
 def datasets_prefetch(
-    specs: Annotated[list[str], typer.Argument(
-        help="hf://ORG/NAME[@REVISION] or harbor://NAME[@VERSION][?registry=URL_OR_FILE].",
-        show_default=False)],
+    specs: Annotated[
+        list[str],
+        typer.Argument(
+            help="hf://ORG/NAME[@REVISION] or harbor://NAME[@VERSION][?registry=URL_OR_FILE].",
+            show_default=False,
+        ),
+    ],
     datasets_cache: DatasetsCacheOption = None,
 ) -> None:
     """Fetch datasets into the cache, so that machines without the network can run them.
@@ -30,5 +35,8 @@ def datasets_prefetch(
     """
     from harbor_ray.trials.dataset_cache import default_cache_root, prefetch_datasets
 
-    prefetch_datasets(specs, datasets_cache or default_cache_root(),
-                      progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    prefetch_datasets(
+        specs,
+        datasets_cache or default_cache_root(),
+        progress=lambda msg: console.print(f"[dim]{msg}[/dim]"),
+    )

@@ -14,22 +14,35 @@ from harbor_ray.cli.options import Exit
 
 images_app = typer.Typer(
     help="The task images the container sandbox runs trials in (built with Docker).",
-    no_args_is_help=True)
+    no_args_is_help=True,
+)
 
 
 @images_app.command("build")
 def images_build(
-    dataset: Annotated[str, typer.Option(
-        help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or a cached "
-             "hub or registry dataset, as `sweep --dataset`.")],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or a cached "
+            "hub or registry dataset, as `sweep --dataset`."
+        ),
+    ],
     task: opt.TaskOption = None,
-    images_dir: Annotated[Path | None, typer.Option(
-        help="Where images are unpacked on each node: the container sandbox's "
-             "`images_dir` (--sandbox-arg images_dir=...). Default: "
-             "~/.cache/harbor_ray/images.")] = None,
-    ray_address: Annotated[str | None, typer.Option(
-        help="Build on every alive node of this Ray cluster (each node keeps its own "
-             "images). Default: this machine only.")] = None,
+    images_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where images are unpacked on each node: the container sandbox's "
+            "`images_dir` (--sandbox-arg images_dir=...). Default: "
+            "~/.cache/harbor_ray/images."
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Build on every alive node of this Ray cluster (each node keeps its own "
+            "images). Default: this machine only."
+        ),
+    ] = None,
 ) -> None:
     """Build and unpack the image of every task that has one (its
     environment/Dockerfile, or its docker_image if the daemon holds it), so that a
@@ -42,15 +55,24 @@ def images_build(
     """
     from harbor_ray.jobs.images import ImagesRequest, build_images
 
-    request = ImagesRequest(dataset=dataset, tasks=task, ray_address=ray_address,
-                            images_dir=(images_dir or ImagesRequest.images_dir).resolve())
+    request = ImagesRequest(
+        dataset=dataset,
+        tasks=task,
+        ray_address=ray_address,
+        images_dir=(images_dir or ImagesRequest.images_dir).resolve(),
+    )
     outcomes = build_images(request, progress=opt.notice)
     table = Table(title="task images")
     for column in ("task", "node", "image", "built", "seconds", "log / error"):
         table.add_column(column)
     for o in outcomes:
-        table.add_row(o.task, o.node, (o.digest or "-")[:19],
-                      "[red]failed[/red]" if o.error else ("yes" if o.built else "cached"),
-                      f"{o.seconds:.1f}", o.error or o.log or "")
+        table.add_row(
+            o.task,
+            o.node,
+            (o.digest or "-")[:19],
+            "[red]failed[/red]" if o.error else ("yes" if o.built else "cached"),
+            f"{o.seconds:.1f}",
+            o.error or o.log or "",
+        )
     Console().print(table)  # the result, on stdout; progress went to stderr
     raise typer.Exit(Exit.SOME_FAILED if any(o.error for o in outcomes) else Exit.ALL_OK)

@@ -12,16 +12,26 @@ import typer
 from harbor_ray.cli.options import TokenizerOption, console
 from harbor_ray.errors import NotADatasetError
 
-PassRewardOption = Annotated[float, typer.Option(
-    help="A rollout passes (for pass@k) when its reward is at least this; no reward "
-         "never passes.")]
+PassRewardOption = Annotated[
+    float,
+    typer.Option(
+        help="A rollout passes (for pass@k) when its reward is at least this; no reward "
+        "never passes."
+    ),
+]
 
 
 def report(
-    out: Annotated[Path, typer.Argument(
-        help="A dataset directory (a sweep's --out: rollouts/, sequences/, turns/).")],
-    dest: Annotated[Path | None, typer.Option(
-        "--to", help="Where to write the page (default: OUT/report.html).")] = None,
+    out: Annotated[
+        Path,
+        typer.Argument(
+            help="A dataset directory (a sweep's --out: rollouts/, sequences/, turns/)."
+        ),
+    ],
+    dest: Annotated[
+        Path | None,
+        typer.Option("--to", help="Where to write the page (default: OUT/report.html)."),
+    ] = None,
     pass_reward: PassRewardOption = 1.0,
     tokenizer: TokenizerOption = None,
 ) -> None:
@@ -53,19 +63,28 @@ def report(
 
 
 def view(
-    out: Annotated[Path, typer.Argument(
-        help="A dataset directory; it may be empty or still being written.")],
-    host: Annotated[str, typer.Option(
-        help="Address to bind. The page shows the rollouts' messages: bind beyond "
-             "loopback only if everyone who can reach it may read them.")] = "127.0.0.1",
+    out: Annotated[
+        Path, typer.Argument(help="A dataset directory; it may be empty or still being written.")
+    ],
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to bind. The page shows the rollouts' messages: bind beyond "
+            "loopback only if everyone who can reach it may read them."
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8766,
-    poll: Annotated[float, typer.Option(
-        min=0.1, help="Seconds between the page's checks for new rows.")] = 2.0,
+    poll: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between the page's checks for new rows.")
+    ] = 2.0,
     pass_reward: PassRewardOption = 1.0,
-    allowed_host: Annotated[list[str] | None, typer.Option(
-        help="A Host name the viewer answers besides the loopback names and --host "
-             "(repeatable; '*' for any): the name others reach it by. Requests naming "
-             "any other get 421, so a web page cannot read it through DNS rebinding.")
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A Host name the viewer answers besides the loopback names and --host "
+            "(repeatable; '*' for any): the name others reach it by. Requests naming "
+            "any other get 421, so a web page cannot read it through DNS rebinding."
+        ),
     ] = None,
     tokenizer: TokenizerOption = None,
 ) -> None:
@@ -80,26 +99,51 @@ def view(
 
     out.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
-        serve_view(out, host=host, port=port, poll_s=poll, pass_reward=pass_reward,
-                   allowed_hosts=allowed_host or (), tokenizer=tokenizer,
-                   on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"))
+        serve_view(
+            out,
+            host=host,
+            port=port,
+            poll_s=poll,
+            pass_reward=pass_reward,
+            allowed_hosts=allowed_host or (),
+            tokenizer=tokenizer,
+            on_ready=lambda url: console.print(f"view of {out} at [bold]{url}[/bold]"),
+        )
 
 
 def compare(
-    outs: Annotated[list[Path], typer.Argument(
-        metavar="OUT",
-        help="Two or more dataset directories (sweeps' --out); the first is the "
-             "baseline every other is measured against.")],
-    label: Annotated[list[str] | None, typer.Option(
-        help="A name for each dataset, in order (repeat it once per dataset); default: "
-             "the model each one's rows name.")] = None,
-    form: Annotated[Literal["html", "json", "md"], typer.Option(
-        "--format", help="html: one self-contained page (no server, no network); json: "
-                         "every figure at full precision, for CI; md: the tables, for "
-                         "papers and pull requests.")] = "html",
-    dest: Annotated[Path | None, typer.Option(
-        "--to", help="Where to write it (default: compare.html for html, the standard "
-                     "output for json and md).")] = None,
+    outs: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="OUT",
+            help="Two or more dataset directories (sweeps' --out); the first is the "
+            "baseline every other is measured against.",
+        ),
+    ],
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A name for each dataset, in order (repeat it once per dataset); default: "
+            "the model each one's rows name."
+        ),
+    ] = None,
+    form: Annotated[
+        Literal["html", "json", "md"],
+        typer.Option(
+            "--format",
+            help="html: one self-contained page (no server, no network); json: "
+            "every figure at full precision, for CI; md: the tables, for "
+            "papers and pull requests.",
+        ),
+    ] = "html",
+    dest: Annotated[
+        Path | None,
+        typer.Option(
+            "--to",
+            help="Where to write it (default: compare.html for html, the standard "
+            "output for json and md).",
+        ),
+    ] = None,
     pass_reward: PassRewardOption = 1.0,
 ) -> None:
     """Compare runs on the same tasks: did training help, and where?

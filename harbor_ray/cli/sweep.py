@@ -30,17 +30,23 @@ def _fleet(name: str) -> Any:
     return typer.Option(flag, help=fleet_help(name))
 
 
-
 def sweep(
     agent: Annotated[str, typer.Option(help="Agent name (see `harbor-ray info`).")],
-    dataset: Annotated[str, typer.Option(
-        help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or `samples`.")]
-        = "samples",
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="Task dir, dir of task dirs, REGISTRY.json:NAME[@VERSION], or `samples`."
+        ),
+    ] = "samples",
     task: opt.TaskOption = None,
     llm_url: opt.LlmUrlOption = None,
-    engine: Annotated[Path | None, typer.Option(
-        help="Instead of --llm-url: start the engine from this Serve YAML on the cluster "
-             "for the sweep, and stop it after.")] = None,
+    engine: Annotated[
+        Path | None,
+        typer.Option(
+            help="Instead of --llm-url: start the engine from this Serve YAML on the cluster "
+            "for the sweep, and stop it after."
+        ),
+    ] = None,
     model: opt.ModelOption = None,
     sandbox: opt.SandboxOption = "local",
     sandbox_arg: opt.SandboxArgOption = None,
@@ -53,59 +59,96 @@ def sweep(
     metrics_every_s: Annotated[float, _fleet("metrics_every_s")] = FLEET.metrics_every_s,
     rollouts_per_host: Annotated[int, _fleet("rollouts_per_host")] = FLEET.rollouts_per_host,
     sandbox_starts_per_s: Annotated[float, _fleet("sandbox_starts_per_s")] = (
-        FLEET.sandbox_starts_per_s),
+        FLEET.sandbox_starts_per_s
+    ),
     journal: Annotated[JournalMode, _fleet("journal")] = FLEET.journal,
     train_partial: Annotated[bool, _fleet("train_partial")] = FLEET.train_partial,
     warm_pool: Annotated[list[str] | None, _fleet("warm_pool")] = None,
     retries: Annotated[int, _fleet("retries")] = FLEET.retries,
     grace_s: Annotated[float, _fleet("grace_s")] = FLEET.grace_s,
     budget: opt.BudgetOption = 20,
-    deadline: Annotated[float | None, typer.Option(
-        help="Seconds a rollout may take: then it ends itself (row `deadline`, sandbox "
-             "torn down). One with no row --grace seconds later is cancelled on its host; "
-             "one deaf to that for another --grace costs its host (its neighbours are "
-             "retried).")] = 900.0,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a rollout may take: then it ends itself (row `deadline`, sandbox "
+            "torn down). One with no row --grace seconds later is cancelled on its host; "
+            "one deaf to that for another --grace costs its host (its neighbours are "
+            "retried)."
+        ),
+    ] = 900.0,
     temperature: opt.TemperatureOption = None,
     max_tokens: opt.MaxTokensOption = None,
     reward_key: opt.RewardKeyOption = None,
-    name: Annotated[str, typer.Option(
-        help="Run name, part of every rollout id (<task>__<attempt>__<name>): rerunning "
-             "with the same name and --out resumes.")] = "sweep",
-    out: Annotated[Path, typer.Option(
-        help="Dataset directory (rollouts/, sequences/, turns/, trials/).")] = Path("sweep"),
-    ray_address: Annotated[str | None, typer.Option(
-        help="Ray cluster to run on (e.g. `auto`). Default: start a local one.")] = None,
-    proxy_replicas: Annotated[int, typer.Option(
-        help="Capture proxy replicas (a Ray Serve deployment) between agents and the "
-             "engine, with --ingress direct or serve (host deploys none).")] = 2,
-    commit_every_s: Annotated[float, typer.Option(
-        "--commit-every",
-        help="Seconds between commits of finished rows to --out (one Parquet part per "
-             "table per commit; 0: a commit per rollout). A driver killed in between "
-             "loses only the rows since the last commit; a rerun redoes them.")] = 2.0,
-    ingress: Annotated[str, typer.Option(
-        help="How agents reach the capture proxy: `host` (each rollout host serves the "
-             "proxy for its own sessions and calls the engine: no replicas, no actor "
-             "calls on the hot path, the least CPU per model call), `direct` (--proxy-"
-             "replicas Serve replicas, reached by a relay in each host; needed for "
-             "--proxy-url), or `serve` (the replicas through Serve's HTTP proxy).")] = "host",
+    name: Annotated[
+        str,
+        typer.Option(
+            help="Run name, part of every rollout id (<task>__<attempt>__<name>): rerunning "
+            "with the same name and --out resumes."
+        ),
+    ] = "sweep",
+    out: Annotated[
+        Path, typer.Option(help="Dataset directory (rollouts/, sequences/, turns/, trials/).")
+    ] = Path("sweep"),
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster to run on (e.g. `auto`). Default: start a local one."),
+    ] = None,
+    proxy_replicas: Annotated[
+        int,
+        typer.Option(
+            help="Capture proxy replicas (a Ray Serve deployment) between agents and the "
+            "engine, with --ingress direct or serve (host deploys none)."
+        ),
+    ] = 2,
+    commit_every_s: Annotated[
+        float,
+        typer.Option(
+            "--commit-every",
+            help="Seconds between commits of finished rows to --out (one Parquet part per "
+            "table per commit; 0: a commit per rollout). A driver killed in between "
+            "loses only the rows since the last commit; a rerun redoes them.",
+        ),
+    ] = 2.0,
+    ingress: Annotated[
+        str,
+        typer.Option(
+            help="How agents reach the capture proxy: `host` (each rollout host serves the "
+            "proxy for its own sessions and calls the engine: no replicas, no actor "
+            "calls on the hot path, the least CPU per model call), `direct` (--proxy-"
+            "replicas Serve replicas, reached by a relay in each host; needed for "
+            "--proxy-url), or `serve` (the replicas through Serve's HTTP proxy)."
+        ),
+    ] = "host",
     engine_timeout: opt.EngineTimeoutOption = DEFAULT_ENGINE_TIMEOUT_S,
-    proxy_url: Annotated[str | None, typer.Option(
-        help="The capture proxy's address for agents in sandboxes that do not run on "
-             "their host's node (cloud backends: `info` says which need it), e.g. "
-             "http://NODE-OR-BALANCER:8770. A relay on every node listens where it "
-             "lands (--proxy-bind) while the sweep runs; calls need their session key. "
-             "Needs --ingress direct. Default: none, nothing listens off loopback.")] = None,
-    proxy_bind: Annotated[str | None, typer.Option(
-        help="HOST:PORT each node's relay listens on for --proxy-url (default: every "
-             "interface on its port; a port taken on any node fails the start).")] = None,
+    proxy_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The capture proxy's address for agents in sandboxes that do not run on "
+            "their host's node (cloud backends: `info` says which need it), e.g. "
+            "http://NODE-OR-BALANCER:8770. A relay on every node listens where it "
+            "lands (--proxy-bind) while the sweep runs; calls need their session key. "
+            "Needs --ingress direct. Default: none, nothing listens off loopback."
+        ),
+    ] = None,
+    proxy_bind: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT each node's relay listens on for --proxy-url (default: every "
+            "interface on its port; a port taken on any node fails the start)."
+        ),
+    ] = None,
     log_file: Annotated[Path | None, opt.log_option("OUT/logs/harbor-ray.log")] = None,
     verbose: opt.VerboseOption = False,
-    view: Annotated[bool, typer.Option(
-        help="Also serve the live report and trace viewer of --out while the sweep runs "
-             "(as `harbor-ray view`, on loopback; stops with the sweep).")] = False,
-    view_port: Annotated[int, typer.Option(
-        help="Port of --view (0 picks a free one; the URL is printed).")] = 8766,
+    view: Annotated[
+        bool,
+        typer.Option(
+            help="Also serve the live report and trace viewer of --out while the sweep runs "
+            "(as `harbor-ray view`, on loopback; stops with the sweep)."
+        ),
+    ] = False,
+    view_port: Annotated[
+        int, typer.Option(help="Port of --view (0 picks a free one; the URL is printed).")
+    ] = 8766,
     agents_cache: opt.AgentsCacheOption = None,
     stitch: opt.StitchOption = True,
     engine_kind: opt.EngineKindOption = "auto",
@@ -139,23 +182,50 @@ def sweep(
 
     fleet = {name: value for name, value in locals().items() if name in FLEET_NAMES}
     request = SweepRequest(
-        agent=agent, dataset=dataset, tasks=task, llm_url=llm_url, engine=engine, model=model,
-        sandbox=sandbox, sandbox_kwargs=parse_sandbox_args(sandbox_arg or []), attempts=n,
-        budget=budget, deadline_s=deadline, temperature=temperature, max_tokens=max_tokens,
-        reward_key=reward_key, name=name, out=out.resolve(), ray_address=ray_address,
-        proxy_replicas=proxy_replicas, commit_every_s=commit_every_s,
-        ingress=checked_ingress(ingress), engine_timeout_s=engine_timeout,
-        proxy_url=proxy_url, proxy_bind=proxy_bind, agents_cache=agents_cache, stitch=stitch,
-        engine_kind=engine_kind, host_userland=host_userland, capture=capture,
-        upstream=upstream, upstream_key_file=upstream_key_file,
-        **{**fleet, "engine_metrics": tuple(engine_metrics or ()),
-           "warm_pool": parse_pool_sizes(warm_pool or [])})
+        agent=agent,
+        dataset=dataset,
+        tasks=task,
+        llm_url=llm_url,
+        engine=engine,
+        model=model,
+        sandbox=sandbox,
+        sandbox_kwargs=parse_sandbox_args(sandbox_arg or []),
+        attempts=n,
+        budget=budget,
+        deadline_s=deadline,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        reward_key=reward_key,
+        name=name,
+        out=out.resolve(),
+        ray_address=ray_address,
+        proxy_replicas=proxy_replicas,
+        commit_every_s=commit_every_s,
+        ingress=checked_ingress(ingress),
+        engine_timeout_s=engine_timeout,
+        proxy_url=proxy_url,
+        proxy_bind=proxy_bind,
+        agents_cache=agents_cache,
+        stitch=stitch,
+        engine_kind=engine_kind,
+        host_userland=host_userland,
+        capture=capture,
+        upstream=upstream,
+        upstream_key_file=upstream_key_file,
+        **{
+            **fleet,
+            "engine_metrics": tuple(engine_metrics or ()),
+            "warm_pool": parse_pool_sizes(warm_pool or []),
+        },
+    )
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     opt.evaluation_notice(capture)
     with command_output(log_file or request.out / LOG_NAME, verbose=verbose) as terminal:
-        with started_sweep(request, progress=phases_of(terminal), checked=checked) as started, \
-                _view_beside(request.out, view_port) if view else contextlib.nullcontext(), \
-                live_progress(console) as on_stats:
+        with (
+            started_sweep(request, progress=phases_of(terminal), checked=checked) as started,
+            _view_beside(request.out, view_port) if view else contextlib.nullcontext(),
+            live_progress(console) as on_stats,
+        ):
             stats = started.run(on_stats)
         print_summary(stats, request.out, console)
         _report_after_sweep(request.out)

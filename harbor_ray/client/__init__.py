@@ -9,5 +9,13 @@ from harbor_ray.client.clients import AsyncClient, Client
 from harbor_ray.client.trl import group_call_records, group_samples, mask_stale, trl_columns
 from harbor_ray.errors import ClientError
 
-__all__ = ["AsyncClient", "Client", "ClientError", "Retry", "group_call_records",
-           "group_samples", "mask_stale", "trl_columns"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "Retry",
+    "group_call_records",
+    "group_samples",
+    "mask_stale",
+    "trl_columns",
+]

@@ -101,8 +101,7 @@ def exchange[R](call: Call[R], retry: Retry, url: str) -> Exchange[R]:
         outcome = yield Send(call)
         if outcome.failure is not None:
             if attempt == retry.attempts or (outcome.sent and not call.resendable):
-                raise ClientError(f"{call.method} {url}{call.path}: "
-                                  f"{outcome.failure}", status=None)
+                raise ClientError(f"{call.method} {url}{call.path}: {outcome.failure}", status=None)
             yield Sleep(retry.wait(attempt, None))
             continue
         assert outcome.status is not None
@@ -110,12 +109,13 @@ def exchange[R](call: Call[R], retry: Retry, url: str) -> Exchange[R]:
             try:
                 return call.parse(outcome.content)
             except (ValidationError, ValueError) as exc:
-                raise ClientError(f"{call.method} {url}{call.path}: "
-                                  f"not the reply of this API: {exc}",
-                                  status=outcome.status) from exc
+                raise ClientError(
+                    f"{call.method} {url}{call.path}: not the reply of this API: {exc}",
+                    status=outcome.status,
+                ) from exc
         if attempt < retry.attempts and (
-                outcome.status == 429
-                or (outcome.status in _UNAVAILABLE and call.resendable)):
+            outcome.status == 429 or (outcome.status in _UNAVAILABLE and call.resendable)
+        ):
             yield Sleep(retry.wait(attempt, _retry_after(outcome.headers)))
             continue
         raise refusal(call, outcome, url)
@@ -133,12 +133,16 @@ def refusal(call: Call[Any], outcome: SendOutcome, url: str) -> ClientError:
     message = str(data.get("error"))
     if outcome.status == 401:
         message = f"the controller key is wrong or missing ({message})"
-    replicas = [ReplicaResult.model_validate(r) for r in data.get("replicas") or []
-                if isinstance(r, dict)]
+    replicas = [
+        ReplicaResult.model_validate(r) for r in data.get("replicas") or [] if isinstance(r, dict)
+    ]
     field_name = data.get("field")
-    return ClientError(f"{call.method} {url}{call.path}: {message}", status=outcome.status,
-                       field=field_name if isinstance(field_name, str) else None,
-                       replicas=replicas)
+    return ClientError(
+        f"{call.method} {url}{call.path}: {message}",
+        status=outcome.status,
+        field=field_name if isinstance(field_name, str) else None,
+        replicas=replicas,
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -42,8 +42,11 @@ class _Connection:
 
     def __init__(self, url: str, key: str, retry: Retry, timeout_s: float) -> None:
         if not key:
-            raise ClientError("the controller key is empty: pass the key the online service "
-                              "wrote to its key file", status=None)
+            raise ClientError(
+                "the controller key is empty: pass the key the online service "
+                "wrote to its key file",
+                status=None,
+            )
         self.url, self.retry = url.rstrip("/"), retry
         self.headers = {"authorization": f"Bearer {key}"}
         self.timeout_s = timeout_s
@@ -55,21 +58,31 @@ class _Connection:
         """httpx's `request` arguments for `send` (whole: a caller's own httpx client
         needs no base URL or headers)."""
         content, call = send.content, send.call
-        headers = self.headers if content is None else {
-            **self.headers, "content-type": "application/json"}
-        return {"method": call.method, "url": f"{self.url}{call.path}", "content": content,
-                "params": call.params, "headers": headers,
-                "timeout": call.timeout_s if call.timeout_s is not None else self.timeout_s}
+        headers = (
+            self.headers
+            if content is None
+            else {**self.headers, "content-type": "application/json"}
+        )
+        return {
+            "method": call.method,
+            "url": f"{self.url}{call.path}",
+            "content": content,
+            "params": call.params,
+            "headers": headers,
+            "timeout": call.timeout_s if call.timeout_s is not None else self.timeout_s,
+        }
 
     @staticmethod
     def answered(response: httpx.Response) -> SendOutcome:
-        return SendOutcome(status=response.status_code, headers=response.headers,
-                       content=response.content)
+        return SendOutcome(
+            status=response.status_code, headers=response.headers, content=response.content
+        )
 
     @staticmethod
     def failed(exc: httpx.TransportError) -> SendOutcome:
-        return SendOutcome(failure=f"{type(exc).__name__}: {exc}",
-                       sent=not isinstance(exc, _NOT_SENT))
+        return SendOutcome(
+            failure=f"{type(exc).__name__}: {exc}", sent=not isinstance(exc, _NOT_SENT)
+        )
 
 
 class Client:
@@ -77,8 +90,15 @@ class Client:
     controller key; `retry` says how 429s and lost connections are retried; `http` an
     httpx client of the caller's (event hooks, transport, limits), closed with this."""
 
-    def __init__(self, url: str, key: str, *, retry: Retry = DEFAULT_RETRY,
-                 timeout_s: float = 60.0, http: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        *,
+        retry: Retry = DEFAULT_RETRY,
+        timeout_s: float = 60.0,
+        http: httpx.Client | None = None,
+    ) -> None:
         self._conn = _Connection(url, key, retry, timeout_s)
         self._http = http or httpx.Client()
 
@@ -102,13 +122,18 @@ class Client:
         except httpx.TransportError as exc:
             return self._conn.failed(exc)
 
-    def submit(self, tasks: Mapping[str, int] | Sequence[TaskRequest], agent: str,
-               **options: Unpack[SubmitOptions]) -> SubmitReply:
+    def submit(
+        self,
+        tasks: Mapping[str, int] | Sequence[TaskRequest],
+        agent: str,
+        **options: Unpack[SubmitOptions],
+    ) -> SubmitReply:
         """Start a group per task (`{task: n}`); retried safely (one request id)."""
         return self._run(routes.submit(tasks, agent, options))
 
-    def groups(self, *, max_groups: int = 16, wait_s: float = 30.0,
-               total: int | None = None) -> Iterator[list[Group]]:
+    def groups(
+        self, *, max_groups: int = 16, wait_s: float = 30.0, total: int | None = None
+    ) -> Iterator[list[Group]]:
         """Batches of finished groups, oldest first. A batch is acknowledged when the
         next one is asked for (or the iteration ends at `total` groups): leaving the loop
         early leaves the last batch unacknowledged, and it is delivered again."""
@@ -128,8 +153,9 @@ class Client:
     def cancel(self, group_id: str) -> CancelReply:
         return self._run(routes.cancel(group_id))
 
-    def update_weights(self, path: str, version: int, *,
-                       timeout_s: float = routes.WEIGHTS_TIMEOUT_S) -> WeightsReply:
+    def update_weights(
+        self, path: str, version: int, *, timeout_s: float = routes.WEIGHTS_TIMEOUT_S
+    ) -> WeightsReply:
         """Load the checkpoint at `path` as `version`; answers when every replica serves
         it. Never resent once it may have arrived (see `calls`)."""
         return self._run(routes.update_weights(path, version, timeout_s))
@@ -149,16 +175,24 @@ class Client:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
 class AsyncClient:
     """`Client` for asyncio: the same methods, awaited; `groups` is an async iterator."""
 
-    def __init__(self, url: str, key: str, *, retry: Retry = DEFAULT_RETRY,
-                 timeout_s: float = 60.0, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        *,
+        retry: Retry = DEFAULT_RETRY,
+        timeout_s: float = 60.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
         self._conn = _Connection(url, key, retry, timeout_s)
         self._http = http or httpx.AsyncClient()
 
@@ -170,22 +204,25 @@ class AsyncClient:
             except StopIteration as done:
                 result: R = done.value  # the exchange's R; StopIteration types it Any
                 return result
-            outcome = await (self._send(step) if isinstance(step, Send)
-                             else _async_sleep(step))
+            outcome = await (self._send(step) if isinstance(step, Send) else _async_sleep(step))
 
     async def _send(self, send: Send) -> SendOutcome:
         try:
-            return self._conn.answered(
-                await self._http.request(**self._conn.request(send)))
+            return self._conn.answered(await self._http.request(**self._conn.request(send)))
         except httpx.TransportError as exc:
             return self._conn.failed(exc)
 
-    async def submit(self, tasks: Mapping[str, int] | Sequence[TaskRequest], agent: str,
-                     **options: Unpack[SubmitOptions]) -> SubmitReply:
+    async def submit(
+        self,
+        tasks: Mapping[str, int] | Sequence[TaskRequest],
+        agent: str,
+        **options: Unpack[SubmitOptions],
+    ) -> SubmitReply:
         return await self._run(routes.submit(tasks, agent, options))
 
-    async def groups(self, *, max_groups: int = 16, wait_s: float = 30.0,
-                     total: int | None = None) -> AsyncIterator[list[Group]]:
+    async def groups(
+        self, *, max_groups: int = 16, wait_s: float = 30.0, total: int | None = None
+    ) -> AsyncIterator[list[Group]]:
         cursor = GroupCursor(max_groups, wait_s, total)
         while (call := cursor.next_call()) is not None:
             if (batch := cursor.batch(await self._run(call))) is not None:
@@ -200,8 +237,9 @@ class AsyncClient:
     async def cancel(self, group_id: str) -> CancelReply:
         return await self._run(routes.cancel(group_id))
 
-    async def update_weights(self, path: str, version: int, *,
-                             timeout_s: float = routes.WEIGHTS_TIMEOUT_S) -> WeightsReply:
+    async def update_weights(
+        self, path: str, version: int, *, timeout_s: float = routes.WEIGHTS_TIMEOUT_S
+    ) -> WeightsReply:
         return await self._run(routes.update_weights(path, version, timeout_s))
 
     async def policy(self) -> PolicyReply:
@@ -219,8 +257,9 @@ class AsyncClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
 

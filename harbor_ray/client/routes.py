@@ -27,8 +27,19 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 
-__all__ = ["WEIGHTS_TIMEOUT_S", "GroupCursor", "SubmitOptions", "ack", "cancel", "groups",
-           "health", "policy", "stats", "submit", "update_weights"]
+__all__ = [
+    "WEIGHTS_TIMEOUT_S",
+    "GroupCursor",
+    "SubmitOptions",
+    "ack",
+    "cancel",
+    "groups",
+    "health",
+    "policy",
+    "stats",
+    "submit",
+    "update_weights",
+]
 
 # Added to a long poll's wait for the reply's own way back.
 _POLL_MARGIN_S = 30.0
@@ -69,26 +80,34 @@ def _health(raw: bytes) -> bool:
     return ok
 
 
-def submit(tasks: Mapping[str, int] | Sequence[TaskRequest], agent: str,
-           options: SubmitOptions) -> Call[SubmitReply]:
+def submit(
+    tasks: Mapping[str, int] | Sequence[TaskRequest], agent: str, options: SubmitOptions
+) -> Call[SubmitReply]:
     """`tasks`: {task: n} or `TaskRequest`s. A request id is made when none is
     given, once: every retry resends it, so the controller starts the work once."""
-    asked = ([TaskRequest(task=t, n=n) for t, n in tasks.items()]
-             if isinstance(tasks, Mapping) else list(tasks))
-    body = SubmitRequest.model_validate({
-        "request_id": uuid.uuid4().hex, **options, "tasks": asked, "agent": agent})
+    asked = (
+        [TaskRequest(task=t, n=n) for t, n in tasks.items()]
+        if isinstance(tasks, Mapping)
+        else list(tasks)
+    )
+    body = SubmitRequest.model_validate(
+        {"request_id": uuid.uuid4().hex, **options, "tasks": asked, "agent": agent}
+    )
     return Call("POST", "/v1/rollouts", _reader(SubmitReply), body, status=202)
 
 
 def groups(max_groups: int, wait_s: float) -> Call[list[Group]]:
-    return Call("GET", "/v1/groups", _groups,
-                params={"max": str(max_groups), "wait_s": f"{wait_s:g}"},
-                timeout_s=wait_s + _POLL_MARGIN_S)
+    return Call(
+        "GET",
+        "/v1/groups",
+        _groups,
+        params={"max": str(max_groups), "wait_s": f"{wait_s:g}"},
+        timeout_s=wait_s + _POLL_MARGIN_S,
+    )
 
 
 def ack(group_ids: Sequence[str]) -> Call[AckReply]:
-    return Call("POST", "/v1/groups/ack", _reader(AckReply),
-                AckRequest(group_ids=list(group_ids)))
+    return Call("POST", "/v1/groups/ack", _reader(AckReply), AckRequest(group_ids=list(group_ids)))
 
 
 def cancel(group_id: str) -> Call[CancelReply]:
@@ -96,9 +115,14 @@ def cancel(group_id: str) -> Call[CancelReply]:
 
 
 def update_weights(path: str, version: int, timeout_s: float) -> Call[WeightsReply]:
-    return Call("POST", "/v1/weights", _reader(WeightsReply),
-                WeightsRequest(path=path, version=version), resendable=False,
-                timeout_s=timeout_s)
+    return Call(
+        "POST",
+        "/v1/weights",
+        _reader(WeightsReply),
+        WeightsRequest(path=path, version=version),
+        resendable=False,
+        timeout_s=timeout_s,
+    )
 
 
 def policy() -> Call[PolicyReply]:
@@ -121,7 +145,8 @@ class GroupCursor:
 
     def __init__(self, max_groups: int, wait_s: float, total: int | None) -> None:
         assert max_groups >= 1 and (total is None or total >= 0), (
-            "max_groups must be at least 1 and total not negative")
+            "max_groups must be at least 1 and total not negative"
+        )
         self.max_groups, self.wait_s, self.total = max_groups, wait_s, total
         self.taken = 0
         self.pending: list[str] = []  # the batch handed out, not yet acknowledged
@@ -133,8 +158,9 @@ class GroupCursor:
             return ack(ids)
         if self.total is not None and self.taken >= self.total:
             return None
-        wanted = self.max_groups if self.total is None else min(
-            self.max_groups, self.total - self.taken)
+        wanted = (
+            self.max_groups if self.total is None else min(self.max_groups, self.total - self.taken)
+        )
         return groups(wanted, self.wait_s)
 
     def batch(self, reply: Any) -> list[Group] | None:

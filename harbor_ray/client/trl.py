@@ -30,15 +30,16 @@ def group_samples(groups: Iterable[Group], *, filler_id: int = 0) -> list[dict[s
     ]
 
 
-def group_call_records(groups: Iterable[Group], *, include_discarded: bool = False,
-                       only_ok: bool = True) -> list[dict[str, Any]]:
+def group_call_records(
+    groups: Iterable[Group], *, include_discarded: bool = False, only_ok: bool = True
+) -> list[dict[str, Any]]:
     """One record per model call of every group's rollouts, group by group in turn
     order; calls without ids, abandoned retries (unless `include_discarded`) and rows of
     unusable rollouts (unless `only_ok` is False) are left out, as from a dataset."""
     return [
         {**record, "group_id": group.group_id}
         for group in groups
-        for record in call_records_from_rows(group.turns,
-                                             include_discarded=include_discarded,
-                                             only_ok=only_ok)
+        for record in call_records_from_rows(
+            group.turns, include_discarded=include_discarded, only_ok=only_ok
+        )
     ]

@@ -84,8 +84,12 @@ class ActorSessionStore:
     """
 
     def __init__(
-        self, *, namespace: str = NAMESPACE, max_sessions: int = 100_000,
-        max_owners: int = 10_000, holder: str | None = None,
+        self,
+        *,
+        namespace: str = NAMESPACE,
+        max_sessions: int = 100_000,
+        max_owners: int = 10_000,
+        holder: str | None = None,
     ) -> None:
         """`holder` names this process to owners (`owner.actor_holder`), so that an
         owner can give back the calls it admitted here if this process dies mid-call."""
@@ -109,7 +113,8 @@ class ActorSessionStore:
             owner = await self._owner_of(session_id)
             # The prefixes are a few digests; the answer carries the continued turn's ids.
             admission: Admission = await owner.admit.remote(
-                session_id, self._holder, tuple(prefixes))
+                session_id, self._holder, tuple(prefixes)
+            )
             return admission
         except _OWNER_GONE as exc:
             self._forget(session_id, exc)
@@ -118,8 +123,7 @@ class ActorSessionStore:
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         await self._deliver(session_id, "record", lambda o: o.record.remote(session_id, turn))
 
-    async def release(self, session_id: str, index: int, counter: Counter | None = None
-                      ) -> None:
+    async def release(self, session_id: str, index: int, counter: Counter | None = None) -> None:
         await self._deliver(
             session_id, "release", lambda o: o.release.remote(session_id, index, counter)
         )

@@ -25,14 +25,20 @@ from harbor_ray.cluster.engine_metrics import EngineLoad
 from harbor_ray.errors import StartError
 
 
-def check_cap_order(floor: int, start: int, ceiling: int,
-                    names: tuple[str, str, str] = ("floor", "start", "ceiling")) -> None:
+def check_cap_order(
+    floor: int,
+    start: int,
+    ceiling: int,
+    names: tuple[str, str, str] = ("floor", "start", "ceiling"),
+) -> None:
     """Raise StartError unless 1 <= floor <= start <= ceiling, naming each by `names`
     (the flags or fields that set them)."""
     if not 1 <= floor <= start <= ceiling:
         low, first, high = names
-        raise StartError(f"the adaptive cap needs 1 <= {low} ({floor}) <= {first} "
-                         f"({start}) <= {high} ({ceiling})")
+        raise StartError(
+            f"the adaptive cap needs 1 <= {low} ({floor}) <= {first} "
+            f"({start}) <= {high} ({ceiling})"
+        )
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,9 @@ class AdmissionPolicy:
     grow: float = 0.25  # a rise, as a fraction of the limit
     cut: float = 0.25  # a cut, as a fraction of the limit
     # What the bounds are called where they were set (flags, YAML fields), for the check.
-    names: tuple[str, str, str] = field(default=("floor", "start", "ceiling"),
-                                        compare=False, repr=False)
+    names: tuple[str, str, str] = field(
+        default=("floor", "start", "ceiling"), compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         check_cap_order(self.floor, self.start, self.ceiling, self.names)
@@ -70,11 +77,15 @@ class AdmissionController:
     def observe(self, load: EngineLoad, in_flight: int) -> int:
         """The limit after `load`, seen with `in_flight` rollouts running."""
         policy = self.policy
-        preempted = (self._preemptions is not None
-                     and load.preemptions > self._preemptions)  # a drop: an engine restarted
+        preempted = (
+            self._preemptions is not None and load.preemptions > self._preemptions
+        )  # a drop: an engine restarted
         self._preemptions = load.preemptions
-        if (preempted or load.waiting > policy.waiting_allowed
-                or load.kv_cache_usage >= policy.kv_high):
+        if (
+            preempted
+            or load.waiting > policy.waiting_allowed
+            or load.kv_cache_usage >= policy.kv_high
+        ):
             cut = max(1, math.floor(self.limit * policy.cut))
             self.limit = max(policy.floor, self.limit - cut)
         elif load.kv_cache_usage < policy.kv_low and in_flight >= self.limit:

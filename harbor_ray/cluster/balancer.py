@@ -54,8 +54,9 @@ class Rotation:
             self._entries.remove(entry)
 
 
-async def still_there(entries: Sequence[ReplicaEntry], timeout_s: float = 2.0
-                      ) -> tuple[list[ReplicaEntry], list[ReplicaEntry]]:
+async def still_there(
+    entries: Sequence[ReplicaEntry], timeout_s: float = 2.0
+) -> tuple[list[ReplicaEntry], list[ReplicaEntry]]:
     """(live, dead): live entries answer /health with their own instance id; dead ones
     refuse connections or are answered by another server (a port reused). Entries that
     only time out are neither: a busy replica is not a dead one."""
@@ -80,8 +81,11 @@ async def still_there(entries: Sequence[ReplicaEntry], timeout_s: float = 2.0
 class _Pipe(asyncio.Protocol):
     """One side of a spliced connection: what it reads goes to its peer's transport."""
 
-    def __init__(self, on_made: Callable[[_Pipe], None] | None = None,
-                 on_lost: Callable[[_Pipe], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_made: Callable[[_Pipe], None] | None = None,
+        on_lost: Callable[[_Pipe], None] | None = None,
+    ) -> None:
         self.transport: asyncio.Transport | None = None
         self.peer: _Pipe | None = None
         self.eof = False
@@ -148,9 +152,16 @@ class _Pipe(asyncio.Protocol):
 class Relay:
     """Listens on loopback; each accepted connection is spliced to a live replica."""
 
-    def __init__(self, fetch: Fetch, forget: Forget | None = None, *,
-                 refresh_s: float = 5.0, connect_timeout_s: float = 2.0,
-                 attempts: int = 3, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        fetch: Fetch,
+        forget: Forget | None = None,
+        *,
+        refresh_s: float = 5.0,
+        connect_timeout_s: float = 2.0,
+        attempts: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._fetch, self._forget = fetch, forget
         self._refresh_s, self._connect_timeout_s = refresh_s, connect_timeout_s
         self._attempts = attempts
@@ -166,7 +177,8 @@ class Relay:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen; return the relay's base URL (`http://127.0.0.1:PORT`)."""
         server = await asyncio.get_running_loop().create_server(
-            self._accepted, host, port, backlog=2048)
+            self._accepted, host, port, backlog=2048
+        )
         self._servers.append(server)
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
         self.url = f"http://{bound_host}:{bound_port}"
@@ -222,9 +234,9 @@ class Relay:
                 address = urlsplit(entry.url)
                 try:
                     async with asyncio.timeout(self._connect_timeout_s):
-                        # A registered replica's URL always names its host and port.
-                        _, pipe = await loop.create_connection(
-                            protocol, address.hostname, address.port)  # type: ignore[arg-type]
+                        host, port = address.hostname, address.port
+                        assert host and port, f"a replica registered as {entry.url}"
+                        _, pipe = await loop.create_connection(protocol, host, port)
                     return pipe
                 except ConnectionRefusedError:
                     self._report(entry)
@@ -244,8 +256,9 @@ class Relay:
         self._spawn(self._attach(near))
 
     async def _attach(self, near: _Pipe) -> None:
-        far = await self.connect(lambda: _Pipe(on_made=self._pipes.add,
-                                               on_lost=self._pipes.discard))
+        far = await self.connect(
+            lambda: _Pipe(on_made=self._pipes.add, on_lost=self._pipes.discard)
+        )
         if far is None or near.transport.is_closing():  # type: ignore[union-attr]
             if far is None:
                 _log.warning("no replica of the capture proxy accepts connections")

@@ -33,17 +33,31 @@ WATCH_S = 2.0
 class DirectIngress:
     """The app on its own socket (two, once widened), for as long as the replica runs."""
 
-    def __init__(self, app: CaptureApp, registry: Any, entry: ReplicaEntry, node: ClusterNode,
-                 serving: asyncio.Task[None], stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        app: CaptureApp,
+        registry: Any,
+        entry: ReplicaEntry,
+        node: ClusterNode,
+        serving: asyncio.Task[None],
+        stop: asyncio.Event,
+    ) -> None:
         self._app, self._registry, self.entry, self._node = app, registry, entry, node
         self._serving, self._stop = [serving], stop
         self._watching: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, app: CaptureApp, registry: Any, replica_id: str, node: ClusterNode,
-                    *, across_nodes: bool = False, watch_s: float = WATCH_S,
-                    nodes: Callable[[], Sequence[ClusterNode]] = alive_nodes
-                    ) -> DirectIngress:
+    async def start(
+        cls,
+        app: CaptureApp,
+        registry: Any,
+        replica_id: str,
+        node: ClusterNode,
+        *,
+        across_nodes: bool = False,
+        watch_s: float = WATCH_S,
+        nodes: Callable[[], Sequence[ClusterNode]] = alive_nodes,
+    ) -> DirectIngress:
         """Serve `app` (whose lifespan Serve runs) and register it with `registry`, as
         replica `replica_id` on `node` (this process's); on loopback, look for a second
         node in `nodes()` every `watch_s` seconds."""
@@ -56,8 +70,9 @@ class DirectIngress:
             ingress._watching = asyncio.create_task(ingress._widen_when_joined(nodes, watch_s))
         return ingress
 
-    async def _widen_when_joined(self, nodes: Callable[[], Sequence[ClusterNode]],
-                                 watch_s: float) -> None:
+    async def _widen_when_joined(
+        self, nodes: Callable[[], Sequence[ClusterNode]], watch_s: float
+    ) -> None:
         while True:
             try:
                 if len(await asyncio.to_thread(nodes)) > 1:
@@ -96,13 +111,15 @@ class DirectIngress:
             await asyncio.wait(self._serving, timeout=15)
 
 
-async def _serving(app: CaptureApp, address: str, stop: asyncio.Event
-                   ) -> tuple[asyncio.Task[None], str]:
+async def _serving(
+    app: CaptureApp, address: str, stop: asyncio.Event
+) -> tuple[asyncio.Task[None], str]:
     """`app` served on `address`:<a free port> until `stop`, once it answers as itself:
     the server's task and its URL."""
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     serving = asyncio.create_task(
-        serve(app, bind(address, 0), on_ready=ready.set_result, stop=stop, lifespan="off"))
+        serve(app, bind(address, 0), on_ready=ready.set_result, stop=stop, lifespan="off")
+    )
     first: set[asyncio.Future[Any]] = {ready, serving}
     await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     if not ready.done():

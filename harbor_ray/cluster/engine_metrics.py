@@ -49,7 +49,7 @@ def vllm_name(name: str) -> str | None:
     any other metric."""
     for prefix in ("vllm:", "ray_vllm_", "vllm_"):
         if name.startswith(prefix):
-            bare = name[len(prefix):]
+            bare = name[len(prefix) :]
             return bare.removesuffix("_total")
     return None
 
@@ -77,5 +77,6 @@ def parse_engine_metrics(texts: Iterable[str]) -> EngineLoad:
                 waiting += value
             elif name == _PREEMPTIONS:
                 preemptions += value
-    return EngineLoad(kv_cache_usage=kv, running=int(running), waiting=int(waiting),
-                      preemptions=preemptions)
+    return EngineLoad(
+        kv_cache_usage=kv, running=int(running), waiting=int(waiting), preemptions=preemptions
+    )

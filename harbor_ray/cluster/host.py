@@ -121,9 +121,14 @@ class WarmPoolPlan:
 class RolloutHost(SessionOwner):
     """Runs rollouts (`run`); as their sessions' owner, answers the proxy replicas."""
 
-    def __init__(self, name: str, proxy: ProxyTarget | None, work: Work | None = None,
-                 journaling: Journaling | None = None,
-                 warm_pool: WarmPoolPlan | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        proxy: ProxyTarget | None,
+        work: Work | None = None,
+        journaling: Journaling | None = None,
+        warm_pool: WarmPoolPlan | None = None,
+    ) -> None:
         # Every turn its sessions record goes to its journal first (journaling.py).
         super().__init__(name, None if journaling is None else journaling.open(name))
         self._proxy = proxy
@@ -148,8 +153,9 @@ class RolloutHost(SessionOwner):
         has shown what its sandboxes are made of (trials/sandbox/pooled.py)."""
         backend = BwrapBackend(host_sandboxes(plan.sandboxes_dir, self.owner))
         reserve = None if plan.starts is None else plan.starts.reserve.remote
-        pool = WarmPool(backend, plan.sizes, Ledger(host_ledger(plan.ledgers_dir, self.owner)),
-                        reserve)
+        pool = WarmPool(
+            backend, plan.sizes, Ledger(host_ledger(plan.ledgers_dir, self.owner)), reserve
+        )
         register_pool(self.owner, pool, backend)
         return pool
 
@@ -175,7 +181,8 @@ class RolloutHost(SessionOwner):
         raises but for cancellation. `starts`: the run's start bucket for the spec's
         backend (cluster/start_bucket.py), whose token the sandbox waits for."""
         capture: CaptureService | None = (
-            await self._capture_service() if needs_model(spec.agent) else None)
+            await self._capture_service() if needs_model(spec.agent) else None
+        )
         if capture is not None and (journal := self.store.journal) is not None:
             capture = JournaledCapture(capture, journal, spec.rollout_id)
         spec = self._own_sandboxes(spec)
@@ -195,17 +202,30 @@ class RolloutHost(SessionOwner):
         root = spec.sandbox_kwargs.get("sandboxes_dir")
         if root is None:
             return spec
-        return dataclasses.replace(spec, sandbox_kwargs={
-            **spec.sandbox_kwargs, "sandboxes_dir": str(host_sandboxes(Path(root), self.owner))})
+        return dataclasses.replace(
+            spec,
+            sandbox_kwargs={
+                **spec.sandbox_kwargs,
+                "sandboxes_dir": str(host_sandboxes(Path(root), self.owner)),
+            },
+        )
 
     def _pooled(self, spec: RolloutSpec) -> RolloutSpec | None:
         """The spec whose sandbox comes from this host's warm pool, if its task has one."""
-        if (self._pool is None or spec.sandbox not in ON_THIS_NODE
-                or not self._pool.size(spec.task.name)):
+        if (
+            self._pool is None
+            or spec.sandbox not in ON_THIS_NODE
+            or not self._pool.size(spec.task.name)
+        ):
             return None
-        return dataclasses.replace(spec, sandbox_kwargs={
-            **spec.sandbox_kwargs, "warm_pool": self.owner,
-            "warm_pool_environment": spec.task.name})
+        return dataclasses.replace(
+            spec,
+            sandbox_kwargs={
+                **spec.sandbox_kwargs,
+                "warm_pool": self.owner,
+                "warm_pool_environment": spec.task.name,
+            },
+        )
 
     async def _guard(self, directory: Path) -> None:
         """Start, once per directory, a process that reaps it when this host's process
@@ -216,13 +236,23 @@ class RolloutHost(SessionOwner):
         self._guarded.add(directory)
         directory.mkdir(parents=True, exist_ok=True)
         guard = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "harbor_ray.trials.sandbox.leftovers",
-            "--after", str(os.getpid()), directory.name, cwd=directory.parent,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+            sys.executable,
+            "-m",
+            "harbor_ray.trials.sandbox.leftovers",
+            "--after",
+            str(os.getpid()),
+            directory.name,
+            cwd=directory.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         if code := await guard.wait():
-            raise SandboxError(f"the guard of {directory} failed to start (exit {code}): "
-                               "check that this node can write there and run harbor_ray")
+            raise SandboxError(
+                f"the guard of {directory} failed to start (exit {code}): "
+                "check that this node can write there and run harbor_ray"
+            )
 
     async def _capture_service(self) -> LocalCapture | None:
         # The relay listens in this actor's event loop, so it starts with the first call.
@@ -241,12 +271,25 @@ class RolloutHost(SessionOwner):
             clock.start()
             self._serving.push_async_callback(clock.stop)
             adapted = await adapt_engine(
-                build_upstream(proxy.upstream, proxy.url, key=proxy.upstream_key,
-                               timeout_s=proxy.engine_timeout_s), proxy.engine_kind)
+                build_upstream(
+                    proxy.upstream,
+                    proxy.url,
+                    key=proxy.upstream_key,
+                    timeout_s=proxy.engine_timeout_s,
+                ),
+                proxy.engine_kind,
+            )
             return await self._serving.enter_async_context(
-                serve_capture(self.store, adapted.engine, proxy.served_model,
-                              stitch=proxy.stitch and adapted.stitch, policy_version=clock,
-                              logprobs_mode=proxy.logprobs_mode, capture=proxy.capture))
+                serve_capture(
+                    self.store,
+                    adapted.engine,
+                    proxy.served_model,
+                    stitch=proxy.stitch and adapted.stitch,
+                    policy_version=clock,
+                    logprobs_mode=proxy.logprobs_mode,
+                    capture=proxy.capture,
+                )
+            )
         url = proxy.url
         if proxy.ingress == "serve":
             # Serve's API blocks on its controller: off the loop that serves calls.
@@ -259,9 +302,15 @@ class RolloutHost(SessionOwner):
 
 
 def start_host(
-    name: str, *, proxy: ProxyTarget | None, num_cpus: float, work: Work | None = None,
-    node_id: str | None = None, journaling: Journaling | None = None,
-    warm_pool: WarmPoolPlan | None = None, kind: type[RolloutHost] = RolloutHost,
+    name: str,
+    *,
+    proxy: ProxyTarget | None,
+    num_cpus: float,
+    work: Work | None = None,
+    node_id: str | None = None,
+    journaling: Journaling | None = None,
+    warm_pool: WarmPoolPlan | None = None,
+    kind: type[RolloutHost] = RolloutHost,
 ) -> Any:  # ActorHandle
     """Create a host named for its sessions. A small `num_cpus` so that Ray's CPU
     accounting never caps how many rollouts run at once: the sweep's concurrency does.
@@ -274,7 +323,8 @@ def start_host(
         name=owner_actor_name(name),
         namespace=NAMESPACE,
         num_cpus=num_cpus,
-        scheduling_strategy="SPREAD" if node_id is None
+        scheduling_strategy="SPREAD"
+        if node_id is None
         else NodeAffinitySchedulingStrategy(node_id, soft=False),
         max_restarts=0,
         max_concurrency=_MAX_CALLS,

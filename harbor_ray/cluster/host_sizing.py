@@ -40,8 +40,7 @@ def hosts_fitting(node: NodeCapacity) -> int:
     return max(1, min(by_cpu, by_memory))
 
 
-def plan_hosts(concurrency: int, rollouts_per_host: int,
-               nodes: Sequence[NodeCapacity]) -> HostPlan:
+def plan_hosts(concurrency: int, rollouts_per_host: int, nodes: Sequence[NodeCapacity]) -> HostPlan:
     """Hosts for `concurrency` rollouts at `rollouts_per_host` each, if the nodes hold
     them; else as many as they hold, each taking more rollouts. No nodes known: as asked."""
     wanted = math.ceil(concurrency / rollouts_per_host)
@@ -53,9 +52,14 @@ def plan_hosts(concurrency: int, rollouts_per_host: int,
     per_host = math.ceil(concurrency / room)
     cpus = sum(node.cpus for node in nodes)
     memory_gib = sum(node.memory_bytes for node in nodes) / 2**30
-    return HostPlan(math.ceil(concurrency / per_host), per_host, warning=(
-        f"concurrency {concurrency} at {rollouts_per_host} rollouts per host needs "
-        f"{wanted} host processes (~{HOST_MEMORY_BYTES // 2**20} MB each), but "
-        f"{len(nodes)} node(s) with {cpus:g} CPUs and {memory_gib:.1f} GiB hold {room} "
-        f"(at most {HOSTS_PER_CPU} per CPU, {MEMORY_SHARE:.0%} of memory): running "
-        f"{per_host} rollouts per host instead"))
+    return HostPlan(
+        math.ceil(concurrency / per_host),
+        per_host,
+        warning=(
+            f"concurrency {concurrency} at {rollouts_per_host} rollouts per host needs "
+            f"{wanted} host processes (~{HOST_MEMORY_BYTES // 2**20} MB each), but "
+            f"{len(nodes)} node(s) with {cpus:g} CPUs and {memory_gib:.1f} GiB hold {room} "
+            f"(at most {HOSTS_PER_CPU} per CPU, {MEMORY_SHARE:.0%} of memory): running "
+            f"{per_host} rollouts per host instead"
+        ),
+    )

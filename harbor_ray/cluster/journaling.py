@@ -36,8 +36,14 @@ from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import ErrorType, FindingRecord, RolloutResult
 from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
-__all__ = ["JournaledCapture", "Journaling", "collect", "partial_record", "remove_everywhere",
-           "remove_one"]
+__all__ = [
+    "JournaledCapture",
+    "Journaling",
+    "collect",
+    "partial_record",
+    "remove_everywhere",
+    "remove_one",
+]
 
 Salvaged = Mapping[str, tuple[TurnRecord, ...]]  # rollout id -> the turns it had
 _COLLECT_S = 60.0  # a dead host's node that cannot read a file in this long is gone too
@@ -80,10 +86,12 @@ class JournaledCapture:
     def remote_url(self) -> str | None:
         return self._capture.remote_url
 
-    async def open_session(self, *, budget: int | None, sampling: Sampling | None,
-                           main_loop: MainLoop | None = None) -> SessionInfo:
-        session = await self._capture.open_session(budget=budget, sampling=sampling,
-                                                   main_loop=main_loop)
+    async def open_session(
+        self, *, budget: int | None, sampling: Sampling | None, main_loop: MainLoop | None = None
+    ) -> SessionInfo:
+        session = await self._capture.open_session(
+            budget=budget, sampling=sampling, main_loop=main_loop
+        )
         await self._journal.append(Opened(session.session_id, self._rollout_id))
         return session
 
@@ -140,21 +148,48 @@ def _remove_task(directory: Path) -> int:
     return removed
 
 
-def partial_record(spec: RolloutSpec, turns: tuple[TurnRecord, ...], *, rollout_id: str,
-                   error: str, seconds: float, node: str | None, host: str,
-                   train_partial: bool) -> RolloutRecord:
+def partial_record(
+    spec: RolloutSpec,
+    turns: tuple[TurnRecord, ...],
+    *,
+    rollout_id: str,
+    error: str,
+    seconds: float,
+    node: str | None,
+    host: str,
+    train_partial: bool,
+) -> RolloutRecord:
     """The `infra_lost` row of a rollout whose host died, with the turns its journal
     kept, marked `partial` (never `ok`; `trainable` only with `train_partial`)."""
     closed = close_capture(turns)
-    return encode_record(RolloutResult(
-        rollout_id=rollout_id, task=spec.task.name, attempt=spec.attempt, agent=spec.agent,
-        sandbox=spec.sandbox, ok=False, reward=None, error_type=ErrorType.INFRA_LOST,
-        error=error, timings={"total": seconds}, node=node, host=host,
-        counts=closed.counts, model_calls=len(turns),
-        findings=[*map(FindingRecord.of, closed.findings), FindingRecord(
-            code="journal_partial", severity="warn",
-            message=f"{len(turns)} turns read from the dead host's journal")],
-        capture_level=turns[0].capture_level if turns else None,
-        partial=True, train_partial=train_partial, provenance=spec.provenance,
-    ), closed)
-
+    return encode_record(
+        RolloutResult(
+            rollout_id=rollout_id,
+            task=spec.task.name,
+            attempt=spec.attempt,
+            agent=spec.agent,
+            sandbox=spec.sandbox,
+            ok=False,
+            reward=None,
+            error_type=ErrorType.INFRA_LOST,
+            error=error,
+            timings={"total": seconds},
+            node=node,
+            host=host,
+            counts=closed.counts,
+            model_calls=len(turns),
+            findings=[
+                *map(FindingRecord.of, closed.findings),
+                FindingRecord(
+                    code="journal_partial",
+                    severity="warn",
+                    message=f"{len(turns)} turns read from the dead host's journal",
+                ),
+            ],
+            capture_level=turns[0].capture_level if turns else None,
+            partial=True,
+            train_partial=train_partial,
+            provenance=spec.provenance,
+        ),
+        closed,
+    )

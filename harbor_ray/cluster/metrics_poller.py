@@ -33,10 +33,15 @@ async def read_engine_load(client: httpx.AsyncClient, urls: Sequence[str]) -> En
     return parse_engine_metrics(texts) if texts else None
 
 
-async def steer_gate(gate: ResizableGate, controller: AdmissionController,
-                     urls: Sequence[str], *, every_s: float,
-                     on_limit: Callable[[int], None] = lambda _: None,
-                     transport: httpx.AsyncBaseTransport | None = None) -> None:
+async def steer_gate(
+    gate: ResizableGate,
+    controller: AdmissionController,
+    urls: Sequence[str],
+    *,
+    every_s: float,
+    on_limit: Callable[[int], None] = lambda _: None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> None:
     """Every `every_s` seconds: sample the engines at `urls`, resize `gate` to the
     controller's limit and tell `on_limit`. `transport` replaces the network (tests)."""
     async with httpx.AsyncClient(timeout=max(every_s, 1.0), transport=transport) as client:

@@ -26,21 +26,23 @@ def this_node() -> ClusterNode:
 
 
 def alive_nodes() -> list[ClusterNode]:
-    return [ClusterNode(n["NodeID"], n["NodeManagerAddress"]) for n in ray.nodes()
-            if n["Alive"]]
+    return [ClusterNode(n["NodeID"], n["NodeManagerAddress"]) for n in ray.nodes() if n["Alive"]]
 
 
 def pinned(remote_function: Any, node_id: str) -> Any:
     """`remote_function` to run on `node_id` only, needing no CPU: a node whose CPUs the
     rollouts' accounting holds must still run it. Not retried elsewhere: a node that
     is gone fails it."""
-    return remote_function.options(num_cpus=0, max_retries=0,
-                                   scheduling_strategy=NodeAffinitySchedulingStrategy(
-                                       node_id, soft=False))
+    return remote_function.options(
+        num_cpus=0,
+        max_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
 
 
-def on_each(remote_function: Any, nodes: Sequence[ClusterNode], *args: Any
-            ) -> list[tuple[ClusterNode, Any | BaseException]]:
+def on_each(
+    remote_function: Any, nodes: Sequence[ClusterNode], *args: Any
+) -> list[tuple[ClusterNode, Any | BaseException]]:
     """Run `remote_function(*args)` on each of `nodes`, waited for; each node's result,
     or the exception it raised (one node's failure does not hide the others')."""
     refs = [pinned(remote_function, node.node_id).remote(*args) for node in nodes]
@@ -55,9 +57,13 @@ def on_each(remote_function: Any, nodes: Sequence[ClusterNode], *args: Any
 
 def node_capacities() -> list[NodeCapacity]:
     """What each live node offers rollout hosts: its CPUs and Ray's `memory` resource."""
-    return [NodeCapacity(cpus=n["Resources"].get("CPU", 0.0),
-                         memory_bytes=n["Resources"].get("memory", 0.0))
-            for n in ray.nodes() if n["Alive"]]
+    return [
+        NodeCapacity(
+            cpus=n["Resources"].get("CPU", 0.0), memory_bytes=n["Resources"].get("memory", 0.0)
+        )
+        for n in ray.nodes()
+        if n["Alive"]
+    ]
 
 
 def host_plan(ceiling: int, rollouts_per_host: int, *, setting: str) -> HostPlan:
@@ -66,5 +72,6 @@ def host_plan(ceiling: int, rollouts_per_host: int, *, setting: str) -> HostPlan
     plan = plan_hosts(ceiling, rollouts_per_host, node_capacities())
     if plan.warning is None:
         return plan
-    return dataclasses.replace(plan, warning=f"{plan.warning} ({setting} "
-                                             f"{plan.rollouts_per_host} silences this)")
+    return dataclasses.replace(
+        plan, warning=f"{plan.warning} ({setting} {plan.rollouts_per_host} silences this)"
+    )

@@ -44,16 +44,15 @@ class SessionOwner(StoreSessions):
 
     # What a replica calls, each one actor round trip.
 
-    def grant(
-        self, session_id: str
-    ) -> tuple[bytes, Sampling | None, MainLoop | None] | None:
+    def grant(self, session_id: str) -> tuple[bytes, Sampling | None, MainLoop | None] | None:
         """The key's digest, the session's sampling and main loop, for the replica to
         check keys itself (and cache); None when the session is not (or no longer) here."""
         state = self.store.state(session_id)
         return None if state is None else (state.key_digest, state.sampling, state.main_loop)
 
-    async def admit(self, session_id: str, holder: str | None = None,
-                    prefixes: Sequence[PrefixKey] = ()) -> Admission:
+    async def admit(
+        self, session_id: str, holder: str | None = None, prefixes: Sequence[PrefixKey] = ()
+    ) -> Admission:
         """Admit a call that `holder` (a replica, see `actor_holder`) will end.
 
         A replica killed between admit and record never ends its calls; when they are
@@ -69,8 +68,7 @@ class SessionOwner(StoreSessions):
     async def record(self, session_id: str, turn: TurnRecord) -> None:
         await self.store.record(session_id, turn)
 
-    async def release(self, session_id: str, index: int, counter: Counter | None = None
-                      ) -> None:
+    async def release(self, session_id: str, index: int, counter: Counter | None = None) -> None:
         await self.store.release(session_id, index, counter)
 
 

@@ -27,8 +27,13 @@ from ray.exceptions import RayActorError
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.switches import WORKER_ENV
 
-__all__ = ["PolicyClock", "PolicyVersion", "policy_actor_name", "publish_version",
-           "start_policy_version"]
+__all__ = [
+    "PolicyClock",
+    "PolicyVersion",
+    "policy_actor_name",
+    "publish_version",
+    "start_policy_version",
+]
 
 _WAIT_S = 30.0  # a long poll's length: re-polls cost one actor call per this per replica
 _RETRY_S = 2.0  # without the actor, how often a clock looks for it again
@@ -63,10 +68,19 @@ class PolicyVersion:
 def start_policy_version(app: str, version: int = 0) -> Any:  # ActorHandle
     """The app's version actor (the existing one if it runs): detached, so that it
     outlives any one controller or replica process."""
-    return ray.remote(PolicyVersion).options(
-        name=policy_actor_name(app), namespace=NAMESPACE, num_cpus=0, lifetime="detached",
-        get_if_exists=True, max_concurrency=10_000, runtime_env={"env_vars": WORKER_ENV},
-    ).remote(version)
+    return (
+        ray.remote(PolicyVersion)
+        .options(
+            name=policy_actor_name(app),
+            namespace=NAMESPACE,
+            num_cpus=0,
+            lifetime="detached",
+            get_if_exists=True,
+            max_concurrency=10_000,
+            runtime_env={"env_vars": WORKER_ENV},
+        )
+        .remote(version)
+    )
 
 
 def publish_version(app: str) -> Callable[[int], Awaitable[None]]:
@@ -102,8 +116,9 @@ class PolicyClock:
     async def _follow(self) -> None:
         while True:
             try:
-                handle = await asyncio.to_thread(ray.get_actor, policy_actor_name(self._app),
-                                                 namespace=NAMESPACE)
+                handle = await asyncio.to_thread(
+                    ray.get_actor, policy_actor_name(self._app), namespace=NAMESPACE
+                )
                 while True:
                     self.version = await handle.wait_newer.remote(self.version, _WAIT_S)
             except (ValueError, RayActorError):

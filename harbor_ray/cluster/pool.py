@@ -85,7 +85,8 @@ class HostPool:
         self._warm_pool = dict(warm_pool or {})
         self._ledgers_dir = ledgers_dir
         assert not self._warm_pool or (sandboxes_dir is not None and ledgers_dir is not None), (
-            "a warm pool needs the sandboxes and ledgers directories")
+            "a warm pool needs the sandboxes and ledgers directories"
+        )
         self._salvaged: dict[str, asyncio.Task[Salvaged]] = {}  # dead host -> its journal
         self._journal_nodes: dict[str, str] = {}  # dead host -> the node of its journal
         self._debts = JournalDebts()  # which dead hosts' journals rows still need
@@ -135,7 +136,8 @@ class HostPool:
         if host.name not in self._salvaged:
             self._journal_nodes[host.name] = host.node_id
             self._salvaged[host.name] = asyncio.ensure_future(
-                self._collect(self.journaling, host.name, host.node_id))
+                self._collect(self.journaling, host.name, host.node_id)
+            )
         return await asyncio.shield(self._salvaged[host.name])
 
     async def _collect(self, journaling: Journaling, host: str, node_id: str) -> Salvaged:
@@ -176,8 +178,11 @@ class HostPool:
         """End every live host normally (each removes its journal), then `shutdown`. A
         host that does not answer in `timeout_s` is killed all the same; its journal
         goes with the run's (`journaling.remove_everywhere`)."""
-        ends = [asyncio.ensure_future(h.handle.end.remote()) for h in self.hosts
-                if h.placement is not None]
+        ends = [
+            asyncio.ensure_future(h.handle.end.remote())
+            for h in self.hosts
+            if h.placement is not None
+        ]
         if ends:
             await asyncio.wait(ends, timeout=timeout_s)
             for end in ends:
@@ -200,18 +205,28 @@ class HostPool:
         reaper = reap_host(self._sandboxes_dir, host.name, host.node_id)
         self.reaping.append(reaper)
         if self._warm_pool and self._ledgers_dir is not None:
-            self.reaping.append(reap_pool(
-                host_ledger(self._ledgers_dir, host.name),
-                local_backend(self._sandboxes_dir, host.name), host.node_id))
+            self.reaping.append(
+                reap_pool(
+                    host_ledger(self._ledgers_dir, host.name),
+                    local_backend(self._sandboxes_dir, host.name),
+                    host.node_id,
+                )
+            )
         return reaper
 
     def _start(self) -> Host:
         name = f"{self._prefix}h{self._started}"
         self._started += 1
         node_id = self._node_for_new_host()
-        handle = start_host(name, proxy=self._proxy, num_cpus=self._num_cpus,
-                            work=self._work, node_id=node_id, journaling=self.journaling,
-                            warm_pool=self._pool_plan())
+        handle = start_host(
+            name,
+            proxy=self._proxy,
+            num_cpus=self._num_cpus,
+            work=self._work,
+            node_id=node_id,
+            journaling=self.journaling,
+            warm_pool=self._pool_plan(),
+        )
         host = Host(name, handle, handle.node.remote(), target=node_id)
         self._hosts.append(host)
         return host
@@ -219,8 +234,9 @@ class HostPool:
     def _pool_plan(self) -> WarmPoolPlan | None:
         if not self._warm_pool or self._sandboxes_dir is None or self._ledgers_dir is None:
             return None
-        return WarmPoolPlan(self._warm_pool, self._sandboxes_dir, self._ledgers_dir,
-                            self.starts.of(LOCAL))
+        return WarmPoolPlan(
+            self._warm_pool, self._sandboxes_dir, self._ledgers_dir, self.starts.of(LOCAL)
+        )
 
     def _node_for_new_host(self) -> str | None:
         """A trusted node while some listed node is suspect; None: Ray spreads it."""

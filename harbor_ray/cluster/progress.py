@@ -27,13 +27,22 @@ def live_progress(
         with _status_lines(console, every_s) as update:
             yield update
         return
-    with Progress(TextColumn("rollouts"), BarColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("rollouts"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         bar = progress.add_task("", total=None)
 
         def update(stats: SweepStats) -> None:
-            progress.update(bar, total=stats.total, completed=stats.done,
-                            description=status_line(stats, time.time()))
+            progress.update(
+                bar,
+                total=stats.total,
+                completed=stats.done,
+                description=status_line(stats, time.time()),
+            )
 
         yield update
 
@@ -66,9 +75,11 @@ def _status_lines(console: Console, every_s: float) -> Iterator[Callable[[SweepS
 
 def status_line(stats: SweepStats, now: float) -> str:
     mean = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
-    return (f"{stats.done}/{stats.total} done, {stats.ok} ok, {stats.failed} failed, "
-            f"mean reward {mean}, {stats.per_minute(now):.1f}/min, "
-            f"in flight {stats.in_flight} (peak {stats.peak_in_flight}), cap {stats.limit}")
+    return (
+        f"{stats.done}/{stats.total} done, {stats.ok} ok, {stats.failed} failed, "
+        f"mean reward {mean}, {stats.per_minute(now):.1f}/min, "
+        f"in flight {stats.in_flight} (peak {stats.peak_in_flight}), cap {stats.limit}"
+    )
 
 
 def print_summary(stats: SweepStats, out: Path, console: Console) -> None:
@@ -89,10 +100,14 @@ def print_summary(stats: SweepStats, out: Path, console: Console) -> None:
     seconds = (stats.ended_at or time.time()) - stats.started_at
     low, high = stats.limits_seen
     cap = f", cap {low}..{high}" if low != high else ""
-    console.print(f"{stats.done} rollouts in {seconds:.1f} s ({stats.skipped} already done), "
-                  f"{stats.ok} ok, peak in flight {stats.peak_in_flight}{cap}")
+    console.print(
+        f"{stats.done} rollouts in {seconds:.1f} s ({stats.skipped} already done), "
+        f"{stats.ok} ok, peak in flight {stats.peak_in_flight}{cap}"
+    )
     if stats.builds:
-        console.print(f"task images: {stats.builds} rollouts waited for a build or unpack, "
-                      f"{stats.build_s:.1f} s in all (the rest of each rollout's time is "
-                      "its own)")
+        console.print(
+            f"task images: {stats.builds} rollouts waited for a build or unpack, "
+            f"{stats.build_s:.1f} s in all (the rest of each rollout's time is "
+            "its own)"
+        )
     console.print(f"dataset: {out}")

@@ -76,17 +76,24 @@ class CaptureProxy:
         upstream: UpstreamName = "openai-chat",
         upstream_key: UpstreamKey | None = None,
     ) -> None:
-        overrides: dict[str, Any] = {"keepalive_s": keepalive_s,
-                                     "max_body_bytes": max_body_bytes,
-                                     "allowed_hosts": allowed_hosts}
+        overrides: dict[str, Any] = {
+            "keepalive_s": keepalive_s,
+            "max_body_bytes": max_body_bytes,
+            "allowed_hosts": allowed_hosts,
+        }
         self._settings = CaptureSettings(
-            served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode,
+            served_model=served_model,
+            stitch=stitch,
+            logprobs_mode=logprobs_mode,
             capture=capture,
             **{name: value for name, value in overrides.items() if value is not None},
         )
-        self._engine = build_upstream(upstream, llm_url or f"{serve_http_base('/')}/v1",
-                                      key=upstream_key,
-                                      timeout_s=engine_timeout_s)
+        self._engine = build_upstream(
+            upstream,
+            llm_url or f"{serve_http_base('/')}/v1",
+            key=upstream_key,
+            timeout_s=engine_timeout_s,
+        )
         self._engine_kind = engine_kind
         self._app_name = app_name or serve.get_replica_context().app_name
         self._across_nodes = across_nodes
@@ -98,17 +105,23 @@ class CaptureProxy:
         # runs the app's lifespan itself (so the direct socket runs without one).
         self._policy.start()
         adapted = await adapt_engine(self._engine, self._engine_kind)
-        settings = dataclasses.replace(self._settings,
-                                       stitch=self._settings.stitch and adapted.stitch)
+        settings = dataclasses.replace(
+            self._settings, stitch=self._settings.stitch and adapted.stitch
+        )
         app = build_capture_app(
-            ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)), adapted.engine,
-            settings, policy_version=self._policy,
+            ActorSessionStore(holder=actor_holder(SERVE_NAMESPACE)),
+            adapted.engine,
+            settings,
+            policy_version=self._policy,
             on_shutdown=self._shutdown,
         )
         self._direct = await DirectIngress.start(
-            app, ensure_registry(self._app_name),
-            serve.get_replica_context().replica_id.to_full_id_str(), this_node(),
-            across_nodes=self._across_nodes)
+            app,
+            ensure_registry(self._app_name),
+            serve.get_replica_context().replica_id.to_full_id_str(),
+            this_node(),
+            across_nodes=self._across_nodes,
+        )
         return app
 
     def check_health(self) -> None:
@@ -175,11 +188,20 @@ def deploy_capture_proxy(
     )
     serve.run(
         deployment.bind(
-            llm_url, served_model, keepalive_s=keepalive_s, max_body_bytes=max_body_bytes,
-            app_name=app_name, engine_timeout_s=engine_timeout_s, stitch=stitch,
-            across_nodes=across_nodes, logprobs_mode=logprobs_mode,
-            allowed_hosts=allowed_hosts, engine_kind=engine_kind, capture=capture,
-            upstream=upstream, upstream_key=upstream_key,
+            llm_url,
+            served_model,
+            keepalive_s=keepalive_s,
+            max_body_bytes=max_body_bytes,
+            app_name=app_name,
+            engine_timeout_s=engine_timeout_s,
+            stitch=stitch,
+            across_nodes=across_nodes,
+            logprobs_mode=logprobs_mode,
+            allowed_hosts=allowed_hosts,
+            engine_kind=engine_kind,
+            capture=capture,
+            upstream=upstream,
+            upstream_key=upstream_key,
         ),
         name=app_name,
         route_prefix=route_prefix,

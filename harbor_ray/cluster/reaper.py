@@ -24,8 +24,16 @@ from harbor_ray.trials.sandbox.leftovers import Reaped, reap
 from harbor_ray.trials.sandbox.pooled import BwrapBackend
 from harbor_ray.trials.warm_pool import Ledger, SandboxBackend, reap_ledger
 
-__all__ = ["Reaped", "host_ledger", "host_sandboxes", "local_backend", "reap",
-           "reap_everywhere", "reap_host", "reap_pool"]
+__all__ = [
+    "Reaped",
+    "host_ledger",
+    "host_sandboxes",
+    "local_backend",
+    "reap",
+    "reap_everywhere",
+    "reap_host",
+    "reap_pool",
+]
 
 
 def host_sandboxes(sandboxes_dir: Path, host: str) -> Path:
@@ -50,8 +58,11 @@ def reap_everywhere(sandboxes_dir: Path, ledgers_dir: Path | None = None) -> Rea
     under `ledgers_dir` still lists, then `reap(sandboxes_dir)`; only when no rollout
     that uses them runs. Totals over the nodes that answered (a node lost meanwhile
     took its sandboxes with it)."""
-    done = [r for _, r in on_each(_reap_task, alive_nodes(), sandboxes_dir, ledgers_dir)
-            if isinstance(r, Reaped)]
+    done = [
+        r
+        for _, r in on_each(_reap_task, alive_nodes(), sandboxes_dir, ledgers_dir)
+        if isinstance(r, Reaped)
+    ]
     return Reaped(sum(r.processes for r in done), sum(r.directories for r in done))
 
 

@@ -55,10 +55,18 @@ def start_entry_relays(app: str, bind: tuple[str, int]) -> None:
     `ServeError` naming every node where it cannot listen (the port taken, most often),
     after stopping those that did."""
     nodes = alive_nodes()
-    relays = [ray.remote(EntryRelay).options(
-        namespace=NAMESPACE, num_cpus=0, max_restarts=0,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-        runtime_env={"env_vars": WORKER_ENV}).remote(app) for node in nodes]
+    relays = [
+        ray.remote(EntryRelay)
+        .options(
+            namespace=NAMESPACE,
+            num_cpus=0,
+            max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            runtime_env={"env_vars": WORKER_ENV},
+        )
+        .remote(app)
+        for node in nodes
+    ]
     _started.setdefault(app, []).extend(relays)
     failed = []
     try:
@@ -73,9 +81,11 @@ def start_entry_relays(app: str, bind: tuple[str, int]) -> None:
         raise
     if failed:
         stop_entry_relays(app)
-        raise ServeError(f"cannot listen on {bind[0]}:{bind[1]} for --proxy-url on every "
-                         f"node ({'; '.join(failed)}): choose a free port with "
-                         "--proxy-bind (and the URL that reaches it)")
+        raise ServeError(
+            f"cannot listen on {bind[0]}:{bind[1]} for --proxy-url on every "
+            f"node ({'; '.join(failed)}): choose a free port with "
+            "--proxy-bind (and the URL that reaches it)"
+        )
 
 
 def stop_entry_relays(app: str) -> None:

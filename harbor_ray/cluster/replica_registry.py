@@ -63,10 +63,17 @@ def registry_name(app_name: str) -> str:
 def ensure_registry(app_name: str) -> Any:  # ActorHandle
     """The app's registry, created if missing. Detached, so that it outlives a driver
     that deployed the proxy (`serve run` deployments have none); it needs no CPU."""
-    return ray.remote(ReplicaRegistry).options(
-        name=registry_name(app_name), namespace=NAMESPACE, get_if_exists=True,
-        lifetime="detached", num_cpus=0,
-    ).remote()
+    return (
+        ray.remote(ReplicaRegistry)
+        .options(
+            name=registry_name(app_name),
+            namespace=NAMESPACE,
+            get_if_exists=True,
+            lifetime="detached",
+            num_cpus=0,
+        )
+        .remote()
+    )
 
 
 def remove_registry(app_name: str) -> None:
@@ -99,7 +106,8 @@ class RegistryReader:
             if self._handle is None:
                 # get_actor blocks on the GCS: keep it off the event loop serving calls.
                 self._handle = await asyncio.to_thread(
-                    ray.get_actor, self._name, namespace=NAMESPACE)
+                    ray.get_actor, self._name, namespace=NAMESPACE
+                )
             entries = await self._handle.entries.remote()
         except (ValueError, RayActorError):
             self._handle = None

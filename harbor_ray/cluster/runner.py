@@ -55,10 +55,15 @@ class RolloutRunner:
     """Runs specs on `pool`'s hosts; `on_start`/`on_end` bracket every try (the callers'
     in-flight counts); `on_lost` gets the partial row of each lost try that is retried."""
 
-    def __init__(self, pool: HostPool, policy: RetryPolicy, *,
-                 on_start: Callable[[], None] = lambda: None,
-                 on_end: Callable[[], None] = lambda: None,
-                 on_lost: Callable[[RolloutRecord], None] = lambda _: None) -> None:
+    def __init__(
+        self,
+        pool: HostPool,
+        policy: RetryPolicy,
+        *,
+        on_start: Callable[[], None] = lambda: None,
+        on_end: Callable[[], None] = lambda: None,
+        on_lost: Callable[[RolloutRecord], None] = lambda _: None,
+    ) -> None:
         self.pool, self.policy = pool, policy
         self._on_start, self._on_end, self._on_lost = on_start, on_end, on_lost
 
@@ -80,9 +85,16 @@ class RolloutRunner:
                 self._on_lost(record)  # under its own id: the retry starts afresh
             retry += 1
         if retry:
-            record = with_findings(record, [FindingRecord(
-                code="infra_retries", severity="info",
-                message=f"{retry} retries after infrastructure errors")])
+            record = with_findings(
+                record,
+                [
+                    FindingRecord(
+                        code="infra_retries",
+                        severity="info",
+                        message=f"{retry} retries after infrastructure errors",
+                    )
+                ],
+            )
         return record
 
     async def _on_host(self, spec: RolloutSpec, host: Host, last: bool) -> RolloutRecord:
@@ -94,9 +106,13 @@ class RolloutRunner:
                 host.placement = await host.ready
         except TimeoutError:
             pool.kill(host)
-            return failed_record(spec, ErrorType.INFRA_LOST,
-                                 f"the rollout's host did not start in {policy.host_start_s:g} s",
-                                 time.time() - started, host)
+            return failed_record(
+                spec,
+                ErrorType.INFRA_LOST,
+                f"the rollout's host did not start in {policy.host_start_s:g} s",
+                time.time() - started,
+                host,
+            )
         except RayActorError as exc:
             return await _host_died(spec, host, pool, exc, started, last)
         ref = host.handle.run.remote(spec, pool.starts.of(spec.sandbox))
@@ -110,10 +126,13 @@ class RolloutRunner:
                 if not running.done():
                     how = await _cancel(ref, running, policy.grace_s, host, pool)
                     return failed_record(
-                        spec, ErrorType.DEADLINE,
+                        spec,
+                        ErrorType.DEADLINE,
                         f"{how} by the driver: no row {hard:g} s after the start "
                         f"(deadline {spec.deadline_s:g} s + grace {policy.grace_s:g} s)",
-                        time.time() - started, host)
+                        time.time() - started,
+                        host,
+                    )
             return await asyncio.shield(running)
         except asyncio.CancelledError:
             # The caller cancelled the rollout: end it on its host (Harbor tears its
@@ -128,13 +147,18 @@ class RolloutRunner:
             # Ray keeps no frame of an async actor's exception (its text shows only
             # concurrent.futures'): the row names the exception and the host.
             cause = exc.cause if exc.cause is not None else exc
-            return failed_record(spec, ErrorType.INTERNAL,
-                                 f"the rollout raised {describe_bug(cause)}",
-                                 time.time() - started, host)
+            return failed_record(
+                spec,
+                ErrorType.INTERNAL,
+                f"the rollout raised {describe_bug(cause)}",
+                time.time() - started,
+                host,
+            )
 
 
-async def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError,
-                     started: float, last: bool) -> RolloutRecord:
+async def _host_died(
+    spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActorError, started: float, last: bool
+) -> RolloutRecord:
     """The lost try's row: partial, with the turns of the host's journal, when the
     rollout is found there; named `<rollout_id>@<host>` unless no retry follows."""
     pool.lost(host)
@@ -143,15 +167,22 @@ async def _host_died(spec: RolloutSpec, host: Host, pool: HostPool, exc: RayActo
     if turns is None or pool.journaling is None:
         return failed_record(spec, ErrorType.INFRA_LOST, error, time.time() - started, host)
     record = partial_record(
-        spec, turns, rollout_id=spec.rollout_id if last else f"{spec.rollout_id}@{host.name}",
-        error=error, seconds=time.time() - started, node=host.node, host=host.name,
-        train_partial=pool.journaling.train_partial)
+        spec,
+        turns,
+        rollout_id=spec.rollout_id if last else f"{spec.rollout_id}@{host.name}",
+        error=error,
+        seconds=time.time() - started,
+        node=host.node,
+        host=host.name,
+        train_partial=pool.journaling.train_partial,
+    )
     pool.rebuilt(record.rollout_id, host, spec.rollout_id)
     return record
 
 
-async def _cancel(ref: Any, running: asyncio.Future[RolloutRecord], grace_s: float, host: Host,
-                  pool: HostPool) -> str:
+async def _cancel(
+    ref: Any, running: asyncio.Future[RolloutRecord], grace_s: float, host: Host, pool: HostPool
+) -> str:
     """Cancel a rollout's task on its host; kill the host if that does not end it."""
     if running.done():
         return "finished"
@@ -166,17 +197,29 @@ async def _cancel(ref: Any, running: asyncio.Future[RolloutRecord], grace_s: flo
     return "cancelled"
 
 
-def failed_record(spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float,
-                  host: Host | None = None) -> RolloutRecord:
+def failed_record(
+    spec: RolloutSpec, error_type: ErrorType, error: str, seconds: float, host: Host | None = None
+) -> RolloutRecord:
     """The record of a rollout whose host never returned one: a row, no tokens; it names
     the host it was given (and that host's node, if it ever started)."""
-    return encode_record(RolloutResult(
-        rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
-        agent=spec.agent, sandbox=spec.sandbox, ok=False, reward=None,
-        error_type=error_type, error=error, timings={"total": seconds},
-        node=None if host is None else host.node, host=None if host is None else host.name,
-        provenance=spec.provenance,
-    ), None)
+    return encode_record(
+        RolloutResult(
+            rollout_id=spec.rollout_id,
+            task=spec.task.name,
+            attempt=spec.attempt,
+            agent=spec.agent,
+            sandbox=spec.sandbox,
+            ok=False,
+            reward=None,
+            error_type=error_type,
+            error=error,
+            timings={"total": seconds},
+            node=None if host is None else host.node,
+            host=None if host is None else host.name,
+            provenance=spec.provenance,
+        ),
+        None,
+    )
 
 
 def first_line(exc: BaseException) -> str:

@@ -87,56 +87,87 @@ def running_cluster(
             if spec.engine_config is not None:
                 from harbor_ray.engine.lifecycle import engine_down, engine_up
 
-                handle = engine_up(spec.engine_config, ray_address=spec.ray_address or "auto",
-                                   progress=progress)
+                handle = engine_up(
+                    spec.engine_config, ray_address=spec.ray_address or "auto", progress=progress
+                )
                 stack.callback(engine_down, handle.app_name)
                 url, served = handle.url, handle.provenance
             if url is None:
-                raise StartError("an agent that calls a model needs llm_url or engine_config: "
-                                 "give the URL of a running engine, or the engine to start")
-            certification = asyncio.run(certify_url(
-                url, spec.model, spec.engine_kind, capture=spec.capture,
-                upstream=spec.upstream, key=spec.upstream_key))
+                raise StartError(
+                    "an agent that calls a model needs llm_url or engine_config: "
+                    "give the URL of a running engine, or the engine to start"
+                )
+            certification = asyncio.run(
+                certify_url(
+                    url,
+                    spec.model,
+                    spec.engine_kind,
+                    capture=spec.capture,
+                    upstream=spec.upstream,
+                    key=spec.upstream_key,
+                )
+            )
             served = Provenance.served(spec.upstream, certification.served_model, served)
             progress("certifying the engine from every node")
-            certify_from_every_node(url, certification.served_model,
-                                    upstream=spec.upstream, key=spec.upstream_key)
+            certify_from_every_node(
+                url, certification.served_model, upstream=spec.upstream, key=spec.upstream_key
+            )
             progress(f"setting up the capture proxy ({spec.ingress} ingress)")
             try:
                 proxy = start_capture_proxy(
-                    url, certification.served_model, ingress=spec.ingress,
-                    replicas=spec.proxy_replicas, engine_timeout_s=spec.engine_timeout_s,
-                    stitch=spec.stitch, remote_url=spec.proxy_url, remote_bind=spec.proxy_bind,
+                    url,
+                    certification.served_model,
+                    ingress=spec.ingress,
+                    replicas=spec.proxy_replicas,
+                    engine_timeout_s=spec.engine_timeout_s,
+                    stitch=spec.stitch,
+                    remote_url=spec.proxy_url,
+                    remote_bind=spec.proxy_bind,
                     logprobs_mode=certification.logprobs_mode,
-                    engine_kind=certification.engine_kind, capture=spec.capture,
-                    upstream=spec.upstream, upstream_key=spec.upstream_key)
+                    engine_kind=certification.engine_kind,
+                    capture=spec.capture,
+                    upstream=spec.upstream,
+                    upstream_key=spec.upstream_key,
+                )
             except RuntimeError as exc:  # Serve's own word for a deployment that failed
-                raise ServeError(f"the capture proxy's deployment did not start: {exc} "
-                                 "(the Ray logs of its replicas say why)") from exc
+                raise ServeError(
+                    f"the capture proxy's deployment did not start: {exc} "
+                    "(the Ray logs of its replicas say why)"
+                ) from exc
             stack.callback(stop_capture_proxy, proxy)
         yield RunningCluster(proxy, certification, served)
 
 
-def certify_from_every_node(url: str, served_model: str, *,
-                            upstream: UpstreamName = "openai-chat",
-                            key: UpstreamKey | None = None) -> None:
+def certify_from_every_node(
+    url: str,
+    served_model: str,
+    *,
+    upstream: UpstreamName = "openai-chat",
+    key: UpstreamKey | None = None,
+) -> None:
     """Check from each node, where hosts and replicas call it, that the engine certified
     from the driver answers there and serves `served_model`: the driver reaching it says
     nothing of a node behind another network. Raises `CertificationError` naming every
     node that cannot, before any rollout starts. `upstream`, `key`: the API and its
     credential (a task argument, as the proxies get it)."""
-    failed = [f"{node.ip} (node {node.node_id[:12]}): {first_line(result)}"
-              for node, result in on_each(_reachable_here, alive_nodes(), url, served_model,
-                                          upstream, key)
-              if isinstance(result, BaseException)]
+    failed = [
+        f"{node.ip} (node {node.node_id[:12]}): {first_line(result)}"
+        for node, result in on_each(
+            _reachable_here, alive_nodes(), url, served_model, upstream, key
+        )
+        if isinstance(result, BaseException)
+    ]
     if failed:
-        raise CertificationError(f"the engine at {url} cannot be used from every node "
-                                 "that runs rollouts: " + "; ".join(failed))
+        raise CertificationError(
+            f"the engine at {url} cannot be used from every node "
+            "that runs rollouts: " + "; ".join(failed)
+        )
 
 
 @ray.remote
-def _reachable_here(url: str, served_model: str, upstream: UpstreamName,
-                    key: UpstreamKey | None) -> None:
+def _reachable_here(
+    url: str, served_model: str, upstream: UpstreamName, key: UpstreamKey | None
+) -> None:
     asyncio.run(reachable_url(url, served_model, upstream=upstream, key=key))
 
 
@@ -161,7 +192,11 @@ def _ray(
         ray.shutdown()
         if logs_dir is not None:
             with contextlib.suppress(OSError):  # logs missing or unreadable: not fatal
-                shutil.copytree(Path(temp_dir) / "session_latest" / "logs", logs_dir / "ray",
-                                dirs_exist_ok=True, ignore_dangling_symlinks=True,
-                                ignore=shutil.ignore_patterns("*.sock"))
+                shutil.copytree(
+                    Path(temp_dir) / "session_latest" / "logs",
+                    logs_dir / "ray",
+                    dirs_exist_ok=True,
+                    ignore_dangling_symlinks=True,
+                    ignore=shutil.ignore_patterns("*.sock"),
+                )
         shutil.rmtree(temp_dir, ignore_errors=True)

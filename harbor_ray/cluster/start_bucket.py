@@ -49,8 +49,11 @@ class StartBuckets:
             # No CPU: a cluster whose CPUs the rollouts' accounting holds must still run
             # it. Every host's call queues at this one actor, in arrival order; one
             # that dies (its node lost) comes back with a full bucket.
-            self._actors[backend] = ray.remote(_Bucket).options(
-                num_cpus=0, max_restarts=-1, max_task_retries=-1).remote(self.rate)
+            self._actors[backend] = (
+                ray.remote(_Bucket)
+                .options(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+                .remote(self.rate)
+            )
         return self._actors[backend]
 
     def close(self) -> None:

@@ -34,16 +34,18 @@ class SuspectNodes:
         a node no longer listed gets no hosts anyway, and a restarted one has a new id)."""
         listed = set(alive)
         now = self._clock()
-        self._since = {node: since for node, since in self._since.items()
-                       if node in listed and now - since < self._hold_s}
+        self._since = {
+            node: since
+            for node, since in self._since.items()
+            if node in listed and now - since < self._hold_s
+        }
         return set(self._since)
 
     def __bool__(self) -> bool:
         return bool(self._since)
 
 
-def choose_node(alive: Iterable[str], suspects: set[str], load: Mapping[str, int]
-                ) -> str | None:
+def choose_node(alive: Iterable[str], suspects: set[str], load: Mapping[str, int]) -> str | None:
     """The node for a new host: None (let Ray spread it) when no alive node is suspect,
     or every one is; else the trusted node with the fewest of the pool's hosts (`load`),
     the first listed on a tie."""

@@ -54,13 +54,15 @@ class SweepConfig(FleetSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.commit_every_s < 0:
-            raise StartError("the commit interval cannot be negative: 0 commits each row "
-                             "on its own")
+            raise StartError(
+                "the commit interval cannot be negative: 0 commits each row on its own"
+            )
 
     @property
     def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(retries=self.retries, grace_s=self.grace_s,
-                           host_start_s=self.host_start_s)
+        return RetryPolicy(
+            retries=self.retries, grace_s=self.grace_s, host_start_s=self.host_start_s
+        )
 
     @property
     def sandboxes_dir(self) -> Path:
@@ -149,12 +151,20 @@ async def run_rollouts(
     partial rows of lost tries that were retried to `on_lost`."""
     gate = ResizableGate(config.concurrency)
     stats.capped(gate.limit)
-    pool = HostPool(rollouts_per_host=config.rollouts_per_host, proxy=config.proxy,
-                    num_cpus=config.host_cpus, work=work, sandboxes_dir=config.sandboxes_dir,
-                    start_rate=config.start_rate, journaling=config.journaling,
-                    warm_pool=config.warm_pool, ledgers_dir=config.ledgers_dir)
-    runner = RolloutRunner(pool, config.retry_policy, on_start=stats.started,
-                           on_end=stats.finished, on_lost=on_lost)
+    pool = HostPool(
+        rollouts_per_host=config.rollouts_per_host,
+        proxy=config.proxy,
+        num_cpus=config.host_cpus,
+        work=work,
+        sandboxes_dir=config.sandboxes_dir,
+        start_rate=config.start_rate,
+        journaling=config.journaling,
+        warm_pool=config.warm_pool,
+        ledgers_dir=config.ledgers_dir,
+    )
+    runner = RolloutRunner(
+        pool, config.retry_policy, on_start=stats.started, on_end=stats.finished, on_lost=on_lost
+    )
 
     async def one(spec: RolloutSpec) -> None:
         async with gate:
@@ -164,9 +174,15 @@ async def run_rollouts(
 
     steering = None
     if (policy := config.admission) is not None:
-        steering = asyncio.create_task(steer_gate(
-            gate, AdmissionController(policy), config.engine_metrics,
-            every_s=config.metrics_every_s, on_limit=stats.capped))
+        steering = asyncio.create_task(
+            steer_gate(
+                gate,
+                AdmissionController(policy),
+                config.engine_metrics,
+                every_s=config.metrics_every_s,
+                on_limit=stats.capped,
+            )
+        )
     try:
         await all_unwound(one(spec) for spec in specs)
     finally:
@@ -187,16 +203,19 @@ def check_warm_pool(backend: str, sizes: Mapping[str, int]) -> None:
             f"{' and '.join(POOLED_BACKENDS)} sandboxes only, not {backend!r}: a {backend} "
             "sandbox cannot be handed to a trial Harbor builds with its own paths. Drop "
             "the warm pool, or use harbor_ray's own sandbox (--sandbox container or "
-            "local).")
+            "local)."
+        )
 
 
 def in_sandboxes_dir(specs: Sequence[RolloutSpec], directory: Path) -> list[RolloutSpec]:
     """Sandboxes on the nodes go under the run's own directory, so the reaper knows what
     is its."""
     return [
-        dataclasses.replace(spec, sandbox_kwargs={
-            **spec.sandbox_kwargs, "sandboxes_dir": str(directory)})
-        if spec.sandbox in ON_THIS_NODE else spec
+        dataclasses.replace(
+            spec, sandbox_kwargs={**spec.sandbox_kwargs, "sandboxes_dir": str(directory)}
+        )
+        if spec.sandbox in ON_THIS_NODE
+        else spec
         for spec in specs
     ]
 
@@ -218,11 +237,15 @@ async def sweep(
     reap_everywhere(config.sandboxes_dir, config.ledgers_dir)
     started = time.time()
     # One part per commit: thresholds only bound a commit's memory, the interval sets it.
-    writer = DatasetWriter(config.out, {**manifest, "started_at": started},
-                           flush_rollouts=1 if config.commit_every_s == 0 else 10_000)
+    writer = DatasetWriter(
+        config.out,
+        {**manifest, "started_at": started},
+        flush_rollouts=1 if config.commit_every_s == 0 else 10_000,
+    )
     finished = writer.finished_ids()
-    todo = [s for s in in_sandboxes_dir(specs, config.sandboxes_dir)
-            if s.rollout_id not in finished]
+    todo = [
+        s for s in in_sandboxes_dir(specs, config.sandboxes_dir) if s.rollout_id not in finished
+    ]
     stats = SweepStats(total=len(todo), skipped=len(specs) - len(todo), started_at=started)
     notify = on_stats or (lambda _: None)
     notify(stats)
@@ -245,8 +268,9 @@ async def sweep(
             await asyncio.sleep(seconds)
             timed(writer.flush)
 
-    committing = (asyncio.create_task(commit_every(config.commit_every_s))
-                  if config.commit_every_s else None)
+    committing = (
+        asyncio.create_task(commit_every(config.commit_every_s)) if config.commit_every_s else None
+    )
     try:
         await run_rollouts(todo, config, stats, on_result, work=work, on_lost=on_lost)
     finally:
@@ -257,4 +281,3 @@ async def sweep(
         remove_everywhere(config.journaling)  # every row made from them is committed
         reap_everywhere(config.sandboxes_dir, config.ledgers_dir)
     return stats
-

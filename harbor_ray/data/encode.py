@@ -34,8 +34,15 @@ from harbor_ray.data.schema import (
     TURNS,
 )
 
-__all__ = ["RolloutRecord", "encode_record", "preload_encoder_imports", "rollouts_table",
-           "with_findings", "with_placement", "with_provenance"]
+__all__ = [
+    "RolloutRecord",
+    "encode_record",
+    "preload_encoder_imports",
+    "rollouts_table",
+    "with_findings",
+    "with_placement",
+    "with_provenance",
+]
 
 # zstd at its fastest level: as small as the Parquet parts, and the fastest to make.
 _WIRE_CODEC = pa.Codec("zstd", 1)
@@ -76,8 +83,10 @@ class RolloutRecord:
         return int(self.turns.get_total_buffer_size() + self.sequences.get_total_buffer_size())
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (_from_wire, (self.result, self.versions, _to_wire(self.turns),
-                             _to_wire(self.sequences)))
+        return (
+            _from_wire,
+            (self.result, self.versions, _to_wire(self.turns), _to_wire(self.sequences)),
+        )
 
 
 def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> RolloutRecord:
@@ -99,16 +108,23 @@ def encode_record(result: RolloutResult, capture: ClosedCapture | None) -> Rollo
 
 def rollouts_table(records: Sequence[RolloutRecord]) -> pa.Table:
     """The rollouts/ rows of `records`, in one table."""
-    return pa.Table.from_pylist([_rollout_row(r.result, r.versions) for r in records],
-                                schema=ROLLOUTS)
+    return pa.Table.from_pylist(
+        [_rollout_row(r.result, r.versions) for r in records], schema=ROLLOUTS
+    )
 
 
 def preload_encoder_imports() -> None:
     """Pay this process's one-off cost of encoding now: Arrow imports pandas on its first
     conversion of Python values (a slow import), which would otherwise stall the
     event loop of a host's first finished rollout, and every rollout waiting on it."""
-    rollouts_table([encode_record(RolloutResult(
-        rollout_id="", task="", agent="", sandbox="", ok=False, reward=None), None)])
+    rollouts_table(
+        [
+            encode_record(
+                RolloutResult(rollout_id="", task="", agent="", sandbox="", ok=False, reward=None),
+                None,
+            )
+        ]
+    )
 
 
 def with_findings(record: RolloutRecord, findings: Sequence[FindingRecord]) -> RolloutRecord:
@@ -141,11 +157,13 @@ def _to_wire(table: pa.Table) -> tuple[pa.Buffer, int]:
     return _WIRE_CODEC.compress(raw), raw.size
 
 
-def _from_wire(result: RolloutResult, versions: Versions,
-               *tables: tuple[pa.Buffer, int]) -> RolloutRecord:
+def _from_wire(
+    result: RolloutResult, versions: Versions, *tables: tuple[pa.Buffer, int]
+) -> RolloutRecord:
     turns, sequences = (
         pa.ipc.open_stream(_WIRE_CODEC.decompress(data, decompressed_size=size)).read_all()
-        for data, size in tables)
+        for data, size in tables
+    )
     return RolloutRecord(result, turns, sequences, versions)
 
 
@@ -177,8 +195,11 @@ def _turns_table(
         "policy_version_end": [t.policy_version_end for t in ordered],
         "policy_segments": [_segments(t) for t in ordered],
         "prompt_delta": _list_array(
-            [_prompt_delta(t, node.parent, by_index) for t, node in zip(ordered, nodes,
-                                                                        strict=True)], IDS
+            [
+                _prompt_delta(t, node.parent, by_index)
+                for t, node in zip(ordered, nodes, strict=True)
+            ],
+            IDS,
         ),
         "token_ids": _list_array([t.token_ids for t in ordered], IDS),
         "logprobs": _list_array([t.logprobs for t in ordered], LOGPROBS),
@@ -186,8 +207,9 @@ def _turns_table(
         "sampling": [vars(t.sampling) for t in ordered],
         "continues": [c.turn if (c := t.continuation) else None for t in ordered],
         "stitched": [c.stitched if (c := t.continuation) else None for t in ordered],
-        "stitch_fallback": [c.fallback.value if (c := t.continuation) and c.fallback else None
-                            for t in ordered],
+        "stitch_fallback": [
+            c.fallback.value if (c := t.continuation) and c.fallback else None for t in ordered
+        ],
         "capture_level": [t.capture_level for t in ordered],
         "prompt_tokens": [t.prompt_tokens for t in ordered],
         "completion_tokens": [t.completion_tokens for t in ordered],
@@ -225,8 +247,12 @@ def _version_span(turns: Sequence[TurnRecord]) -> Versions:
 
 
 def _sequences_table(
-    graph: RolloutGraph, by_index: Mapping[int, TurnRecord], rollout_id: str, task: str,
-    reward: float | None, ok: bool
+    graph: RolloutGraph,
+    by_index: Mapping[int, TurnRecord],
+    rollout_id: str,
+    task: str,
+    reward: float | None,
+    ok: bool,
 ) -> pa.Table:
     sequences = graph.sequences
     n = len(sequences)
@@ -311,7 +337,9 @@ def _counts(result: RolloutResult) -> dict[str, int | None]:
     # driver makes every row of a commit.
     captured = result.counts
     counts: dict[str, int | None] = (
-        dict.fromkeys(_CAPTURE_COUNTS) if captured is None
-        else {name: getattr(captured, name) for name in _CAPTURE_COUNTS})
+        dict.fromkeys(_CAPTURE_COUNTS)
+        if captured is None
+        else {name: getattr(captured, name) for name in _CAPTURE_COUNTS}
+    )
     counts["model_calls"] = result.model_calls
     return counts

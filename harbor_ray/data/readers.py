@@ -60,7 +60,9 @@ def read_turns(out: str | os.PathLike[str], *, messages: bool = False) -> Datase
     # Ray types `fn` as taking the batch alone; `fn_kwargs` passes it `columns`.
     return paths.map_batches(
         _rebuilt_parts,  # type: ignore[arg-type]
-        batch_size=1, batch_format="pyarrow", fn_kwargs={"columns": columns},
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_kwargs={"columns": columns},
     )
 
 

@@ -85,7 +85,8 @@ def turn_records(turns: pa.Table) -> list[TurnRecord]:
     `prompt_ids` (rebuilt) or `prompt_delta` (rebuilt here), and its message columns.
     """
     assert len(set(turns.column("rollout_id").to_pylist())) <= 1, (
-        "turn_records takes the turns of one rollout")
+        "turn_records takes the turns of one rollout"
+    )
     if "prompt_ids" not in turns.column_names:
         turns = rebuild_prompts(turns)
     rows = turns.drop_columns(["prompt_ids", "token_ids", "logprobs"]).to_pydict()
@@ -137,8 +138,9 @@ def _continuation(rows: dict[str, list[Any]], row: int) -> Continuation | None:
     turn, fallback = rows["continues"][row], rows["stitch_fallback"][row]
     if turn is None:
         return None
-    return Continuation(turn, bool(rows["stitched"][row]),
-                        None if fallback is None else Fallback(fallback))
+    return Continuation(
+        turn, bool(rows["stitched"][row]), None if fallback is None else Fallback(fallback)
+    )
 
 
 def export_document(record: RolloutRecord) -> dict[str, Any] | None:
@@ -147,8 +149,11 @@ def export_document(record: RolloutRecord) -> dict[str, Any] | None:
     counts = record.result.counts
     if counts is None:
         return None
-    closed = close_capture(turn_records(record.turns), engine_errors=counts.engine_errors,
-                           budget_stops=counts.budget_stops)
+    closed = close_capture(
+        turn_records(record.turns),
+        engine_errors=counts.engine_errors,
+        budget_stops=counts.budget_stops,
+    )
     return render_export(closed)
 
 

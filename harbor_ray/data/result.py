@@ -65,8 +65,12 @@ class FindingRecord(BaseModel):
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
         """A capture finding as the row stores it."""
-        return cls(code=finding.code.value, severity=finding.severity.value,
-                   message=finding.message, turn=finding.turn)
+        return cls(
+            code=finding.code.value,
+            severity=finding.severity.value,
+            message=finding.message,
+            turn=finding.turn,
+        )
 
 
 class Provenance(BaseModel):
@@ -78,20 +82,29 @@ class Provenance(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_source: str | None = Field(
-        None, description="Where the served weights came from: the model directory or "
-        "hub id the engine loaded, or `UPSTREAM:MODEL` for a hosted API.")
+        None,
+        description="Where the served weights came from: the model directory or "
+        "hub id the engine loaded, or `UPSTREAM:MODEL` for a hosted API.",
+    )
     weights_sha256: str | None = Field(
-        None, description="sha256 of the model directory's weight files (names and bytes).")
+        None, description="sha256 of the model directory's weight files (names and bytes)."
+    )
     chat_template_sha256: str | None = Field(
-        None, description="sha256 of the chat template the engine renders prompts with.")
+        None, description="sha256 of the chat template the engine renders prompts with."
+    )
     tokenizer_sha256: str | None = Field(
-        None, description="sha256 of the tokenizer files the engine loads (their chat "
-        "template aside: that is `chat_template_sha256`).")
+        None,
+        description="sha256 of the tokenizer files the engine loads (their chat "
+        "template aside: that is `chat_template_sha256`).",
+    )
     harness_version: str | None = Field(
-        None, description="The agent's release: its pinned CLI's, else Harbor's.")
+        None, description="The agent's release: its pinned CLI's, else Harbor's."
+    )
     harness_config_sha256: str | None = Field(
-        None, description="sha256 of the agent's configuration as run (its name, dialect "
-        "and keyword arguments).")
+        None,
+        description="sha256 of the agent's configuration as run (its name, dialect "
+        "and keyword arguments).",
+    )
 
     @classmethod
     def hosted(cls, upstream: str, model: str) -> Provenance:
@@ -134,8 +147,10 @@ class RolloutResult(BaseModel):
     agent: str
     sandbox: str
     model: str | None = Field(None, description="Served model id; None for agents without one.")
-    ok: bool = Field(description="No error, no fatal finding. Usable for training when "
-                     "also captured at the `tokens` level (`trainable`).")
+    ok: bool = Field(
+        description="No error, no fatal finding. Usable for training when "
+        "also captured at the `tokens` level (`trainable`)."
+    )
     reward: float | None = Field(description="The chosen scalar; None: the verifier never ran.")
     reward_key: str | None = None
     rewards: dict[str, float] = Field(
@@ -157,23 +172,37 @@ class RolloutResult(BaseModel):
     node: str | None = Field(None, description="The IP address of the Ray node that ran it.")
     host: str | None = Field(None, description="The rollout host (actor) that ran it.")
     capture_level: CaptureLevel | None = Field(
-        None, description="What its model calls recorded (`tokens`, `logprobs`, `text`); "
-        "None without a capture.")
+        None,
+        description="What its model calls recorded (`tokens`, `logprobs`, `text`); "
+        "None without a capture.",
+    )
     environment: RanIn | None = Field(
-        None, description="Where the trial ran: `image` (the task's own), `host` (the "
+        None,
+        description="Where the trial ran: `image` (the task's own), `host` (the "
         "host's userland; the task asks for nothing a sandbox builds) or `host_override` "
         "(the host's userland in place of the task's image, asked for by --host-userland); "
-        "None when no trial started.")
+        "None when no trial started.",
+    )
     image_digest: str | None = Field(
-        None, description="The id (sha256:...) of the image the trial ran in, when the "
-        "sandbox knows it (the container sandbox does).")
+        None,
+        description="The id (sha256:...) of the image the trial ran in, when the "
+        "sandbox knows it (the container sandbox does).",
+    )
     provenance: Provenance | None = Field(
-        None, description="What the row was made with (weights, tokenizer, chat template, "
-        "harness); None when nothing recorded it.")
-    partial: bool = Field(False, description="Rebuilt from its host's journal after the "
-                          "host died: the turns recorded before; never ok.")
-    train_partial: bool = Field(False, description="A partial row the run asked to keep "
-                                "trainable (`--train-partial`); not a column of its own.")
+        None,
+        description="What the row was made with (weights, tokenizer, chat template, "
+        "harness); None when nothing recorded it.",
+    )
+    partial: bool = Field(
+        False,
+        description="Rebuilt from its host's journal after the "
+        "host died: the turns recorded before; never ok.",
+    )
+    train_partial: bool = Field(
+        False,
+        description="A partial row the run asked to keep "
+        "trainable (`--train-partial`); not a column of its own.",
+    )
 
     # A field of every dump, so that `harbor-ray rollout`'s results.jsonl says what the
     # dataset's rollouts/ column says (an evaluation's row: false, never absent).
@@ -191,8 +220,11 @@ def describe_bug(exc: BaseException) -> str:
     none), and where it was raised when its traceback is at hand (the innermost frame),
     so that every such row names its cause."""
     text = str(exc).strip()
-    what = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else (
-        f"{type(exc).__name__} (no message)")
+    what = (
+        f"{type(exc).__name__}: {text.splitlines()[0]}"
+        if text
+        else (f"{type(exc).__name__} (no message)")
+    )
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return what

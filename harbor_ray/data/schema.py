@@ -197,10 +197,14 @@ SAMPLING = pa.struct(
 
 # (version, first output offset) of each stretch of a turn's sampled ids one policy
 # version sampled, in offset order from 0 (capture/core/policy_segments.py).
-POLICY_SEGMENTS = pa.list_(pa.struct([
-    pa.field("version", pa.int64(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),
-]))
+POLICY_SEGMENTS = pa.list_(
+    pa.struct(
+        [
+            pa.field("version", pa.int64(), nullable=False),
+            pa.field("offset", pa.int64(), nullable=False),
+        ]
+    )
+)
 
 # Kept last and apart so that a token-only read (`columns=`) never decodes them.
 MESSAGE_COLUMNS = ("request_messages", "response_message")

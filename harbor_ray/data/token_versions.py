@@ -20,13 +20,15 @@ from harbor_ray.capture.core.policy_segments import token_versions
 __all__ = ["mask_stale", "sequence_versions"]
 
 
-def sequence_versions(sequence: Mapping[str, Any],
-                      turns: Iterable[Mapping[str, Any]]) -> list[int | None]:
+def sequence_versions(
+    sequence: Mapping[str, Any], turns: Iterable[Mapping[str, Any]]
+) -> list[int | None]:
     """The version of each of `sequence`'s `input_ids` (None where no version sampled
     it: the prompt, tool output, a turn with no version known). `turns` are turns/
     rows with `prompt_ids` in full; those of other rollouts are ignored."""
-    by_index = {turn["index"]: turn for turn in turns
-                if turn["rollout_id"] == sequence["rollout_id"]}
+    by_index = {
+        turn["index"]: turn for turn in turns if turn["rollout_id"] == sequence["rollout_id"]
+    }
     versions: list[int | None] = [None] * len(sequence["input_ids"])
     for index in sequence["turns"]:
         turn = by_index.get(index)
@@ -36,16 +38,19 @@ def sequence_versions(sequence: Mapping[str, Any],
         if segments is None:
             continue
         start, n = len(turn["prompt_ids"]), len(turn["token_ids"])
-        versions[start:start + n] = token_versions(segments, n).tolist()
+        versions[start : start + n] = token_versions(segments, n).tolist()
     return versions
 
 
-def mask_stale(loss_mask: Sequence[int], versions: Sequence[int | None], current: int,
-               max_staleness: int) -> list[int]:
+def mask_stale(
+    loss_mask: Sequence[int], versions: Sequence[int | None], current: int, max_staleness: int
+) -> list[int]:
     """`loss_mask` with 0 on every token more than `max_staleness` versions before
     `current`; a token of no known version keeps its mask."""
-    return [0 if v is not None and current - v > max_staleness else m
-            for m, v in zip(loss_mask, versions, strict=True)]
+    return [
+        0 if v is not None and current - v > max_staleness else m
+        for m, v in zip(loss_mask, versions, strict=True)
+    ]
 
 
 def _segments(turn: Mapping[str, Any]) -> Sequence[tuple[int, int]] | None:

@@ -36,11 +36,24 @@ __all__ = ["call_records", "call_records_from_rows", "rollout_samples", "trl_col
 
 # The turns/ columns a record is made of, prompts in full: what `call_records_from_rows`
 # types dict rows as (any other key of a row is left out).
-_RECORD_COLUMNS = pa.schema([
-    pa.field("prompt_ids", IDS),
-    *(TURNS.field(name) for name in (
-        "token_ids", "logprobs", "reward", "ok", "role", "rollout_id", "task", "index")),
-])
+_RECORD_COLUMNS = pa.schema(
+    [
+        pa.field("prompt_ids", IDS),
+        *(
+            TURNS.field(name)
+            for name in (
+                "token_ids",
+                "logprobs",
+                "reward",
+                "ok",
+                "role",
+                "rollout_id",
+                "task",
+                "index",
+            )
+        ),
+    ]
+)
 
 
 def call_records(
@@ -90,20 +103,22 @@ def call_records(
     ]
 
 
-def call_records_from_rows(rows: Iterable[Mapping[str, Any]], *,
-                           include_discarded: bool = False, only_ok: bool = True
-                           ) -> list[dict[str, Any]]:
+def call_records_from_rows(
+    rows: Iterable[Mapping[str, Any]], *, include_discarded: bool = False, only_ok: bool = True
+) -> list[dict[str, Any]]:
     """`call_records` over turns/ rows given as dicts with `prompt_ids` in full (as
     JSON gives them: a logprob the engine did not give is None, and trains nothing)."""
     table = pa.Table.from_pylist(list(rows), schema=_RECORD_COLUMNS)
     return call_records(table, include_discarded=include_discarded, only_ok=only_ok)
 
 
-def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],
-                    sequences: pa.Table | Iterable[Mapping[str, Any]], *,
-                    filler_id: int = 0,
-                    turns: pa.Table | Iterable[Mapping[str, Any]] | None = None
-                    ) -> list[dict[str, Any]]:
+def rollout_samples(
+    rollouts: pa.Table | Iterable[Mapping[str, Any]],
+    sequences: pa.Table | Iterable[Mapping[str, Any]],
+    *,
+    filler_id: int = 0,
+    turns: pa.Table | Iterable[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """One sample per row of `rollouts` (rollouts/ rows), in their order, from their
     agent sequences in `sequences` (sequences/ rows; others are ignored).
 
@@ -119,8 +134,9 @@ def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],
     sequence_rows = sequences.to_pylist() if isinstance(sequences, pa.Table) else sequences
     if turns is not None:
         turn_rows = _prompted(turns)
-        sequence_rows = [{**s, "policy_versions": sequence_versions(s, turn_rows)}
-                         for s in sequence_rows]
+        sequence_rows = [
+            {**s, "policy_versions": sequence_versions(s, turn_rows)} for s in sequence_rows
+        ]
     chosen: dict[str, Mapping[str, Any]] = {}
     for sequence in sequence_rows:
         if sequence["role"] != Role.AGENT.value:
@@ -128,12 +144,14 @@ def rollout_samples(rollouts: pa.Table | Iterable[Mapping[str, Any]],
         best = chosen.get(sequence["rollout_id"])
         if best is None or sum(sequence["loss_mask"]) > sum(best["loss_mask"]):
             chosen[sequence["rollout_id"]] = sequence
-    return [_sample(rollout, chosen.get(rollout["rollout_id"]), filler_id)
-            for rollout in rollout_rows]
+    return [
+        _sample(rollout, chosen.get(rollout["rollout_id"]), filler_id) for rollout in rollout_rows
+    ]
 
 
-def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
-            filler_id: int) -> dict[str, Any]:
+def _sample(
+    rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None, filler_id: int
+) -> dict[str, Any]:
     mask = [] if sequence is None else list(sequence["loss_mask"])
     first = next((i for i, m in enumerate(mask) if m), None)
     if sequence is None or first is None:
@@ -146,8 +164,9 @@ def _sample(rollout: Mapping[str, Any], sequence: Mapping[str, Any] | None,
     return {
         "prompt_ids": ids[:first],
         "completion_ids": ids[first:],
-        "logprobs": [lp if m else None for lp, m in zip(logprobs[first:], mask[first:],
-                                                        strict=True)],
+        "logprobs": [
+            lp if m else None for lp, m in zip(logprobs[first:], mask[first:], strict=True)
+        ],
         "env_mask": mask[first:],
         "policy_versions": versions[first:],
         "reward": reward,

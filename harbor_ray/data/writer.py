@@ -153,7 +153,8 @@ def _write_atomically(path: Path, table: pa.Table, schema: pa.Schema) -> None:
     """Write `table` so that `path` exists only complete, and durably before returning."""
     if not table.schema.equals(schema, check_metadata=True):
         raise SchemaMismatchError(
-            f"{path.parent.name}/ rows do not have schema version {SCHEMA_VERSION}")
+            f"{path.parent.name}/ rows do not have schema version {SCHEMA_VERSION}"
+        )
     temp = path.with_name(f".{path.name}{_TEMP_SUFFIX}")
     with temp.open("wb") as sink:
         pq.write_table(table, sink, **parquet_options(schema))

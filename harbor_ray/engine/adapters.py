@@ -74,8 +74,11 @@ class AdapterBook:
         return None if loaded is None else loaded.version
 
     def removable(self) -> list[str]:
-        return [name for name, loaded in self._loaded.items()
-                if name != self.current and loaded.calls <= 0]
+        return [
+            name
+            for name, loaded in self._loaded.items()
+            if name != self.current and loaded.calls <= 0
+        ]
 
     def removed(self, name: str) -> None:
         self._loaded.pop(name, None)

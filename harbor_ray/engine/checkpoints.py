@@ -21,6 +21,7 @@ __all__ = ["ADAPTER_CONFIG", "check_adapter", "check_checkpoint", "is_adapter"]
 ADAPTER_CONFIG = "adapter_config.json"
 """What makes a checkpoint directory a LoRA adapter (peft's `save_pretrained`)."""
 
+
 def is_adapter(path: str) -> bool:
     """Whether checkpoint directory `path` is a LoRA adapter rather than full weights
     (a path that cannot be read is not: the full checkpoint's check names why)."""
@@ -42,11 +43,14 @@ def check_adapter(path: str, max_rank: int | None = None) -> dict[str, tuple[int
     except OSError as exc:
         raise CheckpointError(f"{file} cannot be read: {exc.strerror or exc}") from exc
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
-        raise CheckpointError(f"{file} is not a peft adapter config with a rank `r`: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(
+            f"{file} is not a peft adapter config with a rank `r`: {type(exc).__name__}: {exc}"
+        ) from exc
     if max_rank is not None and rank > max_rank:
-        raise CheckpointError(f"{path} has rank {rank}, above the engine's max_rank "
-                              f"{max_rank}: raise `lora: max_rank` or train a smaller rank")
+        raise CheckpointError(
+            f"{path} has rank {rank}, above the engine's max_rank "
+            f"{max_rank}: raise `lora: max_rank` or train a smaller rank"
+        )
     return check_checkpoint(path)
 
 
@@ -102,11 +106,13 @@ def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
     except CheckpointError:  # a ValueError, said already
         raise
     except RecursionError as exc:  # json's decoder recurses once per level
-        raise CheckpointError(f"{file} is not a readable safetensors file: its header is "
-                              "nested too deep") from exc
+        raise CheckpointError(
+            f"{file} is not a readable safetensors file: its header is nested too deep"
+        ) from exc
     except OSError as exc:  # a directory, a dangling link, unreadable
-        raise CheckpointError(f"{file} is not a readable safetensors file: "
-                              f"{exc.strerror or exc}") from exc
+        raise CheckpointError(
+            f"{file} is not a readable safetensors file: {exc.strerror or exc}"
+        ) from exc
     except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise CheckpointError(f"{file} is not a readable safetensors file: {exc}") from exc
 
@@ -117,13 +123,19 @@ def _regular_size(file: Path) -> int:
     holding the update (and a thread) with it, and a device reads forever."""
     info = file.stat()
     if not stat.S_ISREG(info.st_mode):
-        raise CheckpointError(f"{file} is not a regular file (a directory, FIFO, device "
-                              "or socket): a checkpoint's tensors are regular files")
+        raise CheckpointError(
+            f"{file} is not a regular file (a directory, FIFO, device "
+            "or socket): a checkpoint's tensors are regular files"
+        )
     return info.st_size
 
 
-def _compare(tensors: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]],
-             path: str, reference: str) -> None:
+def _compare(
+    tensors: Mapping[str, tuple[int, ...]],
+    expected: Mapping[str, tuple[int, ...]],
+    path: str,
+    reference: str,
+) -> None:
     missing = sorted(expected.keys() - tensors.keys())
     extra = sorted(tensors.keys() - expected.keys())
     reshaped = sorted(n for n in expected.keys() & tensors.keys() if tensors[n] != expected[n])
@@ -134,4 +146,5 @@ def _compare(tensors: Mapping[str, tuple[int, ...]], expected: Mapping[str, tupl
     ]
     if problems:
         raise CheckpointError(
-            f"{path} does not match the served checkpoint {reference}: {'; '.join(problems)}")
+            f"{path} does not match the served checkpoint {reference}: {'; '.join(problems)}"
+        )

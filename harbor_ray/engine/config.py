@@ -30,8 +30,17 @@ AFFINITY_ROUTER = "harbor_ray.engine.routing.SessionAffinityRouter"
 # Settings that EngineConfig owns; repeating them in engine_kwargs would leave two
 # answers to one question.
 _TYPED_ENGINE_KWARGS = frozenset(
-    {"model", "dtype", "max_model_len", "tensor_parallel_size", "chat_template", "logprobs_mode",
-     "enable_lora", "max_lora_rank", "max_loras"}
+    {
+        "model",
+        "dtype",
+        "max_model_len",
+        "tensor_parallel_size",
+        "chat_template",
+        "logprobs_mode",
+        "enable_lora",
+        "max_lora_rank",
+        "max_loras",
+    }
 )
 
 LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
@@ -235,8 +244,9 @@ def to_llm_config(
         **config.engine_kwargs,
     }
     if config.lora is not None:
-        engine_kwargs.update(enable_lora=True, max_lora_rank=config.lora.max_rank,
-                             max_loras=config.lora.max_loras)
+        engine_kwargs.update(
+            enable_lora=True, max_lora_rank=config.lora.max_rank, max_loras=config.lora.max_loras
+        )
     if config.max_model_len is not None:
         engine_kwargs["max_model_len"] = config.max_model_len
     if chat_template is not None:

@@ -123,12 +123,18 @@ def engine_up(
         raise
     elapsed = time.monotonic() - started
     say(f"engine ready at {url} serving {model_id!r} after {elapsed:.0f}s")
-    return EngineHandle(url=url, model_id=model_id, app_name=app.name, startup_s=elapsed,
-                        provenance=_provenance(builder, args))
+    return EngineHandle(
+        url=url,
+        model_id=model_id,
+        app_name=app.name,
+        startup_s=elapsed,
+        provenance=_provenance(builder, args),
+    )
 
 
-def _provenance(builder: Callable[[dict[str, Any]], Any],
-                args: dict[str, Any]) -> Provenance | None:
+def _provenance(
+    builder: Callable[[dict[str, Any]], Any], args: dict[str, Any]
+) -> Provenance | None:
     """What harbor_ray's builder handed vLLM, hashed once (engine/provenance.py); the
     default model is prepared by now, so resolving it only finds its directory."""
     if builder is not build_engine_app:

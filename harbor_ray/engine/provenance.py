@@ -25,17 +25,35 @@ from harbor_ray.data.result import Provenance
 __all__ = ["TOKENIZER_FILES", "WEIGHT_SUFFIXES", "served_provenance"]
 
 # The files transformers' tokenizers load from a model directory, those present hashed.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
-                   "tokenizer.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 _TEMPLATE_FILE = "chat_template.jinja"
 _TOKENIZER_CONFIG = "tokenizer_config.json"
 # Keys transformers writes back into tokenizer_config.json from how the tokenizer was
 # loaded (a trainer that loads with local_files_only=True saves it so), not what it is.
-_LOAD_KEYS = ("chat_template", "local_files_only", "name_or_path", "_commit_hash",
-              "cache_dir", "revision", "subfolder", "trust_remote_code", "token",
-              "use_auth_token", "force_download", "proxies")
+_LOAD_KEYS = (
+    "chat_template",
+    "local_files_only",
+    "name_or_path",
+    "_commit_hash",
+    "cache_dir",
+    "revision",
+    "subfolder",
+    "trust_remote_code",
+    "token",
+    "use_auth_token",
+    "force_download",
+    "proxies",
+)
 _CHUNK = 1 << 20
 
 
@@ -45,17 +63,24 @@ def served_provenance(model_source: str, chat_template: Path | None) -> Provenan
     model's own)."""
     directory = Path(model_source)
     if not directory.is_dir():
-        return Provenance(model_source=model_source,
-                          chat_template_sha256=_file_sha256(chat_template))
-    template = (_file_sha256(chat_template) if chat_template is not None
-                else _own_template_sha256(directory))
+        return Provenance(
+            model_source=model_source, chat_template_sha256=_file_sha256(chat_template)
+        )
+    template = (
+        _file_sha256(chat_template)
+        if chat_template is not None
+        else _own_template_sha256(directory)
+    )
     return Provenance(
         model_source=str(directory.resolve()),
-        weights_sha256=_files_sha256(directory, sorted(
-            p.name for p in directory.iterdir() if p.name.endswith(WEIGHT_SUFFIXES))),
+        weights_sha256=_files_sha256(
+            directory,
+            sorted(p.name for p in directory.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)),
+        ),
         chat_template_sha256=template,
-        tokenizer_sha256=_files_sha256(directory, [
-            name for name in TOKENIZER_FILES if (directory / name).is_file()]),
+        tokenizer_sha256=_files_sha256(
+            directory, [name for name in TOKENIZER_FILES if (directory / name).is_file()]
+        ),
     )
 
 

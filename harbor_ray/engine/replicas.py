@@ -36,8 +36,9 @@ from harbor_ray.serve_http import serve_details
 # Ray Serve LLM names an engine's deployment "<server class>:<model id>"
 # (build_llm_deployment): harbor_ray's engines use VersionedServer (TokenizingServer
 # before it), others LLMServer.
-_LLM_SERVER_PREFIXES = tuple(f"{cls.__name__}:"
-                             for cls in (VersionedServer, TokenizingServer, LLMServer))
+_LLM_SERVER_PREFIXES = tuple(
+    f"{cls.__name__}:" for cls in (VersionedServer, TokenizingServer, LLMServer)
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class ServeReplica:
         the Ray call too, so a step that timed out stops waiting on the replica."""
         request_id = f"weights-{uuid.uuid4()}"
         metadata = RequestMetadata(
-            request_id=request_id, internal_request_id=request_id, call_method=method)
+            request_id=request_id, internal_request_id=request_id, call_method=method
+        )
         ref = self.actor.handle_request.remote(pickle.dumps(metadata), **kwargs)
         try:
             return await ref
@@ -71,7 +73,8 @@ def engine_deployment(app_name: str) -> str:
     if len(names) != 1:
         raise WeightsRefusedError(
             f"application {app_name!r} has {len(names)} LLMServer deployments "
-            f"({sorted(app.deployments)}); name the one to update")
+            f"({sorted(app.deployments)}); name the one to update"
+        )
     return names[0]
 
 
@@ -83,9 +86,13 @@ def running_replicas(app_name: str, deployment: str) -> list[ServeReplica]:
         raise WeightsRefusedError(f"no deployment {deployment!r} in application {app_name!r}")
     # A RUNNING replica has its actor, so its name is set.
     return [
-        ServeReplica(name=replica.replica_id,
-                     actor=ray.get_actor(replica.actor_name,  # type: ignore[arg-type]
-                                         namespace=SERVE_NAMESPACE))
+        ServeReplica(
+            name=replica.replica_id,
+            actor=ray.get_actor(
+                replica.actor_name,  # type: ignore[arg-type]
+                namespace=SERVE_NAMESPACE,
+            ),
+        )
         for replica in details.replicas
         if replica.state == "RUNNING"
     ]
@@ -123,6 +130,13 @@ def serve_weight_updater(
         # Serve's controller and the GCS answer through blocking calls.
         return await asyncio.to_thread(listed)
 
-    return WeightUpdater(replicas, path=path, version=version, timeouts=timeouts, check=check,
-                         reload_method=reload_method, label_method=label_method,
-                         clear_cache=clear_cache)
+    return WeightUpdater(
+        replicas,
+        path=path,
+        version=version,
+        timeouts=timeouts,
+        check=check,
+        reload_method=reload_method,
+        label_method=label_method,
+        clear_cache=clear_cache,
+    )

@@ -78,8 +78,9 @@ class SessionAffinityRouter(RequestRouter):
                 loads[_key(replica.replica_id)] = load
         return {key: load or 0 for key, load in loads.items()}
 
-    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
-                          result: Any) -> None:
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
         session = _session(pending_request)
         if session:
             self._affinity.served(session, _key(replica_id), time.monotonic())

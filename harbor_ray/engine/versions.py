@@ -58,15 +58,16 @@ class VersionedServer(TokenizingServer):
         client.generate = _recording(client.generate, self._spans, self._adapter_version)
 
     def _adapter_version(self, lora_request: Any) -> str | None:
-        return (None if lora_request is None
-                else self._adapters.version_of(lora_request.lora_name))
+        return None if lora_request is None else self._adapters.version_of(lora_request.lora_name)
 
     async def weights_kind(self) -> dict[str, Any]:
         """What updates this engine takes (the updater's `KIND_METHOD`): `lora` true
         with `max_rank` when it has LoRA slots (then adapters only), else full weights."""
         config = self.engine._engine_client.vllm_config.lora_config  # type: ignore[union-attr]
-        return {"lora": config is not None,
-                "max_rank": None if config is None else config.max_lora_rank}
+        return {
+            "lora": config is not None,
+            "max_rank": None if config is None else config.max_lora_rank,
+        }
 
     async def load_adapter(self, path: str, version: str, tag: str) -> str:
         """Load the adapter in directory `path` for `version` under a fresh name (from
@@ -75,11 +76,13 @@ class VersionedServer(TokenizingServer):
 
         name = self._adapters.loaded(tag, version)
         answer = await self._models().load_lora_adapter(
-            LoadLoRAAdapterRequest(lora_name=name, lora_path=path))
+            LoadLoRAAdapterRequest(lora_name=name, lora_path=path)
+        )
         if not isinstance(answer, str):  # vLLM's ErrorResponse
             self._adapters.removed(name)
-            raise WeightsRefusedError(f"the engine could not load adapter {path}: "
-                                      f"{answer.error.message}")
+            raise WeightsRefusedError(
+                f"the engine could not load adapter {path}: {answer.error.message}"
+            )
         return name
 
     async def use_adapter(self, tag: str | None) -> None:
@@ -157,8 +160,9 @@ class VersionedServer(TokenizingServer):
             raise
         return self._in_use(replies, adapter)
 
-    async def _in_use(self, replies: AsyncGenerator[Any, None], adapter: str
-                      ) -> AsyncGenerator[Any, None]:
+    async def _in_use(
+        self, replies: AsyncGenerator[Any, None], adapter: str
+    ) -> AsyncGenerator[Any, None]:
         try:
             async for reply in replies:
                 yield reply
@@ -169,8 +173,9 @@ class VersionedServer(TokenizingServer):
         if getattr(request, "cache_salt", None) is None:
             request.cache_salt = self._cache_salt
 
-    async def _with_spans(self, replies: AsyncGenerator[Any, None], adapter: str | None
-                          ) -> AsyncGenerator[Any, None]:
+    async def _with_spans(
+        self, replies: AsyncGenerator[Any, None], adapter: str | None
+    ) -> AsyncGenerator[Any, None]:
         try:
             async for reply in replies:
                 spans = self._spans.pop(getattr(reply, "id", None) or "", None)
@@ -191,10 +196,11 @@ def _fresh_salt(version: str) -> str:
     return f"weights-{version}-{uuid4().hex[:12]}"
 
 
-def _recording(generate: Callable[..., AsyncGenerator[Any, None]],
-               spans: dict[str, list[list[dict[str, Any]] | None]],
-               adapter_version: Callable[[Any], str | None],
-               ) -> Callable[..., AsyncGenerator[Any, None]]:
+def _recording(
+    generate: Callable[..., AsyncGenerator[Any, None]],
+    spans: dict[str, list[list[dict[str, Any]] | None]],
+    adapter_version: Callable[[Any], str | None],
+) -> Callable[..., AsyncGenerator[Any, None]]:
     """`generate` that keeps each finished request's spans under its request id; a
     request served by an adapter of a weight update has its spans labelled with that
     adapter's version (`adapter_version` of its `lora_request`)."""
@@ -206,10 +212,14 @@ def _recording(generate: Callable[..., AsyncGenerator[Any, None]],
                 while len(spans) >= _SPANS_KEPT:
                     del spans[next(iter(spans))]
                 spans[output.request_id] = [
-                    None if c.weight_versions is None else
-                    [{"version": version or s.version, "start": s.start, "end": s.end}
-                     for s in c.weight_versions]
-                    for c in output.outputs]
+                    None
+                    if c.weight_versions is None
+                    else [
+                        {"version": version or s.version, "start": s.start, "end": s.end}
+                        for s in c.weight_versions
+                    ]
+                    for c in output.outputs
+                ]
             yield output
 
     return generate_recording

@@ -165,8 +165,12 @@ class _Replica:
 
     def result(self, version: int) -> ReplicaUpdate:
         return ReplicaUpdate(
-            replica=self.replica.name, serving_version=version if self.known else None,
-            seconds=dict(self.seconds), failed_step=self.failed_step, error=self.error)
+            replica=self.replica.name,
+            serving_version=version if self.known else None,
+            seconds=dict(self.seconds),
+            failed_step=self.failed_step,
+            error=self.error,
+        )
 
 
 class WeightUpdater:
@@ -223,7 +227,8 @@ class WeightUpdater:
         async with self._lock:
             if version <= self._version:
                 raise WeightVersionError(
-                    f"version {version} does not increase on the serving {self._version}")
+                    f"version {version} does not increase on the serving {self._version}"
+                )
             # The checkpoint is checked before the engine is asked anything; an
             # adapter's rank only once the replicas have said what they take.
             adapter = is_adapter(path)
@@ -248,44 +253,57 @@ class WeightUpdater:
             if took:
                 self._path, self._version = path, version
             return WeightUpdate(
-                path=path, requested_version=version, version=self._version,
+                path=path,
+                requested_version=version,
+                version=self._version,
                 replicas=tuple(state.result(self._version) for state in states),
-                step_seconds=steps, seconds=time.perf_counter() - started)
+                step_seconds=steps,
+                seconds=time.perf_counter() - started,
+            )
 
-    async def _kind(self, replicas: Sequence[EngineReplica], adapter: bool,
-                    path: str) -> int | None:
+    async def _kind(
+        self, replicas: Sequence[EngineReplica], adapter: bool, path: str
+    ) -> int | None:
         """The largest adapter rank every replica takes (None: no LoRA slots); refuses
         an update of the other kind than the engine takes."""
         if self._label_method is None:  # not harbor_ray's server: full weights only
             if adapter:
                 raise CheckpointError(
                     f"{path} is a LoRA adapter ({ADAPTER_CONFIG}), and only harbor_ray's "
-                    "engine (VersionedServer, with `lora:` in its config) loads adapters")
+                    "engine (VersionedServer, with `lora:` in its config) loads adapters"
+                )
             return None
         try:
-            kinds = await asyncio.wait_for(asyncio.gather(
-                *(replica.call(KIND_METHOD) for replica in replicas)),
-                self._timeouts.label_s)
+            kinds = await asyncio.wait_for(
+                asyncio.gather(*(replica.call(KIND_METHOD) for replica in replicas)),
+                self._timeouts.label_s,
+            )
         except Exception as exc:
-            raise WeightsRefusedError(f"a replica did not say which updates it takes: "
-                                      f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]) from exc
+            raise WeightsRefusedError(
+                f"a replica did not say which updates it takes: {type(exc).__name__}: {exc}"[
+                    :_ERROR_CHARS
+                ]
+            ) from exc
         lora = [bool(kind["lora"]) for kind in kinds]
         # CheckpointError: the caller sent the wrong directory, or started the wrong engine.
         if adapter and not all(lora):
             raise CheckpointError(
                 f"{path} is a LoRA adapter ({ADAPTER_CONFIG}) but the engine has no LoRA "
                 "slots: start it with `lora: {max_rank: R, max_loras: 2}` in its args "
-                "(EngineConfig.lora), R at least the adapter's rank")
+                "(EngineConfig.lora), R at least the adapter's rank"
+            )
         if not adapter and any(lora):
             raise CheckpointError(
                 f"{path} holds full weights but the engine serves LoRA adapters (`lora:` "
                 f"in its args): send the adapter directory (peft's save_pretrained: "
                 f"{ADAPTER_CONFIG} and adapter_model.safetensors), or start the engine "
-                "without `lora:` to update full weights")
+                "without `lora:` to update full weights"
+            )
         return min((int(kind["max_rank"]) for kind in kinds if kind["lora"]), default=None)
 
-    async def _switch_adapter(self, states: list[_Replica], path: str, version: int,
-                              steps: dict[str, float]) -> bool:
+    async def _switch_adapter(
+        self, states: list[_Replica], path: str, version: int, steps: dict[str, float]
+    ) -> bool:
         """Load the adapter on every replica, then switch every replica to it; True if
         all serve it. A failure before the switch removes it wherever it loaded."""
         tag = f"v{version}-{uuid.uuid4().hex[:12]}"
@@ -295,13 +313,15 @@ class WeightUpdater:
                 self._adapter = tag
                 return True
             # Back to the adapter served before (None: the base model) where it switched.
-            await self._roll_back_adapter(states, steps, ("use_adapter", {"tag": self._adapter}),
-                                          serving=True)
+            await self._roll_back_adapter(
+                states, steps, ("use_adapter", {"tag": self._adapter}), serving=True
+            )
         await self._roll_back_adapter(states, steps, ("drop_adapter", {"tag": tag}))
         return False
 
-    async def _roll_back_adapter(self, states: list[_Replica], steps: dict[str, float],
-                                 call: Call, *, serving: bool = False) -> None:
+    async def _roll_back_adapter(
+        self, states: list[_Replica], steps: dict[str, float], call: Call, *, serving: bool = False
+    ) -> None:
         """`call` on every replica; if it switches what is `serving`, a replica where it
         failed serves no known version."""
         started = time.perf_counter()
@@ -310,17 +330,21 @@ class WeightUpdater:
             state.known = state.known and (ok or not serving)
         steps["rollback"] = steps.get("rollback", 0.0) + time.perf_counter() - started
 
-    async def _switch(self, states: list[_Replica], path: str, version: int,
-                      steps: dict[str, float]) -> bool:
+    async def _switch(
+        self, states: list[_Replica], path: str, version: int, steps: dict[str, float]
+    ) -> bool:
         """Run the steps; True if every replica holds the new weights (resumed or not)."""
         if await _step(steps, "pause", states, _PAUSE):
             for state in states:
                 state.reloaded = True
-            took = (await _step(steps, "reload", states, self._reload(path))
-                    and (not self._clear_cache
-                         or await _step(steps, "cache", states, _CLEAR_CACHE))
-                    and (self._label_method is None
-                         or await _step(steps, "label", states, self._label(version))))
+            took = (
+                await _step(steps, "reload", states, self._reload(path))
+                and (not self._clear_cache or await _step(steps, "cache", states, _CLEAR_CACHE))
+                and (
+                    self._label_method is None
+                    or await _step(steps, "label", states, self._label(version))
+                )
+            )
             if not took:
                 await self._roll_back(states, steps)
         else:
@@ -332,7 +356,8 @@ class WeightUpdater:
     def _reload(self, path: str) -> Call:
         """LLMServer.collective_rpc arguments that reload every worker's weights from `path`."""
         return "collective_rpc", {
-            "method": self._reload_method, "kwargs": {"weights_path": path},
+            "method": self._reload_method,
+            "kwargs": {"weights_path": path},
             # vLLM's own bound on the workers' answer, so it gives up when the updater does.
             "timeout": self._timeouts.reload_s,
         }
@@ -349,10 +374,14 @@ class WeightUpdater:
         touched = [state for state in states if state.reloaded]
 
         async def restore(state: _Replica) -> None:
-            state.known = (await state.run("rollback", self._reload(self._path))
-                           and await state.run("rollback", _CLEAR_CACHE)
-                           and (self._label_method is None
-                                or await state.run("rollback", self._label(self._version))))
+            state.known = (
+                await state.run("rollback", self._reload(self._path))
+                and await state.run("rollback", _CLEAR_CACHE)
+                and (
+                    self._label_method is None
+                    or await state.run("rollback", self._label(self._version))
+                )
+            )
 
         await asyncio.gather(*(restore(state) for state in touched))
         steps["rollback"] = time.perf_counter() - started
@@ -367,8 +396,9 @@ _CLEAR_CACHE: Call = ("pause", {"mode": "keep", "clear_cache": True})
 _RESUME: Call = ("resume", {})
 
 
-async def _step(steps: dict[str, float], step: Step, states: Sequence[_Replica],
-                call: Call) -> bool:
+async def _step(
+    steps: dict[str, float], step: Step, states: Sequence[_Replica], call: Call
+) -> bool:
     """Run `step` on every replica in `states` at once; True if it succeeded on all."""
     started = time.perf_counter()
     done = await asyncio.gather(*(state.run(step, call) for state in states))

@@ -49,17 +49,22 @@ class ServiceGenerator(GeneratorInterface):
 
     def __init__(self, rollouts: GroupRollouts, *, task_key: str = "task") -> None:
         if rollouts.filler_id is None:
-            raise TrainerError("ServiceGenerator needs GroupRollouts(filler_id=...): an id "
-                               "of the trainer's tokenizer (its pad_token_id) for rollouts "
-                               "with nothing to train")
+            raise TrainerError(
+                "ServiceGenerator needs GroupRollouts(filler_id=...): an id "
+                "of the trainer's tokenizer (its pad_token_id) for rollouts "
+                "with nothing to train"
+            )
         self.rollouts, self.task_key = rollouts, task_key
         self._one_at_a_time = threading.Lock()
 
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
         tasks, n = task_groups(input_batch, self.task_key)
         step = getattr(input_batch.get("batch_metadata"), "global_step", 0)
-        sampling = {name: value for name, value in
-                    _sampling(input_batch.get("sampling_params")).items() if value is not None}
+        sampling = {
+            name: value
+            for name, value in _sampling(input_batch.get("sampling_params")).items()
+            if value is not None
+        }
         prompts = [task for task in tasks for _ in range(n)]
         # The client blocks on long polls; SkyRL's trainer awaits this on its event loop.
         columns, figures = await asyncio.to_thread(self._call, prompts, n, sampling, step)
@@ -68,12 +73,14 @@ class ServiceGenerator(GeneratorInterface):
         output["rollout_metrics"] = rollout_metrics(figures)
         return output
 
-    def _call(self, prompts: list[str], n: int, sampling: dict[str, Any], step: int
-              ) -> tuple[dict[str, list[Any]], dict[str, float]]:
+    def _call(
+        self, prompts: list[str], n: int, sampling: dict[str, Any], step: int
+    ) -> tuple[dict[str, list[Any]], dict[str, float]]:
         assert self.rollouts.filler_id is not None  # checked in __init__
         with self._one_at_a_time:
-            columns = self.rollouts.collect(prompts, n, sampling=sampling, step=step,
-                                            filler_id=self.rollouts.filler_id)
+            columns = self.rollouts.collect(
+                prompts, n, sampling=sampling, step=step, filler_id=self.rollouts.filler_id
+            )
             return columns, dict(self.rollouts.last)
 
 
@@ -84,24 +91,33 @@ def task_groups(input_batch: GeneratorInput, task_key: str = "task") -> tuple[li
     ids = input_batch.get("trajectory_ids") or []
     rows = len(input_batch["prompts"])
     if len(extras) != rows or len(ids) != rows:
-        raise TrainerError("ServiceGenerator needs env_extras and trajectory_ids for every "
-                           "prompt (SkyRL's prepare_generator_input sets both)")
+        raise TrainerError(
+            "ServiceGenerator needs env_extras and trajectory_ids for every "
+            "prompt (SkyRL's prepare_generator_input sets both)"
+        )
     blocks: list[tuple[str, list[str]]] = []
     for extra, trajectory in zip(extras, ids, strict=True):
         task = (extra or {}).get(task_key)
         if not isinstance(task, str):
-            raise TrainerError(f"a prompt's env_extras has no task name under {task_key!r} "
-                               f"(got {extra!r}); put the Harbor task's name there")
+            raise TrainerError(
+                f"a prompt's env_extras has no task name under {task_key!r} "
+                f"(got {extra!r}); put the Harbor task's name there"
+            )
         if blocks and blocks[-1][0] == trajectory.instance_id:
             blocks[-1][1].append(task)
         else:
             blocks.append((trajectory.instance_id, [task]))
     sizes = {len(block) for _, block in blocks}
-    if len(sizes) != 1 or any(len(set(block)) != 1 for _, block in blocks) or len(
-            {uid for uid, _ in blocks}) != len(blocks):
-        raise TrainerError("SkyRL's batch is no whole number of groups: each instance id's "
-                           "rows must be consecutive, of one task, and all groups one size "
-                           "(n_samples_per_prompt)")
+    if (
+        len(sizes) != 1
+        or any(len(set(block)) != 1 for _, block in blocks)
+        or len({uid for uid, _ in blocks}) != len(blocks)
+    ):
+        raise TrainerError(
+            "SkyRL's batch is no whole number of groups: each instance id's "
+            "rows must be consecutive, of one task, and all groups one size "
+            "(n_samples_per_prompt)"
+        )
     return [block[0] for _, block in blocks], sizes.pop()
 
 
@@ -114,8 +130,10 @@ def generator_output(columns: dict[str, list[Any]]) -> GeneratorOutput:
     rewards = [0.0 if reward is None else float(reward) for reward in columns["reward"]]
     for reward, mask in zip(columns["reward"], columns["env_mask"], strict=True):
         if reward is None and any(mask):
-            raise TrainerError("an unscored sample has trained tokens; GroupRollouts masks "
-                               "every sample of an unscored group")
+            raise TrainerError(
+                "an unscored sample has trained tokens; GroupRollouts masks "
+                "every sample of an unscored group"
+            )
     return GeneratorOutput(
         prompt_token_ids=list(columns["prompt_ids"]),
         response_ids=list(columns["completion_ids"]),

@@ -27,9 +27,18 @@ from harbor_ray.online.wire import Group, TaskRequest
 
 # The trainer, its weight sync and the figures live in modules of their own
 # (trl_trainer, trl_weights, figures); users import all of them from here.
-__all__ = ["GroupRollouts", "ServiceGRPOConfig", "ServiceGRPOTrainer", "WeightSync",
-           "call_figures", "harness_metrics", "harness_prompt", "rollout_metrics", "task_dataset",
-           "verifier_reward"]
+__all__ = [
+    "GroupRollouts",
+    "ServiceGRPOConfig",
+    "ServiceGRPOTrainer",
+    "WeightSync",
+    "call_figures",
+    "harness_metrics",
+    "harness_prompt",
+    "rollout_metrics",
+    "task_dataset",
+    "verifier_reward",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -60,14 +69,17 @@ def task_dataset(tasks: Sequence[str], harnesses: Sequence[str] | None = None) -
     if harnesses is None:
         return Dataset.from_dict({"prompt": list(tasks)})
     if not harnesses or len(set(harnesses)) != len(harnesses):
-        raise TrainerError(f"harnesses must be distinct agent names, at least one: got "
-                           f"{list(harnesses)}")
-    return Dataset.from_dict({"prompt": [harness_prompt(task, harness) for task in tasks
-                                         for harness in harnesses]})
+        raise TrainerError(
+            f"harnesses must be distinct agent names, at least one: got {list(harnesses)}"
+        )
+    return Dataset.from_dict(
+        {"prompt": [harness_prompt(task, harness) for task in tasks for harness in harnesses]}
+    )
 
 
-def verifier_reward(completions: list[Any], reward: list[float | None],
-                    **_: Any) -> list[float | None]:
+def verifier_reward(
+    completions: list[Any], reward: list[float | None], **_: Any
+) -> list[float | None]:
     """The verifier's reward of each sample's rollout (`GroupRollouts` passes it); None
     stays None, which TRL reads as "no reward", not 0."""
     return list(reward)
@@ -109,24 +121,42 @@ class GroupRollouts:
     figures (`call_figures`), which `ServiceGRPOTrainer` logs.
     """
 
-    def __init__(self, client: Client, agent: str, *, dataset: str | None = None,
-                 sandbox: str | None = None, budget: int | None = None,
-                 deadline_s: float | None = None, max_tokens: int | None = None,
-                 max_staleness: int | None = None,
-                 stale_policy: Literal["drop", "mask"] = "drop", timeout_s: float = 3600.0,
-                 wait_s: float = 30.0, filler_id: int | None = None,
-                 drop_no_signal: bool | None = None,
-                 max_extra_groups: int | None = None,
-                 replacement_tasks: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        agent: str,
+        *,
+        dataset: str | None = None,
+        sandbox: str | None = None,
+        budget: int | None = None,
+        deadline_s: float | None = None,
+        max_tokens: int | None = None,
+        max_staleness: int | None = None,
+        stale_policy: Literal["drop", "mask"] = "drop",
+        timeout_s: float = 3600.0,
+        wait_s: float = 30.0,
+        filler_id: int | None = None,
+        drop_no_signal: bool | None = None,
+        max_extra_groups: int | None = None,
+        replacement_tasks: Sequence[str] | None = None,
+    ) -> None:
         self.client, self.agent = client, agent
         self.options: dict[str, Any] = {
-            key: value for key, value in (("dataset", dataset), ("sandbox", sandbox),
-                                          ("budget", budget), ("deadline_s", deadline_s),
-                                          ("drop_no_signal", drop_no_signal),
-                                          ("max_extra_groups", max_extra_groups),
-                                          ("replacement_tasks", None if replacement_tasks
-                                           is None else list(replacement_tasks)))
-            if value is not None}
+            key: value
+            for key, value in (
+                ("dataset", dataset),
+                ("sandbox", sandbox),
+                ("budget", budget),
+                ("deadline_s", deadline_s),
+                ("drop_no_signal", drop_no_signal),
+                ("max_extra_groups", max_extra_groups),
+                (
+                    "replacement_tasks",
+                    None if replacement_tasks is None else list(replacement_tasks),
+                ),
+            )
+            if value is not None
+        }
         self.max_tokens, self.max_staleness = max_tokens, max_staleness
         self.stale_policy = stale_policy
         self.timeout_s, self.wait_s, self.filler_id = timeout_s, wait_s, filler_id
@@ -139,14 +169,19 @@ class GroupRollouts:
         """TRL's `rollout_func`: `collect` at what TRL's trainer says (its group size,
         sampling settings, step and tokenizer)."""
         n = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
-        sampling = {name: value for name in _SAMPLING_ARGS
-                    if (value := getattr(trainer.args, name, None)) is not None}
+        sampling = {
+            name: value
+            for name in _SAMPLING_ARGS
+            if (value := getattr(trainer.args, name, None)) is not None
+        }
         filler = self.filler_id if self.filler_id is not None else _filler(trainer)
-        return self.collect(prompts, n, sampling=sampling, step=trainer.state.global_step,
-                            filler_id=filler)
+        return self.collect(
+            prompts, n, sampling=sampling, step=trainer.state.global_step, filler_id=filler
+        )
 
-    def collect(self, prompts: list[Any], n: int, *, sampling: dict[str, Any], step: int,
-                filler_id: int) -> dict[str, list[Any]]:
+    def collect(
+        self, prompts: list[Any], n: int, *, sampling: dict[str, Any], step: int, filler_id: int
+    ) -> dict[str, list[Any]]:
         """One group of `n` rollouts per block of `n` equal prompts, at `sampling` (the
         engine's sampling fields; `max_tokens` is this object's), as TRL's columns, one
         sample per rollout in the prompts' order: the call any trainer makes (SkyRL's
@@ -156,19 +191,23 @@ class GroupRollouts:
         if self.max_tokens is not None:
             sampling = {**sampling, "max_tokens": self.max_tokens}
         reply = self.client.submit(
-            [TaskRequest(task=task, n=n, agent=agent) for task, agent in asked], self.agent,
-            sampling=sampling, **self.options, metadata={"trl_global_step": step})
+            [TaskRequest(task=task, n=n, agent=agent) for task, agent in asked],
+            self.agent,
+            sampling=sampling,
+            **self.options,
+            metadata={"trl_global_step": step},
+        )
         ids = [ref.group_id for ref in reply.groups]
         groups = self._wait(ids)
         samples = []
         for group_id, (_, agent) in zip(ids, asked, strict=True):
-            group_samples = self._samples(groups[group_id], n, reply.policy_version,
-                                          filler_id)
+            group_samples = self._samples(groups[group_id], n, reply.policy_version, filler_id)
             for sample in group_samples:
                 sample["agent"] = _ran(groups[group_id], agent or self.agent)
             samples += group_samples
-        self.last = call_figures([groups[i] for i in ids], samples,
-                                 time.monotonic() - started, reply.policy_version)
+        self.last = call_figures(
+            [groups[i] for i in ids], samples, time.monotonic() - started, reply.policy_version
+        )
         return trl_columns(samples)
 
     def _wait(self, ids: list[str]) -> dict[str, Group]:
@@ -181,23 +220,25 @@ class GroupRollouts:
             if time.monotonic() > deadline:
                 for group_id in missing:
                     self.client.cancel(group_id)
-                raise TrainerError(f"{len(missing)} of {len(ids)} groups did not finish in "
-                                   f"{self.timeout_s:g} s (cancelled); raise timeout_s, or "
-                                   "the rollouts' budget or deadline_s")
+                raise TrainerError(
+                    f"{len(missing)} of {len(ids)} groups did not finish in "
+                    f"{self.timeout_s:g} s (cancelled); raise timeout_s, or "
+                    "the rollouts' budget or deadline_s"
+                )
             batch = self.client.poll(max_groups=len(missing), wait_s=self.wait_s)
             for group in batch:
                 if (place := group.replaces or group.group_id) in missing:
                     got[place] = group
                 else:
-                    _log.warning("group %s was not asked for here; kept in `unclaimed`",
-                                 group.group_id)
+                    _log.warning(
+                        "group %s was not asked for here; kept in `unclaimed`", group.group_id
+                    )
                     self.unclaimed.append(group)
             if batch:
                 self.client.ack([group.group_id for group in batch])
         return got
 
-    def _samples(self, group: Group, n: int, version: int, filler: int
-                 ) -> list[dict[str, Any]]:
+    def _samples(self, group: Group, n: int, version: int, filler: int) -> list[dict[str, Any]]:
         samples = group_samples([group], filler_id=filler)
         if len(samples) != n:
             raise TrainerError(f"group {group.group_id} has {len(samples)} rollouts, not {n}")
@@ -206,16 +247,19 @@ class GroupRollouts:
             sample["policy_version"] = version
             sample["sampled_tokens"] = sum(sample["env_mask"])
             oldest = sample["policy_version_min"]
-            stale = (self.max_staleness is not None and oldest is not None
-                     and version - oldest > self.max_staleness)
+            stale = (
+                self.max_staleness is not None
+                and oldest is not None
+                and version - oldest > self.max_staleness
+            )
             sample["stale_dropped"] = stale and self.stale_policy == "drop"
             sample["stale_masked"] = 0
-            if (unscored or group.no_signal or not sample["trainable"]
-                    or sample["stale_dropped"]):
+            if unscored or group.no_signal or not sample["trainable"] or sample["stale_dropped"]:
                 _train_nothing(sample)
             elif stale and self.max_staleness is not None:
-                kept = mask_stale(sample["env_mask"], sample["policy_versions"], version,
-                                  self.max_staleness)
+                kept = mask_stale(
+                    sample["env_mask"], sample["policy_versions"], version, self.max_staleness
+                )
                 sample["stale_masked"] = sum(sample["env_mask"]) - sum(kept)
                 sample["env_mask"] = kept
         return samples
@@ -226,8 +270,10 @@ def _ran(group: Group, asked: str) -> str:
     a group was asked under, and its baseline would mix harnesses."""
     ran = {row.get("agent", asked) for row in group.rollouts}
     if ran - {asked}:
-        raise TrainerError(f"group {group.group_id} was asked of {asked} but its rows name "
-                           f"{sorted(ran)}: the service runs each group under one agent")
+        raise TrainerError(
+            f"group {group.group_id} was asked of {asked} but its rows name "
+            f"{sorted(ran)}: the service runs each group under one agent"
+        )
     return asked
 
 
@@ -238,11 +284,13 @@ def _tasks(prompts: list[Any], n: int) -> list[tuple[str, str | None]]:
         raise TrainerError(f"{len(prompts)} prompts are no whole number of groups of {n}")
     tasks: list[tuple[str, str | None]] = []
     for start in range(0, len(prompts), n):
-        block = prompts[start:start + n]
+        block = prompts[start : start + n]
         if not isinstance(block[0], str) or any(p != block[0] for p in block):
-            raise TrainerError("a GroupRollouts prompt is a task name (or `harness_prompt`'s "
-                               f"task and harness), repeated num_generations ({n}) times; "
-                               f"got {block[0]!r} (build the dataset with task_dataset)")
+            raise TrainerError(
+                "a GroupRollouts prompt is a task name (or `harness_prompt`'s "
+                f"task and harness), repeated num_generations ({n}) times; "
+                f"got {block[0]!r} (build the dataset with task_dataset)"
+            )
         task, mark, harness = block[0].rpartition(_HARNESS_MARK)
         tasks.append((task, harness) if mark else (block[0], None))
     return tasks

@@ -47,9 +47,12 @@ class ServiceGRPOConfig(GRPOConfig):
 
     vllm_importance_sampling_mode: str = field(
         default="token_truncate",
-        metadata={"help": "How the recorded logprobs' importance ratios are applied: "
-                  "'token_truncate' (the default here), 'token_mask', 'sequence_truncate' "
-                  "or 'sequence_mask' (TRL's GRPOConfig)."})
+        metadata={
+            "help": "How the recorded logprobs' importance ratios are applied: "
+            "'token_truncate' (the default here), 'token_mask', 'sequence_truncate' "
+            "or 'sequence_mask' (TRL's GRPOConfig)."
+        },
+    )
 
 
 class ServiceGRPOTrainer(GRPOTrainer):
@@ -112,8 +115,7 @@ class ServiceGRPOTrainer(GRPOTrainer):
         loss = super().training_step(*args, **kwargs)  # type: ignore[no-untyped-call]  # untyped in trl
         # The step's rollouts (TRL collects them inside it, once per generation batch)
         # are rollout time, not training time.
-        self._seconds["train"] += (time.monotonic() - started
-                                   - (self._seconds["rollout"] - rollout))
+        self._seconds["train"] += time.monotonic() - started - (self._seconds["rollout"] - rollout)
         return loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -132,13 +134,15 @@ class ServiceGRPOTrainer(GRPOTrainer):
         keys = sorted(k for k in SUMMED if k in figures)
         summed = self.accelerator.reduce(
             torch.tensor([float(figures[k]) for k in keys], device=self.accelerator.device),
-            reduction="sum").tolist()
+            reduction="sum",
+        ).tolist()
         for name, value in rollout_metrics(dict(zip(keys, summed, strict=True))).items():
             self._metrics[self._mode()][name].append(value)
         # Processes may have run different harnesses: their sums are gathered by name.
         harnesses: dict[str, float] = {}
-        for part in gather_object([{k: v for k, v in figures.items()
-                                    if k.startswith(HARNESS_PREFIX)}]):
+        for part in gather_object(
+            [{k: v for k, v in figures.items() if k.startswith(HARNESS_PREFIX)}]
+        ):
             for key, value in part.items():
                 harnesses[key] = harnesses.get(key, 0.0) + value
         for name, value in harness_metrics(harnesses).items():
@@ -166,13 +170,17 @@ class ServiceGRPOTrainer(GRPOTrainer):
         if ratio is None:
             return
         trained = _trained(output)
-        clipped = _clipped(ratio, self.vllm_importance_sampling_mode,
-                           self.vllm_importance_sampling_clip_min,
-                           self.vllm_importance_sampling_clip_max).expand_as(trained)
+        clipped = _clipped(
+            ratio,
+            self.vllm_importance_sampling_mode,
+            self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
+        ).expand_as(trained)
         counts = torch.stack([(clipped & trained).sum(), trained.sum()]).float()
         hit, total = self.accelerator.reduce(counts, reduction="sum").tolist()
         self._metrics[self._mode()]["sampling/importance_sampling_ratio/clipped_fraction"].append(
-            hit / total if total else 0.0)
+            hit / total if total else 0.0
+        )
 
     def _log_staleness(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> None:
         """Trained tokens by versions behind the one serving at submit (TRL merged the
@@ -180,30 +188,45 @@ class ServiceGRPOTrainer(GRPOTrainer):
         if any("policy_versions" not in x or x.get("policy_version") is None for x in inputs):
             return  # not GroupRollouts' samples: nothing says which version sampled them
         trained = _trained(output)
-        behind = _versions_behind([x["policy_versions"] for x in inputs],
-                                  [x["policy_version"] for x in inputs], trained.shape[1])
+        behind = _versions_behind(
+            [x["policy_versions"] for x in inputs],
+            [x["policy_version"] for x in inputs],
+            trained.shape[1],
+        )
         behind = behind.to(trained.device)
-        counts = torch.stack([((behind == 0) & trained).sum(), ((behind == 1) & trained).sum(),
-                              ((behind >= 2) & trained).sum()])
+        counts = torch.stack(
+            [
+                ((behind == 0) & trained).sum(),
+                ((behind == 1) & trained).sum(),
+                ((behind >= 2) & trained).sum(),
+            ]
+        )
         summed = self.accelerator.reduce(counts, reduction="sum").tolist()
         for bucket, count in zip(_STALENESS, summed, strict=True):
             self._metrics[self._mode()][f"staleness/tokens_{bucket}"].append(float(count))
 
 
-
-
 def _check_service_setup(config: GRPOConfig | None, rollout_func: Any) -> None:
     if rollout_func is None:
-        raise TrainerError("ServiceGRPOTrainer trains on the service's samples: pass "
-                           "rollout_func=GroupRollouts(client, agent)")
+        raise TrainerError(
+            "ServiceGRPOTrainer trains on the service's samples: pass "
+            "rollout_func=GroupRollouts(client, agent)"
+        )
     if config is not None and config.use_vllm:
-        raise TrainerError("ServiceGRPOTrainer's samples come from the service, not TRL's "
-                           "vLLM: set use_vllm=False (or train with TRL's GRPOTrainer)")
-    if (type(config) is GRPOConfig and config.vllm_importance_sampling_correction
-            and config.vllm_importance_sampling_mode == "sequence_mask"):
-        _log.warning("vllm_importance_sampling_mode is GRPOConfig's default, sequence_mask: "
-                     "a stale sequence is dropped whole, not weighted per token; pass "
-                     "ServiceGRPOConfig (token_truncate by default) or set the mode")
+        raise TrainerError(
+            "ServiceGRPOTrainer's samples come from the service, not TRL's "
+            "vLLM: set use_vllm=False (or train with TRL's GRPOTrainer)"
+        )
+    if (
+        type(config) is GRPOConfig
+        and config.vllm_importance_sampling_correction
+        and config.vllm_importance_sampling_mode == "sequence_mask"
+    ):
+        _log.warning(
+            "vllm_importance_sampling_mode is GRPOConfig's default, sequence_mask: "
+            "a stale sequence is dropped whole, not weighted per token; pass "
+            "ServiceGRPOConfig (token_truncate by default) or set the mode"
+        )
 
 
 def _trained(output: dict[str, Any]) -> torch.Tensor:
@@ -214,8 +237,7 @@ def _trained(output: dict[str, Any]) -> torch.Tensor:
     return mask.bool()
 
 
-def _clipped(ratio: torch.Tensor, mode: str, low: float | None,
-             high: float | None) -> torch.Tensor:
+def _clipped(ratio: torch.Tensor, mode: str, low: float | None, high: float | None) -> torch.Tensor:
     """Where TRL's final ratio shows the raw one left [low, high]: zeroed in the `*_mask`
     modes, pinned to a bound in the `*_truncate` ones."""
     if mode.endswith("_mask"):
@@ -228,11 +250,14 @@ def _clipped(ratio: torch.Tensor, mode: str, low: float | None,
     return hit
 
 
-def _versions_behind(versions: list[list[int | None]], current: list[int],
-                     width: int) -> torch.Tensor:
+def _versions_behind(
+    versions: list[list[int | None]], current: list[int], width: int
+) -> torch.Tensor:
     """(samples, width): how many versions each completion token's sampler is behind its
     sample's `current` (0 at least: one serving later counts as fresh); -1 where no
     version sampled it (tool output) and past the completion."""
-    rows = [[-1 if v is None else max(now - v, 0) for v in tokens] + [-1] * (width - len(tokens))
-            for tokens, now in zip(versions, current, strict=True)]
+    rows = [
+        [-1 if v is None else max(now - v, 0) for v in tokens] + [-1] * (width - len(tokens))
+        for tokens, now in zip(versions, current, strict=True)
+    ]
     return torch.tensor(rows, dtype=torch.long)

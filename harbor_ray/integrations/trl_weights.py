@@ -39,8 +39,9 @@ class WeightSync(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.base = self.client.policy().version - state.global_step
 
-    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None,
-                    **kwargs: Any) -> None:
+    def on_step_end(
+        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+    ) -> None:
         if not state.is_world_process_zero:
             return
         if model is None or self.base is None:
@@ -50,8 +51,10 @@ class WeightSync(TrainerCallback):
         path = self.dir / f"version-{version}"
         model.save_pretrained(path, safe_serialization=True)
         if _is_peft(model) and not (path / "adapter_config.json").is_file():
-            raise TrainerError(f"the peft model saved no adapter_config.json in {path}: "
-                               "train it as a peft PeftModel (TRL's peft_config)")
+            raise TrainerError(
+                f"the peft model saved no adapter_config.json in {path}: "
+                "train it as a peft PeftModel (TRL's peft_config)"
+            )
         self.client.update_weights(str(path.resolve()), version)
         self.updates.append((version, time.monotonic() - started))
         self.saved.append(path)

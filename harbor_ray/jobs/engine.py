@@ -20,8 +20,12 @@ __all__ = ["start_engine", "started_engine"]
 
 
 def start_engine(
-    config: Path, *, ray_address: str | None = None, cache_dir: Path | None = None,
-    model: str | None = None, progress: Progress = silent,
+    config: Path,
+    *,
+    ray_address: str | None = None,
+    cache_dir: Path | None = None,
+    model: str | None = None,
+    progress: Progress = silent,
 ) -> tuple[EngineHandle, Certification]:
     """Start the engine of the Serve YAML `config`, wait until it answers and certify it.
     It keeps running: `engine_down(handle.app_name)` stops it."""
@@ -31,8 +35,7 @@ def start_engine(
 
     progress("starting the engine (a cold start takes minutes)")
     try:
-        handle = engine_up(config, ray_address=ray_address, cache_dir=cache_dir,
-                           progress=progress)
+        handle = engine_up(config, ray_address=ray_address, cache_dir=cache_dir, progress=progress)
     except OSError as exc:  # the YAML, the model cache or a port: the fix is the user's
         raise EngineStartError(f"the engine did not start: {exc}") from exc
     try:
@@ -41,9 +44,11 @@ def start_engine(
     except BaseException:
         engine_down(handle.app_name)
         raise
-    progress(f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
-             f"{handle.url} (tool calling: "
-             f"{'yes' if cert.tool_calling else cert.tool_calling_fix})")
+    progress(
+        f"engine ready in {handle.startup_s:.0f} s: {cert.served_model} at "
+        f"{handle.url} (tool calling: "
+        f"{'yes' if cert.tool_calling else cert.tool_calling_fix})"
+    )
     return handle, cert
 
 

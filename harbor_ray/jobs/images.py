@@ -70,11 +70,15 @@ def _sources(tasks: Sequence[TaskRef], progress: Progress) -> list[tuple[str, Im
     for task in tasks:
         source = image_source(task.path / "environment", task.environment)
         if source is None:
-            progress(f"{task.name}: " + (
-                "declares no image (runs on the local sandbox)"
-                if task.environment.kind is NeedKind.NONE
-                else "a compose task (the container sandbox runs one environment)")
-                + ": skipped")
+            progress(
+                f"{task.name}: "
+                + (
+                    "declares no image (runs on the local sandbox)"
+                    if task.environment.kind is NeedKind.NONE
+                    else "a compose task (the container sandbox runs one environment)"
+                )
+                + ": skipped"
+            )
         else:
             found.append((task.name, source))
     if not found:
@@ -82,10 +86,16 @@ def _sources(tasks: Sequence[TaskRef], progress: Progress) -> list[tuple[str, Im
     return found
 
 
-def _build_here(wanted: Sequence[tuple[str, ImageSource]], images_dir: Path, docker: str,
-                node: str, progress: Progress) -> list[ImageOutcome]:
+def _build_here(
+    wanted: Sequence[tuple[str, ImageSource]],
+    images_dir: Path,
+    docker: str,
+    node: str,
+    progress: Progress,
+) -> list[ImageOutcome]:
     outcomes = []
     for task, source in wanted:
+
         def said(line: str, task: str = task) -> None:
             progress(f"{node} {task}: {line}")
 
@@ -95,13 +105,22 @@ def _build_here(wanted: Sequence[tuple[str, ImageSource]], images_dir: Path, doc
             progress(f"{node} {task}: failed: {exc}")
             outcomes.append(ImageOutcome(task, node, None, False, 0.0, exc.log, str(exc)))
             continue
-        outcomes.append(ImageOutcome(task, node, root.digest, root.built, root.build_s,
-                                     None if root.log is None else str(root.log)))
+        outcomes.append(
+            ImageOutcome(
+                task,
+                node,
+                root.digest,
+                root.built,
+                root.build_s,
+                None if root.log is None else str(root.log),
+            )
+        )
     return outcomes
 
 
-def _build_on_each_node(wanted: Sequence[tuple[str, ImageSource]], request: ImagesRequest,
-                        progress: Progress) -> list[ImageOutcome]:
+def _build_on_each_node(
+    wanted: Sequence[tuple[str, ImageSource]], request: ImagesRequest, progress: Progress
+) -> list[ImageOutcome]:
     import ray
 
     from harbor_ray.cluster.nodes import alive_nodes, on_each, this_node
@@ -109,8 +128,10 @@ def _build_on_each_node(wanted: Sequence[tuple[str, ImageSource]], request: Imag
     def on_node() -> list[ImageOutcome]:
         here = this_node().ip
         if problems := docker_problems(request.docker):
-            return [ImageOutcome(task, here, None, False, 0.0, None, "; ".join(problems))
-                    for task, _ in wanted]
+            return [
+                ImageOutcome(task, here, None, False, 0.0, None, "; ".join(problems))
+                for task, _ in wanted
+            ]
         return _build_here(wanted, request.images_dir, request.docker, here, silent)
 
     ray.init(address=request.ray_address, log_to_driver=False)
@@ -120,8 +141,12 @@ def _build_on_each_node(wanted: Sequence[tuple[str, ImageSource]], request: Imag
         outcomes = []
         for node, result in on_each(ray.remote(on_node), nodes):
             if isinstance(result, BaseException):
-                outcomes += [ImageOutcome(task, node.ip, None, False, 0.0, None,
-                                          f"the node failed: {result}") for task, _ in wanted]
+                outcomes += [
+                    ImageOutcome(
+                        task, node.ip, None, False, 0.0, None, f"the node failed: {result}"
+                    )
+                    for task, _ in wanted
+                ]
             else:
                 outcomes += result
         return outcomes

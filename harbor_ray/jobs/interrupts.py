@@ -50,9 +50,12 @@ async def _cancelled_on_signals[T](work: Coroutine[Any, Any, T]) -> T:
                 raise
         if received:  # also when some work turned the cancellation into a result
             first = received[0]
-            raise Interrupted(f"stopped by {first.name}: no rollout started after it, and "
-                              "the running ones were cancelled and their sandboxes torn "
-                              "down", signal=first)
+            raise Interrupted(
+                f"stopped by {first.name}: no rollout started after it, and "
+                "the running ones were cancelled and their sandboxes torn "
+                "down",
+                signal=first,
+            )
         return result
     finally:
         for signum in installed:

@@ -72,24 +72,32 @@ def plan_qualify(request: QualifyRequest, progress: Progress = silent) -> Qualif
     if not agents:
         agents, missing = default_agents(cache)
         for name in missing:
-            progress(f"skipped {name}: not installed (run `harbor-ray agents install "
-                     f"{name}`)")
+            progress(f"skipped {name}: not installed (run `harbor-ray agents install {name}`)")
     # An unknown name or an unsupported profile fails here, before anything starts.
     cells = [cell for name in agents for cell in _cells(name, request.profiles)]
     tasks = tasks_of(request.dataset, request.tasks, progress)
     if request.sandbox not in ON_THIS_NODE:
-        raise StartError(f"qualify runs in harbor_ray's own sandboxes "
-                         f"({', '.join(sorted(ON_THIS_NODE))}), not {request.sandbox!r}")
+        raise StartError(
+            f"qualify runs in harbor_ray's own sandboxes "
+            f"({', '.join(sorted(ON_THIS_NODE))}), not {request.sandbox!r}"
+        )
     check_sandbox(request.sandbox, request.sandbox_kwargs)
     if refused := environment_refusals(tasks, request.sandbox, host_userland=False):
         raise EnvironmentUnsupportedError("\n".join(refused))
     return QualifyPlan(
-        cells=tuple(cells), tasks=tuple(tasks), out=request.out.resolve(),
-        agents_cache=cache, budget=request.budget, deadline_s=request.deadline_s,
-        concurrency=request.concurrency, sandbox=request.sandbox,
+        cells=tuple(cells),
+        tasks=tuple(tasks),
+        out=request.out.resolve(),
+        agents_cache=cache,
+        budget=request.budget,
+        deadline_s=request.deadline_s,
+        concurrency=request.concurrency,
+        sandbox=request.sandbox,
         sandbox_kwargs=dict(request.sandbox_kwargs),
-        sampling=(None if request.level == "scripted"
-                  else sampling_of(None, request.max_tokens or 256)))
+        sampling=(
+            None if request.level == "scripted" else sampling_of(None, request.max_tokens or 256)
+        ),
+    )
 
 
 def _cells(agent: str, wanted: Sequence[str]) -> list[Cell]:
@@ -107,8 +115,11 @@ def _cells(agent: str, wanted: Sequence[str]) -> list[Cell]:
 
 
 def run_qualify(
-    request: QualifyRequest, *, progress: Progress = silent,
-    on_row: Callable[[QualifyRow], None] | None = None, plan: QualifyPlan | None = None,
+    request: QualifyRequest,
+    *,
+    progress: Progress = silent,
+    on_row: Callable[[QualifyRow], None] | None = None,
+    plan: QualifyPlan | None = None,
 ) -> QualifyReport:
     """Qualify the request's agents and write the report (`report_paths` says where).
     A request that cannot work raises before anything starts; `plan`: its
@@ -118,20 +129,37 @@ def run_qualify(
         return run_until_signalled(qualify(plan, level="scripted", on_row=on_row))
     config = Path(request.engine) if request.llm_url is None else None
     with started_engine(config, None, progress) as started:
-        return run_until_signalled(_against(
-            plan, started.url if started else request.llm_url, request.model,
-            request.engine_kind, on_row, started.provenance if started else None))
+        return run_until_signalled(
+            _against(
+                plan,
+                started.url if started else request.llm_url,
+                request.model,
+                request.engine_kind,
+                on_row,
+                started.provenance if started else None,
+            )
+        )
 
 
 async def _against(
-    plan: QualifyPlan, llm_url: str | None, model: str | None,
-    engine_kind: EngineChoice, on_row: Callable[[QualifyRow], None] | None,
+    plan: QualifyPlan,
+    llm_url: str | None,
+    model: str | None,
+    engine_kind: EngineChoice,
+    on_row: Callable[[QualifyRow], None] | None,
     served: Provenance | None,
 ) -> QualifyReport:
     engine = HttpEngine(llm_url or "")
     try:
-        return await qualify(plan, level="model", engine=engine, url=engine.root,
-                             model=model, on_row=on_row, engine_kind=engine_kind,
-                             engine_provenance=served)
+        return await qualify(
+            plan,
+            level="model",
+            engine=engine,
+            url=engine.root,
+            model=model,
+            on_row=on_row,
+            engine_kind=engine_kind,
+            engine_provenance=served,
+        )
     finally:
         await engine.aclose()

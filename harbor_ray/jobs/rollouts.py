@@ -66,7 +66,9 @@ def check_rollouts(request: RolloutRequest, progress: Progress = silent) -> Chec
 
 
 def run_rollouts(
-    request: RolloutRequest, *, progress: Progress = silent,
+    request: RolloutRequest,
+    *,
+    progress: Progress = silent,
     on_planned: Callable[[int], None] | None = None,
     on_result: Callable[[RolloutRecord], None] | None = None,
     on_turn: TurnListener | None = None,
@@ -90,14 +92,19 @@ def run_rollouts(
     with started_engine(engine, None, progress) as started:
         url = started.url if started else request.llm_url
         served = started.provenance if started else None
-        return run_until_signalled(_run(specs, url, request, on_result, checked.wants_model,
-                                        on_turn, on_stage, served))
+        return run_until_signalled(
+            _run(specs, url, request, on_result, checked.wants_model, on_turn, on_stage, served)
+        )
 
 
 async def _run(
-    specs: Sequence[RolloutSpec], llm_url: str | None, request: RolloutRequest,
-    on_result: Callable[[RolloutRecord], None] | None, wants_model: bool,
-    on_turn: TurnListener | None, on_stage: StageListener | None,
+    specs: Sequence[RolloutSpec],
+    llm_url: str | None,
+    request: RolloutRequest,
+    on_result: Callable[[RolloutRecord], None] | None,
+    wants_model: bool,
+    on_turn: TurnListener | None,
+    on_stage: StageListener | None,
     served: Provenance | None,
 ) -> list[RolloutRecord]:
     """`served`: what the engine started for the job serves (None: none started)."""
@@ -106,33 +113,47 @@ async def _run(
 
         def done(record: RolloutRecord) -> None:
             row = record.result.model_dump(mode="json")
-            sink.write(orjson.dumps({**row, "capture": export_document(record)}).decode()
-                       + "\n")
+            sink.write(orjson.dumps({**row, "capture": export_document(record)}).decode() + "\n")
             sink.flush()
             if on_result is not None:
                 on_result(record)
 
         if not wants_model:
-            return await run_many(specs, None, concurrency=request.concurrency,
-                                  on_result=done, on_stage=on_stage)
-        engine = build_upstream(request.upstream, llm_url,
-                                key=read_key(request.upstream_key_file),
-                                timeout_s=request.engine_timeout_s)
+            return await run_many(
+                specs, None, concurrency=request.concurrency, on_result=done, on_stage=on_stage
+            )
+        engine = build_upstream(
+            request.upstream,
+            llm_url,
+            key=read_key(request.upstream_key_file),
+            timeout_s=request.engine_timeout_s,
+        )
         try:
-            async with local_capture(engine, engine.root, model=request.model,
-                                     stitch=request.stitch,
-                                     capture=request.capture,
-                                     engine_kind=request.engine_kind,
-                                     certified=request.certified,
-                                     on_turn=on_turn) as capture:
+            async with local_capture(
+                engine,
+                engine.root,
+                model=request.model,
+                stitch=request.stitch,
+                capture=request.capture,
+                engine_kind=request.engine_kind,
+                certified=request.certified,
+                on_turn=on_turn,
+            ) as capture:
                 if capture.certification is not None:
                     (request.out.resolve() / ENGINE).write_text(
-                        capture.certification.model_dump_json(indent=2) + "\n")
-                    served = Provenance.served(request.upstream,
-                                               capture.certification.served_model, served)
+                        capture.certification.model_dump_json(indent=2) + "\n"
+                    )
+                    served = Provenance.served(
+                        request.upstream, capture.certification.served_model, served
+                    )
                 specs = [_with_engine(spec, served) for spec in specs]
-                return await run_many(specs, capture, concurrency=request.concurrency,
-                                      on_result=done, on_stage=on_stage)
+                return await run_many(
+                    specs,
+                    capture,
+                    concurrency=request.concurrency,
+                    on_result=done,
+                    on_stage=on_stage,
+                )
         finally:
             await engine.aclose()
 

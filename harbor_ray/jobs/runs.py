@@ -23,8 +23,18 @@ from harbor_ray.trials.datasets import TaskRef, resolve_dataset, select_tasks
 from harbor_ray.trials.environment_need import refusal
 from harbor_ray.trials.spec import RolloutSpec, make_specs
 
-__all__ = ["CheckedStart", "Progress", "RunRequest", "check_sandbox", "checked_start",
-           "environment_refusals", "sampling_of", "silent", "specs_of", "tasks_of"]
+__all__ = [
+    "CheckedStart",
+    "Progress",
+    "RunRequest",
+    "check_sandbox",
+    "checked_start",
+    "environment_refusals",
+    "sampling_of",
+    "silent",
+    "specs_of",
+    "tasks_of",
+]
 
 # A job's narration: one line per step or notice (the CLI prints them as phases).
 Progress = Callable[[str], None]
@@ -88,38 +98,72 @@ def checked_start(request: RunRequest, progress: Progress) -> CheckedStart:
     wants_model = needs_model(request.agent)
     if request.llm_url is not None and request.engine is not None:
         raise StartError("give --llm-url or --engine, not both")
-    if (wants_model and request.llm_url is None and request.engine is None
-            and PROFILES[request.upstream].default_url is None):
-        raise StartError(f"agent {request.agent!r} calls a model: pass --llm-url, or "
-                         "--engine to start one (there is no default engine)")
+    if (
+        wants_model
+        and request.llm_url is None
+        and request.engine is None
+        and PROFILES[request.upstream].default_url is None
+    ):
+        raise StartError(
+            f"agent {request.agent!r} calls a model: pass --llm-url, or "
+            "--engine to start one (there is no default engine)"
+        )
     chosen = tasks_of(request.dataset, request.tasks, progress)
     check_sandbox(request.sandbox, request.sandbox_kwargs)
-    return CheckedStart(wants_model, chosen, environment_refusals(
-        chosen, request.sandbox, host_userland=request.host_userland))
+    return CheckedStart(
+        wants_model,
+        chosen,
+        environment_refusals(chosen, request.sandbox, host_userland=request.host_userland),
+    )
 
 
-def environment_refusals(tasks: Sequence[TaskRef], sandbox: str, *,
-                         host_userland: bool) -> list[str]:
+def environment_refusals(
+    tasks: Sequence[TaskRef], sandbox: str, *, host_userland: bool
+) -> list[str]:
     """Why `sandbox` must not run each task it cannot give its environment."""
     provides = provides_task_image(sandbox)
-    return [reason for task in tasks if (reason := refusal(
-        task.environment, task=task.name, sandbox=sandbox, provides_image=provides,
-        host_userland=host_userland)) is not None]
+    return [
+        reason
+        for task in tasks
+        if (
+            reason := refusal(
+                task.environment,
+                task=task.name,
+                sandbox=sandbox,
+                provides_image=provides,
+                host_userland=host_userland,
+            )
+        )
+        is not None
+    ]
 
 
 def specs_of(
-    request: RunRequest, tasks: Sequence[TaskRef], *, trials_dir: Path,
-    run_id: str | None = None, engine: Provenance | None = None,
+    request: RunRequest,
+    tasks: Sequence[TaskRef],
+    *,
+    trials_dir: Path,
+    run_id: str | None = None,
+    engine: Provenance | None = None,
 ) -> list[RolloutSpec]:
     """The request's rollouts: tasks x attempts, in task order then attempt order;
     `engine`: what the engine serves, for every row's provenance (None: unknown)."""
     return make_specs(
-        tasks, request.attempts, agent=request.agent, sandbox=request.sandbox,
-        trials_dir=trials_dir, sampling=sampling_of(request.temperature, request.max_tokens),
-        budget=request.budget, deadline_s=request.deadline_s, reward_key=request.reward_key,
-        sandbox_kwargs=dict(request.sandbox_kwargs), run_id=run_id,
+        tasks,
+        request.attempts,
+        agent=request.agent,
+        sandbox=request.sandbox,
+        trials_dir=trials_dir,
+        sampling=sampling_of(request.temperature, request.max_tokens),
+        budget=request.budget,
+        deadline_s=request.deadline_s,
+        reward_key=request.reward_key,
+        sandbox_kwargs=dict(request.sandbox_kwargs),
+        run_id=run_id,
         agents_cache=request.agents_cache and request.agents_cache.resolve(),
-        host_userland=request.host_userland, engine=engine)
+        host_userland=request.host_userland,
+        engine=engine,
+    )
 
 
 def check_sandbox(sandbox: str, sandbox_kwargs: Mapping[str, Any]) -> None:

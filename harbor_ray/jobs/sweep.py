@@ -31,7 +31,11 @@ from harbor_ray.jobs.runs import (
 from harbor_ray.trials.spec import RolloutSpec
 
 __all__ = [
-    "StartedSweep", "SweepRequest", "check_sweep", "checked_ingress", "run_sweep",
+    "StartedSweep",
+    "SweepRequest",
+    "check_sweep",
+    "checked_ingress",
+    "run_sweep",
     "started_sweep",
 ]
 
@@ -60,23 +64,32 @@ class SweepRequest(RunRequest, FleetSettings):
         """What the dataset's manifest says made it (`engine`: the certified one, None
         when the agent calls no model)."""
         return {
-            "run": self.name, "agent": self.agent, "sandbox": self.sandbox,
-            "sandbox_kwargs": dict(self.sandbox_kwargs), "dataset": self.dataset,
-            "tasks": list(tasks), "attempts": self.attempts, **settings_of(self),
-            "deadline_s": self.deadline_s, "budget": self.budget,
-            "temperature": self.temperature, "max_tokens": self.max_tokens,
+            "run": self.name,
+            "agent": self.agent,
+            "sandbox": self.sandbox,
+            "sandbox_kwargs": dict(self.sandbox_kwargs),
+            "dataset": self.dataset,
+            "tasks": list(tasks),
+            "attempts": self.attempts,
+            **settings_of(self),
+            "deadline_s": self.deadline_s,
+            "budget": self.budget,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
             "reward_key": self.reward_key,
             "engine": engine.model_dump() if engine else None,
-            "proxy_replicas": (self.proxy_replicas if engine and self.ingress != "host"
-                               else None),
+            "proxy_replicas": (self.proxy_replicas if engine and self.ingress != "host" else None),
             "ingress": self.ingress if engine else None,
             "commit_every_s": self.commit_every_s,
-            "engine_timeout_s": self.engine_timeout_s, "stitch": self.stitch,
+            "engine_timeout_s": self.engine_timeout_s,
+            "stitch": self.stitch,
             "host_userland": self.host_userland,
             # The key file's path, never its contents (hosted.py).
-            "capture": self.capture, "upstream": self.upstream,
-            "upstream_key_file": (None if self.upstream_key_file is None
-                                  else str(self.upstream_key_file)),
+            "capture": self.capture,
+            "upstream": self.upstream,
+            "upstream_key_file": (
+                None if self.upstream_key_file is None else str(self.upstream_key_file)
+            ),
         }
 
 
@@ -90,12 +103,13 @@ class StartedSweep:
 
     def run(self, on_stats: Callable[[SweepStats], None] | None = None) -> SweepStats:
         """Sweep into `config.out`; `on_stats` hears the counts after every row."""
-        return run_until_signalled(sweep(self.specs, self.config, self.manifest,
-                                         on_stats=on_stats))
+        return run_until_signalled(sweep(self.specs, self.config, self.manifest, on_stats=on_stats))
 
 
 def run_sweep(
-    request: SweepRequest, *, progress: Progress = silent,
+    request: SweepRequest,
+    *,
+    progress: Progress = silent,
     on_stats: Callable[[SweepStats], None] | None = None,
 ) -> SweepStats:
     """Start (or join) what the request needs, sweep into `request.out`, stop what was
@@ -116,14 +130,18 @@ def check_sweep(request: SweepRequest, progress: Progress = silent) -> CheckedSt
     _config(request)
     names = {task.name for task in checked.tasks}
     if unknown := sorted(set(request.warm_pool) - names):
-        raise StartError(f"--warm-pool names no task of the sweep: {', '.join(unknown)} "
-                         f"(its tasks: {', '.join(sorted(names))})")
+        raise StartError(
+            f"--warm-pool names no task of the sweep: {', '.join(unknown)} "
+            f"(its tasks: {', '.join(sorted(names))})"
+        )
     return checked
 
 
 @contextlib.contextmanager
 def started_sweep(
-    request: SweepRequest, *, progress: Progress = silent,
+    request: SweepRequest,
+    *,
+    progress: Progress = silent,
     checked: CheckedStart | None = None,
 ) -> Iterator[StartedSweep]:
     """Ray, the engine and the proxy the request needs, up for the duration (the CLI
@@ -131,14 +149,23 @@ def started_sweep(
     checked = checked or check_sweep(request, progress)
     config = _config(request)
     cluster = ClusterSpec(
-        ray_address=request.ray_address, llm_url=request.llm_url,
-        engine_config=request.engine, model=request.model,
+        ray_address=request.ray_address,
+        llm_url=request.llm_url,
+        engine_config=request.engine,
+        model=request.model,
         ingress=request.ingress,
-        proxy_replicas=request.proxy_replicas, engine_timeout_s=request.engine_timeout_s,
-        stitch=request.stitch, wants_model=checked.wants_model, proxy_url=request.proxy_url,
-        proxy_bind=request.proxy_bind, logs_dir=config.out / "logs",
-        engine_kind=request.engine_kind, capture=request.capture, upstream=request.upstream,
-        upstream_key=upstream_key(request.upstream_key_file))
+        proxy_replicas=request.proxy_replicas,
+        engine_timeout_s=request.engine_timeout_s,
+        stitch=request.stitch,
+        wants_model=checked.wants_model,
+        proxy_url=request.proxy_url,
+        proxy_bind=request.proxy_bind,
+        logs_dir=config.out / "logs",
+        engine_kind=request.engine_kind,
+        capture=request.capture,
+        upstream=request.upstream,
+        upstream_key=upstream_key(request.upstream_key_file),
+    )
     with contextlib.ExitStack() as stack:
         try:
             running = stack.enter_context(running_cluster(cluster, progress=progress))
@@ -146,22 +173,32 @@ def started_sweep(
             raise StartError(f"the sweep could not start: {exc}") from exc
         engine = running.certification
         if engine is not None:
-            progress(f"engine: {engine.served_model} (tool calling: "
-                     f"{'yes' if engine.tool_calling else 'no'})")
-        specs = specs_of(request, checked.tasks, trials_dir=config.out / "trials",
-                         run_id=request.name, engine=running.provenance)
-        sized = sized_for_nodes(config, setting="--rollouts-per-host",
-                                warn=lambda why: progress(f"warning: {why}"))
-        yield StartedSweep(specs, dataclasses.replace(sized, proxy=running.proxy),
-                           request.manifest([t.name for t in checked.tasks], engine))
+            progress(
+                f"engine: {engine.served_model} (tool calling: "
+                f"{'yes' if engine.tool_calling else 'no'})"
+            )
+        specs = specs_of(
+            request,
+            checked.tasks,
+            trials_dir=config.out / "trials",
+            run_id=request.name,
+            engine=running.provenance,
+        )
+        sized = sized_for_nodes(
+            config, setting="--rollouts-per-host", warn=lambda why: progress(f"warning: {why}")
+        )
+        yield StartedSweep(
+            specs,
+            dataclasses.replace(sized, proxy=running.proxy),
+            request.manifest([t.name for t in checked.tasks], engine),
+        )
 
 
 def checked_ingress(value: str) -> Ingress:
     """`value` as an Ingress, or the StartError that names --ingress's choices."""
     if _is_ingress(value):
         return value
-    raise StartError(f"--ingress must be one of {', '.join(get_args(Ingress))}, "
-                     f"not {value!r}")
+    raise StartError(f"--ingress must be one of {', '.join(get_args(Ingress))}, not {value!r}")
 
 
 def _is_ingress(value: str) -> TypeGuard[Ingress]:
@@ -171,7 +208,9 @@ def _is_ingress(value: str) -> TypeGuard[Ingress]:
 def _config(request: SweepRequest) -> SweepConfig:
     """The driver's config, or a StartError naming the flag that cannot work."""
     checked_ingress(request.ingress)  # a library caller's string, unchecked by its type
-    remote_endpoint(request.ingress, request.proxy_url,
-                    request.proxy_bind)  # raises the StartError itself
-    return SweepConfig(out=request.out.resolve(), commit_every_s=request.commit_every_s,
-                       **fleet_fields(request))  # raises the StartError itself
+    remote_endpoint(
+        request.ingress, request.proxy_url, request.proxy_bind
+    )  # raises the StartError itself
+    return SweepConfig(
+        out=request.out.resolve(), commit_every_s=request.commit_every_s, **fleet_fields(request)
+    )  # raises the StartError itself

@@ -91,14 +91,16 @@ class ActorController:
         return call
 
 
-def _json(model: BaseModel | dict[str, Any], status: int = 200,
-          headers: dict[str, str] | None = None) -> Response:
+def _json(
+    model: BaseModel | dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
     body = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
-def _error(status: int, message: str, field: str | None = None,
-           headers: dict[str, str] | None = None) -> Response:
+def _error(
+    status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
     return _json(ErrorReply(error=message, field=field), status, headers)
 
 
@@ -133,9 +135,15 @@ def _refuse_wide(raw: bytes | bytearray) -> None:
     """A 400 naming where a body has an integer past 64 bits: orjson reads one as a
     float (or refuses it as infinite), and `metadata` is returned as given."""
     if (where := wide_integer(raw)) is not None:
-        raise _Refused(_error(400, f"{where}: an integer past 64 bits, which would not "
-                                   "come back as given (JSON readers part ways there): "
-                                   "send it as a string", where))
+        raise _Refused(
+            _error(
+                400,
+                f"{where}: an integer past 64 bits, which would not "
+                "come back as given (JSON readers part ways there): "
+                "send it as a string",
+                where,
+            )
+        )
 
 
 def _query_number(request: Request, name: str, default: float, high: float) -> float:
@@ -153,8 +161,9 @@ def _query_count(request: Request, name: str, default: int, high: int) -> int:
     raw = request.query_params.get(name)
     value = default if raw is None else parse_count(raw, high)
     if value is None:
-        raise _Refused(_error(400, f"{name} must be a whole number in [0, {high}], in "
-                                   "ASCII digits", name))
+        raise _Refused(
+            _error(400, f"{name} must be a whole number in [0, {high}], in ASCII digits", name)
+        )
     return value
 
 
@@ -169,8 +178,9 @@ async def groups(controller: ControllerCalls, request: Request) -> Response:
     max_groups = _query_count(request, "max", 16, MAX_GROUPS)
     wait_s = _query_number(request, "wait_s", 0, MAX_WAIT_S)
     written = [_group_json(g) for g in await controller.groups(max_groups, wait_s)]
-    return Response(b'{"groups":[' + b",".join(g for g in written if g) + b"]}",
-                    media_type="application/json")
+    return Response(
+        b'{"groups":[' + b",".join(g for g in written if g) + b"]}", media_type="application/json"
+    )
 
 
 async def ack(controller: ControllerCalls, request: Request) -> Response:
@@ -219,20 +229,51 @@ class Endpoint:
 # Every route but the MCP transport's, in one table: the app routes it, the OpenAPI
 # document describes it.
 ENDPOINTS = (
-    Endpoint("POST", "/v1/rollouts", submit, "Submit groups (idempotent by request_id); "
-             "429 when over capacity", SubmitRequest, 202, SubmitReply),
-    Endpoint("GET", "/v1/groups", groups, "Long-poll finished groups, oldest first (query: "
-             "max, wait_s); delivered again until acknowledged", reply=GroupsReply),
-    Endpoint("POST", "/v1/groups/ack", ack, "Acknowledge delivered groups", AckRequest,
-             reply=AckReply),
-    Endpoint("POST", "/v1/groups/{group_id}/cancel", cancel, "Cancel a group: its rollouts "
-             "end as cancelled rows", reply=CancelReply),
-    Endpoint("POST", "/v1/weights", weights, "Load a checkpoint on every engine replica, "
-             "then set the policy version", WeightsRequest, reply=WeightsReply),
-    Endpoint("GET", "/v1/policy", policy, "The policy version and each replica's state",
-             reply=PolicyReply),
-    Endpoint("GET", "/v1/stats", stats, "Counts, errors, staleness, rollouts/min",
-             reply=StatsReply),
+    Endpoint(
+        "POST",
+        "/v1/rollouts",
+        submit,
+        "Submit groups (idempotent by request_id); 429 when over capacity",
+        SubmitRequest,
+        202,
+        SubmitReply,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/groups",
+        groups,
+        "Long-poll finished groups, oldest first (query: "
+        "max, wait_s); delivered again until acknowledged",
+        reply=GroupsReply,
+    ),
+    Endpoint(
+        "POST", "/v1/groups/ack", ack, "Acknowledge delivered groups", AckRequest, reply=AckReply
+    ),
+    Endpoint(
+        "POST",
+        "/v1/groups/{group_id}/cancel",
+        cancel,
+        "Cancel a group: its rollouts end as cancelled rows",
+        reply=CancelReply,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/weights",
+        weights,
+        "Load a checkpoint on every engine replica, then set the policy version",
+        WeightsRequest,
+        reply=WeightsReply,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/policy",
+        policy,
+        "The policy version and each replica's state",
+        reply=PolicyReply,
+    ),
+    Endpoint(
+        "GET", "/v1/stats", stats, "Counts, errors, staleness, rollouts/min", reply=StatsReply
+    ),
     Endpoint("GET", "/health", health),
     Endpoint("GET", "/openapi.json", document),
 )
@@ -270,14 +311,17 @@ class _Answer:
         except OverCapacity as exc:
             return _error(429, str(exc), headers={"retry-after": str(exc.retry_after_s)})
         except WeightUpdateError as exc:
-            return _json({"error": str(exc), "replicas": [
-                r.model_dump(mode="json") for r in exc.replicas]}, exc.status)
+            return _json(
+                {"error": str(exc), "replicas": [r.model_dump(mode="json") for r in exc.replicas]},
+                exc.status,
+            )
         except FieldError as exc:
             return _error(exc.status, str(exc), exc.field)
 
 
-def build_controller_app(controller: ControllerCalls, key: str, *,
-                         allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
+def build_controller_app(
+    controller: ControllerCalls, key: str, *, allowed_hosts: Iterable[str] = LOOPBACK_NAMES
+) -> HostGuard:
     """The API over `controller`; `key` is what every caller must present, and
     `allowed_hosts` the Host names it answers (the Starlette app's attributes, `state`
     included, read through)."""
@@ -289,11 +333,16 @@ def build_controller_app(controller: ControllerCalls, key: str, *,
         async with mcp.lifespan:
             yield
 
-    app = Starlette(lifespan=lifespan, routes=[
-        Route(MCP_PATH, _KeyGuard(mcp.app, allowed)),
-        *(Route(e.path, _Answer(e.handler, controller, allowed).endpoint, methods=[e.method])
-          for e in ENDPOINTS),
-    ])
+    app = Starlette(
+        lifespan=lifespan,
+        routes=[
+            Route(MCP_PATH, _KeyGuard(mcp.app, allowed)),
+            *(
+                Route(e.path, _Answer(e.handler, controller, allowed).endpoint, methods=[e.method])
+                for e in ENDPOINTS
+            ),
+        ],
+    )
     app.state.mcp_in_flight = mcp.in_flight  # MCP tool calls running, and their peak
     return HostGuard(app, allowed_hosts)
 
@@ -305,8 +354,9 @@ def _group_json(group: Group) -> bytes:
     try:
         return orjson.dumps(group.model_dump(mode="json"))
     except (orjson.JSONEncodeError, RecursionError, ValueError) as exc:
-        _log.warning("group %s cannot be delivered (left out of the reply): %s",
-                     group.group_id, exc)
+        _log.warning(
+            "group %s cannot be delivered (left out of the reply): %s", group.group_id, exc
+        )
         return b""
 
 
@@ -328,8 +378,11 @@ class _KeyGuard:
             await _unauthorized()(scope, receive, send)
             return
         if scope.get("method") == "GET":
-            await _error(405, "the MCP transport is stateless: POST tool calls", headers={
-                "allow": "POST, DELETE"})(scope, receive, send)
+            await _error(
+                405,
+                "the MCP transport is stateless: POST tool calls",
+                headers={"allow": "POST, DELETE"},
+            )(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -345,20 +398,32 @@ def openapi() -> dict[str, Any]:
         schemas[model.__name__] = schema
 
     def ref(model: type[BaseModel]) -> dict[str, Any]:
-        return {"content": {"application/json": {"schema": {
-            "$ref": f"#/components/schemas/{model.__name__}"}}}}
+        return {
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+            }
+        }
 
     paths: dict[str, Any] = {}
     for e in documented:
-        operation: dict[str, Any] = {"summary": e.summary, "responses": {
-            str(e.status): {"description": "ok", **(ref(e.reply) if e.reply else {})},
-            "401": {"description": "missing or wrong controller key"},
-            "400": {"description": "a malformed field", **ref(ErrorReply)}}}
+        operation: dict[str, Any] = {
+            "summary": e.summary,
+            "responses": {
+                str(e.status): {"description": "ok", **(ref(e.reply) if e.reply else {})},
+                "401": {"description": "missing or wrong controller key"},
+                "400": {"description": "a malformed field", **ref(ErrorReply)},
+            },
+        }
         if e.body is not None:
             operation["requestBody"] = {"required": True, **ref(e.body)}
         paths.setdefault(e.path, {})[e.method.lower()] = operation
-    return {"openapi": "3.1.0",
-            "info": {"title": "harbor_ray online controller", "version": "1"},
-            "components": {"schemas": schemas, "securitySchemes": {
-                "controllerKey": {"type": "http", "scheme": "bearer"}}},
-            "security": [{"controllerKey": []}], "paths": paths}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "harbor_ray online controller", "version": "1"},
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"controllerKey": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"controllerKey": []}],
+        "paths": paths,
+    }

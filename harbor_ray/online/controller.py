@@ -91,24 +91,39 @@ class Controller:
     hosts themselves (rollouts that never leave this process, no Ray: tests of the
     controller's own rules and the memory benchmark)."""
 
-    def __init__(self, config: ControllerConfig, updater: EngineWeights, *,
-                 work: Work | None = None,
-                 on_version: Callable[[int], Awaitable[None]] | None = None,
-                 runner: Rollouts | None = None) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        updater: EngineWeights,
+        *,
+        work: Work | None = None,
+        on_version: Callable[[int], Awaitable[None]] | None = None,
+        runner: Rollouts | None = None,
+    ) -> None:
         self.config = config
-        self._policy = PolicyKeeper(updater, config.initial_version,
-                                    timeout_s=config.weights_timeout_s, on_version=on_version)
-        self.book = Book(capacity=config.capacity, max_staleness=config.max_staleness,
-                         stale_policy=config.stale_policy, retain_s=config.retain_s,
-                         retain_groups=config.retain_groups, request_ids=config.request_ids)
+        self._policy = PolicyKeeper(
+            updater,
+            config.initial_version,
+            timeout_s=config.weights_timeout_s,
+            on_version=on_version,
+        )
+        self.book = Book(
+            capacity=config.capacity,
+            max_staleness=config.max_staleness,
+            stale_policy=config.stale_policy,
+            retain_s=config.retain_s,
+            retain_groups=config.retain_groups,
+            request_ids=config.request_ids,
+        )
         self._datasets = frozenset((config.dataset, *config.datasets))
         self._agents = config.allowed_agents()
         # The engine's half of every row's provenance, hashed here once (reading the
         # weights is the one slow part); each agent's whole record is made at its first
         # group (`_provenance`). The weights' fields hold for rows the first weights
         # sampled only (`weights_as_sampled`).
-        self._engine = (None if config.engine_files is None
-                        else served_provenance(*config.engine_files))
+        self._engine = (
+            None if config.engine_files is None else served_provenance(*config.engine_files)
+        )
         self._provenances: dict[str, Provenance] = {}
         self._gate = ResizableGate(config.concurrency)  # the adaptive cap's start too
         self._steering: asyncio.Task[None] | None = None  # the adaptive cap's poller
@@ -121,35 +136,59 @@ class Controller:
         self._ledgers = config.work_dir / "warm_pools"
         self._on_hosts = runner is None
         # Sized by the live nodes only where rollouts run on hosts.
-        sized = config if runner is not None else sized_for_nodes(
-            config, setting="rollouts_per_host:", warn=_log.warning)
-        self._pool = HostPool(rollouts_per_host=sized.rollouts_per_host, proxy=config.proxy,
-                              num_cpus=config.host_cpus, work=work,
-                              sandboxes_dir=self._sandboxes,
-                              start_rate=config.start_rate,
-                              journaling=Journaling(
-                                  config.work_dir / "journal", config.journal,
-                                  config.train_partial),
-                              warm_pool=config.warm_pool, ledgers_dir=self._ledgers)
+        sized = (
+            config
+            if runner is not None
+            else sized_for_nodes(config, setting="rollouts_per_host:", warn=_log.warning)
+        )
+        self._pool = HostPool(
+            rollouts_per_host=sized.rollouts_per_host,
+            proxy=config.proxy,
+            num_cpus=config.host_cpus,
+            work=work,
+            sandboxes_dir=self._sandboxes,
+            start_rate=config.start_rate,
+            journaling=Journaling(
+                config.work_dir / "journal", config.journal, config.train_partial
+            ),
+            warm_pool=config.warm_pool,
+            ledgers_dir=self._ledgers,
+        )
         self._runner: Rollouts
         if runner is None:
-            self._runner = RolloutRunner(self._pool, config.retry_policy, on_start=self._start,
-                                         on_end=self._end, on_lost=self._lost)
+            self._runner = RolloutRunner(
+                self._pool,
+                config.retry_policy,
+                on_start=self._start,
+                on_end=self._end,
+                on_lost=self._lost,
+            )
             reap_everywhere(self._sandboxes, self._ledgers)
         else:
             self._runner = runner  # nothing reaches a host: no sandbox to reap
-        self._writer = None if config.out is None else DatasetWriter(
-            config.out, {"online": config.manifest(), "started_at": self._started},
-            flush_rollouts=_NEVER)
+        self._writer = (
+            None
+            if config.out is None
+            else DatasetWriter(
+                config.out,
+                {"online": config.manifest(), "started_at": self._started},
+                flush_rollouts=_NEVER,
+            )
+        )
 
     def _steer(self) -> None:
         """Start the adaptive cap's poller, once, from a route (it needs the loop)."""
         config = self.config
         if (policy := config.admission) is None or self._steering is not None:
             return
-        self._steering = asyncio.create_task(steer_gate(
-            self._gate, AdmissionController(policy), config.engine_metrics,
-            every_s=config.metrics_every_s))
+        self._steering = asyncio.create_task(
+            steer_gate(
+                self._gate,
+                AdmissionController(policy),
+                config.engine_metrics,
+                every_s=config.metrics_every_s,
+            )
+        )
 
     def _start(self) -> None:
         self._in_flight += 1
@@ -167,11 +206,19 @@ class Controller:
         tasks = self._dataset_tasks(request.dataset)
         for i, asked in enumerate(request.tasks):
             if asked.task not in tasks:
-                raise FieldError(f"no task {_shown(asked.task)} in the dataset", status=404,
-                                 field=f"tasks[{i}].task")
-        for where, agent in (("agent", request.agent), *(
-                (f"tasks[{i}].agent", asked.agent) for i, asked in enumerate(request.tasks)
-                if asked.agent is not None)):
+                raise FieldError(
+                    f"no task {_shown(asked.task)} in the dataset",
+                    status=404,
+                    field=f"tasks[{i}].task",
+                )
+        for where, agent in (
+            ("agent", request.agent),
+            *(
+                (f"tasks[{i}].agent", asked.agent)
+                for i, asked in enumerate(request.tasks)
+                if asked.agent is not None
+            ),
+        ):
             try:
                 self._agents.check(agent, _shown(agent))
             except UnknownAgentError as exc:
@@ -187,31 +234,44 @@ class Controller:
         for asked in request.tasks:
             group_id = uuid.uuid4().hex[:16]
             agent = asked.agent or request.agent
-            group_specs = [self._spec(request, agent, tasks[asked.task], sandbox, group_id, k)
-                           for k in range(asked.n)]
+            group_specs = [
+                self._spec(request, agent, tasks[asked.task], sandbox, group_id, k)
+                for k in range(asked.n)
+            ]
             specs += group_specs
-            groups.append(GroupState(
-                group_id=group_id, request_id=request.request_id, task=asked.task,
-                rollout_ids=tuple(s.rollout_id for s in group_specs),
-                max_staleness=request.max_staleness, metadata=request.metadata,
-                refill=refill if asked.n >= 2 else None, agent=agent))
+            groups.append(
+                GroupState(
+                    group_id=group_id,
+                    request_id=request.request_id,
+                    task=asked.task,
+                    rollout_ids=tuple(s.rollout_id for s in group_specs),
+                    max_staleness=request.max_staleness,
+                    metadata=request.metadata,
+                    refill=refill if asked.n >= 2 else None,
+                    agent=agent,
+                )
+            )
         reply = self.book.accept(request.request_id, groups, self.version)
         self._steer()
         self._start_all(specs)
         return reply
 
-    def _refill(self, request: SubmitRequest, tasks: dict[str, TaskRef], sandbox: str
-                ) -> Refill | None:
+    def _refill(
+        self, request: SubmitRequest, tasks: dict[str, TaskRef], sandbox: str
+    ) -> Refill | None:
         """The request's replacements when it drops groups without signal (explicitly,
         or by the controller's default for its groups of 2 or more); None otherwise."""
         drop = request.drop_no_signal
         if drop:
             ones = [i for i, t in enumerate(request.tasks) if t.n < 2]
             if ones:
-                raise FieldError("drop_no_signal judges a group by its rewards' spread, "
-                                 "which a group of 1 has none of: ask n of 2 or more, or "
-                                 "leave drop_no_signal out", status=400,
-                                 field=f"tasks[{ones[0]}].n")
+                raise FieldError(
+                    "drop_no_signal judges a group by its rewards' spread, "
+                    "which a group of 1 has none of: ask n of 2 or more, or "
+                    "leave drop_no_signal out",
+                    status=400,
+                    field=f"tasks[{ones[0]}].n",
+                )
         if not (self.config.drop_no_signal if drop is None else drop):
             return None
         judged = tuple(t.task for t in request.tasks if t.n >= 2)
@@ -219,12 +279,21 @@ class Controller:
             return None
         for i, task in enumerate(request.replacement_tasks or ()):
             if task not in tasks:
-                raise FieldError(f"no task {_shown(task)} in the dataset", status=404,
-                                 field=f"replacement_tasks[{i}]")
-        bound = next(b for b in (request.max_extra_groups, self.config.max_extra_groups,
-                                 len(request.tasks)) if b is not None)
-        return Refill(tasks=tuple(request.replacement_tasks or judged), max_extra=bound,
-                      origin=(request, tasks, sandbox))
+                raise FieldError(
+                    f"no task {_shown(task)} in the dataset",
+                    status=404,
+                    field=f"replacement_tasks[{i}]",
+                )
+        bound = next(
+            b
+            for b in (request.max_extra_groups, self.config.max_extra_groups, len(request.tasks))
+            if b is not None
+        )
+        return Refill(
+            tasks=tuple(request.replacement_tasks or judged),
+            max_extra=bound,
+            origin=(request, tasks, sandbox),
+        )
 
     def _start_all(self, specs: list[RolloutSpec]) -> None:
         for spec in in_sandboxes_dir(specs, self._sandboxes):
@@ -239,8 +308,10 @@ class Controller:
         task = dropped.refill.next_task()
         assert task is not None, "the book drops a group only within its request's bound"
         group_id = uuid.uuid4().hex[:16]
-        specs = [self._spec(request, dropped.agent, tasks[task], sandbox, group_id, k)
-                 for k in range(dropped.n)]
+        specs = [
+            self._spec(request, dropped.agent, tasks[task], sandbox, group_id, k)
+            for k in range(dropped.n)
+        ]
         self.book.replace(dropped, group_id, task, tuple(s.rollout_id for s in specs))
         self._start_all(specs)
 
@@ -265,8 +336,7 @@ class Controller:
         group = self.book.groups[ref.group_id]
         # Marked before its rollouts first run: submit only scheduled them.
         group.awaited = True
-        ended = self._awaited.setdefault(ref.group_id,
-                                         asyncio.get_running_loop().create_future())
+        ended = self._awaited.setdefault(ref.group_id, asyncio.get_running_loop().create_future())
         try:
             await ended
         except asyncio.CancelledError:
@@ -288,9 +358,13 @@ class Controller:
         exists, what it holds): the caller learns only that it is not configured."""
         spec = self.config.dataset if dataset is None else dataset
         if spec not in self._datasets:
-            raise FieldError(f"{_shown(spec)} is not a dataset this "
-                             "controller serves: name its default, or add the spec to "
-                             "the controller's `datasets:`", status=404, field="dataset")
+            raise FieldError(
+                f"{_shown(spec)} is not a dataset this "
+                "controller serves: name its default, or add the spec to "
+                "the controller's `datasets:`",
+                status=404,
+                field="dataset",
+            )
         return _tasks(spec)
 
     async def ack(self, group_ids: list[str]) -> AckReply:
@@ -307,8 +381,9 @@ class Controller:
         for task in running:
             task.cancel()
         if (waiter := self._awaited.get(group_id)) is not None and not waiter.done():
-            waiter.set_exception(FieldError(f"group {group_id} cancelled", status=409,
-                                            field="group_id"))
+            waiter.set_exception(
+                FieldError(f"group {group_id} cancelled", status=409, field="group_id")
+            )
         # Answer once the rollouts ended (rows made, sandboxes torn down).
         await asyncio.gather(*running, return_exceptions=True)
         return CancelReply(group_id=group_id, cancelled=len(running))
@@ -328,15 +403,22 @@ class Controller:
         book = self.book
         minutes = max(time.time() - self._started, 1e-9) / 60
         return StatsReply(
-            queued=book.unfinished - self._in_flight, in_flight=self._in_flight,
-            finished=book.finished_rollouts, groups_ready=len(book.ready),
-            delivered=book.delivered, dropped=book.dropped, cancelled=book.cancelled,
-            errors=dict(book.errors), staleness=dict(book.staleness_seen),
+            queued=book.unfinished - self._in_flight,
+            in_flight=self._in_flight,
+            finished=book.finished_rollouts,
+            groups_ready=len(book.ready),
+            delivered=book.delivered,
+            dropped=book.dropped,
+            cancelled=book.cancelled,
+            errors=dict(book.errors),
+            staleness=dict(book.staleness_seen),
             no_signal_dropped=book.no_signal_dropped,
-            no_signal_delivered=book.no_signal_delivered, signal_kept=book.signal_kept,
+            no_signal_delivered=book.no_signal_delivered,
+            signal_kept=book.signal_kept,
             extra_rollouts=book.extra_rollouts,
             rollouts_per_min=book.finished_rollouts / minutes,
-            concurrency_limit=self._gate.limit)
+            concurrency_limit=self._gate.limit,
+        )
 
     def shutdown(self) -> None:
         if self._steering is not None:
@@ -356,21 +438,30 @@ class Controller:
 
     # --- rollouts -------------------------------------------------------------------
 
-    def _spec(self, request: SubmitRequest, agent: str, task: TaskRef, sandbox: str,
-              group_id: str, k: int) -> RolloutSpec:
+    def _spec(
+        self, request: SubmitRequest, agent: str, task: TaskRef, sandbox: str, group_id: str, k: int
+    ) -> RolloutSpec:
         return RolloutSpec(
-            rollout_id=f"{group_id}__{k}", task=task, agent=agent,
-            trials_dir=self.config.work_dir / "trials", sandbox=sandbox, attempt=k,
-            sampling=request.sampling, budget=request.budget,
-            deadline_s=request.deadline_s, host_userland=self.config.host_userland,
-            provenance=self._provenance(agent))
+            rollout_id=f"{group_id}__{k}",
+            task=task,
+            agent=agent,
+            trials_dir=self.config.work_dir / "trials",
+            sandbox=sandbox,
+            attempt=k,
+            sampling=request.sampling,
+            budget=request.budget,
+            deadline_s=request.deadline_s,
+            host_userland=self.config.host_userland,
+            provenance=self._provenance(agent),
+        )
 
     def _provenance(self, agent: str) -> Provenance:
         """What `agent`'s rows are made with: the harness as the service runs it (no
         profile, no keyword arguments a submit could set), on the service's engine."""
         if agent not in self._provenances:  # an allowed agent: a bounded few
             self._provenances[agent] = harness_provenance(
-                agent, profile=None, agent_kwargs={}).with_engine(self._engine)
+                agent, profile=None, agent_kwargs={}
+            ).with_engine(self._engine)
         return self._provenances[agent]
 
     async def _run(self, spec: RolloutSpec) -> None:
@@ -379,16 +470,20 @@ class Controller:
             async with self._gate:
                 record = await self._runner.run(spec)
         except asyncio.CancelledError:
-            record = failed_record(spec, ErrorType.CANCELLED, "cancelled by the trainer",
-                                   time.time() - started)
+            record = failed_record(
+                spec, ErrorType.CANCELLED, "cancelled by the trainer", time.time() - started
+            )
         self._finished(record)
 
     def _never_ran(self, spec: RolloutSpec, submitted: float, task: asyncio.Task[None]) -> None:
         """A rollout cancelled before its task first ran (`_run` never saw the
         cancellation) still ends as its cancelled row."""
         if task.cancelled() and self._tasks.get(spec.rollout_id) is task:
-            self._finished(failed_record(spec, ErrorType.CANCELLED, "cancelled by the "
-                                         "trainer", time.time() - submitted))
+            self._finished(
+                failed_record(
+                    spec, ErrorType.CANCELLED, "cancelled by the trainer", time.time() - submitted
+                )
+            )
 
     def _lost(self, record: RolloutRecord) -> None:
         """A lost try that is retried: its journaled turns go to `out` as a partial row
@@ -426,8 +521,9 @@ def _tasks(dataset: str) -> dict[str, TaskRef]:
         report = resolve_dataset(dataset)
     except (DatasetError, OSError, RuntimeError) as exc:
         # A configured spec: naming it, and why it does not resolve, tells nothing new.
-        raise FieldError(f"{_shown(dataset)} cannot be read: "
-                         f"{_shown(str(exc))}", status=404, field="dataset") from exc
+        raise FieldError(
+            f"{_shown(dataset)} cannot be read: {_shown(str(exc))}", status=404, field="dataset"
+        ) from exc
     return {t.name: t for t in report.tasks}
 
 
@@ -443,8 +539,9 @@ def controller_actor_name(app: str) -> str:
     return f"online-controller-{app}"
 
 
-def start_controller(app: str, config: ControllerConfig, updater: EngineWeights, *,
-                     work: Work | None = None) -> Any:  # ActorHandle
+def start_controller(
+    app: str, config: ControllerConfig, updater: EngineWeights, *, work: Work | None = None
+) -> Any:  # ActorHandle
     """The controller as a detached named actor (get it again by name from any replica);
     the caller removes it (`ray.kill`) when the service ends. Its versions are published
     to the capture app's replicas (`PolicyVersion`), which stamp every turn with them."""
@@ -453,7 +550,12 @@ def start_controller(app: str, config: ControllerConfig, updater: EngineWeights,
         start_policy_version(config.proxy.app, config.initial_version)
         on_version = publish_version(config.proxy.app)
     remote = ray.remote(Controller).options(
-        name=controller_actor_name(app), namespace=NAMESPACE, num_cpus=0,
-        lifetime="detached", get_if_exists=True, max_concurrency=_MAX_CALLS,
-        runtime_env={"env_vars": WORKER_ENV})
+        name=controller_actor_name(app),
+        namespace=NAMESPACE,
+        num_cpus=0,
+        lifetime="detached",
+        get_if_exists=True,
+        max_concurrency=_MAX_CALLS,
+        runtime_env={"env_vars": WORKER_ENV},
+    )
     return remote.remote(config, updater, work=work, on_version=on_version)

@@ -77,10 +77,15 @@ class ControllerConfig(FleetSettings):
 
     def manifest(self) -> dict[str, Any]:
         """What the dataset's manifest says made it: the controller's settings."""
-        return {"dataset": self.dataset, "sandbox": self.sandbox,
-                "host_userland": self.host_userland, "capacity": self.capacity,
-                **settings_of(self),
-                "max_staleness": self.max_staleness, "stale_policy": self.stale_policy,
-                "drop_no_signal": self.drop_no_signal,
-                "max_extra_groups": self.max_extra_groups,
-                "initial_version": self.initial_version}
+        return {
+            "dataset": self.dataset,
+            "sandbox": self.sandbox,
+            "host_userland": self.host_userland,
+            "capacity": self.capacity,
+            **settings_of(self),
+            "max_staleness": self.max_staleness,
+            "stale_policy": self.stale_policy,
+            "drop_no_signal": self.drop_no_signal,
+            "max_extra_groups": self.max_extra_groups,
+            "initial_version": self.initial_version,
+        }

@@ -35,8 +35,9 @@ def load_or_create_key(path: Path) -> tuple[str, bool]:
         created = True
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ServiceConfigError(f"key_file: {path} is readable by others "
-                         f"(mode {stat.filemode(mode)}): chmod 600 it")
+        raise ServiceConfigError(
+            f"key_file: {path} is readable by others (mode {stat.filemode(mode)}): chmod 600 it"
+        )
     key = path.read_text().strip()
     if not key:
         raise ServiceConfigError(f"key_file: {path} is empty")

@@ -33,8 +33,7 @@ from harbor_ray.errors import ServiceConfigError
 from harbor_ray.online.no_signal import Refill, Verdict, carries_signal, judge
 from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
 
-__all__ = ["Book", "GroupState", "Phase", "sampled_versions", "version_span",
-           "weights_as_sampled"]
+__all__ = ["Book", "GroupState", "Phase", "sampled_versions", "version_span", "weights_as_sampled"]
 
 
 class Phase(StrEnum):
@@ -106,15 +105,27 @@ class GroupState:
         assert self.finished_version is not None, "only a finished group is delivered"
         turns = [row for r in records for row in rebuild_prompts(r.turns).to_pylist()]
         sequences, masked = _versioned(
-            [row for r in records for row in r.sequences.to_pylist()], turns,
-            self.finished_version, self.mask_bound)
+            [row for r in records for row in r.sequences.to_pylist()],
+            turns,
+            self.finished_version,
+            self.mask_bound,
+        )
         return Group(
-            group_id=self.group_id, request_id=self.request_id, task=self.task, n=self.n,
-            metadata=self.metadata, policy_version_min=oldest, policy_version_max=newest,
-            finished_version=self.finished_version, staleness=self.staleness(),
+            group_id=self.group_id,
+            request_id=self.request_id,
+            task=self.task,
+            n=self.n,
+            metadata=self.metadata,
+            policy_version_min=oldest,
+            policy_version_max=newest,
+            finished_version=self.finished_version,
+            staleness=self.staleness(),
             rollouts=[row for r in records for row in r.rollout.to_pylist()],
-            sequences=sequences, turns=turns, masked_tokens=masked,
-            replaces=self.replaces, no_signal=self.no_signal,
+            sequences=sequences,
+            turns=turns,
+            masked_tokens=masked,
+            replaces=self.replaces,
+            no_signal=self.no_signal,
             no_signal_dropped=self.dropped_before,
         )
 
@@ -122,8 +133,9 @@ class GroupState:
         return [self.records[r].result.reward for r in self.rollout_ids if r in self.records]
 
 
-def _versioned(sequences: list[dict[str, Any]], turns: list[dict[str, Any]], current: int,
-               bound: int | None) -> tuple[list[dict[str, Any]], int]:
+def _versioned(
+    sequences: list[dict[str, Any]], turns: list[dict[str, Any]], current: int, bound: int | None
+) -> tuple[list[dict[str, Any]], int]:
     """The sequences with their `policy_versions`, and masked past `bound` if given;
     and how many sampled tokens that masked."""
     masked = 0
@@ -160,8 +172,9 @@ def sampled_versions(turns: pa.Table) -> set[int | None]:
     if "policy_segments" not in turns.column_names:
         return {None}
     found: set[int | None] = set()
-    for start, segments in zip(turns["policy_version_start"].to_pylist(),
-                               turns["policy_segments"].to_pylist(), strict=True):
+    for start, segments in zip(
+        turns["policy_version_start"].to_pylist(), turns["policy_segments"].to_pylist(), strict=True
+    ):
         found |= {s["version"] for s in segments} if segments else {start}
     return found
 
@@ -214,8 +227,9 @@ class Book:
         if self.capacity < 1:
             raise ServiceConfigError("capacity must be at least 1")
         if self.retain_s < 0 or self.retain_groups < 0 or self.request_ids < 0:
-            raise ServiceConfigError("retain_s, retain_groups and request_ids cannot be negative "
-                                     "(0 keeps none)")
+            raise ServiceConfigError(
+                "retain_s, retain_groups and request_ids cannot be negative (0 keeps none)"
+            )
 
     @property
     def unfinished(self) -> int:
@@ -229,18 +243,21 @@ class Book:
         """Why `asked` more rollouts do not fit now; None when they do."""
         if self.unfinished + asked <= self.capacity:
             return None
-        return (f"{self.unfinished} rollouts unfinished + {asked} asked exceed the "
-                f"capacity of {self.capacity}")
+        return (
+            f"{self.unfinished} rollouts unfinished + {asked} asked exceed the "
+            f"capacity of {self.capacity}"
+        )
 
-    def accept(self, request_id: str, groups: Sequence[GroupState], version: int
-               ) -> SubmitReply:
+    def accept(self, request_id: str, groups: Sequence[GroupState], version: int) -> SubmitReply:
         """Take a new request's groups (the caller checked `over_capacity`)."""
         for group in groups:
             self.groups[group.group_id] = group
             for rollout_id in group.rollout_ids:
                 self.by_rollout[rollout_id] = group.group_id
-        reply = SubmitReply(groups=[GroupRef(group_id=g.group_id, task=g.task, n=g.n)
-                                    for g in groups], policy_version=version)
+        reply = SubmitReply(
+            groups=[GroupRef(group_id=g.group_id, task=g.task, n=g.n) for g in groups],
+            policy_version=version,
+        )
         self.requests[request_id] = reply
         self._open.update(g.request_id for g in groups)
         self._unfinished += sum(g.n for g in groups)
@@ -268,8 +285,12 @@ class Book:
         bound = group.max_staleness if group.max_staleness is not None else self.max_staleness
         if self.stale_policy == "mask":
             group.mask_bound = bound
-        if (staleness is not None and bound is not None and staleness > bound
-                and self.stale_policy == "drop"):
+        if (
+            staleness is not None
+            and bound is not None
+            and staleness > bound
+            and self.stale_policy == "drop"
+        ):
             group.phase = Phase.DROPPED
             self.dropped += 1
             self._close(group, keep_rows=True)
@@ -290,19 +311,26 @@ class Book:
                 self.ready.append(group.group_id)
         return group
 
-    def replace(self, dropped: GroupState, group_id: str, task: str,
-                rollout_ids: tuple[str, ...]) -> GroupState:
+    def replace(
+        self, dropped: GroupState, group_id: str, task: str, rollout_ids: tuple[str, ...]
+    ) -> GroupState:
         """Take the group that takes the place of `dropped` (finished without signal,
         within its request's bound: `finish` said so), running `task` (its request's
         `Refill.next_task`). Not held to the capacity: it stands in for rollouts that
         just ended."""
         assert dropped.phase is Phase.NO_SIGNAL and dropped.refill is not None
         group = GroupState(
-            group_id=group_id, request_id=dropped.request_id, task=task,
-            rollout_ids=rollout_ids, max_staleness=dropped.max_staleness,
-            metadata=dropped.metadata, agent=dropped.agent, refill=dropped.refill,
+            group_id=group_id,
+            request_id=dropped.request_id,
+            task=task,
+            rollout_ids=rollout_ids,
+            max_staleness=dropped.max_staleness,
+            metadata=dropped.metadata,
+            agent=dropped.agent,
+            refill=dropped.refill,
             replaces=dropped.replaces or dropped.group_id,
-            dropped_before=dropped.dropped_before + 1)
+            dropped_before=dropped.dropped_before + 1,
+        )
         dropped.replaced_by = group_id
         self.groups[group_id] = group
         for rollout_id in rollout_ids:

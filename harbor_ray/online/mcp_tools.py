@@ -88,23 +88,34 @@ def build_mcp(controller: ControllerCalls) -> McpTools:
     server = _ControllerServer(
         name="harbor-ray-controller",
         instructions="Run agent rollouts on the tasks of a Harbor dataset: list_tasks "
-                     "names them, run_rollout runs one and answers with its row.")
+        "names them, run_rollout runs one and answers with its row.",
+    )
     in_flight = InFlight()
 
     @server.tool()
-    async def run_rollout(task: str, agent: str, dataset: str | None = None,
-                          sandbox: str | None = None, budget: int | None = None,
-                          deadline_s: float | None = None) -> RolloutSummary:
+    async def run_rollout(
+        task: str,
+        agent: str,
+        dataset: str | None = None,
+        sandbox: str | None = None,
+        budget: int | None = None,
+        deadline_s: float | None = None,
+    ) -> RolloutSummary:
         """Run one rollout of `task` with `agent` and wait for its row: reward, ok, error
         type, turns. `dataset` and `sandbox` default to the controller's; `budget` caps
         the model calls, `deadline_s` the rollout's time."""
         with in_flight.call():
             try:
-                request = SubmitRequest.model_validate({
-                    "request_id": f"mcp-{uuid.uuid4().hex}",
-                    "tasks": [{"task": task, "n": 1}], "agent": agent,
-                    **_given(dataset=dataset, sandbox=sandbox, budget=budget,
-                             deadline_s=deadline_s)})
+                request = SubmitRequest.model_validate(
+                    {
+                        "request_id": f"mcp-{uuid.uuid4().hex}",
+                        "tasks": [{"task": task, "n": 1}],
+                        "agent": agent,
+                        **_given(
+                            dataset=dataset, sandbox=sandbox, budget=budget, deadline_s=deadline_s
+                        ),
+                    }
+                )
                 group = await controller.run_one(request)
             except ValidationError as exc:
                 raise ToolError(first_error(exc)[1]) from exc
@@ -112,10 +123,16 @@ def build_mcp(controller: ControllerCalls) -> McpTools:
                 raise ToolError(_refusal(exc)) from exc
         (row,) = group.rollouts
         return RolloutSummary(
-            rollout_id=row["rollout_id"], task=row["task"], ok=row["ok"],
-            reward=row["reward"], error_type=row["error_type"], error=row["error"],
-            turns=len(group.turns), policy_version_min=row["policy_version_min"],
-            policy_version_max=row["policy_version_max"])
+            rollout_id=row["rollout_id"],
+            task=row["task"],
+            ok=row["ok"],
+            reward=row["reward"],
+            error_type=row["error_type"],
+            error=row["error"],
+            turns=len(group.turns),
+            policy_version_min=row["policy_version_min"],
+            policy_version_max=row["policy_version_max"],
+        )
 
     @server.tool()
     async def list_tasks(dataset: str | None = None) -> list[str]:
@@ -126,12 +143,16 @@ def build_mcp(controller: ControllerCalls) -> McpTools:
             raise ToolError(_refusal(exc)) from exc
 
     app = server.streamable_http_app(
-        streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=True,
         # The controller key guards the route; a browser page cannot present it, which
         # is what the SDK's Host/Origin checks would otherwise protect against.
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return McpTools(app=_RequestIds(app), lifespan=server.session_manager.run(),
-                    in_flight=in_flight)
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return McpTools(
+        app=_RequestIds(app), lifespan=server.session_manager.run(), in_flight=in_flight
+    )
 
 
 class _ControllerServer(MCPServer[Any]):
@@ -139,12 +160,18 @@ class _ControllerServer(MCPServer[Any]):
     an invalid-params error: the SDK raises a ValueError for it, which its dispatcher
     answers with code 0 and logs, with a traceback, on every call."""
 
-    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
-                         context: Context[Any, Any] | None = None
-                         ) -> GetPromptResult | InputRequiredResult:
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[Any, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
         if name not in {prompt.name for prompt in await self.list_prompts()}:
-            raise MCPError(INVALID_PARAMS, f"no prompt {name!r}: this server has no "
-                           "prompts (its tools: run_rollout, list_tasks)")
+            raise MCPError(
+                INVALID_PARAMS,
+                f"no prompt {name!r}: this server has no "
+                "prompts (its tools: run_rollout, list_tasks)",
+            )
         return await super().get_prompt(name, arguments, context)
 
 
@@ -172,8 +199,14 @@ class _RequestIds:
                 break
         whole = read[-1]["type"] == "http.request" and not read[-1].get("more_body")
         if whole and (problem := _id_problem(bytes(body))) is not None:
-            await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
-                "code": INVALID_REQUEST, "message": problem}}, 400)(scope, receive, send)
+            await JSONResponse(
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {"code": INVALID_REQUEST, "message": problem},
+                },
+                400,
+            )(scope, receive, send)
             return
 
         async def replay() -> Message:
@@ -194,12 +227,19 @@ def _id_problem(body: bytes) -> str | None:
     if as_request_id(message["id"]) is not None:
         return None
     given = _JSON_KINDS.get(type(message["id"]), "that")
-    return (f"id: a request's id is a string or an integer, not {given}; leave it out "
-            "for a notification")
+    return (
+        f"id: a request's id is a string or an integer, not {given}; leave it out "
+        "for a notification"
+    )
 
 
-_JSON_KINDS = {dict: "an object", list: "a list", float: "a fraction", bool: "true or "
-               "false", type(None): "null"}
+_JSON_KINDS = {
+    dict: "an object",
+    list: "a list",
+    float: "a fraction",
+    bool: "true or false",
+    type(None): "null",
+}
 
 
 def first_error(exc: ValidationError) -> tuple[str | None, str]:

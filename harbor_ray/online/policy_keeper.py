@@ -30,8 +30,14 @@ _log = logging.getLogger(__name__)
 class PolicyKeeper:
     """The version the engine serves, and the updates that move it."""
 
-    def __init__(self, updater: EngineWeights, version: int, *, timeout_s: float,
-                 on_version: Callable[[int], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        updater: EngineWeights,
+        version: int,
+        *,
+        timeout_s: float,
+        on_version: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
         self.version = version
         self._updater, self._timeout_s, self._on_version = updater, timeout_s, on_version
         self._replicas: dict[str, ReplicaResult] = {}
@@ -44,8 +50,11 @@ class PolicyKeeper:
         the version moves only once all of them took it."""
         async with self._updating:
             if request.version <= self.version:
-                raise FieldError(f"version {request.version} does not "
-                                 f"exceed the current {self.version}", status=409, field="version")
+                raise FieldError(
+                    f"version {request.version} does not exceed the current {self.version}",
+                    status=409,
+                    field="version",
+                )
             try:
                 update = await self._update_in_time(request)
             except CheckpointError as exc:
@@ -53,19 +62,27 @@ class PolicyKeeper:
             except WeightVersionError as exc:
                 raise FieldError(str(exc), status=409, field="version") from exc
             except WeightsRefusedError as exc:
-                raise WeightUpdateError(f"{exc}; version {self.version} keeps serving",
-                                        replicas=[]) from exc
+                raise WeightUpdateError(
+                    f"{exc}; version {self.version} keeps serving", replicas=[]
+                ) from exc
             results = self._record(update)
             if not update.ok:
-                failed = ", ".join(f"{r.replica} ({r.step}: {r.error})"
-                                   for r in results if not r.ok) or "no replica answered"
+                failed = (
+                    ", ".join(f"{r.replica} ({r.step}: {r.error})" for r in results if not r.ok)
+                    or "no replica answered"
+                )
                 raise WeightUpdateError(
                     f"the update failed on {failed}; version {self.version} keeps serving",
-                    replicas=results)
+                    replicas=results,
+                )
             if self._on_version is not None:
                 await self._on_version(self.version)
-            return WeightsReply(version=self.version, replicas=results,
-                                steps=dict(update.step_seconds), seconds=update.seconds)
+            return WeightsReply(
+                version=self.version,
+                replicas=results,
+                steps=dict(update.step_seconds),
+                seconds=update.seconds,
+            )
 
     async def _update_in_time(self, request: WeightsRequest) -> WeightUpdate:
         """The updater's answer, or a WeightUpdateError once `weights_timeout_s` passed,
@@ -84,7 +101,9 @@ class PolicyKeeper:
         if not updating.done():
             raise WeightUpdateError(
                 f"the update did not finish in {self._timeout_s:g} s; "
-                f"version {self.version} keeps serving", replicas=[])
+                f"version {self.version} keeps serving",
+                replicas=[],
+            )
         return updating.result()
 
     def _record(self, update: WeightUpdate) -> list[ReplicaResult]:
@@ -103,8 +122,10 @@ class PolicyKeeper:
         update = updating.result()
         if not update.ok or update.requested_version <= self.version:
             return
-        _log.warning("the update to version %d took after its timeout: the engine "
-                     "serves it", update.requested_version)
+        _log.warning(
+            "the update to version %d took after its timeout: the engine serves it",
+            update.requested_version,
+        )
         self._record(update)
         if self._on_version is not None:
             publishing = asyncio.ensure_future(self._on_version(self.version))
@@ -112,5 +133,6 @@ class PolicyKeeper:
             publishing.add_done_callback(self._publishing.discard)
 
     def reply(self) -> PolicyReply:
-        return PolicyReply(version=self.version, paused=self._paused,
-                           replicas=list(self._replicas.values()))
+        return PolicyReply(
+            version=self.version, paused=self._paused, replicas=list(self._replicas.values())
+        )

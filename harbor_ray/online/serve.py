@@ -87,26 +87,33 @@ class CaptureArgs(_Args):
     """`args:` of the capture app (`build_capture`)."""
 
     engine_url: str | None = Field(
-        None, description="The engine's OpenAI base URL; None: Serve's own address with "
-        "the engine app at route prefix / (`http://HOST:PORT/v1`).")
+        None,
+        description="The engine's OpenAI base URL; None: Serve's own address with "
+        "the engine app at route prefix / (`http://HOST:PORT/v1`).",
+    )
     replicas: int = Field(2, ge=1)
     num_cpus: float = Field(0.1, ge=0)
     max_ongoing_requests: int = Field(MAX_ONGOING_REQUESTS, ge=1)
     engine_timeout_s: float = Field(DEFAULT_ENGINE_TIMEOUT_S, gt=0)
     stitch: bool = True
     allowed_hosts: list[str] = Field(
-        default_factory=lambda: list(LOOPBACK_NAMES), description="The Host names the "
-        "proxy answers besides any IP address (any port); '*': any. Others get 421.")
+        default_factory=lambda: list(LOOPBACK_NAMES),
+        description="The Host names the "
+        "proxy answers besides any IP address (any port); '*': any. Others get 421.",
+    )
     engine_kind: EngineChoice = Field(
-        "auto", description="Which engine engine_url is: vllm, sglang (through the "
+        "auto",
+        description="Which engine engine_url is: vllm, sglang (through the "
         "proxy's SGLang adapter; no stitched prompts), or auto (each replica asks the "
-        "engine as it starts). Without engine_url the engine is the engine app's: vllm.")
+        "engine as it starts). Without engine_url the engine is the engine app's: vllm.",
+    )
 
     @model_validator(mode="after")
     def _engine_kind(self) -> CaptureArgs:
         if self.engine_url is None and self.engine_kind == "sglang":
-            raise ValueError("engine_kind sglang needs engine_url: the engine app this "
-                             "YAML starts is vLLM")
+            raise ValueError(
+                "engine_kind sglang needs engine_url: the engine app this YAML starts is vLLM"
+            )
         return self
 
 
@@ -123,8 +130,7 @@ def _fleet_args() -> type[_Args]:
     def of(name: str) -> Any:
         default = defaults[name]
         if default.default_factory is not dataclasses.MISSING:
-            return Field(default_factory=default.default_factory,
-                         description=fleet_help(name))
+            return Field(default_factory=default.default_factory, description=fleet_help(name))
         return Field(default.default, description=fleet_help(name))
 
     fields: dict[str, Any] = {name: (hints[name], of(name)) for name in _FLEET_FIELDS}
@@ -149,49 +155,81 @@ class ControllerArgs(_FleetArgs):
     out: Path | None = None
     dataset: str = Field("samples", min_length=1)
     datasets: list[str] = Field(
-        default_factory=list, description="The other dataset specs a submit may name, "
-        "spelled exactly so; no other path or registry is read.")
+        default_factory=list,
+        description="The other dataset specs a submit may name, "
+        "spelled exactly so; no other path or registry is read.",
+    )
     agents: list[str] = Field(
-        default_factory=list, description="Import paths (module:Class) a submit may name "
-        "as its agent, besides the Harbor agents `harbor-ray info` lists.")
+        default_factory=list,
+        description="Import paths (module:Class) a submit may name "
+        "as its agent, besides the Harbor agents `harbor-ray info` lists.",
+    )
     allowed_hosts: list[str] = Field(
-        default_factory=lambda: list(LOOPBACK_NAMES), min_length=1,
-        description="The Host names the API answers (any port); '*': any. Others get 421.")
-    sandbox: str = Field(LOCAL, min_length=1, description="A submit's default sandbox: "
-                         "`local` (the host's userland) or `container` (the task's image).")
+        default_factory=lambda: list(LOOPBACK_NAMES),
+        min_length=1,
+        description="The Host names the API answers (any port); '*': any. Others get 421.",
+    )
+    sandbox: str = Field(
+        LOCAL,
+        min_length=1,
+        description="A submit's default sandbox: "
+        "`local` (the host's userland) or `container` (the task's image).",
+    )
     host_userland: bool = Field(
-        False, description="Run a task that needs its own image on the host's userland "
+        False,
+        description="Run a task that needs its own image on the host's userland "
         "when the sandbox cannot build it (as --host-userland); its rows say "
         "environment=host_override. False: such a rollout is an environment_unsupported "
-        "row, with no reward.")
+        "row, with no reward.",
+    )
     capacity: int = Field(256, ge=1)
     max_staleness: int | None = Field(
-        None, ge=0, description="Policy versions a group's oldest token may be behind the "
-        "version it finished at; a submit may set its own. None: no bound.")
+        None,
+        ge=0,
+        description="Policy versions a group's oldest token may be behind the "
+        "version it finished at; a submit may set its own. None: no bound.",
+    )
     stale_policy: StalePolicy = Field(
-        "drop", description="A group past max_staleness: drop it whole, deliver it as "
-        "it is, or mask: deliver it with loss_mask 0 on the tokens past the bound.")
+        "drop",
+        description="A group past max_staleness: drop it whole, deliver it as "
+        "it is, or mask: deliver it with loss_mask 0 on the tokens past the bound.",
+    )
     drop_no_signal: bool = Field(
-        False, description="A submit's default: drop a finished group of 2 or more "
+        False,
+        description="A submit's default: drop a finished group of 2 or more "
         "whose rewards are all equal (no GRPO signal) and run a replacement group of the "
-        "request's tasks in its place; a submit may set its own.")
+        "request's tasks in its place; a submit may set its own.",
+    )
     max_extra_groups: int | None = Field(
-        None, ge=0, description="A submit's default bound on its replacement groups; past "
+        None,
+        ge=0,
+        description="A submit's default bound on its replacement groups; past "
         "it a group without signal is delivered flagged no_signal. None: as many as the "
-        "request's groups.")
+        "request's groups.",
+    )
     clear_cache_on_update: bool = Field(
-        False, description="Drop the engine's KV and prefix cache at each weight update, "
+        False,
+        description="Drop the engine's KV and prefix cache at each weight update, "
         "so requests in flight recompute their context under the new weights. False: "
         "they keep their KV (new requests are salted by version and reuse no prefix of "
-        "other weights).")
+        "other weights).",
+    )
     weights_timeout_s: float = Field(900.0, gt=0)
     retry_after_s: int = Field(5, ge=1)
-    retain_s: float = Field(600.0, ge=0, description="How long a closed group (acknowledged, "
-                            "dropped, cancelled) stays known to a late ack or cancel.")
+    retain_s: float = Field(
+        600.0,
+        ge=0,
+        description="How long a closed group (acknowledged, "
+        "dropped, cancelled) stays known to a late ack or cancel.",
+    )
     retain_groups: int = Field(10_000, ge=0, description="Closed groups kept at most.")
-    request_ids: int = Field(10_000, ge=0, description="Closed requests whose request_id "
-                             "is kept at most: a request retried after that many newer "
-                             "ones is taken as new.")
+    request_ids: int = Field(
+        10_000,
+        ge=0,
+        description="Closed requests whose request_id "
+        "is kept at most: a request retried after that many newer "
+        "ones is taken as new.",
+    )
 
     @model_validator(mode="after")
     def _fleet(self) -> ControllerArgs:
@@ -202,29 +240,43 @@ class ControllerArgs(_FleetArgs):
         """The fleet settings, as ControllerConfig takes them."""
         return {name: getattr(self, name) for name in _FLEET_FIELDS}
 
-    def controller_config(self, engine_files: tuple[str, Path | None] | None = None
-                          ) -> ControllerConfig:
+    def controller_config(
+        self, engine_files: tuple[str, Path | None] | None = None
+    ) -> ControllerConfig:
         """The controller's config; `engine_files`: what vLLM loads, when the engine is
         this YAML's own (`own_engine`), for the rows' provenance."""
         served_model = self.engine_config().model_id
-        proxy = ProxyTarget(url=serve_http_base(CAPTURE_ROUTE_PREFIX),
-                            served_model=served_model, ingress="direct",
-                            app=self.capture_app)
+        proxy = ProxyTarget(
+            url=serve_http_base(CAPTURE_ROUTE_PREFIX),
+            served_model=served_model,
+            ingress="direct",
+            app=self.capture_app,
+        )
         return ControllerConfig(
-            work_dir=self.work_dir.expanduser(), dataset=self.dataset,
-            datasets=tuple(self.datasets), agents=tuple(self.agents), sandbox=self.sandbox,
-            capacity=self.capacity, max_staleness=self.max_staleness,
-            stale_policy=self.stale_policy, drop_no_signal=self.drop_no_signal,
-            max_extra_groups=self.max_extra_groups, proxy=proxy,
-            weights_timeout_s=self.weights_timeout_s, retry_after_s=self.retry_after_s,
+            work_dir=self.work_dir.expanduser(),
+            dataset=self.dataset,
+            datasets=tuple(self.datasets),
+            agents=tuple(self.agents),
+            sandbox=self.sandbox,
+            capacity=self.capacity,
+            max_staleness=self.max_staleness,
+            stale_policy=self.stale_policy,
+            drop_no_signal=self.drop_no_signal,
+            max_extra_groups=self.max_extra_groups,
+            proxy=proxy,
+            weights_timeout_s=self.weights_timeout_s,
+            retry_after_s=self.retry_after_s,
             retain_s=self.retain_s,
-            retain_groups=self.retain_groups, request_ids=self.request_ids,
+            retain_groups=self.retain_groups,
+            request_ids=self.request_ids,
             out=None if self.out is None else self.out.expanduser(),
-            host_userland=self.host_userland, engine_files=engine_files, **self.fleet())
+            host_userland=self.host_userland,
+            engine_files=engine_files,
+            **self.fleet(),
+        )
 
 
-def own_engine(deployed: Mapping[str, ServeApplicationSchema | None],
-               args: ControllerArgs) -> bool:
+def own_engine(deployed: Mapping[str, ServeApplicationSchema | None], args: ControllerArgs) -> bool:
     """Whether the agents' calls reach the engine `args.engine` describes, so that its
     files are what the rows were made with: Serve deployed the engine app from the
     same YAML with harbor_ray's builder and these args, and the capture app calls it
@@ -233,9 +285,13 @@ def own_engine(deployed: Mapping[str, ServeApplicationSchema | None],
     builder) is not known here: the rows then carry the harness's half alone, as a
     sweep's on an engine it did not start (`--llm-url`)."""
     engine, capture = deployed.get(args.engine_app), deployed.get(args.capture_app)
-    return (engine is not None and capture is not None
-            and engine.import_path == OWN_ENGINE and engine.args == args.engine
-            and capture.args.get("engine_url") is None)
+    return (
+        engine is not None
+        and capture is not None
+        and engine.import_path == OWN_ENGINE
+        and engine.args == args.engine
+        and capture.args.get("engine_url") is None
+    )
 
 
 def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
@@ -249,8 +305,9 @@ def _validated[A: _Args](model: type[A], args: dict[str, Any]) -> A:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in (*where, *first["loc"]))
         # A check of several fields at once (the fleet's) names its field in its message.
-        raise ServiceConfigError(f"{model.__name__}{' ' + field if field else ''}: "
-                                 f"{first['msg']}") from exc
+        raise ServiceConfigError(
+            f"{model.__name__}{' ' + field if field else ''}: {first['msg']}"
+        ) from exc
     return parsed
 
 
@@ -260,13 +317,19 @@ def build_capture(args: dict[str, Any]) -> Application:
     engine = config.engine_config()
     # serve.ingress's types hide the Deployment that serve.deployment makes of the class.
     return CaptureProxy.options(  # type: ignore[attr-defined, no-any-return]
-        num_replicas=config.replicas, max_ongoing_requests=config.max_ongoing_requests,
+        num_replicas=config.replicas,
+        max_ongoing_requests=config.max_ongoing_requests,
         ray_actor_options={"num_cpus": config.num_cpus},
-    ).bind(config.engine_url, engine.model_id,
-           app_name=None, engine_timeout_s=config.engine_timeout_s, stitch=config.stitch,
-           logprobs_mode=engine.recorded_logprobs_mode,
-           allowed_hosts=tuple(config.allowed_hosts),
-           engine_kind="vllm" if config.engine_url is None else config.engine_kind)
+    ).bind(
+        config.engine_url,
+        engine.model_id,
+        app_name=None,
+        engine_timeout_s=config.engine_timeout_s,
+        stitch=config.stitch,
+        logprobs_mode=engine.recorded_logprobs_mode,
+        allowed_hosts=tuple(config.allowed_hosts),
+        engine_kind="vllm" if config.engine_url is None else config.engine_kind,
+    )
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
@@ -283,18 +346,20 @@ class OnlineController:
         _log.info("controller key %s %s", "created in" if created else "read from", key_file)
         engine = config.engine_config()
         source = resolve_model_source(engine)
-        updater = serve_weight_updater(config.engine_app, source,
-                                       clear_cache=config.clear_cache_on_update)
-        deployed = {name: app.deployed_app_config
-                    for name, app in serve_details().applications.items()}
-        files = ((source, resolve_chat_template(engine)) if own_engine(deployed, config)
-                 else None)
+        updater = serve_weight_updater(
+            config.engine_app, source, clear_cache=config.clear_cache_on_update
+        )
+        deployed = {
+            name: app.deployed_app_config for name, app in serve_details().applications.items()
+        }
+        files = (source, resolve_chat_template(engine)) if own_engine(deployed, config) else None
         self._handle = start_controller(self._app, config.controller_config(files), updater)
         ray.get(self._handle.policy.remote())  # it answers before the replica does
 
     async def __serve_build_asgi_app__(self) -> Any:
-        return build_controller_app(ActorController(self._handle), self._key,
-                                    allowed_hosts=self._allowed_hosts)
+        return build_controller_app(
+            ActorController(self._handle), self._key, allowed_hosts=self._allowed_hosts
+        )
 
     async def check_health(self) -> None:
         # A dead controller actor fails this replica's health check, so Serve replaces
@@ -320,4 +385,5 @@ async def stop_controller(handle: Any, capture_app: str) -> None:
 def build_controller(args: dict[str, Any]) -> Application:
     """The controller application from its YAML `args:` (`ControllerArgs`)."""
     return OnlineController.bind(  # type: ignore[attr-defined, no-any-return]  # as above
-        _validated(ControllerArgs, args))
+        _validated(ControllerArgs, args)
+    )

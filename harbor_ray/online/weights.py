@@ -35,19 +35,31 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 def replica_results(update: WeightUpdate) -> list[ReplicaResult]:
     """Each replica's part in `update`, as the API reports it: errors as plain text."""
-    return [ReplicaResult(replica=r.replica, ok=r.ok, version=r.serving_version,
-                          step=r.failed_step, steps=dict(r.seconds),
-                          error=None if r.error is None else _ESCAPES.sub("", r.error),
-                          seconds=sum(r.seconds.values()))
-            for r in update.replicas]
+    return [
+        ReplicaResult(
+            replica=r.replica,
+            ok=r.ok,
+            version=r.serving_version,
+            step=r.failed_step,
+            steps=dict(r.seconds),
+            error=None if r.error is None else _ESCAPES.sub("", r.error),
+            seconds=sum(r.seconds.values()),
+        )
+        for r in update.replicas
+    ]
 
 
 class FakeWeightUpdater:
     """Replicas that "reload" by sleeping `load_s`; `fail` names replicas that fail the
     reload step (then no replica changes, as with the real updater). Records every call."""
 
-    def __init__(self, replicas: Sequence[str] = ("engine-0",), *, load_s: float = 0.0,
-                 fail: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        replicas: Sequence[str] = ("engine-0",),
+        *,
+        load_s: float = 0.0,
+        fail: Sequence[str] = (),
+    ) -> None:
         self.replicas = tuple(replicas)
         self.version = 0
         self.load_s, self.fail = load_s, set(fail)
@@ -63,11 +75,20 @@ class FakeWeightUpdater:
         if took:
             self.version = version
         results = tuple(
-            ReplicaUpdate(replica=name, serving_version=self.version,
-                          seconds={"reload": self.load_s},
-                          failed_step=None if name not in self.fail else "reload",
-                          error=f"cannot load {path}" if name in self.fail else None)
-            for name in self.replicas)
-        return WeightUpdate(path=path, requested_version=version, version=self.version,
-                            replicas=results, step_seconds={"reload": self.load_s},
-                            seconds=time.perf_counter() - started)
+            ReplicaUpdate(
+                replica=name,
+                serving_version=self.version,
+                seconds={"reload": self.load_s},
+                failed_step=None if name not in self.fail else "reload",
+                error=f"cannot load {path}" if name in self.fail else None,
+            )
+            for name in self.replicas
+        )
+        return WeightUpdate(
+            path=path,
+            requested_version=version,
+            version=self.version,
+            replicas=results,
+            step_seconds={"reload": self.load_s},
+            seconds=time.perf_counter() - started,
+        )

@@ -31,56 +31,85 @@ class _Body(BaseModel):
 class TaskRequest(_Body):
     task: str = Field(min_length=1, description="A task name of the dataset.")
     n: int = Field(ge=1, le=10_000, description="Rollouts of the task: one group (GRPO).")
-    agent: str | None = Field(None, min_length=1, max_length=1000,
-                              description="The agent (harness) this group runs, so that one "
-                              "request can train one policy through several; None (or "
-                              "absent): the request's `agent`. A group's replacements "
-                              "(drop_no_signal) run its agent.")
+    agent: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="The agent (harness) this group runs, so that one "
+        "request can train one policy through several; None (or "
+        "absent): the request's `agent`. A group's replacements "
+        "(drop_no_signal) run its agent.",
+    )
 
 
 class SubmitRequest(_Body):
     """`POST /v1/rollouts`."""
 
-    request_id: str = Field(min_length=1, max_length=200,
-                            description="Idempotency key: a retried submit starts nothing new.")
+    request_id: str = Field(
+        min_length=1,
+        max_length=200,
+        description="Idempotency key: a retried submit starts nothing new.",
+    )
     tasks: list[TaskRequest] = Field(min_length=1)
     agent: str = Field(min_length=1, max_length=1000)
-    sandbox: str | None = Field(None, min_length=1, max_length=1000,
-                                description="None (or absent): the controller's default.")
-    dataset: str | None = Field(None, min_length=1, max_length=4096,
-                                description="None (or absent): the controller's default; "
-                                "else one of the datasets the controller is configured "
-                                "with, spelled as there.")
+    sandbox: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="None (or absent): the controller's default.",
+    )
+    dataset: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="None (or absent): the controller's default; "
+        "else one of the datasets the controller is configured "
+        "with, spelled as there.",
+    )
     sampling: Sampling | None = None
     budget: int | None = Field(None, ge=0, le=INT64_MAX, description="Model calls per rollout.")
     deadline_s: float | None = Field(None, gt=0, description="Per rollout.")
-    max_staleness: int | None = Field(None, ge=0,
-                                      description="Policy versions; None: the controller's.")
+    max_staleness: int | None = Field(
+        None, ge=0, description="Policy versions; None: the controller's."
+    )
     drop_no_signal: bool | None = Field(
-        None, description="Drop a finished group whose rewards are all equal (it has no "
+        None,
+        description="Drop a finished group whose rewards are all equal (it has no "
         "GRPO signal) and run a replacement group in its place, of the request's tasks; "
         "None: the controller's. The controller's default applies to groups of 2 or more; "
-        "true with a group of 1 is refused (one reward cannot vary).")
+        "true with a group of 1 is refused (one reward cannot vary).",
+    )
     max_extra_groups: int | None = Field(
-        None, ge=0, le=10_000, description="Replacement groups this request runs at most "
+        None,
+        ge=0,
+        le=10_000,
+        description="Replacement groups this request runs at most "
         "(each as large as the group it replaces); past it a group without signal is "
         "delivered with `no_signal` true. None: the controller's (its default: as many "
-        "as the request's groups).")
+        "as the request's groups).",
+    )
     replacement_tasks: list[str] | None = Field(
-        None, min_length=1, max_length=10_000, description="The tasks of the dataset a "
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="The tasks of the dataset a "
         "replacement group may run (a trainer's whole task list, so that a request of "
-        "one task can be refilled too); None: the request's own tasks.")
+        "one task can be refilled too); None: the request's own tasks.",
+    )
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description=f"Returned with every group as given; at most "
+        default_factory=dict,
+        description=f"Returned with every group as given; at most "
         f"{METADATA_MAX_DEPTH} levels deep and {METADATA_MAX_BYTES} bytes as JSON, its "
-        "integers within 64 bits (a wider one as a string).")
+        "integers within 64 bits (a wider one as a string).",
+    )
 
     @field_validator("metadata")
     @classmethod
     def _deliverable(cls, metadata: dict[str, Any]) -> dict[str, Any]:
         if (depth := _depth(metadata, METADATA_MAX_DEPTH)) > METADATA_MAX_DEPTH:
-            raise ValueError(f"nested too deep: over {METADATA_MAX_DEPTH} levels "
-                             f"(at least {depth})")
+            raise ValueError(
+                f"nested too deep: over {METADATA_MAX_DEPTH} levels (at least {depth})"
+            )
         try:
             size = len(orjson.dumps(metadata))
         except orjson.JSONEncodeError as exc:  # an integer past 64 bits
@@ -115,8 +144,13 @@ def wide_integer(raw: bytes | bytearray) -> str | None:
         value, where = stack.pop()
         if isinstance(value, _Wide):
             return ".".join(where) or "body"
-        children = (value.items() if isinstance(value, dict) else
-                    enumerate(value) if isinstance(value, list) else ())
+        children = (
+            value.items()
+            if isinstance(value, dict)
+            else enumerate(value)
+            if isinstance(value, list)
+            else ()
+        )
         stack.extend((child, (*where, str(key))) for key, child in reversed(list(children)))
     return None
 
@@ -138,8 +172,9 @@ def _depth(value: Any, limit: int) -> int:
             deepest = max(deepest, level)
             if level > limit:
                 return deepest
-            stack.extend((child, level + 1) for child in
-                         (item.values() if isinstance(item, dict) else item))
+            stack.extend(
+                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
     return deepest
 
 
@@ -172,18 +207,27 @@ class Group(BaseModel):
     sequences: list[dict[str, Any]] = Field(
         description="sequences/ rows, each with `policy_versions`: the version that "
         "sampled each of its `input_ids` (None where none did). Under the `mask` policy "
-        "`loss_mask` is 0 on the tokens past the staleness bound.")
-    masked_tokens: int = Field(0, description="Sampled tokens the `mask` policy took out "
-                               "of `loss_mask` as too stale.")
+        "`loss_mask` is 0 on the tokens past the staleness bound."
+    )
+    masked_tokens: int = Field(
+        0, description="Sampled tokens the `mask` policy took out of `loss_mask` as too stale."
+    )
     turns: list[dict[str, Any]] = Field(description="turns/ rows, `prompt_ids` in full.")
-    replaces: str | None = Field(None, description="The submit reply's group whose place "
-                                 "this one takes (that one, or a replacement before this, "
-                                 "had no signal); None: it is that group.")
-    no_signal: bool = Field(False, description="Its rewards are all equal, and its request's "
-                            "max_extra_groups were spent: delivered so that the request "
-                            "still gets as many groups as it asked for.")
-    no_signal_dropped: int = Field(0, description="Groups dropped for no signal in this "
-                                   "group's place before it.")
+    replaces: str | None = Field(
+        None,
+        description="The submit reply's group whose place "
+        "this one takes (that one, or a replacement before this, "
+        "had no signal); None: it is that group.",
+    )
+    no_signal: bool = Field(
+        False,
+        description="Its rewards are all equal, and its request's "
+        "max_extra_groups were spent: delivered so that the request "
+        "still gets as many groups as it asked for.",
+    )
+    no_signal_dropped: int = Field(
+        0, description="Groups dropped for no signal in this group's place before it."
+    )
 
 
 class GroupsReply(BaseModel):
@@ -218,25 +262,33 @@ class ReplicaResult(BaseModel):
 
     replica: str
     ok: bool
-    version: int | None = Field(description="What the replica serves after the attempt; "
-                                "None if no one can say (its rollback failed too: it was "
-                                "left paused and needs a restart).")
+    version: int | None = Field(
+        description="What the replica serves after the attempt; "
+        "None if no one can say (its rollback failed too: it was "
+        "left paused and needs a restart)."
+    )
     error: str | None = None
-    step: str | None = Field(None, description="The step that failed (pause, reload, "
-                             "cache, label, resume, rollback; for a LoRA adapter: load, "
-                             "switch, rollback).")
-    steps: dict[str, float] = Field(default_factory=dict,
-                                    description="Seconds of each step it ran.")
+    step: str | None = Field(
+        None,
+        description="The step that failed (pause, reload, "
+        "cache, label, resume, rollback; for a LoRA adapter: load, "
+        "switch, rollback).",
+    )
+    steps: dict[str, float] = Field(
+        default_factory=dict, description="Seconds of each step it ran."
+    )
     seconds: float = 0.0
 
 
 class WeightsReply(BaseModel):
     version: int
     replicas: list[ReplicaResult]
-    steps: dict[str, float] = Field(description="Seconds of each step across the "
-                                    "replicas (they run it at once): pause, reload, "
-                                    "cache, label, resume; for a LoRA adapter: load, "
-                                    "switch.")
+    steps: dict[str, float] = Field(
+        description="Seconds of each step across the "
+        "replicas (they run it at once): pause, reload, "
+        "cache, label, resume; for a LoRA adapter: load, "
+        "switch."
+    )
     seconds: float
 
 
@@ -256,16 +308,25 @@ class StatsReply(BaseModel):
     cancelled: int = Field(description="Groups cancelled by the caller.")
     errors: dict[str, int] = Field(description="Rows by error type.")
     staleness: dict[str, int] = Field(description="Finished groups by staleness (versions).")
-    no_signal_dropped: int = Field(0, description="Groups dropped because their rewards "
-                                   "were all equal (drop_no_signal), each replaced.")
-    no_signal_delivered: int = Field(0, description="Groups without signal delivered "
-                                     "flagged: their request's max_extra_groups were spent.")
-    signal_kept: int = Field(0, description="Groups of drop_no_signal requests whose "
-                             "rewards varied.")
+    no_signal_dropped: int = Field(
+        0,
+        description="Groups dropped because their rewards "
+        "were all equal (drop_no_signal), each replaced.",
+    )
+    no_signal_delivered: int = Field(
+        0,
+        description="Groups without signal delivered "
+        "flagged: their request's max_extra_groups were spent.",
+    )
+    signal_kept: int = Field(
+        0, description="Groups of drop_no_signal requests whose rewards varied."
+    )
     extra_rollouts: int = Field(0, description="Rollouts of replacement groups started.")
     rollouts_per_min: float
-    concurrency_limit: int = Field(description="Rollouts allowed on hosts at once now "
-                                   "(it moves with an adaptive cap: max_concurrency).")
+    concurrency_limit: int = Field(
+        description="Rollouts allowed on hosts at once now "
+        "(it moves with an adaptive cap: max_concurrency)."
+    )
 
 
 class ErrorReply(BaseModel):

@@ -42,14 +42,13 @@ class Access:
         if self.key is None:
             return True
         if authorization and authorization.lower().startswith(_BEARER):
-            return hmac.compare_digest(authorization[len(_BEARER):].strip().encode(),
-                                       self.key.encode())
-        return hmac.compare_digest(cookies.get(KEY_COOKIE, "").encode(),
-                                   self.key_cookie().encode())
+            return hmac.compare_digest(
+                authorization[len(_BEARER) :].strip().encode(), self.key.encode()
+            )
+        return hmac.compare_digest(cookies.get(KEY_COOKIE, "").encode(), self.key_cookie().encode())
 
     def key_matches(self, offered: str) -> bool:
-        return self.key is not None and hmac.compare_digest(offered.encode(),
-                                                            self.key.encode())
+        return self.key is not None and hmac.compare_digest(offered.encode(), self.key.encode())
 
     def new_visitor(self) -> tuple[str, str]:
         """(a fresh visitor id, the cookie value that carries it)."""
@@ -59,8 +58,9 @@ class Access:
     def visitor(self, cookie: str | None) -> str | None:
         """The visitor id a cookie carries, or None when it carries none signed here."""
         visitor, _, signature = (cookie or "").partition(".")
-        if visitor and hmac.compare_digest(signature.encode(),
-                                           self._sign(f"visitor:{visitor}").encode()):
+        if visitor and hmac.compare_digest(
+            signature.encode(), self._sign(f"visitor:{visitor}").encode()
+        ):
             return visitor
         return None
 

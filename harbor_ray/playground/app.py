@@ -63,14 +63,18 @@ def _asset(name: str) -> str:
 
 
 def page_html() -> str:
-    return "".join([
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-        "<title>harbor_ray playground</title><link rel=\"icon\" href=\"data:,\">",
-        f"<style>{_asset('playground.css')}</style></head>\n<body>",
-        _asset("body.html"), f"<script>{token_view_script()}</script>",
-        f"<script>{_asset('playground.js')}</script>",
-        "</body></html>\n"])
+    return "".join(
+        [
+            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<title>harbor_ray playground</title><link rel="icon" href="data:,">',
+            f"<style>{_asset('playground.css')}</style></head>\n<body>",
+            _asset("body.html"),
+            f"<script>{token_view_script()}</script>",
+            f"<script>{_asset('playground.js')}</script>",
+            "</body></html>\n",
+        ]
+    )
 
 
 @dataclass
@@ -144,15 +148,21 @@ async def login(request: Request) -> Response:
 async def session(request: Request) -> Response:
     served = _served(request)
     access = served.playground.access
-    return served.answer({"needs_key": access.key is not None,
-                          "admitted": access.admits(request.cookies,
-                                                    request.headers.get("authorization"))})
+    return served.answer(
+        {
+            "needs_key": access.key is not None,
+            "admitted": access.admits(request.cookies, request.headers.get("authorization")),
+        }
+    )
 
 
 async def tasks(playground: Playground, _: Request, __: str) -> Any:
     catalog = playground.catalog
-    return {"datasets": catalog.datasets, "problems": catalog.problems,
-            "tasks": [asdict(t) for t in catalog.summaries()]}
+    return {
+        "datasets": catalog.datasets,
+        "problems": catalog.problems,
+        "tasks": [asdict(t) for t in catalog.summaries()],
+    }
 
 
 async def task(playground: Playground, request: Request, _: str) -> Any:
@@ -162,8 +172,11 @@ async def task(playground: Playground, request: Request, _: str) -> Any:
 
 async def file(playground: Playground, request: Request, _: str) -> Any:
     query = request.query_params
-    return {"text": playground.catalog.file_text(
-        query.get("dataset", ""), query.get("task", ""), query.get("path", ""))}
+    return {
+        "text": playground.catalog.file_text(
+            query.get("dataset", ""), query.get("task", ""), query.get("path", "")
+        )
+    }
 
 
 async def setup(playground: Playground, request: Request, _: str) -> Any:
@@ -181,9 +194,11 @@ async def runs(playground: Playground, request: Request, visitor: str) -> Any:
         except ValidationError as exc:
             raise PlaygroundRefusal(_first_problem(exc.errors()), status=400) from exc
         return (await launcher.start(visitor, form)).view()
-    return {"runs": [run.view() for run in launcher.board.visible(visitor)],
-            "server_engine": launcher.llm_url is not None,
-            "writes_datasets": launcher.datasets.root is not None}
+    return {
+        "runs": [run.view() for run in launcher.board.visible(visitor)],
+        "server_engine": launcher.llm_url is not None,
+        "writes_datasets": launcher.datasets.root is not None,
+    }
 
 
 async def run(playground: Playground, request: Request, visitor: str) -> Any:
@@ -196,18 +211,28 @@ async def calls(playground: Playground, request: Request, visitor: str) -> Any:
     query = request.query_params
     cursor = parse_count(query.get("after", "0"), _MAX_CURSOR)
     if cursor is None:
-        raise PlaygroundRefusal(f"after: a count of calls already read, in at most "
-                                f"{COUNT_DIGITS} ASCII digits", status=400)
-    found_run, found, after = playground.launcher.board.calls(visitor, query.get("id", ""),
-                                                              cursor)
-    return {"run": found_run.view(), "calls": found, "next": after,
-            "more": after < found_run.calls}
+        raise PlaygroundRefusal(
+            f"after: a count of calls already read, in at most {COUNT_DIGITS} ASCII digits",
+            status=400,
+        )
+    found_run, found, after = playground.launcher.board.calls(visitor, query.get("id", ""), cursor)
+    return {"run": found_run.view(), "calls": found, "next": after, "more": after < found_run.calls}
 
 
 # Every route, in one table: the page at each view's own URL, the login, and the API.
 ROUTES = (
-    *(Route(path, page) for path in ("/", "/tasks", "/runs", "/setup", "/task/{rest:path}",
-                                     "/run/{id}", "/compare/{ids}")),
+    *(
+        Route(path, page)
+        for path in (
+            "/",
+            "/tasks",
+            "/runs",
+            "/setup",
+            "/task/{rest:path}",
+            "/run/{id}",
+            "/compare/{ids}",
+        )
+    ),
     Route("/login", login, methods=["POST"]),
     Route("/api/session", session),
     Route("/api/tasks", _Api(tasks).endpoint),
@@ -220,8 +245,12 @@ ROUTES = (
 )
 
 
-def build_playground_app(playground: Playground, *, llm_url: str | None = None,
-                         allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
+def build_playground_app(
+    playground: Playground,
+    *,
+    llm_url: str | None = None,
+    allowed_hosts: Iterable[str] = LOOPBACK_NAMES,
+) -> HostGuard:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         try:
@@ -229,20 +258,20 @@ def build_playground_app(playground: Playground, *, llm_url: str | None = None,
         finally:
             await playground.launcher.aclose()
 
-    app = Starlette(routes=list(ROUTES), lifespan=lifespan,
-                    exception_handlers={404: not_found})
+    app = Starlette(routes=list(ROUTES), lifespan=lifespan, exception_handlers={404: not_found})
     app.state.served = _Served(playground, Scrub(key=playground.access.key, llm_url=llm_url))
     return HostGuard(app, allowed_hosts)
 
 
 _NOT_FOUND = (
-    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-    "<title>Not here: harbor_ray playground</title></head><body style=\"font-family: "
-    "system-ui, sans-serif; margin: 1em\"><h1>harbor_ray playground: no page here</h1>"
-    "<p>The playground's pages are <a href=\"/\">its tasks</a>, a task at "
+    '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+    '<meta name="viewport" content="width=device-width, initial-scale=1">'
+    '<title>Not here: harbor_ray playground</title></head><body style="font-family: '
+    'system-ui, sans-serif; margin: 1em"><h1>harbor_ray playground: no page here</h1>'
+    '<p>The playground\'s pages are <a href="/">its tasks</a>, a task at '
     "<code>/task/DATASET/NAME</code>, a run at <code>/run/ID</code> and runs side by "
-    "side at <code>/compare/ID,ID</code>.</p></body></html>\n")
+    "side at <code>/compare/ID,ID</code>.</p></body></html>\n"
+)
 
 
 def _first_problem(errors: Iterable[Mapping[str, Any]]) -> str:

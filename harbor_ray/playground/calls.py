@@ -31,8 +31,12 @@ PAGE = 50  # calls per read at most: a long run reaches the page in pieces
 TokenPieces = Callable[[str, list[int]], dict[str, Any]]
 
 
-def call_view(turn: TurnRecord, rollout: int, previous: list[Any] | None,
-              token_pieces: TokenPieces | None = None) -> tuple[dict[str, Any], list[Any]]:
+def call_view(
+    turn: TurnRecord,
+    rollout: int,
+    previous: list[Any] | None,
+    token_pieces: TokenPieces | None = None,
+) -> tuple[dict[str, Any], list[Any]]:
     """(the call's view, the conversation it continues the next call from: its request
     messages and its reply). `rollout`: which of the run's rollouts made it (1, 2...);
     `previous`: what the rollout's previous call returned here; `token_pieces`: the
@@ -41,18 +45,28 @@ def call_view(turn: TurnRecord, rollout: int, previous: list[Any] | None,
     reply = _json(turn.response_message_json, {})
     earlier = _repeated(messages, previous or [])
     token_ids = None if turn.token_ids is None else turn.token_ids.tolist()
-    text = (token_pieces(turn.request_model, token_ids)
-            if token_pieces is not None and token_ids is not None else {})
+    text = (
+        token_pieces(turn.request_model, token_ids)
+        if token_pieces is not None and token_ids is not None
+        else {}
+    )
     view = {
-        "rollout": rollout, "index": turn.index, "messages": messages[earlier:],
-        "earlier": earlier, "reply": reply, "finish_reason": turn.finish_reason,
-        "prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
+        "rollout": rollout,
+        "index": turn.index,
+        "messages": messages[earlier:],
+        "earlier": earlier,
+        "reply": reply,
+        "finish_reason": turn.finish_reason,
+        "prompt_tokens": turn.prompt_tokens,
+        "completion_tokens": turn.completion_tokens,
         "latency_s": round(turn.ended_at - turn.started_at, 3) if turn.ended_at else None,
         "auxiliary": turn.auxiliary,
-        "token_ids": token_ids, "pieces": text.get("pieces"),
+        "token_ids": token_ids,
+        "pieces": text.get("pieces"),
         "tokens_note": text.get("note"),
-        "logprobs": None if turn.logprobs is None else [
-            None if math.isnan(x) else round(x, 4) for x in turn.logprobs.tolist()],
+        "logprobs": None
+        if turn.logprobs is None
+        else [None if math.isnan(x) else round(x, 4) for x in turn.logprobs.tolist()],
     }
     return view, [*messages, reply]
 
@@ -62,7 +76,8 @@ def _repeated(messages: list[Any], previous: list[Any]) -> int:
     without it when the agent rewrote the reply before sending it back)."""
     for count in (len(previous), len(previous) - 1):
         if 0 < count <= len(messages) and all(
-                same_message(a, b) for a, b in zip(messages[:count], previous, strict=False)):
+            same_message(a, b) for a, b in zip(messages[:count], previous, strict=False)
+        ):
             return count
     return 0
 
@@ -72,8 +87,10 @@ def same_message(a: Any, b: Any) -> bool:
     a field that is null (or an empty list, or absent) being no field at all."""
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return bool(a == b)
-    return all(_meaning(a.get(key)) == _meaning(b.get(key))
-               for key in ("role", "content", "tool_calls", "tool_call_id", "name"))
+    return all(
+        _meaning(a.get(key)) == _meaning(b.get(key))
+        for key in ("role", "content", "tool_calls", "tool_call_id", "name")
+    )
 
 
 def _meaning(value: Any) -> Any:
@@ -106,8 +123,9 @@ class RunCalls:
 
     def add(self, session_id: str, turn: TurnRecord) -> None:
         rollout = self._rollouts.setdefault(session_id, len(self._rollouts) + 1)
-        view, conversation = call_view(turn, rollout, self._conversations.get(session_id),
-                                       self._token_pieces)
+        view, conversation = call_view(
+            turn, rollout, self._conversations.get(session_id), self._token_pieces
+        )
         self._conversations[session_id] = conversation
         self._calls.append({"seq": len(self._calls), **view})
 
@@ -117,5 +135,5 @@ class RunCalls:
     def after(self, cursor: int, limit: int = PAGE) -> tuple[list[dict[str, Any]], int]:
         """(the calls from `cursor` on, at most `limit`; the cursor after them)."""
         start = max(0, cursor)
-        found = self._calls[start:start + limit]
+        found = self._calls[start : start + limit]
         return found, start + len(found)

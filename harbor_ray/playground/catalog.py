@@ -42,16 +42,24 @@ class Catalog:
 
     def __init__(self, reports: Sequence[DatasetReport]) -> None:
         self._tasks: dict[str, dict[str, TaskRef]] = {
-            report.spec: {task.name: task for task in report.tasks} for report in reports}
+            report.spec: {task.name: task for task in report.tasks} for report in reports
+        }
         self.problems = [
             {"dataset": report.spec, "task": problem.name, "reason": problem.reason}
-            for report in reports for problem in report.problems]
+            for report in reports
+            for problem in report.problems
+        ]
         # Read once: the task browser asks for every summary on each page load.
         self._summaries = [
-            TaskSummary(dataset=spec, name=task.name,
-                        summary=_opening(_read(task.path / _INSTRUCTION)),
-                        has_solution=task.has_solution)
-            for spec, tasks in self._tasks.items() for task in tasks.values()]
+            TaskSummary(
+                dataset=spec,
+                name=task.name,
+                summary=_opening(_read(task.path / _INSTRUCTION)),
+                has_solution=task.has_solution,
+            )
+            for spec, tasks in self._tasks.items()
+            for task in tasks.values()
+        ]
 
     @property
     def datasets(self) -> list[str]:
@@ -79,10 +87,15 @@ class Catalog:
             settings: dict[str, Any] = tomllib.loads(settings_text)
         except tomllib.TOMLDecodeError:  # it loaded in Harbor, so this is not expected
             settings = {}
-        return {"dataset": dataset, "name": name,
-                "instruction": _read(task.path / _INSTRUCTION),
-                "settings": settings, "settings_text": settings_text,
-                "has_solution": task.has_solution, "files": self.files(dataset, name)}
+        return {
+            "dataset": dataset,
+            "name": name,
+            "instruction": _read(task.path / _INSTRUCTION),
+            "settings": settings,
+            "settings_text": settings_text,
+            "has_solution": task.has_solution,
+            "files": self.files(dataset, name),
+        }
 
     def files(self, dataset: str, name: str) -> list[str]:
         """The task's files, relative POSIX paths in order; links leading out of the task
@@ -101,8 +114,7 @@ class Catalog:
         UTF-8 replaced)."""
         pure = PurePosixPath(relative)
         if pure.is_absolute() or ".." in pure.parts or "\\" in relative:
-            raise PlaygroundRefusal("a file is named by its path inside the task",
-                                    status=400)
+            raise PlaygroundRefusal("a file is named by its path inside the task", status=400)
         if relative not in self.files(dataset, name):
             raise PlaygroundRefusal("the task has no such file")
         path = self.task(dataset, name).path.resolve() / relative

@@ -37,15 +37,20 @@ class DatasetSink:
     def directory(self, name: str) -> Path:
         """The dataset directory `name` stands for, or a refusal (400)."""
         if self.root is None:
-            raise PlaygroundRefusal("this playground writes no datasets (it was started "
-                                    "without --datasets-dir)", status=400)
+            raise PlaygroundRefusal(
+                "this playground writes no datasets (it was started without --datasets-dir)",
+                status=400,
+            )
         if not DATASET_NAME.fullmatch(name):
-            raise PlaygroundRefusal("a dataset is named by letters, digits, '.', '_' and "
-                                    "'-' (one name, not a path)", status=400)
+            raise PlaygroundRefusal(
+                "a dataset is named by letters, digits, '.', '_' and '-' (one name, not a path)",
+                status=400,
+            )
         return self.root / name
 
-    def write(self, name: str, record: RolloutRecord, manifest: Mapping[str, Any], *,
-              ended_at: str) -> None:
+    def write(
+        self, name: str, record: RolloutRecord, manifest: Mapping[str, Any], *, ended_at: str
+    ) -> None:
         """Commit one rollout to the dataset `name` (from any thread); `ended_at` goes in
         the manifest, as a sweep's end does."""
         directory = self.directory(name)

@@ -51,12 +51,15 @@ def allowed_agents(import_paths: tuple[str, ...] = ()) -> AgentAllowList:
 class Rollouts(Protocol):
     """`run_rollouts`' shape: what a launcher calls to run a request."""
 
-    def __call__(self, request: RolloutRequest, *,
-                 on_planned: Callable[[int], None] | None = ...,
-                 on_result: Callable[[RolloutRecord], None] | None = ...,
-                 on_turn: TurnListener | None = ...,
-                 on_stage: StageListener | None = ...,
-                 ) -> list[RolloutRecord]: ...
+    def __call__(
+        self,
+        request: RolloutRequest,
+        *,
+        on_planned: Callable[[int], None] | None = ...,
+        on_result: Callable[[RolloutRecord], None] | None = ...,
+        on_turn: TurnListener | None = ...,
+        on_stage: StageListener | None = ...,
+    ) -> list[RolloutRecord]: ...
 
 
 class Launcher:
@@ -65,12 +68,20 @@ class Launcher:
     (OUT/<run id>/); `datasets`: where runs may write datasets; `agents`: the agents a
     form may name."""
 
-    def __init__(self, board: RunBoard, catalog: Catalog, *, out: Path,
-                 llm_url: str | None, max_runs: int = MAX_RUNS,
-                 max_queued: int = MAX_QUEUED, datasets: DatasetSink | None = None,
-                 agents: AgentAllowList | None = None,
-                 rollouts: Rollouts = run_rollouts,
-                 engines: VisitorEngines | None = None) -> None:
+    def __init__(
+        self,
+        board: RunBoard,
+        catalog: Catalog,
+        *,
+        out: Path,
+        llm_url: str | None,
+        max_runs: int = MAX_RUNS,
+        max_queued: int = MAX_QUEUED,
+        datasets: DatasetSink | None = None,
+        agents: AgentAllowList | None = None,
+        rollouts: Rollouts = run_rollouts,
+        engines: VisitorEngines | None = None,
+    ) -> None:
         self.board = board
         self.catalog = catalog
         self.out = out
@@ -111,15 +122,30 @@ class Launcher:
         """The run a form asks for, and the request that runs it (its engine certified
         first when it is the visitor's)."""
         llm_url, certified = await self._engine(form)
-        run = Run(id=secrets.token_hex(6), owner=visitor, agent=form.agent,
-                  dataset=form.dataset, tasks=(form.task,), engine=form.engine,
-                  started_at=_now(), writes_to=form.write_to,
-                  stages=(StageMark("queued", time.time()),),
-                  settings=form.settings(certified.served_model if certified else None))
+        run = Run(
+            id=secrets.token_hex(6),
+            owner=visitor,
+            agent=form.agent,
+            dataset=form.dataset,
+            tasks=(form.task,),
+            engine=form.engine,
+            started_at=_now(),
+            writes_to=form.write_to,
+            stages=(StageMark("queued", time.time()),),
+            settings=form.settings(certified.served_model if certified else None),
+        )
         request = RolloutRequest(
-            agent=form.agent, dataset=form.dataset, tasks=[form.task], llm_url=llm_url,
-            attempts=form.attempts, budget=form.budget, temperature=form.temperature,
-            max_tokens=form.max_tokens, out=self.out / run.id, certified=certified)
+            agent=form.agent,
+            dataset=form.dataset,
+            tasks=[form.task],
+            llm_url=llm_url,
+            attempts=form.attempts,
+            budget=form.budget,
+            temperature=form.temperature,
+            max_tokens=form.max_tokens,
+            out=self.out / run.id,
+            certified=certified,
+        )
         return run, request
 
     def _take_place(self) -> None:
@@ -130,7 +156,9 @@ class Launcher:
             raise PlaygroundRefusal(
                 f"every slot is running and {self._max_queued} runs are waiting already, "
                 "the most this playground queues (--max-queued): start this one when "
-                "one of them has ended", status=429)
+                "one of them has ended",
+                status=429,
+            )
         self._open += 1
 
     @contextlib.asynccontextmanager
@@ -181,8 +209,14 @@ class Launcher:
             self.board.update(run.id, status="running")
             self.board.staged(run.id, StageMark("preparing", time.time()))
             try:
-                await asyncio.to_thread(self._rollouts, request, on_planned=planned,
-                                        on_result=landed, on_turn=turn, on_stage=staged)
+                await asyncio.to_thread(
+                    self._rollouts,
+                    request,
+                    on_planned=planned,
+                    on_result=landed,
+                    on_turn=turn,
+                    on_stage=staged,
+                )
             except Exception as exc:  # a failed run is data on the board, not a crash
                 self._ended(run, "failed", f"{type(exc).__name__}: {exc}")
             else:
@@ -200,8 +234,7 @@ _VERIFIER_TAIL = 16 * 1024
 
 
 def _outcome(record: RolloutRecord) -> dict[str, Any]:
-    reasons = record.turns.column("finish_reason").to_pylist() if record.turns.num_rows \
-        else []
+    reasons = record.turns.column("finish_reason").to_pylist() if record.turns.num_rows else []
     return outcome_view(record.result, reasons, _verifier_output(record.result.trial_dir))
 
 
@@ -219,11 +252,16 @@ def _verifier_output(trial_dir: str | None) -> str | None:
 
 def _manifest(run: Run) -> dict[str, Any]:
     """What a dataset's manifest says made its rows (the run, not the visitor)."""
-    return {"playground": {"run": run.id, "agent": run.agent, "dataset": run.dataset,
-                           "tasks": list(run.tasks)}, "started_at": run.started_at}
+    return {
+        "playground": {
+            "run": run.id,
+            "agent": run.agent,
+            "dataset": run.dataset,
+            "tasks": list(run.tasks),
+        },
+        "started_at": run.started_at,
+    }
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-

@@ -40,24 +40,33 @@ def verdict(reward: float | None, error_type: str | None) -> Verdict:
 
 def finishes(reasons: Iterable[str]) -> list[dict[str, Any]]:
     """Each finish reason with how many calls ended so, most first, and its label."""
-    return [{"reason": reason, "count": count, "label": FINISH_LABELS.get(reason)}
-            for reason, count in Counter(reasons).most_common()]
+    return [
+        {"reason": reason, "count": count, "label": FINISH_LABELS.get(reason)}
+        for reason, count in Counter(reasons).most_common()
+    ]
 
 
-def outcome_view(result: RolloutResult, finish_reasons: Sequence[str],
-                 verifier_output: str | None) -> dict[str, Any]:
+def outcome_view(
+    result: RolloutResult, finish_reasons: Sequence[str], verifier_output: str | None
+) -> dict[str, Any]:
     """What the page shows of a landed rollout. `finish_reasons`: its recorded calls'."""
     reasons = finishes(finish_reasons)
     return {
-        "rollout_id": result.rollout_id, "task": result.task, "ok": result.ok,
-        "reward": result.reward, "rewards": result.rewards,
+        "rollout_id": result.rollout_id,
+        "task": result.task,
+        "ok": result.ok,
+        "reward": result.reward,
+        "rewards": result.rewards,
         "verdict": verdict(result.reward, result.error_type),
-        "error_type": result.error_type, "error": result.error,
-        "model": result.model, "model_calls": result.model_calls,
+        "error_type": result.error_type,
+        "error": result.error,
+        "model": result.model,
+        "model_calls": result.model_calls,
         "finishes": reasons,
         "truncated": sum(r["count"] for r in reasons if r["reason"] == "length"),
         "budget_stops": None if result.counts is None else result.counts.budget_stops,
-        "timings": result.timings, "duration_s": result.timings.get("total"),
+        "timings": result.timings,
+        "duration_s": result.timings.get("total"),
         "verifier_output": verifier_output,
     }
 
@@ -68,5 +77,7 @@ def all_errored(outcomes: Sequence[dict[str, Any]]) -> str | None:
     if not outcomes or any(o["error_type"] is None for o in outcomes):
         return None
     first = outcomes[0]
-    return (f"every rollout failed ({len(outcomes)}); the first: "
-            f"{first['error_type']}: {first['error'] or 'no message'}")
+    return (
+        f"every rollout failed ({len(outcomes)}); the first: "
+        f"{first['error_type']}: {first['error'] or 'no message'}"
+    )

@@ -62,15 +62,16 @@ class Run:
         return sum(rewards) / len(rewards) if rewards else None
 
     def view(self) -> dict[str, Any]:
-        return {**{k: v for k, v in dataclasses.asdict(self).items() if k != "owner"},
-                "reward": self.reward}
+        return {
+            **{k: v for k, v in dataclasses.asdict(self).items() if k != "owner"},
+            "reward": self.reward,
+        }
 
 
 class RunBoard:
     """Every run of this server, by id, in the order started."""
 
-    def __init__(self, *, share: bool = False, token_pieces: TokenPieces | None = None
-                 ) -> None:
+    def __init__(self, *, share: bool = False, token_pieces: TokenPieces | None = None) -> None:
         self.share = share
         self._token_pieces = token_pieces
         self._runs: dict[str, Run] = {}
@@ -84,8 +85,9 @@ class RunBoard:
         """A model call of the run was recorded."""
         calls = self._calls[run_id]
         calls.add(session_id, turn)
-        self.update(run_id, calls=len(calls), settings=self._model_known(
-            run_id, turn.request_model))
+        self.update(
+            run_id, calls=len(calls), settings=self._model_known(run_id, turn.request_model)
+        )
 
     def _model_known(self, run_id: str, model: str | None) -> dict[str, Any]:
         """The run's settings, with `model` as its model when none was known (the
@@ -104,8 +106,11 @@ class RunBoard:
 
     def landed(self, run_id: str, rollout: dict[str, Any]) -> None:
         run = self._runs[run_id]
-        self.update(run_id, rollouts=(*run.rollouts, rollout),
-                    settings=self._model_known(run_id, rollout.get("model")))
+        self.update(
+            run_id,
+            rollouts=(*run.rollouts, rollout),
+            settings=self._model_known(run_id, rollout.get("model")),
+        )
 
     def visible(self, visitor: str) -> list[Run]:
         return [run for run in self._runs.values() if self.share or run.owner == visitor]
@@ -116,8 +121,9 @@ class RunBoard:
             raise PlaygroundRefusal("no such run")
         return run
 
-    def calls(self, visitor: str, run_id: str, cursor: int
-              ) -> tuple[Run, list[dict[str, Any]], int]:
+    def calls(
+        self, visitor: str, run_id: str, cursor: int
+    ) -> tuple[Run, list[dict[str, Any]], int]:
         """(the run, its calls from `cursor` on, the cursor after them), for a visitor
         who may see the run."""
         run = self.get(visitor, run_id)

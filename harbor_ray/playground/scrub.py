@@ -37,8 +37,9 @@ class Scrub:
 
     def __init__(self, *, key: str | None, llm_url: str | None) -> None:
         found = [key or "", *(_engine_forms(llm_url) if llm_url else [])]
-        self._hidden = sorted({s.encode() for s in found if len(s) >= _SHORTEST},
-                              key=len, reverse=True)  # a URL before the host inside it
+        self._hidden = sorted(
+            {s.encode() for s in found if len(s) >= _SHORTEST}, key=len, reverse=True
+        )  # a URL before the host inside it
 
     def __call__(self, body: bytes) -> bytes:
         for secret in self._hidden:
@@ -51,8 +52,14 @@ def _engine_forms(url: str) -> list[str]:
     its credentials alone, and its host as a connection error names it."""
     parts = urlsplit(url)
     host_port = parts.netloc.rpartition("@")[2]
-    forms = [url, url.rstrip("/"), api_root(url), host_port,
-             parts.username or "", parts.password or ""]
+    forms = [
+        url,
+        url.rstrip("/"),
+        api_root(url),
+        host_port,
+        parts.username or "",
+        parts.password or "",
+    ]
     # A URL the engine client would not reach (not http(s), no host, a port that is not
     # one) is never named in a connection error.
     if parts.hostname and parts.scheme in DEFAULT_PORTS:

@@ -36,12 +36,16 @@ __all__ = ["CERTIFY_TIMEOUT_S", "VisitorEngines"]
 
 CERTIFY_TIMEOUT_S = 15.0  # resolving and certifying a visitor's engine, all told
 _NOT_A_URL = "llm_url: an http:// or https:// URL naming the engine's host (and port)"
-_PRIVATE = ("llm_url: a visitor's engine must be at a public address; this playground "
-            "reaches loopback and private ones only for its own --llm-url (its operator "
-            "can allow them with --allow-private-engines)")
-_FAILED = ("llm_url: that engine cannot be used: it did not certify as an engine the "
-           "playground can run on (what it answered is not shown here; `harbor-ray info "
-           "--llm-url URL` says why, where you run it)")
+_PRIVATE = (
+    "llm_url: a visitor's engine must be at a public address; this playground "
+    "reaches loopback and private ones only for its own --llm-url (its operator "
+    "can allow them with --allow-private-engines)"
+)
+_FAILED = (
+    "llm_url: that engine cannot be used: it did not certify as an engine the "
+    "playground can run on (what it answered is not shown here; `harbor-ray info "
+    "--llm-url URL` says why, where you run it)"
+)
 
 Certify = Callable[[str], Awaitable[Certification]]
 
@@ -64,8 +68,9 @@ class VisitorEngines:
                     await _refuse_private(host, port)
                 return await self.certify(url)
         except TimeoutError as exc:
-            raise PlaygroundRefusal(f"llm_url: that engine did not answer within "
-                                    f"{self.timeout_s:g} s", status=400) from exc
+            raise PlaygroundRefusal(
+                f"llm_url: that engine did not answer within {self.timeout_s:g} s", status=400
+            ) from exc
         except (CertificationError, EngineCallError, OSError, ValueError) as exc:
             raise PlaygroundRefusal(_FAILED, status=400) from exc
 
@@ -85,8 +90,7 @@ async def _refuse_private(host: str, port: int) -> None:
     """Refuse `host` unless every address it resolves to is public. Resolved as the
     connection will be (so `2130706433` and `127.1` are 127.0.0.1); a name that does not
     resolve is an engine that cannot be used, said as any other."""
-    found = await asyncio.get_running_loop().getaddrinfo(host, port,
-                                                         type=socket.SOCK_STREAM)
+    found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     if not all(_public(str(sockaddr[0])) for *_, sockaddr in found):
         raise PlaygroundRefusal(_PRIVATE, status=400)
 

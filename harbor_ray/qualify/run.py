@@ -54,8 +54,15 @@ from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["QUALIFIED", "Cell", "QualifyPlan", "default_agents", "qualify", "report_paths",
-           "unplayable_row"]
+__all__ = [
+    "QUALIFIED",
+    "Cell",
+    "QualifyPlan",
+    "default_agents",
+    "qualify",
+    "report_paths",
+    "unplayable_row",
+]
 
 _UPGRADE_REFUSED = 426
 SCRIPTED_MODEL = FakeEngine.model
@@ -68,52 +75,79 @@ SCRIPTED_MODEL = FakeEngine.model
 _CLAUDE_TOOLS_BUT_BASH = (
     "Agent,CronCreate,CronDelete,CronList,Edit,EnterWorktree,ExitWorktree,NotebookEdit,"
     "Read,ReportFindings,ScheduleWakeup,SendMessage,Skill,TaskCreate,TaskGet,TaskList,"
-    "TaskOutput,TaskStop,TaskUpdate,WebFetch,WebSearch,Workflow,Write")
-SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "codex": {"config": {"web_search": "disabled", "features": {
-        "multi_agent": False, "goals": False, "view_image": False,
-        "image_generation": False}}},
-    "claude-code": {"disallowed_tools": _CLAUDE_TOOLS_BUT_BASH},
-    # Its system prompt alone is about 6,800 tokens; its shell tool fits beside it.
-    "gemini-cli": {"core_tools": ["run_shell_command"]},
-    # As it ships it declares about 35,000 bytes of tools.
-    "copilot-cli": {"available_tools": ["bash"]},
-    # Its system prompt alone is past 8,700 tokens: a short one in its place.
-    "qwen-coder": {"config": {"tools": {"core": ["run_shell_command"]}},
-                   "system_prompt": "You are a coding agent in a Linux shell. Complete the "
-                                    "user's task by running commands with the "
-                                    "run_shell_command tool, then say briefly what you did."},
-    # Its tools and system prompt as it ships come to about 8,500 tokens. Its unified
-    # harness keeps its core tools whatever enabled_tools says, but drops the prompt's
-    # sections on background processes, subagents and the project.
-    "vibe": {"settings": {"enabled_tools": ["bash"], "enable_background_processes": False,
-                          "enable_subagents": False, "include_project_context": False,
-                          "include_prompt_detail": False}},
-    # As it ships its first request is about 14,500 tokens: a system prompt of 47,000
-    # characters (deferred tool schemas, skills, and the workspace files it writes and
-    # injects) beside eleven tools. Its exec tool alone, no tool search, no skills, and
-    # no workspace files.
-    "openclaw": {"openclaw_config": {
-        "tools": {"allow": ["exec"], "toolSearch": False},
-        "agents": {"defaults": {"skipBootstrap": True, "contextInjection": "never",
-                                "skills": []}}}},
-    # As it ships its first request is about 22,400 tokens, most of it 26 tools: an
-    # agent of its own with the Bash tool alone, no subagents, and a short prompt.
-    "kimi-code": {"agent_file": "---\nname: shell\ndescription: A coding agent that works "
-                                "through its shell.\ntools: Bash\nsubagents: []\n---\n"
-                                "You are a coding agent in a Linux shell. Complete the user's "
-                                "task by running commands with the Bash tool, then say "
-                                "briefly what you did.\n"},
-})
+    "TaskOutput,TaskStop,TaskUpdate,WebFetch,WebSearch,Workflow,Write"
+)
+SMALL_CONTEXT_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "codex": {
+            "config": {
+                "web_search": "disabled",
+                "features": {
+                    "multi_agent": False,
+                    "goals": False,
+                    "view_image": False,
+                    "image_generation": False,
+                },
+            }
+        },
+        "claude-code": {"disallowed_tools": _CLAUDE_TOOLS_BUT_BASH},
+        # Its system prompt alone is about 6,800 tokens; its shell tool fits beside it.
+        "gemini-cli": {"core_tools": ["run_shell_command"]},
+        # As it ships it declares about 35,000 bytes of tools.
+        "copilot-cli": {"available_tools": ["bash"]},
+        # Its system prompt alone is past 8,700 tokens: a short one in its place.
+        "qwen-coder": {
+            "config": {"tools": {"core": ["run_shell_command"]}},
+            "system_prompt": "You are a coding agent in a Linux shell. Complete the "
+            "user's task by running commands with the "
+            "run_shell_command tool, then say briefly what you did.",
+        },
+        # Its tools and system prompt as it ships come to about 8,500 tokens. Its unified
+        # harness keeps its core tools whatever enabled_tools says, but drops the prompt's
+        # sections on background processes, subagents and the project.
+        "vibe": {
+            "settings": {
+                "enabled_tools": ["bash"],
+                "enable_background_processes": False,
+                "enable_subagents": False,
+                "include_project_context": False,
+                "include_prompt_detail": False,
+            }
+        },
+        # As it ships its first request is about 14,500 tokens: a system prompt of 47,000
+        # characters (deferred tool schemas, skills, and the workspace files it writes and
+        # injects) beside eleven tools. Its exec tool alone, no tool search, no skills, and
+        # no workspace files.
+        "openclaw": {
+            "openclaw_config": {
+                "tools": {"allow": ["exec"], "toolSearch": False},
+                "agents": {
+                    "defaults": {"skipBootstrap": True, "contextInjection": "never", "skills": []}
+                },
+            }
+        },
+        # As it ships its first request is about 22,400 tokens, most of it 26 tools: an
+        # agent of its own with the Bash tool alone, no subagents, and a short prompt.
+        "kimi-code": {
+            "agent_file": "---\nname: shell\ndescription: A coding agent that works "
+            "through its shell.\ntools: Bash\nsubagents: []\n---\n"
+            "You are a coding agent in a Linux shell. Complete the user's "
+            "task by running commands with the Bash tool, then say "
+            "briefly what you did.\n"
+        },
+    }
+)
 
 
 # Agent kwargs at both levels: the project Harbor's langgraph harness runs (it runs a
 # user's own LangGraph project; this one, shipped with harbor_ray, has one agent with a
 # shell tool, built the way Harbor's runner documents: samples/langgraph/agent.py).
 LANGGRAPH_SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "langgraph"
-QUALIFY_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "langgraph": {"project_path": str(LANGGRAPH_SAMPLE)},
-})
+QUALIFY_KWARGS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "langgraph": {"project_path": str(LANGGRAPH_SAMPLE)},
+    }
+)
 
 
 # One agent speaking one profile (None: an agent without a model, or not wired).
@@ -146,9 +180,15 @@ def report_paths(out: Path, level: Level) -> tuple[Path, Path]:
 
 
 async def qualify(
-    plan: QualifyPlan, *, level: Level, engine: Engine | None = None, url: str = "",
-    model: str | None = None, on_row: Callable[[QualifyRow], None] | None = None,
-    engine_kind: EngineChoice = "auto", engine_provenance: Provenance | None = None,
+    plan: QualifyPlan,
+    *,
+    level: Level,
+    engine: Engine | None = None,
+    url: str = "",
+    model: str | None = None,
+    on_row: Callable[[QualifyRow], None] | None = None,
+    engine_kind: EngineChoice = "auto",
+    engine_provenance: Provenance | None = None,
 ) -> QualifyReport:
     """Run the plan at `level` (`model` needs `engine`, at `url`, behind the adapter for
     `engine_kind`) and write its report. Rows are in plan order (cells, then tasks),
@@ -168,33 +208,53 @@ async def qualify(
 
     async def one(agent: str, profile: str | None, task: TaskRef) -> QualifyRow:
         kwargs = _agent_kwargs(agent, level)
-        provenance = harness_provenance(agent, profile=profile,
-                                        agent_kwargs=kwargs).with_engine(engine_provenance)
+        provenance = harness_provenance(agent, profile=profile, agent_kwargs=kwargs).with_engine(
+            engine_provenance
+        )
         async with gate:
             scripted = level == "scripted"
             try:
                 # Off the loop: the script's cuts and aider's edits run bash (solution.py).
-                played = EngineTap(model_engine if model_engine is not None else await
-                                   asyncio.to_thread(scripted_engine, agent, task.path,
-                                                     task.workdir))
+                played = EngineTap(
+                    model_engine
+                    if model_engine is not None
+                    else await asyncio.to_thread(scripted_engine, agent, task.path, task.workdir)
+                )
             except DatasetError as error:  # this agent cannot be played this solution
                 row = unplayable_row(agent, profile, task.name, str(error), provenance)
             else:
-                async with _capture(played, SCRIPTED_MODEL if scripted else served,
-                                    None if scripted else logprobs_mode,
-                                    stitch) as (capture, answers):
-                    row = await _qualify_one(plan, level, (agent, profile), task, capture,
-                                             answers, played, kwargs, provenance)
+                async with _capture(
+                    played,
+                    SCRIPTED_MODEL if scripted else served,
+                    None if scripted else logprobs_mode,
+                    stitch,
+                ) as (capture, answers):
+                    row = await _qualify_one(
+                        plan,
+                        level,
+                        (agent, profile),
+                        task,
+                        capture,
+                        answers,
+                        played,
+                        kwargs,
+                        provenance,
+                    )
         if on_row is not None:
             on_row(row)
         return row
 
     rows = await all_unwound(one(a, p, t) for a, p in plan.cells for t in plan.tasks)
     report = QualifyReport(
-        level=level, engine="scripted" if level == "scripted" else served, engine_kind=kind,
-        harbor_ray=_version("harbor-ray"), harbor=_version("harbor"), started_at=started,
+        level=level,
+        engine="scripted" if level == "scripted" else served,
+        engine_kind=kind,
+        harbor_ray=_version("harbor-ray"),
+        harbor=_version("harbor"),
+        started_at=started,
         rows=list(rows),
-        harnesses=[HarnessRow(**asdict(h)) for h in harness_table(harbor_harnesses())])
+        harnesses=[HarnessRow(**asdict(h)) for h in harness_table(harbor_harnesses())],
+    )
     plan.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_paths(plan.out, level)
     json_path.write_text(report.model_dump_json(indent=2) + "\n")
@@ -203,8 +263,9 @@ async def qualify(
 
 
 @contextlib.asynccontextmanager
-async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | None,
-                   stitch: bool) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
+async def _capture(
+    engine: EngineTap, served_model: str, logprobs_mode: str | None, stitch: bool
+) -> AsyncIterator[tuple[LocalCapture, ProxyTap]]:
     """A proxy of its own for one rollout (so that what it answered and what the engine
     generated belong to that rollout alone), with its taps."""
     taps: list[ProxyTap] = []
@@ -213,25 +274,42 @@ async def _capture(engine: EngineTap, served_model: str, logprobs_mode: str | No
         taps.append(ProxyTap(app))
         return taps[0]
 
-    async with serve_capture(InMemorySessionStore(), engine, served_model,
-                             wrap=wrap, logprobs_mode=logprobs_mode,
-                             stitch=stitch) as capture:
+    async with serve_capture(
+        InMemorySessionStore(),
+        engine,
+        served_model,
+        wrap=wrap,
+        logprobs_mode=logprobs_mode,
+        stitch=stitch,
+    ) as capture:
         taps[0].answers.clear()  # the server's readiness probe
         yield capture, taps[0]
 
 
 async def _qualify_one(
-    plan: QualifyPlan, level: Level, cell: Cell, task: TaskRef, capture: LocalCapture,
-    proxy_tap: ProxyTap, engine_tap: EngineTap, agent_kwargs: dict[str, Any],
+    plan: QualifyPlan,
+    level: Level,
+    cell: Cell,
+    task: TaskRef,
+    capture: LocalCapture,
+    proxy_tap: ProxyTap,
+    engine_tap: EngineTap,
+    agent_kwargs: dict[str, Any],
     provenance: Provenance,
 ) -> QualifyRow:
     agent, profile = cell
     stamp = time.strftime("%Y%m%d-%H%M%S")
     spec = RolloutSpec(
-        rollout_id=f"{agent}__{profile}__{task.name}__{level}__{stamp}", task=task,
-        agent=agent, profile=profile, sandbox=plan.sandbox,
-        trials_dir=plan.out / "trials", budget=plan.budget, deadline_s=plan.deadline_s,
-        sampling=plan.sampling, agents_cache=plan.agents_cache,
+        rollout_id=f"{agent}__{profile}__{task.name}__{level}__{stamp}",
+        task=task,
+        agent=agent,
+        profile=profile,
+        sandbox=plan.sandbox,
+        trials_dir=plan.out / "trials",
+        budget=plan.budget,
+        deadline_s=plan.deadline_s,
+        sampling=plan.sampling,
+        agents_cache=plan.agents_cache,
         agent_kwargs=agent_kwargs,
         sandbox_kwargs={"sandboxes_dir": str(plan.out / "sandboxes"), **plan.sandbox_kwargs},
         provenance=provenance,
@@ -244,20 +322,39 @@ async def _qualify_one(
 
 def _agent_kwargs(agent: str, level: Level) -> dict[str, Any]:
     """The keyword arguments `agent` runs with at `level` (a copy of its own)."""
-    return copy.deepcopy({**QUALIFY_KWARGS.get(agent, {}),
-                          **(SMALL_CONTEXT_KWARGS.get(agent, {}) if level == "model" else {})})
+    return copy.deepcopy(
+        {
+            **QUALIFY_KWARGS.get(agent, {}),
+            **(SMALL_CONTEXT_KWARGS.get(agent, {}) if level == "model" else {}),
+        }
+    )
 
 
-def unplayable_row(agent: str, profile: str | None, task: str, why: str,
-                   provenance: Provenance | None = None) -> QualifyRow:
+def unplayable_row(
+    agent: str, profile: str | None, task: str, why: str, provenance: Provenance | None = None
+) -> QualifyRow:
     """The row of a cell whose scripted engine cannot play the task's solution (the
     reason from solution.py): not qualified, nothing run."""
-    row = QualifyRow(agent=agent, profile=profile, version=_agent_version(agent),
-                     dialect=None, streaming="-", task=task, row_ok=False, turns=0,
-                     agent_roots=0, auxiliary_turns=0, splits=0, stitched=0, reward=None,
-                     proxy_4xx=0, exact_ids=None, error_type=ErrorType.TASK_INVALID.value,
-                     error=f"the scripted engine cannot play this solution: {why}",
-                     provenance=provenance)
+    row = QualifyRow(
+        agent=agent,
+        profile=profile,
+        version=_agent_version(agent),
+        dialect=None,
+        streaming="-",
+        task=task,
+        row_ok=False,
+        turns=0,
+        agent_roots=0,
+        auxiliary_turns=0,
+        splits=0,
+        stitched=0,
+        reward=None,
+        proxy_4xx=0,
+        exact_ids=None,
+        error_type=ErrorType.TASK_INVALID.value,
+        error=f"the scripted engine cannot play this solution: {why}",
+        provenance=provenance,
+    )
     return row.model_copy(update={"why": problems(row, "scripted")})
 
 
@@ -265,33 +362,39 @@ def _agent_version(agent: str) -> str:
     return PINS[agent].version if agent in PINS else _version("harbor")
 
 
-def row_of(agent: str, record: RolloutRecord, answers: Sequence[Answer],
-           generations: Sequence[Generation]) -> QualifyRow:
+def row_of(
+    agent: str, record: RolloutRecord, answers: Sequence[Answer], generations: Sequence[Generation]
+) -> QualifyRow:
     """The report's row of one finished rollout, what the proxy answered during it, and
     what the engine generated."""
     result, doc = record.result, export_document(record)
     turns = doc["turns"] if doc is not None else []  # None: the rollout had no capture
-    calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/"))
-             and a.status < 400]
+    calls = [a for a in answers if a.path.startswith(("/v1/", "/v1beta/")) and a.status < 400]
     streamed = {a.streamed for a in calls}
     refusals = [f"{a.method} {a.path} {a.status}" for a in answers if 400 <= a.status < 500]
     return QualifyRow(
-        agent=agent, version=_agent_version(agent),
+        agent=agent,
+        version=_agent_version(agent),
         dialect=_dialect(calls),
-        streaming="-" if not streamed else "mixed" if len(streamed) > 1 else (
-            "yes" if streamed == {True} else "no"),
-        task=result.task, row_ok=result.ok, turns=len(turns),
+        streaming="-"
+        if not streamed
+        else "mixed"
+        if len(streamed) > 1
+        else ("yes" if streamed == {True} else "no"),
+        task=result.task,
+        row_ok=result.ok,
+        turns=len(turns),
         agent_roots=result.counts.agent_roots if result.counts else 0,
         auxiliary_turns=sum(1 for t in turns if t["auxiliary"]),
         splits=sum(1 for f in result.findings if f.code == "retokenization_split"),
         stitched=sum(1 for t in turns if (t["continuation"] or {}).get("stitched")),
         reward=result.reward,
-        proxy_4xx=sum(1 for a in answers if 400 <= a.status < 500
-                      and a.status != _UPGRADE_REFUSED),
+        proxy_4xx=sum(1 for a in answers if 400 <= a.status < 500 and a.status != _UPGRADE_REFUSED),
         refusals=refusals,
         exact_ids=_exact_ids(turns, generations),
         error_type=result.error_type.value if result.error_type else None,
-        error=result.error, seconds=round(result.timings.get("total", 0.0), 1),
+        error=result.error,
+        seconds=round(result.timings.get("total", 0.0), 1),
         provenance=result.provenance,
     )
 
@@ -304,8 +407,7 @@ def _dialect(calls: Sequence[Answer]) -> str | None:
     return "+".join(spoken) or None
 
 
-def _exact_ids(turns: Sequence[dict[str, Any]], generations: Sequence[Generation]
-               ) -> bool | None:
+def _exact_ids(turns: Sequence[dict[str, Any]], generations: Sequence[Generation]) -> bool | None:
     """Whether each turn, by index, stores exactly the ids the engine generated for its
     own call (the generation for the same request messages, the earliest unpaired one
     among identical requests), with a generation for every turn and none left over.
@@ -318,7 +420,9 @@ def _exact_ids(turns: Sequence[dict[str, Any]], generations: Sequence[Generation
         sent = orjson.dumps(turn["request_messages"])
         own = next((g for g in unpaired if g.messages == sent), None)
         if own is None or (own.prompt_ids, own.token_ids) != (
-                tuple(turn["prompt_ids"] or ()), tuple(turn["token_ids"] or ())):
+            tuple(turn["prompt_ids"] or ()),
+            tuple(turn["token_ids"] or ()),
+        ):
             return False
         unpaired.remove(own)
     return not unpaired

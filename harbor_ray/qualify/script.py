@@ -47,19 +47,21 @@ __all__ = [
 # code-puppy shell, openhands-sdk terminal, openhands execute_bash, openclaw exec,
 # antigravity-sdk run_command, cline-cli run_commands, strands' sandbox_shell): names as
 # their requests declare them.
-SHELL_TOOLS: Mapping[str, str] = MappingProxyType({
-    "exec": "command",
-    "exec_command": "cmd",
-    "Bash": "command",
-    "run_shell_command": "command",
-    "bash": "command",
-    "shell": "command",
-    "terminal": "command",
-    "execute_bash": "command",
-    "run_command": "CommandLine",
-    "run_commands": "commands",
-    "sandbox_shell": "command",
-})
+SHELL_TOOLS: Mapping[str, str] = MappingProxyType(
+    {
+        "exec": "command",
+        "exec_command": "cmd",
+        "Bash": "command",
+        "run_shell_command": "command",
+        "bash": "command",
+        "shell": "command",
+        "terminal": "command",
+        "execute_bash": "command",
+        "run_command": "CommandLine",
+        "run_commands": "commands",
+        "sandbox_shell": "command",
+    }
+)
 # Shell tools whose argument is a list of commands (cline-cli's run_commands): the
 # solution goes as its one element, heredocs and all.
 _COMMAND_LISTS = frozenset({"run_commands"})
@@ -67,31 +69,41 @@ _COMMAND_LISTS = frozenset({"run_commands"})
 # filled in (code-puppy: pydantic-ai's validated arguments, defaults included): a call
 # that spells them out, in the tool's order, comes back as it was sampled, where one
 # that leaves them out would come back rewritten and start a new root.
-_SPELLED_OUT: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "shell": {"cwd": None, "timeout": 60, "background": False},
-    # Not echoed back, but its schema requires it (openhands 0.62's execute_bash).
-    "execute_bash": {"security_risk": "LOW"},
-    # Required by antigravity-sdk 0.1.22's run_command: a command not done within
-    # WaitMsBeforeAsync (10000 at most) goes to the background, its output to a later
-    # message; the summary and action are labels its schema requires of every tool.
-    "run_command": {"Cwd": "/app", "WaitMsBeforeAsync": 10000,
-                    "toolSummary": "Task solution", "toolAction": "Running solution"},
-})
+_SPELLED_OUT: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "shell": {"cwd": None, "timeout": 60, "background": False},
+        # Not echoed back, but its schema requires it (openhands 0.62's execute_bash).
+        "execute_bash": {"security_risk": "LOW"},
+        # Required by antigravity-sdk 0.1.22's run_command: a command not done within
+        # WaitMsBeforeAsync (10000 at most) goes to the background, its output to a later
+        # message; the summary and action are labels its schema requires of every tool.
+        "run_command": {
+            "Cwd": "/app",
+            "WaitMsBeforeAsync": 10000,
+            "toolSummary": "Task solution",
+            "toolAction": "Running solution",
+        },
+    }
+)
 # Agents that end only on a command of their own, not on a text reply: shell calls made
 # after the solution's.
-_FINISH: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "mini-swe-agent": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),
-    "fabric": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),  # its mini-swe-agent adapter
-})
+_FINISH: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "mini-swe-agent": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),
+        "fabric": ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",),  # its mini-swe-agent adapter
+    }
+)
 FINAL_TEXT = "Done: the task's commands ran."
 # Agents that end only on a tool call of their own: openhands takes a text reply for a
 # question to the user, answers itself "continue" when headless, and stops as stuck.
-_FINAL_CALL: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
-    "openhands": ("finish", MappingProxyType({"message": FINAL_TEXT})),
-    # cline-cli answers a text reply with "[SYSTEM] This run is not complete until you
-    # call one of these terminal completion tools: submit_and_exit".
-    "cline-cli": ("submit_and_exit", MappingProxyType({"summary": FINAL_TEXT})),
-})
+_FINAL_CALL: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
+    {
+        "openhands": ("finish", MappingProxyType({"message": FINAL_TEXT})),
+        # cline-cli answers a text reply with "[SYSTEM] This run is not complete until you
+        # call one of these terminal completion tools: submit_and_exit".
+        "cline-cli": ("submit_and_exit", MappingProxyType({"summary": FINAL_TEXT})),
+    }
+)
 # Agents that edit files only through their reply's text, in aider's "whole" format: a
 # file's path on a line of its own, then its entire content in a fence (the format aider
 # picks for a model it does not know, as Harbor runs it).
@@ -110,8 +122,10 @@ _ONE_COMMAND_AGENTS = frozenset({"openhands", "openhands-sdk"})
 
 def whole_file_edits(files: Mapping[str, str]) -> str:
     """A reply that writes `files` in aider's whole-file format."""
-    return "\n".join(f"{name}\n{_FENCE}\n{content.removesuffix(chr(10))}\n{_FENCE}\n"
-                     for name, content in files.items())
+    return "\n".join(
+        f"{name}\n{_FENCE}\n{content.removesuffix(chr(10))}\n{_FENCE}\n"
+        for name, content in files.items()
+    )
 
 
 @dataclass(frozen=True)
@@ -122,8 +136,9 @@ class ToolSolver:
     steps: tuple[str, ...]
     final_call: tuple[str, Mapping[str, Any]] | None = None
 
-    def __call__(self, messages: Sequence[Mapping[str, Any]],
-                 tools: Sequence[Mapping[str, Any]]) -> FakeReply:
+    def __call__(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> FakeReply:
         done = sum(1 for m in messages if m.get("role") == "tool")
         shell = _shell_tool(tools)
         if shell is not None and done >= len(self.steps) and self.final_call is not None:
@@ -133,8 +148,7 @@ class ToolSolver:
             return FakeReply(text=FINAL_TEXT)
         name, argument = shell
         step = self.steps[done]
-        call = {argument: [step] if name in _COMMAND_LISTS else step,
-                **_SPELLED_OUT.get(name, {})}
+        call = {argument: [step] if name in _COMMAND_LISTS else step, **_SPELLED_OUT.get(name, {})}
         return FakeReply(tool_calls=((name, call),))
 
 
@@ -154,12 +168,14 @@ def terminus_script(keystrokes: str) -> Script:
     def script(messages: list[dict[str, Any]]) -> FakeReply:
         acted = sum(1 for m in messages if m.get("role") == "assistant")
         if acted == 0:
-            reply = {"analysis": "Empty directory.", "plan": "Write the file.",
-                     "commands": [{"keystrokes": keystrokes, "duration": 0.5}],
-                     "task_complete": False}
+            reply = {
+                "analysis": "Empty directory.",
+                "plan": "Write the file.",
+                "commands": [{"keystrokes": keystrokes, "duration": 0.5}],
+                "task_complete": False,
+            }
         else:
-            reply = {"analysis": "Done.", "plan": "Finish.", "commands": [],
-                     "task_complete": True}
+            reply = {"analysis": "Done.", "plan": "Finish.", "commands": [], "task_complete": True}
         return FakeReply(text=json.dumps(reply))
 
     return script
@@ -179,7 +195,11 @@ def scripted_engine(agent: str, task_dir: Path, workdir: str | None = None) -> F
     if agent == "terminus-2":
         typed = "".join(typed_command(c) + "\n" for c in split_commands(script))
         return FakeEngine(script=terminus_script(typed))
-    steps = (tuple(map(typed_command, split_commands(script)))
-             if agent in _ONE_COMMAND_AGENTS else (script,))
-    return FakeEngine(tool_script=ToolSolver((*steps, *_FINISH.get(agent, ())),
-                                             _FINAL_CALL.get(agent)))
+    steps = (
+        tuple(map(typed_command, split_commands(script)))
+        if agent in _ONE_COMMAND_AGENTS
+        else (script,)
+    )
+    return FakeEngine(
+        tool_script=ToolSolver((*steps, *_FINISH.get(agent, ())), _FINAL_CALL.get(agent))
+    )

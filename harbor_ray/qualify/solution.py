@@ -28,8 +28,13 @@ from harbor_ray.trials.sandbox.layout import (
     prepare_root,
 )
 
-__all__ = ["bash_reads_whole", "solution_edits", "solution_script", "split_commands",
-           "typed_command"]
+__all__ = [
+    "bash_reads_whole",
+    "solution_edits",
+    "solution_script",
+    "split_commands",
+    "typed_command",
+]
 
 # A solution is a few commands run once: far below this, which only stops a hung one.
 _RUN_TIMEOUT_S = 120.0
@@ -48,13 +53,13 @@ def bash_reads_whole(text: str) -> bool:
     """Whether bash reads `text` as complete commands: no syntax error and no warning
     (a heredoc still open at the end is only a warning). extglob on, as a script that
     turns it on would parse its later lines."""
-    checked = subprocess.run(["bash", "-O", "extglob", "-n"], input=text.encode(),
-                             capture_output=True, check=False)
+    checked = subprocess.run(
+        ["bash", "-O", "extglob", "-n"], input=text.encode(), capture_output=True, check=False
+    )
     return checked.returncode == 0 and not checked.stderr
 
 
-def split_commands(script: str, whole: Callable[[str], bool] = bash_reads_whole
-                   ) -> tuple[str, ...]:
+def split_commands(script: str, whole: Callable[[str], bool] = bash_reads_whole) -> tuple[str, ...]:
     """`script`'s top-level commands, each a run of its lines that `whole` reads as
     complete (a line ending in an escaping backslash always continues), in order. Lines
     that are only blanks or comments between commands are dropped: they run nothing.
@@ -71,8 +76,10 @@ def split_commands(script: str, whole: Callable[[str], bool] = bash_reads_whole
         commands.append(text)
         pending = []
     if pending:
-        raise DatasetError(f"the solution ends inside a command bash cannot finish: "
-                           f"{pending[0]!r}...; fix solve.sh (`bash -n` says where)")
+        raise DatasetError(
+            f"the solution ends inside a command bash cannot finish: "
+            f"{pending[0]!r}...; fix solve.sh (`bash -n` says where)"
+        )
     return tuple(commands)
 
 
@@ -95,8 +102,9 @@ def typed_command(command: str) -> str:
     variables, still changes as the command changes it)."""
     if not any(c in "\t!" or (c < " " and c != "\n") or c == "\x7f" for c in command):
         return command
-    quoted = "".join(_ESCAPES.get(c) or (f"\\x{ord(c):02x}" if c < " " or c == "\x7f"
-                                         else c) for c in command)
+    quoted = "".join(
+        _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if c < " " or c == "\x7f" else c) for c in command
+    )
     return f"eval $'{quoted}'"
 
 
@@ -117,30 +125,41 @@ def solution_edits(task_dir: Path, workdir: str | None = None) -> dict[str, str]
         before = _contents(here)
         script = f"cd {inside} && {{\n{solution_script(task_dir)}\n}}"
         bwrap = shutil.which("bwrap") or "bwrap"
-        ran = subprocess.run(init_argv(bwrap, layout, command=("/bin/bash", "-c", script)),
-                             capture_output=True, check=False, timeout=_RUN_TIMEOUT_S,
-                             env={"PATH": SANDBOX_PATH, "HOME": "/root", "LANG": "C.UTF-8"})
+        ran = subprocess.run(
+            init_argv(bwrap, layout, command=("/bin/bash", "-c", script)),
+            capture_output=True,
+            check=False,
+            timeout=_RUN_TIMEOUT_S,
+            env={"PATH": SANDBOX_PATH, "HOME": "/root", "LANG": "C.UTF-8"},
+        )
         if ran.returncode != 0:
             raise DatasetError(
                 f"{task_dir.name}'s solve.sh failed in a scratch sandbox (exit "
-                f"{ran.returncode}): {ran.stderr.decode(errors='replace')[-500:]}")
+                f"{ran.returncode}): {ran.stderr.decode(errors='replace')[-500:]}"
+            )
         after = _contents(here)
     return _edits(task_dir.name, inside, before, after)
 
 
 def _contents(root: Path) -> dict[str, bytes]:
-    return {path.relative_to(root).as_posix(): path.read_bytes()
-            for path in sorted(root.rglob("*")) if path.is_file()}
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
 
 
-def _edits(task: str, workdir: PurePosixPath, before: dict[str, bytes],
-           after: dict[str, bytes]) -> dict[str, str]:
+def _edits(
+    task: str, workdir: PurePosixPath, before: dict[str, bytes], after: dict[str, bytes]
+) -> dict[str, str]:
     """The written or changed files of `after` as text; refusals name what cannot be an
     edit."""
     gone = sorted(before.keys() - after.keys())
     if gone:
-        raise DatasetError(f"{task}'s solution removes {', '.join(gone)}: whole-file edits "
-                           "cannot remove a file; give the task a solution that only writes")
+        raise DatasetError(
+            f"{task}'s solution removes {', '.join(gone)}: whole-file edits "
+            "cannot remove a file; give the task a solution that only writes"
+        )
     edits: dict[str, str] = {}
     for name, content in after.items():
         if before.get(name) == content:
@@ -148,9 +167,13 @@ def _edits(task: str, workdir: PurePosixPath, before: dict[str, bytes],
         try:
             edits[name] = content.decode()
         except UnicodeDecodeError:
-            raise DatasetError(f"{task}'s solution leaves {name}, which is not UTF-8 text: "
-                               "whole-file edits carry text only") from None
+            raise DatasetError(
+                f"{task}'s solution leaves {name}, which is not UTF-8 text: "
+                "whole-file edits carry text only"
+            ) from None
     if not edits:
-        raise DatasetError(f"{task}'s solution changes no file in {workdir}: an "
-                           "agent that only edits files has nothing to write")
+        raise DatasetError(
+            f"{task}'s solution changes no file in {workdir}: an "
+            "agent that only edits files has nothing to write"
+        )
     return edits

@@ -50,8 +50,11 @@ class ProxyTap:
             if message["type"] in ("http.response.start", "websocket.http.response.start"):
                 headers = dict(message.get("headers") or [])
                 streamed = headers.get(b"content-type", b"").startswith(b"text/event-stream")
-                self.answers.append(Answer(scope.get("method", "WEBSOCKET"), scope["path"],
-                                           message["status"], streamed))
+                self.answers.append(
+                    Answer(
+                        scope.get("method", "WEBSOCKET"), scope["path"], message["status"], streamed
+                    )
+                )
             await send(message)
 
         await self.app(scope, receive, watched)
@@ -75,15 +78,24 @@ class EngineTap:
     engine: Engine
     generations: list[Generation] = field(default_factory=list)
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                      session: str | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        session: str | None = None,
+    ) -> dict[str, Any]:
         reply = await self.engine.request(method, path, body, session=session)
         if path == _CHAT and isinstance(reply, dict):
             choices = reply.get("choices") or [{}]
-            self.generations.append(Generation(
-                orjson.dumps((body or {}).get("messages")),
-                tuple(reply.get("prompt_token_ids") or ()),
-                tuple(choices[0].get("token_ids") or ())))
+            self.generations.append(
+                Generation(
+                    orjson.dumps((body or {}).get("messages")),
+                    tuple(reply.get("prompt_token_ids") or ()),
+                    tuple(choices[0].get("token_ids") or ()),
+                )
+            )
         return reply
 
     async def aclose(self) -> None:

@@ -15,19 +15,30 @@ __all__ = ["REPORT_FILE", "report_document", "write_atomically", "write_report"]
 REPORT_FILE = "report.html"
 
 
-def report_document(out: str | os.PathLike[str], *, pass_reward: float = 1.0,
-                    tokenizers: Tokenizers | None = None) -> bytes:
+def report_document(
+    out: str | os.PathLike[str], *, pass_reward: float = 1.0, tokenizers: Tokenizers | None = None
+) -> bytes:
     """The report document of the committed rows at `out` (see document.py), with the
     token text of the served model's tokenizer when `tokenizers` finds it here."""
     version = dataset_version(out)  # before reading: a commit in between shows next time
     tables = read_tables(out)
     found = (tokenizers or Tokenizers()).for_model(served_model(tables))
-    return report_json(tables, source=str(out), version=version, pass_reward=pass_reward,
-                       tokens=token_section(found, token_ids_used(tables.turns)))
+    return report_json(
+        tables,
+        source=str(out),
+        version=version,
+        pass_reward=pass_reward,
+        tokens=token_section(found, token_ids_used(tables.turns)),
+    )
 
 
-def write_report(out: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None,
-                 *, pass_reward: float = 1.0, tokenizer: str | None = None) -> Path:
+def write_report(
+    out: str | os.PathLike[str],
+    dest: str | os.PathLike[str] | None = None,
+    *,
+    pass_reward: float = 1.0,
+    tokenizer: str | None = None,
+) -> Path:
     """Write the report of `out` to `dest` (default `OUT/report.html`); return its path.
     `tokenizer`: a directory or local Hugging Face name to decode ids with (default:
     the served model's, when it is on this machine).

@@ -49,14 +49,35 @@ from harbor_ray.report.stats import (
 )
 from harbor_ray.report.tables import DatasetTables
 
-__all__ = ["NO_ERROR", "SETTINGS", "TURN_COLUMNS", "Comparison", "Difference", "Run",
-           "RunSummary", "Spread", "TaskCell", "TaskRow", "compare", "run_label"]
+__all__ = [
+    "NO_ERROR",
+    "SETTINGS",
+    "TURN_COLUMNS",
+    "Comparison",
+    "Difference",
+    "Run",
+    "RunSummary",
+    "Spread",
+    "TaskCell",
+    "TaskRow",
+    "compare",
+    "run_label",
+]
 
 NO_ERROR = "none"  # the error type of a rollout that did not fail
 # The manifest settings that change what a run measures; a comparison lists those that
 # differ between its runs (the model is each run's label).
-SETTINGS = ("agent", "sandbox", "dataset", "temperature", "max_tokens", "budget",
-            "deadline_s", "reward_key", "host_userland")
+SETTINGS = (
+    "agent",
+    "sandbox",
+    "dataset",
+    "temperature",
+    "max_tokens",
+    "budget",
+    "deadline_s",
+    "reward_key",
+    "host_userland",
+)
 
 
 @dataclass(frozen=True)
@@ -181,15 +202,19 @@ TURN_COLUMNS = ("rollout_id", "token_ids", "completion_tokens")
 
 def _rows(tables: DatasetTables) -> _Rows:
     rollouts = tables.rollouts
-    partial = (rollouts["partial"].to_pylist() if "partial" in rollouts.column_names
-               else [None] * rollouts.num_rows)
+    partial = (
+        rollouts["partial"].to_pylist()
+        if "partial" in rollouts.column_names
+        else [None] * rollouts.num_rows
+    )
     by_attempt: dict[tuple[str, int], list[tuple[bool, dict[str, Any]]]] = defaultdict(list)
-    for row, is_partial in zip(rollouts.select(list(_COLUMNS)).to_pylist(), partial,
-                               strict=True):
+    for row, is_partial in zip(rollouts.select(list(_COLUMNS)).to_pylist(), partial, strict=True):
         by_attempt[(row["task"], row["attempt"])].append((bool(is_partial), row))
     # One row an attempt: its retried row, else (every try lost) one of its lost tries.
-    rows = [next((row for is_partial, row in tries if not is_partial), tries[0][1])
-            for tries in by_attempt.values()]
+    rows = [
+        next((row for is_partial, row in tries if not is_partial), tries[0][1])
+        for tries in by_attempt.values()
+    ]
     retried = sum(len(tries) - 1 for tries in by_attempt.values())
     return _Rows(rows, retried, _sampled_tokens(tables.turns))
 
@@ -198,11 +223,15 @@ def _sampled_tokens(turns: pa.Table) -> dict[str, int]:
     """Tokens the engine sampled per rollout: each turn's ids where it recorded them,
     else the engine's `usage.completion_tokens` (a capture below `tokens`)."""
     ids = pc.list_value_length(turns["token_ids"]).to_pylist()
-    usage = (turns["completion_tokens"].to_pylist() if "completion_tokens" in turns.column_names
-             else [None] * turns.num_rows)
+    usage = (
+        turns["completion_tokens"].to_pylist()
+        if "completion_tokens" in turns.column_names
+        else [None] * turns.num_rows
+    )
     sampled: Counter[str] = Counter()
-    for rollout_id, counted, reported in zip(turns["rollout_id"].to_pylist(), ids, usage,
-                                             strict=True):
+    for rollout_id, counted, reported in zip(
+        turns["rollout_id"].to_pylist(), ids, usage, strict=True
+    ):
         sampled[rollout_id] += counted if counted is not None else reported or 0
     return sampled
 
@@ -222,13 +251,16 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
     Raises ComparisonError when fewer than two runs, two runs under one label, or no
     task every run holds."""
     if len(runs) < 2:
-        raise ComparisonError(f"a comparison needs at least two datasets (a baseline and "
-                              f"one to compare with it), got {len(runs)}")
+        raise ComparisonError(
+            f"a comparison needs at least two datasets (a baseline and "
+            f"one to compare with it), got {len(runs)}"
+        )
     labels = [run.label for run in runs]
     if len(set(labels)) < len(labels):
         repeated = sorted({label for label in labels if labels.count(label) > 1})
         raise ComparisonError(
-            f"two runs are labelled {', '.join(repeated)}: give each a --label of its own")
+            f"two runs are labelled {', '.join(repeated)}: give each a --label of its own"
+        )
     read = [_rows(run.tables) for run in runs]
     counts: list[dict[str, list[int]]] = []  # task -> [passes, attempts], per run
     for rows in read:
@@ -240,70 +272,133 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
     shared = sorted(set.intersection(*(set(c) for c in counts)))
     if not shared:
         raise ComparisonError(
-            "no task is in every dataset: " + "; ".join(
+            "no task is in every dataset: "
+            + "; ".join(
                 f"{run.label} has {_few(sorted(c)) or 'no rollouts'}"
-                for run, c in zip(runs, counts, strict=True))
-            + ". Sweep them on the same tasks (--dataset, --task)")
+                for run, c in zip(runs, counts, strict=True)
+            )
+            + ". Sweep them on the same tasks (--dataset, --task)"
+        )
     k_max = min(c[task][1] for c in counts for task in shared)
     ks = range(1, k_max + 1)
-    per_task_k = [{task: [_TaskK(pass_at_k(c[task][1], c[task][0], k),
-                                 pass_at_k_variance(c[task][1], c[task][0], k)) for k in ks]
-                   for task in shared} for c in counts]
-    summaries = [_summary(run, rows, c, shared, per_task_k[i], k_max, pass_reward)
-                 for i, (run, rows, c) in enumerate(zip(runs, read, counts, strict=True))]
-    tasks = [TaskRow(task, [TaskCell(c[task][0], c[task][1], wilson(*c[task]))
-                            for c in counts]) for task in shared]
-    differences = [_difference(runs[i].label, runs[0].label, counts[i], counts[0],
-                               per_task_k[i], per_task_k[0], shared, k_max)
-                   for i in range(1, len(runs))]
+    per_task_k = [
+        {
+            task: [
+                _TaskK(
+                    pass_at_k(c[task][1], c[task][0], k),
+                    pass_at_k_variance(c[task][1], c[task][0], k),
+                )
+                for k in ks
+            ]
+            for task in shared
+        }
+        for c in counts
+    ]
+    summaries = [
+        _summary(run, rows, c, shared, per_task_k[i], k_max, pass_reward)
+        for i, (run, rows, c) in enumerate(zip(runs, read, counts, strict=True))
+    ]
+    tasks = [
+        TaskRow(task, [TaskCell(c[task][0], c[task][1], wilson(*c[task])) for c in counts])
+        for task in shared
+    ]
+    differences = [
+        _difference(
+            runs[i].label,
+            runs[0].label,
+            counts[i],
+            counts[0],
+            per_task_k[i],
+            per_task_k[0],
+            shared,
+            k_max,
+        )
+        for i in range(1, len(runs))
+    ]
     settings = _differing_settings(runs)
     provenance = provenance_rows([run.tables.rollouts for run in runs])
-    return Comparison(pass_reward=pass_reward, level=LEVEL, baseline=runs[0].label,
-                      runs=summaries, shared_tasks=shared, k_max=k_max, tasks=tasks,
-                      differences=differences, settings=settings, provenance=provenance,
-                      notes=provenance_notes(labels, provenance)
-                      + _notes(runs, read, counts, shared, summaries, settings, k_max))
+    return Comparison(
+        pass_reward=pass_reward,
+        level=LEVEL,
+        baseline=runs[0].label,
+        runs=summaries,
+        shared_tasks=shared,
+        k_max=k_max,
+        tasks=tasks,
+        differences=differences,
+        settings=settings,
+        provenance=provenance,
+        notes=provenance_notes(labels, provenance)
+        + _notes(runs, read, counts, shared, summaries, settings, k_max),
+    )
 
 
-def _summary(run: Run, rows: _Rows, counts: Mapping[str, list[int]], shared: list[str],
-             per_task_k: Mapping[str, list[_TaskK]], k_max: int,
-             pass_reward: float) -> RunSummary:
+def _summary(
+    run: Run,
+    rows: _Rows,
+    counts: Mapping[str, list[int]],
+    shared: list[str],
+    per_task_k: Mapping[str, list[_TaskK]],
+    k_max: int,
+    pass_reward: float,
+) -> RunSummary:
     kept = set(shared)
     ours = [row for row in rows.rows if row["task"] in kept]
     captured = [row for row in ours if row["counts"]["turns"] is not None]
     passes = sum(_passed(row, pass_reward) for row in ours)
     left_out = {task: n for task, (_, n) in sorted(counts.items()) if task not in shared}
     return RunSummary(
-        label=run.label, source=run.source, models=_models(run.tables.rollouts),
-        rollouts=len(ours), passes=passes, pass_rate=wilson(passes, len(ours)),
-        pass_at_k=[mean_interval([per_task_k[task][k].value for task in shared],
-                                 [per_task_k[task][k].variance for task in shared])
-                   for k in range(k_max)],
+        label=run.label,
+        source=run.source,
+        models=_models(run.tables.rollouts),
+        rollouts=len(ours),
+        passes=passes,
+        pass_rate=wilson(passes, len(ours)),
+        pass_at_k=[
+            mean_interval(
+                [per_task_k[task][k].value for task in shared],
+                [per_task_k[task][k].variance for task in shared],
+            )
+            for k in range(k_max)
+        ],
         turns=_spread([row["counts"]["turns"] for row in captured]),
         sampled_tokens=_spread([rows.sampled.get(row["rollout_id"], 0) for row in captured]),
         error_types=dict(Counter(row["error_type"] or NO_ERROR for row in ours).most_common()),
         unrewarded=sum(row["reward"] is None for row in ours),
-        left_out=left_out)
+        left_out=left_out,
+    )
 
 
-def _difference(label: str, baseline: str, ours: Mapping[str, list[int]],
-                theirs: Mapping[str, list[int]], ours_k: Mapping[str, list[_TaskK]],
-                theirs_k: Mapping[str, list[_TaskK]], shared: list[str],
-                k_max: int) -> Difference:
+def _difference(
+    label: str,
+    baseline: str,
+    ours: Mapping[str, list[int]],
+    theirs: Mapping[str, list[int]],
+    ours_k: Mapping[str, list[_TaskK]],
+    theirs_k: Mapping[str, list[_TaskK]],
+    shared: list[str],
+    k_max: int,
+) -> Difference:
     def rate(counts: Mapping[str, list[int]], task: str) -> float:
         return counts[task][0] / counts[task][1]
 
     return Difference(
-        label=label, baseline=baseline,
+        label=label,
+        baseline=baseline,
         # The runs' attempts are independent: their variances add.
-        pass_at_k=[mean_interval([ours_k[t][k].value - theirs_k[t][k].value for t in shared],
-                                 [ours_k[t][k].variance + theirs_k[t][k].variance
-                                  for t in shared], bounds=(-1.0, 1.0))
-                   for k in range(k_max)],
+        pass_at_k=[
+            mean_interval(
+                [ours_k[t][k].value - theirs_k[t][k].value for t in shared],
+                [ours_k[t][k].variance + theirs_k[t][k].variance for t in shared],
+                bounds=(-1.0, 1.0),
+            )
+            for k in range(k_max)
+        ],
         better=[t for t in shared if rate(ours, t) > rate(theirs, t)],
         worse=[t for t in shared if rate(ours, t) < rate(theirs, t)],
         solved_only_here=[t for t in shared if ours[t][0] and not theirs[t][0]],
-        solved_only_baseline=[t for t in shared if theirs[t][0] and not ours[t][0]])
+        solved_only_baseline=[t for t in shared if theirs[t][0] and not ours[t][0]],
+    )
 
 
 def _differing_settings(runs: Sequence[Run]) -> dict[str, list[Any]]:
@@ -315,41 +410,57 @@ def _differing_settings(runs: Sequence[Run]) -> dict[str, list[Any]]:
     return differing
 
 
-def _notes(runs: Sequence[Run], read: Sequence[_Rows], counts: Sequence[Mapping[str, list[int]]],
-           shared: list[str], summaries: Sequence[RunSummary],
-           settings: Mapping[str, list[Any]], k_max: int) -> list[str]:
+def _notes(
+    runs: Sequence[Run],
+    read: Sequence[_Rows],
+    counts: Sequence[Mapping[str, list[int]]],
+    shared: list[str],
+    summaries: Sequence[RunSummary],
+    settings: Mapping[str, list[Any]],
+    k_max: int,
+) -> list[str]:
     """What keeps the runs from comparing like with like, and what was left out."""
     notes = []
     for summary in summaries:
         if summary.left_out:
             notes.append(
                 f"{summary.label}: {len(summary.left_out)} task(s) not in every dataset, left "
-                f"out ({sum(summary.left_out.values())} rollouts): "
-                + ", ".join(summary.left_out))
-    attempts = {run.label: sorted({c[task][1] for task in shared})
-                for run, c in zip(runs, counts, strict=True)}
+                f"out ({sum(summary.left_out.values())} rollouts): " + ", ".join(summary.left_out)
+            )
+    attempts = {
+        run.label: sorted({c[task][1] for task in shared})
+        for run, c in zip(runs, counts, strict=True)
+    }
     if len({n for values in attempts.values() for n in values}) > 1:
         notes.append(
             "attempts per task differ ("
             + "; ".join(f"{label}: {_span(values)}" for label, values in attempts.items())
             + f"): pass@k is shown up to k={k_max}, the fewest any run made at a shared "
-            "task; pass rates use every attempt")
+            "task; pass rates use every attempt"
+        )
     if len(shared) == 1:
-        notes.append("one shared task: pass@k and the differences have no interval "
-                     "(it needs the spread over two tasks or more)")
+        notes.append(
+            "one shared task: pass@k and the differences have no interval "
+            "(it needs the spread over two tasks or more)"
+        )
     for run, rows, summary in zip(runs, read, summaries, strict=True):
         if summary.unrewarded:
-            notes.append(f"{run.label}: {summary.unrewarded} rollout(s) without a reward "
-                         "(the verifier never ran), counted as not passing")
+            notes.append(
+                f"{run.label}: {summary.unrewarded} rollout(s) without a reward "
+                "(the verifier never ran), counted as not passing"
+            )
         if rows.retried:
-            notes.append(f"{run.label}: {rows.retried} row(s) of lost tries left out: their "
-                         "attempt was retried, and counts once")
+            notes.append(
+                f"{run.label}: {rows.retried} row(s) of lost tries left out: their "
+                "attempt was retried, and counts once"
+            )
         if len(summary.models) > 1:
-            notes.append(f"{run.label}: its rows name several models: "
-                         + ", ".join(summary.models))
+            notes.append(f"{run.label}: its rows name several models: " + ", ".join(summary.models))
     for key, values in settings.items():
-        notes.append(f"settings differ: {key}: " + ", ".join(
-            f"{run.label} {value!r}" for run, value in zip(runs, values, strict=True)))
+        notes.append(
+            f"settings differ: {key}: "
+            + ", ".join(f"{run.label} {value!r}" for run, value in zip(runs, values, strict=True))
+        )
     return notes
 
 

@@ -20,8 +20,7 @@ import pyarrow as pa
 
 from harbor_ray.data.result import ENGINE_FIELDS, Provenance
 
-__all__ = ["FIELDS", "UNLIKE", "ProvenanceRow", "provenance_notes", "provenance_rows",
-           "shown"]
+__all__ = ["FIELDS", "UNLIKE", "ProvenanceRow", "provenance_notes", "provenance_rows", "shown"]
 
 FIELDS = tuple(Provenance.model_fields)
 # What differs between runs that a model comparison did not mean to vary: the weights
@@ -56,8 +55,10 @@ def _values(rollouts: pa.Table) -> dict[str, set[str | None]]:
         records: list[Any] = [None] * max(rollouts.num_rows, 1)
     else:
         records = rollouts["provenance"].to_pylist() or [None]
-    return {name: {None if record is None else record.get(name) for record in records}
-            for name in FIELDS}
+    return {
+        name: {None if record is None else record.get(name) for record in records}
+        for name in FIELDS
+    }
 
 
 def shown(value: str | None) -> str:
@@ -73,12 +74,18 @@ def provenance_notes(labels: Sequence[str], rows: Sequence[ProvenanceRow]) -> li
     for row in rows:
         for label, values in zip(labels, row.values, strict=True):
             if len(values) > 1:
-                notes.append(f"{label}: its rows differ in {row.field} ("
-                             + ", ".join(map(shown, values)) + ")")
+                notes.append(
+                    f"{label}: its rows differ in {row.field} ("
+                    + ", ".join(map(shown, values))
+                    + ")"
+                )
         if row.differs and row.field in UNLIKE:
             notes.append(
                 f"not like with like: {row.field} differs ("
-                + "; ".join(f"{label} {', '.join(map(shown, values))}"
-                            for label, values in zip(labels, row.values, strict=True))
-                + "): the differences measure it too, not the weights alone")
+                + "; ".join(
+                    f"{label} {', '.join(map(shown, values))}"
+                    for label, values in zip(labels, row.values, strict=True)
+                )
+                + "): the differences measure it too, not the weights alone"
+            )
     return notes

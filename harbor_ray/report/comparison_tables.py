@@ -20,7 +20,8 @@ METHOD = (
     "run's pass rate over its rollouts has a Wilson score interval; pass@k (unbiased, "
     "averaged over tasks) and each difference from the baseline ({baseline}) have a "
     "Student-t interval over tasks, the difference paired task by task, never narrower "
-    "than the attempts' own noise. Solved: at least one passing attempt.")
+    "than the attempts' own noise. Solved: at least one passing attempt."
+)
 
 
 @dataclass(frozen=True)
@@ -69,42 +70,117 @@ def comparison_tables(comparison: Comparison) -> list[Table]:
     labels = [run.label for run in runs]
     differences = [f"{d.label} - {d.baseline}" for d in comparison.differences]
     return [
-        Table("runs", "Runs", "Each run on the shared tasks. Turns and sampled tokens per "
-              "rollout: mean / median over the rollouts with a capture.",
-              ["run", "models", "dataset", "rollouts", "passed", f"pass rate [{level}]",
-               "turns per rollout", "sampled tokens per rollout"],
-              [[run.label, ", ".join(run.models) or "none", run.source, str(run.rollouts),
-                str(run.passes), _estimate(run.pass_rate), _spread(run.turns),
-                _spread(run.sampled_tokens)] for run in runs]),
-        Table("pass-at-k", "pass@k", f"Unbiased pass@k averaged over the "
-              f"{len(comparison.shared_tasks)} shared tasks, then each run minus the "
-              f"baseline, paired by task [{level} interval].",
-              ["k", *labels, *differences],
-              [[str(k + 1), *(_estimate(run.pass_at_k[k]) for run in runs),
-                *(_estimate(d.pass_at_k[k], signed=True) for d in comparison.differences)]
-               for k in range(comparison.k_max)]),
-        Table("where", "Where they differ", "Tasks each run passes more or less often than "
-              "the baseline, and the tasks one solves and the other does not.",
-              ["run", "higher pass rate", "lower pass rate", "solved only by the run",
-               "solved only by the baseline"],
-              [[f"{d.label} vs {d.baseline}", _names(d.better), _names(d.worse),
-                _names(d.solved_only_here), _names(d.solved_only_baseline)]
-               for d in comparison.differences]),
-        Table("tasks", "By task", f"Passing attempts / attempts, and the pass rate "
-              f"[{level} Wilson interval].", ["task", *labels],
-              [[row.task, *(f"{cell.passes}/{cell.attempts}: {_estimate(cell.rate)}"
-                            for cell in row.cells)] for row in comparison.tasks]),
-        Table("error-types", "Error types", "Rollouts on the shared tasks by where they "
-              "failed (none: no error).", ["error type", *labels],
-              [[error, *(str(run.error_types.get(error, 0)) for run in runs)]
-               for error in _error_types(comparison)]),
-        Table("provenance", "Provenance", "What each run's rows say they were made with "
-              "(the weights, the tokenizer and chat template served, the harness; hashes "
-              "by their first 12 digits; unknown: not recorded where the run started). "
-              "differs: the runs do not all hold the same values.",
-              ["field", *labels, "differs"],
-              [[row.field, *[", ".join(map(shown, values)) for values in row.values],
-                "yes" if row.differs else "no"] for row in comparison.provenance]),
+        Table(
+            "runs",
+            "Runs",
+            "Each run on the shared tasks. Turns and sampled tokens per "
+            "rollout: mean / median over the rollouts with a capture.",
+            [
+                "run",
+                "models",
+                "dataset",
+                "rollouts",
+                "passed",
+                f"pass rate [{level}]",
+                "turns per rollout",
+                "sampled tokens per rollout",
+            ],
+            [
+                [
+                    run.label,
+                    ", ".join(run.models) or "none",
+                    run.source,
+                    str(run.rollouts),
+                    str(run.passes),
+                    _estimate(run.pass_rate),
+                    _spread(run.turns),
+                    _spread(run.sampled_tokens),
+                ]
+                for run in runs
+            ],
+        ),
+        Table(
+            "pass-at-k",
+            "pass@k",
+            f"Unbiased pass@k averaged over the "
+            f"{len(comparison.shared_tasks)} shared tasks, then each run minus the "
+            f"baseline, paired by task [{level} interval].",
+            ["k", *labels, *differences],
+            [
+                [
+                    str(k + 1),
+                    *(_estimate(run.pass_at_k[k]) for run in runs),
+                    *(_estimate(d.pass_at_k[k], signed=True) for d in comparison.differences),
+                ]
+                for k in range(comparison.k_max)
+            ],
+        ),
+        Table(
+            "where",
+            "Where they differ",
+            "Tasks each run passes more or less often than "
+            "the baseline, and the tasks one solves and the other does not.",
+            [
+                "run",
+                "higher pass rate",
+                "lower pass rate",
+                "solved only by the run",
+                "solved only by the baseline",
+            ],
+            [
+                [
+                    f"{d.label} vs {d.baseline}",
+                    _names(d.better),
+                    _names(d.worse),
+                    _names(d.solved_only_here),
+                    _names(d.solved_only_baseline),
+                ]
+                for d in comparison.differences
+            ],
+        ),
+        Table(
+            "tasks",
+            "By task",
+            f"Passing attempts / attempts, and the pass rate [{level} Wilson interval].",
+            ["task", *labels],
+            [
+                [
+                    row.task,
+                    *(
+                        f"{cell.passes}/{cell.attempts}: {_estimate(cell.rate)}"
+                        for cell in row.cells
+                    ),
+                ]
+                for row in comparison.tasks
+            ],
+        ),
+        Table(
+            "error-types",
+            "Error types",
+            "Rollouts on the shared tasks by where they failed (none: no error).",
+            ["error type", *labels],
+            [
+                [error, *(str(run.error_types.get(error, 0)) for run in runs)]
+                for error in _error_types(comparison)
+            ],
+        ),
+        Table(
+            "provenance",
+            "Provenance",
+            "What each run's rows say they were made with "
+            "(the weights, the tokenizer and chat template served, the harness; hashes "
+            "by their first 12 digits; unknown: not recorded where the run started). "
+            "differs: the runs do not all hold the same values.",
+            ["field", *labels, "differs"],
+            [
+                [
+                    row.field,
+                    *[", ".join(map(shown, values)) for values in row.values],
+                    "yes" if row.differs else "no",
+                ]
+                for row in comparison.provenance
+            ],
+        ),
     ]
 
 
@@ -121,13 +197,24 @@ def _md_cell(text: str) -> str:
 
 def markdown(comparison: Comparison) -> str:
     """The comparison as Markdown: its method, its notes, then its tables."""
-    lines = [f"# {_md_cell(title(comparison))}", "",
-             METHOD.format(pass_reward=comparison.pass_reward, level=comparison.level,
-                           baseline=comparison.baseline), ""]
+    lines = [
+        f"# {_md_cell(title(comparison))}",
+        "",
+        METHOD.format(
+            pass_reward=comparison.pass_reward, level=comparison.level, baseline=comparison.baseline
+        ),
+        "",
+    ]
     lines += [f"- **Note:** {_md_cell(note)}" for note in comparison.notes]
     for table in comparison_tables(comparison):
-        lines += ["", f"## {table.title}", "", table.caption, "",
-                  "| " + " | ".join(map(_md_cell, table.header)) + " |",
-                  "|" + "---|" * len(table.header)]
+        lines += [
+            "",
+            f"## {table.title}",
+            "",
+            table.caption,
+            "",
+            "| " + " | ".join(map(_md_cell, table.header)) + " |",
+            "|" + "---|" * len(table.header),
+        ]
         lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in table.rows]
     return "\n".join(lines) + "\n"

@@ -27,13 +27,22 @@ MANIFEST_FIELDS = ("run", "agent", "sandbox", "dataset", "attempts", "started_at
 def environments(rollouts: pa.Table) -> dict[str, int]:
     """Rollouts by where their trial ran (`image`, `host`, `host_override`; `unknown`
     when no sandbox started, or in a dataset older than schema version 7)."""
-    column = (rollouts["environment"].to_pylist() if "environment" in rollouts.column_names
-              else [None] * rollouts.num_rows)
+    column = (
+        rollouts["environment"].to_pylist()
+        if "environment" in rollouts.column_names
+        else [None] * rollouts.num_rows
+    )
     return dict(Counter(value or "unknown" for value in column))
 
 
-def report_json(tables: DatasetTables, *, source: str, version: str,
-                pass_reward: float = 1.0, tokens: dict[str, Any] | None = None) -> bytes:
+def report_json(
+    tables: DatasetTables,
+    *,
+    source: str,
+    version: str,
+    pass_reward: float = 1.0,
+    tokens: dict[str, Any] | None = None,
+) -> bytes:
     """The document of `tables`, read from `source` (shown as the title) at `version`.
 
     `tokens`: the token text section (tokenizer.token_section), shown by tokens.js;
@@ -55,8 +64,12 @@ def report_json(tables: DatasetTables, *, source: str, version: str,
             "environments": environments(rollouts),
         },
         "plots": [
-            {"id": p.id, "title": p.title, "caption": p.caption,
-             "figure": orjson.Fragment(pio.to_json(p.figure, validate=False))}
+            {
+                "id": p.id,
+                "title": p.title,
+                "caption": p.caption,
+                "figure": orjson.Fragment(pio.to_json(p.figure, validate=False)),
+            }
             for p in plots(tables, pass_reward=pass_reward)
         ],
         "rollouts": summaries(rollouts),

@@ -44,8 +44,9 @@ _NO_CACHE = {"cache-control": "no-store"}
 class LiveReport:
     """The document of a dataset directory, rebuilt when its version changes."""
 
-    def __init__(self, out: str | os.PathLike[str], *, pass_reward: float = 1.0,
-                 tokenizer: str | None = None) -> None:
+    def __init__(
+        self, out: str | os.PathLike[str], *, pass_reward: float = 1.0, tokenizer: str | None = None
+    ) -> None:
         self.out = Path(out)
         self.pass_reward = pass_reward
         self.tokenizers = Tokenizers(tokenizer)
@@ -63,22 +64,32 @@ class LiveReport:
                 # it is built are picked up by the next request, never hidden.
                 self._version = self.version()
                 self._document = await run_in_threadpool(
-                    report_document, self.out, pass_reward=self.pass_reward,
-                    tokenizers=self.tokenizers)
+                    report_document,
+                    self.out,
+                    pass_reward=self.pass_reward,
+                    tokenizers=self.tokenizers,
+                )
             return self._document
 
 
 async def page(request: Request) -> Response:
     """The report page, told to poll `/version` every `poll_s` seconds."""
     live: LiveReport = request.app.state.live
-    return HTMLResponse(render_page(await live.document(), title=f"harbor_ray view: {live.out}",
-                                    live_poll_s=request.app.state.poll_s), headers=_NO_CACHE)
+    return HTMLResponse(
+        render_page(
+            await live.document(),
+            title=f"harbor_ray view: {live.out}",
+            live_poll_s=request.app.state.poll_s,
+        ),
+        headers=_NO_CACHE,
+    )
 
 
 async def data(request: Request) -> Response:
     """The current document, as the page reads it."""
-    return Response(await request.app.state.live.document(), media_type="application/json",
-                    headers=_NO_CACHE)
+    return Response(
+        await request.app.state.live.document(), media_type="application/json", headers=_NO_CACHE
+    )
 
 
 async def version(request: Request) -> Response:
@@ -89,8 +100,9 @@ async def version(request: Request) -> Response:
 ROUTES = (Route("/", page), Route("/data.json", data), Route("/version", version))
 
 
-def build_view_app(live: LiveReport, *, poll_s: float = 2.0,
-                   allowed_hosts: Iterable[str] = LOOPBACK_NAMES) -> HostGuard:
+def build_view_app(
+    live: LiveReport, *, poll_s: float = 2.0, allowed_hosts: Iterable[str] = LOOPBACK_NAMES
+) -> HostGuard:
     app = Starlette(routes=list(ROUTES))
     app.state.live, app.state.poll_s = live, poll_s
     return HostGuard(app, allowed_hosts)
@@ -98,14 +110,22 @@ def build_view_app(live: LiveReport, *, poll_s: float = 2.0,
 
 def _server(live: LiveReport, poll_s: float, allowed_hosts: Iterable[str]) -> uvicorn.Server:
     app = build_view_app(live, poll_s=poll_s, allowed_hosts=allowed_hosts)
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
-                                         lifespan="off"))
+    return uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    )
 
 
-def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8766,
-               poll_s: float = 2.0, pass_reward: float = 1.0,
-               allowed_hosts: Iterable[str] = (), tokenizer: str | None = None,
-               on_ready: Callable[[str], object] = print) -> None:
+def serve_view(
+    out: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8766,
+    poll_s: float = 2.0,
+    pass_reward: float = 1.0,
+    allowed_hosts: Iterable[str] = (),
+    tokenizer: str | None = None,
+    on_ready: Callable[[str], object] = print,
+) -> None:
     """Serve the view of `out` until interrupted. The port is bound here, so a taken one
     fails at once (ViewerError) rather than on the server's thread, and so is a
     `tokenizer` that cannot be loaded (ReportError). It answers the Host names
@@ -118,15 +138,25 @@ def serve_view(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: in
 
 
 @contextmanager
-def view_in_thread(out: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0,
-                   poll_s: float = 2.0, pass_reward: float = 1.0) -> Iterator[str]:
+def view_in_thread(
+    out: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    poll_s: float = 2.0,
+    pass_reward: float = 1.0,
+) -> Iterator[str]:
     """The view served from a thread of this process (e.g. beside a sweep), yielding its
     URL; stopped on exit."""
     sock = _bound(host, port)
-    server = _server(LiveReport(out, pass_reward=pass_reward), poll_s,
-                     names_served(LOOPBACK_NAMES, host))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
-                              name="harbor-ray-view", daemon=True)
+    server = _server(
+        LiveReport(out, pass_reward=pass_reward), poll_s, names_served(LOOPBACK_NAMES, host)
+    )
+    thread = threading.Thread(
+        target=lambda: asyncio.run(server.serve(sockets=[sock])),
+        name="harbor-ray-view",
+        daemon=True,
+    )
     thread.start()
     try:
         yield base_url(sock)

@@ -25,8 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-__all__ = ["LEVEL", "Estimate", "mean_interval", "pass_at_k", "pass_at_k_variance", "t_quantile",
-           "wilson"]
+__all__ = [
+    "LEVEL",
+    "Estimate",
+    "mean_interval",
+    "pass_at_k",
+    "pass_at_k_variance",
+    "t_quantile",
+    "wilson",
+]
 
 LEVEL = 0.95  # every interval's confidence level
 
@@ -59,8 +66,7 @@ def pass_at_k_variance(n: int, c: int, k: int) -> float:
     without_pass = pass_at_k(n - 1, c - 1, k) if c else 0.0  # a passing attempt left out
     without_fail = pass_at_k(n - 1, c, k) if c < n else 0.0  # a failing one left out
     mean = (c * without_pass + (n - c) * without_fail) / n
-    return (n - 1) / n * (c * (without_pass - mean) ** 2
-                          + (n - c) * (without_fail - mean) ** 2)
+    return (n - 1) / n * (c * (without_pass - mean) ** 2 + (n - c) * (without_fail - mean) ** 2)
 
 
 def wilson(passes: int, n: int, level: float = LEVEL) -> Estimate:
@@ -74,8 +80,7 @@ def wilson(passes: int, n: int, level: float = LEVEL) -> Estimate:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     # At 0 or n passes the bound is exactly 0 or 1; the formula leaves a rounding residue.
-    return Estimate(p, 0.0 if passes == 0 else centre - half,
-                    1.0 if passes == n else centre + half)
+    return Estimate(p, 0.0 if passes == 0 else centre - half, 1.0 if passes == n else centre + half)
 
 
 def _t_two_sided(t: float, df: int) -> float:
@@ -111,15 +116,20 @@ def t_quantile(df: int, level: float = LEVEL) -> float:
     return (low + high) / 2
 
 
-def mean_interval(values: Sequence[float], within: Sequence[float] = (),
-                  bounds: tuple[float, float] = (0.0, 1.0), level: float = LEVEL) -> Estimate:
+def mean_interval(
+    values: Sequence[float],
+    within: Sequence[float] = (),
+    bounds: tuple[float, float] = (0.0, 1.0),
+    level: float = LEVEL,
+) -> Estimate:
     """The mean of `values` (one a task) with its Student-t interval, clipped to
     `bounds` (the range the mean can take). `within`: each value's variance over its
     own attempts; the standard error is never below sqrt(sum(within)) / m. Fewer than
     two values: no interval."""
     assert values, "a mean needs at least one value"
     assert not within or len(within) == len(values), (
-        f"{len(within)} within-task variances for {len(values)} values")
+        f"{len(within)} within-task variances for {len(values)} values"
+    )
     m = len(values)
     mean = math.fsum(values) / m
     if m < 2:

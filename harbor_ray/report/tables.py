@@ -25,8 +25,15 @@ import pyarrow.parquet as pq
 from harbor_ray.data.schema import ROLLOUTS, SEQUENCES, TURNS
 from harbor_ray.data.writer import MANIFEST, PART_SUFFIX
 
-__all__ = ["POLICY_PREFIX", "DatasetTables", "dataset_version", "policy_columns", "read_tables",
-           "served_model", "token_ids_used"]
+__all__ = [
+    "POLICY_PREFIX",
+    "DatasetTables",
+    "dataset_version",
+    "policy_columns",
+    "read_tables",
+    "served_model",
+    "token_ids_used",
+]
 
 # Online runs add nullable columns named so (another part of the project writes them).
 POLICY_PREFIX = "policy_version"
@@ -70,8 +77,11 @@ def _committed(root: Path) -> list[str]:
     directory = root / "rollouts"
     if not directory.is_dir():
         return []
-    return sorted(p.name for p in directory.iterdir()
-                  if p.name.endswith(PART_SUFFIX) and not p.name.startswith("."))
+    return sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.name.endswith(PART_SUFFIX) and not p.name.startswith(".")
+    )
 
 
 def dataset_version(out: str | os.PathLike[str]) -> str:
@@ -83,8 +93,9 @@ def dataset_version(out: str | os.PathLike[str]) -> str:
     return f"{len(parts)}:{parts[-1] if parts else ''}:{stamp}"
 
 
-def read_tables(out: str | os.PathLike[str], *,
-                turn_columns: Sequence[str] | None = None) -> DatasetTables:
+def read_tables(
+    out: str | os.PathLike[str], *, turn_columns: Sequence[str] | None = None
+) -> DatasetTables:
     """Every committed row of the dataset at `out` (empty tables for an empty one).
 
     `turn_columns`: read only these columns of turns/ (those a part holds: a column
@@ -97,20 +108,26 @@ def read_tables(out: str | os.PathLike[str], *,
     return DatasetTables(
         rollouts=_read(root / "rollouts", parts, ROLLOUTS),
         turns=_read(root / "turns", parts, TURNS, turn_columns),
-        sequences=_read(root / "sequences", [] if turn_columns is not None else parts,
-                        SEQUENCES),
+        sequences=_read(root / "sequences", [] if turn_columns is not None else parts, SEQUENCES),
         manifest=manifest,
     )
 
 
-def _read(directory: Path, parts: list[str], schema: pa.Schema,
-          columns: Sequence[str] | None = None) -> pa.Table:
+def _read(
+    directory: Path, parts: list[str], schema: pa.Schema, columns: Sequence[str] | None = None
+) -> pa.Table:
     # A flush with no rows for a table (rollouts that never called a model) writes no
     # part there, so a committed name may be absent from turns/ and sequences/.
     paths = [directory / name for name in parts if (directory / name).exists()]
-    tables = [pq.read_table(path, columns=None if columns is None else
-                            [c for c in columns if c in pq.read_schema(path).names])
-              for path in paths]
+    tables = [
+        pq.read_table(
+            path,
+            columns=None
+            if columns is None
+            else [c for c in columns if c in pq.read_schema(path).names],
+        )
+        for path in paths
+    ]
     if not tables:
         empty = schema.empty_table()
         return empty if columns is None else empty.select(list(columns))

@@ -47,8 +47,7 @@ def _kind(entry: VocabEntry) -> PieceKind:
     return "text"
 
 
-def pieces_table(ids: Iterable[int], vocab: Mapping[int, VocabEntry]
-                 ) -> dict[str, list[str]]:
+def pieces_table(ids: Iterable[int], vocab: Mapping[int, VocabEntry]) -> dict[str, list[str]]:
     """The JSON table of each distinct id in `ids` that `vocab` knows:
     `{"id": [kind code, value]}` with code `t` (value: the text), `s` (value: the
     special token's text) or `b` (value: the bytes as hex). An id the vocab lacks (out

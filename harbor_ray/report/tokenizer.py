@@ -23,8 +23,14 @@ from harbor_ray.engine.model import DEFAULT_MODEL_ID, default_model_dir
 from harbor_ray.errors import ModelUnavailableError, ReportError
 from harbor_ray.report.token_text import VocabEntry, byte_level_bytes, pieces_table
 
-__all__ = ["TokenText", "TokenizerVocab", "Tokenizers", "find_tokenizer", "no_tokenizer_note",
-           "token_section"]
+__all__ = [
+    "TokenText",
+    "TokenizerVocab",
+    "Tokenizers",
+    "find_tokenizer",
+    "no_tokenizer_note",
+    "token_section",
+]
 
 TOKENIZER_FILE = "tokenizer.json"
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -82,8 +88,10 @@ class TokenText:
     @property
     def note(self) -> str:
         if self.vocab is not None:
-            return (f"Token text decoded for display with the tokenizer at {self.source}; "
-                    "the ids are what the dataset stores.")
+            return (
+                f"Token text decoded for display with the tokenizer at {self.source}; "
+                "the ids are what the dataset stores."
+            )
         return no_tokenizer_note(self.model, self.missing)
 
 
@@ -91,8 +99,12 @@ def token_section(text: TokenText, ids: Iterable[int]) -> dict[str, Any]:
     """The document's `tokens`: the model, the tokenizer's source (None: ids only), what
     the page says about it, and the pieces of `ids` (token_text.pieces_table)."""
     vocab = text.vocab
-    return {"model": text.model, "tokenizer": text.source if vocab else None,
-            "note": text.note, "pieces": pieces_table(ids, vocab) if vocab else {}}
+    return {
+        "model": text.model,
+        "tokenizer": text.source if vocab else None,
+        "note": text.note,
+        "pieces": pieces_table(ids, vocab) if vocab else {},
+    }
 
 
 class Tokenizers:
@@ -113,8 +125,9 @@ class Tokenizers:
 
 
 def no_tokenizer_note(model: str | None, why: str | None) -> str:
-    return (f"no tokenizer for {model or 'an unnamed model'}: showing ids; pass --tokenizer"
-            + (f" ({why})" if why else ""))
+    return f"no tokenizer for {model or 'an unnamed model'}: showing ids; pass --tokenizer" + (
+        f" ({why})" if why else ""
+    )
 
 
 def find_tokenizer(model: str | None, tokenizer: str | None = None) -> TokenText:
@@ -134,8 +147,10 @@ def _open(name: str) -> TokenizerVocab | str:
     """The vocab of `name`'s tokenizer, or why there is none here."""
     where = _local_source(name)
     if where is None:
-        return ("no tokenizer.json for it on this machine (a directory, the default "
-                "model, or the local Hugging Face cache; nothing is downloaded)")
+        return (
+            "no tokenizer.json for it on this machine (a directory, the default "
+            "model, or the local Hugging Face cache; nothing is downloaded)"
+        )
     try:
         from tokenizers import Tokenizer
     except ImportError:

@@ -38,8 +38,18 @@ TOKEN_TEXT_NOTE = (
 )
 
 _SUMMARY = ("rollout_id", "task", "attempt", "ok", "error_type", "reward")
-_TURN_SCALARS = ("index", "parent", "root", "role", "auxiliary", "dialect", "finish_reason",
-                 "request_model", "started_at", "ended_at")
+_TURN_SCALARS = (
+    "index",
+    "parent",
+    "root",
+    "role",
+    "auxiliary",
+    "dialect",
+    "finish_reason",
+    "request_model",
+    "started_at",
+    "ended_at",
+)
 
 
 # Written from schema version 5 on: an older dataset's rows were all `tokens`.
@@ -51,8 +61,10 @@ def summaries(rollouts: pa.Table) -> list[dict[str, Any]]:
     rows = rollouts.select(list(_SUMMARY)).to_pylist()
     turns = pc.struct_field(rollouts["counts"], "turns").to_pylist()
     levels = _column(rollouts, "capture_level")
-    return [{**row, "turns": n, "capture_level": level}
-            for row, n, level in zip(rows, turns, levels, strict=True)]
+    return [
+        {**row, "turns": n, "capture_level": level}
+        for row, n, level in zip(rows, turns, levels, strict=True)
+    ]
 
 
 def _column(table: pa.Table, name: str) -> list[Any]:
@@ -67,9 +79,10 @@ def traces(tables: DatasetTables) -> dict[str, dict[str, Any]]:
     """Every rollout's trace by rollout id: its row, turns (ids, logprobs, mask,
     messages) and sequences, JSON-ready (NaN logprobs are null)."""
     turns_by = _rows_by_rollout(tables.turns, tables.turns.column_names)
-    sequences_by = _rows_by_rollout(tables.sequences, ["rollout_id", "sequence", "role", "root",
-                                                       "leaf", "turns", "input_ids",
-                                                       "loss_mask"])
+    sequences_by = _rows_by_rollout(
+        tables.sequences,
+        ["rollout_id", "sequence", "role", "root", "leaf", "turns", "input_ids", "loss_mask"],
+    )
     policy = policy_columns(tables.rollouts)
     out: dict[str, dict[str, Any]] = {}
     for row in tables.rollouts.to_pylist():
@@ -83,9 +96,15 @@ def traces(tables: DatasetTables) -> dict[str, dict[str, Any]]:
             "policy": {c: row[c] for c in policy},
             "turns": _turns(turns, sequences),
             "sequences": [
-                {"sequence": s["sequence"], "role": s["role"], "root": s["root"],
-                 "leaf": s["leaf"], "turns": s["turns"], "length": len(s["input_ids"]),
-                 "trained": sum(s["loss_mask"])}
+                {
+                    "sequence": s["sequence"],
+                    "role": s["role"],
+                    "root": s["root"],
+                    "leaf": s["leaf"],
+                    "turns": s["turns"],
+                    "length": len(s["input_ids"]),
+                    "trained": sum(s["loss_mask"]),
+                }
                 for s in sorted(sequences, key=lambda s: s["sequence"])
             ],
         }
@@ -117,8 +136,11 @@ def _prompt_lengths(turns: list[dict[str, Any]]) -> dict[int, int | None]:
         if parent is not None:
             inherited = length(parent) if parent in by_index else None
             sampled = by_index[parent]["token_ids"] if parent in by_index else None
-            total = None if inherited is None or sampled is None else (
-                inherited + len(sampled) + len(turn["prompt_delta"]))
+            total = (
+                None
+                if inherited is None or sampled is None
+                else (inherited + len(sampled) + len(turn["prompt_delta"]))
+            )
         lengths[index] = total
         return total
 
@@ -127,8 +149,9 @@ def _prompt_lengths(turns: list[dict[str, Any]]) -> dict[int, int | None]:
     return lengths
 
 
-def _masks(turns: list[dict[str, Any]], sequences: list[dict[str, Any]]
-           ) -> dict[int, list[int] | None]:
+def _masks(
+    turns: list[dict[str, Any]], sequences: list[dict[str, Any]]
+) -> dict[int, list[int] | None]:
     """Each turn's loss mask over its sampled ids, read from the sequences on its path.
 
     None when no sequence holds the turn or a sequence's ids there are not the turn's
@@ -163,19 +186,22 @@ def _turns(turns: list[dict[str, Any]], sequences: list[dict[str, Any]]) -> list
         messages = requests[turn["index"]]
         parent = requests.get(turn["parent"]) if turn["parent"] is not None else None
         skipped = len(parent) if parent and messages[: len(parent)] == parent else 0
-        out.append({
-            **{k: turn[k] for k in _TURN_SCALARS},
-            **{k: turn.get(k, default) for k, default in _SINCE_V5.items()},
-            "prompt_delta": turn["prompt_delta"],
-            "token_ids": turn["token_ids"],
-            "logprobs": None if turn["logprobs"] is None else [
-                None if math.isnan(p) else round(p, 4) for p in turn["logprobs"]],
-            "mask": masks.get(turn["index"]),
-            "messages": messages[skipped:],
-            "messages_skipped": skipped,
-            "response": _json(turn[MESSAGE_COLUMNS[1]], {}),
-            "policy": {c: turn[c] for c in policy},
-        })
+        out.append(
+            {
+                **{k: turn[k] for k in _TURN_SCALARS},
+                **{k: turn.get(k, default) for k, default in _SINCE_V5.items()},
+                "prompt_delta": turn["prompt_delta"],
+                "token_ids": turn["token_ids"],
+                "logprobs": None
+                if turn["logprobs"] is None
+                else [None if math.isnan(p) else round(p, 4) for p in turn["logprobs"]],
+                "mask": masks.get(turn["index"]),
+                "messages": messages[skipped:],
+                "messages_skipped": skipped,
+                "response": _json(turn[MESSAGE_COLUMNS[1]], {}),
+                "policy": {c: turn[c] for c in policy},
+            }
+        )
     return out
 
 

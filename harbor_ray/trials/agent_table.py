@@ -42,29 +42,36 @@ AUX_MODEL = "harbor-aux"
 DEFAULT_CONTEXT_WINDOW = 8192
 
 # A profile is named by the API its dialect is: what `--profile` takes.
-PROFILES: Mapping[DialectName, str] = MappingProxyType({
-    "chat": "openai-chat",
-    "responses": "openai-responses",
-    "anthropic": "anthropic",
-    "google": "google",
-})
+PROFILES: Mapping[DialectName, str] = MappingProxyType(
+    {
+        "chat": "openai-chat",
+        "responses": "openai-responses",
+        "anthropic": "anthropic",
+        "google": "google",
+    }
+)
 
-FORMATS: Mapping[DialectName, ModelApiFormat] = MappingProxyType({
-    "chat": ModelApiFormat.OPENAI_CHAT_COMPLETIONS,
-    "responses": ModelApiFormat.OPENAI_RESPONSES,
-    "anthropic": ModelApiFormat.ANTHROPIC_MESSAGES,
-    "google": ModelApiFormat.GOOGLE_GENERATE_CONTENT,
-})
+FORMATS: Mapping[DialectName, ModelApiFormat] = MappingProxyType(
+    {
+        "chat": ModelApiFormat.OPENAI_CHAT_COMPLETIONS,
+        "responses": ModelApiFormat.OPENAI_RESPONSES,
+        "anthropic": ModelApiFormat.ANTHROPIC_MESSAGES,
+        "google": ModelApiFormat.GOOGLE_GENERATE_CONTENT,
+    }
+)
 # Per dialect: the model prefix that makes Harbor (LiteLLM's parser) pick the provider,
 # the provider's canonical key variable, and the path the client appends its routes to.
 # OpenAI clients take a base that ends in /v1; Anthropic and Google clients add
 # /v1/messages and /v1beta/models themselves.
-_DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType({
-    "chat": ("openai/", "OPENAI_API_KEY", "/v1"),
-    "responses": ("openai/", "OPENAI_API_KEY", "/v1"),
-    "anthropic": ("anthropic/", "ANTHROPIC_API_KEY", ""),
-    "google": ("gemini/", "GEMINI_API_KEY", ""),
-})
+_DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType(
+    {
+        "chat": ("openai/", "OPENAI_API_KEY", "/v1"),
+        "responses": ("openai/", "OPENAI_API_KEY", "/v1"),
+        "anthropic": ("anthropic/", "ANTHROPIC_API_KEY", ""),
+        "google": ("gemini/", "GEMINI_API_KEY", ""),
+    }
+)
+
 
 @dataclass(frozen=True)
 class AgentKind:
@@ -146,10 +153,14 @@ def _unwired(name: str, runs: Runs, note: str) -> AgentKind:
 
 _OPENCODE_PROVIDER = "harbor"
 _COPILOT_OFFLINE: Mapping[str, str] = MappingProxyType({"COPILOT_OFFLINE": "true"})
-_OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
-    "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
-    "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
-}})
+_OPENCODE_AUX: Mapping[str, Any] = MappingProxyType(
+    {
+        "opencode_config": {
+            "small_model": f"{_OPENCODE_PROVIDER}/{AUX_MODEL}",
+            "provider": {_OPENCODE_PROVIDER: {"models": {AUX_MODEL: {}}}},
+        }
+    }
+)
 
 
 # NeMo Fabric runs one of its adapters' harnesses in the sandbox: mini-swe-agent's, which
@@ -158,44 +169,74 @@ _OPENCODE_AUX: Mapping[str, Any] = MappingProxyType({"opencode_config": {
 # workspace is the Harbor tasks' /app (Harbor's default, /testbed, is SWE-bench's).
 # mini-swe-agent fails a call whose cost LiteLLM cannot price (no served model is in its
 # map), and LiteLLM fetches that map from the network at import: neither here.
-_FABRIC_KWARGS: Mapping[str, Any] = MappingProxyType({
-    "fabric_adapter_id": "nvidia.fabric.mini-swe-agent",
-    "fabric_python": "/opt/fabric-venv/bin/python",
-    "fabric_workspace": "/app",
-})
+_FABRIC_KWARGS: Mapping[str, Any] = MappingProxyType(
+    {
+        "fabric_adapter_id": "nvidia.fabric.mini-swe-agent",
+        "fabric_python": "/opt/fabric-venv/bin/python",
+        "fabric_workspace": "/app",
+    }
+)
 
 
-def _fabric(dialect: DialectName, *, model_prefix: str | None = None,
-            url_path: str | None = None) -> AgentKind:
+def _fabric(
+    dialect: DialectName, *, model_prefix: str | None = None, url_path: str | None = None
+) -> AgentKind:
     return _installed(
-        "fabric", dialect, model_prefix=model_prefix, url_path=url_path,
-        url_kwarg="fabric_model_base_url", key_env_kwarg="fabric_model_api_key_env",
-        pinned_env={"MSWEA_COST_TRACKING": "ignore_errors",
-                    "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        "fabric",
+        dialect,
+        model_prefix=model_prefix,
+        url_path=url_path,
+        url_kwarg="fabric_model_base_url",
+        key_env_kwarg="fabric_model_api_key_env",
+        pinned_env={"MSWEA_COST_TRACKING": "ignore_errors", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
         wired_kwargs=_FABRIC_KWARGS,
         note="adapter nvidia.fabric.mini-swe-agent; fabric_model_base_url, "
-             "fabric_model_api_key_env")
+        "fabric_model_api_key_env",
+    )
 
 
 # Harbor's langgraph adapter copies these from the host into the sandbox when the config
 # does not set them (its _FORWARDED_ENV_VARS: provider keys, LangSmith's key and
 # endpoint): set empty, so that no host credential reaches a rollout; the session key is
 # set over its own variable.
-_LANGGRAPH_UNFORWARDED: Mapping[str, str] = MappingProxyType(dict.fromkeys((
-    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "FIREWORKS_API_KEY",
-    "OPENROUTER_API_KEY", "BASETEN_API_KEY", "GROQ_API_KEY", "XAI_API_KEY",
-    "NVIDIA_API_KEY", "OLLAMA_API_KEY", "OLLAMA_HOST", "LANGSMITH_API_KEY",
-    "LANGSMITH_TRACING", "LANGSMITH_TRACING_V2", "LANGSMITH_PROJECT",
-    "LANGSMITH_WORKSPACE_ID", "LANGSMITH_PROFILE", "LANGSMITH_ENDPOINT",
-    "LANGSMITH_DATASET", "HARBOR_LANGSMITH_PARENT", "HARBOR_LANGSMITH_BAGGAGE"), ""))
+_LANGGRAPH_UNFORWARDED: Mapping[str, str] = MappingProxyType(
+    dict.fromkeys(
+        (
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "GOOGLE_API_KEY",
+            "FIREWORKS_API_KEY",
+            "OPENROUTER_API_KEY",
+            "BASETEN_API_KEY",
+            "GROQ_API_KEY",
+            "XAI_API_KEY",
+            "NVIDIA_API_KEY",
+            "OLLAMA_API_KEY",
+            "OLLAMA_HOST",
+            "LANGSMITH_API_KEY",
+            "LANGSMITH_TRACING",
+            "LANGSMITH_TRACING_V2",
+            "LANGSMITH_PROJECT",
+            "LANGSMITH_WORKSPACE_ID",
+            "LANGSMITH_PROFILE",
+            "LANGSMITH_ENDPOINT",
+            "LANGSMITH_DATASET",
+            "HARBOR_LANGSMITH_PARENT",
+            "HARBOR_LANGSMITH_BAGGAGE",
+        ),
+        "",
+    )
+)
 
 _NO_CONNECTION = "Harbor 0.25 gives it no endpoint override (no MODEL_CONNECTION)"
 _CLINE_URL = "provider_base_url"
 # The sample Strands agent (a factory Harbor's strands runner imports in the sandbox).
-_STRANDS_SAMPLE: Mapping[str, Any] = MappingProxyType({
-    "factory_path": str(Path(__file__).parents[1] / "samples" / "strands_agent"),
-    "factory": "agent:create_agent",
-})
+_STRANDS_SAMPLE: Mapping[str, Any] = MappingProxyType(
+    {
+        "factory_path": str(Path(__file__).parents[1] / "samples" / "strands_agent"),
+        "factory": "agent:create_agent",
+    }
+)
 
 
 def _aider_weak(prefix: str) -> Mapping[str, str]:
@@ -207,58 +248,106 @@ _NO_BASE_URL = "Harbor 0.25's adapter cannot override its base URL (capabilities
 
 # Every name in Harbor 0.25's AgentFactory._AGENT_MAP (a test keeps the two equal).
 _TABLE = (
-    AgentKind("oracle", "host", needs_model=False, channel="none",
-              note="runs the task's solution"),
+    AgentKind("oracle", "host", needs_model=False, channel="none", note="runs the task's solution"),
     AgentKind("nop", "host", needs_model=False, channel="none", note="does nothing"),
-    AgentKind("terminus-2", "host", dialect="chat", channel="litellm",
-              model_prefix="openai/", url_path="/v1",
-              note="LiteLLM on the host; key in llm_kwargs, never in the sandbox"),
+    AgentKind(
+        "terminus-2",
+        "host",
+        dialect="chat",
+        channel="litellm",
+        model_prefix="openai/",
+        url_path="/v1",
+        note="LiteLLM on the host; key in llm_kwargs, never in the sandbox",
+    ),
     # Its background calls (titles, topic checks) use the small/fast (haiku) slot.
-    _installed("claude-code", "anthropic", pinned_env={
-        "CLAUDE_FORCE_OAUTH": "0", "CLAUDE_CODE_OAUTH_TOKEN": "",
-        "CLAUDE_CODE_USE_BEDROCK": "0", "AWS_BEARER_TOKEN_BEDROCK": "",
-    }, aux_env=("ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL")),
-    _installed("codex", "responses", pinned_env={
-        "CODEX_AUTH_JSON_PATH": "", "CODEX_FORCE_AUTH_JSON": "0",
-    }, note="Harbor writes the URL into config.toml (openai_base_url)"),
-    _installed("gemini-cli", "google", pinned_env={
-        "GEMINI_OAUTH_CREDS_PATH": "", "GEMINI_FORCE_OAUTH": "0",
-        "GOOGLE_GENAI_USE_VERTEXAI": "0",
-    }),
-    _installed("antigravity-cli", "google",
-               pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
-               note="Harbor refuses a plain-http URL unless allowed explicitly"),
+    _installed(
+        "claude-code",
+        "anthropic",
+        pinned_env={
+            "CLAUDE_FORCE_OAUTH": "0",
+            "CLAUDE_CODE_OAUTH_TOKEN": "",
+            "CLAUDE_CODE_USE_BEDROCK": "0",
+            "AWS_BEARER_TOKEN_BEDROCK": "",
+        },
+        aux_env=("ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL"),
+    ),
+    _installed(
+        "codex",
+        "responses",
+        pinned_env={
+            "CODEX_AUTH_JSON_PATH": "",
+            "CODEX_FORCE_AUTH_JSON": "0",
+        },
+        note="Harbor writes the URL into config.toml (openai_base_url)",
+    ),
+    _installed(
+        "gemini-cli",
+        "google",
+        pinned_env={
+            "GEMINI_OAUTH_CREDS_PATH": "",
+            "GEMINI_FORCE_OAUTH": "0",
+            "GOOGLE_GENAI_USE_VERTEXAI": "0",
+        },
+    ),
+    _installed(
+        "antigravity-cli",
+        "google",
+        pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
+        note="Harbor refuses a plain-http URL unless allowed explicitly",
+    ),
     # Its Go harness (in the google-antigravity wheel) speaks Gemini's API only.
-    _installed("antigravity-sdk", "google",
-               pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
-               note="GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY; Harbor refuses a plain-http "
-                    "URL unless allowed explicitly"),
+    _installed(
+        "antigravity-sdk",
+        "google",
+        pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
+        note="GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY; Harbor refuses a plain-http "
+        "URL unless allowed explicitly",
+    ),
     # Its provider is not called `openai`: opencode sends that one's calls to the
     # Responses API whatever the npm package; `small_model` is its title generator's.
-    _installed("opencode", "chat", pin_dialect=True, model_prefix=f"{_OPENCODE_PROVIDER}/",
-               wired_kwargs=_OPENCODE_AUX,
-               note=f"provider {_OPENCODE_PROVIDER!r} (@ai-sdk/openai-compatible) in "
-                    "opencode.json, key {env:OPENAI_API_KEY}"),
-    _installed("mimo", "chat", pin_dialect=True,
-               note="provider baseURL and {env:OPENAI_API_KEY} in mimocode.json"),
-    _installed("kimi-cli", "chat",
-               note="config file written in the sandbox from RUNTIME_KIMI_API_KEY"),
+    _installed(
+        "opencode",
+        "chat",
+        pin_dialect=True,
+        model_prefix=f"{_OPENCODE_PROVIDER}/",
+        wired_kwargs=_OPENCODE_AUX,
+        note=f"provider {_OPENCODE_PROVIDER!r} (@ai-sdk/openai-compatible) in "
+        "opencode.json, key {env:OPENAI_API_KEY}",
+    ),
+    _installed(
+        "mimo",
+        "chat",
+        pin_dialect=True,
+        note="provider baseURL and {env:OPENAI_API_KEY} in mimocode.json",
+    ),
+    _installed(
+        "kimi-cli", "chat", note="config file written in the sandbox from RUNTIME_KIMI_API_KEY"
+    ),
     _installed("kimi-code", "chat", note="KIMI_MODEL_BASE_URL, KIMI_MODEL_API_KEY"),
     _installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
     _installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
     # Its weak model writes the commit messages of its auto-commits: a side call.
-    _installed("aider", "chat", pinned_env=_aider_weak("openai/"),
-               note="LiteLLM in the sandbox; api_base in its model settings file"),
+    _installed(
+        "aider",
+        "chat",
+        pinned_env=_aider_weak("openai/"),
+        note="LiteLLM in the sandbox; api_base in its model settings file",
+    ),
     _installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
     _installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
     _installed("qwen-coder", "chat"),
-    _installed("goose", "chat", url_path="",
-               note="OPENAI_HOST is the server root: goose appends v1/chat/completions"),
+    _installed(
+        "goose",
+        "chat",
+        url_path="",
+        note="OPENAI_HOST is the server root: goose appends v1/chat/completions",
+    ),
     _installed("hermes", "chat", pin_dialect=True),
     # Offline: no GitHub sign-in, telemetry or update check (a sandbox has no network);
     # the model calls still go to COPILOT_PROVIDER_BASE_URL.
-    _installed("copilot-cli", "chat", pinned_env=_COPILOT_OFFLINE,
-               note="COPILOT_PROVIDER_* variables"),
+    _installed(
+        "copilot-cli", "chat", pinned_env=_COPILOT_OFFLINE, note="COPILOT_PROVIDER_* variables"
+    ),
     # Its models.json key names a variable: PreinstalledPi writes it as the pinned pi reads it.
     _installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
     # The openai/ prefix picks vibe's generic (OpenAI-compatible) backend, whose key
@@ -268,35 +357,62 @@ _TABLE = (
     _installed("nemo-agent", "chat", note="key and URL in the NAT workflow config"),
     _installed("grok-build", "responses", note="model entry in ~/.grok/config.toml"),
     _installed("trae-agent", "responses", note="key and URL in trae_config.yaml"),
-    _installed("muse-code", "responses", model_prefix="meta/", key_env="META_API_KEY",
-               note="Meta provider: META_API_KEY, --base-url"),
-    _installed("code-puppy", "chat", pin_dialect=True,
-               note="custom_openai endpoint in extra_models.json"),
+    _installed(
+        "muse-code",
+        "responses",
+        model_prefix="meta/",
+        key_env="META_API_KEY",
+        note="Meta provider: META_API_KEY, --base-url",
+    ),
+    _installed(
+        "code-puppy", "chat", pin_dialect=True, note="custom_openai endpoint in extra_models.json"
+    ),
     # Harbor 0.25 pins no API for its providers: openclaw.json names it. Its memory search
     # keeps to keywords: by default it embeds through /v1/embeddings, which an engine
     # serving a chat model does not offer. The tools denied are those whose state
     # openclaw reports in a transient message at the end of every request, which the
     # next request drops: with them each turn would start a new root.
-    _installed("openclaw", "chat", wired_kwargs={"openclaw_config": {
-        "models": {"providers": {"openai": {"api": "openai-completions"}}},
-        "memory": {"search": {"provider": "none"}},
-        "tools": {"deny": ["process", "sessions_spawn", "image_generate", "music_generate",
-                           "video_generate"]},
-    }}, pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
-        note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json"),
+    _installed(
+        "openclaw",
+        "chat",
+        wired_kwargs={
+            "openclaw_config": {
+                "models": {"providers": {"openai": {"api": "openai-completions"}}},
+                "memory": {"search": {"provider": "none"}},
+                "tools": {
+                    "deny": [
+                        "process",
+                        "sessions_spawn",
+                        "image_generate",
+                        "music_generate",
+                        "video_generate",
+                    ]
+                },
+            }
+        },
+        pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
+        note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json",
+    ),
     _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
     _fabric("chat"),
     # A user's own LangGraph project (`project_path`, langgraph.json); its graph builds
     # its model from what Harbor resolves (LangChain's init_chat_model, the provider
     # from the model's prefix). harbor-ray qualifies it with samples/langgraph.
-    _installed("langgraph", "chat", pinned_env=_LANGGRAPH_UNFORWARDED,
-               note="a user's LangGraph project (project_path); model and base URL in "
-                    "its configurable"),
+    _installed(
+        "langgraph",
+        "chat",
+        pinned_env=_LANGGRAPH_UNFORWARDED,
+        note="a user's LangGraph project (project_path); model and base URL in its configurable",
+    ),
     _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     # Harbor's adapter refuses a base URL; its variant stores the proxy's for the run's
     # provider with `cline auth -b` before the task (PreinstalledClineCli).
-    _installed("cline-cli", "chat", url_kwarg=_CLINE_URL,
-               note="`cline auth -b URL` before the run (provider_base_url)"),
+    _installed(
+        "cline-cli",
+        "chat",
+        url_kwarg=_CLINE_URL,
+        note="`cline auth -b URL` before the run (provider_base_url)",
+    ),
     _unwired("junie", "sandbox", _NO_BASE_URL),
     _unwired("cursor-cli", "sandbox", f"Cursor's own service only; {_NO_CONNECTION}"),
     _unwired("cortex-code", "sandbox", f"Snowflake Cortex only; {_NO_CONNECTION}"),
@@ -304,15 +420,26 @@ _TABLE = (
     _unwired("rovodev-cli", "sandbox", f"Atlassian's service only; {_NO_CONNECTION}"),
     _unwired("eve", "sandbox", _NO_CONNECTION),
     _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
-    _unwired("deerflow", "sandbox",
-             "forwards the host's provider and web-search API keys into the sandbox"),
+    _unwired(
+        "deerflow",
+        "sandbox",
+        "forwards the host's provider and web-search API keys into the sandbox",
+    ),
     # Harbor runs a user's Strands agent factory: harbor_ray's sample one unless the
     # rollout's kwargs name another (factory_path, factory).
-    _installed("strands", "chat", wired_kwargs=_STRANDS_SAMPLE,
-               note="OpenAIModel client_args base_url; harbor_ray's sample factory"),
+    _installed(
+        "strands",
+        "chat",
+        wired_kwargs=_STRANDS_SAMPLE,
+        note="OpenAIModel client_args base_url; harbor_ray's sample factory",
+    ),
     _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
-    _unwired("dspy-rlm", "host", "needs dspy (not a harbor_ray dependency) and a Deno "
-             "runner that imports deno.land, unreachable here (qualify/harnesses.py)"),
+    _unwired(
+        "dspy-rlm",
+        "host",
+        "needs dspy (not a harbor_ray dependency) and a Deno "
+        "runner that imports deno.land, unreachable here (qualify/harnesses.py)",
+    ),
 )
 
 AGENTS: Mapping[str, AgentKind] = MappingProxyType({kind.name: kind for kind in _TABLE})
@@ -325,19 +452,43 @@ _GOOGLE_VERSIONED = "/v1beta"
 _OTHER_PROFILES = (
     # LiteLLM picks the provider by the model's prefix; `openai/responses/` sends a chat
     # call to the Responses API.
-    AgentKind("terminus-2", "host", dialect="responses", channel="litellm",
-              model_prefix="openai/responses/", url_path="/v1"),
-    AgentKind("terminus-2", "host", dialect="anthropic", channel="litellm",
-              model_prefix="anthropic/"),
-    AgentKind("terminus-2", "host", dialect="google", channel="litellm",
-              model_prefix="gemini/", url_path=_GOOGLE_VERSIONED),
-    _installed("opencode", "anthropic", pin_dialect=True, url_path="/v1",
-               model_prefix=f"{_OPENCODE_PROVIDER}/", key_env="OPENAI_API_KEY",
-               wired_kwargs=_OPENCODE_AUX),
+    AgentKind(
+        "terminus-2",
+        "host",
+        dialect="responses",
+        channel="litellm",
+        model_prefix="openai/responses/",
+        url_path="/v1",
+    ),
+    AgentKind(
+        "terminus-2", "host", dialect="anthropic", channel="litellm", model_prefix="anthropic/"
+    ),
+    AgentKind(
+        "terminus-2",
+        "host",
+        dialect="google",
+        channel="litellm",
+        model_prefix="gemini/",
+        url_path=_GOOGLE_VERSIONED,
+    ),
+    _installed(
+        "opencode",
+        "anthropic",
+        pin_dialect=True,
+        url_path="/v1",
+        model_prefix=f"{_OPENCODE_PROVIDER}/",
+        key_env="OPENAI_API_KEY",
+        wired_kwargs=_OPENCODE_AUX,
+    ),
     # Its built-in google provider; Harbor writes opencode's own key variable into the
     # provider's options, so the key goes there, not under Google's name.
-    _installed("opencode", "google", model_prefix="google/", url_path=_GOOGLE_VERSIONED,
-               key_env="OPENAI_API_KEY"),
+    _installed(
+        "opencode",
+        "google",
+        model_prefix="google/",
+        url_path=_GOOGLE_VERSIONED,
+        key_env="OPENAI_API_KEY",
+    ),
     # Its built-in `openai` provider speaks Responses; Harbor will not pin that format
     # for opencode, nor does it need to.
     _installed("opencode", "responses"),
@@ -345,9 +496,14 @@ _OTHER_PROFILES = (
     _installed("pi", "anthropic", pin_dialect=True),
     # Harbor 0.25 refuses to pin Google's format for pi, yet writes the API pi is given
     # (`model_api`) into its models.json as it is.
-    _installed("pi", "google", model_prefix="openai/", key_env="OPENAI_API_KEY",
-               url_path=_GOOGLE_VERSIONED,
-               wired_kwargs={"model_api": "google-generative-ai"}),
+    _installed(
+        "pi",
+        "google",
+        model_prefix="openai/",
+        key_env="OPENAI_API_KEY",
+        url_path=_GOOGLE_VERSIONED,
+        wired_kwargs={"model_api": "google-generative-ai"},
+    ),
     _installed("mini-swe-agent", "responses", pin_dialect=True),
     _installed("mini-swe-agent", "anthropic"),
     _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
@@ -367,8 +523,7 @@ _OTHER_PROFILES = (
     _fabric("responses", model_prefix="openai/responses/"),
     # LangChain's clients in the sample graph: the pinned Responses format makes Harbor
     # set use_responses_api; the anthropic prefix picks ChatAnthropic.
-    _installed("langgraph", "responses", pin_dialect=True,
-               pinned_env=_LANGGRAPH_UNFORWARDED),
+    _installed("langgraph", "responses", pin_dialect=True, pinned_env=_LANGGRAPH_UNFORWARDED),
     _installed("langgraph", "anthropic", pinned_env=_LANGGRAPH_UNFORWARDED),
     _fabric("anthropic"),
     _fabric("google", url_path=_GOOGLE_VERSIONED),
@@ -384,12 +539,20 @@ _OTHER_PROFILES = (
     _installed("strands", "google", wired_kwargs=_STRANDS_SAMPLE),
     # cline's openai-native provider speaks Responses; Harbor's adapter takes a provider
     # LiteLLM does not know in the colon form, its key then under API_KEY.
-    _installed("cline-cli", "responses", model_prefix="openai-native:", key_env="API_KEY",
-               url_kwarg=_CLINE_URL),
+    _installed(
+        "cline-cli",
+        "responses",
+        model_prefix="openai-native:",
+        key_env="API_KEY",
+        url_kwarg=_CLINE_URL,
+    ),
 )
 
 # (agent, profile) -> its wiring: every wired agent's default profile, and the others.
-WIRINGS: Mapping[tuple[str, str], AgentKind] = MappingProxyType({
-    (kind.name, kind.profile): kind
-    for kind in (*_TABLE, *_OTHER_PROFILES) if kind.profile is not None
-})
+WIRINGS: Mapping[tuple[str, str], AgentKind] = MappingProxyType(
+    {
+        (kind.name, kind.profile): kind
+        for kind in (*_TABLE, *_OTHER_PROFILES)
+        if kind.profile is not None
+    }
+)

@@ -54,11 +54,18 @@ __all__ = [
 
 # Kwargs that carry the connection. `extra_kwargs` may add options, never redirect a
 # rollout's model calls or its key.
-_CONNECTION_KWARGS = frozenset({
-    "api_base", "api_key", "base_url", "model_api_format", "model_api_key_name",
-    "fabric_model_base_url", "fabric_model_api_key_env",
-    "provider_base_url",
-})
+_CONNECTION_KWARGS = frozenset(
+    {
+        "api_base",
+        "api_key",
+        "base_url",
+        "model_api_format",
+        "model_api_key_name",
+        "fabric_model_base_url",
+        "fabric_model_api_key_env",
+        "provider_base_url",
+    }
+)
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ACP_SHORTHAND = "acp:"
 
@@ -78,14 +85,13 @@ class ProxyEndpoint:
         for name in ("host_url", "sandbox_url"):
             url = urlsplit(getattr(self, name))
             if url.scheme not in ("http", "https") or not url.netloc or url.query:
-                raise AgentNotWiredError(f"{name} must be an http(s) URL without a query, "
-                                         f"not {getattr(self, name)!r}")
+                raise AgentNotWiredError(
+                    f"{name} must be an http(s) URL without a query, not {getattr(self, name)!r}"
+                )
             object.__setattr__(self, name, getattr(self, name).rstrip("/"))
 
     def url(self, runs: Runs) -> str:
         return self.host_url if runs == "host" else self.sandbox_url
-
-
 
 
 def profiles(agent: str) -> tuple[str, ...]:
@@ -110,7 +116,8 @@ def _profiled(agent: str, profile: str | None) -> AgentKind:
         return WIRINGS[agent, profile]
     raise ProfileNotSupportedError(
         f"agent {agent!r} is not wired to speak profile {profile!r}; its profiles: "
-        f"{', '.join(profiles(agent)) or 'none'}")
+        f"{', '.join(profiles(agent)) or 'none'}"
+    )
 
 
 def _kind(agent: str) -> AgentKind:
@@ -119,8 +126,14 @@ def _kind(agent: str) -> AgentKind:
     if agent.startswith(_ACP_SHORTHAND):
         return AGENTS["acp"]
     if _IMPORT_PATH.match(agent):
-        return AgentKind(agent, "host", dialect="chat", channel="openai_env",
-                         model_prefix="openai/", url_path="/v1")
+        return AgentKind(
+            agent,
+            "host",
+            dialect="chat",
+            channel="openai_env",
+            model_prefix="openai/",
+            url_path="/v1",
+        )
     known = ", ".join(sorted(AGENTS))
     raise UnknownAgentError(
         f"unknown agent {agent!r}: not a Harbor agent name and not an import path "
@@ -161,7 +174,8 @@ class AgentAllowList:
             known = ", ".join([*sorted(AGENTS), *self.import_paths])
             raise UnknownAgentError(
                 f"unknown agent {shown or repr(agent)}: not a Harbor agent `harbor-ray "
-                f"info` lists, nor an import path {self.named_in} (known: {known})")
+                f"info` lists, nor an import path {self.named_in} (known: {known})"
+            )
 
     def describe(self) -> list[dict[str, Any]]:
         """`describe_agents`' rows, the allowed import paths' after the Harbor agents'."""
@@ -170,8 +184,10 @@ class AgentAllowList:
 
 def describe_agents(import_paths: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """One row per Harbor agent, for `harbor-ray info`, then one per import path given."""
-    kinds = [*sorted(AGENTS.values(), key=lambda k: k.name),
-             *(_kind(path) for path in import_paths)]
+    kinds = [
+        *sorted(AGENTS.values(), key=lambda k: k.name),
+        *(_kind(path) for path in import_paths),
+    ]
     return [
         {
             "agent": kind.name,
@@ -194,8 +210,10 @@ def _merge(wired: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
     merged = dict(wired)
     for name, value in extra.items():
         if name in _CONNECTION_KWARGS:
-            raise AgentNotWiredError(f"extra_kwargs may not set {name!r}: the proxy wiring owns "
-                                     "it; drop it from the agent's kwargs")
+            raise AgentNotWiredError(
+                f"extra_kwargs may not set {name!r}: the proxy wiring owns "
+                "it; drop it from the agent's kwargs"
+            )
         if isinstance(value, Mapping):
             base = merged.get(name)
             merged[name] = _merge(base if isinstance(base, Mapping) else {}, value)

@@ -75,8 +75,9 @@ def cross_check(
     agent_turns = [_turn_call(turn) for turn, role in roles if role is Role.AGENT]
     auxiliary = sum(1 for _, role in roles if role is Role.AUXILIARY)
     steps = _model_steps(parsed)
-    findings = _count_findings(parsed, steps, len(agent_turns), auxiliary,
-                               capture.counts.budget_stops)
+    findings = _count_findings(
+        parsed, steps, len(agent_turns), auxiliary, capture.counts.budget_stops
+    )
     if all((step.llm_call_count or 1) == 1 for step in steps):
         findings += _order_findings([_step_call(s) for s in steps], agent_turns)
     else:
@@ -135,7 +136,10 @@ def _subagent_files(trajectory: Trajectory) -> int:
 
 
 def _count_findings(
-    trajectory: Trajectory, steps: Sequence[Step], agent_turns: int, auxiliary: int,
+    trajectory: Trajectory,
+    steps: Sequence[Step],
+    agent_turns: int,
+    auxiliary: int,
     budget_stops: int,
 ) -> list[FindingRecord]:
     findings = []

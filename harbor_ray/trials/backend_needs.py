@@ -60,19 +60,23 @@ def missing_arguments(cls: type, kwargs: Mapping[str, Any]) -> list[str]:
         for p in parameters.values()
         if p.default is inspect.Parameter.empty
         and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and p.name not in harbor_supplies and p.name not in kwargs
+        and p.name not in harbor_supplies
+        and p.name not in kwargs
     ]
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        problems += [f"its constructor takes no argument `{key}`"
-                     for key in kwargs if key not in parameters]
+        problems += [
+            f"its constructor takes no argument `{key}`" for key in kwargs if key not in parameters
+        ]
     return problems
 
 
 def _singularity(context: Context) -> list[str]:
     # The environment runs `singularity pull` and `singularity exec` by that name.
     if context.which("singularity") is None:
-        return ["`singularity` not found on PATH: install SingularityCE or Apptainer "
-                "(with its `singularity` command)"]
+        return [
+            "`singularity` not found on PATH: install SingularityCE or Apptainer "
+            "(with its `singularity` command)"
+        ]
     return []
 
 
@@ -83,15 +87,24 @@ def _docker(context: Context) -> list[str]:
     if docker is None:
         return []  # Harbor's own preflight already says so
     try:
-        answered = subprocess.run([docker, "compose", "version"], capture_output=True,
-                                  timeout=10, env=dict(context.environ)).returncode == 0
+        answered = (
+            subprocess.run(
+                [docker, "compose", "version"],
+                capture_output=True,
+                timeout=10,
+                env=dict(context.environ),
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         answered = False
     if answered:
         return []
-    return ["`docker compose` (Compose v2) is not installed, and Harbor's docker backend "
-            "starts every trial with it: install the Compose v2 plugin, or use "
-            "--sandbox container (the task's image, built with Docker, run without Compose)"]
+    return [
+        "`docker compose` (Compose v2) is not installed, and Harbor's docker backend "
+        "starts every trial with it: install the Compose v2 plugin, or use "
+        "--sandbox container (the task's image, built with Docker, run without Compose)"
+    ]
 
 
 def _sbx(context: Context) -> list[str]:
@@ -99,8 +112,10 @@ def _sbx(context: Context) -> list[str]:
     if target == "local":
         command = str(context.kwargs.get("sbx_command", "sbx"))
         if context.which(command) is None:
-            return [f"`{command}` not found on PATH: install Docker Sandboxes' CLI and run "
-                    "`sbx login` (target=local)"]
+            return [
+                f"`{command}` not found on PATH: install Docker Sandboxes' CLI and run "
+                "`sbx login` (target=local)"
+            ]
         return []
     problems = []
     if importlib.util.find_spec("python_multipart") is None:
@@ -110,7 +125,8 @@ def _sbx(context: Context) -> list[str]:
         problems.append(
             f"no Docker Sandboxes Cloud credentials: set {token_env} or SBX_TOKEN_FILE (or "
             "pass --sandbox-arg token_file=PATH), or both SBX_DOCKER_USERNAME and "
-            "SBX_DOCKER_PAT; or --sandbox-arg target=local for the local `sbx` CLI")
+            "SBX_DOCKER_PAT; or --sandbox-arg target=local for the local `sbx` CLI"
+        )
     return problems
 
 
@@ -121,8 +137,9 @@ def _sbx_cloud_token(context: Context) -> bool:
         return Path(path).expanduser().is_file()
     if context.kwargs.get("token_env", "SBX_TOKEN") in context.environ:
         return True
-    return all(context.environ.get(v, "").strip()
-               for v in ("SBX_DOCKER_USERNAME", "SBX_DOCKER_PAT"))
+    return all(
+        context.environ.get(v, "").strip() for v in ("SBX_DOCKER_USERNAME", "SBX_DOCKER_PAT")
+    )
 
 
 def _ec2(context: Context) -> list[str]:
@@ -130,8 +147,9 @@ def _ec2(context: Context) -> list[str]:
     mode = context.kwargs.get("launch_mode", "ephemeral")
     needed = {"ephemeral": "ami_id", "attach": "instance_id"}.get(mode)
     if needed is not None and not context.kwargs.get(needed):
-        problems.append(f"launch_mode {mode} requires `{needed}`: pass --sandbox-arg "
-                        f"{needed}=VALUE")
+        problems.append(
+            f"launch_mode {mode} requires `{needed}`: pass --sandbox-arg {needed}=VALUE"
+        )
     credentials = _aws_credentials(context.kwargs.get("aws_profile"))
     if credentials is not None:
         problems.append(credentials)
@@ -149,8 +167,10 @@ def _aws_credentials(profile: str | None) -> str | None:
     except BotoCoreError as exc:  # an unknown profile, a broken config file
         return f"AWS credentials cannot be resolved: {exc}"
     if found is None:
-        return ("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-                "configure a profile (aws configure; --sandbox-arg aws_profile=NAME)")
+        return (
+            "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+            "configure a profile (aws configure; --sandbox-arg aws_profile=NAME)"
+        )
     return None
 
 

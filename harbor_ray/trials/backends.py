@@ -115,8 +115,9 @@ def check_backend(name: str, kwargs: Mapping[str, Any] | None = None) -> Backend
     problem = _preflight_problem(cls)
     if problem:
         return BackendStatus(name, False, problem)
-    context = Context(kwargs=dict(kwargs or {}), environ=os.environ,
-                      search_path=os.environ.get("PATH", ""))
+    context = Context(
+        kwargs=dict(kwargs or {}), environ=os.environ, search_path=os.environ.get("PATH", "")
+    )
     needs = find_needs(name, cls, context)
     if needs:
         return BackendStatus(name, False, "; ".join(needs))

@@ -32,8 +32,10 @@ _PROBE_TIMEOUT_S = 10.0
 # The legacy builder: the Debian daemon has no BuildKit front end for the CLI to use.
 _DOCKER_ENV = {"DOCKER_BUILDKIT": "0"}
 _LEGACY_NOTICE = "DEPRECATED: The legacy builder is deprecated"
-_START_DOCKERD = ("start it as root: `dockerd --storage-driver=vfs --iptables=false "
-                  "--bridge=none &` (scripts/container_host.sh does)")
+_START_DOCKERD = (
+    "start it as root: `dockerd --storage-driver=vfs --iptables=false "
+    "--bridge=none &` (scripts/container_host.sh does)"
+)
 
 
 def _tail(text: str, lines: int = _TAIL_LINES) -> str:
@@ -59,20 +61,34 @@ def docker_problems(docker: str = "docker") -> list[str]:
         problems.append("`tar` not found on PATH: install the Debian package `tar`.")
     path = shutil.which(docker)
     if path is None:
-        return [*problems, f"`{docker}` not found on PATH: install Debian's `docker.io` "
-                           "(apt-get install docker.io; scripts/container_host.sh does)."]
+        return [
+            *problems,
+            f"`{docker}` not found on PATH: install Debian's `docker.io` "
+            "(apt-get install docker.io; scripts/container_host.sh does).",
+        ]
     try:
-        result = subprocess.run([path, "version", "--format", "{{.Server.Version}}"],
-                                capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                timeout=_PROBE_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            [path, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=_PROBE_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        return [*problems, f"the Docker daemon did not answer `{docker} version` within "
-                           f"{_PROBE_TIMEOUT_S:g} s: restart it, or {_START_DOCKERD}."]
+        return [
+            *problems,
+            f"the Docker daemon did not answer `{docker} version` within "
+            f"{_PROBE_TIMEOUT_S:g} s: restart it, or {_START_DOCKERD}.",
+        ]
     if result.returncode != 0:
         said = " ".join((result.stderr or result.stdout).split())
-        return [*problems, f"the Docker daemon does not answer `{docker} version` "
-                           f"({said}): {_START_DOCKERD}; a user other than root needs "
-                           "access to its socket (the `docker` group)."]
+        return [
+            *problems,
+            f"the Docker daemon does not answer `{docker} version` "
+            f"({said}): {_START_DOCKERD}; a user other than root needs "
+            "access to its socket (the `docker` group).",
+        ]
     return problems
 
 
@@ -99,8 +115,7 @@ class DockerCli:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                self.progress(f"waiting for another build of {what} on this "
-                              f"node (lock: {path})")
+                self.progress(f"waiting for another build of {what} on this node (lock: {path})")
                 self._wait(lock, path, what)
             yield
 
@@ -118,7 +133,8 @@ class DockerCli:
                 if time.monotonic() >= self.deadline:
                     raise EnvironmentBuildError(
                         f"{what}: another build on this node still held {path} "
-                        f"after the {self.timeout_s:g} s allowed") from None
+                        f"after the {self.timeout_s:g} s allowed"
+                    ) from None
                 time.sleep(0.1)
 
     def image_id(self, reference: str) -> str | None:
@@ -131,44 +147,57 @@ class DockerCli:
         daemon does not hold it."""
         argv = [self.docker, "image", "inspect", "--format", template, reference]
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, check=False,
-                                    stdin=subprocess.DEVNULL, env={**os.environ, **_DOCKER_ENV},
-                                    timeout=self.remaining(_QUERY_TIMEOUT_S))
+            result = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **_DOCKER_ENV},
+                timeout=self.remaining(_QUERY_TIMEOUT_S),
+            )
         except subprocess.TimeoutExpired as exc:
             raise EnvironmentBuildError(
-                f"`{shlex.join(argv)}` did not answer within {exc.timeout:g} s") from exc
+                f"`{shlex.join(argv)}` did not answer within {exc.timeout:g} s"
+            ) from exc
         except OSError as exc:
             raise EnvironmentBuildError(
                 f"`{shlex.join(argv)}` could not run ({exc}): "
-                f"{' '.join(docker_problems(self.docker))}") from exc
+                f"{' '.join(docker_problems(self.docker))}"
+            ) from exc
         if result.returncode == 0:
             return result.stdout
         if "no such image" in result.stderr.lower():
             return None
         raise EnvironmentBuildError(
             f"`{shlex.join(argv)}` failed (exit {result.returncode}):\n{_tail(result.stderr)}"
-            f"\n{' '.join(docker_problems(self.docker))}")
+            f"\n{' '.join(docker_problems(self.docker))}"
+        )
 
     def remove(self, container: str) -> None:
         """Remove a container, whatever became of what it was made for. One left behind
         (the daemon too slow to answer) costs disk only: said, not raised."""
         argv = [self.docker, "rm", "-f", container]
         try:
-            subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL,
-                           timeout=_QUERY_TIMEOUT_S, check=False)
+            subprocess.run(
+                argv,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=_QUERY_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            self.progress(f"could not remove container {container} ({exc}): "
-                          f"`{shlex.join(argv)}` removes it")
+            self.progress(
+                f"could not remove container {container} ({exc}): `{shlex.join(argv)}` removes it"
+            )
 
-    def step(self, commands: list[list[str]], log: Path | None, what: str,
-             fix: str = "") -> None:
+    def step(self, commands: list[list[str]], log: Path | None, what: str, fix: str = "") -> None:
         """Run a command (or a pipeline) to its end, its output appended to `log` (to a
         scratch file when there is none) under a line naming it, then one saying how it
         ended; an EnvironmentBuildError quoting that output if it failed or timed out."""
         line = " | ".join(shlex.join(argv) for argv in commands)
         with log.open("ab+") if log is not None else tempfile.TemporaryFile() as out:
-            out.write(f"$ {line}  # {datetime.now(UTC).isoformat(timespec='seconds')}\n"
-                      .encode())
+            out.write(f"$ {line}  # {datetime.now(UTC).isoformat(timespec='seconds')}\n".encode())
             out.flush()
             start, began = out.tell(), time.monotonic()
             failure: str | None = None
@@ -191,7 +220,8 @@ class DockerCli:
             raise EnvironmentBuildError(
                 f"{what} {failure}{where}; its last lines:\n{_tail(output)}"
                 + (f"\n{fix}" if fix else ""),
-                log=None if log is None else str(log))
+                log=None if log is None else str(log),
+            )
 
 
 def _pipeline(commands: list[list[str]], out: IO[bytes], timeout: float | None) -> list[int]:
@@ -204,16 +234,18 @@ def _pipeline(commands: list[list[str]], out: IO[bytes], timeout: float | None) 
     try:
         for index, argv in enumerate(commands):
             last = index == len(commands) - 1
-            process = subprocess.Popen(argv, stdin=feed, stderr=out, env=env,
-                                       stdout=out if last else subprocess.PIPE)
+            process = subprocess.Popen(
+                argv, stdin=feed, stderr=out, env=env, stdout=out if last else subprocess.PIPE
+            )
             if not isinstance(feed, int):
                 feed.close()  # the next command holds it now
             processes.append(process)
             if process.stdout is not None:
                 feed = process.stdout
-        return [process.wait(None if deadline is None else
-                             max(deadline - time.monotonic(), 0.0))
-                for process in processes]
+        return [
+            process.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+            for process in processes
+        ]
     finally:
         if not isinstance(feed, int):
             feed.close()

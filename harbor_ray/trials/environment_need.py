@@ -41,8 +41,20 @@ COMPOSE_FILE = "docker-compose.yaml"
 
 # Dockerfile instructions that change no file, variable or user of the image a command
 # runs in. A Dockerfile of these and FROM/WORKDIR asks only for a base system.
-_INERT = frozenset({"FROM", "WORKDIR", "LABEL", "MAINTAINER", "ARG", "CMD", "ENTRYPOINT",
-                    "EXPOSE", "STOPSIGNAL", "HEALTHCHECK"})
+_INERT = frozenset(
+    {
+        "FROM",
+        "WORKDIR",
+        "LABEL",
+        "MAINTAINER",
+        "ARG",
+        "CMD",
+        "ENTRYPOINT",
+        "EXPOSE",
+        "STOPSIGNAL",
+        "HEALTHCHECK",
+    }
+)
 
 
 class NeedKind(StrEnum):
@@ -82,8 +94,9 @@ def dockerfile_need(text: str) -> EnvironmentNeed:
         elif instruction not in _INERT and instruction not in busy:
             busy.append(instruction)
     if busy:
-        return EnvironmentNeed(NeedKind.BUILD, f"environment/{DOCKERFILE} has "
-                               f"{', '.join(busy)}", workdir)
+        return EnvironmentNeed(
+            NeedKind.BUILD, f"environment/{DOCKERFILE} has {', '.join(busy)}", workdir
+        )
     return EnvironmentNeed(NeedKind.BASE, workdir=workdir)
 
 
@@ -119,14 +132,14 @@ def read_need(environment_dir: Path, docker_image: str | None) -> EnvironmentNee
     choice when told to build), as building needs no registry, and nodes without one
     are the ones the container sandbox serves."""
     if (environment_dir / COMPOSE_FILE).exists():
-        return EnvironmentNeed(NeedKind.COMPOSE, f"environment/{COMPOSE_FILE} defines "
-                               "its services")
+        return EnvironmentNeed(NeedKind.COMPOSE, f"environment/{COMPOSE_FILE} defines its services")
     dockerfile = environment_dir / DOCKERFILE
     if dockerfile.is_file():
         return dockerfile_need(dockerfile.read_text(errors="replace"))
     if docker_image:
-        return EnvironmentNeed(NeedKind.IMAGE, f"task.toml names docker_image {docker_image}",
-                               image=docker_image)
+        return EnvironmentNeed(
+            NeedKind.IMAGE, f"task.toml names docker_image {docker_image}", image=docker_image
+        )
     return EnvironmentNeed(NeedKind.NONE)
 
 
@@ -139,20 +152,25 @@ def uploads_environment_dir(environment_dir: Path) -> bool:
     return environment_dir.is_dir() and any(environment_dir.iterdir())
 
 
-def refusal(need: EnvironmentNeed, *, task: str, sandbox: str, provides_image: bool,
-            host_userland: bool) -> str | None:
+def refusal(
+    need: EnvironmentNeed, *, task: str, sandbox: str, provides_image: bool, host_userland: bool
+) -> str | None:
     """Why sandbox `sandbox` must not run `task`, naming the fix; None when it may."""
     if provides_image and need.kind is NeedKind.NONE:
-        return (f"task {task!r} declares no image (no environment/{DOCKERFILE}, no "
-                f"docker_image), which the {sandbox} sandbox needs: run it on the local "
-                "sandbox")
+        return (
+            f"task {task!r} declares no image (no environment/{DOCKERFILE}, no "
+            f"docker_image), which the {sandbox} sandbox needs: run it on the local "
+            "sandbox"
+        )
     if not need.needs_image or provides_image or host_userland:
         return None
-    return (f"task {task!r} needs its own environment ({need.why}), which the {sandbox} "
-            "sandbox does not build: it would run on this host's userland and its "
-            "reward would not be the task's. Run it with --sandbox container (the "
-            "task's image, built with Docker), or pass --host-userland to run it on the "
-            "host anyway (every row then says environment=host_override)")
+    return (
+        f"task {task!r} needs its own environment ({need.why}), which the {sandbox} "
+        "sandbox does not build: it would run on this host's userland and its "
+        "reward would not be the task's. Run it with --sandbox container (the "
+        "task's image, built with Docker), or pass --host-userland to run it on the "
+        "host anyway (every row then says environment=host_override)"
+    )
 
 
 def ran_in(need: EnvironmentNeed, *, provides_image: bool) -> RanIn:

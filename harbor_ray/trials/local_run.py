@@ -49,4 +49,3 @@ async def all_unwound[T](work: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(each) for each in work]
     return [task.result() for task in tasks]
-

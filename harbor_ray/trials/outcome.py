@@ -184,8 +184,7 @@ def _timings(result: TrialResult) -> dict[str, float]:
     timings = {
         name: seconds
         for name, span in spans.items()
-        if span is not None
-        and (seconds := _seconds(span.started_at, span.finished_at)) is not None
+        if span is not None and (seconds := _seconds(span.started_at, span.finished_at)) is not None
     }
     total = _seconds(result.started_at, result.finished_at)
     if total is not None:

@@ -124,11 +124,11 @@ class PreinstalledQwenCode(_SkipInstallWhenPresent, QwenCode):
         if system_prompt is not None:
             self._extra_env["QWEN_SYSTEM_MD"] = self.SYSTEM_MD
 
-    async def run(self, instruction: str, environment: BaseEnvironment,
-                  context: AgentContext) -> None:
+    async def run(
+        self, instruction: str, environment: BaseEnvironment, context: AgentContext
+    ) -> None:
         if self._system_prompt is not None:
-            await environment.exec(command=write_text_command(self._system_prompt,
-                                                              self.SYSTEM_MD))
+            await environment.exec(command=write_text_command(self._system_prompt, self.SYSTEM_MD))
         await super().run(instruction, environment, context)
 
 
@@ -142,22 +142,25 @@ class PreinstalledOpenClaw(_SkipInstallWhenPresent, OpenClaw):
     whose `nvm` does nothing stands in where Harbor's install left none."""
 
     COMMANDS = ("openclaw", "node")
-    NVM_STAND_IN = ('mkdir -p ~/.nvm && { [ -e ~/.nvm/nvm.sh ] || '
-                    'printf "nvm() { :; }\\n" > ~/.nvm/nvm.sh; }')
+    NVM_STAND_IN = (
+        'mkdir -p ~/.nvm && { [ -e ~/.nvm/nvm.sh ] || printf "nvm() { :; }\\n" > ~/.nvm/nvm.sh; }'
+    )
 
     async def install(self, environment: BaseEnvironment) -> None:
         await super().install(environment)
         await environment.exec(command=self.NVM_STAND_IN)
 
-    async def run(self, instruction: str, environment: BaseEnvironment,
-                  context: AgentContext) -> None:
+    async def run(
+        self, instruction: str, environment: BaseEnvironment, context: AgentContext
+    ) -> None:
         # Harbor writes openclaw.json on the host into the trial's agent log directory and
         # copies it from /logs/agent inside, a mount only some environments make (the
         # local sandbox's logs are downloaded after the run): the same file goes in first.
         config = self.logs_dir / self._UPLOAD_CONFIG_FILENAME
         config.write_text(json.dumps(self._build_full_openclaw_config(), indent=2) + "\n")
         await environment.upload_file(
-            config, f"{self._CONTAINER_LOGS_AGENT}/{self._UPLOAD_CONFIG_FILENAME}")
+            config, f"{self._CONTAINER_LOGS_AGENT}/{self._UPLOAD_CONFIG_FILENAME}"
+        )
         await super().run(instruction, environment, context)
 
 
@@ -191,18 +194,20 @@ class PreinstalledKimiCode(_SkipInstallWhenPresent, KimiCode):
         super().__init__(*args, **kwargs)
         self._agent_file = agent_file
 
-    async def run(self, instruction: str, environment: BaseEnvironment,
-                  context: AgentContext) -> None:
+    async def run(
+        self, instruction: str, environment: BaseEnvironment, context: AgentContext
+    ) -> None:
         if self._agent_file is not None:
-            await environment.exec(command=write_text_command(self._agent_file,
-                                                              self.AGENT_FILE))
+            await environment.exec(command=write_text_command(self._agent_file, self.AGENT_FILE))
         await super().run(instruction, environment, context)
 
-    async def exec_as_agent(self, environment: BaseEnvironment, command: str,
-                            *args: Any, **kwargs: Any) -> Any:
+    async def exec_as_agent(
+        self, environment: BaseEnvironment, command: str, *args: Any, **kwargs: Any
+    ) -> Any:
         if self._agent_file is not None and self._PROMPT_FLAG in command:
             command = command.replace(
-                self._PROMPT_FLAG, f"--agent-file {self.AGENT_FILE} {self._PROMPT_FLAG}", 1)
+                self._PROMPT_FLAG, f"--agent-file {self.AGENT_FILE} {self._PROMPT_FLAG}", 1
+            )
         return await super().exec_as_agent(environment, command, *args, **kwargs)
 
 
@@ -274,7 +279,7 @@ class PreinstalledAntigravitySdk(AntigravitySDK):
         if found.return_code != 0:
             await super().install(environment)
             return
-        script = (Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py")
+        script = Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py"
         lines = script.read_text().splitlines(keepends=True)
         local = self.logs_dir / "run_agent.py"
         local.write_text(f"#!{self.VENV}/bin/python\n" + "".join(lines[1:]))
@@ -298,10 +303,10 @@ class PreinstalledLangGraph(LangGraph):
         local = self.logs_dir / runner.name
         local.write_text(runner.read_text())
         await environment.exec(command=f"mkdir -p {self._REMOTE_PROJECT_DIR}")
-        await environment.upload_dir(self._staged_project_dir(),
-                                     str(self._REMOTE_PROJECT_DIR))
-        await environment.upload_file(source_path=local,
-                                      target_path=str(self._REMOTE_RUNNER_PATH))
+        await environment.upload_dir(self._staged_project_dir(), str(self._REMOTE_PROJECT_DIR))
+        await environment.upload_file(source_path=local, target_path=str(self._REMOTE_RUNNER_PATH))
+
+
 class PreinstalledClineCli(_SkipInstallWhenPresent, ClineCli):
     """Also takes `provider_base_url`: Harbor's adapter refuses a base URL (its
     connection has nowhere to put one), but cline stores one per provider with
@@ -319,8 +324,10 @@ class PreinstalledClineCli(_SkipInstallWhenPresent, ClineCli):
         if self._provider_base_url is None:
             return [setup, *run]
         # The same variables as the run: its provider, key and model.
-        auth = ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
-                f"-b {shlex.quote(self._provider_base_url)}")
+        auth = (
+            'cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
+            f"-b {shlex.quote(self._provider_base_url)}"
+        )
         return [setup, ExecInput(command=auth, env=setup.env), *run]
 
 

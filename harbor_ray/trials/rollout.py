@@ -82,12 +82,17 @@ async def run_rollout(
 async def _run(
     spec: RolloutSpec, capture: CaptureService | None, on_stage: StageListener | None
 ) -> tuple[RolloutResult, ClosedCapture | None]:
-    refused = refusal(spec.task.environment, task=spec.task.name, sandbox=spec.sandbox,
-                      provides_image=provides_task_image(spec.sandbox),
-                      host_userland=spec.host_userland)
+    refused = refusal(
+        spec.task.environment,
+        task=spec.task.name,
+        sandbox=spec.sandbox,
+        provides_image=provides_task_image(spec.sandbox),
+        host_userland=spec.host_userland,
+    )
     if refused is not None:
-        return _row(spec, capture, error_type=ErrorType.ENVIRONMENT_UNSUPPORTED,
-                    error=refused), None
+        return _row(
+            spec, capture, error_type=ErrorType.ENVIRONMENT_UNSUPPORTED, error=refused
+        ), None
     wants_model = needs_model(spec.agent)
     if wants_model and capture is None:
         no_engine = f"agent {spec.agent!r} needs a model: give an engine (--llm-url)"
@@ -97,13 +102,14 @@ async def _run(
         # The wiring names the served model in every agent's main slot (and another
         # name in its small/fast slots): calls asking for any other are side calls.
         session = await capture.open_session(
-            budget=spec.budget, sampling=spec.sampling,
-            main_loop=MainLoop(model=capture.served_model, agent=spec.agent))
+            budget=spec.budget,
+            sampling=spec.sampling,
+            main_loop=MainLoop(model=capture.served_model, agent=spec.agent),
+        )
     closed = None
     try:
         trial_config = _trial_config(spec, capture, session)
-        error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s,
-                                                           on_stage)
+        error_type, error, trial_result = await _run_trial(trial_config, spec.deadline_s, on_stage)
     except (AgentNotWiredError, AgentInstallError) as exc:
         return _row(spec, capture, error_type=ErrorType.AGENT_SETUP, error=str(exc)), None
     finally:
@@ -186,8 +192,11 @@ async def _run_trial(
                 if not raised_constructing(exc):
                     raise
                 # A constructor's TypeError or ValueError says what the backend lacks.
-                return (ErrorType.SANDBOX_START, f"the sandbox backend could not be "
-                        f"constructed: {type(exc).__name__}: {exc}", None)
+                return (
+                    ErrorType.SANDBOX_START,
+                    f"the sandbox backend could not be constructed: {type(exc).__name__}: {exc}",
+                    None,
+                )
             if on_stage is not None:
                 watch_stages(trial, config.trial_name, on_stage)
             return None, None, await trial.run()
@@ -221,11 +230,15 @@ def _judge(
     if build_s:
         timings["environment_build"] = build_s
     if where is RanIn.HOST_OVERRIDE:
-        findings.append(FindingRecord(
-            code=HOST_OVERRIDE, severity="warn",
-            message=f"ran on the host's userland in place of the task's own environment "
-                    f"({spec.task.environment.why}), as asked (--host-userland): the "
-                    "reward is not the task's"))
+        findings.append(
+            FindingRecord(
+                code=HOST_OVERRIDE,
+                severity="warn",
+                message=f"ran on the host's userland in place of the task's own environment "
+                f"({spec.task.environment.why}), as asked (--host-userland): the "
+                "reward is not the task's",
+            )
+        )
     model_calls = len(closed.turns) if closed else 0
     engine_errors = closed.counts.engine_errors if closed else 0
     if error_type == ErrorType.AGENT_ERROR and engine_errors and not model_calls:
@@ -236,13 +249,22 @@ def _judge(
         error_type, error = _late_error(spec, choice.error, raw_rewards, closed, model_calls)
     ok = error_type is None and not any(f.severity == "fatal" for f in findings)
     return _row(
-        spec, capture, ok=ok, error_type=error_type, error=error, reward=choice.reward,
-        reward_key=choice.reward_key, rewards=choice.rewards, findings=findings,
+        spec,
+        capture,
+        ok=ok,
+        error_type=error_type,
+        error=error,
+        reward=choice.reward,
+        reward_key=choice.reward_key,
+        rewards=choice.rewards,
+        findings=findings,
         counts=None if closed is None else closed.counts,
         capture_level=None if closed is None else closed.capture_level,
-        model_calls=model_calls, timings=timings,
+        model_calls=model_calls,
+        timings=timings,
         trial_dir=str(trial_dir) if trial_dir.exists() else None,
-        environment=where, image_digest=digest,
+        environment=where,
+        image_digest=digest,
     )
 
 
@@ -259,8 +281,11 @@ def _environment(spec: RolloutSpec, trial_dir: Path) -> tuple[RanIn | None, str 
         return where, None, 0.0
     digest = written.get("digest")
     build_s = written.get("build_s")
-    return (where, digest if isinstance(digest, str) else None,
-            float(build_s) if isinstance(build_s, int | float) else 0.0)
+    return (
+        where,
+        digest if isinstance(digest, str) else None,
+        float(build_s) if isinstance(build_s, int | float) else 0.0,
+    )
 
 
 def _late_error(

@@ -66,7 +66,8 @@ async def probe_backend(
                 session_id=f"harbor-ray-probe-{uuid.uuid4().hex[:8]}",
                 trial_paths=TrialPaths(trial_dir=root / "trial"),
                 task_env_config=TaskEnvironmentConfig(
-                    docker_image=None if name == LOCAL else image),
+                    docker_image=None if name == LOCAL else image
+                ),
             )
         except Exception as exc:
             return ProbeResult(name, False, f"could not be constructed: {_said(exc)}")
@@ -95,8 +96,10 @@ async def _start_and_run(environment: Any, timeout_s: float) -> str | None:
     except Exception as exc:
         return f"did not start: {_said(exc)}"
     if result.return_code != 0 or _MARKER not in (result.stdout or ""):
-        return (f"started, but `echo` inside exited {result.return_code}: "
-                f"{(result.stderr or result.stdout or '').strip()[:300]}")
+        return (
+            f"started, but `echo` inside exited {result.return_code}: "
+            f"{(result.stderr or result.stdout or '').strip()[:300]}"
+        )
     return None
 
 

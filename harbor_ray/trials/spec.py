@@ -35,7 +35,10 @@ class CaptureService(Protocol):
     def remote_url(self) -> str | None: ...
 
     async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None,
+        self,
+        *,
+        budget: int | None,
+        sampling: Sampling | None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
 
@@ -90,8 +93,9 @@ def make_specs(
     """tasks x attempts, in task order then attempt order (the documented output order).
     `engine`: what the engine serves (its half of every row's provenance; None: unknown)."""
     run_id = run_id or uuid.uuid4().hex[:8]
-    provenance = harness_provenance(agent, profile=None,
-                                    agent_kwargs=agent_kwargs or {}).with_engine(engine)
+    provenance = harness_provenance(
+        agent, profile=None, agent_kwargs=agent_kwargs or {}
+    ).with_engine(engine)
     return [
         RolloutSpec(
             rollout_id=f"{task.name}__{attempt}__{run_id}",

@@ -38,8 +38,12 @@ class Stage(StrEnum):
 # not block.
 StageListener = Callable[[str, Stage], None]
 
-_HOOKED = {TrialEvent.ENVIRONMENT_START: Stage.SANDBOX, TrialEvent.AGENT_START: Stage.AGENT,
-           TrialEvent.VERIFICATION_START: Stage.VERIFYING, TrialEvent.END: Stage.ENDED}
+_HOOKED = {
+    TrialEvent.ENVIRONMENT_START: Stage.SANDBOX,
+    TrialEvent.AGENT_START: Stage.AGENT,
+    TrialEvent.VERIFICATION_START: Stage.VERIFYING,
+    TrialEvent.END: Stage.ENDED,
+}
 _SETUP = "setup"  # the agent's method Harbor calls once, as its setup begins
 
 
@@ -57,8 +61,9 @@ def watch_stages(trial: Trial, rollout_id: str, listener: StageListener) -> None
     setattr(trial.agent, _SETUP, announced)
 
 
-def _heard(listener: StageListener, rollout_id: str, stage: Stage
-           ) -> Callable[[TrialHookEvent], Any]:
+def _heard(
+    listener: StageListener, rollout_id: str, stage: Stage
+) -> Callable[[TrialHookEvent], Any]:
     async def hook(_: TrialHookEvent) -> None:
         listener(rollout_id, stage)
 

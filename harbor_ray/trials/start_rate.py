@@ -47,8 +47,12 @@ class TokenBucket:
         return max(0.0, -self._tokens / rate.per_s)
 
 
-async def wait_turn(reserve: Reserve, *, clock: Callable[[], float] = time.time,
-                    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+async def wait_turn(
+    reserve: Reserve,
+    *,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
     """Wait until the start that takes a token from `reserve` may go. The token names
     the moment it is due, not a wait: the time its answer took to arrive is not waited
     again (a wait that began on arrival made a slow answer's start late and bunched it

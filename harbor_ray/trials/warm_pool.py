@@ -30,8 +30,14 @@ from typing import Protocol
 from harbor_ray.errors import SandboxArgumentError, SandboxError
 from harbor_ray.trials.start_rate import Reserve, wait_turn
 
-__all__ = ["Ledger", "PooledSandbox", "SandboxBackend", "WarmPool", "parse_pool_sizes",
-           "reap_ledger"]
+__all__ = [
+    "Ledger",
+    "PooledSandbox",
+    "SandboxBackend",
+    "WarmPool",
+    "parse_pool_sizes",
+    "reap_ledger",
+]
 
 _SUFFIX = ".pooled"
 
@@ -84,8 +90,9 @@ class Ledger:
 
     def _path(self, sandbox_id: str) -> Path:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", sandbox_id):
-            raise SandboxError(f"the backend named a sandbox {sandbox_id!r}, which cannot "
-                               "be a ledger's file name")
+            raise SandboxError(
+                f"the backend named a sandbox {sandbox_id!r}, which cannot be a ledger's file name"
+            )
         return self.directory / f"{sandbox_id}{_SUFFIX}"
 
 
@@ -108,8 +115,13 @@ async def reap_ledger[S: PooledSandbox](ledger: Ledger, backend: SandboxBackend[
 class WarmPool[S: PooledSandbox]:
     """Started sandboxes of `backend`, `sizes[environment]` of each kept ready."""
 
-    def __init__(self, backend: SandboxBackend[S], sizes: Mapping[str, int], ledger: Ledger,
-                 reserve: Reserve | None = None) -> None:
+    def __init__(
+        self,
+        backend: SandboxBackend[S],
+        sizes: Mapping[str, int],
+        ledger: Ledger,
+        reserve: Reserve | None = None,
+    ) -> None:
         self._backend, self._sizes, self._ledger = backend, dict(sizes), ledger
         self._reserve = reserve
         self._ready: dict[str, list[S]] = {name: [] for name in self._sizes}

@@ -40,15 +40,26 @@ async def call(
     """One request. `leave` set: the client disconnects; `leave_mid_body`: it sends half
     of its body and goes."""
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    all_headers = {"content-type": "application/json", "content-length": str(len(raw)),
-                   **({"authorization": f"Bearer {key}"} if key else {}), **(headers or {})}
+    all_headers = {
+        "content-type": "application/json",
+        "content-length": str(len(raw)),
+        **({"authorization": f"Bearer {key}"} if key else {}),
+        **(headers or {}),
+    }
     path, _, query = path.partition("?")
     scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": method, "scheme": "http", "path": path,
-        "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
         "headers": [(k.encode(), v.encode()) for k, v in all_headers.items()],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
     }
     leave = leave or asyncio.Event()
     done = asyncio.Event()

@@ -40,9 +40,14 @@ class CaptureServer:
 def capture_server() -> Iterator[CaptureServer]:
     engine, store = FakeEngine(), InMemorySessionStore()
     app = build_capture_app(
-        store, engine,
-        CaptureSettings(served_model="fake-model", admin_key=ADMIN_KEY,
-                        max_body_bytes=256 * 1024, keepalive_s=0.05),
+        store,
+        engine,
+        CaptureSettings(
+            served_model="fake-model",
+            admin_key=ADMIN_KEY,
+            max_body_bytes=256 * 1024,
+            keepalive_s=0.05,
+        ),
         admin=store,
     )
     with serve_in_thread(app) as url:

@@ -55,6 +55,7 @@ def reply_text(server: Served, key: str, dialect: str, stream: bool) -> str:
         return messages.create(model="m", max_tokens=5, messages=msgs).content[0].text
     client = google_client(server, key)  # kept: a dropped client closes its connections
     if stream:
-        return "".join(c.text or "" for c in client.models.generate_content_stream(
-            model="m", contents="x"))
+        return "".join(
+            c.text or "" for c in client.models.generate_content_stream(model="m", contents="x")
+        )
     return client.models.generate_content(model="m", contents="x").text

@@ -34,20 +34,32 @@ def recorded(cli: str, what: str) -> dict[str, Any]:
     return json.loads((BODIES / cli / f"{what}.json").read_text())
 
 
-def replay(server: CaptureServer, request: dict[str, Any], key: str,
-           body: dict[str, Any] | None = None) -> httpx.Response:
+def replay(
+    server: CaptureServer, request: dict[str, Any], key: str, body: dict[str, Any] | None = None
+) -> httpx.Response:
     """The recorded request, as the CLI sent it, with this session's key."""
-    headers = [(name, value.replace("<session key>", key)) for name, value in request["headers"]
-               if name.lower() not in _TRANSPORT_HEADERS]
+    headers = [
+        (name, value.replace("<session key>", key))
+        for name, value in request["headers"]
+        if name.lower() not in _TRANSPORT_HEADERS
+    ]
     payload = request.get("body") if body is None else body
     content = None if payload is None else json.dumps(payload).encode()
-    return httpx.request(request["method"], server.url + request["target"], headers=headers,
-                         content=content, timeout=30)
+    return httpx.request(
+        request["method"],
+        server.url + request["target"],
+        headers=headers,
+        content=content,
+        timeout=30,
+    )
 
 
 def sse_data(reply: httpx.Response) -> list[dict[str, Any]]:
-    return [json.loads(line[len("data: "):]) for line in reply.text.splitlines()
-            if line.startswith("data: ") and line != "data: [DONE]"]
+    return [
+        json.loads(line[len("data: ") :])
+        for line in reply.text.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
 
 
 def only_turn(server: CaptureServer, sid: str) -> tuple[dict[str, Any], list[str]]:
@@ -61,7 +73,8 @@ def only_turn(server: CaptureServer, sid: str) -> tuple[dict[str, Any], list[str
 
 
 def test_codex_first_turn_reaches_the_engine_with_every_function_tool(
-        server: CaptureServer) -> None:
+    server: CaptureServer,
+) -> None:
     sid, key = server.new_session()
     request = recorded(CODEX, "responses-first-turn")
     reply = replay(server, request, key)
@@ -78,19 +91,22 @@ def test_codex_first_turn_reaches_the_engine_with_every_function_tool(
 
     turn, findings = only_turn(server, sid)
     assert turn["not_forwarded"] == ["tools[8] (web_search)"]
-    assert ("not_forwarded: turn 0: left out of the engine request: tools[8] (web_search)"
-            in findings)
+    assert (
+        "not_forwarded: turn 0: left out of the engine request: tools[8] (web_search)" in findings
+    )
 
 
 def test_codex_call_of_a_namespaced_tool_goes_back_with_its_namespace(
-        server: CaptureServer) -> None:
+    server: CaptureServer,
+) -> None:
     # The recorded request carries codex's earlier call of close_agent (in the
     # multi_agent_v1 namespace) with its namespace, as codex sent it back.
     request = recorded(CODEX, "responses-namespace-call")
     history = [item for item in request["body"]["input"] if item.get("type") == "function_call"]
     assert history[-1]["namespace"] == "multi_agent_v1"
     server.engine.script = lambda messages: FakeReply(
-        tool_calls=(("close_agent", {"target": "agent-1"}),))
+        tool_calls=(("close_agent", {"target": "agent-1"}),)
+    )
     sid, key = server.new_session()
     reply = replay(server, request, key)
     assert reply.status_code == 200, reply.text
@@ -132,7 +148,8 @@ def _texts(content: Any) -> str:
 
 
 def test_claude_code_first_turn_folds_its_system_message_into_the_user_text(
-        server: CaptureServer) -> None:
+    server: CaptureServer,
+) -> None:
     sid, key = server.new_session()
     request = recorded(CLAUDE, "messages-first-turn")
     assert request["target"] == "/v1/messages?beta=true"
@@ -154,14 +171,19 @@ def test_claude_code_first_turn_folds_its_system_message_into_the_user_text(
     assert turn["not_forwarded"] == []
 
 
-def test_claude_code_tool_loop_keeps_the_folded_system_text_in_place(
-        server: CaptureServer) -> None:
+def test_claude_code_tool_loop_keeps_the_folded_system_text_in_place(server: CaptureServer) -> None:
     sid, key = server.new_session()
     reply = replay(server, recorded(CLAUDE, "messages-tool-results"), key)
     assert reply.status_code == 200, reply.text
     (sent,) = server.engine.calls
     assert [m["role"] for m in sent["messages"]] == [
-        "system", "user", "assistant", "tool", "assistant", "tool"]
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
     # The first turn's prompt, unchanged, so that prefix linking can hold.
     first = recorded(CLAUDE, "messages-first-turn")["body"]["messages"]
     assert sent["messages"][1]["content"].endswith(_texts(first[1]["content"]))
@@ -180,10 +202,20 @@ def test_claude_code_thinking_and_an_image_tool_result(server: CaptureServer) ->
     (sent,) = server.engine.calls
     tool_use = assistant["content"][1]
     assert sent["messages"][-2:] == [
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": tool_use["id"], "type": "function",
-            "function": {"name": "Read", "arguments": json.dumps(
-                tool_use["input"], separators=(",", ":"))}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": tool_use["id"],
+                    "type": "function",
+                    "function": {
+                        "name": "Read",
+                        "arguments": json.dumps(tool_use["input"], separators=(",", ":")),
+                    },
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": tool_use["id"], "content": ""},
     ]
     turn, findings = only_turn(server, sid)
@@ -195,7 +227,8 @@ def test_claude_code_thinking_and_an_image_tool_result(server: CaptureServer) ->
 
 
 def test_antigravity_sdk_s_function_response_under_the_model_role_is_a_tool_result(
-        server: CaptureServer) -> None:
+    server: CaptureServer,
+) -> None:
     sid, key = server.new_session()
     request = recorded(ANTIGRAVITY, "stream-generate-content-tool-result")
     contents = request["body"]["contents"]
@@ -218,8 +251,12 @@ def _add_unknown_fields(dialect: str, body: dict[str, Any]) -> dict[str, Any]:
     """The body with fields no API defines, at the top and inside its first item."""
     body = copy.deepcopy(body)
     body["x_future_field"] = {"nested": [1, 2]}
-    first = {"responses": lambda b: b["input"][0], "anthropic": lambda b: b["messages"][0],
-             "google": lambda b: b["contents"][0], "chat": lambda b: b["messages"][0]}[dialect]
+    first = {
+        "responses": lambda b: b["input"][0],
+        "anthropic": lambda b: b["messages"][0],
+        "google": lambda b: b["contents"][0],
+        "chat": lambda b: b["messages"][0],
+    }[dialect]
     first(body)["x_future_field"] = True
     return body
 
@@ -234,8 +271,9 @@ RECORDED = [
 
 
 @pytest.mark.parametrize(("dialect", "cli", "what"), RECORDED)
-def test_unknown_fields_are_ignored(server: CaptureServer, dialect: str, cli: str, what: str
-                                    ) -> None:
+def test_unknown_fields_are_ignored(
+    server: CaptureServer, dialect: str, cli: str, what: str
+) -> None:
     request = recorded(cli, what)
     sid, key = server.new_session()
     assert replay(server, request, key).status_code == 200
@@ -254,30 +292,79 @@ def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
         for step in path[:-1]:
             target = target[step]
         target[path[-1]] = value
+
     return mutate
 
 
-@pytest.mark.parametrize(("dialect", "cli", "what", "mutate", "named"), [
-    ("responses", CODEX, "responses-first-turn", _set(("tools", 4, "tools"), "x"),
-     "tools[4].tools"),
-    ("responses", CODEX, "responses-first-turn", _set(("tools", 4, "tools", 0, "name"), 7),
-     "tools[4].tools[0].name"),
-    ("responses", CODEX, "responses-first-turn", _set(("input", 0, "role"), "robot"),
-     "input[0].role"),
-    ("anthropic", CLAUDE, "messages-first-turn", _set(("messages", 1, "content"), 5),
-     "messages[1].content"),
-    ("anthropic", CLAUDE, "messages-first-turn", _set(("messages", 1, "role"), "robot"),
-     "messages[1].role"),
-    ("anthropic", CLAUDE, "messages-tool-results",
-     _set(("messages", 3, "content", 0, "tool_use_id"), None), "messages[3].content[0]"),
-    ("google", GEMINI, "stream-generate-content", _set(("contents", 0, "role"), "robot"),
-     "contents[0].role"),
-    ("chat", QWEN, "chat-completions", _set(("messages", 0, "role"), "robot"),
-     "messages[0].role"),
-])
+@pytest.mark.parametrize(
+    ("dialect", "cli", "what", "mutate", "named"),
+    [
+        (
+            "responses",
+            CODEX,
+            "responses-first-turn",
+            _set(("tools", 4, "tools"), "x"),
+            "tools[4].tools",
+        ),
+        (
+            "responses",
+            CODEX,
+            "responses-first-turn",
+            _set(("tools", 4, "tools", 0, "name"), 7),
+            "tools[4].tools[0].name",
+        ),
+        (
+            "responses",
+            CODEX,
+            "responses-first-turn",
+            _set(("input", 0, "role"), "robot"),
+            "input[0].role",
+        ),
+        (
+            "anthropic",
+            CLAUDE,
+            "messages-first-turn",
+            _set(("messages", 1, "content"), 5),
+            "messages[1].content",
+        ),
+        (
+            "anthropic",
+            CLAUDE,
+            "messages-first-turn",
+            _set(("messages", 1, "role"), "robot"),
+            "messages[1].role",
+        ),
+        (
+            "anthropic",
+            CLAUDE,
+            "messages-tool-results",
+            _set(("messages", 3, "content", 0, "tool_use_id"), None),
+            "messages[3].content[0]",
+        ),
+        (
+            "google",
+            GEMINI,
+            "stream-generate-content",
+            _set(("contents", 0, "role"), "robot"),
+            "contents[0].role",
+        ),
+        (
+            "chat",
+            QWEN,
+            "chat-completions",
+            _set(("messages", 0, "role"), "robot"),
+            "messages[0].role",
+        ),
+    ],
+)
 def test_malformed_recorded_bodies_get_a_4xx_in_their_dialect_naming_the_field(
-        server: CaptureServer, dialect: str, cli: str, what: str,
-        mutate: Callable[[dict[str, Any]], None], named: str) -> None:
+    server: CaptureServer,
+    dialect: str,
+    cli: str,
+    what: str,
+    mutate: Callable[[dict[str, Any]], None],
+    named: str,
+) -> None:
     request = recorded(cli, what)
     body = copy.deepcopy(request["body"])
     mutate(body)

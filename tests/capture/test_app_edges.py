@@ -38,17 +38,25 @@ def assert_dialect_error(path: str, reply: httpx.Response, status: int) -> str:
 
 
 @pytest.mark.parametrize("path", [CHAT, MESSAGES, GOOGLE])
-@pytest.mark.parametrize(("content", "headers", "status", "says"), [
-    (b"{not json", {}, 400, "not valid JSON"),
-    (b"[1, 2]", {}, 400, "JSON object"),
-    # With max_tokens, which Anthropic's checks ask for first: the messages' own check.
-    (b'{"max_tokens": 5, "messages": 5, "contents": 5}', {}, 400, "must be a JSON array"),
-    (b"{}", {}, 400, ""),
-    (b'{"a": 1}', {"content-type": "text/plain"}, 415, "application/json"),
-    (b'{"pad": "' + b"x" * 300_000 + b'"}', {}, 413, "exceeds"),
-])
+@pytest.mark.parametrize(
+    ("content", "headers", "status", "says"),
+    [
+        (b"{not json", {}, 400, "not valid JSON"),
+        (b"[1, 2]", {}, 400, "JSON object"),
+        # With max_tokens, which Anthropic's checks ask for first: the messages' own check.
+        (b'{"max_tokens": 5, "messages": 5, "contents": 5}', {}, 400, "must be a JSON array"),
+        (b"{}", {}, 400, ""),
+        (b'{"a": 1}', {"content-type": "text/plain"}, 415, "application/json"),
+        (b'{"pad": "' + b"x" * 300_000 + b'"}', {}, 413, "exceeds"),
+    ],
+)
 def test_bad_input_gets_4xx_in_the_dialect_and_is_not_recorded(
-    server: CaptureServer, path: str, content: bytes, headers: dict, status: int, says: str,
+    server: CaptureServer,
+    path: str,
+    content: bytes,
+    headers: dict,
+    status: int,
+    says: str,
 ) -> None:
     sid, key = server.new_session()
     headers = {"content-type": "application/json", **headers}
@@ -67,8 +75,7 @@ def test_oversized_body_without_content_length_is_refused(server: CaptureServer)
             yield b"x" * 10_000
         yield b'"}'
 
-    reply = post(server, CHAT, key, content=chunks(),
-                 headers={"content-type": "application/json"})
+    reply = post(server, CHAT, key, content=chunks(), headers={"content-type": "application/json"})
     assert reply.status_code == 413
     assert server.export(sid)["turns"] == []
 
@@ -95,12 +102,15 @@ def test_models_route_lists_the_served_model(server: CaptureServer) -> None:
 
 def test_admin_routes_require_the_admin_key(server: CaptureServer) -> None:
     sid, key = server.new_session()
-    for method, path in [("POST", "/sessions"), ("GET", "/sessions"),
-                         ("GET", f"/sessions/{sid}/export"), ("DELETE", f"/sessions/{sid}")]:
+    for method, path in [
+        ("POST", "/sessions"),
+        ("GET", "/sessions"),
+        ("GET", f"/sessions/{sid}/export"),
+        ("DELETE", f"/sessions/{sid}"),
+    ]:
         assert httpx.request(method, server.url + path).status_code == 401
         # A session key is not an admin key.
-        reply = httpx.request(method, server.url + path,
-                              headers={"authorization": f"Bearer {key}"})
+        reply = httpx.request(method, server.url + path, headers={"authorization": f"Bearer {key}"})
         assert reply.status_code == 401
     assert server.admin.get("/sessions").json()["sessions"].count(sid) == 1
 
@@ -125,8 +135,12 @@ def sse_lines(reply: httpx.Response) -> list[str]:
 def test_keepalives_while_the_engine_works(server: CaptureServer) -> None:
     server.engine.delay_s = 0.3  # the live server sends keepalives every 0.05 s
     sid, key = server.new_session()
-    with httpx.stream("POST", server.url + CHAT, json={**GOOD[CHAT], "stream": True},
-                      headers={"authorization": f"Bearer {key}"}) as reply:
+    with httpx.stream(
+        "POST",
+        server.url + CHAT,
+        json={**GOOD[CHAT], "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+    ) as reply:
         assert reply.headers["content-type"].startswith("text/event-stream")
         lines = sse_lines(reply)
     keepalives = [line for line in lines if line.startswith(":")]
@@ -144,29 +158,39 @@ def test_a_gemini_stream_carries_no_sse_comment_while_the_engine_works(
     keep-alive's interval."""
     server.engine.delay_s = 0.3  # six keep-alive intervals
     sid, key = server.new_session()
-    with httpx.stream("POST", server.url + "/v1beta/models/g:streamGenerateContent?alt=sse",
-                      json=GOOD[GOOGLE], headers={"x-goog-api-key": key}) as reply:
+    with httpx.stream(
+        "POST",
+        server.url + "/v1beta/models/g:streamGenerateContent?alt=sse",
+        json=GOOD[GOOGLE],
+        headers={"x-goog-api-key": key},
+    ) as reply:
         assert reply.status_code == 200
         lines = sse_lines(reply)
     assert lines and all(line.startswith("data:") for line in lines), lines
     assert len(server.export(sid)["turns"]) == 1
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    (CHAT, {**GOOD[CHAT], "stream": True}),
-    (MESSAGES, {**GOOD[MESSAGES], "stream": True}),
-    ("/v1beta/models/g:streamGenerateContent?alt=sse", GOOD[GOOGLE]),
-])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (CHAT, {**GOOD[CHAT], "stream": True}),
+        (MESSAGES, {**GOOD[MESSAGES], "stream": True}),
+        ("/v1beta/models/g:streamGenerateContent?alt=sse", GOOD[GOOGLE]),
+    ],
+)
 def test_engine_error_after_headers_becomes_the_dialects_error_event(
-    server: CaptureServer, path: str, body: dict,
+    server: CaptureServer,
+    path: str,
+    body: dict,
 ) -> None:
     server.engine.fail_with = 503
     # Headers and a keep-alive go out before the failure: twenty intervals, since a loaded
     # CI machine (the unit run beside the integration run) once sent none in two (0.12 s).
     server.engine.delay_s = 1.0
     sid, key = server.new_session()
-    with httpx.stream("POST", server.url + path, json=body,
-                      headers={"authorization": f"Bearer {key}"}) as reply:
+    with httpx.stream(
+        "POST", server.url + path, json=body, headers={"authorization": f"Bearer {key}"}
+    ) as reply:
         assert reply.status_code == 200
         lines = sse_lines(reply)
     assert lines[0].startswith(":") != ("v1beta" in path)  # Gemini's stream has no comments
@@ -178,13 +202,18 @@ def test_engine_error_after_headers_becomes_the_dialects_error_event(
     assert doc["turns"] == [] and doc["counts"]["engine_errors"] == 1
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    (CHAT, {**GOOD[CHAT], "stream": True}),
-    (MESSAGES, {**GOOD[MESSAGES], "stream": True}),
-    ("/v1beta/models/g:streamGenerateContent?alt=sse", GOOD[GOOGLE]),
-])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (CHAT, {**GOOD[CHAT], "stream": True}),
+        (MESSAGES, {**GOOD[MESSAGES], "stream": True}),
+        ("/v1beta/models/g:streamGenerateContent?alt=sse", GOOD[GOOGLE]),
+    ],
+)
 def test_engine_refusal_before_the_first_keepalive_is_a_4xx_not_a_stream(
-    server: CaptureServer, path: str, body: dict,
+    server: CaptureServer,
+    path: str,
+    body: dict,
 ) -> None:
     """An engine that refuses a streamed call at once (a prompt past the context, a
     parameter it does not take) is answered with its status, as the API answers a bad
@@ -194,7 +223,8 @@ def test_engine_refusal_before_the_first_keepalive_is_a_4xx_not_a_stream(
     sid, key = server.new_session()
     reply = post(server, path, key, json=body)
     assert "fake engine failure" in assert_dialect_error(
-        MESSAGES if path == MESSAGES else GOOGLE if "v1beta" in path else CHAT, reply, 400)
+        MESSAGES if path == MESSAGES else GOOGLE if "v1beta" in path else CHAT, reply, 400
+    )
     doc = server.export(sid)
     assert doc["turns"] == [] and doc["counts"]["engine_errors"] == 1
 
@@ -202,8 +232,12 @@ def test_engine_refusal_before_the_first_keepalive_is_a_4xx_not_a_stream(
 def test_client_disconnect_cancels_the_upstream_call(server: CaptureServer) -> None:
     server.engine.delay_s = 5.0
     sid, key = server.new_session()
-    with httpx.stream("POST", server.url + CHAT, json={**GOOD[CHAT], "stream": True},
-                      headers={"authorization": f"Bearer {key}"}) as reply:
+    with httpx.stream(
+        "POST",
+        server.url + CHAT,
+        json={**GOOD[CHAT], "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+    ) as reply:
         next(reply.iter_lines())  # the first keepalive: the engine call is under way
     deadline = time.monotonic() + 3
     while server.engine.cancelled == 0 and time.monotonic() < deadline:
@@ -214,8 +248,7 @@ def test_client_disconnect_cancels_the_upstream_call(server: CaptureServer) -> N
 
 
 def test_session_sampling_is_imposed_on_every_call(server: CaptureServer) -> None:
-    reply = server.admin.post("/sessions", json={
-        "sampling": {"temperature": 1.0, "max_tokens": 7}})
+    reply = server.admin.post("/sessions", json={"sampling": {"temperature": 1.0, "max_tokens": 7}})
     assert reply.status_code == 201
     assert reply.json()["sampling"] == {"temperature": 1.0, "max_tokens": 7}
     key = reply.json()["key"]

@@ -20,10 +20,10 @@ PREFIX = "/capture"
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-def mounted(store: InMemorySessionStore, engine: FakeEngine, admin: InMemorySessionStore | None
-            ) -> httpx.AsyncClient:
-    app = build_capture_app(store, engine, CaptureSettings(served_model="fake-model"),
-                            admin=admin)
+def mounted(
+    store: InMemorySessionStore, engine: FakeEngine, admin: InMemorySessionStore | None
+) -> httpx.AsyncClient:
+    app = build_capture_app(store, engine, CaptureSettings(served_model="fake-model"), admin=admin)
     transport = httpx.ASGITransport(app=app, root_path=PREFIX)
     return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1")
 
@@ -38,8 +38,12 @@ async def client() -> AsyncIterator[tuple[httpx.AsyncClient, InMemorySessionStor
 async def test_the_sdk_works_through_a_route_prefix(client) -> None:
     http, store, engine = client
     session = await store.open_session()
-    sdk = openai.AsyncOpenAI(base_url=f"http://127.0.0.1{PREFIX}/v1", api_key=session.key,
-                             http_client=http, max_retries=0)
+    sdk = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1{PREFIX}/v1",
+        api_key=session.key,
+        http_client=http,
+        max_retries=0,
+    )
     reply = await sdk.chat.completions.create(model="m", messages=HELLO)
     assert reply.choices[0].message.content == "echo: hello"
     models = await sdk.models.list()
@@ -67,8 +71,11 @@ async def test_without_admin_routes_sessions_cannot_be_minted_or_read() -> None:
     store, engine = InMemorySessionStore(), FakeEngine()
     session = await store.open_session()
     async with mounted(store, engine, admin=None) as http:
-        for method, path in [("POST", "/sessions"), ("GET", "/sessions"),
-                             ("GET", f"/sessions/{session.session_id}/export")]:
+        for method, path in [
+            ("POST", "/sessions"),
+            ("GET", "/sessions"),
+            ("GET", f"/sessions/{session.session_id}/export"),
+        ]:
             reply = await http.request(method, PREFIX + path, json={})
             # The model-call route answers: an unknown path, in the chat dialect.
             assert reply.status_code == 404, (method, path)

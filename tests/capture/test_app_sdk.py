@@ -69,7 +69,8 @@ def test_a_recorded_turn_leaves_the_collector_one_object(server: CaptureServer) 
     client = openai_client(server, key)
     for _ in range(2):
         client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+        )
     turn, again = server.store.state(sid).turns
     # One sampling record for every call sampled alike, not one per turn.
     assert turn.sampling is again.sampling
@@ -88,7 +89,9 @@ def test_a_recorded_turn_leaves_the_collector_one_object(server: CaptureServer) 
 def test_openai_chat_stream(server: CaptureServer) -> None:
     sid, key = server.new_session()
     stream = openai_client(server, key).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "stream me"}], stream=True,
+        model="m",
+        messages=[{"role": "user", "content": "stream me"}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -105,8 +108,15 @@ def test_openai_chat_tool_call_streamed_and_not(server: CaptureServer) -> None:
     server.engine.script = weather_script
     sid, key = server.new_session()
     client = openai_client(server, key)
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     msgs = [{"role": "user", "content": "weather?"}]
     reply = client.chat.completions.create(model="m", messages=msgs, tools=tools)
     call = reply.choices[0].message.tool_calls[0]
@@ -179,7 +189,8 @@ def test_openai_responses_input_tokens_is_the_engines_count_and_not_a_turn(
     sid, key = server.new_session()
     client = openai_client(server, key)
     counted = client.responses.input_tokens.count(
-        model="m", input="how long is this?", instructions="be nice")
+        model="m", input="how long is this?", instructions="be nice"
+    )
     assert counted.object == "response.input_tokens"
     assert server.export(sid)["turns"] == [] and server.engine.calls == []
     reply = client.responses.create(model="m", input="how long is this?", instructions="be nice")
@@ -194,7 +205,9 @@ def test_openai_responses_input_tokens_is_the_engines_count_and_not_a_turn(
 def test_anthropic_messages(server: CaptureServer) -> None:
     sid, key = server.new_session()
     reply = anthropic_client(server, key).messages.create(
-        model="claude-x", max_tokens=64, system="sys",
+        model="claude-x",
+        max_tokens=64,
+        system="sys",
         messages=[{"role": "user", "content": "bonjour"}],
     )
     assert reply.content[0].type == "text" and reply.content[0].text == "echo: bonjour"
@@ -208,7 +221,9 @@ def test_anthropic_stream_with_tool_use(server: CaptureServer) -> None:
     sid, key = server.new_session()
     tools = [{"name": "get_weather", "description": "w", "input_schema": {"type": "object"}}]
     with anthropic_client(server, key).messages.stream(
-        model="claude-x", max_tokens=64, tools=tools,
+        model="claude-x",
+        max_tokens=64,
+        tools=tools,
         messages=[{"role": "user", "content": "weather?"}],
     ) as stream:
         final = stream.get_final_message()
@@ -234,8 +249,11 @@ def test_anthropic_count_tokens_is_the_engines_count_and_not_a_turn(
 ) -> None:
     sid, key = server.new_session()
     client = anthropic_client(server, key)
-    request = {"model": "claude-x", "system": "be brief",
-               "messages": [{"role": "user", "content": "count me please"}]}
+    request = {
+        "model": "claude-x",
+        "system": "be brief",
+        "messages": [{"role": "user", "content": "count me please"}],
+    }
     counted = client.messages.count_tokens(**request)
     assert server.export(sid)["turns"] == [] and server.engine.calls == []
     # The count is the engine's tokenisation of the very prompt the call itself sends.
@@ -251,7 +269,8 @@ def test_count_tokens_without_the_engines_tokenizer_is_estimated(
     server.engine.tokenize = False  # an engine without vLLM's /tokenize
     sid, key = server.new_session()
     counted = anthropic_client(server, key).messages.count_tokens(
-        model="claude-x", messages=[{"role": "user", "content": "count me please"}])
+        model="claude-x", messages=[{"role": "user", "content": "count me please"}]
+    )
     assert counted.input_tokens > 0
     assert server.export(sid)["turns"] == [] and server.engine.calls == []
 
@@ -263,7 +282,8 @@ def test_google_generate_content(server: CaptureServer) -> None:
     sid, key = server.new_session()
     client = google_client(server, key)
     reply = client.models.generate_content(
-        model="gemini-x", contents="hola",
+        model="gemini-x",
+        contents="hola",
         config=gtypes.GenerateContentConfig(system_instruction="sys", max_output_tokens=64),
     )
     assert reply.text == "echo: hola"
@@ -283,14 +303,22 @@ def test_google_generate_content_stream(server: CaptureServer) -> None:
 def test_google_function_call(server: CaptureServer) -> None:
     server.engine.script = weather_script
     sid, key = server.new_session()
-    tool = gtypes.Tool(function_declarations=[gtypes.FunctionDeclaration(
-        name="get_weather", description="w",
-        parameters=gtypes.Schema(type=gtypes.Type.OBJECT,
-                                 properties={"city": gtypes.Schema(type=gtypes.Type.STRING)}),
-    )])
+    tool = gtypes.Tool(
+        function_declarations=[
+            gtypes.FunctionDeclaration(
+                name="get_weather",
+                description="w",
+                parameters=gtypes.Schema(
+                    type=gtypes.Type.OBJECT,
+                    properties={"city": gtypes.Schema(type=gtypes.Type.STRING)},
+                ),
+            )
+        ]
+    )
     client = google_client(server, key)
     reply = client.models.generate_content(
-        model="gemini-x", contents="weather?",
+        model="gemini-x",
+        contents="weather?",
         config=gtypes.GenerateContentConfig(
             tools=[tool],
             automatic_function_calling=gtypes.AutomaticFunctionCallingConfig(disable=True),
@@ -315,10 +343,16 @@ def test_google_count_tokens_is_the_engines_count_and_not_a_turn(
     assert counted.total_tokens == len(render_prompt(server.engine.calls[0]["messages"]))
     # The wrapped form, which carries the system instruction, counts it too.
     wrapped = httpx.post(
-        f"{server.url}/v1beta/models/gemini-x:countTokens", headers={"x-goog-api-key": key},
-        json={"generateContentRequest": {
-            "model": "models/gemini-x", "contents": [{"role": "user", "parts": [{"text": "abc"}]}],
-            "systemInstruction": {"parts": [{"text": "sys"}]}}})
+        f"{server.url}/v1beta/models/gemini-x:countTokens",
+        headers={"x-goog-api-key": key},
+        json={
+            "generateContentRequest": {
+                "model": "models/gemini-x",
+                "contents": [{"role": "user", "parts": [{"text": "abc"}]}],
+                "systemInstruction": {"parts": [{"text": "sys"}]},
+            }
+        },
+    )
     with_system = client.models.generate_content(model="gemini-x", contents="abc", config=config)
     assert wrapped.json() == {"totalTokens": with_system.usage_metadata.prompt_token_count}
     assert len(server.export(sid)["turns"]) == 2
@@ -331,10 +365,12 @@ def test_unknown_key_is_401_in_each_dialect(server: CaptureServer) -> None:
     bad = "hr-0000-nope"
     with pytest.raises(openai.AuthenticationError):
         openai_client(server, bad).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}])
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
     with pytest.raises(anthropic.AuthenticationError):
         anthropic_client(server, bad).messages.create(
-            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     gclient = google_client(server, bad)
     with pytest.raises(genai.errors.ClientError) as err:
         gclient.models.generate_content(model="m", contents="x")
@@ -348,7 +384,8 @@ def test_one_sessions_key_cannot_read_another(server: CaptureServer) -> None:
     forged = key_a.replace(sid_a, sid_b)
     with pytest.raises(openai.AuthenticationError):
         openai_client(server, forged).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}])
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -369,11 +406,13 @@ def test_engine_failure_is_retryable_and_counted(server: CaptureServer) -> None:
     sid, key = server.new_session()
     with pytest.raises(openai.InternalServerError) as err:
         openai_client(server, key).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}])
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
     assert err.value.status_code == 502
     with pytest.raises(anthropic.APIStatusError) as aerr:
         anthropic_client(server, key).messages.create(
-            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     assert aerr.value.status_code >= 500
     doc = server.export(sid)
     assert doc["turns"] == [] and doc["counts"]["engine_errors"] == 2

@@ -26,15 +26,18 @@ def chat(system: str | None = None, user: str = "hi") -> dict:
     return {"messages": messages}
 
 
-@pytest.mark.parametrize(("main", "model", "expected"), [
-    (None, "other", False),  # a session that names no main loop marks nothing
-    (MainLoop(model="m"), "m", False),
-    (MainLoop(model="m"), "harbor-aux", True),
-    (MainLoop(model="m"), "gemini-2.5-flash-lite", True),  # a CLI's hard-coded side model
-    (MainLoop(model="org/m"), "m", False),  # prefixes a client adds or drops
-    (MainLoop(model="m"), "models/m", False),
-    (MainLoop(model="m"), "", False),  # no model named: the main loop's
-])
+@pytest.mark.parametrize(
+    ("main", "model", "expected"),
+    [
+        (None, "other", False),  # a session that names no main loop marks nothing
+        (MainLoop(model="m"), "m", False),
+        (MainLoop(model="m"), "harbor-aux", True),
+        (MainLoop(model="m"), "gemini-2.5-flash-lite", True),  # a CLI's hard-coded side model
+        (MainLoop(model="org/m"), "m", False),  # prefixes a client adds or drops
+        (MainLoop(model="m"), "models/m", False),
+        (MainLoop(model="m"), "", False),  # no model named: the main loop's
+    ],
+)
 def test_by_model(main: MainLoop | None, model: str, expected: bool) -> None:
     assert is_auxiliary(main, model, chat()) is expected
 
@@ -49,11 +52,15 @@ def test_agent_rules_apply_to_their_agent_only() -> None:
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_recorded_side_calls(path: Path) -> None:
     recorded = json.loads(path.read_text())
-    route = detect(recorded["path"], recorded["headers"], dict(
-        pair.split("=", 1) for pair in recorded.get("query", "").split("&") if "=" in pair))
+    route = detect(
+        recorded["path"],
+        recorded["headers"],
+        dict(pair.split("=", 1) for pair in recorded.get("query", "").split("&") if "=" in pair),
+    )
     assert route is not None
     call = DIALECTS[route.dialect].to_engine(
-        recorded["body"], url_model=route.url_model, url_stream=route.url_stream)
+        recorded["body"], url_model=route.url_model, url_stream=route.url_stream
+    )
     main = MainLoop(model=recorded["main_model"], agent=recorded["agent"])
     assert is_auxiliary(main, call.request_model, call.body) is recorded["auxiliary"]
 
@@ -64,8 +71,7 @@ def test_recorded_bodies_hold_side_calls_and_main_loop_controls() -> None:
 
 
 def test_the_proxy_marks_side_calls_and_their_trees_auxiliary(server: CaptureServer) -> None:
-    reply = server.admin.post("/sessions", json={"main_model": "fake-model",
-                                                 "agent": "opencode"})
+    reply = server.admin.post("/sessions", json={"main_model": "fake-model", "agent": "opencode"})
     reply.raise_for_status()
     session_id, key = reply.json()["session_id"], reply.json()["key"]
     headers = {"authorization": f"Bearer {key}"}
@@ -79,14 +85,20 @@ def test_the_proxy_marks_side_calls_and_their_trees_auxiliary(server: CaptureSer
         assert sent.status_code == 200, sent.text
     export = server.export(session_id)
     assert [t["auxiliary"] for t in sorted(export["turns"], key=lambda t: t["index"])] == [
-        False, True, True]
+        False,
+        True,
+        True,
+    ]
     roles = sorted(s["role"] for s in export["sequences"])
     assert roles == ["agent", "auxiliary", "auxiliary"]
 
 
 def test_a_session_without_a_main_loop_marks_nothing(server: CaptureServer) -> None:
     session_id, key = server.new_session()
-    sent = server.admin.post("/v1/chat/completions", json={"model": "harbor-aux", **chat()},
-                             headers={"authorization": f"Bearer {key}"})
+    sent = server.admin.post(
+        "/v1/chat/completions",
+        json={"model": "harbor-aux", **chat()},
+        headers={"authorization": f"Bearer {key}"},
+    )
     assert sent.status_code == 200
     assert [t["auxiliary"] for t in server.export(session_id)["turns"]] == [False]

@@ -68,18 +68,20 @@ async def test_refuses_an_engine_that_returns_logits() -> None:
         await certify(engine, "http://e")
 
 
-@pytest.mark.parametrize(("engine", "level"), [
-    (FakeEngine(), "tokens"),
-    (FakeEngine(token_ids=False), "logprobs"),
-    (FakeEngine(token_ids=False, logprobs=False), "text"),
-    # Ids without logprobs train nothing: that engine is `text` too.
-    (FakeEngine(logprobs=False), "text"),
-    # A hosted API refuses `return_token_ids` outright; asked again without it.
-    (FakeEngine(refuses_unknown_fields=True), "logprobs"),
-    (FakeEngine(refuses_unknown_fields=True, logprobs=False), "text"),
-])
-async def test_reports_the_capture_level_the_replies_show(engine: FakeEngine, level: str
-                                                          ) -> None:
+@pytest.mark.parametrize(
+    ("engine", "level"),
+    [
+        (FakeEngine(), "tokens"),
+        (FakeEngine(token_ids=False), "logprobs"),
+        (FakeEngine(token_ids=False, logprobs=False), "text"),
+        # Ids without logprobs train nothing: that engine is `text` too.
+        (FakeEngine(logprobs=False), "text"),
+        # A hosted API refuses `return_token_ids` outright; asked again without it.
+        (FakeEngine(refuses_unknown_fields=True), "logprobs"),
+        (FakeEngine(refuses_unknown_fields=True, logprobs=False), "text"),
+    ],
+)
+async def test_reports_the_capture_level_the_replies_show(engine: FakeEngine, level: str) -> None:
     cert = await certify(engine, "http://e", capture="text")
     assert cert.capture_level == level
     assert cert.returns_token_ids == (level == "tokens")
@@ -88,19 +90,22 @@ async def test_reports_the_capture_level_the_replies_show(engine: FakeEngine, le
 
 
 async def test_a_text_engine_still_reports_tool_calling_from_its_usage() -> None:
-    cert = await certify(FakeEngine(token_ids=False, logprobs=False), "http://e",
-                         capture="text")
+    cert = await certify(FakeEngine(token_ids=False, logprobs=False), "http://e", capture="text")
     assert cert.tool_calling
-    cert = await certify(FakeEngine(token_ids=False, logprobs=False, renders_tools=False),
-                         "http://e", capture="text")
+    cert = await certify(
+        FakeEngine(token_ids=False, logprobs=False, renders_tools=False), "http://e", capture="text"
+    )
     assert not cert.tool_calling
 
 
-@pytest.mark.parametrize(("engine", "wanted", "level"), [
-    (FakeEngine(token_ids=False, logprobs=False), "tokens", "text"),
-    (FakeEngine(token_ids=False), "tokens", "logprobs"),
-    (FakeEngine(token_ids=False, logprobs=False), "logprobs", "text"),
-])
+@pytest.mark.parametrize(
+    ("engine", "wanted", "level"),
+    [
+        (FakeEngine(token_ids=False, logprobs=False), "tokens", "text"),
+        (FakeEngine(token_ids=False), "tokens", "logprobs"),
+        (FakeEngine(token_ids=False, logprobs=False), "logprobs", "text"),
+    ],
+)
 async def test_refuses_an_engine_below_the_level_asked_naming_the_mode(
     engine: FakeEngine, wanted: str, level: str
 ) -> None:

@@ -20,8 +20,9 @@ def test_the_core_imports_no_edge_library() -> None:
         "    importlib.import_module(f'harbor_ray.capture.core.{name}')\n"
         f"print(json.dumps(sorted(m for m in {list(EDGES)!r} if m in sys.modules)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
     assert json.loads(done.stdout) == []
 
 
@@ -36,8 +37,9 @@ def test_the_list_names_every_module_of_the_core() -> None:
 def test_an_edge_module_is_seen_by_the_same_check() -> None:
     # The check above must be able to fail: the app is an edge and imports Starlette.
     program = "import sys, harbor_ray.capture.proxy.app; print('starlette' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.strip() == "True"
 
 

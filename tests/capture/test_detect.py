@@ -3,20 +3,26 @@ import pytest
 from harbor_ray.capture.core.detect import CallRoute, detect
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("/v1/chat/completions", CallRoute("chat", "generate")),
-    ("/V1/Chat/Completions/", CallRoute("chat", "generate")),
-    ("/v1/responses", CallRoute("responses", "generate")),
-    ("/v1/messages", CallRoute("anthropic", "generate")),
-    ("/v1/messages/count_tokens", CallRoute("anthropic", "count_tokens")),
-    ("/v1beta/models/gemini-2.5:generateContent", CallRoute("google", "generate", "gemini-2.5")),
-    ("/v1beta/models/g:streamGenerateContent", CallRoute("google", "generate", "g", True)),
-    # docs/lessons.md: capital G; compared case-insensitively, streaming is still detected.
-    ("/v1beta/models/g:STREAMGENERATECONTENT", CallRoute("google", "generate", "g", True)),
-    ("/models/g:generateContent", CallRoute("google", "generate", "g")),
-    ("/v1beta/models/g:countTokens", CallRoute("google", "count_tokens", "g")),
-    ("/v1/models", CallRoute("chat", "models")),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/v1/chat/completions", CallRoute("chat", "generate")),
+        ("/V1/Chat/Completions/", CallRoute("chat", "generate")),
+        ("/v1/responses", CallRoute("responses", "generate")),
+        ("/v1/messages", CallRoute("anthropic", "generate")),
+        ("/v1/messages/count_tokens", CallRoute("anthropic", "count_tokens")),
+        (
+            "/v1beta/models/gemini-2.5:generateContent",
+            CallRoute("google", "generate", "gemini-2.5"),
+        ),
+        ("/v1beta/models/g:streamGenerateContent", CallRoute("google", "generate", "g", True)),
+        # docs/lessons.md: capital G; compared case-insensitively, streaming is still detected.
+        ("/v1beta/models/g:STREAMGENERATECONTENT", CallRoute("google", "generate", "g", True)),
+        ("/models/g:generateContent", CallRoute("google", "generate", "g")),
+        ("/v1beta/models/g:countTokens", CallRoute("google", "count_tokens", "g")),
+        ("/v1/models", CallRoute("chat", "models")),
+    ],
+)
 def test_paths(path: str, expected: CallRoute) -> None:
     assert detect(path, {}, {}) == expected
 
@@ -35,12 +41,15 @@ def test_unknown_paths_and_google_methods() -> None:
     assert detect("/v1beta/models/g:embedContent", {}, {}) is None
 
 
-@pytest.mark.parametrize(("headers", "body", "dialect"), [
-    ({"anthropic-version": "2023-06-01"}, {"messages": []}, "anthropic"),
-    ({}, {"contents": []}, "google"),
-    ({}, {"input": "x"}, "responses"),
-    ({}, {"messages": []}, "chat"),
-])
+@pytest.mark.parametrize(
+    ("headers", "body", "dialect"),
+    [
+        ({"anthropic-version": "2023-06-01"}, {"messages": []}, "anthropic"),
+        ({}, {"contents": []}, "google"),
+        ({}, {"input": "x"}, "responses"),
+        ({}, {"messages": []}, "chat"),
+    ],
+)
 def test_body_shape_at_the_root(headers: dict, body: dict, dialect: str) -> None:
     route = detect("/", headers, {}, body)
     assert route is not None and route.dialect == dialect

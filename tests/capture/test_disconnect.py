@@ -32,12 +32,17 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "chat": (CHAT, {"model": "m", "messages": HELLO}),
     "responses": ("/v1/responses", {"model": "m", "input": "hi"}),
     "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 9, "messages": HELLO}),
-    "google": ("/v1beta/models/m:generateContent",
-               {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+    "google": (
+        "/v1beta/models/m:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+    ),
 }
 STREAMS: dict[str, tuple[str, dict[str, Any]]] = {
-    **{name: (path, {**body, "stream": True}) for name, (path, body) in CALLS.items()
-       if name != "google"},
+    **{
+        name: (path, {**body, "stream": True})
+        for name, (path, body) in CALLS.items()
+        if name != "google"
+    },
     "google": ("/v1beta/models/m:streamGenerateContent?alt=sse", CALLS["google"][1]),
 }
 
@@ -110,8 +115,9 @@ def test_a_session_deleted_while_its_call_runs_gets_401_in_the_dialect(
     sid, key = server.new_session()
     path, body = (STREAMS if stream else CALLS)[dialect]
     deleting = delete_once_the_engine_works(server, sid)
-    with httpx.stream("POST", server.url + path, json=body, timeout=10,
-                      headers={"authorization": f"Bearer {key}"}) as reply:
+    with httpx.stream(
+        "POST", server.url + path, json=body, timeout=10, headers={"authorization": f"Bearer {key}"}
+    ) as reply:
         reply.read()  # raises if the stream is cut
     deleting.join()
     if stream:
@@ -129,8 +135,12 @@ def test_a_non_streamed_call_whose_client_left_is_cancelled_and_not_recorded(
     sid, key = server.new_session(budget=1)
     path, body = CALLS[dialect]
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its socket
-        httpx.post(server.url + path, json=body, headers={"authorization": f"Bearer {key}"},
-                   timeout=httpx.Timeout(10, read=0.2))
+        httpx.post(
+            server.url + path,
+            json=body,
+            headers={"authorization": f"Bearer {key}"},
+            timeout=httpx.Timeout(10, read=0.2),
+        )
     until(lambda: server.engine.cancelled == 1)
     doc = server.export(sid)
     assert doc["turns"] == [] and doc["counts"]["engine_errors"] == 0
@@ -159,8 +169,9 @@ class SlowRecords(InMemorySessionStore):
 
 
 def app_over(store: InMemorySessionStore, engine: FakeEngine | None = None):
-    return build_capture_app(store, engine or FakeEngine(),
-                             CaptureSettings(served_model="fake-model", keepalive_s=0.05))
+    return build_capture_app(
+        store, engine or FakeEngine(), CaptureSettings(served_model="fake-model", keepalive_s=0.05)
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -180,7 +191,8 @@ async def test_a_client_that_leaves_while_its_turn_is_recorded_has_it_withdrawn(
 
     _, got = await asyncio.gather(
         leave_while_recording(),
-        call(app, CHAT, {"messages": HELLO, "stream": stream}, key=s.key, leave=leave))
+        call(app, CHAT, {"messages": HELLO, "stream": stream}, key=s.key, leave=leave),
+    )
     assert not got.received
     assert (await store.export(s.session_id))["turns"] == []
     store.record_s = 0
@@ -215,7 +227,8 @@ async def test_a_client_gone_mid_body_is_not_answered_and_nothing_is_logged(
     store = InMemorySessionStore()
     engine = FakeEngine()
     s = await store.open_session()
-    got = await call(app_over(store, engine), CHAT, {"messages": HELLO}, key=s.key,
-                     leave_mid_body=True)
+    got = await call(
+        app_over(store, engine), CHAT, {"messages": HELLO}, key=s.key, leave_mid_body=True
+    )
     assert got.status is None and engine.calls == []
     assert not [r for r in caplog.records if r.exc_info]

@@ -21,8 +21,9 @@ def session() -> list[TurnRecord]:
     t0 = turn(0, [1, 2, 3], [10, 11], [-0.5, NAN])
     abandoned = follow(t0, 1, [4], [20])
     kept = follow(t0, 2, [4], [21, 22], finish_reason="length")
-    onward = dataclasses.replace(follow(kept, 3, [5], [23]),
-                                 continuation=Continuation(2, False, Fallback.NO_TOKENIZE))
+    onward = dataclasses.replace(
+        follow(kept, 3, [5], [23]), continuation=Continuation(2, False, Fallback.NO_TOKENIZE)
+    )
     aux = turn(4, [60, 61], [62], auxiliary=True)
     return [t0, abandoned, kept, onward, aux]
 

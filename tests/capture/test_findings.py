@@ -174,17 +174,22 @@ def test_zero_and_float_noise_are_valid_logprobs() -> None:
     assert check([turn(0, [1, 2], [3, 4], [0.0, float(noise)])]) == ()
 
 
-@pytest.mark.parametrize(("mode", "temperature", "warned"), [
-    ("raw", 0.7, True),
-    ("raw", 1.0, False),
-    ("raw", None, False),  # the engine's default: no temperature was asked for
-    ("processed", 0.7, False),
-    (None, 0.7, False),  # an engine not certified here: nothing to compare with
-])
+@pytest.mark.parametrize(
+    ("mode", "temperature", "warned"),
+    [
+        ("raw", 0.7, True),
+        ("raw", 1.0, False),
+        ("raw", None, False),  # the engine's default: no temperature was asked for
+        ("processed", 0.7, False),
+        (None, 0.7, False),  # an engine not certified here: nothing to compare with
+    ],
+)
 def test_raw_logprobs_sampled_at_another_temperature_warn(
-        mode: str | None, temperature: float | None, warned: bool) -> None:
-    findings = check(with_last(chain(2), logprobs_mode=mode,
-                               sampling=TurnSampling(temperature=temperature)))
+    mode: str | None, temperature: float | None, warned: bool
+) -> None:
+    findings = check(
+        with_last(chain(2), logprobs_mode=mode, sampling=TurnSampling(temperature=temperature))
+    )
     raw = [f for f in findings if f.code is Code.RAW_LOGPROBS_SAMPLED_OTHERWISE]
     assert [(f.severity, f.turn) for f in raw] == ([(Severity.WARN, 1)] if warned else [])
     assert is_trainable(findings)
@@ -397,8 +402,10 @@ def test_findings_are_in_a_stable_order() -> None:
 def test_an_evaluation_is_valid_and_says_so_once() -> None:
     """Turns captured below `tokens` have no ids by design: no fatal finding (the rollout
     is ok), one info finding naming them, and no id or graph checks."""
-    turns = [dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None,
-                                 capture_level="text") for t in chain(3)]
+    turns = [
+        dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None, capture_level="text")
+        for t in chain(3)
+    ]
     findings = check(turns, vocab_size=VOCAB)
     assert codes(findings) == [Code.EVALUATION_ONLY]
     assert findings[0].severity is Severity.INFO and "0, 1, 2" in findings[0].message

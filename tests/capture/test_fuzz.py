@@ -30,12 +30,18 @@ from tests.capture.test_hostile_input import with_deep_tool
 
 EXAMPLES = 120  # per dialect and mode
 
-SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
 VALUES = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 # Past what the engine client encodes (254), within what JSON parses (1024).
@@ -83,13 +89,20 @@ class WireEngine(FakeEngine):
 
     refuse_first: bool = False
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                      session: str | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        session: str | None = None,
+    ) -> dict[str, Any]:
         if path == "/v1/chat/completions" and self.refuse_first:
             self.refuse_first = False
             raise engine_status_error(400, "the engine refuses this request")
-        return await super().request(method, path, orjson.loads(orjson.dumps(body)),
-                                     session=session)
+        return await super().request(
+            method, path, orjson.loads(orjson.dumps(body)), session=session
+        )
 
 
 def recorded(store: InMemorySessionStore, session_id: str) -> tuple[int, int]:
@@ -105,7 +118,7 @@ def error_events(body: bytes) -> list[dict[str, Any]]:
         if not line.startswith(b"data:"):
             continue
         try:
-            data = orjson.loads(line[len(b"data:"):])
+            data = orjson.loads(line[len(b"data:") :])
         except orjson.JSONDecodeError:
             continue  # OpenAI's [DONE]
         if isinstance(data, dict) and "error" in data:
@@ -113,14 +126,21 @@ def error_events(body: bytes) -> list[dict[str, Any]]:
     return events
 
 
-def check(path: str, dialect: str, body: dict[str, Any], stream: bool,
-          valid: dict[str, Any], engine_refuses: bool) -> None:
+def check(
+    path: str,
+    dialect: str,
+    body: dict[str, Any],
+    stream: bool,
+    valid: dict[str, Any],
+    engine_refuses: bool,
+) -> None:
     store, engine = InMemorySessionStore(), WireEngine(refuse_first=engine_refuses)
     app = build_capture_app(store, engine, CaptureSettings(served_model="m"))
 
     async def send(s: Any, request: bytes | dict[str, Any]) -> Any:
-        return await call(app, path, request, key=s.key,
-                          headers={"x-api-key": s.key, "x-goog-api-key": s.key})
+        return await call(
+            app, path, request, key=s.key, headers={"x-api-key": s.key, "x-goog-api-key": s.key}
+        )
 
     async def run() -> None:
         s = await store.open_session(budget=1)
@@ -150,8 +170,13 @@ def check(path: str, dialect: str, body: dict[str, Any], stream: bool,
     asyncio.run(run())
 
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def fuzz(dialect: str, stream: bool):

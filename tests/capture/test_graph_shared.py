@@ -102,11 +102,13 @@ def test_the_held_turns_share_memory() -> None:
     def collect(turns: list[TurnRecord]) -> None:
         shared = held(turns, [None] * len(turns))
         owners = {
-            id(t.prompt_ids.base) for t in shared if t.prompt_ids is not None
-            and t.prompt_ids.base is not None
+            id(t.prompt_ids.base)
+            for t in shared
+            if t.prompt_ids is not None and t.prompt_ids.base is not None
         }
-        viewing = sum(1 for t in shared if t.prompt_ids is not None
-                      and t.prompt_ids.base is not None)
+        viewing = sum(
+            1 for t in shared if t.prompt_ids is not None and t.prompt_ids.base is not None
+        )
         if viewing > len(owners):
             seen.add("shared")
         if len(owners) > 1:

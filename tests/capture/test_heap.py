@@ -26,8 +26,7 @@ print(before, after, gc.collect())
 
 
 def test_the_startup_heap_is_frozen_and_new_garbage_still_collected() -> None:
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     before, after, collected = map(int, done.stdout.split())
     assert before > 10_000  # what a full collection would otherwise walk every time
     assert after < 100

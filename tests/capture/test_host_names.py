@@ -23,17 +23,20 @@ ANSWERED = ("127.0.0.1:8000", "localhost", "[::1]:9", "10.1.2.3:80", "[fd00::1]"
 
 def _app(allowed: tuple[str, ...] | None = None):
     engine = FakeEngine()
-    settings = CaptureSettings(served_model="fake-model", **(
-        {} if allowed is None else {"allowed_hosts": allowed}))
+    settings = CaptureSettings(
+        served_model="fake-model", **({} if allowed is None else {"allowed_hosts": allowed})
+    )
     store = InMemorySessionStore()
     return build_capture_app(store, engine, settings, admin=store), store, engine
 
 
 @pytest.mark.parametrize("host", REFUSED)
-@pytest.mark.parametrize(("path", "shape"), [("/v1/chat/completions", "error"),
-                                             ("/v1/messages", "type")])
+@pytest.mark.parametrize(
+    ("path", "shape"), [("/v1/chat/completions", "error"), ("/v1/messages", "type")]
+)
 async def test_a_name_it_is_not_reached_at_gets_421_in_the_agent_s_dialect(
-        host: str, path: str, shape: str) -> None:
+    host: str, path: str, shape: str
+) -> None:
     app, store, engine = _app()
     key = (await store.open_session(budget=3)).key
     reply = await call(app, path, CHAT, key=key, headers={"host": host})
@@ -66,8 +69,7 @@ async def test_addresses_loopback_and_listed_names_reach_the_engine() -> None:
 async def test_any_name_with_a_star() -> None:
     app, store, _ = _app(("*",))
     key = (await store.open_session(budget=3)).key
-    reply = await call(app, "/v1/chat/completions", CHAT, key=key,
-                       headers={"host": "evil.example"})
+    reply = await call(app, "/v1/chat/completions", CHAT, key=key, headers={"host": "evil.example"})
     assert reply.status == 200
 
 
@@ -77,8 +79,9 @@ async def test_the_served_proxy_refuses_a_rebound_name() -> None:
         session = await capture.open_session(budget=3, sampling=None)
         async with httpx.AsyncClient(base_url=capture.host_url, timeout=10) as client:
             headers = {"authorization": f"Bearer {session.key}"}
-            refused = await client.post("/v1/chat/completions", json=CHAT,
-                                        headers={**headers, "host": "evil.example"})
+            refused = await client.post(
+                "/v1/chat/completions", json=CHAT, headers={**headers, "host": "evil.example"}
+            )
             answered = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
     assert (refused.status_code, answered.status_code) == (421, 200)
     assert len(engine.calls) == 1
@@ -90,10 +93,19 @@ def test_a_remote_endpoint_s_name_is_answered_by_the_replicas() -> None:
     assert capture_hosts("http://10.0.0.5:4000") == (*capture_hosts(None), "10.0.0.5")
 
 
-
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("localhost", True), ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
-    ("0.0.0.0", False), ("10.0.0.1", False), ("127.evil.example", False), ("", False)])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("10.0.0.1", False),
+        ("127.evil.example", False),
+        ("", False),
+    ],
+)
 def test_only_this_machine_s_own_addresses_are_loopback(host: str, loopback: bool) -> None:
     # What the proxy, the playground and the replica registry decide exposure by.
     assert is_loopback(host) is loopback

@@ -30,9 +30,12 @@ from tests.fixtures.threaded import serve_in_thread
 SECRET = "sk-upstream-SECRET-7f3a9c"  # the upstream's key: must reach it and nothing else
 ADMIN = "hosted-admin-key"
 
-NATIVE_PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
-                "anthropic": "/v1/messages",
-                "google": f"/v1/models/{MODEL}:generateContent"}
+NATIVE_PATHS = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "anthropic": "/v1/messages",
+    "google": f"/v1/models/{MODEL}:generateContent",
+}
 
 
 @dataclass
@@ -67,11 +70,18 @@ def hosted_proxy(stand_in: StandIn) -> Iterator[HostedProxy]:
         cert = asyncio.run(certify(upstream, upstream.root, capture="text"))
         assert cert.capture_level == "text" and cert.served_model == MODEL
         store = InMemorySessionStore()
-        app = build_capture_app(store, upstream, CaptureSettings(
-            served_model=MODEL, admin_key=ADMIN, stitch=False, capture="text",
-            keepalive_s=0.05), admin=store)
-        with serve_in_thread(app) as proxy_url, httpx.Client(
-                base_url=proxy_url, headers={"authorization": f"Bearer {ADMIN}"}) as admin:
+        app = build_capture_app(
+            store,
+            upstream,
+            CaptureSettings(
+                served_model=MODEL, admin_key=ADMIN, stitch=False, capture="text", keepalive_s=0.05
+            ),
+            admin=store,
+        )
+        with (
+            serve_in_thread(app) as proxy_url,
+            httpx.Client(base_url=proxy_url, headers={"authorization": f"Bearer {ADMIN}"}) as admin,
+        ):
             yield HostedProxy(proxy_url, stand_in, admin, url)
 
 
@@ -91,8 +101,9 @@ def proxy(hosted: HostedProxy) -> HostedProxy:
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic", "google"])
-def test_each_sdk_through_each_profile(proxy: HostedProxy, dialect: str, stream: bool,
-                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_each_sdk_through_each_profile(
+    proxy: HostedProxy, dialect: str, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     sid, key = proxy.new_session()
     assert reply_text(proxy, key, dialect, stream) == "echo: x"
@@ -105,11 +116,12 @@ def test_each_sdk_through_each_profile(proxy: HostedProxy, dialect: str, stream:
     if dialect == upstream.dialect:
         # The agent's own request went as it came: only the model and stream changed.
         assert body.get("model", MODEL) == MODEL
-        assert {"anthropic": lambda: body["messages"] == [{"role": "user", "content": "x"}],
-                "responses": lambda: body["input"] == "x",
-                "google": lambda: body["contents"][0]["parts"] == [{"text": "x"}],
-                "chat": lambda: body["messages"] == [{"role": "user", "content": "x"}],
-                }[dialect]()
+        assert {
+            "anthropic": lambda: body["messages"] == [{"role": "user", "content": "x"}],
+            "responses": lambda: body["input"] == "x",
+            "google": lambda: body["contents"][0]["parts"] == [{"text": "x"}],
+            "chat": lambda: body["messages"] == [{"role": "user", "content": "x"}],
+        }[dialect]()
 
     (turn,) = proxy.export(sid)["turns"]
     assert turn["capture_level"] == "text" and turn["token_ids"] is None
@@ -124,11 +136,20 @@ def test_the_agents_own_dialect_passes_through_unconverted(proxy: HostedProxy) -
     translation has no place for (metadata), as sent."""
     _, key = proxy.new_session()
     anthropic_client(proxy, key).messages.create(
-        model="agent-model", max_tokens=7, metadata={"user_id": "u-1"},
-        system="be brief", messages=[{"role": "user", "content": "x"}])
+        model="agent-model",
+        max_tokens=7,
+        metadata={"user_id": "u-1"},
+        system="be brief",
+        messages=[{"role": "user", "content": "x"}],
+    )
     ((_, headers, body),) = proxy.stand_in.requests
-    assert body == {"model": MODEL, "max_tokens": 7, "metadata": {"user_id": "u-1"},
-                    "system": "be brief", "messages": [{"role": "user", "content": "x"}]}
+    assert body == {
+        "model": MODEL,
+        "max_tokens": 7,
+        "metadata": {"user_id": "u-1"},
+        "system": "be brief",
+        "messages": [{"role": "user", "content": "x"}],
+    }
     assert headers["x-api-key"] == SECRET and headers["anthropic-version"]
 
 
@@ -138,24 +159,33 @@ def weather(messages: list[dict], tools: list[dict]) -> FakeReply:
     return FakeReply(text="checking", tool_calls=(("get_weather", {"city": "Paris"}),))
 
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 
 
 def test_a_chat_agents_tool_call_round_trips_through_each_profile(proxy: HostedProxy) -> None:
     proxy.stand_in.tool_script = weather
     _, key = proxy.new_session()
     chat = openai_client(proxy, key).chat.completions
-    messages: list = [{"role": "system", "content": "be brief"},
-                      {"role": "user", "content": "weather?"}]
+    messages: list = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "weather?"},
+    ]
     first = chat.create(model="m", messages=messages, tools=[WEATHER], tool_choice="auto")
     (call,) = first.choices[0].message.tool_calls or []
     assert first.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"}
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
     second = chat.create(model="m", messages=messages, tools=[WEATHER])
     # Google takes a result as an object (`{"result": ...}`), which its model then reads.
     assert second.choices[0].message.content in ("it is sunny", 'it is {"result":"sunny"}')
@@ -163,14 +193,23 @@ def test_a_chat_agents_tool_call_round_trips_through_each_profile(proxy: HostedP
 
 @pytest.mark.parametrize("hosted", NATIVE, indirect=True)  # nothing converted for chat
 def test_what_a_conversion_cannot_carry_is_refused_in_the_agents_dialect(
-        proxy: HostedProxy) -> None:
+    proxy: HostedProxy,
+) -> None:
     upstream = PROFILES[proxy.stand_in.profile]
     sid, key = proxy.new_session()
     with pytest.raises(openai.BadRequestError) as refused:
         openai_client(proxy, key).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": [
-                {"type": "text", "text": "what is this?"},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}])
+            model="m",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is this?"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                    ],
+                }
+            ],
+        )
     assert "image_url" in str(refused.value) and upstream.name in str(refused.value)
     assert proxy.stand_in.requests == [] and proxy.export(sid)["turns"] == []
 
@@ -182,8 +221,12 @@ def test_what_the_dialect_leaves_out_is_refused_when_converted(proxy: HostedProx
     A chat upstream is an engine's API: there the tool is left out and recorded."""
     sid, key = proxy.new_session()
     messages = anthropic_client(proxy, key).messages
-    call = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
-            "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
+    call = {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+    }
     if proxy.stand_in.profile == "anthropic":
         messages.create(**call)  # type: ignore[call-overload]
         ((_, _, body),) = proxy.stand_in.requests
@@ -200,14 +243,18 @@ def test_anthropic_sdk_sees_a_refusal_as_its_own_error(proxy: HostedProxy) -> No
     _, key = proxy.new_session()
     with pytest.raises(anthropic.BadRequestError, match="parallel"):
         anthropic_client(proxy, key).messages.create(
-            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}],
+            model="m",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "x"}],
             tools=[{"name": "t", "input_schema": {"type": "object"}}],
-            tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+            tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        )
 
 
 @pytest.mark.parametrize("profile", NATIVE)
 def test_certification_names_the_profile_when_the_upstream_answers_otherwise(
-        profile: UpstreamName) -> None:
+    profile: UpstreamName,
+) -> None:
     """A chat server reached as a hosted API (a wrong --upstream) is refused by name."""
     stand_in = StandIn("openai-chat", SECRET)
     with serve_in_thread(provider_app(stand_in)) as url:

@@ -55,8 +55,9 @@ def with_deep_tool(dialect: str, body: dict[str, Any], levels: int = 300) -> dic
     return {**body, "tools": tools}
 
 
-def assert_refused(server: CaptureServer, sid: str, dialect: str, reply: httpx.Response,
-                   status: int = 400) -> str:
+def assert_refused(
+    server: CaptureServer, sid: str, dialect: str, reply: httpx.Response, status: int = 400
+) -> str:
     assert reply.status_code == status, reply.text
     message = error_message(dialect, reply.json())
     assert server.engine.calls == []
@@ -74,19 +75,22 @@ def test_a_field_nested_254_deep_is_refused(server: CaptureServer) -> None:
     assert "nested too deeply" in assert_refused(server, sid, "chat", reply)
 
 
-def test_a_streamed_call_nested_254_deep_is_refused_before_its_stream(server: CaptureServer
-                                                                      ) -> None:
+def test_a_streamed_call_nested_254_deep_is_refused_before_its_stream(
+    server: CaptureServer,
+) -> None:
     sid, key = server.new_session()
-    body = (b'{"stream":true,"messages":[{"role":"user","content":"hi"}],"zzz":'
-            + deep_list(254) + b"}")
+    body = (
+        b'{"stream":true,"messages":[{"role":"user","content":"hi"}],"zzz":' + deep_list(254) + b"}"
+    )
     reply = post(server, CHAT, key, content=body, headers={"content-type": "application/json"})
     assert_refused(server, sid, "chat", reply)
 
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("dialect", list(CALLS))
-def test_a_300_level_tool_schema_is_refused(server: CaptureServer, dialect: str,
-                                            stream: bool) -> None:
+def test_a_300_level_tool_schema_is_refused(
+    server: CaptureServer, dialect: str, stream: bool
+) -> None:
     sid, key = server.new_session()
     path, body = (STREAMS if stream else CALLS)[dialect]
     reply = post(server, path, key, json=with_deep_tool(dialect, body))
@@ -95,12 +99,20 @@ def test_a_300_level_tool_schema_is_refused(server: CaptureServer, dialect: str,
 
 def test_an_integer_past_64_bits_in_a_call_is_refused(server: CaptureServer) -> None:
     _, key = server.new_session()
-    body = {"messages": [{"role": "user", "content": "hi", "zzz": 2**64 - 1}], "seed": 5,
-            "zzz": [-(2**63)] * 2}
+    body = {
+        "messages": [{"role": "user", "content": "hi", "zzz": 2**64 - 1}],
+        "seed": 5,
+        "zzz": [-(2**63)] * 2,
+    }
     assert post(server, CHAT, key, json=body).status_code == 200  # 64 bits: fine
     body = b'{"messages":[{"role":"user","content":"hi"}],"seed":18446744073709551616}'
-    reply = post(server, "/v1/chat/completions", key, content=body,
-                 headers={"content-type": "application/json"})
+    reply = post(
+        server,
+        "/v1/chat/completions",
+        key,
+        content=body,
+        headers={"content-type": "application/json"},
+    )
     assert reply.status_code == 400 and "seed" in error_message("chat", reply.json())
 
 
@@ -112,8 +124,9 @@ def address(server: CaptureServer) -> tuple[str, int]:
     return host, int(port)
 
 
-def raw_exchange(server: CaptureServer, head_start: bytes, filler: bytes, *,
-                 up_to: int = 8 * 1024 * 1024) -> tuple[bytes, int]:
+def raw_exchange(
+    server: CaptureServer, head_start: bytes, filler: bytes, *, up_to: int = 8 * 1024 * 1024
+) -> tuple[bytes, int]:
     """Send `head_start`, then `filler` until the server answers or closes (or `up_to`
     bytes went out, then end the head); return what it answered and the bytes sent."""
     sent = 0
@@ -171,8 +184,9 @@ async def test_the_app_checks_the_head_where_its_server_did_not() -> None:
     s = await store.open_session()
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-        reply = await client.post("/v1/messages", json={}, headers={
-            "x-api-key": s.key, "x-big": "a" * 70_000})
+        reply = await client.post(
+            "/v1/messages", json={}, headers={"x-api-key": s.key, "x-big": "a" * 70_000}
+        )
         assert reply.status_code == 431 and reply.json()["type"] == "error"
         reply = await client.get("/v1beta/models/m:generateContent?pad=" + "a" * 20_000)
         assert reply.status_code == 414 and reply.json()["error"]["code"] == 414
@@ -181,19 +195,23 @@ async def test_the_app_checks_the_head_where_its_server_did_not() -> None:
 # ---- 4. POST /sessions: never create what cannot be returned -------------------------
 
 
-@pytest.mark.parametrize("body", [
-    b'{"budget": 18446744073709551616}',
-    b'{"budget": 9223372036854775808}',
-    b'{"sampling": {"seed": 18446744073709551616}}',
-    b'{"sampling": {"max_tokens": 99999999999999999999}}',
-    b'{"sampling": {"top_k": -18446744073709551616}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"budget": 18446744073709551616}',
+        b'{"budget": 9223372036854775808}',
+        b'{"sampling": {"seed": 18446744073709551616}}',
+        b'{"sampling": {"max_tokens": 99999999999999999999}}',
+        b'{"sampling": {"top_k": -18446744073709551616}}',
+    ],
+)
 def test_session_values_out_of_range_are_refused_and_nothing_created(
     server: CaptureServer, body: bytes
 ) -> None:
     before = server.admin.get("/sessions").json()["sessions"]
-    reply = server.admin.post("/sessions", content=body,
-                              headers={"content-type": "application/json"})
+    reply = server.admin.post(
+        "/sessions", content=body, headers={"content-type": "application/json"}
+    )
     assert reply.status_code == 400, reply.text
     assert server.admin.get("/sessions").json()["sessions"] == before
 
@@ -219,12 +237,21 @@ def test_post_sessions_refuses_a_body_past_the_cap(server: CaptureServer) -> Non
 # ---- 7. the smaller ones -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field", [
-    {"temperature": "hot"}, {"max_tokens": -5}, {"tools": "x"}, {"top_p": True},
-    {"messages": [{"role": "user", "content": {"a": 1}}]}, {"seed": 1.5},
-    {"stop": [1]}, {"tools": [{"type": "function", "function": {"name": 3}}]},
-    {"tool_choice": "sometimes"}, {"max_completion_tokens": 0},
-])
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"temperature": "hot"},
+        {"max_tokens": -5},
+        {"tools": "x"},
+        {"top_p": True},
+        {"messages": [{"role": "user", "content": {"a": 1}}]},
+        {"seed": 1.5},
+        {"stop": [1]},
+        {"tools": [{"type": "function", "function": {"name": 3}}]},
+        {"tool_choice": "sometimes"},
+        {"max_completion_tokens": 0},
+    ],
+)
 def test_chat_refuses_values_of_the_wrong_type(server: CaptureServer, field: dict) -> None:
     sid, key = server.new_session()
     reply = post(server, CHAT, key, json={"model": "m", "messages": HELLO, **field})
@@ -252,15 +279,18 @@ async def test_an_empty_bearer_does_not_hide_an_api_key_header() -> None:
     app = build_capture_app(store, FakeEngine(), CaptureSettings(served_model="m"))
     s = await store.open_session()
     for empty in ("Bearer ", "Bearer"):
-        got = await call(app, "/v1/messages", CALLS["anthropic"][1],
-                         headers={"authorization": empty, "x-api-key": s.key})
+        got = await call(
+            app,
+            "/v1/messages",
+            CALLS["anthropic"][1],
+            headers={"authorization": empty, "x-api-key": s.key},
+        )
         assert got.status == 200, got.body
     assert len((await store.export(s.session_id))["turns"]) == 2
 
 
 @pytest.mark.parametrize("dialect", list(CALLS))
-def test_an_engine_429_stays_retryable_in_the_dialect(server: CaptureServer, dialect: str
-                                                      ) -> None:
+def test_an_engine_429_stays_retryable_in_the_dialect(server: CaptureServer, dialect: str) -> None:
     server.engine.fail_with = 429
     sid, key = server.new_session(budget=1)
     path, body = CALLS[dialect]
@@ -277,18 +307,25 @@ def test_an_engine_429_stays_retryable_in_the_dialect(server: CaptureServer, dia
 
 def test_an_unknown_google_method_gets_googles_404(server: CaptureServer) -> None:
     _, key = server.new_session()
-    reply = httpx.post(server.url + "/v1beta/models/m:embedContent", json={},
-                       headers={"x-goog-api-key": key})
+    reply = httpx.post(
+        server.url + "/v1beta/models/m:embedContent", json={}, headers={"x-goog-api-key": key}
+    )
     assert reply.status_code == 404
     assert reply.json()["error"]["status"] == "NOT_FOUND"
 
 
-@pytest.mark.parametrize(("path", "dialect"), [
-    (CHAT, "chat"), ("/v1/messages", "anthropic"),
-    ("/v1beta/models/m:generateContent", "google"), ("/v1/responses", "responses"),
-])
-def test_other_methods_get_405_in_the_dialect(server: CaptureServer, path: str,
-                                              dialect: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "dialect"),
+    [
+        (CHAT, "chat"),
+        ("/v1/messages", "anthropic"),
+        ("/v1beta/models/m:generateContent", "google"),
+        ("/v1/responses", "responses"),
+    ],
+)
+def test_other_methods_get_405_in_the_dialect(
+    server: CaptureServer, path: str, dialect: str
+) -> None:
     reply = httpx.put(server.url + path, json={})
     assert reply.status_code == 405
     error_message(dialect, reply.json())
@@ -313,6 +350,7 @@ class Watched:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 self.statuses.append(message["status"])
@@ -338,10 +376,13 @@ def test_a_client_gone_mid_body_logs_no_traceback(caplog: pytest.LogCaptureFixtu
             host, port = url.removeprefix("http://").rsplit(":", 1)
             with socket.create_connection((host, int(port))) as s:
                 # A host the app serves: any other is refused (421) before the body.
-                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: "
-                          + f"{host}:{port}".encode() + b"\r\n"
-                          b"content-type: application/json\r\ncontent-length: 1000\r\n"
-                          b"authorization: Bearer " + key.encode() + b"\r\n\r\n{\"messa")
+                s.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nhost: "
+                    + f"{host}:{port}".encode()
+                    + b"\r\n"
+                    b"content-type: application/json\r\ncontent-length: 1000\r\n"
+                    b"authorization: Bearer " + key.encode() + b'\r\n\r\n{"messa'
+                )
             assert watched.ended.wait(30), "the app never finished the request"
     finally:
         uvicorn_log.removeHandler(caplog.handler)
@@ -349,6 +390,5 @@ def test_a_client_gone_mid_body_logs_no_traceback(caplog: pytest.LogCaptureFixtu
     # The body's read met the disconnect: no answer at all, where a refusal of the
     # request's head (host, key, content type) would have answered with its status.
     assert watched.statuses == []
-    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in
-                                                           caplog.records]
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
     assert engine.calls == []

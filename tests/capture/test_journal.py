@@ -24,15 +24,19 @@ from tests.capture.turns_factory import turn
 
 def _same_turn(a: TurnRecord, b: TurnRecord) -> bool:
     arrays = ("prompt_ids", "token_ids", "logprobs")
-    return (all(np.array_equal(getattr(a, f), getattr(b, f)) for f in arrays)
-            and {k: v for k, v in vars(a).items() if k not in arrays}
-            == {k: v for k, v in vars(b).items() if k not in arrays})
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in arrays) and {
+        k: v for k, v in vars(a).items() if k not in arrays
+    } == {k: v for k, v in vars(b).items() if k not in arrays}
 
 
 def _entries() -> list:
-    return [Opened("h.s1", "task__0__r"), Recorded("h.s1", turn(0, [1, 2, 3], [4, 5])),
-            Recorded("h.s1", turn(1, [1, 2, 3, 4, 5, 6], [7])), Withdrawn("h.s1", 1),
-            Closed("h.s1")]
+    return [
+        Opened("h.s1", "task__0__r"),
+        Recorded("h.s1", turn(0, [1, 2, 3], [4, 5])),
+        Recorded("h.s1", turn(1, [1, 2, 3, 4, 5, 6], [7])),
+        Withdrawn("h.s1", 1),
+        Closed("h.s1"),
+    ]
 
 
 def test_entries_round_trip_with_their_arrays() -> None:
@@ -80,10 +84,15 @@ def test_a_checksummed_payload_of_another_class_is_not_loaded() -> None:
 def test_only_unclosed_sessions_give_turns_each_once_and_withdrawn_ones_left_out() -> None:
     t0, t1, t2 = turn(0, [1], [2]), turn(1, [1, 2, 3], [4]), turn(2, [1, 2, 3, 4, 5], [6])
     entries = [
-        Opened("h.done", "finished"), Recorded("h.done", t0), Closed("h.done"),
-        Opened("h.live", "lost"), Recorded("h.live", t1), Recorded("h.live", t0),
+        Opened("h.done", "finished"),
+        Recorded("h.done", t0),
+        Closed("h.done"),
+        Opened("h.live", "lost"),
+        Recorded("h.live", t1),
+        Recorded("h.live", t0),
         Recorded("h.live", t1),  # a record delivered twice
-        Recorded("h.live", t2), Withdrawn("h.live", 2),
+        Recorded("h.live", t2),
+        Withdrawn("h.live", 2),
         Opened("h.empty", "no-turns"),
     ]
     found = unfinished_turns(entries)

@@ -14,8 +14,7 @@ from tests.capture.turns_factory import turn
 
 
 @pytest.mark.parametrize(("mode", "syncs"), [("fsync", 3), ("flush", 0)])
-async def test_fsync_syncs_every_entry_and_flush_none(tmp_path: Path, mode, syncs: int
-                                                      ) -> None:
+async def test_fsync_syncs_every_entry_and_flush_none(tmp_path: Path, mode, syncs: int) -> None:
     synced: list[int] = []
     journal = JournalFile(tmp_path / "j" / "h.journal", mode, sync=synced.append)
     entries = [Opened("h.s", "r"), Recorded("h.s", turn(0, [1], [2])), Closed("h.s")]
@@ -41,10 +40,10 @@ async def test_the_store_journals_what_it_keeps_once(tmp_path: Path) -> None:
     await store.release(sid, 1)  # recorded, never delivered: withdrawn
     await store.release(sid, 2, "engine_error")  # never recorded: nothing to journal
     await store.close_session(sid)
-    kinds = [(type(e).__name__, getattr(e, "index", None))
-             for e in read_journal(journal.path).entries]
-    assert kinds == [("Recorded", None), ("Recorded", None), ("Withdrawn", 1),
-                     ("Closed", None)]
+    kinds = [
+        (type(e).__name__, getattr(e, "index", None)) for e in read_journal(journal.path).entries
+    ]
+    assert kinds == [("Recorded", None), ("Recorded", None), ("Withdrawn", 1), ("Closed", None)]
     # The last open session closes: nothing in the journal can be needed any more.
     await store.close_session(other.session_id)
     assert read_journal(journal.path).entries == ()

@@ -72,15 +72,19 @@ async def test_recorded_turns_are_exactly_the_answers_received() -> None:
     rng = random.Random(12)
     store = SlowRecords(rng)
     engine = FlakyEngine(rng, frozenset(f"call {n}" for n in HELD))
-    app = build_capture_app(store, engine,
-                            CaptureSettings(served_model="fake-model", keepalive_s=0.005))
+    app = build_capture_app(
+        store, engine, CaptureSettings(served_model="fake-model", keepalive_s=0.005)
+    )
     session = await store.open_session(budget=BUDGET)
     behaviours: list[str] = []
 
     async def client(n: int) -> Exchange:
         stream = rng.random() < 0.5
-        body = {"model": "m", "stream": stream,
-                "messages": [{"role": "user", "content": f"call {n}"}]}
+        body = {
+            "model": "m",
+            "stream": stream,
+            "messages": [{"role": "user", "content": f"call {n}"}],
+        }
         behaviour = rng.choice(["stay", "stay", "leave", "leave", "mid-body"])
         leave = asyncio.Event()
         if n in HELD:
@@ -90,19 +94,23 @@ async def test_recorded_turns_are_exactly_the_answers_received() -> None:
         elif behaviour == "leave":
             asyncio.get_running_loop().call_later(rng.random() * 0.025, leave.set)
         behaviours.append(behaviour)
-        return await call(app, CHAT, body, key=session.key, leave=leave,
-                          leave_mid_body=behaviour == "mid-body")
+        return await call(
+            app, CHAT, body, key=session.key, leave=leave, leave_mid_body=behaviour == "mid-body"
+        )
 
     # Bounded: a held call whose client left but that is never cancelled would wait forever.
     exchanges = await asyncio.wait_for(asyncio.gather(*(client(n) for n in range(CALLS))), 60)
     state = store.state(session.session_id)
     received = [got for got in exchanges if answered(got)]
-    left_after_the_engine = sum(1 for got, b in zip(exchanges, behaviours, strict=True)
-                                if b == "leave" and not got.received)
-    print(f"\n{len(received)} answers received, {len(state.turns)} turns, "
-          f"{engine.failed} engine failures, {engine.cancelled} engine calls cancelled, "
-          f"{left_after_the_engine} clients left unanswered, "
-          f"{state.counters['budget_stop']} budget stops")
+    left_after_the_engine = sum(
+        1 for got, b in zip(exchanges, behaviours, strict=True) if b == "leave" and not got.received
+    )
+    print(
+        f"\n{len(received)} answers received, {len(state.turns)} turns, "
+        f"{engine.failed} engine failures, {engine.cancelled} engine calls cancelled, "
+        f"{left_after_the_engine} clients left unanswered, "
+        f"{state.counters['budget_stop']} budget stops"
+    )
     assert engine.failed and engine.cancelled and left_after_the_engine
     assert state.counters["budget_stop"] > 0, "the budget was never reached"
     assert state.in_flight == {}, "a budget slot leaked"
@@ -115,8 +123,14 @@ async def test_recorded_turns_are_exactly_the_answers_received() -> None:
     engine.rng = random.Random(0)
     engine.complete = FakeEngine.complete.__get__(engine)  # no more failures or delays
     extra = 0
-    while answered(await call(app, CHAT, {"model": "m", "messages": [
-            {"role": "user", "content": "fill"}]}, key=session.key)):
+    while answered(
+        await call(
+            app,
+            CHAT,
+            {"model": "m", "messages": [{"role": "user", "content": "fill"}]},
+            key=session.key,
+        )
+    ):
         extra += 1
     assert extra == BUDGET - len(received)
     assert len(state.turns) == BUDGET
@@ -126,4 +140,4 @@ def _prompt(got: Exchange) -> str:
     """What the client asked, from the echo it received."""
     text = got.body.decode()
     start = text.index("echo: ") + len("echo: ")
-    return text[start:text.index('"', start)]
+    return text[start : text.index('"', start)]

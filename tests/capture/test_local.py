@@ -24,8 +24,9 @@ async def test_agents_cannot_reach_the_sessions_of_others() -> None:
             assert export.status_code == 404
             delete = await http.delete(f"/sessions/{theirs.session_id}")
             assert delete.status_code == 405
-            reply = await http.post("/v1/chat/completions", json=HELLO,
-                                    headers={"authorization": f"Bearer {mine.key}"})
+            reply = await http.post(
+                "/v1/chat/completions", json=HELLO, headers={"authorization": f"Bearer {mine.key}"}
+            )
             assert reply.status_code == 200, reply.text
         assert capture.store.state(theirs.session_id) is not None
         closed = await capture.close_session(mine.session_id)
@@ -41,8 +42,9 @@ async def test_an_sglang_engine_is_found_adapted_and_certified_as_sglang() -> No
         assert capture.certification.engine_kind == "sglang"
         info = await capture.open_session(budget=None, sampling=None)
         async with httpx.AsyncClient(base_url=capture.host_url) as http:
-            reply = await http.post("/v1/chat/completions", json=HELLO,
-                                    headers={"authorization": f"Bearer {info.key}"})
+            reply = await http.post(
+                "/v1/chat/completions", json=HELLO, headers={"authorization": f"Bearer {info.key}"}
+            )
             assert reply.status_code == 200, reply.text
         closed = await capture.close_session(info.session_id)
     assert closed is not None

@@ -6,8 +6,11 @@ from harbor_ray.errors import AgentRequestError
 
 
 def call(**body) -> EngineCall:
-    return EngineCall(body={"messages": [{"role": "user", "content": "x"}], **body},
-                      stream=True, request_model="agent")
+    return EngineCall(
+        body={"messages": [{"role": "user", "content": "x"}], **body},
+        stream=True,
+        request_model="agent",
+    )
 
 
 def test_capture_fields_model_and_no_stream() -> None:

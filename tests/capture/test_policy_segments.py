@@ -28,15 +28,18 @@ def test_the_engine_label_wins_over_the_edge_stamp() -> None:
     assert segments_from_spans([span("4", 0, 7)], 3) == ((4, 0),)
 
 
-@pytest.mark.parametrize(("spans", "expected"), [
-    (None, ((2, 0),)),  # no spans (another engine): the edge's version for every token
-    ([], ((2, 0),)),
-    ([span("default", 0, 4)], ((2, 0),)),  # an engine never labelled
-    ([span("2", 0, 0), span("5", 0, 3)], ((5, 0),)),  # an empty span says nothing
-    ([span("2", 0, 2), span("2", 2, 4)], ((2, 0),)),  # relabelled, same version
-    ([{"version": "2"}], ((2, 0),)),  # unusable: as if none
-    ("nonsense", ((2, 0),)),
-])
+@pytest.mark.parametrize(
+    ("spans", "expected"),
+    [
+        (None, ((2, 0),)),  # no spans (another engine): the edge's version for every token
+        ([], ((2, 0),)),
+        ([span("default", 0, 4)], ((2, 0),)),  # an engine never labelled
+        ([span("2", 0, 0), span("5", 0, 3)], ((5, 0),)),  # an empty span says nothing
+        ([span("2", 0, 2), span("2", 2, 4)], ((2, 0),)),  # relabelled, same version
+        ([{"version": "2"}], ((2, 0),)),  # unusable: as if none
+        ("nonsense", ((2, 0),)),
+    ],
+)
 def test_spans_that_say_less_fall_back_to_the_edge(spans, expected) -> None:
     assert segments_from_spans(spans, 2) == expected
 
@@ -53,9 +56,18 @@ def test_segments_past_the_end_are_clipped() -> None:
 
 def test_the_reply_parser_keeps_the_spans_as_sent() -> None:
     spans = [span("0", 0, 1), span("1", 1, 2)]
-    completion = parse_engine_reply({"choices": [{
-        "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop",
-        "token_ids": [5, 6], "weight_versions": spans}]})
+    completion = parse_engine_reply(
+        {
+            "choices": [
+                {
+                    "message": {"role": "assistant", "content": "hi"},
+                    "finish_reason": "stop",
+                    "token_ids": [5, 6],
+                    "weight_versions": spans,
+                }
+            ]
+        }
+    )
     assert completion.weight_versions == spans
 
 

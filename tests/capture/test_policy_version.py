@@ -30,8 +30,10 @@ class UpdatingEngine(FakeEngine):
         reply = await super().complete(body)
         [choice] = reply["choices"]
         n = reply["usage"]["completion_tokens"]
-        choice["weight_versions"] = [{"version": str(old), "start": 0, "end": 1},
-                                     {"version": str(self.version[0]), "start": 1, "end": n}]
+        choice["weight_versions"] = [
+            {"version": str(old), "start": 0, "end": 1},
+            {"version": str(self.version[0]), "start": 1, "end": n},
+        ]
         return reply
 
 
@@ -39,15 +41,20 @@ def _turns(bump_to: int | None, default: bool = False) -> list[dict]:
     version = [3]
     engine, store = UpdatingEngine(version, bump_to), InMemorySessionStore()
     kwargs = {} if default else {"policy_version": lambda: version[0]}
-    app = build_capture_app(store, engine, CaptureSettings(served_model="m", admin_key=ADMIN),
-                            admin=store, **kwargs)
-    with serve_in_thread(app) as url, httpx.Client(
-            base_url=url, headers={"authorization": f"Bearer {ADMIN}"}) as admin:
+    app = build_capture_app(
+        store, engine, CaptureSettings(served_model="m", admin_key=ADMIN), admin=store, **kwargs
+    )
+    with (
+        serve_in_thread(app) as url,
+        httpx.Client(base_url=url, headers={"authorization": f"Bearer {ADMIN}"}) as admin,
+    ):
         session = admin.post("/sessions", json={}).json()
         for _ in range(2):
-            reply = httpx.post(f"{url}/v1/chat/completions", json={
-                "model": "m", "messages": [{"role": "user", "content": "hi"}]},
-                headers={"authorization": f"Bearer {session['key']}"})
+            reply = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"authorization": f"Bearer {session['key']}"},
+            )
             assert reply.status_code == 200
         return admin.get(f"/sessions/{session['session_id']}/export").json()["turns"]
 

@@ -16,16 +16,23 @@ from tests.capture.asgi_client import call
 
 def app() -> tuple[CaptureApp, FakeEngine]:
     engine = FakeEngine()
-    return build_capture_app(InMemorySessionStore(), engine,
-                             CaptureSettings(served_model="fake-model")), engine
+    return build_capture_app(
+        InMemorySessionStore(), engine, CaptureSettings(served_model="fake-model")
+    ), engine
 
 
-async def websocket(app: CaptureApp, path: str, extensions: dict[str, Any]
-                    ) -> list[dict[str, Any]]:
+async def websocket(app: CaptureApp, path: str, extensions: dict[str, Any]) -> list[dict[str, Any]]:
     """What the app sends for a websocket handshake on `path`."""
-    scope = {"type": "websocket", "asgi": {"version": "3.0"}, "path": path,
-             "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"upgrade", b"websocket")], "extensions": extensions}
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"upgrade", b"websocket")],
+        "extensions": extensions,
+    }
     sent: list[dict[str, Any]] = []
     messages = [{"type": "websocket.connect"}]
 
@@ -50,20 +57,27 @@ async def test_websocket_refused_with_426_in_the_dialect_of_the_route() -> None:
 async def test_websocket_closed_where_the_server_cannot_send_a_response() -> None:
     proxy, _ = app()
     assert await websocket(proxy, "/v1/responses", {}) == [
-        {"type": "websocket.close", "code": 1008}]
+        {"type": "websocket.close", "code": 1008}
+    ]
 
 
 async def test_an_upgrade_passed_on_as_plain_http_gets_426() -> None:
     proxy, engine = app()
-    reply = await call(proxy, "/v1/responses", b"", method="GET",
-                       headers={"connection": "Upgrade", "upgrade": "websocket"})
+    reply = await call(
+        proxy,
+        "/v1/responses",
+        b"",
+        method="GET",
+        headers={"connection": "Upgrade", "upgrade": "websocket"},
+    )
     assert reply.status == 426
     assert "websocket" in reply.json()["error"]["message"]
     assert engine.calls == []
 
 
-@pytest.mark.parametrize(("method", "path"), [("HEAD", "/"), ("HEAD", "/v1/messages"),
-                                              ("GET", "/")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("HEAD", "/"), ("HEAD", "/v1/messages"), ("GET", "/")]
+)
 async def test_probes_get_200_without_a_key(method: str, path: str) -> None:
     proxy, engine = app()
     reply = await call(proxy, path, b"", method=method)

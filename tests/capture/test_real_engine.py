@@ -91,16 +91,32 @@ async def test_certification_passes_on_the_real_engine(engine_url: str) -> None:
 
 async def test_a_tools_request_to_the_real_engine_is_answered(engine_url: str) -> None:
     """tools + tool_choice auto: a 200 whose calls, if any, name the tool offered."""
-    tool = {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
     engine = HttpEngine(engine_url)
     try:
-        reply = await engine.request("POST", "/v1/chat/completions", {
-            "model": (await engine.request("GET", "/v1/models"))["data"][0]["id"],
-            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-            "tools": [tool], "tool_choice": "auto", "max_tokens": 48, "temperature": 0})
+        reply = await engine.request(
+            "POST",
+            "/v1/chat/completions",
+            {
+                "model": (await engine.request("GET", "/v1/models"))["data"][0]["id"],
+                "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+                "tools": [tool],
+                "tool_choice": "auto",
+                "max_tokens": 48,
+                "temperature": 0,
+            },
+        )
     finally:
         await engine.aclose()
     message = reply["choices"][0]["message"]
@@ -115,12 +131,14 @@ async def test_a_server_without_token_ids_is_refused() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/models"):
             return httpx.Response(200, json={"data": [{"id": "m"}]})
-        return httpx.Response(200, json={"choices": [{"message": {"content": "OK"},
-                                                      "finish_reason": "stop"}]})
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": "OK"}, "finish_reason": "stop"}]}
+        )
 
     class PlainEngine:
-        async def request(self, method: str, path: str, body: dict | None = None, *,
-                          session: str | None = None) -> dict:
+        async def request(
+            self, method: str, path: str, body: dict | None = None, *, session: str | None = None
+        ) -> dict:
             async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
                 return (await client.request(method, "http://plain" + path, json=body)).json()
 
@@ -129,22 +147,28 @@ async def test_a_server_without_token_ids_is_refused() -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_openai_chat_and_responses(capture: LocalCapture, recorder: RecordingEngine,
-                                         stream: bool) -> None:
+async def test_openai_chat_and_responses(
+    capture: LocalCapture, recorder: RecordingEngine, stream: bool
+) -> None:
     sid, key = await session(capture)
     client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=key, max_retries=0)
     messages = [{"role": "user", "content": "What is 2+2?"}]
     if stream:
-        chunks = [c async for c in await client.chat.completions.create(
-            model="any", messages=messages, stream=True)]
+        chunks = [
+            c
+            async for c in await client.chat.completions.create(
+                model="any", messages=messages, stream=True
+            )
+        ]
         chat_text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         async with client.responses.stream(model="any", input="What is 2+2?") as events:
             responses_text = (await events.get_final_response()).output_text
     else:
         reply = await client.chat.completions.create(model="any", messages=messages)
         chat_text = reply.choices[0].message.content
-        responses_text = (await client.responses.create(model="any", input="What is 2+2?")
-                          ).output_text
+        responses_text = (
+            await client.responses.create(model="any", input="What is 2+2?")
+        ).output_text
     assert chat_text.strip() and responses_text.strip()
     # Greedy and the same prompt: both dialects reached the same model the same way.
     assert chat_text == responses_text
@@ -153,12 +177,16 @@ async def test_openai_chat_and_responses(capture: LocalCapture, recorder: Record
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_anthropic_messages(capture: LocalCapture, recorder: RecordingEngine,
-                                  stream: bool) -> None:
+async def test_anthropic_messages(
+    capture: LocalCapture, recorder: RecordingEngine, stream: bool
+) -> None:
     sid, key = await session(capture)
     client = anthropic.AsyncAnthropic(base_url=capture.host_url, api_key=key, max_retries=0)
-    kwargs = {"model": "claude-any", "max_tokens": 64,
-              "messages": [{"role": "user", "content": "Name a colour."}]}
+    kwargs = {
+        "model": "claude-any",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+    }
     if stream:
         async with client.messages.stream(**kwargs) as events:
             message = await events.get_final_message()
@@ -169,23 +197,31 @@ async def test_anthropic_messages(capture: LocalCapture, recorder: RecordingEngi
     [(_, reply)] = recorder.generations
     [choice] = reply["choices"]
     assert message.content[0].text == choice["message"]["content"]
-    assert message.stop_reason == {"stop": "end_turn", "length": "max_tokens"}[
-        choice["finish_reason"]]
+    assert (
+        message.stop_reason == {"stop": "end_turn", "length": "max_tokens"}[choice["finish_reason"]]
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_google_generate_content(capture: LocalCapture, recorder: RecordingEngine,
-                                       stream: bool) -> None:
+async def test_google_generate_content(
+    capture: LocalCapture, recorder: RecordingEngine, stream: bool
+) -> None:
     sid, key = await session(capture)
-    client = genai.Client(api_key=key, http_options=gtypes.HttpOptions(
-        base_url=capture.host_url, retry_options=None))
+    client = genai.Client(
+        api_key=key, http_options=gtypes.HttpOptions(base_url=capture.host_url, retry_options=None)
+    )
     if stream:
-        chunks = [c async for c in await client.aio.models.generate_content_stream(
-            model="gemini-any", contents="Name a fruit.")]
+        chunks = [
+            c
+            async for c in await client.aio.models.generate_content_stream(
+                model="gemini-any", contents="Name a fruit."
+            )
+        ]
         text = "".join(c.text or "" for c in chunks)
     else:
-        text = (await client.aio.models.generate_content(
-            model="gemini-any", contents="Name a fruit.")).text
+        text = (
+            await client.aio.models.generate_content(model="gemini-any", contents="Name a fruit.")
+        ).text
     assert text.strip()
     assert_exact_turns(await capture.store.export(sid), recorder, 1)
     assert text == recorder.generations[0][1]["choices"][0]["message"]["content"]
@@ -193,13 +229,13 @@ async def test_google_generate_content(capture: LocalCapture, recorder: Recordin
 
 async def token_ids(recorder: RecordingEngine, text: str) -> list[int]:
     """`text` as the engine's own tokenizer encodes it."""
-    reply = await recorder.inner.request("POST", "/tokenize", {
-        "prompt": text, "add_special_tokens": False})
+    reply = await recorder.inner.request(
+        "POST", "/tokenize", {"prompt": text, "add_special_tokens": False}
+    )
     return reply["tokens"]
 
 
-async def re_tokenised_conversation(capture: LocalCapture, recorder: RecordingEngine
-                                    ) -> dict:
+async def re_tokenised_conversation(capture: LocalCapture, recorder: RecordingEngine) -> dict:
     """Three turns whose every reply the engine tokenises differently once the client
     sends it back as text: the reply is one letter's id sampled over and over (its
     `logit_bias`), which the tokenizer renders as longer runs of that letter."""
@@ -210,8 +246,9 @@ async def re_tokenised_conversation(capture: LocalCapture, recorder: RecordingEn
     messages: list[dict] = [{"role": "system", "content": "You are brief."}]
     for question in ("What is 2+2?", "And 3+3?", "And 4+4?"):
         messages.append({"role": "user", "content": question})
-        reply = await client.chat.completions.create(model="any", messages=messages,
-                                                     logit_bias={str(letter): 100})
+        reply = await client.chat.completions.create(
+            model="any", messages=messages, logit_bias={str(letter): 100}
+        )
         messages.append({"role": "assistant", "content": reply.choices[0].message.content})
     doc = await capture.store.export(sid)
     assert_exact_turns(doc, recorder, 3)
@@ -227,8 +264,9 @@ async def test_three_turns_re_tokenised_are_one_root_when_stitched(
     assert doc["counts"]["roots"] == 1, doc["findings"]
     assert [t["parent"] for t in turns] == [None, 0, 1]
     assert [(t["continuation"] or {}).get("stitched") for t in turns] == [None, True, True]
-    assert not [f for f in doc["findings"]
-                if f["code"] in ("retokenization_split", "stitch_fallback")]
+    assert not [
+        f for f in doc["findings"] if f["code"] in ("retokenization_split", "stitch_fallback")
+    ]
     (sequence,) = doc["sequences"]
     assert sequence["input_ids"] == turns[-1]["prompt_ids"] + turns[-1]["token_ids"]
 

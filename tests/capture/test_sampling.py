@@ -35,8 +35,9 @@ def test_unset_fields_leave_the_agent_alone() -> None:
     assert body_with(None, temperature=0.3)["temperature"] == 0.3
 
 
-@pytest.mark.parametrize("bad", [{"temperature": -1}, {"top_p": 0}, {"max_tokens": 0},
-                                 {"presence": 1}])
+@pytest.mark.parametrize(
+    "bad", [{"temperature": -1}, {"top_p": 0}, {"max_tokens": 0}, {"presence": 1}]
+)
 def test_invalid_settings_refused(bad: dict) -> None:
     with pytest.raises(ValidationError):
         Sampling(**bad)
@@ -47,12 +48,21 @@ async def test_each_turn_records_its_sampling_and_the_engines_logprobs_mode() ->
     and which logprobs the certified engine returns: what a trainer re-scores with."""
     engine = FakeEngine()
     store = InMemorySessionStore()
-    app = build_capture_app(store, engine, CaptureSettings(served_model="m",
-                                                           logprobs_mode="processed"))
+    app = build_capture_app(
+        store, engine, CaptureSettings(served_model="m", logprobs_mode="processed")
+    )
     info = await store.open_session(sampling=Sampling(temperature=0.7, min_p=0.05))
-    reply = await call(app, "/v1/chat/completions",
-                       {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                        "temperature": 0.2, "top_p": 0.9}, key=info.key)
+    reply = await call(
+        app,
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 0.2,
+            "top_p": 0.9,
+        },
+        key=info.key,
+    )
     assert reply.status == 200, reply.json()
     assert engine.calls[-1]["min_p"] == 0.05
     [turn] = (await store.close_session(info.session_id)).turns
@@ -61,7 +71,10 @@ async def test_each_turn_records_its_sampling_and_the_engines_logprobs_mode() ->
 
 
 def test_turn_sampling_ignores_what_no_engine_takes() -> None:
-    assert TurnSampling.of({"temperature": True, "top_p": "0.9", "top_k": 2**64,
-                            "min_p": None}) == TurnSampling()
-    assert TurnSampling.of({"temperature": 0, "top_k": -1}) == TurnSampling(temperature=0.0,
-                                                                           top_k=-1)
+    assert (
+        TurnSampling.of({"temperature": True, "top_p": "0.9", "top_k": 2**64, "min_p": None})
+        == TurnSampling()
+    )
+    assert TurnSampling.of({"temperature": 0, "top_k": -1}) == TurnSampling(
+        temperature=0.0, top_k=-1
+    )

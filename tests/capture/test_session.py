@@ -11,9 +11,12 @@ from harbor_ray.errors import SessionGone
 
 def turn(index: int) -> TurnRecord:
     return TurnRecord(
-        index=index, dialect="chat",
-        prompt_ids=np.array([1, 2], dtype=np.int32), token_ids=np.array([3], dtype=np.int32),
-        logprobs=np.array([-0.1], dtype=np.float32), finish_reason="stop",
+        index=index,
+        dialect="chat",
+        prompt_ids=np.array([1, 2], dtype=np.int32),
+        token_ids=np.array([3], dtype=np.int32),
+        logprobs=np.array([-0.1], dtype=np.float32),
+        finish_reason="stop",
     )
 
 
@@ -114,8 +117,7 @@ async def test_admission_finds_the_turn_a_call_continues_and_forgets_a_withdrawn
     key = b"k" * 16
     for index in (0, 1):  # the same conversation twice (a retry): the lowest index wins
         await store.admit(s.session_id)
-        await store.record(s.session_id, dataclasses.replace(turn(index),
-                                                             conversation_key=key))
+        await store.record(s.session_id, dataclasses.replace(turn(index), conversation_key=key))
     offered = (PrefixKey(5, b"other" * 3 + b"x"), PrefixKey(3, key))
     base = (await store.admit(s.session_id, offered)).base
     assert base is not None and (base.turn, base.messages) == (0, 3)
@@ -140,9 +142,12 @@ async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
     arrived, prompt = [], np.arange(1, 50, dtype=np.int32)
     for index in range(8):
         record = dataclasses.replace(
-            turn(index), prompt_ids=prompt, token_ids=np.array([60 + index], np.int32),
+            turn(index),
+            prompt_ids=prompt,
+            token_ids=np.array([60 + index], np.int32),
             conversation_key=bytes([index]) * 16,
-            continuation=Continuation(index - 1, True) if index else None)
+            continuation=Continuation(index - 1, True) if index else None,
+        )
         arrived.append(record)
         await store.admit(s.session_id)
         await store.record(s.session_id, record)
@@ -157,8 +162,7 @@ async def test_recorded_turns_hold_their_ids_once_and_stay_findable() -> None:
     closed = await store.close_session(s.session_id)
     assert closed is not None
     assert [n.parent for n in closed.graph.nodes.values()] == [None, *range(7)]
-    assert [t.prompt_ids.tolist() for t in closed.turns] == [
-        t.prompt_ids.tolist() for t in arrived]
+    assert [t.prompt_ids.tolist() for t in closed.turns] == [t.prompt_ids.tolist() for t in arrived]
 
 
 async def test_a_listener_hears_each_turn_once_as_it_is_recorded() -> None:

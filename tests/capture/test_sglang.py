@@ -80,8 +80,7 @@ async def test_an_sglang_release_without_return_token_ids_needs_the_adapter() ->
     with pytest.raises(CertificationError, match="prompt_token_ids"):
         await certify(SglangStandIn(return_token_ids=False), "http://sgl")
     adapted = await adapt_engine(SglangStandIn(return_token_ids=False))
-    assert (await certify(adapted.engine, "http://sgl", engine_kind=adapted.kind)
-            ).returns_token_ids
+    assert (await certify(adapted.engine, "http://sgl", engine_kind=adapted.kind)).returns_token_ids
 
 
 async def test_sglang_without_a_tool_call_parser_names_its_flag() -> None:
@@ -96,13 +95,15 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
     stand_in = SglangStandIn(script=tool_then_text, return_token_ids=False)
     adapted = await adapt_engine(stand_in)
     store = InMemorySessionStore()
-    app = build_capture_app(store, adapted.engine, CaptureSettings(
-        served_model="sgl-model", stitch=adapted.stitch))
+    app = build_capture_app(
+        store, adapted.engine, CaptureSettings(served_model="sgl-model", stitch=adapted.stitch)
+    )
     info = await store.open_session()
     messages: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
     for _ in range(2):
-        reply = await call(app, CHAT, {"model": "m", "messages": messages, "tools": TOOLS},
-                           key=info.key)
+        reply = await call(
+            app, CHAT, {"model": "m", "messages": messages, "tools": TOOLS}, key=info.key
+        )
         assert reply.status == 200, reply.json()
         message = reply.json()["choices"][0]["message"]
         messages.append({k: v for k, v in message.items() if v is not None})
@@ -113,8 +114,13 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
     first, second = closed.turns
     assert second.continuation is None  # no stitching on SGLang
     for turn, sent, prompt, sampled, answer in zip(
-            closed.turns, stand_in.calls, stand_in.prompts, stand_in.outputs,
-            stand_in.replies, strict=True):
+        closed.turns,
+        stand_in.calls,
+        stand_in.prompts,
+        stand_in.outputs,
+        stand_in.replies,
+        strict=True,
+    ):
         assert sent["return_prompt_token_ids"] and sent["return_meta_info"]
         assert "input_ids" not in sent and "kv_transfer_params" not in sent
         # The ids the stand-in's own tokenizer made, exactly, and its logprobs.
@@ -128,7 +134,9 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
     # The sampled tool call as Qwen2.5 writes it, then the end of turn.
     assert first.token_ids is not None
     assert first.token_ids.tolist() == [
-        *tok.encode(tok.tool_call_text("ls", {"path": "."})), tok.IM_END]
+        *tok.encode(tok.tool_call_text("ls", {"path": "."})),
+        tok.IM_END,
+    ]
     # The second prompt holds the first turn's call, parsed and rendered by the template.
     assert tok.tool_call_text("ls", {"path": "."}) in tok.decode(stand_in.prompts[1])
 
@@ -136,8 +144,9 @@ async def test_multi_turn_capture_keeps_sglangs_exact_ids_and_logprobs() -> None
 async def test_a_call_offering_tools_to_sglang_without_a_parser_is_refused() -> None:
     engine = SglangEngine(SglangStandIn(tool_call_parser=None))
     with pytest.raises(EngineError, match="--tool-call-parser") as caught:
-        await engine.request("POST", CHAT, {"messages": [], "tools": TOOLS,
-                                            "return_token_ids": True})
+        await engine.request(
+            "POST", CHAT, {"messages": [], "tools": TOOLS, "return_token_ids": True}
+        )
     assert caught.value.status == 400
 
 
@@ -147,8 +156,9 @@ async def test_sglang_has_no_tokenize_for_the_proxy() -> None:
 
 
 def test_malformed_triples_are_an_engine_error() -> None:
-    reply = {"choices": [{"prompt_token_ids": [1], "meta_info": {
-        "output_token_logprobs": [[-0.1]]}}]}
+    reply = {
+        "choices": [{"prompt_token_ids": [1], "meta_info": {"output_token_logprobs": [[-0.1]]}}]
+    }
     with pytest.raises(EngineError, match="triples"):
         vllm_shaped(reply)
 
@@ -156,9 +166,16 @@ def test_malformed_triples_are_an_engine_error() -> None:
 async def test_native_generate_takes_ids_and_returns_triples() -> None:
     """The stand-in's /generate: a prompt as ids, logprobs as (logprob, id, text)."""
     stand_in = SglangStandIn()
-    out = await stand_in.request("POST", "/generate", {
-        "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2},
-        "return_logprob": True, "return_prompt_token_ids": True})
+    out = await stand_in.request(
+        "POST",
+        "/generate",
+        {
+            "input_ids": [5, 6, 7],
+            "sampling_params": {"max_new_tokens": 2},
+            "return_logprob": True,
+            "return_prompt_token_ids": True,
+        },
+    )
     assert out["prompt_token_ids"] == [5, 6, 7]
     triples = out["meta_info"]["output_token_logprobs"]
     assert [t[1] for t in triples] == out["output_ids"] and len(triples) == 2

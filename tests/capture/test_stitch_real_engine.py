@@ -40,8 +40,9 @@ def scorer(prepared_model_dir: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(prepared_model_dir, local_files_only=True,
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        prepared_model_dir, local_files_only=True, dtype=torch.float32
+    )
     model.eval()
 
     def score(ids: list[int]) -> np.ndarray:
@@ -54,11 +55,11 @@ def scorer(prepared_model_dir: Path) -> Any:
     return score
 
 
-async def converse(capture: LocalCapture, messages: list[dict[str, Any]],
-                   follow_ups: list[dict[str, Any]]) -> dict[str, Any]:
+async def converse(
+    capture: LocalCapture, messages: list[dict[str, Any]], follow_ups: list[dict[str, Any]]
+) -> dict[str, Any]:
     info = await capture.open_session(budget=None, sampling=SAMPLING)
-    client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=info.key,
-                                max_retries=0)
+    client = openai.AsyncOpenAI(base_url=f"{capture.host_url}/v1", api_key=info.key, max_retries=0)
     for follow_up in [None, *follow_ups]:
         if follow_up is not None:
             messages.append(follow_up)
@@ -74,38 +75,59 @@ def assert_one_stitched_root(doc: dict[str, Any], scorer: Any) -> None:
     turns = doc["turns"]
     assert doc["counts"]["roots"] == 1, doc["findings"]
     assert [t["parent"] for t in turns] == [None, *range(len(turns) - 1)]
-    assert [t["continuation"] for t in turns] == [None, *(
-        {"turn": k, "stitched": True, "fallback": None} for k in range(len(turns) - 1))]
-    assert not [f for f in doc["findings"]
-                if f["code"] in ("retokenization_split", "stitch_fallback")]
+    assert [t["continuation"] for t in turns] == [
+        None,
+        *({"turn": k, "stitched": True, "fallback": None} for k in range(len(turns) - 1)),
+    ]
+    assert not [
+        f for f in doc["findings"] if f["code"] in ("retokenization_split", "stitch_fallback")
+    ]
     (sequence,) = doc["sequences"]
     mask = np.array(sequence["loss_mask"], dtype=bool)
     assert mask.sum() == sum(len(t["token_ids"]) for t in turns)
     rescored = scorer(sequence["input_ids"])
     recorded = np.array(sequence["logprobs"])
     error = np.abs(rescored[mask] - recorded[mask]).max()
-    print(f"{len(turns)} turns, {len(sequence['input_ids'])} ids, {mask.sum()} sampled: "
-          f"largest |transformers - engine| logprob {error:.2e}")
+    print(
+        f"{len(turns)} turns, {len(sequence['input_ids'])} ids, {mask.sum()} sampled: "
+        f"largest |transformers - engine| logprob {error:.2e}"
+    )
     assert error < 1e-3
 
 
 async def test_a_plain_conversation_is_one_stitched_root(
-        capture: LocalCapture, scorer: Any) -> None:
+    capture: LocalCapture, scorer: Any
+) -> None:
     doc = await converse(
-        capture, [{"role": "system", "content": "You are brief."},
-                  {"role": "user", "content": "Name three colours."}],
-        [{"role": "user", "content": "And three fruits?"},
-         {"role": "user", "content": "And three animals?"}])
+        capture,
+        [
+            {"role": "system", "content": "You are brief."},
+            {"role": "user", "content": "Name three colours."},
+        ],
+        [
+            {"role": "user", "content": "And three fruits?"},
+            {"role": "user", "content": "And three animals?"},
+        ],
+    )
     assert_one_stitched_root(doc, scorer)
 
 
 async def test_a_tool_loop_the_client_writes_is_one_stitched_root(
-        capture: LocalCapture, scorer: Any) -> None:
+    capture: LocalCapture, scorer: Any
+) -> None:
     # The client runs the "tool" the model was asked to call and answers as a tool.
     doc = await converse(
-        capture, [{"role": "system", "content": 'Reply only with JSON: {"tool": "ls", '
-                                                '"args": {"path": "..."}}'},
-                  {"role": "user", "content": "List the files in /app."}],
-        [{"role": "tool", "tool_call_id": "call_0", "content": "notes.txt\nmain.py"},
-         {"role": "tool", "tool_call_id": "call_1", "content": "error: no such path"}])
+        capture,
+        [
+            {
+                "role": "system",
+                "content": 'Reply only with JSON: {"tool": "ls", "args": {"path": "..."}}',
+            },
+            {"role": "user", "content": "List the files in /app."},
+        ],
+        [
+            {"role": "tool", "tool_call_id": "call_0", "content": "notes.txt\nmain.py"},
+            {"role": "tool", "tool_call_id": "call_1", "content": "error: no such path"},
+        ],
+    )
     assert_one_stitched_root(doc, scorer)

@@ -23,8 +23,14 @@ class CountingEngine(FakeEngine):
 
     tokenized: list[list[Any]] = field(default_factory=list)
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                      session: str | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        session: str | None = None,
+    ) -> dict[str, Any]:
         if path == "/tokenize" and body is not None:
             self.tokenized.append(body["messages"])
         return await super().request(method, path, body, session=session)
@@ -32,14 +38,19 @@ class CountingEngine(FakeEngine):
 
 async def recorded_turn(engine: FakeEngine) -> tuple[ContinuationBase, list[dict[str, Any]]]:
     """The first turn as its owner holds it, and the next call's messages."""
-    reply = await engine.complete({"model": "m", "messages": FIRST,
-                                   "return_token_ids": True, "logprobs": True})
+    reply = await engine.complete(
+        {"model": "m", "messages": FIRST, "return_token_ids": True, "logprobs": True}
+    )
     completion = parse_engine_reply(reply)
     answer = reply["choices"][0]["message"]["content"]
-    base = ContinuationBase(turn=0, messages=2, prompt_ids=completion.prompt_ids,
-                            token_ids=completion.token_ids)
-    return base, [*FIRST, {"role": "assistant", "content": answer},
-                  {"role": "user", "content": "and now?"}]
+    base = ContinuationBase(
+        turn=0, messages=2, prompt_ids=completion.prompt_ids, token_ids=completion.token_ids
+    )
+    return base, [
+        *FIRST,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "and now?"},
+    ]
 
 
 async def test_a_continued_call_starts_with_the_turns_prompt_and_sampled_ids():
@@ -49,7 +60,7 @@ async def test_a_continued_call_starts_with_the_turns_prompt_and_sampled_ids():
     assert prompt.continuation == Continuation(0, True)
     ids = prompt.payload["kv_transfer_params"]["prompt_token_ids"]
     earlier = [*base.prompt_ids.tolist(), *base.token_ids.tolist()]
-    assert ids[:len(earlier)] == earlier and len(ids) > len(earlier)
+    assert ids[: len(earlier)] == earlier and len(ids) > len(earlier)
     assert np.array_equal(prompt.stitched_ids, ids)
 
 
@@ -78,7 +89,12 @@ async def test_what_cannot_be_stitched_falls_back_with_its_reason():
     assert prompt.continuation == Continuation(0, False, Fallback.NO_TOKENIZE)
     assert "kv_transfer_params" not in prompt.payload
 
-    image = [*messages[:-1], {"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+    image = [
+        *messages[:-1],
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+        },
+    ]
     prompt = await Stitcher(FakeEngine()).prompt({"model": "m", "messages": image}, base)
     assert prompt.continuation == Continuation(0, False, Fallback.NON_TEXT_CONTENT)

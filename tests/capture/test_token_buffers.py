@@ -35,7 +35,8 @@ def test_a_loop_lives_in_one_buffer_and_keeps_its_values() -> None:
     store = hold(turns)
     kept = list(store.turns.values())
     assert [(t.prompt_ids.tolist(), t.token_ids.tolist()) for t in kept] == [
-        (t.prompt_ids.tolist(), t.token_ids.tolist()) for t in turns]
+        (t.prompt_ids.tolist(), t.token_ids.tolist()) for t in turns
+    ]
     # Growing moved the buffer; every view was re-pointed to the one it grew into.
     owners = {id(owner(ids)) for t in kept for ids in (t.prompt_ids, t.token_ids)}
     assert len(owners) == 1
@@ -90,10 +91,12 @@ def test_linking_and_validation_read_held_memory_once(monkeypatch) -> None:
     compared: list[int] = []
     checked: list[int] = []
     real_compare, real_check = prefixes.common_prefix, findings._bad_ids
-    monkeypatch.setattr(prefixes, "common_prefix",
-                        lambda a, b: compared.append(len(a)) or real_compare(a, b))
-    monkeypatch.setattr(findings, "_bad_ids",
-                        lambda ids, vocab: checked.append(len(ids)) or real_check(ids, vocab))
+    monkeypatch.setattr(
+        prefixes, "common_prefix", lambda a, b: compared.append(len(a)) or real_compare(a, b)
+    )
+    monkeypatch.setattr(
+        findings, "_bad_ids", lambda ids, vocab: checked.append(len(ids)) or real_check(ids, vocab)
+    )
 
     def reads(of: list[TurnRecord]) -> tuple[int, int]:
         compared.clear()

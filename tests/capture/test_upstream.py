@@ -102,8 +102,7 @@ async def test_a_sessions_call_names_its_session_in_serves_session_header(
     sessions = ["sess-1", None, "sess-2"]
     try:
         for session in sessions:
-            await engine.request("POST", "/v1/chat/completions", {"messages": []},
-                                 session=session)
+            await engine.request("POST", "/v1/chat/completions", {"messages": []}, session=session)
         assert fake.sessions == sessions
     finally:
         await engine.aclose()

@@ -38,8 +38,13 @@ def bare_env(tmp_path: Path) -> dict[str, str]:
 
 
 def harbor_ray(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harbor_ray.cli", *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_info_reports_them_unusable_and_probes_local(bare_env: dict[str, str]) -> None:
@@ -61,8 +66,18 @@ def test_rollout_and_sweep_refuse_before_starting(
     tmp_path: Path, bare_env: dict[str, str], command: str, backend: str
 ) -> None:
     out = tmp_path / "out"
-    done = harbor_ray(command, "--agent", "oracle", "--task", "hello-file",
-                      "--sandbox", backend, "--out", str(out), env=bare_env)
+    done = harbor_ray(
+        command,
+        "--agent",
+        "oracle",
+        "--task",
+        "hello-file",
+        "--sandbox",
+        backend,
+        "--out",
+        str(out),
+        env=bare_env,
+    )
     assert done.returncode == 2, done.stderr
     said = " ".join(done.stderr.split())
     assert f"sandbox '{backend}' is not usable here" in said

@@ -15,8 +15,12 @@ pytestmark = pytest.mark.integration
 
 
 def harbor_ray(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harbor_ray.cli", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_model_prepare_prints_the_prepared_model_and_reuses_it(
@@ -33,8 +37,12 @@ def test_model_prepare_prints_the_prepared_model_and_reuses_it(
 
 def test_engine_up_with_a_config_it_cannot_honour_exits_two(tmp_path: Path) -> None:
     config = tmp_path / "engine.yaml"
-    app = {"name": "engine", "route_prefix": "/",
-           "import_path": "harbor_ray.engine.serve:build_engine_app", "args": {}}
+    app = {
+        "name": "engine",
+        "route_prefix": "/",
+        "import_path": "harbor_ray.engine.serve:build_engine_app",
+        "args": {},
+    }
     other = {**app, "name": "other", "route_prefix": "/other"}
     config.write_text(yaml.safe_dump({"applications": [app, other]}))
     done = harbor_ray("engine", "up", "--config", str(config))

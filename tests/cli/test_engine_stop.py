@@ -45,12 +45,16 @@ def _background_shell_start() -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_engine_up_takes_the_engine_down_on_a_stop_signal(
-        signum: signal.Signals, tmp_path: Path) -> None:
+    signum: signal.Signals, tmp_path: Path
+) -> None:
     taken_down = tmp_path / "taken-down"
-    job = subprocess.Popen([sys.executable, "-c", _STAND_IN, str(taken_down),
-                            str(tmp_path / "engine.log")], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           preexec_fn=_background_shell_start)
+    job = subprocess.Popen(
+        [sys.executable, "-c", _STAND_IN, str(taken_down), str(tmp_path / "engine.log")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_background_shell_start,
+    )
     try:
         assert job.stdout is not None
         assert job.stdout.readline().strip() == "http://127.0.0.1:1/v1"  # then it waits

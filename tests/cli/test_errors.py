@@ -10,9 +10,13 @@ from harbor_ray.cli.options import Exit
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "harbor_ray.cli", *args],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     done.output = done.stdout + done.stderr  # type: ignore[attr-defined]
     return done
 
@@ -26,8 +30,15 @@ def test_a_refused_request_is_an_error_line_and_exit_two(tmp_path: Path) -> None
 
 
 def test_an_error_after_the_start_names_the_log(tmp_path: Path) -> None:
-    done = invoke("rollout", "--agent", "terminus-2", "--llm-url", "http://127.0.0.1:9",
-                  "--out", str(tmp_path))
+    done = invoke(
+        "rollout",
+        "--agent",
+        "terminus-2",
+        "--llm-url",
+        "http://127.0.0.1:9",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == Exit.COULD_NOT_START, done.output
     assert "error:" in done.output and "Traceback" not in done.output
     assert f"logs: {tmp_path / 'logs' / 'harbor-ray.log'}" in done.output
@@ -46,7 +57,6 @@ def test_a_directory_that_is_not_a_dataset(tmp_path: Path) -> None:
 
 
 def test_a_malformed_sandbox_arg(tmp_path: Path) -> None:
-    done = invoke("sweep", "--agent", "oracle", "--sandbox-arg", "novalue",
-                  "--out", str(tmp_path))
+    done = invoke("sweep", "--agent", "oracle", "--sandbox-arg", "novalue", "--out", str(tmp_path))
     assert done.returncode == Exit.COULD_NOT_START, done.output
     assert "error:" in done.output and "novalue" in done.output

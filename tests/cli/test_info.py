@@ -19,9 +19,18 @@ def test_info_json_lists_backends_agents_and_datasets(tmp_path) -> None:
     broken.mkdir(parents=True)
     (broken / "task.toml").write_text("not = [valid")
     done = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "info", "--json",
-         "--dataset", str(tmp_path / "tasks")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "info",
+            "--json",
+            "--dataset",
+            str(tmp_path / "tasks"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "PATH": path_with_docker(tmp_path / "bin", daemon=False)},
     )
     assert done.returncode == 0, done.stderr

@@ -27,10 +27,24 @@ def test_qualify_stops_on_a_signal_and_leaves_no_sandbox(
 ) -> None:
     out = tmp_path / "out"
     job = subprocess.Popen(
-        [sys.executable, "-m", "harbor_ray.cli", "qualify", "terminus-2", "--profile", "all",
-         "--task", "hello-file", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_started_in_the_background)
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "qualify",
+            "terminus-2",
+            "--profile",
+            "all",
+            "--task",
+            "hello-file",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_started_in_the_background,
+    )
     try:
         deadline = time.monotonic() + 600  # a loaded machine: minutes
         while not sandbox_processes(out / "sandboxes"):  # the first trial's sandbox is up

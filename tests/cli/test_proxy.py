@@ -36,8 +36,9 @@ def run_fails(*args: str) -> str:
 def proxy_process(*args: str) -> Iterator[tuple[int, list[str]]]:
     """`harbor-ray proxy ARGS` on a free port; yields (port, its output until ready)."""
     port = free_port()
-    proc = subprocess.Popen(harbor_ray("proxy", "--port", str(port), *args),
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        harbor_ray("proxy", "--port", str(port), *args), stderr=subprocess.PIPE, text=True
+    )
     try:
         lines = []
         for line in proc.stderr:
@@ -55,8 +56,9 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def chat(url: str, key: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
-                      json=CHAT)
+    return httpx.post(
+        f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, json=CHAT
+    )
 
 
 def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
@@ -65,8 +67,7 @@ def test_serves_certified_engine_end_to_end(fake_engine_url: str) -> None:
         url = f"http://127.0.0.1:{port}"
         session = httpx.post(f"{url}/sessions").json()
         assert session["budget"] == 3
-        assert chat(url, session["key"]).json()["choices"][0]["message"]["content"] == (
-            "echo: hi")
+        assert chat(url, session["key"]).json()["choices"][0]["message"]["content"] == ("echo: hi")
         doc = httpx.get(f"{url}/sessions/{session['session_id']}/export").json()
         assert len(doc["turns"]) == 1 and doc["trainable"]
 
@@ -75,52 +76,66 @@ def test_fronts_an_sglang_server_found_from_its_answers() -> None:
     """Over HTTP, as users run it: the SGLang adapter is chosen, continuation is off,
     and the turn keeps the ids SGLang returned in its own fields."""
     stand_in = SglangStandIn(return_token_ids=False)
-    with serve_in_thread(sglang_app(stand_in)) as engine_url, \
-            proxy_process("--llm-url", engine_url) as (port, lines):
+    with (
+        serve_in_thread(sglang_app(stand_in)) as engine_url,
+        proxy_process("--llm-url", engine_url) as (port, lines),
+    ):
         assert any("continuation off: sglang" in line for line in lines), lines
         assert any("engine: sglang" in line for line in lines), lines
         url = f"http://127.0.0.1:{port}"
         session = httpx.post(f"{url}/sessions").json()
-        assert chat(url, session["key"]).json()["choices"][0]["message"]["content"] == (
-            "echo: hi")
+        assert chat(url, session["key"]).json()["choices"][0]["message"]["content"] == ("echo: hi")
         doc = httpx.get(f"{url}/sessions/{session['session_id']}/export").json()
     assert len(doc["turns"]) == 1 and doc["trainable"], doc["findings"]
     assert stand_in.calls[-1]["return_prompt_token_ids"] is True
     # The ids the stand-in's own tokenizer made for the call, exactly.
     (turn,) = doc["turns"]
-    assert (turn["prompt_ids"], turn["token_ids"]) == (stand_in.prompts[-1],
-                                                       stand_in.outputs[-1])
+    assert (turn["prompt_ids"], turn["token_ids"]) == (stand_in.prompts[-1], stand_in.outputs[-1])
 
 
 def test_off_loopback_the_session_routes_need_the_admin_key(fake_engine_url: str) -> None:
     admin = {"authorization": "Bearer the-admin-key"}
-    with proxy_process("--llm-url", fake_engine_url, "--host", "0.0.0.0",
-                       "--admin-key", "the-admin-key") as (port, _):
+    with proxy_process(
+        "--llm-url", fake_engine_url, "--host", "0.0.0.0", "--admin-key", "the-admin-key"
+    ) as (port, _):
         url = f"http://127.0.0.1:{port}"
         assert httpx.post(f"{url}/sessions").status_code == 401
-        assert httpx.post(f"{url}/sessions", headers={"authorization": "Bearer x"}
-                          ).status_code == 401
+        assert (
+            httpx.post(f"{url}/sessions", headers={"authorization": "Bearer x"}).status_code == 401
+        )
         session = httpx.post(f"{url}/sessions", headers=admin).json()
         # Model calls take the session's own key, which opens nothing else.
         assert chat(url, session["key"]).status_code == 200
         export = f"{url}/sessions/{session['session_id']}/export"
-        assert httpx.get(export, headers={"authorization": f"Bearer {session['key']}"}
-                         ).status_code == 401
+        assert (
+            httpx.get(export, headers={"authorization": f"Bearer {session['key']}"}).status_code
+            == 401
+        )
         assert len(httpx.get(export, headers=admin).json()["turns"]) == 1
         assert httpx.get(f"{url}/sessions").status_code == 401
         assert httpx.get(f"{url}/sessions", headers=admin).json() == {
-            "sessions": [session["session_id"]]}
+            "sessions": [session["session_id"]]
+        }
 
 
 def test_only_addresses_loopback_and_allowed_names_are_answered(fake_engine_url: str) -> None:
-    with proxy_process("--llm-url", fake_engine_url,
-                       "--allowed-host", "gateway.internal") as (port, _):
+    with proxy_process("--llm-url", fake_engine_url, "--allowed-host", "gateway.internal") as (
+        port,
+        _,
+    ):
         url = f"http://127.0.0.1:{port}"
         key = httpx.post(f"{url}/sessions").json()["key"]
-        for host, status in [("evil.example", 421), (f"gateway.internal:{port}", 200),
-                             (f"localhost:{port}", 200), (f"10.9.8.7:{port}", 200)]:
-            reply = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers={
-                "authorization": f"Bearer {key}", "host": host})
+        for host, status in [
+            ("evil.example", 421),
+            (f"gateway.internal:{port}", 200),
+            (f"localhost:{port}", 200),
+            (f"10.9.8.7:{port}", 200),
+        ]:
+            reply = httpx.post(
+                f"{url}/v1/chat/completions",
+                json=CHAT,
+                headers={"authorization": f"Bearer {key}", "host": host},
+            )
             assert reply.status_code == status, (host, reply.text)
 
 
@@ -143,8 +158,16 @@ def test_refuses_a_port_another_process_owns(fake_engine_url: str) -> None:
 
 def test_refuses_an_engine_without_token_ids() -> None:
     port = free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine",
-                               "--port", str(port), "--no-token-ids"])
+    engine = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.capture.proxy.fake_engine",
+            "--port",
+            str(port),
+            "--no-token-ids",
+        ]
+    )
     try:
         wait_for(f"http://127.0.0.1:{port}/v1/models")
         said = run_fails("proxy", "--llm-url", f"http://127.0.0.1:{port}", "--port", "0")
@@ -159,10 +182,13 @@ def test_llm_url_is_required() -> None:
     assert done.returncode != 0 and "--llm-url" in done.stderr
 
 
-@pytest.mark.parametrize("command", [
-    ["proxy", "--port", "0"],
-    ["rollout", "--agent", "terminus-2", "--task", "hello-file"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["proxy", "--port", "0"],
+        ["rollout", "--agent", "terminus-2", "--task", "hello-file"],
+    ],
+)
 def test_engine_timeout_is_a_flag(command: list[str], tmp_path) -> None:
     """An engine slower than --engine-timeout fails certification at once, not after the
     default 600 s: the flag reaches the engine client."""

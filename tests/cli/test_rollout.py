@@ -20,19 +20,39 @@ from tests.processes import gone
 pytestmark = pytest.mark.integration
 
 
-def rollout(*args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harbor_ray.cli", "rollout", *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+def rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_ray.cli", "rollout", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_oracle_rollouts_all_ok(tmp_path: Path) -> None:
-    done = rollout("--agent", "oracle", "--task", "hello-file", "--task", "count-words",
-                   "-n", "2", "--concurrency", "2", "--out", str(tmp_path))
+    done = rollout(
+        "--agent",
+        "oracle",
+        "--task",
+        "hello-file",
+        "--task",
+        "count-words",
+        "-n",
+        "2",
+        "--concurrency",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert sorted((r["task"], r["attempt"]) for r in rows) == [
-        ("count-words", 0), ("count-words", 1), ("hello-file", 0), ("hello-file", 1)]
+        ("count-words", 0),
+        ("count-words", 1),
+        ("hello-file", 0),
+        ("hello-file", 1),
+    ]
     assert all(r["ok"] and r["reward"] == 1.0 for r in rows)
     assert "hello-file" in done.stdout and "rollouts" in done.stdout
 
@@ -42,21 +62,32 @@ def test_failed_rollout_exits_one(tmp_path: Path) -> None:
     (hello,) = select_tasks(resolve_dataset("samples"), ["hello-file"])
     shutil.copytree(hello.path, task)
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 303\n")
-    done = rollout("--agent", "oracle", "--dataset", str(task), "--deadline", "5",
-                   "--out", str(tmp_path / "out"))
+    done = rollout(
+        "--agent",
+        "oracle",
+        "--dataset",
+        str(task),
+        "--deadline",
+        "5",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert done.returncode == 1, done.stderr
     (row,) = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert row["error_type"] == "deadline" and row["reward"] is None
     assert gone("sleep 303")
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--agent", "terminus-2"], "--llm-url"),
-    (["--agent", "oracle", "--task", "no-such-task"], "no-such-task"),
-    (["--agent", "no-such-agent"], "unknown agent"),
-    (["--agent", "oracle", "--sandbox", "docker"], "not usable"),
-    (["--agent", "oracle", "--dataset", "https://example.com/x.git"], "network"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--agent", "terminus-2"], "--llm-url"),
+        (["--agent", "oracle", "--task", "no-such-task"], "no-such-task"),
+        (["--agent", "no-such-agent"], "unknown agent"),
+        (["--agent", "oracle", "--sandbox", "docker"], "not usable"),
+        (["--agent", "oracle", "--dataset", "https://example.com/x.git"], "network"),
+    ],
+)
 def test_could_not_start_exits_two(tmp_path: Path, args: list[str], says: str) -> None:
     # A docker CLI without a daemon, whatever this machine has.
     env = {**os.environ, "PATH": path_with_docker(tmp_path / "bin", daemon=False)}
@@ -78,8 +109,17 @@ def test_a_task_that_needs_its_image_is_refused_on_the_hosts_userland(tmp_path: 
 
 
 def test_the_hosts_userland_asked_for_says_so_on_every_row(tmp_path: Path) -> None:
-    done = rollout("--agent", "oracle", "--dataset", str(JQ_TASK), "--host-userland",
-                   "-n", "2", "--out", str(tmp_path))
+    done = rollout(
+        "--agent",
+        "oracle",
+        "--dataset",
+        str(JQ_TASK),
+        "--host-userland",
+        "-n",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
 
     assert done.returncode == 0, done.stderr
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -102,14 +142,26 @@ def test_a_sample_runs_on_the_hosts_userland_and_says_so(tmp_path: Path) -> None
 
 
 def test_the_task_scores_in_its_own_image_on_the_container_sandbox(
-    tmp_path: Path, images_dir: Path,
+    tmp_path: Path,
+    images_dir: Path,
 ) -> None:
     """The rollout refused on the host's userland, in the container sandbox: its image
     built (or found) by the sandbox, the right solution scores 1, and the row names the
     image it ran in."""
-    done = rollout("--agent", "oracle", "--dataset", str(JQ_TASK), "--sandbox", "container",
-                   "--sandbox-arg", f"images_dir={images_dir}", "-n", "2",
-                   "--out", str(tmp_path))
+    done = rollout(
+        "--agent",
+        "oracle",
+        "--dataset",
+        str(JQ_TASK),
+        "--sandbox",
+        "container",
+        "--sandbox-arg",
+        f"images_dir={images_dir}",
+        "-n",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
 
     assert done.returncode == 0, done.stderr
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -122,14 +174,26 @@ def test_the_task_scores_in_its_own_image_on_the_container_sandbox(
 
 
 def test_an_image_that_does_not_build_is_a_row_naming_its_log(
-    tmp_path: Path, images_dir: Path,
+    tmp_path: Path,
+    images_dir: Path,
 ) -> None:
     task = tmp_path / "broken"
     shutil.copytree(JQ_TASK, task)
     (task / "environment" / "Dockerfile").write_text(
-        "FROM debian:bookworm-slim\nRUN echo the-build-broke && false\n")
-    done = rollout("--agent", "oracle", "--dataset", str(task), "--sandbox", "container",
-                   "--sandbox-arg", f"images_dir={images_dir}", "--out", str(tmp_path / "out"))
+        "FROM debian:bookworm-slim\nRUN echo the-build-broke && false\n"
+    )
+    done = rollout(
+        "--agent",
+        "oracle",
+        "--dataset",
+        str(task),
+        "--sandbox",
+        "container",
+        "--sandbox-arg",
+        f"images_dir={images_dir}",
+        "--out",
+        str(tmp_path / "out"),
+    )
 
     assert done.returncode == 1, done.stderr
     (row,) = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
@@ -140,18 +204,33 @@ def test_an_image_that_does_not_build_is_a_row_naming_its_log(
 
 
 def test_images_build_prepares_a_datasets_images_and_names_what_failed(
-    tmp_path: Path, images_dir: Path,
+    tmp_path: Path,
+    images_dir: Path,
 ) -> None:
     tasks = tmp_path / "tasks"
     shutil.copytree(JQ_TASK, tasks / "jq-data")
     shutil.copytree(JQ_TASK, tasks / "broken")
     (tasks / "broken" / "environment" / "Dockerfile").write_text(
-        "FROM debian:bookworm-slim\nRUN false\n")
+        "FROM debian:bookworm-slim\nRUN false\n"
+    )
     (hello,) = select_tasks(resolve_dataset("samples"), ["hello-file"])
     shutil.copytree(hello.path, tasks / "no-image")
     done = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "images", "build", "--dataset", str(tasks),
-         "--images-dir", str(images_dir)], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "images",
+            "build",
+            "--dataset",
+            str(tasks),
+            "--images-dir",
+            str(images_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
     assert done.returncode == 1, done.stderr  # one image failed
     table = " ".join(done.stdout.split())

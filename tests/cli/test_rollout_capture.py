@@ -17,16 +17,36 @@ from tests.trials.scripts import terminus_script
 
 def text_engine() -> FakeEngine:
     """A hosted OpenAI-compatible API: no ids, no logprobs, 400 on `return_token_ids`."""
-    return FakeEngine(script=terminus_script("echo hello > /app/hello.txt\n"),
-                      token_ids=False, logprobs=False, refuses_unknown_fields=True)
+    return FakeEngine(
+        script=terminus_script("echo hello > /app/hello.txt\n"),
+        token_ids=False,
+        logprobs=False,
+        refuses_unknown_fields=True,
+    )
 
 
 def rollout(url: str, out: Path, *flags: str) -> tuple[int, str]:
     """The command as users run it (its own process; the engine is this one's)."""
     done = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "rollout", "--agent", "terminus-2",
-         "--task", "hello-file", "--llm-url", url, "--out", str(out), *flags],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "rollout",
+            "--agent",
+            "terminus-2",
+            "--task",
+            "hello-file",
+            "--llm-url",
+            url,
+            "--out",
+            str(out),
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, " ".join((done.stdout + done.stderr).split())
 
 
@@ -38,8 +58,9 @@ def test_refuses_an_engine_below_the_level_asked_naming_the_mode(
         code, output = rollout(url, tmp_path, *flags)
     assert code == 2, output
     assert "--capture text" in output
-    assert not any(call.get("messages") != [{"role": "user", "content": "Say OK."}]
-                   for call in engine.calls), "no rollout may start"
+    assert not any(
+        call.get("messages") != [{"role": "user", "content": "Say OK."}] for call in engine.calls
+    ), "no rollout may start"
 
 
 @pytest.mark.integration  # a real terminus-2 trial in a sandbox: about 10 s
@@ -53,11 +74,17 @@ def test_text_capture_evaluates_an_engine_without_ids(tmp_path: Path) -> None:
     capture = row["capture"]
     assert capture["trainable"] is False and capture["sequences"] == []
     turns = capture["turns"]
-    assert turns and all(t["prompt_ids"] is None and t["token_ids"] is None
-                         and t["logprobs"] is None and t["capture_level"] == "text"
-                         for t in turns)
+    assert turns and all(
+        t["prompt_ids"] is None
+        and t["token_ids"] is None
+        and t["logprobs"] is None
+        and t["capture_level"] == "text"
+        for t in turns
+    )
     assert turns[0]["request_messages"] and turns[0]["response_message"]["content"]
     assert all(t["usage"]["completion_tokens"] > 0 for t in turns)
     # Nothing asked the engine for what the level does not record, nor stitched.
-    assert not any("return_token_ids" in call or "kv_transfer_params" in call
-                   for call in engine.calls[-len(turns):])
+    assert not any(
+        "return_token_ids" in call or "kv_transfer_params" in call
+        for call in engine.calls[-len(turns) :]
+    )

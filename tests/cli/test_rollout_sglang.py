@@ -21,13 +21,30 @@ from tests.trials.scripts import terminus_script
 def test_a_rollout_against_sglang_keeps_its_exact_ids(
     tmp_path: Path, flags: tuple[str, ...]
 ) -> None:
-    stand_in = SglangStandIn(script=terminus_script("echo hello > /app/hello.txt\n"),
-                             return_token_ids=False)
+    stand_in = SglangStandIn(
+        script=terminus_script("echo hello > /app/hello.txt\n"), return_token_ids=False
+    )
     with serve_in_thread(sglang_app(stand_in)) as url:
         done = subprocess.run(
-            [sys.executable, "-m", "harbor_ray.cli", "rollout", "--agent", "terminus-2",
-             "--task", "hello-file", "--llm-url", url, "--out", str(tmp_path), *flags],
-            capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "harbor_ray.cli",
+                "rollout",
+                "--agent",
+                "terminus-2",
+                "--task",
+                "hello-file",
+                "--llm-url",
+                url,
+                "--out",
+                str(tmp_path),
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads((tmp_path / "engine.json").read_text())["engine_kind"] == "sglang"
     (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -35,5 +52,6 @@ def test_a_rollout_against_sglang_keeps_its_exact_ids(
     turns = row["capture"]["turns"]
     assert turns
     # The ids the stand-in's own tokenizer made for the agent's calls (the last ones).
-    assert [(t["prompt_ids"], t["token_ids"]) for t in turns] == list(zip(
-        stand_in.prompts[-len(turns):], stand_in.outputs[-len(turns):], strict=True))
+    assert [(t["prompt_ids"], t["token_ids"]) for t in turns] == list(
+        zip(stand_in.prompts[-len(turns) :], stand_in.outputs[-len(turns) :], strict=True)
+    )

@@ -14,16 +14,16 @@ from harbor_ray.errors import ClientError
 from harbor_ray.online.wire import Group
 
 URL = "http://controller"
-SUBMITTED = orjson.dumps({"groups": [{"group_id": "g", "task": "t", "n": 2}],
-                          "policy_version": 3})
+SUBMITTED = orjson.dumps({"groups": [{"group_id": "g", "task": "t", "n": 2}], "policy_version": 3})
 
 
 def answer(status: int, body: Any, **headers: str) -> SendOutcome:
     return SendOutcome(status=status, headers=headers, content=orjson.dumps(body))
 
 
-def drive(call: Call[Any], outcomes: list[SendOutcome], retry: Retry | None = None
-          ) -> tuple[Any, list[Send | Sleep]]:
+def drive(
+    call: Call[Any], outcomes: list[SendOutcome], retry: Retry | None = None
+) -> tuple[Any, list[Send | Sleep]]:
     """Run the exchange over `outcomes` (one per send); (its result, every step)."""
     steps: list[Send | Sleep] = []
     gen = exchange(call, retry or Retry(), URL)
@@ -44,9 +44,14 @@ def sleeps(steps: list[Send | Sleep]) -> list[float]:
 
 def test_429_waits_what_retry_after_says_and_resends_the_same_request_id() -> None:
     call = routes.submit({"t": 2}, "terminus-2", {})
-    reply, steps = drive(call, [answer(429, {"error": "full"}, **{"retry-after": "2"}),
-                                answer(429, {"error": "full"}),
-                                SendOutcome(status=202, content=SUBMITTED)])
+    reply, steps = drive(
+        call,
+        [
+            answer(429, {"error": "full"}, **{"retry-after": "2"}),
+            answer(429, {"error": "full"}),
+            SendOutcome(status=202, content=SUBMITTED),
+        ],
+    )
     assert reply.policy_version == 3 and reply.groups[0].group_id == "g"
     assert sleeps(steps) == [2.0, 1.0]  # Retry-After, then the backoff (0.5 x 2**1)
     bodies = {s.content for s in steps if isinstance(s, Send)}
@@ -64,8 +69,9 @@ def test_429_past_the_attempts_is_the_controller_s_refusal() -> None:
 def test_a_lost_answer_is_resent_only_where_resending_is_safe() -> None:
     lost = SendOutcome(failure="ReadError: reset", sent=True)
     never_sent = SendOutcome(failure="ConnectError: refused", sent=False)
-    policy = SendOutcome(status=200, content=orjson.dumps(
-        {"version": 1, "paused": False, "replicas": []}))
+    policy = SendOutcome(
+        status=200, content=orjson.dumps({"version": 1, "paused": False, "replicas": []})
+    )
     assert drive(routes.policy(), [lost, never_sent, policy])[0].version == 1
     weights = routes.update_weights("/ckpt", 2, 60.0)
     with pytest.raises(ClientError) as caught:
@@ -87,11 +93,17 @@ def test_refusals_carry_status_field_and_replicas() -> None:
         drive(routes.policy(), [answer(401, {"error": "missing or wrong controller key"})])
     assert caught.value.status == 401 and "controller key is wrong" in str(caught.value)
     with pytest.raises(ClientError) as caught:
-        drive(routes.submit({"t": 1}, "a", {}),
-              [answer(404, {"error": "no task 't'", "field": "tasks[0].task"})])
+        drive(
+            routes.submit({"t": 1}, "a", {}),
+            [answer(404, {"error": "no task 't'", "field": "tasks[0].task"})],
+        )
     assert (caught.value.status, caught.value.field) == (404, "tasks[0].task")
-    failed = {"error": "failed on engine-1", "replicas": [
-        {"replica": "engine-1", "ok": False, "version": 0, "step": "load", "error": "x"}]}
+    failed = {
+        "error": "failed on engine-1",
+        "replicas": [
+            {"replica": "engine-1", "ok": False, "version": 0, "step": "load", "error": "x"}
+        ],
+    }
     with pytest.raises(ClientError) as caught:
         drive(routes.update_weights("/c", 1, 60.0), [answer(502, failed)])
     assert [r.step for r in caught.value.replicas] == ["load"]
@@ -110,9 +122,20 @@ def test_submit_refuses_a_bad_field_before_sending() -> None:
 
 
 def group(group_id: str) -> Group:
-    return Group(group_id=group_id, request_id="r", task="t", n=1, metadata={},
-                 policy_version_min=0, policy_version_max=0, finished_version=0,
-                 staleness=0, rollouts=[], sequences=[], turns=[])
+    return Group(
+        group_id=group_id,
+        request_id="r",
+        task="t",
+        n=1,
+        metadata={},
+        policy_version_min=0,
+        policy_version_max=0,
+        finished_version=0,
+        staleness=0,
+        rollouts=[],
+        sequences=[],
+        turns=[],
+    )
 
 
 def test_the_cursor_acknowledges_a_batch_only_when_the_next_is_asked_for() -> None:

@@ -21,6 +21,7 @@ def scripted(script: list[Callable[[httpx.Request], httpx.Response]], seen: list
     def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return script.pop(0)(request)
+
     return handle
 
 
@@ -53,8 +54,9 @@ def test_both_clients_retry_a_refused_connection_and_a_429_with_one_request_id()
 
     async def run() -> str:
         transport = httpx.MockTransport(scripted([refused, full, accepted], async_seen))
-        async with AsyncClient("http://c", "k", retry=FAST,
-                               http=httpx.AsyncClient(transport=transport)) as c:
+        async with AsyncClient(
+            "http://c", "k", retry=FAST, http=httpx.AsyncClient(transport=transport)
+        ) as c:
             return (await c.submit({"t": 2}, "a")).groups[0].group_id
 
     assert asyncio.run(run()) == "g" and len(async_seen) == 3
@@ -71,14 +73,30 @@ def test_a_weight_update_whose_answer_was_lost_is_not_resent() -> None:
 
 
 def test_groups_acknowledges_the_batch_taken_before_polling_again() -> None:
-    group = {"group_id": "a", "request_id": "r", "task": "t", "n": 1, "metadata": {},
-             "policy_version_min": 0, "policy_version_max": 0, "finished_version": 0,
-             "staleness": 0, "rollouts": [], "sequences": [], "turns": []}
+    group = {
+        "group_id": "a",
+        "request_id": "r",
+        "task": "t",
+        "n": 1,
+        "metadata": {},
+        "policy_version_min": 0,
+        "policy_version_max": 0,
+        "finished_version": 0,
+        "staleness": 0,
+        "rollouts": [],
+        "sequences": [],
+        "turns": [],
+    }
     seen: list[httpx.Request] = []
-    transport = httpx.MockTransport(scripted([
-        lambda r: httpx.Response(200, json={"groups": [group]}),
-        lambda r: httpx.Response(200, json={"acknowledged": ["a"], "unknown": []}),
-    ], seen))
+    transport = httpx.MockTransport(
+        scripted(
+            [
+                lambda r: httpx.Response(200, json={"groups": [group]}),
+                lambda r: httpx.Response(200, json={"acknowledged": ["a"], "unknown": []}),
+            ],
+            seen,
+        )
+    )
     with Client("http://c", "k", http=httpx.Client(transport=transport)) as c:
         batches = c.groups(total=1)
         assert [g.group_id for g in next(batches)] == ["a"]

@@ -40,8 +40,9 @@ def placement(address: str, args: dict[str, Any]) -> dict[str, Any]:
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     landed = ray.get([where.remote() for _ in range(args.get("tasks", 12))])
-    nodes = [{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"]}
-             for n in ray.nodes() if n["Alive"]]
+    nodes = [
+        {"node_id": n["NodeID"], "ip": n["NodeManagerAddress"]} for n in ray.nodes() if n["Alive"]
+    ]
     return {"landed": sorted(set(landed)), "nodes": nodes}
 
 
@@ -67,8 +68,11 @@ def held_on_a_worker(after: int, marker: str, head_ip: str):
         if step != after - 1 or ip == head_ip or os.path.exists(marker):
             return
         mine = f"{marker}.{os.getpid()}.{step}"
-        Path(mine).write_text(json.dumps({
-            "pid": os.getpid(), "ip": ip, "actor": ray.get_runtime_context().get_actor_name()}))
+        Path(mine).write_text(
+            json.dumps(
+                {"pid": os.getpid(), "ip": ip, "actor": ray.get_runtime_context().get_actor_name()}
+            )
+        )
         try:
             os.link(mine, marker)  # whole, and only the first rollout's
         except FileExistsError:
@@ -90,25 +94,52 @@ def remote_work(netns: str, calls: int) -> Work:
         host_port = urlsplit(capture.host_url).port
         try:
             agent = await asyncio.create_subprocess_exec(
-                "ip", "netns", "exec", netns, sys.executable, "-m", "tests.cluster.remote_agent",
-                capture.remote_url, session.key, capture.served_model, str(calls),
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                sys.executable,
+                "-m",
+                "tests.cluster.remote_agent",
+                capture.remote_url,
+                session.key,
+                capture.served_model,
+                str(calls),
                 f"{ray.util.get_node_ip_address()}:{host_port}",
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             out, err = await agent.communicate()
         finally:
             closed = await capture.close_session(session.session_id)
-        recorded = [orjson.loads(t.response_message_json).get("content")
-                    for t in (closed.turns if closed else ())]
+        recorded = [
+            orjson.loads(t.response_message_json).get("content")
+            for t in (closed.turns if closed else ())
+        ]
         seen = json.loads(out.decode().strip().splitlines()[-1]) if agent.returncode == 0 else {}
-        ok = (len(seen.get("answers", ())) == calls and seen["answers"] == recorded
-              and seen["wrong_key"] == 401 and seen["host_probe"] == "refused")
-        return encode_record(RolloutResult(
-            rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
-            agent=spec.agent, sandbox=spec.sandbox, ok=ok, reward=1.0 if ok else 0.0,
-            error=None if ok else f"remote agent: {seen or err.decode()[-2000:]}",
-            error_type=None if ok else ErrorType.AGENT_ERROR, model=capture.served_model,
-            counts=None if closed is None else closed.counts, model_calls=len(recorded),
-        ), closed)
+        ok = (
+            len(seen.get("answers", ())) == calls
+            and seen["answers"] == recorded
+            and seen["wrong_key"] == 401
+            and seen["host_probe"] == "refused"
+        )
+        return encode_record(
+            RolloutResult(
+                rollout_id=spec.rollout_id,
+                task=spec.task.name,
+                attempt=spec.attempt,
+                agent=spec.agent,
+                sandbox=spec.sandbox,
+                ok=ok,
+                reward=1.0 if ok else 0.0,
+                error=None if ok else f"remote agent: {seen or err.decode()[-2000:]}",
+                error_type=None if ok else ErrorType.AGENT_ERROR,
+                model=capture.served_model,
+                counts=None if closed is None else closed.counts,
+                model_calls=len(recorded),
+            ),
+            closed,
+        )
 
     return run
 
@@ -122,28 +153,40 @@ def sweep_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     out = Path(args["out"])
     stub = "calls" in args
     agent = "terminus-2" if stub else args["agent"]
-    spec = ClusterSpec(ray_address=address, llm_url=args.get("llm_url"),
-                       ingress=args.get("ingress", "direct"),
-                       proxy_replicas=args.get("replicas", 1), wants_model=stub,
-                       proxy_url=args.get("proxy_url"))
+    spec = ClusterSpec(
+        ray_address=address,
+        llm_url=args.get("llm_url"),
+        ingress=args.get("ingress", "direct"),
+        proxy_replicas=args.get("replicas", 1),
+        wants_model=stub,
+        proxy_url=args.get("proxy_url"),
+    )
     tasks = select_tasks(resolve_dataset(args.get("dataset", "samples")), [args["task"]])
-    specs = make_specs(tasks, args["count"], agent=agent, sandbox="local",
-                       trials_dir=out / "trials", run_id="mn")
+    specs = make_specs(
+        tasks, args["count"], agent=agent, sandbox="local", trials_dir=out / "trials", run_id="mn"
+    )
     # No retries: a call refused on the way fails its row instead of being retried unseen.
     between = None if "hold" not in args else held_on_a_worker(**args["hold"])
-    work = (chat_agent(args["calls"], think_s=args.get("think_s", 0.0), retries=0,
-                       between=between) if stub else None)
+    work = (
+        chat_agent(args["calls"], think_s=args.get("think_s", 0.0), retries=0, between=between)
+        if stub
+        else None
+    )
     if "remote_netns" in args:
         work = remote_work(args["remote_netns"], args["calls"])
     if work is not None and "checkin" in args:
         work = checked_in(work, args["checkin"])
     with running_cluster(spec) as cluster:
-        config = SweepConfig(out=out, concurrency=args["concurrency"], proxy=cluster.proxy,
-                             rollouts_per_host=args.get("rollouts_per_host", 2),
-                             retries=args.get("retries", 1),
-                             host_cpus=args.get("host_cpus", SweepConfig.host_cpus),
-                             journal=args.get("journal", SweepConfig.journal),
-                             commit_every_s=0)
+        config = SweepConfig(
+            out=out,
+            concurrency=args["concurrency"],
+            proxy=cluster.proxy,
+            rollouts_per_host=args.get("rollouts_per_host", 2),
+            retries=args.get("retries", 1),
+            host_cpus=args.get("host_cpus", SweepConfig.host_cpus),
+            journal=args.get("journal", SweepConfig.journal),
+            commit_every_s=0,
+        )
         stats = asyncio.run(sweep(specs, config, {}, work=work))
     return {"ok": stats.ok, "done": stats.done}
 
@@ -177,19 +220,28 @@ def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     # As the sweeps here start it (a later test may need Serve on every interface).
     ensure_serve(across_nodes=True)
     engine = {"model_id": asyncio.run(certify_url(args["llm_url"])).served_model}
-    serve.run(build_capture({"engine": engine, "engine_url": args["llm_url"],
-                             "replicas": 1}), name="capture", route_prefix="/capture")
-    config = ControllerArgs(engine=engine, work_dir=Path(args["out"]), concurrency=4,
-                            rollouts_per_host=1).controller_config()
-    handle = start_controller("mn", config, FakeWeightUpdater(),
-                              work=chat_agent(args["calls"], retries=0))
+    serve.run(
+        build_capture({"engine": engine, "engine_url": args["llm_url"], "replicas": 1}),
+        name="capture",
+        route_prefix="/capture",
+    )
+    config = ControllerArgs(
+        engine=engine, work_dir=Path(args["out"]), concurrency=4, rollouts_per_host=1
+    ).controller_config()
+    handle = start_controller(
+        "mn", config, FakeWeightUpdater(), work=chat_agent(args["calls"], retries=0)
+    )
     try:
         with serve_in_thread(build_controller_app(ActorController(handle), "k")) as url:
-            http = httpx.Client(base_url=url, headers={"authorization": "Bearer k"},
-                                timeout=60)
-            submitted = http.post("/v1/rollouts", json={
-                "request_id": "mn", "agent": "terminus-2",
-                "tasks": [{"task": task, "n": args["n"]} for task in args["tasks"]]})
+            http = httpx.Client(base_url=url, headers={"authorization": "Bearer k"}, timeout=60)
+            submitted = http.post(
+                "/v1/rollouts",
+                json={
+                    "request_id": "mn",
+                    "agent": "terminus-2",
+                    "tasks": [{"task": task, "n": args["n"]} for task in args["tasks"]],
+                },
+            )
             submitted.raise_for_status()
             groups: list[dict[str, Any]] = []
             # Within the test's limit on this whole job (`_job`'s), so that a stall fails
@@ -197,18 +249,24 @@ def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
             deadline = time.monotonic() + args.get("groups_timeout_s", 180)
             while len(groups) < len(args["tasks"]):  # each poll has every unacked group
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{len(groups)} of {len(args['tasks'])} groups: "
-                                       f"{http.get('/v1/stats').json()}")
+                    raise TimeoutError(
+                        f"{len(groups)} of {len(args['tasks'])} groups: "
+                        f"{http.get('/v1/stats').json()}"
+                    )
                 groups = http.get("/v1/groups", params={"wait_s": 5}).json()["groups"]
     finally:
         asyncio.run(stop_controller(handle, "capture"))
         serve.delete("capture")
     keys = ("rollout_id", "ok", "node", "host", "error")
-    return {"groups": sorted(g["task"] for g in groups),
-            "turns": sum(len(g["turns"]) for g in groups),
-            "rollouts": [{**{key: r[key] for key in keys},
-                          "findings": [f["code"] for f in r["findings"]]}
-                         for g in groups for r in g["rollouts"]]}
+    return {
+        "groups": sorted(g["task"] for g in groups),
+        "turns": sum(len(g["turns"]) for g in groups),
+        "rollouts": [
+            {**{key: r[key] for key in keys}, "findings": [f["code"] for f in r["findings"]]}
+            for g in groups
+            for r in g["rollouts"]
+        ],
+    }
 
 
 AFFINITY_APP = "affinity"
@@ -220,9 +278,11 @@ class WhichNode:
     answers which replica it is and on which node."""
 
     def __call__(self) -> dict[str, str]:
-        return {"replica": serve.get_replica_context().replica_id.unique_id,
-                "node": ray.get_runtime_context().get_node_id(),
-                "ip": ray.util.get_node_ip_address()}
+        return {
+            "replica": serve.get_replica_context().replica_id.unique_id,
+            "node": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+        }
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0})
@@ -264,10 +324,14 @@ def affinity_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
         engine = EngineConfig(num_replicas=2, routing=args.get("routing", "affinity"))
         deployment = to_llm_config(engine, "/no/model").deployment_config
         # `routing: load` sets no router: Serve's default.
-        router = ({"request_router_config": RequestRouterConfig(**config)}
-                  if (config := deployment.get("request_router_config")) else {})
-        replicas = WhichNode.options(num_replicas=deployment["num_replicas"],
-                                     max_replicas_per_node=1, **router)
+        router = (
+            {"request_router_config": RequestRouterConfig(**config)}
+            if (config := deployment.get("request_router_config"))
+            else {}
+        )
+        replicas = WhichNode.options(
+            num_replicas=deployment["num_replicas"], max_replicas_per_node=1, **router
+        )
         head = {f"node:{ray.util.get_node_ip_address()}": 0.01}
         ingress = SessionIngress.options(ray_actor_options={"num_cpus": 0, "resources": head})
         serve.run(ingress.bind(replicas.bind()), name=AFFINITY_APP, route_prefix="/affinity")
@@ -294,8 +358,13 @@ def affinity_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"answers": answers}
 
 
-JOBS = {"placement": placement, "sweep": sweep_job, "certify": certify_job,
-        "online": online_job, "affinity": affinity_job}
+JOBS = {
+    "placement": placement,
+    "sweep": sweep_job,
+    "certify": certify_job,
+    "online": online_job,
+    "affinity": affinity_job,
+}
 
 
 def main() -> None:

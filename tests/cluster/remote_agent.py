@@ -35,19 +35,26 @@ def main() -> None:
     answers = []
     with httpx.Client(timeout=60) as http:
         for step in range(int(calls)):
-            reply = http.post(f"{url}/v1/chat/completions",
-                              headers={"authorization": f"Bearer {key}"},
-                              json={"model": model, "messages": messages, "max_tokens": 16})
+            reply = http.post(
+                f"{url}/v1/chat/completions",
+                headers={"authorization": f"Bearer {key}"},
+                json={"model": model, "messages": messages, "max_tokens": 16},
+            )
             reply.raise_for_status()
             answer = reply.json()["choices"][0]["message"]["content"]
             answers.append(answer)
-            messages += [{"role": "assistant", "content": answer},
-                         {"role": "user", "content": f"step {step} done"}]
-        wrong_key = http.post(f"{url}/v1/chat/completions",
-                              headers={"authorization": "Bearer not-a-key"},
-                              json={"model": model, "messages": messages}).status_code
-    print(json.dumps({"answers": answers, "wrong_key": wrong_key,
-                      "host_probe": probe(host_address)}))
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": f"step {step} done"},
+            ]
+        wrong_key = http.post(
+            f"{url}/v1/chat/completions",
+            headers={"authorization": "Bearer not-a-key"},
+            json={"model": model, "messages": messages},
+        ).status_code
+    print(
+        json.dumps({"answers": answers, "wrong_key": wrong_key, "host_probe": probe(host_address)})
+    )
 
 
 if __name__ == "__main__":

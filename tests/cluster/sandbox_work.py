@@ -32,17 +32,26 @@ def sandbox_work(command: str):
         started = time.time()
         if spec.task.name == PROBE:
             closed = closed_under_us()
-            return _row(spec, started, None if not closed else f"closed under us: {closed}",
-                        host_pid=os.getpid())
+            return _row(
+                spec,
+                started,
+                None if not closed else f"closed under us: {closed}",
+                host_pid=os.getpid(),
+            )
         trial = Path(spec.trials_dir, spec.rollout_id)
         trial.mkdir(parents=True, exist_ok=True)
         logger = logging.getLogger(f"sandbox_work.{spec.rollout_id}")
         handler = logging.FileHandler(trial / "trial.log")
         logger.addHandler(handler)
         environment = BwrapEnvironment(
-            environment_dir=trial / "environment", environment_name=spec.task.name,
-            session_id=spec.rollout_id, trial_paths=TrialPaths(trial),
-            task_env_config=EnvironmentConfig(), logger=logger, **spec.sandbox_kwargs)
+            environment_dir=trial / "environment",
+            environment_name=spec.task.name,
+            session_id=spec.rollout_id,
+            trial_paths=TrialPaths(trial),
+            task_env_config=EnvironmentConfig(),
+            logger=logger,
+            **spec.sandbox_kwargs,
+        )
         try:
             await environment.start(force_build=False)
             logger.warning("started")
@@ -75,11 +84,19 @@ def closed_under_us(count: int = 64) -> list[int]:
     return closed
 
 
-def _row(spec: RolloutSpec, started: float, error: str | None, **more: float
-         ) -> RolloutRecord:
-    return encode_record(RolloutResult(
-        rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
-        agent=spec.agent, sandbox=spec.sandbox, ok=error is None, reward=None, error=error,
-        error_type=None if error is None else ErrorType.INTERNAL,
-        timings={"started_at": started, "ended_at": time.time(), **more},
-    ), None)
+def _row(spec: RolloutSpec, started: float, error: str | None, **more: float) -> RolloutRecord:
+    return encode_record(
+        RolloutResult(
+            rollout_id=spec.rollout_id,
+            task=spec.task.name,
+            attempt=spec.attempt,
+            agent=spec.agent,
+            sandbox=spec.sandbox,
+            ok=error is None,
+            reward=None,
+            error=error,
+            error_type=None if error is None else ErrorType.INTERNAL,
+            timings={"started_at": started, "ended_at": time.time(), **more},
+        ),
+        None,
+    )

@@ -14,11 +14,19 @@ from harbor_ray.trials.spec import CaptureService, RolloutSpec
 
 def ok_row(spec: RolloutSpec, started: float) -> RolloutRecord:
     """A successful rollout (no capture) whose row says when the work ran."""
-    return encode_record(RolloutResult(
-        rollout_id=spec.rollout_id, task=spec.task.name, attempt=spec.attempt,
-        agent=spec.agent, sandbox=spec.sandbox, ok=True, reward=1.0,
-        timings={"started_at": started, "ended_at": time.time()},
-    ), None)
+    return encode_record(
+        RolloutResult(
+            rollout_id=spec.rollout_id,
+            task=spec.task.name,
+            attempt=spec.attempt,
+            agent=spec.agent,
+            sandbox=spec.sandbox,
+            ok=True,
+            reward=1.0,
+            timings={"started_at": started, "ended_at": time.time()},
+        ),
+        None,
+    )
 
 
 def barrier_work(directory: str, expected: int, timeout_s: float, hold_s: float = 0.0):
@@ -43,8 +51,10 @@ def peak_running(rows: list[dict]) -> int:
     """The most rollouts whose work ran at one moment, from their rows' own timestamps
     (an end and a start at the same instant do not overlap)."""
     events = sorted(
-        (t[key], delta) for t in (dict(r["timings"]) for r in rows)
-        for key, delta in (("started_at", 1), ("ended_at", -1)))
+        (t[key], delta)
+        for t in (dict(r["timings"]) for r in rows)
+        for key, delta in (("started_at", 1), ("ended_at", -1))
+    )
     running = peak = 0
     for _, delta in events:
         running += delta

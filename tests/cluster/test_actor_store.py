@@ -61,10 +61,12 @@ doomed_owner = pytest.fixture(_owner)
 
 @pytest.fixture
 async def proxy(ray_cluster: None) -> AsyncIterator[httpx.AsyncClient]:
-    app = build_capture_app(ActorSessionStore(), FakeEngine(),
-                            CaptureSettings(served_model="fake-model"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://127.0.0.1") as client:
+    app = build_capture_app(
+        ActorSessionStore(), FakeEngine(), CaptureSettings(served_model="fake-model")
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as client:
         yield client
 
 
@@ -73,8 +75,9 @@ async def open_session(owner: Any, budget: int | None = None) -> SessionInfo:
 
 
 def sdk(proxy: httpx.AsyncClient, key: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key=key, http_client=proxy,
-                              max_retries=0)
+    return openai.AsyncOpenAI(
+        base_url="http://127.0.0.1/v1", api_key=key, http_client=proxy, max_retries=0
+    )
 
 
 async def chat(proxy: httpx.AsyncClient, key: str) -> str:
@@ -155,11 +158,11 @@ async def test_records_for_a_dead_owner_raise_session_gone(doomed_owner) -> None
 async def test_a_session_closed_while_its_call_runs_gets_401(owner) -> None:
     """The owner closes the session (its rollout ended) while a replica's call runs."""
     engine = FakeEngine(delay_s=0.5)
-    app = build_capture_app(ActorSessionStore(), engine,
-                            CaptureSettings(served_model="fake-model"))
+    app = build_capture_app(ActorSessionStore(), engine, CaptureSettings(served_model="fake-model"))
     session = await open_session(owner)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://127.0.0.1") as proxy:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as proxy:
         calling = asyncio.ensure_future(chat(proxy, session.key))
         while not engine.calls:
             await asyncio.sleep(0.01)
@@ -180,8 +183,7 @@ async def test_an_evicted_grant_still_reaches_its_owner(owner) -> None:
     assert len(doc["turns"]) == 1
 
 
-async def test_an_owner_gives_back_the_calls_of_a_holder_that_died(owner, doomed_owner
-                                                                   ) -> None:
+async def test_an_owner_gives_back_the_calls_of_a_holder_that_died(owner, doomed_owner) -> None:
     """A replica killed between admit and record never ends its call. Once such calls are
     all that stand between the session and its budget, the owner gives them back."""
     session = await open_session(owner, budget=1)
@@ -197,4 +199,3 @@ async def test_an_owner_gives_back_the_calls_of_a_holder_that_died(owner, doomed
     else:
         raise AssertionError("the dead holder's call was never given back")
     assert not (await owner.admit.remote(session.session_id, None)).admitted
-

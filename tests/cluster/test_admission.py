@@ -29,10 +29,13 @@ def test_never_above_the_ceiling() -> None:
     assert admission.limit == 12
 
 
-@pytest.mark.parametrize("pressure", [
-    EngineLoad(kv_cache_usage=0.1, waiting=3),  # queued inside the engines
-    EngineLoad(kv_cache_usage=0.95),  # the KV cache nearly full
-])
+@pytest.mark.parametrize(
+    "pressure",
+    [
+        EngineLoad(kv_cache_usage=0.1, waiting=3),  # queued inside the engines
+        EngineLoad(kv_cache_usage=0.95),  # the KV cache nearly full
+    ],
+)
 def test_falls_under_pressure_down_to_the_floor(pressure: EngineLoad) -> None:
     admission = _controller(start=20)
     limits = [admission.observe(pressure, in_flight=20) for _ in range(10)]

@@ -35,8 +35,13 @@ def replica_app(name: str, instance: str | None = None) -> Starlette:
     async def echo(request: Request) -> Response:
         return Response(await request.body())
 
-    app = Starlette(routes=[Route("/health", health), Route("/who", who),
-                            Route("/echo", echo, methods=["POST"])])
+    app = Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/who", who),
+            Route("/echo", echo, methods=["POST"]),
+        ]
+    )
     app.state.instance_id = own
     return app
 

@@ -55,8 +55,10 @@ pytestmark = pytest.mark.integration
 # The task's limits (task.toml's [environment]), and what cgroup v1 holds for them: the
 # memory limit in bytes, the cfs quota in microseconds of each 100 ms period.
 CPUS, MEMORY_MB = 1, 512
-LIMITS = {"memory.limit_in_bytes": str(MEMORY_MB * 1024 * 1024),
-          "cpu.cfs_quota_us": str(CPUS * 100_000)}
+LIMITS = {
+    "memory.limit_in_bytes": str(MEMORY_MB * 1024 * 1024),
+    "cpu.cfs_quota_us": str(CPUS * 100_000),
+}
 HARBOR_RAY_GROUPS = [CGROUP_ROOT / "memory" / "harbor_ray", CGROUP_ROOT / "cpu" / "harbor_ray"]
 NOTHING = {"processes": [], "directories": [], "mounts": [], "cgroups": [], "containers": []}
 SOLVE = "jq '.items | add' /app/data.json > /app/sum.txt\n"
@@ -68,13 +70,23 @@ SOLVE = "jq '.items | add' /app/data.json > /app/sum.txt\n"
 def _cgroups() -> set[Path]:
     """Every group under the harbor_ray groups of the memory and cpu hierarchies (made
     by the first sandbox with limits: none yet before it)."""
-    return {group for parent in HARBOR_RAY_GROUPS if parent.is_dir()
-            for group in parent.iterdir() if group.is_dir()}
+    return {
+        group
+        for parent in HARBOR_RAY_GROUPS
+        if parent.is_dir()
+        for group in parent.iterdir()
+        if group.is_dir()
+    }
 
 
 def _containers() -> set[str]:
-    done = subprocess.run(["docker", "ps", "-a", "-q", "--no-trunc"], capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--no-trunc"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return set(done.stdout.split())
 
 
@@ -99,7 +111,7 @@ def _overlay_processes(sandboxes: Path) -> list[int]:
             state = Path(f"/proc/{pid}/stat").read_bytes()
         except OSError:  # gone meanwhile
             continue
-        if state[state.rindex(b")") + 2:][:1] in (b"Z", b"X"):
+        if state[state.rindex(b")") + 2 :][:1] in (b"Z", b"X"):
             continue
         if any(" - overlay " in line and upper in line for line in mounts.splitlines()):
             found.append(int(pid))
@@ -127,10 +139,13 @@ def _mounts_under(path: Path, pid: int | str = "self") -> list[str]:
 
 
 def _left(tmp_path: Path, sandboxes: Path, before: Before) -> dict[str, list]:
-    return {"processes": _processes(sandboxes), "directories": _sandbox_dirs(sandboxes),
-            "mounts": _mounts_under(tmp_path),
-            "cgroups": sorted(_cgroups() - before.cgroups),
-            "containers": sorted(_containers() - before.containers)}
+    return {
+        "processes": _processes(sandboxes),
+        "directories": _sandbox_dirs(sandboxes),
+        "mounts": _mounts_under(tmp_path),
+        "cgroups": sorted(_cgroups() - before.cgroups),
+        "containers": sorted(_containers() - before.containers),
+    }
 
 
 # --- The tasks and the sweep ---------------------------------------------------------
@@ -143,8 +158,9 @@ def _tasks(tmp_path: Path, names: list[str], solve: str = SOLVE) -> Path:
     tasks = tmp_path / "tasks"
     toml = (JQ_TASK / "task.toml").read_text()
     assert "\n[environment]\n" in toml
-    limited = toml.replace("\n[environment]\n",
-                           f"\n[environment]\ncpus = {CPUS}\nmemory_mb = {MEMORY_MB}\n")
+    limited = toml.replace(
+        "\n[environment]\n", f"\n[environment]\ncpus = {CPUS}\nmemory_mb = {MEMORY_MB}\n"
+    )
     for name in names:
         shutil.copytree(JQ_TASK, tasks / name)
         (tasks / name / "task.toml").write_text(limited)
@@ -153,9 +169,15 @@ def _tasks(tmp_path: Path, names: list[str], solve: str = SOLVE) -> Path:
 
 
 def _specs(tasks: Path, out: Path, attempts: int, images_dir: Path) -> list[RolloutSpec]:
-    return make_specs(select_tasks(resolve_dataset(str(tasks)), None), attempts,
-                      agent="oracle", sandbox="container", trials_dir=out / "trials",
-                      sandbox_kwargs={"images_dir": str(images_dir)}, run_id="c")
+    return make_specs(
+        select_tasks(resolve_dataset(str(tasks)), None),
+        attempts,
+        agent="oracle",
+        sandbox="container",
+        trials_dir=out / "trials",
+        sandbox_kwargs={"images_dir": str(images_dir)},
+        run_id="c",
+    )
 
 
 def _rows(out: Path) -> list[dict]:
@@ -177,9 +199,11 @@ async def _watch_limits(sandboxes: Path, seen: dict[str, dict[str, str]]) -> Non
             with contextlib.suppress(OSError):  # not made yet, or removed meanwhile
                 if (memory / name / "cgroup.procs").read_text().split():
                     seen[name] = {
-                        "memory.limit_in_bytes":
-                            (memory / name / "memory.limit_in_bytes").read_text().strip(),
-                        "cpu.cfs_quota_us": (cpu / name / "cpu.cfs_quota_us").read_text().strip()}
+                        "memory.limit_in_bytes": (memory / name / "memory.limit_in_bytes")
+                        .read_text()
+                        .strip(),
+                        "cpu.cfs_quota_us": (cpu / name / "cpu.cfs_quota_us").read_text().strip(),
+                    }
         await asyncio.sleep(0.05)
 
 
@@ -212,8 +236,10 @@ async def test_a_sweep_of_container_rollouts_leaves_nothing(
         stats = await sweep(specs, config, {"agent": "oracle"})
     finally:
         watching.cancel()
-    print(f"16 container rollouts: {time.monotonic() - started:.1f} s, peak "
-          f"{stats.peak_in_flight}, {len(seen)} sandboxes seen with their limits")
+    print(
+        f"16 container rollouts: {time.monotonic() - started:.1f} s, peak "
+        f"{stats.peak_in_flight}, {len(seen)} sandboxes seen with their limits"
+    )
 
     rows = _rows(out)
     assert len(rows) == 16 and stats.ok == 16, rows
@@ -241,10 +267,14 @@ async def test_a_host_killed_mid_sweep_leaves_nothing(
     config = SweepConfig(out=out, concurrency=8, rollouts_per_host=4, retries=0)
     sandboxes = config.sandboxes_dir
     running = asyncio.create_task(
-        sweep(_specs(tasks, out, 8, images_dir), config, {"agent": "oracle"}))
+        sweep(_specs(tasks, out, 8, images_dir), config, {"agent": "oracle"})
+    )
     try:
-        await eventually(lambda: _sleeping(sandboxes) >= 8 or running.done(), 300,
-                         "8 sandboxes running their solution")
+        await eventually(
+            lambda: _sleeping(sandboxes) >= 8 or running.done(),
+            300,
+            "8 sandboxes running their solution",
+        )
         assert not running.done()
         victim = max(_hosts(sandboxes), key=_sleeping)
         lost = _sleeping(victim)
@@ -294,7 +324,7 @@ def _host_pid(host: Path) -> int:
             if _cmdline(pid)[:1] and _cmdline(pid)[0].startswith(b"ray::"):
                 return pid
             stat = Path(f"/proc/{pid}/stat").read_bytes()
-            pid = int(stat[stat.rindex(b")") + 2:].split()[1])
+            pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
     raise AssertionError(f"no Ray worker runs the sandboxes in {host}")
 
 
@@ -309,8 +339,12 @@ def _host_left(host: Path) -> tuple[list[int], list[Path], list[str]]:
     """The processes, sandbox directories and cgroups of one host's sandboxes."""
     directories = list(host.iterdir()) if host.is_dir() else []
     prefix = cgroup_name(host / "x").removesuffix("x")
-    groups = sorted(group.name for parent in HARBOR_RAY_GROUPS if parent.is_dir()
-                    for group in parent.glob(prefix + "*"))
+    groups = sorted(
+        group.name
+        for parent in HARBOR_RAY_GROUPS
+        if parent.is_dir()
+        for group in parent.glob(prefix + "*")
+    )
     return _processes(host), directories, groups
 
 
@@ -318,8 +352,9 @@ def _host_left(host: Path) -> tuple[list[int], list[Path], list[str]]:
 
 
 @pytest.mark.usefixtures("containers_to_itself")  # it counts them machine-wide
-def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Path,
-                                          images_dir: Path) -> None:
+def test_container_rollouts_on_every_node(
+    multinode: NetnsCluster, tmp_path: Path, images_dir: Path
+) -> None:
     """Container rollouts with limits on hosts spread over a head and two workers (each a
     network namespace, tests/fixtures/multinode.py), the driver on the head: each node
     reaches the one Docker daemon (a unix socket on the shared filesystem) and the one
@@ -330,16 +365,29 @@ def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Pat
     _give_cgroups(multinode)
     before = Before()
     out, count = tmp_path / "out", 6
-    args = {"out": str(out), "dataset": str(_tasks(tmp_path, ["jq-mn"])), "count": count,
-            "images_dir": str(images_dir)}
-    done = multinode.run_on(multinode.head, [
-        sys.executable, "-c", "import sys; from tests.cluster.test_container_sweep import "
-        "sweep_on_cluster as run; run(*sys.argv[1:])", multinode.address, json.dumps(args)],
-        timeout_s=600)
+    args = {
+        "out": str(out),
+        "dataset": str(_tasks(tmp_path, ["jq-mn"])),
+        "count": count,
+        "images_dir": str(images_dir),
+    }
+    done = multinode.run_on(
+        multinode.head,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tests.cluster.test_container_sweep import "
+            "sweep_on_cluster as run; run(*sys.argv[1:])",
+            multinode.address,
+            json.dumps(args),
+        ],
+        timeout_s=600,
+    )
     assert done.returncode == 0, done.stderr[-5000:]
     rows = _rows(out)
     assert len(rows) == count and all(r["ok"] and r["reward"] == 1.0 for r in rows), [
-        (r["node"], r["error"]) for r in rows]
+        (r["node"], r["error"]) for r in rows
+    ]
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said["ok"] == count
     assert {r["environment"] for r in rows} == {"image"}
@@ -349,7 +397,8 @@ def test_container_rollouts_on_every_node(multinode: NetnsCluster, tmp_path: Pat
     # One outcome per node, each the image the rows ran in, none an error.
     assert sorted(node for node, _, _ in said["images"]) == sorted(nodes)
     assert {(digest, error) for _, digest, error in said["images"]} == {
-        (rows[0]["image_digest"], None)}
+        (rows[0]["image_digest"], None)
+    }
     assert _left(tmp_path, out / "sandboxes", before) == NOTHING
     for node in _ray_nodes(multinode):  # and in each node's own mount namespace
         assert _mounts_under(tmp_path, node.ray.pid) == [], node.name
@@ -364,15 +413,18 @@ def sweep_on_cluster(address: str, args: str) -> None:
 
     given = json.loads(args)
     out = Path(given["out"])
-    images = build_images(ImagesRequest(dataset=given["dataset"], ray_address=address,
-                                        images_dir=Path(given["images_dir"])))
+    images = build_images(
+        ImagesRequest(
+            dataset=given["dataset"], ray_address=address, images_dir=Path(given["images_dir"])
+        )
+    )
     specs = _specs(Path(given["dataset"]), out, given["count"], Path(given["images_dir"]))
     with running_cluster(ClusterSpec(ray_address=address, wants_model=False)) as cluster:
-        config = SweepConfig(out=out, concurrency=given["count"], proxy=cluster.proxy,
-                             rollouts_per_host=1, retries=0)
+        config = SweepConfig(
+            out=out, concurrency=given["count"], proxy=cluster.proxy, rollouts_per_host=1, retries=0
+        )
         stats = asyncio.run(sweep(specs, config, {"agent": "oracle"}))
-    print(json.dumps({"ok": stats.ok,
-                      "images": [[o.node, o.digest, o.error] for o in images]}))
+    print(json.dumps({"ok": stats.ok, "images": [[o.node, o.digest, o.error] for o in images]}))
 
 
 def _ray_nodes(cluster: NetnsCluster) -> list:
@@ -394,11 +446,17 @@ def _give_cgroups(cluster: NetnsCluster) -> None:
         script += [f"mkdir -p {point}", f"mount -t {kind} -o {options} {kind} {point}"]
     script += [f"ln -s {target} {link}" for link, target in links]
     for node in _ray_nodes(cluster):
-        if any(" - cgroup" in line for line in
-               Path(f"/proc/{node.ray.pid}/mountinfo").read_text().splitlines()):
+        if any(
+            " - cgroup" in line
+            for line in Path(f"/proc/{node.ray.pid}/mountinfo").read_text().splitlines()
+        ):
             continue
-        subprocess.run(["nsenter", "-t", str(node.ray.pid), "-m", "sh", "-c",
-                        "\n".join(script)], check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            ["nsenter", "-t", str(node.ray.pid), "-m", "sh", "-c", "\n".join(script)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
 
 
 def _cgroup_layout() -> tuple[list[tuple[str, str, str]], list[tuple[Path, str]]]:
@@ -412,6 +470,9 @@ def _cgroup_layout() -> tuple[list[tuple[str, str, str]], list[tuple[Path, str]]
         if kind in ("cgroup", "cgroup2") and point.startswith(str(CGROUP_ROOT)):
             mounts.append((kind, options, point))
     assert mounts, "no cgroup file system under /sys/fs/cgroup on this machine"
-    links = [(entry, os.readlink(entry)) for entry in CGROUP_ROOT.iterdir()
-             if entry.is_symlink()] if mounts[0][2] != str(CGROUP_ROOT) else []
+    links = (
+        [(entry, os.readlink(entry)) for entry in CGROUP_ROOT.iterdir() if entry.is_symlink()]
+        if mounts[0][2] != str(CGROUP_ROOT)
+        else []
+    )
     return sorted(mounts, key=lambda mount: len(mount[2])), links

@@ -44,11 +44,13 @@ async def _instance(url: str) -> str:
 
 async def test_a_loopback_socket_widens_when_a_node_joins() -> None:
     nodes = [HERE]
-    app = build_capture_app(InMemorySessionStore(), FakeEngine(),
-                            CaptureSettings(served_model="fake-model"))
+    app = build_capture_app(
+        InMemorySessionStore(), FakeEngine(), CaptureSettings(served_model="fake-model")
+    )
     registry = Registry()
-    ingress = await DirectIngress.start(app, registry, "r1", HERE, watch_s=0.05,
-                                        nodes=lambda: list(nodes))
+    ingress = await DirectIngress.start(
+        app, registry, "r1", HERE, watch_s=0.05, nodes=lambda: list(nodes)
+    )
     try:
         [loopback] = registry.actor.entries()
         assert loopback.url.startswith("http://127.0.0.1:")
@@ -63,7 +65,10 @@ async def test_a_loopback_socket_widens_when_a_node_joins() -> None:
         [widened] = registry.actor.entries()
         assert widened.url.startswith(f"http://{HERE.ip}:")
         assert (widened.replica_id, widened.instance, widened.node) == (
-            loopback.replica_id, loopback.instance, loopback.node)
+            loopback.replica_id,
+            loopback.instance,
+            loopback.node,
+        )
         # A relay on the new node can use it; connections on loopback still are served.
         assert reachable(registry.actor.entries(), "another node") == [widened]
         instance = app.state.instance_id
@@ -75,4 +80,3 @@ async def test_a_loopback_socket_widens_when_a_node_joins() -> None:
     for entry in (loopback, widened):
         with pytest.raises(httpx.ConnectError):
             await _instance(entry.url)
-

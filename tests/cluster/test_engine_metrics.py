@@ -29,16 +29,17 @@ ray_vllm_num_preemptions_total{model_name="m"} 2.0
 
 def test_one_server_sums_counts_and_takes_the_fullest_cache() -> None:
     assert parse_engine_metrics([VLLM]) == EngineLoad(
-        kv_cache_usage=0.91, running=15, waiting=4, preemptions=7.0)
+        kv_cache_usage=0.91, running=15, waiting=4, preemptions=7.0
+    )
 
 
 def test_ray_serve_names_and_several_replicas_add_up() -> None:
     assert parse_engine_metrics([VLLM, RAY]) == EngineLoad(
-        kv_cache_usage=0.91, running=17, waiting=5, preemptions=9.0)
+        kv_cache_usage=0.91, running=17, waiting=5, preemptions=9.0
+    )
 
 
 def test_other_metrics_and_nothing_read_as_idle() -> None:
-    assert parse_engine_metrics(["up 1\nbad line\nvllm:num_requests_waiting NaN\n"]) == \
-        EngineLoad()
+    assert parse_engine_metrics(["up 1\nbad line\nvllm:num_requests_waiting NaN\n"]) == EngineLoad()
     assert vllm_name("http_requests_total") is None
     assert vllm_name("vllm:num_preemptions_total") == "num_preemptions"

@@ -52,28 +52,62 @@ class Swept:
 
 def sweep(url: str, out: Path, key_file: Path, *flags: str) -> tuple[int, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "sweep", "--agent", "terminus-2",
-         "--task", "hello-file", "-n", "2", "--llm-url", url, "--upstream", "anthropic",
-         "--upstream-key-file", str(key_file), "--capture", "text", "--out", str(out),
-         "--name", "eval", "--concurrency", "2", *flags],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "sweep",
+            "--agent",
+            "terminus-2",
+            "--task",
+            "hello-file",
+            "-n",
+            "2",
+            "--llm-url",
+            url,
+            "--upstream",
+            "anthropic",
+            "--upstream-key-file",
+            str(key_file),
+            "--capture",
+            "text",
+            "--out",
+            str(out),
+            "--name",
+            "eval",
+            "--concurrency",
+            "2",
+            *flags,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
 def generations(stand_in: StandIn) -> list[dict[str, str]]:
     """The headers of every generation the stand-in was sent (probes aside)."""
-    return [headers for path, headers, body in stand_in.requests
-            if body is not None and path == "/v1/messages" and "Say OK." not in json.dumps(body)]
+    return [
+        headers
+        for path, headers, body in stand_in.requests
+        if body is not None and path == "/v1/messages" and "Say OK." not in json.dumps(body)
+    ]
 
 
 def _swept(ingress: str, tmp: Path, stack: contextlib.ExitStack) -> Swept:
     key_file = tmp / "upstream.key"
     key_file.write_text(SECRET + "\n")
-    stand_in = StandIn("anthropic", SECRET, script=terminus_script(KEYSTROKES),
-                       rate_limited=THROTTLED, retry_after="0.1")
+    stand_in = StandIn(
+        "anthropic",
+        SECRET,
+        script=terminus_script(KEYSTROKES),
+        rate_limited=THROTTLED,
+        retry_after="0.1",
+    )
     url = stack.enter_context(serve_in_thread(provider_app(stand_in)))
-    code, output = sweep(url, tmp / "out", key_file, "--ingress", ingress,
-                         "--proxy-replicas", "1")
+    code, output = sweep(url, tmp / "out", key_file, "--ingress", ingress, "--proxy-replicas", "1")
     return Swept(ingress, tmp / "out", url, key_file, stand_in, output, code)
 
 
@@ -85,8 +119,7 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str],
 
         def swept(ingress: str) -> Swept:
             if ingress not in made:
-                made[ingress] = _swept(ingress, tmp_path_factory.mktemp(f"eval-{ingress}"),
-                                       stack)
+                made[ingress] = _swept(ingress, tmp_path_factory.mktemp(f"eval-{ingress}"), stack)
             return made[ingress]
 
         yield swept
@@ -116,7 +149,8 @@ def test_every_row_is_an_evaluation_rate_limits_counted(swept: Swept) -> None:
     turns = pq.read_table(swept.out / "turns").to_pylist()
     assert sum(t["upstream_retries"] for t in turns) == THROTTLED
     assert sum(r["counts"]["retried_calls"] for r in rows) == sum(
-        1 for t in turns if t["upstream_retries"])
+        1 for t in turns if t["upstream_retries"]
+    )
     assert all(r["counts"]["engine_errors"] == 0 for r in rows)
     manifest = json.loads((swept.out / "_manifest.json").read_text())
     assert (manifest["capture"], manifest["upstream"]) == ("text", "anthropic")
@@ -145,13 +179,19 @@ def test_every_row_says_what_made_it(swept: Swept) -> None:
     faked); the harness's version and configuration are hashed as SCHEMA.md says."""
     assert swept.code == 0, swept.output[-3000:]
     served = json.loads((swept.out / "_manifest.json").read_text())["engine"]["served_model"]
-    config = json.dumps({"agent": "terminus-2", "agent_kwargs": {}, "profile": None},
-                        sort_keys=True, separators=(",", ":"))
+    config = json.dumps(
+        {"agent": "terminus-2", "agent_kwargs": {}, "profile": None},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     expected = {
-        "model_source": f"anthropic:{served}", "weights_sha256": None,
-        "chat_template_sha256": None, "tokenizer_sha256": None,
+        "model_source": f"anthropic:{served}",
+        "weights_sha256": None,
+        "chat_template_sha256": None,
+        "tokenizer_sha256": None,
         "harness_version": f"harbor {importlib.metadata.version('harbor')}",
-        "harness_config_sha256": hashlib.sha256(config.encode()).hexdigest()}
+        "harness_config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+    }
     rows = pq.read_table(swept.out / "rollouts").to_pylist()
     assert [row["provenance"] for row in rows] == [expected] * 2
 
@@ -167,13 +207,20 @@ def test_a_rerun_resumes_without_calling_the_upstream_again(host_swept: Swept) -
     assert len(generations(swept.stand_in)) == before
 
 
-def test_rollout_rows_mean_what_the_sweep_s_rows_mean(host_swept: Swept, tmp_path: Path
-                                                      ) -> None:
+def test_rollout_rows_mean_what_the_sweep_s_rows_mean(host_swept: Swept, tmp_path: Path) -> None:
     """Issue 35, item 4: the same kind of run through `rollout` (results.jsonl) and
     `sweep` (the dataset) says the same `trainable`, `capture_level` and `reward`."""
     swept = host_swept
-    code, output = rollout(swept.url, tmp_path / "out", "--upstream", "anthropic",
-                           "--capture", "text", "--upstream-key-file", str(swept.key_file))
+    code, output = rollout(
+        swept.url,
+        tmp_path / "out",
+        "--upstream",
+        "anthropic",
+        "--capture",
+        "text",
+        "--upstream-key-file",
+        str(swept.key_file),
+    )
     assert code == 0, output
     (line,) = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     one = json.loads(line)

@@ -28,9 +28,19 @@ from tests.online.test_serve_config import _apps
 NAMES = [f.name for f in dataclasses.fields(FleetSettings)]
 # Values other than every default, so that a surface that drops one is seen.
 CHANGED = FleetSettings(
-    concurrency=3, max_concurrency=5, min_concurrency=2, engine_metrics=("http://e/m",),
-    metrics_every_s=1.5, rollouts_per_host=3, sandbox_starts_per_s=2.0, journal="fsync",
-    train_partial=True, warm_pool={"hello-file": 1}, retries=3, grace_s=7.0)
+    concurrency=3,
+    max_concurrency=5,
+    min_concurrency=2,
+    engine_metrics=("http://e/m",),
+    metrics_every_s=1.5,
+    rollouts_per_host=3,
+    sandbox_starts_per_s=2.0,
+    journal="fsync",
+    train_partial=True,
+    warm_pool={"hello-file": 1},
+    retries=3,
+    grace_s=7.0,
+)
 ENGINE = _apps("online_cpu.yaml")["online"]["args"]["engine"]
 
 
@@ -47,13 +57,13 @@ def _sweep_params() -> dict[str, Any]:
 
 def test_every_setting_is_a_sweep_flag_with_the_types_default() -> None:
     params = _sweep_params()
-    shown = " ".join(CliRunner().invoke(app, ["sweep", "--help"],
-                                        env={"COLUMNS": "300"}).output.split())
+    shown = " ".join(
+        CliRunner().invoke(app, ["sweep", "--help"], env={"COLUMNS": "300"}).output.split()
+    )
     for name in NAMES:
         assert fleet_flag(name) in params[name].opts and fleet_flag(name) in shown
         default = getattr(FleetSettings(), name)
-        assert params[name].default == (None if isinstance(default, tuple | Mapping)
-                                        else default)
+        assert params[name].default == (None if isinstance(default, tuple | Mapping) else default)
 
 
 def _argv(settings: FleetSettings) -> list[str]:
@@ -88,8 +98,9 @@ def test_every_flag_reaches_the_request_the_driver_and_the_manifest(
         raise _Seen
 
     monkeypatch.setattr(jobs_sweep, "check_sweep", check_sweep)
-    result = CliRunner().invoke(app, ["sweep", "--agent", "oracle", "--out",
-                                      str(tmp_path), *_argv(CHANGED)])
+    result = CliRunner().invoke(
+        app, ["sweep", "--agent", "oracle", "--out", str(tmp_path), *_argv(CHANGED)]
+    )
     assert isinstance(result.exception, _Seen), result.output
     (request,) = seen
     assert settings_of(request) == settings_of(CHANGED)
@@ -108,8 +119,9 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_setting_is_a_yaml_field_that_reaches_the_controller(tmp_path: Path) -> None:
     for name in NAMES:
         assert ControllerArgs.model_fields[name].description == fleet_help(name)
-    args = _validated(ControllerArgs, {"engine": ENGINE, "work_dir": str(tmp_path),
-                                       **settings_of(CHANGED)})
+    args = _validated(
+        ControllerArgs, {"engine": ENGINE, "work_dir": str(tmp_path), **settings_of(CHANGED)}
+    )
     config = args.controller_config()
     assert settings_of(config) == settings_of(CHANGED)
     assert {n: config.manifest()[n] for n in NAMES} == settings_of(CHANGED)
@@ -119,29 +131,35 @@ def test_every_setting_is_a_yaml_field_that_reaches_the_controller(tmp_path: Pat
 def test_the_services_defaults_are_the_controllers() -> None:
     args = _validated(ControllerArgs, {"engine": ENGINE})
     assert settings_of(args.controller_config()) == settings_of(
-        ControllerConfig(work_dir=Path("w")))
+        ControllerConfig(work_dir=Path("w"))
+    )
 
 
-@pytest.mark.parametrize(("changes", "says"), [
-    ({"concurrency": 0}, "concurrency"),
-    ({"rollouts_per_host": 0}, "rollouts_per_host"),
-    ({"sandbox_starts_per_s": -1}, "sandbox_starts_per_s"),
-    ({"max_concurrency": 4, "engine_metrics": ("http://e/m",)}, "min_concurrency"),
-    ({"max_concurrency": 16}, "engine_metrics"),
-    ({"metrics_every_s": 0}, "metrics_every_s"),
-    ({"retries": -1}, "retries"),
-    ({"grace_s": 0}, "grace_s"),
-    ({"journal": "sometimes"}, "journal"),
-    ({"warm_pool": {"hello-file": -1}}, "warm_pool"),
-])
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"rollouts_per_host": 0}, "rollouts_per_host"),
+        ({"sandbox_starts_per_s": -1}, "sandbox_starts_per_s"),
+        ({"max_concurrency": 4, "engine_metrics": ("http://e/m",)}, "min_concurrency"),
+        ({"max_concurrency": 16}, "engine_metrics"),
+        ({"metrics_every_s": 0}, "metrics_every_s"),
+        ({"retries": -1}, "retries"),
+        ({"grace_s": 0}, "grace_s"),
+        ({"journal": "sometimes"}, "journal"),
+        ({"warm_pool": {"hello-file": -1}}, "warm_pool"),
+    ],
+)
 def test_one_check_refuses_on_every_surface_naming_the_setting(
     changes: dict[str, Any], says: str
 ) -> None:
     flag, fields = fleet_flag(says), {"concurrency": 8, **changes}
-    for make in (lambda: FleetSettings(**fields),
-                 lambda: SweepConfig(out=Path("o"), **fields),
-                 lambda: SweepRequest(agent="oracle", **fields),
-                 lambda: ControllerConfig(work_dir=Path("w"), **fields)):
+    for make in (
+        lambda: FleetSettings(**fields),
+        lambda: SweepConfig(out=Path("o"), **fields),
+        lambda: SweepRequest(agent="oracle", **fields),
+        lambda: ControllerConfig(work_dir=Path("w"), **fields),
+    ):
         with pytest.raises(StartError, match=f"{says} \\({flag}\\)"):
             make()
     yaml = {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}

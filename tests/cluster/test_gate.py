@@ -6,8 +6,9 @@ import pytest
 from harbor_ray.cluster.gate import ResizableGate
 
 
-async def _hold(gate: ResizableGate, entered: list[int], i: int, release: asyncio.Event,
-                peak: list[int]) -> None:
+async def _hold(
+    gate: ResizableGate, entered: list[int], i: int, release: asyncio.Event, peak: list[int]
+) -> None:
     async with gate:
         entered.append(i)
         peak[0] = max(peak[0], gate.held)

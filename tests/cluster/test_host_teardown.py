@@ -38,15 +38,25 @@ def _spec(tmp_path: Path, task: str, index: int) -> RolloutSpec:
     """A rollout of `task` (a sample task renamed: the work reads only its name)."""
     [sample] = select_tasks(resolve_dataset("samples"), ["hello-file"])
     return RolloutSpec(
-        rollout_id=f"{task}-{index}", task=sample.model_copy(update={"name": task}),
-        agent="oracle", trials_dir=tmp_path / "trials",
-        sandbox_kwargs={"sandboxes_dir": str(tmp_path / "sandboxes")})
+        rollout_id=f"{task}-{index}",
+        task=sample.model_copy(update={"name": task}),
+        agent="oracle",
+        trials_dir=tmp_path / "trials",
+        sandbox_kwargs={"sandboxes_dir": str(tmp_path / "sandboxes")},
+    )
 
 
 def _hosts(count: int) -> list:
     prefix = secrets.token_hex(3)
-    hosts = [start_host(f"td{prefix}{k}", proxy=None, num_cpus=0.01,
-                        work=sandbox_work.sandbox_work("sleep 3600")) for k in range(count)]
+    hosts = [
+        start_host(
+            f"td{prefix}{k}",
+            proxy=None,
+            num_cpus=0.01,
+            work=sandbox_work.sandbox_work("sleep 3600"),
+        )
+        for k in range(count)
+    ]
     ray.get([host.node.remote() for host in hosts])
     return hosts
 
@@ -60,8 +70,9 @@ def _probe(host, tmp_path: Path) -> tuple[int, str | None]:
 def _sandbox_dirs(tmp_path: Path) -> list[Path]:
     """The sandboxes' own directories, in the hosts' directories under `sandboxes`."""
     root = tmp_path / "sandboxes"
-    return [sandbox for host in (root.iterdir() if root.exists() else [])
-            for sandbox in host.iterdir()]
+    return [
+        sandbox for host in (root.iterdir() if root.exists() else []) for sandbox in host.iterdir()
+    ]
 
 
 def _left(tmp_path: Path) -> tuple[list[int], list[Path]]:
@@ -70,8 +81,11 @@ def _left(tmp_path: Path) -> tuple[list[int], list[Path]]:
 
 def _running(tmp_path: Path) -> int:
     """Sandboxes whose pid 1 runs (each has a `sleep` child)."""
-    return sum(1 for pid in sandbox_processes(tmp_path / "sandboxes")
-               if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep")
+    return sum(
+        1
+        for pid in sandbox_processes(tmp_path / "sandboxes")
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+    )
 
 
 def _begun(tmp_path: Path) -> int:

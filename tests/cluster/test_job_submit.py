@@ -42,8 +42,9 @@ def _submit_and_wait(client: JobSubmissionClient, *args: str) -> tuple[JobStatus
     while not (status := client.get_job_status(job)).is_terminal():
         if time.monotonic() > deadline:
             client.stop_job(job)
-            pytest.fail(f"job {job} still {status} after {TIMEOUT_S} s:\n"
-                        f"{client.get_job_logs(job)}")
+            pytest.fail(
+                f"job {job} still {status} after {TIMEOUT_S} s:\n{client.get_job_logs(job)}"
+            )
         time.sleep(1)
     return status, client.get_job_logs(job)
 
@@ -51,27 +52,46 @@ def _submit_and_wait(client: JobSubmissionClient, *args: str) -> tuple[JobStatus
 def test_sweep_job_writes_the_dataset(jobs: JobSubmissionClient, tmp_path: Path) -> None:
     out = tmp_path / "out"
     status, logs = _submit_and_wait(
-        jobs, "--agent", "oracle", "--dataset", "samples", "--task", "hello-file",
-        "--attempts", "2", "--concurrency", "2", "--out", str(out), "--name", "job")
+        jobs,
+        "--agent",
+        "oracle",
+        "--dataset",
+        "samples",
+        "--task",
+        "hello-file",
+        "--attempts",
+        "2",
+        "--concurrency",
+        "2",
+        "--out",
+        str(out),
+        "--name",
+        "job",
+    )
 
     assert status == JobStatus.SUCCEEDED, logs
     # The summary (rich wraps the job's output at 80 columns: no path is matched).
     assert "2 rollouts in" in logs and "2 ok, peak in flight" in logs, logs
     rows = pq.read_table(out / "rollouts").to_pylist()
-    assert sorted(r["rollout_id"] for r in rows) == [
-        "hello-file__0__job", "hello-file__1__job"]
+    assert sorted(r["rollout_id"] for r in rows) == ["hello-file__0__job", "hello-file__1__job"]
     assert all(r["ok"] and r["reward"] == 1.0 for r in rows), rows
 
 
-@pytest.mark.parametrize(("flags", "reason"), [
-    (["--agent", "no-such-agent", "--out", "{out}"], "unknown agent 'no-such-agent'"),
-    (["--agent", "oracle", "--out", "out"], "pass --out as an absolute path"),
-], ids=["unknown-agent", "relative-out"])
-def test_bad_flag_fails_the_job_and_says_why(jobs: JobSubmissionClient, tmp_path: Path,
-                                            flags: list[str], reason: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        (["--agent", "no-such-agent", "--out", "{out}"], "unknown agent 'no-such-agent'"),
+        (["--agent", "oracle", "--out", "out"], "pass --out as an absolute path"),
+    ],
+    ids=["unknown-agent", "relative-out"],
+)
+def test_bad_flag_fails_the_job_and_says_why(
+    jobs: JobSubmissionClient, tmp_path: Path, flags: list[str], reason: str
+) -> None:
     out = tmp_path / "out"
     status, logs = _submit_and_wait(
-        jobs, "--task", "hello-file", *(f.format(out=out) for f in flags))
+        jobs, "--task", "hello-file", *(f.format(out=out) for f in flags)
+    )
 
     assert status == JobStatus.FAILED, logs
     assert reason in logs, logs

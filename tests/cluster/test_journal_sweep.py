@@ -52,15 +52,26 @@ async def test_a_killed_hosts_turns_are_in_the_dataset_exactly_once(
 ) -> None:
     engine, llm_url = echo_engine
     out, marker = tmp_path / "out", tmp_path / "held"
-    [spec] = make_specs(select_tasks(resolve_dataset("samples"), ["hello-file"]), 1,
-                        agent="terminus-2", sandbox="local", trials_dir=out / "trials",
-                        run_id="j", deadline_s=300)
-    config = SweepConfig(out=out, retries=retries, journal="fsync",
-                         proxy=ProxyTarget(llm_url, "fake-model", ingress="host"))
+    [spec] = make_specs(
+        select_tasks(resolve_dataset("samples"), ["hello-file"]),
+        1,
+        agent="terminus-2",
+        sandbox="local",
+        trials_dir=out / "trials",
+        run_id="j",
+        deadline_s=300,
+    )
+    config = SweepConfig(
+        out=out,
+        retries=retries,
+        journal="fsync",
+        proxy=ProxyTarget(llm_url, "fake-model", ingress="host"),
+    )
     engine.calls.clear()
     before = session_hosts()
-    running = asyncio.create_task(sweep(
-        [spec], config, {}, work=chat_agent(CALLS, between=_held_once(str(marker)))))
+    running = asyncio.create_task(
+        sweep([spec], config, {}, work=chat_agent(CALLS, between=_held_once(str(marker))))
+    )
     async with asyncio.timeout(120):
         while not marker.exists():
             assert not running.done()
@@ -74,14 +85,17 @@ async def test_a_killed_hosts_turns_are_in_the_dataset_exactly_once(
     lost_id = spec.rollout_id if retries == 0 else f"{spec.rollout_id}@{host.split('-', 1)[1]}"
     lost = rows[lost_id]
     assert (lost["error_type"], lost["partial"], lost["trainable"], lost["ok"]) == (
-        "infra_lost", True, False, False)
+        "infra_lost",
+        True,
+        False,
+        False,
+    )
     assert lost["counts"]["turns"] == HELD_AFTER
     # Every call the engine answered is one turn in the dataset: none lost, none twice.
     assert len(turns) == len(engine.calls) == HELD_AFTER + retries * CALLS
     # The retry asks the echo engine what the lost try asked, so answers repeat across
     # rows; within a row each call is there once.
-    answered = [(t["rollout_id"], orjson.loads(t["response_message"])["content"])
-                for t in turns]
+    answered = [(t["rollout_id"], orjson.loads(t["response_message"])["content"]) for t in turns]
     assert len(set(answered)) == len(answered)
     # Its rows committed, no journal is left: not the dead host's, not the retry's.
     assert not list((out / "journal").glob("*.journal"))
@@ -104,14 +118,24 @@ async def test_a_host_that_ends_normally_removes_its_journal(
     """Hosts ended by the driver, before the run removes any journal itself."""
     _, llm_url = echo_engine
     out = tmp_path / "out"
-    specs = make_specs(select_tasks(resolve_dataset("samples"), ["hello-file"]), 3,
-                       agent="terminus-2", sandbox="local", trials_dir=out / "trials",
-                       run_id="n", deadline_s=300)
-    config = SweepConfig(out=out, journal="fsync", rollouts_per_host=1, concurrency=3,
-                         proxy=ProxyTarget(llm_url, "fake-model", ingress="host"))
+    specs = make_specs(
+        select_tasks(resolve_dataset("samples"), ["hello-file"]),
+        3,
+        agent="terminus-2",
+        sandbox="local",
+        trials_dir=out / "trials",
+        run_id="n",
+        deadline_s=300,
+    )
+    config = SweepConfig(
+        out=out,
+        journal="fsync",
+        rollouts_per_host=1,
+        concurrency=3,
+        proxy=ProxyTarget(llm_url, "fake-model", ingress="host"),
+    )
     records: list[RolloutRecord] = []
-    await run_rollouts(specs, config, SweepStats(total=3), records.append,
-                       work=chat_agent(CALLS))
+    await run_rollouts(specs, config, SweepStats(total=3), records.append, work=chat_agent(CALLS))
     assert len(records) == 3 and all(r.result.ok for r in records)
     assert len({r.result.host for r in records}) == 3
     assert config.journaling.directory.is_dir()  # the hosts journaled there

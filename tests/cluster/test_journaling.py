@@ -25,8 +25,9 @@ from tests.fixtures.threaded import fake_engine_in_thread
 
 def _spec(tmp_path: Path) -> RolloutSpec:
     [task] = select_tasks(resolve_dataset("samples"), ["hello-file"])
-    return RolloutSpec(rollout_id="hello-file__0__t", task=task, agent="terminus-2",
-                       trials_dir=tmp_path / "trials")
+    return RolloutSpec(
+        rollout_id="hello-file__0__t", task=task, agent="terminus-2", trials_dir=tmp_path / "trials"
+    )
 
 
 async def test_a_journaled_capture_tags_each_session_with_its_rollout(tmp_path: Path) -> None:
@@ -43,16 +44,26 @@ async def test_a_journaled_capture_tags_each_session_with_its_rollout(tmp_path: 
     assert Journaling(tmp_path, "off").open("h1") is None
 
 
-def test_a_partial_row_keeps_its_turns_and_is_trainable_only_when_asked(tmp_path: Path
-                                                                        ) -> None:
+def test_a_partial_row_keeps_its_turns_and_is_trainable_only_when_asked(tmp_path: Path) -> None:
     turns = (turn(0, [1, 2], [3, 4]), turn(1, [1, 2, 3, 4, 5], [6]))
     for train_partial in (False, True):
-        record = partial_record(_spec(tmp_path), turns, rollout_id="x@h0", error="died",
-                                seconds=1.0, node="10.0.0.2", host="h0",
-                                train_partial=train_partial)
+        record = partial_record(
+            _spec(tmp_path),
+            turns,
+            rollout_id="x@h0",
+            error="died",
+            seconds=1.0,
+            node="10.0.0.2",
+            host="h0",
+            train_partial=train_partial,
+        )
         [row] = record.rollout.to_pylist()
         assert (row["rollout_id"], row["error_type"], row["ok"], row["partial"]) == (
-            "x@h0", "infra_lost", False, True)
+            "x@h0",
+            "infra_lost",
+            False,
+            True,
+        )
         assert row["trainable"] is train_partial
         assert row["counts"]["turns"] == 2 and row["reward"] is None
         assert "journal_partial" in [f["code"] for f in row["findings"]]
@@ -79,14 +90,25 @@ async def test_calls_through_the_proxy_reach_the_dataset_once_from_the_journal(
                     reply = await http.post(
                         f"{local.host_url}/v1/chat/completions",
                         headers={"authorization": f"Bearer {session.key}"},
-                        json={"model": "fake-model", "messages": messages, "max_tokens": 8})
+                        json={"model": "fake-model", "messages": messages, "max_tokens": 8},
+                    )
                     assert reply.status_code == 200
-                    messages += [reply.json()["choices"][0]["message"],
-                                 {"role": "user", "content": f"step {step} done"}]
+                    messages += [
+                        reply.json()["choices"][0]["message"],
+                        {"role": "user", "content": f"step {step} done"},
+                    ]
         await upstream.aclose()
     [turns] = unfinished_turns(read_journal(journal.path).entries).values()
-    record = partial_record(_spec(tmp_path), turns, rollout_id="r1", error="died",
-                            seconds=1.0, node=None, host="h0", train_partial=False)
+    record = partial_record(
+        _spec(tmp_path),
+        turns,
+        rollout_id="r1",
+        error="died",
+        seconds=1.0,
+        node=None,
+        host="h0",
+        train_partial=False,
+    )
     writer = DatasetWriter(tmp_path / "out", {})
     writer.add(record)
     writer.close(0.0)

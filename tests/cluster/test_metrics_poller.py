@@ -25,10 +25,16 @@ async def test_the_gate_follows_the_scripted_engines_and_a_silent_one_holds_it()
     gate = ResizableGate(4)
     for _ in range(4):
         await gate.acquire()  # the cap in use: idle engines may raise it
-    steering = asyncio.create_task(steer_gate(
-        gate, AdmissionController(AdmissionPolicy(floor=2, ceiling=6, start=4)),
-        ["http://engine:8000/metrics"], every_s=0.001, on_limit=seen.append,
-        transport=httpx.MockTransport(engine)))
+    steering = asyncio.create_task(
+        steer_gate(
+            gate,
+            AdmissionController(AdmissionPolicy(floor=2, ceiling=6, start=4)),
+            ["http://engine:8000/metrics"],
+            every_s=0.001,
+            on_limit=seen.append,
+            transport=httpx.MockTransport(engine),
+        )
+    )
     await finished.wait()
     await asyncio.sleep(0.05)
     steering.cancel()

@@ -24,8 +24,14 @@ pytestmark = pytest.mark.integration
 
 
 def _job(cluster: NetnsCluster, job: str, timeout_s: float = 300, **args) -> dict:
-    done = cluster.python_on(cluster.head, "tests.cluster.multinode_driver", job,
-                             cluster.address, json.dumps(args), timeout_s=timeout_s)
+    done = cluster.python_on(
+        cluster.head,
+        "tests.cluster.multinode_driver",
+        job,
+        cluster.address,
+        json.dumps(args),
+        timeout_s=timeout_s,
+    )
     assert done.returncode == 0, done.stderr[-5000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -43,15 +49,25 @@ def _rows(out: Path, table: str = "rollouts") -> list[dict]:
 
 
 @pytest.mark.parametrize("ingress", ["direct", "serve", "host"])
-def test_sweep_with_hosts_on_every_node(multinode: NetnsCluster, multinode_engine: str,
-                                        tmp_path: Path, ingress: str) -> None:
+def test_sweep_with_hosts_on_every_node(
+    multinode: NetnsCluster, multinode_engine: str, tmp_path: Path, ingress: str
+) -> None:
     """The stub agent through each ingress, hosts spread over the three nodes, one proxy
     replica (so `direct` relays cross nodes), the engine on a machine of its own: every
     row ok, on the node and host that ran it, each answered call one recorded turn."""
     out, calls, count = tmp_path / "out", 3, 6
-    result = _job(multinode, "sweep", out=str(out), ingress=ingress, llm_url=multinode_engine,
-                  task="hello-file", count=count, calls=calls, concurrency=count,
-                  rollouts_per_host=1)
+    result = _job(
+        multinode,
+        "sweep",
+        out=str(out),
+        ingress=ingress,
+        llm_url=multinode_engine,
+        task="hello-file",
+        count=count,
+        calls=calls,
+        concurrency=count,
+        rollouts_per_host=1,
+    )
     rows = _rows(out)
     assert result == {"ok": count, "done": count}
     assert sorted(r["rollout_id"] for r in rows) == [f"hello-file__{k}__mn" for k in range(count)]
@@ -68,9 +84,12 @@ def test_a_node_that_cannot_reach_the_engine_is_named(multinode: NetnsCluster) -
     """An engine on the head's loopback: the driver (on the head) certifies it, and the
     workers, which cannot reach it, are each named before anything runs."""
     port = 8012
-    engine = multinode.popen(multinode.head, [
-        sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = multinode.popen(
+        multinode.head,
+        [sys.executable, "-m", "harbor_ray.capture.proxy.fake_engine", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         result = _job(multinode, "certify", llm_url=f"http://127.0.0.1:{port}/v1")
     finally:
@@ -86,7 +105,8 @@ def _slow_task(tmp_path: Path, seconds: int) -> Path:
     tasks = tmp_path / "tasks"
     shutil.copytree(SAMPLES / "hello-file", tasks / "slow")
     (tasks / "slow" / "solution" / "solve.sh").write_text(
-        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n")
+        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n"
+    )
     return tasks
 
 
@@ -105,13 +125,26 @@ def _sandboxed_in(cluster: NetnsCluster, node, sandboxes: Path) -> int:
 
 def _sweep_driver(cluster: NetnsCluster, args: dict) -> subprocess.Popen:
     """The sweep job running in the head's namespace (its result: `communicate`)."""
-    return cluster.popen(cluster.head, [
-        sys.executable, "-m", "tests.cluster.multinode_driver", "sweep", cluster.address,
-        json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    return cluster.popen(
+        cluster.head,
+        [
+            sys.executable,
+            "-m",
+            "tests.cluster.multinode_driver",
+            "sweep",
+            cluster.address,
+            json.dumps(args),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
-def _wait_while_running(driver: subprocess.Popen, ready: Callable[[], object],
-                        timeout_s: float) -> None:
+def _wait_while_running(
+    driver: subprocess.Popen, ready: Callable[[], object], timeout_s: float
+) -> None:
     """Until `ready()` is truthy; fails, with the driver's output, if it ended first."""
     deadline = time.monotonic() + timeout_s
     while not ready():
@@ -128,15 +161,23 @@ def test_a_worker_node_killed_mid_sweep(multinode: NetnsCluster, tmp_path: Path)
     rollout, none on w2, and nothing left of any sandbox."""
     out, count = tmp_path / "out", 6
     victim = multinode.nodes["w2"]
-    args = {"out": str(out), "agent": "oracle", "dataset": str(_slow_task(tmp_path, 15)),
-            "task": "slow", "count": count, "concurrency": count, "rollouts_per_host": 1,
-            # One retry is enough: while Ray still lists w2 alive, the pool places no
-            # new host there (its hosts died), so a retry does not die on w2 again.
-            "retries": 1}
+    args = {
+        "out": str(out),
+        "agent": "oracle",
+        "dataset": str(_slow_task(tmp_path, 15)),
+        "task": "slow",
+        "count": count,
+        "concurrency": count,
+        "rollouts_per_host": 1,
+        # One retry is enough: while Ray still lists w2 alive, the pool places no
+        # new host there (its hosts died), so a retry does not die on w2 again.
+        "retries": 1,
+    }
     driver = _sweep_driver(multinode, args)
     try:
-        _wait_while_running(driver, lambda: _sandboxed_in(multinode, victim, out / "sandboxes"),
-                            timeout_s=300)
+        _wait_while_running(
+            driver, lambda: _sandboxed_in(multinode, victim, out / "sandboxes"), timeout_s=300
+        )
         assert multinode.kill_node(victim) > 0
         stdout, stderr = driver.communicate(timeout=600)
     finally:
@@ -162,7 +203,8 @@ def _checked_in(directory: Path) -> dict[str, str]:
 
 
 def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
-        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    multinode: NetnsCluster, multinode_engine: str, tmp_path: Path
+) -> None:
     """Both workers out, the sweep's one proxy replica is deployed on a cluster of one
     node, so its direct socket is on the head's loopback, out of reach of any other
     node. Each host asks for 0.9 CPU: the head (2 CPUs) runs two, and the others wait
@@ -175,9 +217,19 @@ def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
     out, checkin = tmp_path / "out", tmp_path / "checkin"
     checkin.mkdir()
     calls, count = 4, 6
-    args = {"out": str(out), "ingress": "direct", "llm_url": multinode_engine,
-            "task": "hello-file", "count": count, "calls": calls, "think_s": 3.0,
-            "concurrency": count, "rollouts_per_host": 1, "host_cpus": 0.9, "checkin": str(checkin)}
+    args = {
+        "out": str(out),
+        "ingress": "direct",
+        "llm_url": multinode_engine,
+        "task": "hello-file",
+        "count": count,
+        "calls": calls,
+        "think_s": 3.0,
+        "concurrency": count,
+        "rollouts_per_host": 1,
+        "host_cpus": 0.9,
+        "checkin": str(checkin),
+    }
     down = list(multinode.workers)
     for worker in down:
         assert multinode.kill_node(worker) > 0
@@ -203,8 +255,9 @@ def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
     assert all(r["ok"] for r in rows), [(r["node"], r["error"]) for r in rows]
     assert json.loads(stdout.strip().splitlines()[-1]) == {"ok": count, "done": count}
     assert set(before.values()) == {multinode.head.ip}  # only the head ran rollouts before
-    assert {r["node"] for r in rows} == {n.ip for n in multinode.nodes.values()
-                                         if n.ray is not None}  # hosts on the joined nodes
+    assert {r["node"] for r in rows} == {
+        n.ip for n in multinode.nodes.values() if n.ray is not None
+    }  # hosts on the joined nodes
     assert _checked_in(checkin) == {r["rollout_id"]: r["node"] for r in rows}
     turns = _rows(out, "turns")
     assert len(turns) == sum(r["counts"]["model_calls"] for r in rows) == calls * count
@@ -212,7 +265,8 @@ def test_nodes_joining_mid_sweep_reach_a_replica_deployed_on_one_node(
 
 
 def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
-        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    multinode: NetnsCluster, multinode_engine: str, tmp_path: Path
+) -> None:
     """Agents in a namespace of their own (no Ray, no host: a cloud sandbox's machine)
     reach the capture proxy only through `--proxy-url`, which lands on the head's relays;
     every answer is a recorded turn, a wrong key is refused, and a connection to a host's
@@ -220,25 +274,42 @@ def test_an_agent_in_a_remote_sandbox_reaches_the_proxy_through_proxy_url(
     their loopback only."""
     remote = multinode.nodes.get("remote") or multinode.add_namespace("remote")
     out, calls, count = tmp_path / "out", 2, 3
-    result = _job(multinode, "sweep", out=str(out), llm_url=multinode_engine,
-                  task="hello-file", count=count, calls=calls, concurrency=count,
-                  rollouts_per_host=1, remote_netns=remote.netns,
-                  proxy_url=f"http://{multinode.head.ip}:8770")
+    result = _job(
+        multinode,
+        "sweep",
+        out=str(out),
+        llm_url=multinode_engine,
+        task="hello-file",
+        count=count,
+        calls=calls,
+        concurrency=count,
+        rollouts_per_host=1,
+        remote_netns=remote.netns,
+        proxy_url=f"http://{multinode.head.ip}:8770",
+    )
     rows = _rows(out)
     assert result == {"ok": count, "done": count}, [r["error"] for r in rows]
     assert len(_rows(out, "turns")) == calls * count
 
 
 def test_the_online_service_runs_a_group_over_the_nodes(
-        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path) -> None:
+    multinode: NetnsCluster, multinode_engine: str, tmp_path: Path
+) -> None:
     """The online service laid out as its `serve run` YAML does (the capture app from
     its builder, one replica; the controller behind its HTTP API), the stub agent on
     hosts spread over the nodes: two groups of two complete, every rollout ok, on more
     than one node, and each of its calls one recorded turn, through the engine across
     the bridge."""
     calls, n, tasks = 2, 2, ["hello-file", "count-words"]
-    result = _job(multinode, "online", out=str(tmp_path / "work"), llm_url=multinode_engine,
-                  calls=calls, n=n, tasks=tasks)
+    result = _job(
+        multinode,
+        "online",
+        out=str(tmp_path / "work"),
+        llm_url=multinode_engine,
+        calls=calls,
+        n=n,
+        tasks=tasks,
+    )
     rollouts = result["rollouts"]
     assert result["groups"] == sorted(tasks)
     assert len({r["rollout_id"] for r in rollouts}) == len(rollouts) == n * len(tasks)
@@ -255,16 +326,16 @@ def _placed(answers: dict[str, list[dict]]) -> dict[str, dict]:
     return {session: calls[0] for session, calls in answers.items()}
 
 
-def test_each_session_sticks_to_one_engine_replica_across_nodes(
-        multinode: NetnsCluster) -> None:
+def test_each_session_sticks_to_one_engine_replica_across_nodes(multinode: NetnsCluster) -> None:
     """Two stand-ins for the engine's replicas on different nodes, routed as the engine's
     config routes them (`routing: affinity`, SessionAffinityRouter), called through
     Serve's HTTP proxy with each session in `x-session-id`: every call of a session
     lands on one replica, both nodes hold sessions; when one replica's node dies, its
     sessions move to a replica on a live node and stick there, and the others stay."""
     sessions = [f"session-{i}" for i in range(12)]
-    before = _placed(_job(multinode, "affinity", deploy=True, sessions=sessions,
-                          rounds=4)["answers"])
+    before = _placed(
+        _job(multinode, "affinity", deploy=True, sessions=sessions, rounds=4)["answers"]
+    )
     replicas = {(p["replica"], p["ip"]) for p in before.values()}
     assert len(replicas) == 2 and len({ip for _, ip in replicas}) == 2, replicas
     victim_ip = next(ip for _, ip in replicas if ip != multinode.head.ip)
@@ -275,11 +346,15 @@ def test_each_session_sticks_to_one_engine_replica_across_nodes(
     try:
         # A call that meets the dead replica (before Serve hears of its death) is sent
         # again; every call answered lands on one replica.
-        after = _placed(_job(multinode, "affinity", sessions=moved, rounds=4, retry_s=180,
-                             timeout_s=400)["answers"])
+        after = _placed(
+            _job(multinode, "affinity", sessions=moved, rounds=4, retry_s=180, timeout_s=400)[
+                "answers"
+            ]
+        )
         assert all(after[s]["ip"] != victim_ip for s in moved), after
-        assert _placed(_job(multinode, "affinity", sessions=kept, rounds=2,
-                            delete=True)["answers"]) == {s: before[s] for s in kept}
+        assert _placed(
+            _job(multinode, "affinity", sessions=kept, rounds=2, delete=True)["answers"]
+        ) == {s: before[s] for s in kept}
     finally:
         multinode.restart(victim)
         multinode.wait_alive(3)  # the session's later tests get three nodes
@@ -287,7 +362,8 @@ def test_each_session_sticks_to_one_engine_replica_across_nodes(
 
 @pytest.mark.parametrize("lost", ["host", "node"])
 def test_a_dead_hosts_journal_is_read_on_its_node(
-        multinode: NetnsCluster, multinode_engine: str, tmp_path: Path, lost: str) -> None:
+    multinode: NetnsCluster, multinode_engine: str, tmp_path: Path, lost: str
+) -> None:
     """The stub agent on hosts spread over the nodes, each host journaling to its node's
     own disk (the sweep's journal directory is a link to `local_dir`, a different tmpfs
     on each node). One rollout on a worker holds after HELD calls; then its host's
@@ -304,11 +380,20 @@ def test_a_dead_hosts_journal_is_read_on_its_node(
     retries = 1 if lost == "host" else 0
     # Hosts calling the engine themselves (`host`): a proxy replica on the node killed
     # would take every other node's calls down too.
-    args = {"out": str(out), "ingress": "host", "llm_url": multinode_engine,
-            "task": "hello-file", "count": count, "calls": calls, "think_s": 1.0,
-            "concurrency": count, "rollouts_per_host": 1, "retries": retries,
-            "journal": "flush", "hold": {"after": held, "marker": str(marker),
-                                         "head_ip": multinode.head.ip}}
+    args = {
+        "out": str(out),
+        "ingress": "host",
+        "llm_url": multinode_engine,
+        "task": "hello-file",
+        "count": count,
+        "calls": calls,
+        "think_s": 1.0,
+        "concurrency": count,
+        "rollouts_per_host": 1,
+        "retries": retries,
+        "journal": "flush",
+        "hold": {"after": held, "marker": str(marker), "head_ip": multinode.head.ip},
+    }
     workers = {n.ip: n for n in multinode.workers}
     driver = _sweep_driver(multinode, args)
     victim = None
@@ -338,7 +423,8 @@ def test_a_dead_hosts_journal_is_read_on_its_node(
     assert len({(t["rollout_id"], t["index"]) for t in turns}) == len(turns)
     failed = {key: r for key, r in rows.items() if not r["ok"]}
     assert all(r["counts"]["turns"] == calls for r in rows.values() if r["ok"]), [
-        r["error"] for r in failed.values()]
+        r["error"] for r in failed.values()
+    ]
     [row] = [r for r in failed.values() if r["host"] == host]
     assert (row["error_type"], row["node"]) == ("infra_lost", victim.ip)
     if lost == "host":
@@ -346,8 +432,9 @@ def test_a_dead_hosts_journal_is_read_on_its_node(
         assert list(failed) == [row["rollout_id"]]
         assert row["rollout_id"].endswith(f"@{host}")
         assert row["partial"] and not row["trainable"] and row["counts"]["turns"] == held
-        assert sorted(t["index"] for t in turns if t["rollout_id"] == row["rollout_id"]
-                      ) == list(range(held))
+        assert sorted(t["index"] for t in turns if t["rollout_id"] == row["rollout_id"]) == list(
+            range(held)
+        )
         # The retry's own turns, none of the lost ones: each answered call once.
         assert rows[row["rollout_id"].split("@")[0]]["ok"] and len(rows) == count + 1
         assert len(turns) == calls * count + held
@@ -355,10 +442,15 @@ def test_a_dead_hosts_journal_is_read_on_its_node(
         # Every rollout the node took down with it (its other host's too, no retry):
         # infra_lost with no turn, its journal gone with the node's disk.
         assert {r["node"] for r in failed.values()} == {victim.ip}, [
-            (r["node"], r["error"]) for r in failed.values()]
+            (r["node"], r["error"]) for r in failed.values()
+        ]
         assert len(rows) == count
-        assert all(r["error_type"] == "infra_lost" and not r["partial"]
-                   and not (r["counts"] or {}).get("turns") for r in failed.values())
+        assert all(
+            r["error_type"] == "infra_lost"
+            and not r["partial"]
+            and not (r["counts"] or {}).get("turns")
+            for r in failed.values()
+        )
         assert len(turns) == calls * (count - len(failed))
     for node in multinode.nodes.values():
         if node.ray is not None:

@@ -55,8 +55,14 @@ ENGINE_DELAY_MS = 50
 @pytest.fixture(scope="module")
 def proxy_url(ray_cluster: None) -> Iterator[str]:
     with fake_engine_process("--delay-ms", str(ENGINE_DELAY_MS)) as engine_url:
-        url = deploy_capture_proxy(engine_url, "fake-model", replicas=2, app_name=APP,
-                                   route_prefix="/capture-test", http_port=free_port())
+        url = deploy_capture_proxy(
+            engine_url,
+            "fake-model",
+            replicas=2,
+            app_name=APP,
+            route_prefix="/capture-test",
+            http_port=free_port(),
+        )
         try:
             yield url
         finally:
@@ -76,8 +82,9 @@ def owner(ray_cluster: None) -> Iterator[Any]:
 
 def new_host() -> Any:
     """A rollout host (no rollouts here): it owns sessions and runs the relay."""
-    return start_probed_host(f"t{uuid.uuid4().hex[:8]}",
-                             ProxyTarget("unused-serve-url", "fake-model", "direct", app=APP))
+    return start_probed_host(
+        f"t{uuid.uuid4().hex[:8]}", ProxyTarget("unused-serve-url", "fake-model", "direct", app=APP)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +115,9 @@ async def open_session(owner: Any, budget: int | None = None) -> tuple[str, str]
 
 
 def client(proxy_url: str, key: str, retries: int = 0) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=retries,
-                              timeout=30)
+    return openai.AsyncOpenAI(
+        base_url=f"{proxy_url}/v1", api_key=key, max_retries=retries, timeout=30
+    )
 
 
 async def ask(sdk: openai.AsyncOpenAI, content: str, *, stream: bool = False) -> str:
@@ -210,8 +218,7 @@ async def test_stale_registry_entries_are_skipped_and_removed(proxy_url: str) ->
     assert sorted(await registry.entries.remote(), key=str) == sorted(live, key=str)
 
 
-async def test_an_owner_finds_a_live_replica_that_holds_a_call(proxy_url: str, owner: Any
-                                                               ) -> None:
+async def test_an_owner_finds_a_live_replica_that_holds_a_call(proxy_url: str, owner: Any) -> None:
     """A replica names itself to owners so that they can tell whether it still lives; a
     live one's calls in flight keep their place in the budget."""
     name = replica_actor_names(APP)[0]
@@ -231,6 +238,7 @@ def test_serving_actors_froze_their_startup_heap(proxy_url: str, host: Any) -> N
 
     def frozen(_actor: Any) -> int:
         import gc
+
         return gc.get_freeze_count()
 
     replicas = [ray.get_actor(name, namespace="serve") for name in replica_actor_names(APP)]
@@ -279,8 +287,10 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
             return name, -1, time.monotonic()
         # Serve's router may send most calls to one replica: kill one that has calls.
         while True:
-            ongoing = {name: await actor.get_num_ongoing_requests.remote()
-                       for name, actor in replicas.items()}
+            ongoing = {
+                name: await actor.get_num_ongoing_requests.remote()
+                for name, actor in replicas.items()
+            }
             name = max(ongoing, key=ongoing.__getitem__)
             if ongoing[name]:
                 ray.kill(replicas[name], no_restart=True)
@@ -289,7 +299,8 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
 
     with caplog.at_level(logging.INFO, logger="openai"):
         (victim, in_flight, killed_at), *_ = await asyncio.gather(
-            killer(), *(agent(n, key) for n, (_, key) in enumerate(sessions)))
+            killer(), *(agent(n, key) for n, (_, key) in enumerate(sessions))
+        )
     sdk_retries = sum("Retrying request" in r.getMessage() for r in caplog.records)
 
     # Each agent spends the rest of its budget: every call of it becomes a turn, those the
@@ -314,10 +325,12 @@ async def test_a_replica_killed_mid_call_loses_no_reply(
         duplicates += prompts - Counter(set(prompts))
 
     replaced = _wait_for_replacement(APP, victim, timeout_s=60)
-    print(f"\n{ingress.kind}: replica killed with {in_flight} calls in flight (-1: not "
-          f"counted): SDK retries {sdk_retries}, streams asked again {asked_again}, "
-          f"turns recorded twice {dict(duplicates)}, "
-          f"replacement running {replaced - killed_at:.1f} s after the kill")
+    print(
+        f"\n{ingress.kind}: replica killed with {in_flight} calls in flight (-1: not "
+        f"counted): SDK retries {sdk_retries}, streams asked again {asked_again}, "
+        f"turns recorded twice {dict(duplicates)}, "
+        f"replacement running {replaced - killed_at:.1f} s after the kill"
+    )
     assert sdk_retries + asked_again > 0, "the kill hit no call in flight"
 
 

@@ -41,8 +41,14 @@ def engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
 
 @pytest.fixture(scope="module")
 def serve_url(engine: tuple[FakeEngine, str]) -> Iterator[str]:
-    url = deploy_capture_proxy(engine[1], "fake-model", replicas=1, app_name=APP,
-                               route_prefix="/capture-faults", http_port=free_port())
+    url = deploy_capture_proxy(
+        engine[1],
+        "fake-model",
+        replicas=1,
+        app_name=APP,
+        route_prefix="/capture-faults",
+        http_port=free_port(),
+    )
     try:
         yield url
     finally:
@@ -87,8 +93,10 @@ def ingress(request: pytest.FixtureRequest, engine: tuple[FakeEngine, str]) -> I
 
 def _in_flight(owner: Any, session_id: str) -> int:
     """The calls of `session_id` its owner (a RolloutHost) has admitted and not ended."""
-    return ray.get(owner.__ray_call__.remote(
-        lambda host: len(host.store.state(session_id).in_flight)), timeout=10)
+    return ray.get(
+        owner.__ray_call__.remote(lambda host: len(host.store.state(session_id).in_flight)),
+        timeout=10,
+    )
 
 
 async def ask(url: str, key: str) -> str:
@@ -109,20 +117,30 @@ async def test_a_client_gone_before_its_reply_costs_no_turn_and_no_budget(
     # away, and leaving before the engine was reached cancels nothing there.
     fake.delay_s, cancelled, calls = 10.0, fake.cancelled, len(fake.calls)
     async with httpx.AsyncClient(timeout=10) as client:
-        posting = asyncio.ensure_future(client.post(
-            f"{ingress.url}/v1/chat/completions", json={"model": "m", "messages": HELLO},
-            headers={"authorization": f"Bearer {info.key}"}))
+        posting = asyncio.ensure_future(
+            client.post(
+                f"{ingress.url}/v1/chat/completions",
+                json={"model": "m", "messages": HELLO},
+                headers={"authorization": f"Bearer {info.key}"},
+            )
+        )
         await eventually(lambda: len(fake.calls) > calls, 9, "the call reached the engine")
         posting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await posting
-    await eventually(lambda: fake.cancelled != cancelled,  # the proxy gave up its call
-                     9, "the client left but the engine call ran on")
+    await eventually(
+        lambda: fake.cancelled != cancelled,  # the proxy gave up its call
+        9,
+        "the client left but the engine call ran on",
+    )
     fake.delay_s = 0.0
     # The release that follows the cancel is an actor call away: wait for the owner to
     # hold no call of the session.
-    await eventually(lambda: _in_flight(ingress.owner, info.session_id) == 0, 9,
-                     "the cancelled call's slot was not given back")
+    await eventually(
+        lambda: _in_flight(ingress.owner, info.session_id) == 0,
+        9,
+        "the cancelled call's slot was not given back",
+    )
     # Its slot was given back: the session's one call is still there.
     assert await ask(ingress.url, info.key) == "echo: hi"
     assert await ask(ingress.url, info.key) == BUDGET_MESSAGE

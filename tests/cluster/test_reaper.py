@@ -19,9 +19,11 @@ from tests.processes import gone
 
 # A process whose command line names its sandbox, as the host-side bwrap's does, and
 # that has a child of its own (a sandboxed command, in its own session) to take with it.
-ORPHAN = ("import subprocess, sys, time; "
-          "sys.argv[2:] and subprocess.Popen(['sleep', sys.argv[2]], start_new_session=True); "
-          "time.sleep(300)")
+ORPHAN = (
+    "import subprocess, sys, time; "
+    "sys.argv[2:] and subprocess.Popen(['sleep', sys.argv[2]], start_new_session=True); "
+    "time.sleep(300)"
+)
 
 
 @dataclass
@@ -35,8 +37,7 @@ class Started:
     def orphan(self, names: Path, *child_seconds: str) -> subprocess.Popen:
         """A process naming `names`, with a `sleep SECONDS` child if given (waited for:
         a reap before the child exists would miss it)."""
-        process = subprocess.Popen([sys.executable, "-c", ORPHAN, str(names),
-                                    *child_seconds])
+        process = subprocess.Popen([sys.executable, "-c", ORPHAN, str(names), *child_seconds])
         self.processes.append(process)
         if child_seconds:
             self.children.append(_child_of(process.pid, within_s=10))

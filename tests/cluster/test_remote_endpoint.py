@@ -25,16 +25,21 @@ def test_nothing_is_bound_without_a_proxy_url() -> None:
 def test_the_relays_listen_where_the_url_lands() -> None:
     assert remote_endpoint("direct", "http://lb.example:8770/x", None) == ("0.0.0.0", 8770)
     assert remote_endpoint("direct", "http://lb.example:8770", "10.0.0.2:9000") == (
-        "10.0.0.2", 9000)
+        "10.0.0.2",
+        9000,
+    )
 
 
-@pytest.mark.parametrize(("ingress", "url", "bind", "message"), [
-    ("host", "http://a:1", None, "needs --ingress direct"),
-    ("serve", "http://a:1", None, "needs --ingress direct"),
-    ("direct", "http://a", None, "HOST:PORT"),
-    ("direct", "https://a:1", None, "HOST:PORT"),
-    ("direct", "http://a:1", "nope", "HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    ("ingress", "url", "bind", "message"),
+    [
+        ("host", "http://a:1", None, "needs --ingress direct"),
+        ("serve", "http://a:1", None, "needs --ingress direct"),
+        ("direct", "http://a", None, "HOST:PORT"),
+        ("direct", "https://a:1", None, "HOST:PORT"),
+        ("direct", "http://a:1", "nope", "HOST:PORT"),
+    ],
+)
 def test_unusable_settings_are_refused(ingress, url, bind, message) -> None:
     with pytest.raises(ValueError, match=message):
         remote_endpoint(ingress, url, bind)
@@ -53,18 +58,27 @@ def echo_engine_url(ray_cluster: None) -> Iterator[str]:
 
 @pytest.mark.integration
 def test_the_entry_relay_serves_before_any_host_and_closes_with_the_proxy(
-        echo_engine_url: str) -> None:
+    echo_engine_url: str,
+) -> None:
     port = free_port()
-    proxy = start_capture_proxy(echo_engine_url, "fake-model", ingress="direct", replicas=1,
-                                remote_url=f"http://127.0.0.1:{port}",
-                                remote_bind=f"127.0.0.1:{port}")
+    proxy = start_capture_proxy(
+        echo_engine_url,
+        "fake-model",
+        ingress="direct",
+        replicas=1,
+        remote_url=f"http://127.0.0.1:{port}",
+        remote_bind=f"127.0.0.1:{port}",
+    )
     try:
         # No rollout host exists: the answer comes from a replica, through the relay.
         health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
         assert health.status_code == 200 and health.json()["instance"]
-        refused = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
-                             headers={"authorization": "Bearer not-a-key"},
-                             json={"model": "fake-model", "messages": []}, timeout=10)
+        refused = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            headers={"authorization": "Bearer not-a-key"},
+            json={"model": "fake-model", "messages": []},
+            timeout=10,
+        )
         assert refused.status_code == 401
     finally:
         stop_capture_proxy(proxy)
@@ -77,13 +91,23 @@ def test_a_taken_port_fails_the_start_naming_it(echo_engine_url: str) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         with pytest.raises(ServeError, match=f"127.0.0.1:{port}.*--proxy-bind"):
-            start_capture_proxy(echo_engine_url, "fake-model", ingress="direct", replicas=1,
-                                remote_url=f"http://127.0.0.1:{port}",
-                                remote_bind=f"127.0.0.1:{port}")
+            start_capture_proxy(
+                echo_engine_url,
+                "fake-model",
+                ingress="direct",
+                replicas=1,
+                remote_url=f"http://127.0.0.1:{port}",
+                remote_bind=f"127.0.0.1:{port}",
+            )
     # Nothing of that start is left: the next one deploys, and listens, as usual.
-    proxy = start_capture_proxy(echo_engine_url, "fake-model", ingress="direct", replicas=1,
-                                remote_url=f"http://127.0.0.1:{port}",
-                                remote_bind=f"127.0.0.1:{port}")
+    proxy = start_capture_proxy(
+        echo_engine_url,
+        "fake-model",
+        ingress="direct",
+        replicas=1,
+        remote_url=f"http://127.0.0.1:{port}",
+        remote_bind=f"127.0.0.1:{port}",
+    )
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
     finally:

@@ -28,26 +28,41 @@ def _stubs_by_value(ray_cluster: None):
     ray.cloudpickle.register_pickle_by_value(stubs)
 
 
-
-async def test_a_burst_of_500_starts_keeps_to_one_rate_across_the_hosts(tmp_path: Path
-                                                                        ) -> None:
+async def test_a_burst_of_500_starts_keeps_to_one_rate_across_the_hosts(tmp_path: Path) -> None:
     """Two hosts could hold the burst, the pool fills one first: an even share per host
     would leave half the rate unused, one bucket for the run does not."""
     tasks = select_tasks(resolve_dataset("samples"), None)
-    specs = make_specs(tasks, -(-BURST // len(tasks)), agent="oracle", sandbox="local",
-                       trials_dir=tmp_path / "trials", run_id="rate")[:BURST]
-    config = SweepConfig(out=tmp_path / "out", concurrency=2 * BURST,
-                         rollouts_per_host=BURST, sandbox_starts_per_s=RATE)
+    specs = make_specs(
+        tasks,
+        -(-BURST // len(tasks)),
+        agent="oracle",
+        sandbox="local",
+        trials_dir=tmp_path / "trials",
+        run_id="rate",
+    )[:BURST]
+    config = SweepConfig(
+        out=tmp_path / "out",
+        concurrency=2 * BURST,
+        rollouts_per_host=BURST,
+        sandbox_starts_per_s=RATE,
+    )
     (checked_in := tmp_path / "in").mkdir()
     records: list[RolloutRecord] = []
     since = time.time()  # the bucket is made after this
-    await run_rollouts(specs, config, SweepStats(total=BURST), records.append,
-                       work=stubs.barrier_work(str(checked_in), 0, 0))
+    await run_rollouts(
+        specs,
+        config,
+        SweepStats(total=BURST),
+        records.append,
+        work=stubs.barrier_work(str(checked_in), 0, 0),
+    )
     started = [dict(r.result.timings)["started_at"] for r in records]
     assert len(started) == BURST and all(r.result.ok for r in records)
     took = max(started) - min(started)
-    print(f"{BURST} starts at {RATE:g}/s took {took:.2f} s; most in a second: "
-          f"{most_in_any_second(started)}")  # the figures docs/performance.md quotes
+    print(
+        f"{BURST} starts at {RATE:g}/s took {took:.2f} s; most in a second: "
+        f"{most_in_any_second(started)}"
+    )  # the figures docs/performance.md quotes
     # Never faster than the rate; late is allowed (a host's loop busy with 500 rollouts
     # wakes some starts late, the first among them): see tests/rates.went_early.
     assert went_early(started, since, RATE) == []

@@ -39,15 +39,31 @@ def _slow_tasks(tmp_path: Path, seconds: int) -> Path:
     shutil.copytree(SAMPLES, tasks)
     shutil.copytree(SAMPLES / "hello-file", tasks / "slow")
     (tasks / "slow" / "solution" / "solve.sh").write_text(
-        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n")
+        f"#!/bin/bash\nsleep {seconds}\necho hello > /app/hello.txt\n"
+    )
     return tasks
 
 
-def _specs(dataset: str | Path, out: Path, *, names=None, attempts=1, deadline=None,
-           agent="oracle", run_id="t"):
+def _specs(
+    dataset: str | Path,
+    out: Path,
+    *,
+    names=None,
+    attempts=1,
+    deadline=None,
+    agent="oracle",
+    run_id="t",
+):
     tasks = select_tasks(resolve_dataset(str(dataset)), names)
-    return make_specs(tasks, attempts, agent=agent, sandbox="local", trials_dir=out / "trials",
-                      deadline_s=deadline, run_id=run_id)
+    return make_specs(
+        tasks,
+        attempts,
+        agent=agent,
+        sandbox="local",
+        trials_dir=out / "trials",
+        deadline_s=deadline,
+        run_id=run_id,
+    )
 
 
 def _rows(out: Path) -> list[dict]:
@@ -69,8 +85,9 @@ async def test_oracle_sweep_over_samples(tmp_path: Path) -> None:
     rows = _rows(out)
     assert len(rows) == 7 and stats.ok == 7
     assert all(r["ok"] and r["reward"] == 1.0 for r in rows), rows
-    assert {r["rollout_id"] for r in rows} == {f"{t.name}__0__t" for t in
-                                              select_tasks(resolve_dataset("samples"), None)}
+    assert {r["rollout_id"] for r in rows} == {
+        f"{t.name}__0__t" for t in select_tasks(resolve_dataset("samples"), None)
+    }
     assert len(pq.read_table(out / "rollouts").to_pandas()) == 7
     from harbor_ray.data.readers import read_rollouts
 
@@ -85,8 +102,9 @@ CONCURRENT = 12
 
 
 @pytest.mark.parametrize(("count", "rollouts_per_host"), [(CONCURRENT, 8), (100, 25)])
-async def test_rollouts_run_at_once_up_to_the_limit(tmp_path: Path, count: int,
-                                                    rollouts_per_host: int) -> None:
+async def test_rollouts_run_at_once_up_to_the_limit(
+    tmp_path: Path, count: int, rollouts_per_host: int
+) -> None:
     checked_in = tmp_path / "in"
     checked_in.mkdir()
     out = tmp_path / "out"
@@ -139,14 +157,14 @@ async def test_driver_cancels_a_rollout_past_deadline_plus_grace(tmp_path: Path)
     assert time.monotonic() - started < 30
 
 
-async def test_rollout_deaf_to_cancellation_costs_its_host_and_only_that(tmp_path: Path
-                                                                         ) -> None:
+async def test_rollout_deaf_to_cancellation_costs_its_host_and_only_that(tmp_path: Path) -> None:
     """A rollout that blocks its host's event loop cannot be cancelled: its host is killed,
     and the other rollout on that host is retried elsewhere, not lost."""
     out = tmp_path / "out"
     config = SweepConfig(out=out, grace_s=2, concurrency=2, rollouts_per_host=2, retries=1)
-    specs = (_specs("samples", out, names=["hello-file"], deadline=3)
-             + _specs("samples", out, names=["make-directory"]))
+    specs = _specs("samples", out, names=["hello-file"], deadline=3) + _specs(
+        "samples", out, names=["make-directory"]
+    )
     work = stubs.deaf_work(block_task="hello-file", seconds=120)
     await sweep(specs, config, {}, work=work)
     rows = {r["task"]: r for r in _rows(out)}
@@ -167,8 +185,7 @@ async def test_a_rollout_that_raises_is_one_internal_row(tmp_path: Path) -> None
     stats = await sweep(specs, config, {}, work=work)
     rows = {r["task"]: r for r in _rows(out)}
     assert rows["hello-file"]["error_type"] == "internal"
-    assert rows["hello-file"]["error"] == (
-        "the rollout raised TimeoutError: raised by hello-file")
+    assert rows["hello-file"]["error"] == ("the rollout raised TimeoutError: raised by hello-file")
     assert rows["make-directory"]["error_type"] == "internal"
     assert "ValueError: raised by make-directory" in rows["make-directory"]["error"]
     assert rows["count-words"]["ok"]
@@ -176,8 +193,7 @@ async def test_a_rollout_that_raises_is_one_internal_row(tmp_path: Path) -> None
     assert stats.by_error == {"internal": 2}
 
 
-async def test_a_slow_host_start_does_not_count_against_the_deadline(tmp_path: Path
-                                                                    ) -> None:
+async def test_a_slow_host_start_does_not_count_against_the_deadline(tmp_path: Path) -> None:
     """The driver's clock starts when the host runs: a host that takes longer to start
     than deadline + grace (a loaded node) still runs its rollout, which is not late."""
     out = tmp_path / "out"
@@ -198,8 +214,7 @@ async def test_a_host_that_cannot_start_is_infra_lost(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # More CPUs than the whole cluster has: no node can ever place the host.
     infeasible = ray.cluster_resources()["CPU"] + 1
-    config = SweepConfig(out=out, concurrency=1, host_cpus=infeasible, retries=1,
-                         host_start_s=2)
+    config = SweepConfig(out=out, concurrency=1, host_cpus=infeasible, retries=1, host_start_s=2)
     specs = _specs("samples", out, names=["hello-file"], deadline=60)
     stats = await sweep(specs, config, {}, work=stubs.deaf_work(block_task="", seconds=0))
     [row] = _rows(out)
@@ -234,11 +249,23 @@ def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
     # rows, not parts: when the fast ones all land in one commit, the second part is the
     # slow rollout's own, and waiting for it leaves nothing to resume.
     tasks = _slow_tasks(tmp_path, 60)
-    argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "oracle",
-            "--dataset", str(tasks), "--out", str(out), "--concurrency", "2",
-            "--ray-address", ray.get_runtime_context().gcs_address]
-    first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    argv = [
+        sys.executable,
+        str(ROOT / "jobs" / "sweep.py"),
+        "--agent",
+        "oracle",
+        "--dataset",
+        str(tasks),
+        "--out",
+        str(out),
+        "--concurrency",
+        "2",
+        "--ray-address",
+        ray.get_runtime_context().gcs_address,
+    ]
+    first = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 180
         while not any((out / "rollouts").glob("part-*")) or len(_rows(out)) < 2:
@@ -252,7 +279,8 @@ def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
     # The resumed run need not wait the minute out again: `slow` was cut off unwritten
     # either way, and its rerun is what the resume is checked on, not its length.
     (tasks / "slow" / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\necho hello > /app/hello.txt\n")
+        "#!/bin/bash\necho hello > /app/hello.txt\n"
+    )
     second = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-3000:]
     ids = [r["rollout_id"] for r in _rows(out)]
@@ -261,8 +289,9 @@ def test_killed_driver_resumes_without_duplicates(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("commit_every_s", "parts"), [(0, 6), (600, 1)])
-async def test_rows_are_committed_per_interval(tmp_path: Path, commit_every_s: float, parts: int
-                                               ) -> None:
+async def test_rows_are_committed_per_interval(
+    tmp_path: Path, commit_every_s: float, parts: int
+) -> None:
     out = tmp_path / "out"
     specs = _specs("samples", out, names=["hello-file"], attempts=6)
     config = SweepConfig(out=out, concurrency=6, commit_every_s=commit_every_s)
@@ -282,10 +311,27 @@ def test_sweep_command_exits_one_when_some_rollouts_fail(tmp_path: Path) -> None
     (tasks / "no-reward" / "tests" / "test.sh").write_text("#!/bin/bash\nexit 0\n")
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "sweep", "--agent", "oracle",
-         "--dataset", str(tasks), "--out", str(out), "--concurrency", "2",
-         "--ray-address", ray.get_runtime_context().gcs_address],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "sweep",
+            "--agent",
+            "oracle",
+            "--dataset",
+            str(tasks),
+            "--out",
+            str(out),
+            "--concurrency",
+            "2",
+            "--ray-address",
+            ray.get_runtime_context().gcs_address,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     assert "verifier_missing" in done.stderr  # the summary's failures by error type
     # Ray's own lines go to the log file the console names, not to the terminal.

@@ -28,15 +28,21 @@ def _stubs_by_value(ray_cluster: None):
     ray.cloudpickle.register_pickle_by_value(stubs)
 
 
-async def test_the_cap_follows_the_engine_and_every_rollout_is_one_row(tmp_path: Path
-                                                                       ) -> None:
+async def test_the_cap_follows_the_engine_and_every_rollout_is_one_row(tmp_path: Path) -> None:
     out = tmp_path / "out"
     tasks = select_tasks(resolve_dataset("samples"), ["hello-file"])
-    specs = make_specs(tasks, N, agent="oracle", sandbox="local", trials_dir=out / "trials",
-                       run_id="t")
+    specs = make_specs(
+        tasks, N, agent="oracle", sandbox="local", trials_dir=out / "trials", run_id="t"
+    )
     with serve_in_thread(scripted([BUSY] * 6 + [IDLE])) as url:
-        config = SweepConfig(out=out, concurrency=8, min_concurrency=2, max_concurrency=24,
-                             engine_metrics=(f"{url}/metrics",), metrics_every_s=0.2)
+        config = SweepConfig(
+            out=out,
+            concurrency=8,
+            min_concurrency=2,
+            max_concurrency=24,
+            engine_metrics=(f"{url}/metrics",),
+            metrics_every_s=0.2,
+        )
         stats = await sweep(specs, config, {}, work=stubs.sleeping_work(0.3))
     low, high = stats.limits_seen
     assert low == 2 and high > 8, stats.limits_seen

@@ -70,8 +70,15 @@ def scripted_engine(ray_cluster: None) -> Iterator[tuple[FakeEngine, str]]:
 
 def _specs(out: Path, names: list[str], attempts: int, **kwargs):
     tasks = select_tasks(resolve_dataset("samples"), names)
-    return make_specs(tasks, attempts, agent="terminus-2", sandbox="local",
-                      trials_dir=out / "trials", run_id="cap", **kwargs)
+    return make_specs(
+        tasks,
+        attempts,
+        agent="terminus-2",
+        sandbox="local",
+        trials_dir=out / "trials",
+        run_id="cap",
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("ingress", ["direct", "host"])
@@ -83,8 +90,11 @@ async def test_terminus2_sweep_through_the_deployment(
     engine.calls.clear()  # certification's probes
     out = tmp_path / "out"
     try:
-        stats = await sweep(_specs(out, ["hello-file"], 2, budget=6, deadline_s=300),
-                            SweepConfig(out=out, concurrency=2, proxy=proxy), {})
+        stats = await sweep(
+            _specs(out, ["hello-file"], 2, budget=6, deadline_s=300),
+            SweepConfig(out=out, concurrency=2, proxy=proxy),
+            {},
+        )
     finally:
         stop_capture_proxy(proxy)
     rows = pq.read_table(out / "rollouts").to_pylist()
@@ -100,16 +110,26 @@ async def test_terminus2_sweep_through_the_deployment(
 
 
 @pytest.mark.parametrize("ingress", ["direct", "host"])
-async def test_real_engine_sweep_through_the_deployment(tmp_path: Path, engine_url: str,
-                                                        ingress: Ingress) -> None:
+async def test_real_engine_sweep_through_the_deployment(
+    tmp_path: Path, engine_url: str, ingress: Ingress
+) -> None:
     """SmolLM2 rarely solves a task; what must hold is the capture: every row has
     the model's own turns, and nothing failed in the infrastructure."""
     proxy = await _proxy_for(engine_url, ingress)
     out = tmp_path / "out"
     try:
-        await sweep(_specs(out, ["hello-file"], 2, budget=2, deadline_s=600,
-                           sampling=Sampling(max_tokens=48, temperature=0.7)),
-                    SweepConfig(out=out, concurrency=2, proxy=proxy), {})
+        await sweep(
+            _specs(
+                out,
+                ["hello-file"],
+                2,
+                budget=2,
+                deadline_s=600,
+                sampling=Sampling(max_tokens=48, temperature=0.7),
+            ),
+            SweepConfig(out=out, concurrency=2, proxy=proxy),
+            {},
+        )
     finally:
         stop_capture_proxy(proxy)
     rows = pq.read_table(out / "rollouts").to_pylist()
@@ -137,7 +157,8 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     engine.calls.clear()
     try:
         running = asyncio.create_task(
-            sweep(specs, config, {}, work=chat_agent(calls, think_s=0.3, call_timeout_s=20)))
+            sweep(specs, config, {}, work=chat_agent(calls, think_s=0.3, call_timeout_s=20))
+        )
         async with asyncio.timeout(240):  # a sweep that stalls fails here, not hangs
             while len(engine.calls) < 20:
                 assert not running.done()
@@ -156,20 +177,39 @@ async def test_replica_killed_mid_sweep_loses_nothing(
     assert len(pq.read_table(out / "turns")) == recorded
 
 
-@pytest.mark.parametrize(("ingress", "replicas"), [("direct", 2), (None, None)],
-                         ids=["direct", "default"])
+@pytest.mark.parametrize(
+    ("ingress", "replicas"), [("direct", 2), (None, None)], ids=["direct", "default"]
+)
 def test_sweep_command_certifies_once_and_stores_it(
-    tmp_path: Path, scripted_engine: tuple[FakeEngine, str], ingress: Ingress | None,
+    tmp_path: Path,
+    scripted_engine: tuple[FakeEngine, str],
+    ingress: Ingress | None,
     replicas: int | None,
 ) -> None:
     """The entry point users run: certify, deploy the proxy (unless the hosts serve it,
     the default), sweep, remove the proxy, and keep the certification in the manifest."""
     engine, llm_url = scripted_engine
     out = tmp_path / "out"
-    argv = [sys.executable, str(ROOT / "jobs" / "sweep.py"), "--agent", "terminus-2",
-            "--llm-url", llm_url, "--task", "hello-file", "-n", "2", "--budget", "6",
-            "--out", str(out), "--name", "cli",
-            "--ray-address", ray.get_runtime_context().gcs_address]
+    argv = [
+        sys.executable,
+        str(ROOT / "jobs" / "sweep.py"),
+        "--agent",
+        "terminus-2",
+        "--llm-url",
+        llm_url,
+        "--task",
+        "hello-file",
+        "-n",
+        "2",
+        "--budget",
+        "6",
+        "--out",
+        str(out),
+        "--name",
+        "cli",
+        "--ray-address",
+        ray.get_runtime_context().gcs_address,
+    ]
     argv += ["--ingress", ingress] if ingress else []
     engine.calls.clear()
     asyncio.run(_certified_model(llm_url))
@@ -197,17 +237,22 @@ async def test_a_sweep_against_sglang_keeps_its_exact_ids(
 ) -> None:
     """Certified from the driver as SGLang (found from its answers); the replicas, or
     the hosts, reach it through the same adapter, so each turn holds SGLang's ids."""
-    stand_in = SglangStandIn(script=terminus_script("echo hello > /app/hello.txt\n"),
-                             return_token_ids=False)
+    stand_in = SglangStandIn(
+        script=terminus_script("echo hello > /app/hello.txt\n"), return_token_ids=False
+    )
     out = tmp_path / "out"
     with serve_in_thread(sglang_app(stand_in)) as llm_url:
         cert = await certify_url(llm_url)
         assert cert.engine_kind == "sglang"
-        proxy = start_capture_proxy(llm_url, cert.served_model, ingress=ingress, replicas=1,
-                                    engine_kind=cert.engine_kind)
+        proxy = start_capture_proxy(
+            llm_url, cert.served_model, ingress=ingress, replicas=1, engine_kind=cert.engine_kind
+        )
         try:
-            await sweep(_specs(out, ["hello-file"], 1, budget=6, deadline_s=300),
-                        SweepConfig(out=out, concurrency=1, proxy=proxy), {})
+            await sweep(
+                _specs(out, ["hello-file"], 1, budget=6, deadline_s=300),
+                SweepConfig(out=out, concurrency=1, proxy=proxy),
+                {},
+            )
         finally:
             stop_capture_proxy(proxy)
     (row,) = pq.read_table(out / "rollouts").to_pylist()
@@ -215,4 +260,4 @@ async def test_a_sweep_against_sglang_keeps_its_exact_ids(
     turns = sorted(pq.read_table(out / "turns").to_pylist(), key=lambda t: t["index"])
     assert turns and len(turns) == row["counts"]["model_calls"]
     # The ids the stand-in's own tokenizer sampled for the agent's calls (the last ones).
-    assert [t["token_ids"] for t in turns] == stand_in.outputs[-len(turns):]
+    assert [t["token_ids"] for t in turns] == stand_in.outputs[-len(turns) :]

@@ -28,13 +28,15 @@ def _by_value(ray_cluster: None):
     ray.cloudpickle.register_pickle_by_value(fake_backend)
 
 
-
 async def test_a_host_killed_mid_burst_leaks_no_sandbox(tmp_path: Path) -> None:
     backend, ledger = FakeBackend(tmp_path / "backend"), tmp_path / "ledger"
     since = time.time()  # the bucket actor is made after this
     buckets = StartBuckets(StartRate(per_s=RATE))
-    host = ray.remote(PoolHost).options(num_cpus=0).remote(
-        backend, {"env-a": 5}, ledger, buckets.of("fake"))
+    host = (
+        ray.remote(PoolHost)
+        .options(num_cpus=0)
+        .remote(backend, {"env-a": 5}, ledger, buckets.of("fake"))
+    )
     pid = await host.pid.remote()
     burst = host.burst.remote("env-a", 500)
     async with asyncio.timeout(60):

@@ -25,22 +25,40 @@ pytestmark = pytest.mark.integration
 TASK = "hello-file"
 
 
-def specs_for(out: Path, attempts: int, *, dataset: str = "samples", task: str = TASK,
-              sandbox: str = "local", **sandbox_kwargs: str) -> list[RolloutSpec]:
-    specs = make_specs(select_tasks(resolve_dataset(dataset), [task]), attempts,
-                       agent="oracle", sandbox=sandbox, trials_dir=out / "trials",
-                       run_id="w", deadline_s=300, sandbox_kwargs=sandbox_kwargs)
+def specs_for(
+    out: Path,
+    attempts: int,
+    *,
+    dataset: str = "samples",
+    task: str = TASK,
+    sandbox: str = "local",
+    **sandbox_kwargs: str,
+) -> list[RolloutSpec]:
+    specs = make_specs(
+        select_tasks(resolve_dataset(dataset), [task]),
+        attempts,
+        agent="oracle",
+        sandbox=sandbox,
+        trials_dir=out / "trials",
+        run_id="w",
+        deadline_s=300,
+        sandbox_kwargs=sandbox_kwargs,
+    )
     return in_sandboxes_dir(specs, out / "sandboxes")
 
 
 def left_behind(config: SweepConfig) -> tuple[list[str], list[Path], list[int]]:
     """Ledger lines, sandbox directories and sandbox processes left under OUT."""
     ledgers = config.ledgers_dir
-    lines = [line for ledger in (ledgers.iterdir() if ledgers.is_dir() else ())
-             for line in Ledger(ledger).listed()]
+    lines = [
+        line
+        for ledger in (ledgers.iterdir() if ledgers.is_dir() else ())
+        for line in Ledger(ledger).listed()
+    ]
     sandboxes = config.sandboxes_dir
-    directories = [p for host in (sandboxes.iterdir() if sandboxes.is_dir() else ())
-                   for p in host.iterdir()]
+    directories = [
+        p for host in (sandboxes.iterdir() if sandboxes.is_dir() else ()) for p in host.iterdir()
+    ]
     return lines, directories, sandbox_processes(sandboxes) if sandboxes.is_dir() else []
 
 
@@ -53,15 +71,20 @@ async def test_rollouts_take_pooled_sandboxes_and_the_hosts_leave_nothing(
         task, specs = TASK, specs_for(out, 3)
     else:  # jq-data's oracle scores 1 only in its own image (its data file and jq)
         task = JQ_TASK.name
-        specs = specs_for(out, 3, dataset=str(JQ_TASK), task=task, sandbox=sandbox,
-                          images_dir=str(request.getfixturevalue("images_dir")))
+        specs = specs_for(
+            out,
+            3,
+            dataset=str(JQ_TASK),
+            task=task,
+            sandbox=sandbox,
+            images_dir=str(request.getfixturevalue("images_dir")),
+        )
     config = SweepConfig(out=out, concurrency=1, rollouts_per_host=1, warm_pool={task: 1})
     rows = []
     await run_rollouts(specs, config, SweepStats(total=3), rows.append)
 
     assert [(r.result.ok, r.result.reward) for r in rows] == [(True, 1.0)] * 3
-    assert {r.result.environment for r in rows} == {
-        "host" if sandbox == "local" else "image"}
+    assert {r.result.environment for r in rows} == {"host" if sandbox == "local" else "image"}
     logs = [(out / "trials" / r.result.rollout_id / "trial.log").read_text() for r in rows]
     # One host runs them one after another: the first shows the pool what its sandbox
     # holds (and starts its own through it); each later one takes the one made ready.
@@ -74,8 +97,9 @@ async def test_a_killed_hosts_pooled_sandboxes_are_reaped(
     tmp_path: Path, ray_cluster: None
 ) -> None:
     out = tmp_path / "out"
-    config = SweepConfig(out=out, concurrency=1, rollouts_per_host=1, retries=0,
-                         warm_pool={TASK: 1})
+    config = SweepConfig(
+        out=out, concurrency=1, rollouts_per_host=1, retries=0, warm_pool={TASK: 1}
+    )
     # A solution that outlives the test's patience: the host dies under it.
     [spec] = specs_for(out, 1)
     slow = tmp_path / TASK
@@ -84,8 +108,7 @@ async def test_a_killed_hosts_pooled_sandboxes_are_reaped(
     spec = dataclasses.replace(spec, task=spec.task.model_copy(update={"path": slow}))
     rows = []
     before = session_hosts()
-    running = asyncio.create_task(
-        run_rollouts([spec], config, SweepStats(total=1), rows.append))
+    running = asyncio.create_task(run_rollouts([spec], config, SweepStats(total=1), rows.append))
     # Wait until the host holds two started sandboxes: its rollout's, and a ready one.
     async with asyncio.timeout(120):
         while len(left_behind(config)[0]) < 2:

@@ -44,15 +44,19 @@ def rich_session() -> list[TurnRecord]:
     # Messages as agents send them: nested, non-ASCII, tool calls.
     onward = dataclasses.replace(
         onward,
-        request_messages_json=orjson.dumps([
-            {"role": "system", "content": "Du bist ein Agent. ✓"},
-            {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'},
-        ]),
-        response_message_json=orjson.dumps({
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": "c2", "function": {"name": "ls", "arguments": "{}"}}],
-        }),
+        request_messages_json=orjson.dumps(
+            [
+                {"role": "system", "content": "Du bist ein Agent. ✓"},
+                {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'},
+            ]
+        ),
+        response_message_json=orjson.dumps(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c2", "function": {"name": "ls", "arguments": "{}"}}],
+            }
+        ),
     )
     return [onward, t0, retry, kept, fork, split, aux, early, late]
 
@@ -94,12 +98,17 @@ def rollout(rollout_id: str, turns: list[TurnRecord] | None, **fields: Any) -> R
 
 
 def encode(
-    turns: list[TurnRecord], *, rollout_id: str = "r", task: str = "t",
-    reward: float | None = 1.0, ok: bool = True,
+    turns: list[TurnRecord],
+    *,
+    rollout_id: str = "r",
+    task: str = "t",
+    reward: float | None = 1.0,
+    ok: bool = True,
 ) -> RolloutRecord:
     """The record of a rollout that captured `turns`, with the fields its token rows repeat."""
-    result = RolloutResult(rollout_id=rollout_id, task=task, agent="a", sandbox="s", ok=ok,
-                           reward=reward)
+    result = RolloutResult(
+        rollout_id=rollout_id, task=task, agent="a", sandbox="s", ok=ok, reward=reward
+    )
     return encode_record(result, close_capture(turns))
 
 
@@ -171,6 +180,15 @@ def sequence_rows(graph: RolloutGraph) -> list[dict[str, Any]]:
 def evaluated(turns: list[TurnRecord]) -> list[TurnRecord]:
     """`turns` as a `--capture text` proxy records them: no ids, no logprobs, the
     engine's usage counts."""
-    return [dataclasses.replace(t, prompt_ids=None, token_ids=None, logprobs=None,
-                                capture_level="text", prompt_tokens=7, completion_tokens=3)
-            for t in turns]
+    return [
+        dataclasses.replace(
+            t,
+            prompt_ids=None,
+            token_ids=None,
+            logprobs=None,
+            capture_level="text",
+            prompt_tokens=7,
+            completion_tokens=3,
+        )
+        for t in turns
+    ]

@@ -92,9 +92,14 @@ def test_tables_have_the_versioned_schemas() -> None:
     assert encoded.sequences.schema.equals(SEQUENCES, check_metadata=True)
 
 
-PROVENANCE = Provenance(model_source="/models/step-40", weights_sha256="0a" * 32,
-                        chat_template_sha256="1b" * 32, tokenizer_sha256=None,
-                        harness_version="harbor 0.25.0", harness_config_sha256="2c" * 32)
+PROVENANCE = Provenance(
+    model_source="/models/step-40",
+    weights_sha256="0a" * 32,
+    chat_template_sha256="1b" * 32,
+    tokenizer_sha256=None,
+    harness_version="harbor 0.25.0",
+    harness_config_sha256="2c" * 32,
+)
 
 
 def test_the_rollout_row() -> None:
@@ -115,9 +120,17 @@ def test_the_rollout_row() -> None:
         "reward_key": "reward",
         "rewards": [("reward", 1.0), ("length", 3.0)],
         "findings": [f.model_dump() for f in result.findings],
-        "counts": {"model_calls": 9, "turns": 9, "roots": 4, "agent_roots": 3, "sequences": 6,
-                   "discarded": 1, "engine_errors": 1, "budget_stops": 0,
-                   "retried_calls": 0},
+        "counts": {
+            "model_calls": 9,
+            "turns": 9,
+            "roots": 4,
+            "agent_roots": 3,
+            "sequences": 6,
+            "discarded": 1,
+            "engine_errors": 1,
+            "budget_stops": 0,
+            "retried_calls": 0,
+        },
         "timings": [("agent_execution", 9.5), ("total", 12.25)],
         "trial_dir": "/trials/a1",
         "node": None,  # not placed yet: its host stamps it (`with_placement`)
@@ -146,7 +159,8 @@ def test_with_placement_stamps_the_row_only() -> None:
     # Everything else in the row, and the token rows, unchanged.
     (before,) = record.rollout.to_pylist()
     assert {k: v for k, v in row.items() if k not in ("node", "host")} == {
-        k: v for k, v in before.items() if k not in ("node", "host")}
+        k: v for k, v in before.items() if k not in ("node", "host")
+    }
     assert stamped.turns is record.turns and stamped.sequences is record.sequences
 
 
@@ -198,10 +212,14 @@ def test_a_small_record_is_smaller_on_the_wire_than_its_plain_streams() -> None:
 
 
 def test_rows_made_together_are_the_rows_made_alone() -> None:
-    records = [with_placement(rollout("a1", rich_session()), node="10.0.0.1", host="h0"),
-               dead_rollout("d1"),
-               with_findings(rollout("a2", rich_session()), [FindingRecord(
-                   code="infra_retries", severity="info", message="1 retries")])]
+    records = [
+        with_placement(rollout("a1", rich_session()), node="10.0.0.1", host="h0"),
+        dead_rollout("d1"),
+        with_findings(
+            rollout("a2", rich_session()),
+            [FindingRecord(code="infra_retries", severity="info", message="1 retries")],
+        ),
+    ]
     together = rollouts_table(records)
     assert together.schema.equals(ROLLOUTS, check_metadata=True)
     rows = together.to_pylist()
@@ -225,8 +243,7 @@ def test_findings_added_later_reach_the_row_and_leave_the_tokens() -> None:
 
 def test_one_long_sequence_is_wrapped_without_a_copy() -> None:
     capture = close_capture(chain(3))
-    result = RolloutResult(rollout_id="r", task="t", agent="a", sandbox="s", ok=True,
-                           reward=None)
+    result = RolloutResult(rollout_id="r", task="t", agent="a", sandbox="s", ok=True, reward=None)
     tables = encode_record(result, capture)
     values = tables.sequences["input_ids"].chunk(0).values
     assert values.buffers()[1].address == capture.graph.sequences[0].input_ids.ctypes.data
@@ -240,19 +257,29 @@ def test_policy_versions_reach_every_table_and_come_back() -> None:
     turns = [*chain(3, reply_len=2, message_len=2), turn(3, [90, 91], [92])]
     # Turn 1's first sampled token is version 1's, its second version 2's.
     segments = {0: None, 1: ((1, 0), (2, 1)), 2: None, 3: None}
-    turns = [dataclasses.replace(t, policy_version_start=versions[t.index][0],
-                                 policy_version_end=versions[t.index][1],
-                                 policy_segments=segments[t.index]) for t in turns]
+    turns = [
+        dataclasses.replace(
+            t,
+            policy_version_start=versions[t.index][0],
+            policy_version_end=versions[t.index][1],
+            policy_segments=segments[t.index],
+        )
+        for t in turns
+    ]
     record = rollout("v1", turns)
     # Stored in full, the one-version turns' too.
-    assert [[(s["version"], s["offset"]) for s in row]
-            for row in record.turns["policy_segments"].to_pylist()] == [
-        [(1, 0)], [(1, 0), (2, 1)], [(2, 0)], [(3, 0)]]
+    assert [
+        [(s["version"], s["offset"]) for s in row]
+        for row in record.turns["policy_segments"].to_pylist()
+    ] == [[(1, 0)], [(1, 0), (2, 1)], [(2, 0)], [(3, 0)]]
     stored = record.turns.select(["index", "policy_version_start", "policy_version_end"])
-    assert {r["index"]: (r["policy_version_start"], r["policy_version_end"])
-            for r in stored.to_pylist()} == versions
-    spans = {tuple(r["turns"]): (r["policy_version_min"], r["policy_version_max"])
-             for r in record.sequences.to_pylist()}
+    assert {
+        r["index"]: (r["policy_version_start"], r["policy_version_end"]) for r in stored.to_pylist()
+    } == versions
+    spans = {
+        tuple(r["turns"]): (r["policy_version_min"], r["policy_version_max"])
+        for r in record.sequences.to_pylist()
+    }
     assert spans == {(0, 1, 2): (1, 2), (3,): (3, 3)}
     (row,) = record.rollout.to_pylist()
     assert (row["policy_version_min"], row["policy_version_max"]) == (1, 3)
@@ -269,12 +296,15 @@ def test_an_evaluation_is_ok_untrainable_and_has_no_sequences() -> None:
     assert record.sequences.num_rows == 0
     turns = record.turns.to_pylist()
     assert [(t["prompt_delta"], t["token_ids"], t["logprobs"]) for t in turns] == [
-        (None, None, None)] * 3
+        (None, None, None)
+    ] * 3
     assert {(t["capture_level"], t["prompt_tokens"], t["completion_tokens"]) for t in turns} == {
-        ("text", 7, 3)}
+        ("text", 7, 3)
+    }
     assert all(t["request_messages"] and t["response_message"] for t in turns)
     assert [(t.capture_level, t.completion_tokens) for t in turn_records(record.turns)] == [
-        ("text", 3)] * 3
+        ("text", 3)
+    ] * 3
 
 
 def test_version_4_turns_read_back_as_tokens() -> None:

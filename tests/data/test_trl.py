@@ -102,9 +102,9 @@ def test_rows_as_dicts_give_the_same_records_as_the_table() -> None:
             row["logprobs"] = [None if math.isnan(x) else x for x in row["logprobs"]]
     assert call_records_from_rows(rows) == call_records(table)
     assert call_records_from_rows(rows, include_discarded=True) == call_records(
-        table, include_discarded=True)
-    assert trl_columns(call_records(table))["turn"] == [
-        r["turn"] for r in call_records(table)]
+        table, include_discarded=True
+    )
+    assert trl_columns(call_records(table))["turn"] == [r["turn"] for r in call_records(table)]
     assert trl_columns([]) == {}
 
 
@@ -112,8 +112,14 @@ def test_rows_as_dicts_give_the_same_records_as_the_table() -> None:
 
 
 def rollout_row(rollout_id: str, *, reward: float | None = 1.0, ok: bool = True) -> dict:
-    return {"rollout_id": rollout_id, "task": "fix-bug", "reward": reward, "ok": ok,
-            "policy_version_min": 0, "policy_version_max": 0}
+    return {
+        "rollout_id": rollout_id,
+        "task": "fix-bug",
+        "reward": reward,
+        "ok": ok,
+        "policy_version_min": 0,
+        "policy_version_max": 0,
+    }
 
 
 def sequences_of(turns, rollout_id: str) -> pa.Table:
@@ -130,23 +136,25 @@ def test_one_sample_per_rollout_splits_the_agent_sequence_at_its_first_sampled_i
     assert 0 in sample["env_mask"]  # the later turns' prompts sit inside the completion
     assert sample["logprobs"] == [
         lp if m else None
-        for lp, m in zip(sequence["logprobs"][first:], sample["env_mask"], strict=True)]
+        for lp, m in zip(sequence["logprobs"][first:], sample["env_mask"], strict=True)
+    ]
     assert (sample["reward"], sample["trainable"], sample["task"]) == (1.0, True, "fix-bug")
 
 
 def test_a_sample_says_which_version_sampled_each_completion_token() -> None:
     # Two calls: the first crossed an update (its second token is version 2's).
     first, second = chain(2)
-    turns = [dataclasses.replace(first, policy_version_start=1,
-                                 policy_segments=((1, 0), (2, 1))),
-             dataclasses.replace(second, policy_version_start=2)]
+    turns = [
+        dataclasses.replace(first, policy_version_start=1, policy_segments=((1, 0), (2, 1))),
+        dataclasses.replace(second, policy_version_start=2),
+    ]
     record = encode(turns, rollout_id="a", task="fix-bug")
     [sample] = rollout_samples([rollout_row("a")], record.sequences, turns=record.turns)
-    sampled = [v for v, m in zip(sample["policy_versions"], sample["env_mask"], strict=True)
-               if m]
+    sampled = [v for v, m in zip(sample["policy_versions"], sample["env_mask"], strict=True) if m]
     assert sampled == [1] + [2] * (sum(sample["env_mask"]) - 1)
-    assert {v for v, m in zip(sample["policy_versions"], sample["env_mask"], strict=True)
-            if not m} == {None}  # the second call's own prompt, inside the completion
+    assert {
+        v for v, m in zip(sample["policy_versions"], sample["env_mask"], strict=True) if not m
+    } == {None}  # the second call's own prompt, inside the completion
     [unknown] = rollout_samples([rollout_row("a")], record.sequences)
     assert set(unknown["policy_versions"]) == {None}
 
@@ -186,7 +194,8 @@ def test_calls_captured_below_tokens_are_skipped() -> None:
     """Even were an evaluation's turn to hold ids, no record is made of it."""
     turns = stored(chain(2))
     levels = pa.array(["text", "tokens"])
-    marked = turns.set_column(turns.schema.get_field_index("capture_level"), "capture_level",
-                              levels)
+    marked = turns.set_column(
+        turns.schema.get_field_index("capture_level"), "capture_level", levels
+    )
     assert [r["turn"] for r in call_records(marked)] == [1]
     assert [r["turn"] for r in call_records(turns.drop_columns(["capture_level"]))] == [0, 1]

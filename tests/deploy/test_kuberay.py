@@ -77,8 +77,9 @@ def test_engine_on_gpu_workers_hosts_on_cpu_workers() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
     assert container["image"].endswith(":gpu")
     cpu = [g for g in groups.values() if g is not gpu]
-    assert cpu and all(c["image"].endswith(":cpu")
-                       for g in cpu for c in g["template"]["spec"]["containers"])
+    assert cpu and all(
+        c["image"].endswith(":cpu") for g in cpu for c in g["template"]["spec"]["containers"]
+    )
     # The driver's head takes no tasks, and the hosts reach replicas on other nodes.
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     assert "--ingress serve" in ray_job()["spec"]["entrypoint"]
@@ -133,8 +134,12 @@ def test_rayservice_has_what_kuberay_requires() -> None:
     (gpu,) = [g for g in groups.values() if "num-gpus" in g.get("rayStartParams", {})]
     (container,) = gpu["template"]["spec"]["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == gpu["rayStartParams"]["num-gpus"]
-    assert all(c["image"].endswith(":cpu") for g in groups.values() if g is not gpu
-               for c in g["template"]["spec"]["containers"])
+    assert all(
+        c["image"].endswith(":cpu")
+        for g in groups.values()
+        if g is not gpu
+        for c in g["template"]["spec"]["containers"]
+    )
 
 
 def test_rayservice_serves_online_gpu_yaml_with_its_state_on_the_volume() -> None:
@@ -147,7 +152,9 @@ def test_rayservice_serves_online_gpu_yaml_with_its_state_on_the_volume() -> Non
     for application, want in zip(apps, expected, strict=True):
         args = {k: v for k, v in application["args"].items() if k not in ON_THE_VOLUME}
         assert {**application, "args": args} == {
-            **want, "args": {k: v for k, v in want["args"].items() if k not in ON_THE_VOLUME}}
+            **want,
+            "args": {k: v for k, v in want["args"].items() if k not in ON_THE_VOLUME},
+        }
         for key in ON_THE_VOLUME & application["args"].keys():
             path = application["args"][key]
             assert any(path.startswith(m.rstrip("/") + "/") for m in mounts), key

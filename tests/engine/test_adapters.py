@@ -59,9 +59,9 @@ async def test_an_adapter_call_labels_every_token_with_its_version() -> None:
     async def generate(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         # vLLM's own spans say "default": a LoRA engine's label is never set.
         completion = SimpleNamespace(
-            weight_versions=[SimpleNamespace(version="default", start=0, end=5)])
-        yield SimpleNamespace(finished=True, request_id=kwargs["request_id"],
-                              outputs=[completion])
+            weight_versions=[SimpleNamespace(version="default", start=0, end=5)]
+        )
+        yield SimpleNamespace(finished=True, request_id=kwargs["request_id"], outputs=[completion])
 
     recording = _recording(generate, spans, lambda lora: lora and versions[lora.lora_name])
     [_ async for _ in recording(request_id="a", lora_request=SimpleNamespace(lora_name="m@v2-b"))]

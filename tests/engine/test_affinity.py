@@ -140,8 +140,9 @@ def test_a_clock_stepping_back_does_not_hide_an_old_session_from_forgetting() ->
     assert affinity.forget_idle(110.0) == 2
 
 
-@pytest.mark.parametrize("limits", [{"idle_s": 0.0}, {"idle_s": -1.0},
-                                    {"max_sessions": 0}, {"idle_s": float("nan")}])
+@pytest.mark.parametrize(
+    "limits", [{"idle_s": 0.0}, {"idle_s": -1.0}, {"max_sessions": 0}, {"idle_s": float("nan")}]
+)
 def test_limits_are_checked(limits: dict[str, float]) -> None:
     with pytest.raises(AssertionError):
         AffinityLimits(**limits)  # type: ignore[arg-type]
@@ -178,8 +179,11 @@ def test_random_traffic_keeps_the_counts_true_and_the_memory_bounded() -> None:
 
 
 def test_the_core_imports_no_ray() -> None:
-    program = ("import sys, harbor_ray.engine.affinity; "
-               "print(sorted(m for m in ('ray', 'vllm', 'starlette') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=120, check=True)
+    program = (
+        "import sys, harbor_ray.engine.affinity; "
+        "print(sorted(m for m in ('ray', 'vllm', 'starlette') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.strip() == "[]"

@@ -119,8 +119,12 @@ def test_max_model_len_is_left_to_vllm_when_unset() -> None:
 def test_compile_caches_live_under_the_model_cache() -> None:
     # Where the compiled model is kept, so that a later start loads it.
     llm = to_llm_config(EngineConfig(cache_dir=Path("/models")), "/m")
-    assert llm.runtime_env == {"env_vars": {
-        "VLLM_CACHE_ROOT": "/models/vllm", "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor"}}
+    assert llm.runtime_env == {
+        "env_vars": {
+            "VLLM_CACHE_ROOT": "/models/vllm",
+            "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor",
+        }
+    }
 
 
 def test_compile_caches_follow_the_default_model_cache(
@@ -136,8 +140,12 @@ def test_compile_caches_follow_the_default_model_cache(
 def test_a_cache_named_in_env_vars_wins() -> None:
     config = EngineConfig(cache_dir=Path("/models"), env_vars={"VLLM_CACHE_ROOT": "/fast/vllm"})
     llm = to_llm_config(config, "/m")
-    assert llm.runtime_env == {"env_vars": {
-        "VLLM_CACHE_ROOT": "/fast/vllm", "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor"}}
+    assert llm.runtime_env == {
+        "env_vars": {
+            "VLLM_CACHE_ROOT": "/fast/vllm",
+            "TORCHINDUCTOR_CACHE_DIR": "/models/torchinductor",
+        }
+    }
 
 
 def test_no_template_named_leaves_the_models_own() -> None:
@@ -158,8 +166,10 @@ def test_several_replicas_route_each_session_to_one_unless_asked_otherwise() -> 
     module, name = router.rsplit(".", 1)
     assert getattr(importlib.import_module(module), name).__name__ == name
     # Serve's default router: on request, and with one replica (nothing to choose).
-    assert "request_router_config" not in to_llm_config(
-        EngineConfig(num_replicas=2, routing="load"), "/m").deployment_config
+    assert (
+        "request_router_config"
+        not in to_llm_config(EngineConfig(num_replicas=2, routing="load"), "/m").deployment_config
+    )
     assert "request_router_config" not in to_llm_config(EngineConfig(), "/m").deployment_config
     with pytest.raises(ValidationError):
         EngineConfig(routing="round_robin")  # type: ignore[arg-type]

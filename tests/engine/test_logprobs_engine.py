@@ -20,18 +20,25 @@ TEMPERATURE = 0.7
 
 
 async def test_recorded_logprobs_match_a_rescore_at_the_sampling_temperature(
-        engine_url: str, prepared_model_dir: Path) -> None:
+    engine_url: str, prepared_model_dir: Path
+) -> None:
     engine = HttpEngine(engine_url)
     try:
         async with local_capture(engine, engine.root) as capture:
             info = await capture.open_session(
-                budget=None, sampling=Sampling(temperature=TEMPERATURE, max_tokens=48))
+                budget=None, sampling=Sampling(temperature=TEMPERATURE, max_tokens=48)
+            )
             async with httpx.AsyncClient(timeout=300) as http:
                 reply = await http.post(
                     f"{capture.host_url}/v1/chat/completions",
                     headers={"authorization": f"Bearer {info.key}"},
-                    json={"model": capture.served_model, "messages": [
-                        {"role": "user", "content": "Write a short poem about the sea."}]})
+                    json={
+                        "model": capture.served_model,
+                        "messages": [
+                            {"role": "user", "content": "Write a short poem about the sea."}
+                        ],
+                    },
+                )
             assert reply.status_code == 200, reply.text
             closed = await capture.close_session(info.session_id)
     finally:
@@ -44,7 +51,9 @@ async def test_recorded_logprobs_match_a_rescore_at_the_sampling_temperature(
     recorded = turn.logprobs.tolist()
     at_sampling = max_gap(recorded, rescore(prepared_model_dir, ids, mask, TEMPERATURE))
     at_one = max_gap(recorded, rescore(prepared_model_dir, ids, mask))
-    print(f"{len(recorded)} sampled ids: max |dlogp| {at_sampling:.2e} against the model at "
-          f"T={TEMPERATURE}, {at_one:.2e} against it at T=1")
+    print(
+        f"{len(recorded)} sampled ids: max |dlogp| {at_sampling:.2e} against the model at "
+        f"T={TEMPERATURE}, {at_one:.2e} against it at T=1"
+    )
     assert at_sampling < SAME
     assert at_one > CHANGED  # the comparison can tell the two apart

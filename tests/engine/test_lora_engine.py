@@ -43,8 +43,9 @@ QUESTION = [{"role": "user", "content": "What is 2+2? Answer with a number."}]
 
 
 @pytest.fixture(scope="module")
-def lora_engine(ray_cluster: None, prepared_model_dir: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
+def lora_engine(
+    ray_cluster: None, prepared_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EngineHandle]:
     """engine_cpu.yaml with `lora:`, as its own application next to any other."""
     config = yaml.safe_load(ENGINE_CPU_YAML.read_text())
     config["http_options"]["port"] = free_port()
@@ -63,14 +64,21 @@ def lora_engine(ray_cluster: None, prepared_model_dir: Path,
 def _adapter_model(model_dir: Path, seed: int) -> Any:
     """A peft LoRA model on the default model, rank 8 on q_proj and v_proj, A and B random."""
     torch.manual_seed(seed)
-    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                        init_lora_weights=False)
+    config = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
     return get_peft_model(load(model_dir), config).eval()
 
 
 def _chat(engine: EngineHandle) -> dict[str, Any]:
-    body = {"model": engine.model_id, "messages": QUESTION, "return_token_ids": True,
-            "logprobs": True, "max_tokens": 8, "temperature": 0}
+    body = {
+        "model": engine.model_id,
+        "messages": QUESTION,
+        "return_token_ids": True,
+        "logprobs": True,
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     response = httpx.post(f"{engine.url}/chat/completions", json=body, timeout=600)
     assert response.status_code == 200, response.text
     reply: dict[str, Any] = response.json()
@@ -81,8 +89,11 @@ def _served(reply: dict[str, Any]) -> tuple[list[int], list[int], list[float]]:
     """(prompt + sampled ids, loss mask on the sampled ones, their logprobs)."""
     prompt, [choice] = reply["prompt_token_ids"], reply["choices"]
     sampled = choice["token_ids"]
-    return (prompt + sampled, [0] * len(prompt) + [1] * len(sampled),
-            [entry["logprob"] for entry in choice["logprobs"]["content"]])
+    return (
+        prompt + sampled,
+        [0] * len(prompt) + [1] * len(sampled),
+        [entry["logprob"] for entry in choice["logprobs"]["content"]],
+    )
 
 
 def _rescore(model: Any, ids: list[int], mask: list[int]) -> list[float]:
@@ -92,7 +103,8 @@ def _rescore(model: Any, ids: list[int], mask: list[int]) -> list[float]:
 
 
 def test_a_trainers_adapter_serves_as_each_new_version(
-        lora_engine: EngineHandle, prepared_model_dir: Path, tmp_path: Path) -> None:
+    lora_engine: EngineHandle, prepared_model_dir: Path, tmp_path: Path
+) -> None:
     updater = serve_weight_updater(APP, str(prepared_model_dir))
     base = load(prepared_model_dir).eval()
     with served(local_controller(tmp_path / "work", updater=updater)) as http:
@@ -115,7 +127,8 @@ def test_a_trainers_adapter_serves_as_each_new_version(
             assert reply["model"] == lora_engine.model_id
             # Every sampled token is labelled with the adapter's version.
             assert reply["choices"][0]["weight_versions"] == [
-                {"version": str(step), "start": 0, "end": sum(mask)}]
+                {"version": str(step), "start": 0, "end": sum(mask)}
+            ]
             assert max_gap(logprobs, _rescore(model, ids, mask)) < SAME
             assert max_gap(logprobs, _rescore(base, ids, mask)) > CHANGED
 

@@ -28,8 +28,12 @@ def _tokenizer_sha(directory: Path) -> str:
     tokenizer = json.loads((directory / "tokenizer.json").read_text())
     config = json.loads((directory / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
-    return _sha(b"tokenizer.json\0", json.dumps(tokenizer, sort_keys=True).encode(),
-                b"tokenizer_config.json\0", json.dumps(config, sort_keys=True).encode())
+    return _sha(
+        b"tokenizer.json\0",
+        json.dumps(tokenizer, sort_keys=True).encode(),
+        b"tokenizer_config.json\0",
+        json.dumps(config, sort_keys=True).encode(),
+    )
 
 
 def test_the_default_engine_says_what_it_serves(prepared_model_dir: Path) -> None:
@@ -44,7 +48,8 @@ def test_the_default_engine_says_what_it_serves(prepared_model_dir: Path) -> Non
 
 
 def test_a_checkpoint_differs_in_its_weights_only_when_served_alike(
-        prepared_model_dir: Path, tmp_path: Path) -> None:
+    prepared_model_dir: Path, tmp_path: Path
+) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,12 +63,15 @@ def test_a_checkpoint_differs_in_its_weights_only_when_served_alike(
     assert step.model_source == str((tmp_path / "step-1").resolve())
     assert step.weights_sha256 != base.weights_sha256
     assert (step.tokenizer_sha256, step.chat_template_sha256) == (
-        base.tokenizer_sha256, base.chat_template_sha256)
+        base.tokenizer_sha256,
+        base.chat_template_sha256,
+    )
     # Served without the shipped template, the checkpoint renders with its own (which
     # ignores tools): a difference the rows must show.
     own = served_provenance(str(tmp_path / "step-1"), None)
     assert own.chat_template_sha256 == _sha(
-        (tmp_path / "step-1" / "chat_template.jinja").read_bytes())
+        (tmp_path / "step-1" / "chat_template.jinja").read_bytes()
+    )
     assert own.chat_template_sha256 != base.chat_template_sha256
 
 
@@ -71,8 +79,9 @@ def test_a_template_in_the_tokenizer_config_is_the_template_only(tmp_path: Path)
     def directory(name: str, template: str) -> Path:
         path = tmp_path / name
         path.mkdir()
-        (path / "tokenizer_config.json").write_text(json.dumps(
-            {"chat_template": template, "eos_token": "</s>"}))
+        (path / "tokenizer_config.json").write_text(
+            json.dumps({"chat_template": template, "eos_token": "</s>"})
+        )
         (path / "tokenizer.json").write_text('{"model": {}}')
         return path
 
@@ -89,5 +98,4 @@ def test_a_hub_id_is_named_not_read(template: Path | None) -> None:
     served = served_provenance("HuggingFaceTB/SmolLM2-135M-Instruct", template)
     assert served.model_source == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert (served.weights_sha256, served.tokenizer_sha256) == (None, None)
-    assert served.chat_template_sha256 == (None if template is None
-                                           else _sha(SHIPPED.read_bytes()))
+    assert served.chat_template_sha256 == (None if template is None else _sha(SHIPPED.read_bytes()))

@@ -37,8 +37,11 @@ APP = "affinity-test"
 LLM_APP = "affinity-llm-test"
 
 
-@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0},
-                  request_router_config=RequestRouterConfig(request_router_class=AFFINITY_ROUTER))
+@serve.deployment(
+    num_replicas=2,
+    ray_actor_options={"num_cpus": 0},
+    request_router_config=RequestRouterConfig(request_router_class=AFFINITY_ROUTER),
+)
 class WhichReplica:
     def __call__(self) -> tuple[str, str]:
         actor_name = ray.get_runtime_context().get_actor_name()
@@ -64,13 +67,11 @@ def serve_on_a_free_port() -> None:
 
 
 def call(handle: DeploymentHandle, session: str) -> tuple[str, str]:
-    answer: tuple[str, str] = handle.options(session_id=session).remote().result(
-        timeout_s=60)
+    answer: tuple[str, str] = handle.options(session_id=session).remote().result(timeout_s=60)
     return answer
 
 
-def test_sessions_stick_spread_and_move_off_a_killed_replica(
-        replicas: DeploymentHandle) -> None:
+def test_sessions_stick_spread_and_move_off_a_killed_replica(replicas: DeploymentHandle) -> None:
     sessions = [f"session-{i}" for i in range(8)]
     placed = {s: call(replicas, s) for s in sessions}
     # Every later call of a session lands where its first did.
@@ -119,15 +120,19 @@ class ReplicaNamingServer(LLMServer):
     async def check_health(self) -> None:
         return None
 
-    async def chat(self, request: Any, raw_request_info: Any = None
-                   ) -> AsyncGenerator[Any, None]:
+    async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         replica = serve.get_replica_context().replica_id.unique_id
 
         async def reply() -> AsyncGenerator[Any, None]:
             yield ChatCompletionResponse(
-                model=request.model, usage=UsageInfo(),
-                choices=[ChatCompletionResponseChoice(
-                    index=0, message=ChatMessage(role="assistant", content=replica))])
+                model=request.model,
+                usage=UsageInfo(),
+                choices=[
+                    ChatCompletionResponseChoice(
+                        index=0, message=ChatMessage(role="assistant", content=replica)
+                    )
+                ],
+            )
 
         return reply()
 
@@ -139,14 +144,16 @@ def llm_app(ray_cluster: None) -> Iterator[str]:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     serve_on_a_free_port()
     engine = to_llm_config(EngineConfig(num_replicas=2), "/no/model")
-    llm = LLMConfig(model_loading_config=engine.model_loading_config,
-                    deployment_config=engine.deployment_config,  # the router
-                    server_cls=ReplicaNamingServer,
-                    # No engine processes to hold CPUs for.
-                    placement_group_config={"bundle_per_worker": {"CPU": 0.01}})
-    app = build_openai_app({
-        "llm_configs": [llm],
-        "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}})
+    llm = LLMConfig(
+        model_loading_config=engine.model_loading_config,
+        deployment_config=engine.deployment_config,  # the router
+        server_cls=ReplicaNamingServer,
+        # No engine processes to hold CPUs for.
+        placement_group_config={"bundle_per_worker": {"CPU": 0.01}},
+    )
+    app = build_openai_app(
+        {"llm_configs": [llm], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}
+    )
     serve.run(app, name=LLM_APP, route_prefix="/affinity-llm")
     try:
         yield serve_http_base("/affinity-llm")
@@ -155,7 +162,8 @@ def llm_app(ray_cluster: None) -> Iterator[str]:
 
 
 async def test_the_proxys_engine_client_reaches_one_replica_per_session_through_serve_llm(
-        llm_app: str) -> None:
+    llm_app: str,
+) -> None:
     engine = HttpEngine(llm_app)
     body = {"model": EngineConfig().model_id, "messages": [{"role": "user", "content": "x"}]}
 

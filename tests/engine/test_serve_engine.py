@@ -61,7 +61,8 @@ def test_reply_carries_token_ids_and_aligned_logprobs(engine: EngineHandle) -> N
         assert entry["logprob"] == pytest.approx(best["logprob"], abs=1e-4)
         assert all(other["logprob"] <= best["logprob"] for other in entry["top_logprobs"])
     assert "".join(entry["token"] for entry in entries).startswith(
-        choice["message"]["content"].rstrip())
+        choice["message"]["content"].rstrip()
+    )
 
 
 def test_prompt_is_the_prepared_chatml_template(
@@ -78,8 +79,10 @@ def test_prompt_is_the_prepared_chatml_template(
 def test_greedy_replies_repeat(engine: EngineHandle) -> None:
     first, second = _chat(engine), _chat(engine)
     assert first["choices"][0]["token_ids"] == second["choices"][0]["token_ids"]
-    logprobs = [[e["logprob"] for e in reply["choices"][0]["logprobs"]["content"]]
-                for reply in (first, second)]
+    logprobs = [
+        [e["logprob"] for e in reply["choices"][0]["logprobs"]["content"]]
+        for reply in (first, second)
+    ]
     assert logprobs[0] == pytest.approx(logprobs[1], abs=1e-3)
 
 
@@ -87,7 +90,8 @@ def test_tokenize_renders_chat_messages_as_the_prompt(engine: EngineHandle) -> N
     # The capture proxy's stitching needs the served template's rendering of messages
     # (harbor_ray/engine/tokenize.py puts it back on Ray Serve LLM).
     root = engine.url.removesuffix("/v1")
-    rendered = httpx.post(f"{root}/tokenize", json={"model": engine.model_id,
-                                                    "messages": QUESTION}, timeout=60)
+    rendered = httpx.post(
+        f"{root}/tokenize", json={"model": engine.model_id, "messages": QUESTION}, timeout=60
+    )
     assert rendered.status_code == 200, rendered.text
     assert rendered.json()["tokens"] == _chat(engine, max_tokens=1)["prompt_token_ids"]

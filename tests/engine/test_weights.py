@@ -48,9 +48,13 @@ def _what(method: str, kwargs: dict[str, Any]) -> str:
 class FakeReplica:
     """Records each call in a shared log; `faults` makes a call raise, or hang."""
 
-    def __init__(self, name: str, log: list[tuple[str, str]],
-                 faults: dict[str, BaseException | str] | None = None,
-                 lora_rank: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        log: list[tuple[str, str]],
+        faults: dict[str, BaseException | str] | None = None,
+        lora_rank: int | None = None,
+    ) -> None:
         self.name = name
         self._log = log
         self._faults = faults or {}
@@ -82,8 +86,7 @@ def _calls(log: list[tuple[str, str]], name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("clear_cache", [False, True])
-async def test_every_replica_pauses_reloads_labels_and_resumes_in_order(
-        clear_cache: bool) -> None:
+async def test_every_replica_pauses_reloads_labels_and_resumes_in_order(clear_cache: bool) -> None:
     log: list[tuple[str, str]] = []
     replicas = [FakeReplica(f"r{i}", log) for i in range(3)]
     updater = _updater(replicas, clear_cache=clear_cache)
@@ -92,12 +95,21 @@ async def test_every_replica_pauses_reloads_labels_and_resumes_in_order(
     steps = ["pause", "reload", *(["cache"] if clear_cache else []), "label", "resume"]
     for replica in replicas:
         assert _calls(log, replica.name) == [
-            "pause", f"reload:{NEW}", *(["cache"] if clear_cache else []), "label:1", "resume"]
+            "pause",
+            f"reload:{NEW}",
+            *(["cache"] if clear_cache else []),
+            "label:1",
+            "resume",
+        ]
     # A step starts on a replica only once every replica finished the one before.
     assert [what.split(":")[0] for _, what in log] == sorted(
-        (what.split(":")[0] for _, what in log), key=steps.index)
+        (what.split(":")[0] for _, what in log), key=steps.index
+    )
     assert [(r.replica, r.serving_version) for r in result.replicas] == [
-        ("r0", 1), ("r1", 1), ("r2", 1)]
+        ("r0", 1),
+        ("r1", 1),
+        ("r2", 1),
+    ]
     assert set(result.step_seconds) == set(steps)
     assert set(result.replicas[0].seconds) == set(steps)
 
@@ -120,8 +132,11 @@ async def test_a_version_that_does_not_increase_is_refused_untouched(version: in
 @pytest.mark.parametrize("fault", [RuntimeError("no such file"), HANG])
 async def test_a_failed_reload_rolls_every_replica_back(fault: BaseException | str) -> None:
     log: list[tuple[str, str]] = []
-    replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {f"reload:{NEW}": fault}),
-                FakeReplica("r2", log)]
+    replicas = [
+        FakeReplica("r0", log),
+        FakeReplica("r1", log, {f"reload:{NEW}": fault}),
+        FakeReplica("r2", log),
+    ]
     updater = _updater(replicas)
     result = await updater.update(NEW, 1)
     assert not result.ok and result.version == updater.version == 0 and updater.path == OLD
@@ -131,7 +146,13 @@ async def test_a_failed_reload_rolls_every_replica_back(fault: BaseException | s
     # The replica that failed may be half-loaded: it is rolled back with the others.
     for replica in replicas:
         assert _calls(log, replica.name) == [
-            "pause", f"reload:{NEW}", f"reload:{OLD}", "cache", "label:0", "resume"]
+            "pause",
+            f"reload:{NEW}",
+            f"reload:{OLD}",
+            "cache",
+            "label:0",
+            "resume",
+        ]
     assert all(r.serving_version == 0 for r in result.replicas)
     assert "rollback" in result.step_seconds and "cache" not in result.step_seconds
 
@@ -151,8 +172,15 @@ async def test_a_failed_cache_reset_rolls_back() -> None:
     replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {"cache": RuntimeError("x")})]
     result = await _updater(replicas, clear_cache=True).update(NEW, 1)
     assert result.version == 0 and [r.replica for r in result.failed] == ["r1"]
-    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "cache", f"reload:{OLD}", "cache",
-                                 "label:0", "resume"]
+    assert _calls(log, "r0") == [
+        "pause",
+        f"reload:{NEW}",
+        "cache",
+        f"reload:{OLD}",
+        "cache",
+        "label:0",
+        "resume",
+    ]
 
 
 async def test_a_failed_label_rolls_back_and_labels_the_old_version_again() -> None:
@@ -160,9 +188,17 @@ async def test_a_failed_label_rolls_back_and_labels_the_old_version_again() -> N
     replicas = [FakeReplica("r0", log), FakeReplica("r1", log, {"label:1": RuntimeError("x")})]
     result = await _updater(replicas).update(NEW, 1)
     assert result.version == 0 and [(r.replica, r.failed_step) for r in result.failed] == [
-        ("r1", "label")]
-    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "label:1", f"reload:{OLD}", "cache",
-                                 "label:0", "resume"]
+        ("r1", "label")
+    ]
+    assert _calls(log, "r0") == [
+        "pause",
+        f"reload:{NEW}",
+        "label:1",
+        f"reload:{OLD}",
+        "cache",
+        "label:0",
+        "resume",
+    ]
 
 
 async def test_a_replica_whose_rollback_fails_is_left_paused_and_unnamed() -> None:
@@ -191,8 +227,16 @@ async def test_updates_run_one_at_a_time() -> None:
     updater = _updater([FakeReplica("r0", log)])
     first, second = await asyncio.gather(updater.update(NEW, 1), updater.update(OLD, 2))
     assert first.ok and second.ok and updater.version == 2
-    assert _calls(log, "r0") == ["pause", f"reload:{NEW}", "label:1", "resume",
-                                 "pause", f"reload:{OLD}", "label:2", "resume"]
+    assert _calls(log, "r0") == [
+        "pause",
+        f"reload:{NEW}",
+        "label:1",
+        "resume",
+        "pause",
+        f"reload:{OLD}",
+        "label:2",
+        "resume",
+    ]
 
 
 async def test_no_replica_is_an_error() -> None:
@@ -205,8 +249,10 @@ async def test_no_replica_is_an_error() -> None:
 
 def _checkpoint(directory: Path, shapes: dict[str, tuple[int, ...]]) -> Path:
     directory.mkdir()
-    save_file({n: np.zeros(s, dtype=np.float32) for n, s in shapes.items()},
-              str(directory / "model.safetensors"))
+    save_file(
+        {n: np.zeros(s, dtype=np.float32) for n, s in shapes.items()},
+        str(directory / "model.safetensors"),
+    )
     return directory
 
 
@@ -219,11 +265,14 @@ def test_a_checkpoint_with_the_served_tensors_passes(tmp_path: Path) -> None:
     assert check_checkpoint(str(new), str(served)) == SHAPES
 
 
-@pytest.mark.parametrize(("shapes", "message"), [
-    ({"embed.weight": (4, 2)}, "missing"),
-    ({**SHAPES, "extra": (1,)}, "unexpected"),
-    ({"embed.weight": (4, 3), "norm.weight": (2,)}, "reshaped"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ({"embed.weight": (4, 2)}, "missing"),
+        ({**SHAPES, "extra": (1,)}, "unexpected"),
+        ({"embed.weight": (4, 3), "norm.weight": (2,)}, "reshaped"),
+    ],
+)
 def test_a_checkpoint_of_other_tensors_is_refused(
     tmp_path: Path, shapes: dict[str, tuple[int, ...]], message: str
 ) -> None:
@@ -270,21 +319,28 @@ async def test_the_updater_checks_before_touching_the_engine(tmp_path: Path) -> 
 
 def _adapter(directory: Path, rank: int = 8) -> str:
     """An adapter directory as peft's save_pretrained writes it (its tensors zeros)."""
-    _checkpoint(directory, {"base_model.model.q_proj.lora_A.weight": (rank, 4),
-                            "base_model.model.q_proj.lora_B.weight": (4, rank)})
+    _checkpoint(
+        directory,
+        {
+            "base_model.model.q_proj.lora_A.weight": (rank, 4),
+            "base_model.model.q_proj.lora_B.weight": (4, rank),
+        },
+    )
     (directory / ADAPTER_CONFIG).write_text(json.dumps({"r": rank, "peft_type": "LORA"}))
     return str(directory)
 
 
-def _lora_replicas(log: list[tuple[str, str]],
-                   faults: dict[str, dict[str, BaseException | str]] | None = None,
-                   n: int = 2) -> list[FakeReplica]:
-    return [FakeReplica(f"r{i}", log, (faults or {}).get(f"r{i}"), lora_rank=16)
-            for i in range(n)]
+def _lora_replicas(
+    log: list[tuple[str, str]],
+    faults: dict[str, dict[str, BaseException | str]] | None = None,
+    n: int = 2,
+) -> list[FakeReplica]:
+    return [FakeReplica(f"r{i}", log, (faults or {}).get(f"r{i}"), lora_rank=16) for i in range(n)]
 
 
 async def test_an_adapter_is_loaded_everywhere_then_switched_without_a_pause(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     log: list[tuple[str, str]] = []
     replicas = _lora_replicas(log)
     updater = _updater(replicas)
@@ -296,12 +352,12 @@ async def test_an_adapter_is_loaded_everywhere_then_switched_without_a_pause(
     assert [what.split(":")[0] for _, what in log] == ["load", "load", "use", "use"]
     assert (await updater.update(second, 2)).ok
     for replica in replicas:
-        assert _calls(log, replica.name) == [f"load:{first}", "use:v1", f"load:{second}",
-                                             "use:v2"]
+        assert _calls(log, replica.name) == [f"load:{first}", "use:v1", f"load:{second}", "use:v2"]
 
 
 async def test_a_failed_adapter_load_leaves_every_replica_on_the_old_version(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     log: list[tuple[str, str]] = []
     first, second = _adapter(tmp_path / "v1"), _adapter(tmp_path / "v2")
     updater = _updater(_lora_replicas(log, {"r1": {f"load:{second}": RuntimeError("rank")}}))
@@ -341,8 +397,7 @@ async def test_an_update_of_the_other_kind_is_refused_naming_the_fix(tmp_path: P
     assert log == []
 
 
-async def test_full_weights_after_an_adapter_are_refused_as_the_other_kind(
-        tmp_path: Path) -> None:
+async def test_full_weights_after_an_adapter_are_refused_as_the_other_kind(tmp_path: Path) -> None:
     """Checked (as the service checks): the full checkpoint is not compared with the
     adapter serving, whose tensors it never has, but refused as the kind the engine does
     not take, naming what to send."""

@@ -36,8 +36,15 @@ QUESTION = [{"role": "user", "content": "What is 2+2? Answer with a number."}]
 
 
 async def _chat(engine: EngineHandle, **extra: Any) -> dict[str, Any]:
-    body = {"model": engine.model_id, "messages": QUESTION, "return_token_ids": True,
-            "logprobs": True, "max_tokens": 8, "temperature": 0, **extra}
+    body = {
+        "model": engine.model_id,
+        "messages": QUESTION,
+        "return_token_ids": True,
+        "logprobs": True,
+        "max_tokens": 8,
+        "temperature": 0,
+        **extra,
+    }
     async with httpx.AsyncClient(timeout=600) as client:
         response = await client.post(f"{engine.url}/chat/completions", json=body)
     assert response.status_code == 200, response.text
@@ -47,9 +54,14 @@ async def _chat(engine: EngineHandle, **extra: Any) -> dict[str, Any]:
 def _sequences(reply: dict[str, Any]) -> list[tuple[list[int], list[int], list[float]]]:
     """(prompt + sampled ids, loss mask on the sampled ones, their logprobs) of each choice."""
     prompt = reply["prompt_token_ids"]
-    return [(prompt + choice["token_ids"], [0] * len(prompt) + [1] * len(choice["token_ids"]),
-             [entry["logprob"] for entry in choice["logprobs"]["content"]])
-            for choice in reply["choices"]]
+    return [
+        (
+            prompt + choice["token_ids"],
+            [0] * len(prompt) + [1] * len(choice["token_ids"]),
+            [entry["logprob"] for entry in choice["logprobs"]["content"]],
+        )
+        for choice in reply["choices"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +79,12 @@ async def test_a_gradient_step_reaches_the_engine(
     served = updater.path
     # A group of four samples at the serving version, their logprobs as captured.
     group_reply = await _chat(engine, n=4, temperature=1.0, max_tokens=12)
-    group = [(ids, mask, 1.0 if "4" in choice["message"]["content"] else 0.0)
-             for (ids, mask, _), choice in zip(
-                 _sequences(group_reply), group_reply["choices"], strict=True)]
+    group = [
+        (ids, mask, 1.0 if "4" in choice["message"]["content"] else 0.0)
+        for (ids, mask, _), choice in zip(
+            _sequences(group_reply), group_reply["choices"], strict=True
+        )
+    ]
     ids, mask, captured = _sequences(group_reply)[0]
     assert max_gap(captured, rescore(served, ids, mask)) < SAME
 
@@ -105,7 +120,8 @@ async def test_a_checkpoint_that_fails_in_the_engine_leaves_the_old_weights(
     empty.mkdir()
     shutil.copy(Path(updater.path) / "config.json", empty)
     unchecked = serve_weight_updater(
-        engine.app_name, updater.path, version=updater.version, check=False)
+        engine.app_name, updater.path, version=updater.version, check=False
+    )
     result = await unchecked.update(str(empty), updater.version + 1)
     assert not result.ok and result.version == updater.version
     [failed] = result.failed
@@ -158,8 +174,9 @@ class Crossed:
     old_after: list[float]
 
 
-async def _crossed_by_an_update(engine: EngineHandle, updater: WeightUpdater, tmp_path: Path,
-                                *, clear_cache: bool) -> Crossed:
+async def _crossed_by_an_update(
+    engine: EngineHandle, updater: WeightUpdater, tmp_path: Path, *, clear_cache: bool
+) -> Crossed:
     """Update to one policy-gradient step's weights while a LONG-token call generates
     (dropping the cache at the update, or keeping it: the service's default); the call
     completes and its spans name both versions. The served weights are put back. (A
@@ -168,8 +185,7 @@ async def _crossed_by_an_update(engine: EngineHandle, updater: WeightUpdater, tm
     served, old = updater.path, updater.version
     [sample] = _sequences(await _chat(engine, max_tokens=12))
     stepped = policy_gradient_step(served, tmp_path / "stepped", [(*sample[:2], 1.0)])
-    crossing = serve_weight_updater(engine.app_name, served, version=old,
-                                    clear_cache=clear_cache)
+    crossing = serve_weight_updater(engine.app_name, served, version=old, clear_cache=clear_cache)
     request = asyncio.create_task(_chat(engine, max_tokens=LONG, ignore_eos=True))
     await asyncio.sleep(2.0)
     in_flight = not request.done()
@@ -192,8 +208,13 @@ async def _crossed_by_an_update(engine: EngineHandle, updater: WeightUpdater, tm
     first = mask.index(1)
     old_part = [m if i < first + boundary else 0 for i, m in enumerate(mask)]
     new_part = [m if i >= first + boundary else 0 for i, m in enumerate(mask)]
-    return Crossed(logprobs[:boundary], logprobs[boundary:], rescore(served, ids, old_part),
-                   rescore(stepped, ids, new_part), rescore(served, ids, new_part))
+    return Crossed(
+        logprobs[:boundary],
+        logprobs[boundary:],
+        rescore(served, ids, old_part),
+        rescore(stepped, ids, new_part),
+        rescore(served, ids, new_part),
+    )
 
 
 async def test_the_tokens_after_an_update_mid_call_are_the_new_weights(
@@ -218,13 +239,16 @@ async def test_keeping_the_cache_across_an_update_is_measured_against_the_new_we
     docs/trainers.md states it). The tokens before the boundary are the old weights'
     exactly, and those after it are not the old weights': the new ones sampled them."""
     crossed = await _crossed_by_an_update(engine, updater, tmp_path, clear_cache=False)
-    to_new = [abs(a - b) for a, b in zip(crossed.recorded_after, crossed.new_after,
-                                          strict=True)]
-    to_old = [abs(a - b) for a, b in zip(crossed.recorded_after, crossed.old_after,
-                                          strict=True)]
-    gap = {"tokens_before": len(crossed.recorded_before), "tokens_after": len(to_new),
-           "max_gap_to_new": max(to_new), "mean_gap_to_new": sum(to_new) / len(to_new),
-           "max_gap_to_old": max(to_old), "mean_gap_to_old": sum(to_old) / len(to_old)}
+    to_new = [abs(a - b) for a, b in zip(crossed.recorded_after, crossed.new_after, strict=True)]
+    to_old = [abs(a - b) for a, b in zip(crossed.recorded_after, crossed.old_after, strict=True)]
+    gap = {
+        "tokens_before": len(crossed.recorded_before),
+        "tokens_after": len(to_new),
+        "max_gap_to_new": max(to_new),
+        "mean_gap_to_new": sum(to_new) / len(to_new),
+        "max_gap_to_old": max(to_old),
+        "mean_gap_to_old": sum(to_old) / len(to_old),
+    }
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "keep-mode-gap.json").write_text(json.dumps(gap, indent=2) + "\n")
     print("keep mode, logprob gap after the boundary:", gap)

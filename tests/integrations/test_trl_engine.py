@@ -38,25 +38,52 @@ SAME_OVER_A_CONVERSATION = 3e-3
 
 
 @pytest.fixture(scope="module")
-def online(engine: EngineHandle, prepared_model_dir: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Online]:
-    with online_service(engine, prepared_model_dir, tmp_path_factory.mktemp("online-trl"),
-                        dataset=str(TASKS)) as service:
+def online(
+    engine: EngineHandle, prepared_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Online]:
+    with online_service(
+        engine, prepared_model_dir, tmp_path_factory.mktemp("online-trl"), dataset=str(TASKS)
+    ) as service:
         yield service
 
 
 def test_the_trl_example_trains_through_the_online_service(
-        online: Online, prepared_model_dir: Path, tmp_path: Path) -> None:
+    online: Online, prepared_model_dir: Path, tmp_path: Path
+) -> None:
     key_file = tmp_path / "controller.key"
     key_file.write_text(online.key)
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "trl_grpo.py"), "--url", online.url,
-         "--key-file", str(key_file), "--model", str(prepared_model_dir),
-         "--tasks", "coin", "--steps", "2", "--num-generations", "2",
-         "--temperature", str(TEMPERATURE), "--learning-rate", "5e-4", "--budget", "2",
-         "--max-tokens", "48", "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=2400)
+        [
+            sys.executable,
+            str(ROOT / "examples" / "trl_grpo.py"),
+            "--url",
+            online.url,
+            "--key-file",
+            str(key_file),
+            "--model",
+            str(prepared_model_dir),
+            "--tasks",
+            "coin",
+            "--steps",
+            "2",
+            "--num-generations",
+            "2",
+            "--temperature",
+            str(TEMPERATURE),
+            "--learning-rate",
+            "5e-4",
+            "--budget",
+            "2",
+            "--max-tokens",
+            "48",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert run.returncode == 0, run.stderr[-5000:]
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     print(f"the example ran in {time.monotonic() - started:.0f} s")
@@ -82,9 +109,14 @@ def test_the_trl_example_trains_through_the_online_service(
     assert summary["policy_version"] == 2
     # The weights changed.
     stepped = tmp_path / "out" / "checkpoints" / "version-1"
-    moved = max((a - b).abs().max().item() for a, b in zip(
-        load(prepared_model_dir).state_dict().values(), load(stepped).state_dict().values(),
-        strict=True))
+    moved = max(
+        (a - b).abs().max().item()
+        for a, b in zip(
+            load(prepared_model_dir).state_dict().values(),
+            load(stepped).state_dict().values(),
+            strict=True,
+        )
+    )
     assert moved > 0, "step 1 did not change the weights"
 
     # Each step trained on one group of two rollouts, whose rewards differ; step 1's ran
@@ -109,8 +141,10 @@ def test_the_trl_example_trains_through_the_online_service(
         old = rescore(prepared_model_dir, ids, mask, TEMPERATURE)
         same, drift = max_gap(turn["logprobs"], new), max_gap(turn["logprobs"], old)
         ratio = math.exp(sum(n - r for n, r in zip(new, turn["logprobs"], strict=True)))
-        print(f"turn of {len(ids)} ids, {len(new)} sampled: max |dlogp| {same:.2e} against "
-              f"version 1 at T={TEMPERATURE}, {drift:.2e} against "
-              f"version 0; IS ratio {ratio:.4f}")
+        print(
+            f"turn of {len(ids)} ids, {len(new)} sampled: max |dlogp| {same:.2e} against "
+            f"version 1 at T={TEMPERATURE}, {drift:.2e} against "
+            f"version 0; IS ratio {ratio:.4f}"
+        )
         assert same < SAME_OVER_A_CONVERSATION
         assert drift > same

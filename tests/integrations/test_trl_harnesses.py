@@ -29,8 +29,12 @@ from tests.integrations.test_trl_logs import Logged
 VERSION = 2
 N = 2  # num_generations
 # Each (task, harness)'s rewards, one per rollout of its group.
-REWARDS = {("a", "terminus-2"): [1.0, 0.0], ("b", "terminus-2"): [0.5, 0.0],
-           ("a", "codex"): [0.25, 0.0], ("b", "codex"): [1.0, 0.75]}
+REWARDS = {
+    ("a", "terminus-2"): [1.0, 0.0],
+    ("b", "terminus-2"): [0.5, 0.0],
+    ("a", "codex"): [0.25, 0.0],
+    ("b", "codex"): [1.0, 0.75],
+}
 TURNS = {"terminus-2": 3, "codex": 1}  # model calls per rollout
 SAMPLED = {"terminus-2": 2, "codex": 3}  # tokens each rollout's model sampled
 
@@ -64,21 +68,47 @@ class HarnessClient:
 def _group(slot: str, task: str, agent: str) -> Group:
     rewards = REWARDS[task, agent]
     ids = [f"{slot}-r{i}" for i in range(len(rewards))]
-    rollouts = [{"rollout_id": rid, "task": task, "agent": agent, "reward": reward,
-                 "ok": True, "trainable": True,
-                 "counts": {"turns": TURNS[agent], "model_calls": TURNS[agent]},
-                 "policy_version_min": VERSION, "policy_version_max": VERSION}
-                for rid, reward in zip(ids, rewards, strict=True)]
+    rollouts = [
+        {
+            "rollout_id": rid,
+            "task": task,
+            "agent": agent,
+            "reward": reward,
+            "ok": True,
+            "trainable": True,
+            "counts": {"turns": TURNS[agent], "model_calls": TURNS[agent]},
+            "policy_version_min": VERSION,
+            "policy_version_max": VERSION,
+        }
+        for rid, reward in zip(ids, rewards, strict=True)
+    ]
     # Prompt [5]; then SAMPLED[agent] sampled tokens, each after a tool output.
     mask = [0] + [0, 1] * SAMPLED[agent]
-    sequences = [{"rollout_id": rid, "role": "agent", "input_ids": [5 + i % 7 for i in
-                                                                      range(len(mask))],
-                  "loss_mask": mask, "logprobs": [-1.0 if m else 0.0 for m in mask],
-                  "policy_versions": [VERSION if m else None for m in mask]} for rid in ids]
-    return Group(group_id=slot, request_id="q", task=task, n=len(rewards), metadata={},
-                 policy_version_min=VERSION, policy_version_max=VERSION,
-                 finished_version=VERSION, staleness=0, rollouts=rollouts,
-                 sequences=sequences, turns=[])
+    sequences = [
+        {
+            "rollout_id": rid,
+            "role": "agent",
+            "input_ids": [5 + i % 7 for i in range(len(mask))],
+            "loss_mask": mask,
+            "logprobs": [-1.0 if m else 0.0 for m in mask],
+            "policy_versions": [VERSION if m else None for m in mask],
+        }
+        for rid in ids
+    ]
+    return Group(
+        group_id=slot,
+        request_id="q",
+        task=task,
+        n=len(rewards),
+        metadata={},
+        policy_version_min=VERSION,
+        policy_version_max=VERSION,
+        finished_version=VERSION,
+        staleness=0,
+        rollouts=rollouts,
+        sequences=sequences,
+        turns=[],
+    )
 
 
 class SeenByReward:
@@ -90,34 +120,52 @@ class SeenByReward:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, str]] = []
 
-    def __call__(self, completions: list[Any], reward: list[float], agent: list[str],
-                 task: list[str], group_id: list[str], **_: Any) -> list[float]:
+    def __call__(
+        self,
+        completions: list[Any],
+        reward: list[float],
+        agent: list[str],
+        task: list[str],
+        group_id: list[str],
+        **_: Any,
+    ) -> list[float]:
         self.seen += zip(group_id, task, agent, strict=True)
         return list(reward)
 
 
-def test_each_grpo_group_is_one_task_under_one_harness_with_its_own_figures(
-        tmp_path: Path) -> None:
+def test_each_grpo_group_is_one_task_under_one_harness_with_its_own_figures(tmp_path: Path) -> None:
     client = HarnessClient()
     rewards, logged = SeenByReward(), Logged()
     args = ServiceGRPOConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=2 * len(REWARDS),
-        num_generations=N, max_steps=1, temperature=0.7, beta=0.0, bf16=False,
-        use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
-        max_completion_length=16)
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2 * len(REWARDS),
+        num_generations=N,
+        max_steps=1,
+        temperature=0.7,
+        beta=0.0,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        max_completion_length=16,
+    )
     trainer = ServiceGRPOTrainer(
-        model=tiny_model(), reward_funcs=rewards, args=args,
+        model=tiny_model(),
+        reward_funcs=rewards,
+        args=args,
         train_dataset=task_dataset(["a", "b"], ["terminus-2", "codex"]),
         processing_class=tokenizer(),
         rollout_func=GroupRollouts(client, "terminus-2"),  # type: ignore[arg-type]
-        callbacks=[logged])
+        callbacks=[logged],
+    )
     trainer.train()
     # Every (task, harness) was asked once, each under its own harness.
     assert sorted(client.asked) == sorted(REWARDS)
     # TRL's groups, as its advantages take them: each one service group, so one task
     # under one harness, and every harness's groups are its own.
     assert len(rewards.seen) == N * len(REWARDS)
-    blocks = [rewards.seen[i:i + N] for i in range(0, len(rewards.seen), N)]
+    blocks = [rewards.seen[i : i + N] for i in range(0, len(rewards.seen), N)]
     assert all(len(set(block)) == 1 for block in blocks), blocks
     assert sorted((task, agent) for _, task, agent in (b[0] for b in blocks)) == sorted(REWARDS)
 
@@ -139,8 +187,7 @@ def test_each_grpo_group_is_one_task_under_one_harness_with_its_own_figures(
 
 def test_a_prompt_names_its_harness_after_the_last_mark() -> None:
     assert harness_prompt("hello-file", "codex") == "hello-file @ codex"
-    assert task_dataset(["a"], ["codex", "terminus-2"])["prompt"] == [
-        "a @ codex", "a @ terminus-2"]
+    assert task_dataset(["a"], ["codex", "terminus-2"])["prompt"] == ["a @ codex", "a @ terminus-2"]
     for bad in ("", "a b", "x@y"):
         with pytest.raises(TrainerError, match="agent name"):
             harness_prompt("t", bad)
@@ -152,14 +199,20 @@ def test_a_group_the_service_ran_under_another_harness_is_refused() -> None:
     """Its baseline would mix harnesses: refused, not trained."""
 
     class WrongHarness(HarnessClient):
-        def submit(self, tasks: list[TaskRequest], agent: str, **options: Any
-                   ) -> SubmitReply:
+        def submit(self, tasks: list[TaskRequest], agent: str, **options: Any) -> SubmitReply:
             return super().submit([TaskRequest(task=t.task, n=t.n) for t in tasks], agent)
 
     rollouts = GroupRollouts(WrongHarness(), "terminus-2")  # type: ignore[arg-type]
-    trainer = type("T", (), {
-        "num_generations": N, "model": type("M", (), {"training": True})(),
-        "args": type("A", (), {"temperature": 0.7})(),
-        "state": type("S", (), {"global_step": 0})(), "processing_class": None})()
+    trainer = type(
+        "T",
+        (),
+        {
+            "num_generations": N,
+            "model": type("M", (), {"training": True})(),
+            "args": type("A", (), {"temperature": 0.7})(),
+            "state": type("S", (), {"global_step": 0})(),
+            "processing_class": None,
+        },
+    )()
     with pytest.raises(TrainerError, match="asked of codex but its rows name"):
         rollouts([harness_prompt("a", "codex")] * N, trainer)

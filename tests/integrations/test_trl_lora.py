@@ -34,8 +34,9 @@ def test_a_peft_model_is_synced_as_its_adapter_alone(tmp_path: Path) -> None:
     sync = WeightSync(client, tmp_path, keep=1)  # type: ignore[arg-type]  # a stand-in
     sync.on_train_begin(None, SimpleNamespace(global_step=0), None)
     for step in (1, 2):
-        sync.on_step_end(None, SimpleNamespace(global_step=step, is_world_process_zero=True),
-                         None, model=model)
+        sync.on_step_end(
+            None, SimpleNamespace(global_step=step, is_world_process_zero=True), None, model=model
+        )
     assert [version for _, version in client.updates] == [6, 7]  # from the serving 5
     path = client.updates[-1][0]
     assert Path(path) == (tmp_path / "version-7").resolve() and is_adapter(path)

@@ -14,13 +14,19 @@ from harbor_ray.errors import (
 from harbor_ray.jobs.qualification import QualifyRequest, plan_qualify, run_qualify
 
 
-@pytest.mark.parametrize(("changes", "error", "says"), [
-    ({"llm_url": "http://127.0.0.1:1", "engine": "e.yaml"}, StartError, "not both"),
-    ({"agents": ("no-such-agent",)}, UnknownAgentError, "no-such-agent"),
-    ({"agents": ("oracle",), "tasks": ("no-such-task",)}, DatasetError, "no-such-task"),
-    ({"agents": ("opencode", "codex"), "profiles": ("anthropic",)}, ProfileNotSupportedError,
-     "'codex' is not wired to speak profile 'anthropic'; its profiles: openai-responses"),
-])
+@pytest.mark.parametrize(
+    ("changes", "error", "says"),
+    [
+        ({"llm_url": "http://127.0.0.1:1", "engine": "e.yaml"}, StartError, "not both"),
+        ({"agents": ("no-such-agent",)}, UnknownAgentError, "no-such-agent"),
+        ({"agents": ("oracle",), "tasks": ("no-such-task",)}, DatasetError, "no-such-task"),
+        (
+            {"agents": ("opencode", "codex"), "profiles": ("anthropic",)},
+            ProfileNotSupportedError,
+            "'codex' is not wired to speak profile 'anthropic'; its profiles: openai-responses",
+        ),
+    ],
+)
 def test_a_request_that_cannot_work_is_refused_before_anything_starts(
     tmp_path: Path, changes: dict, error: type[Exception], says: str
 ) -> None:
@@ -35,17 +41,29 @@ def test_the_level_follows_the_engine() -> None:
     assert QualifyRequest(engine="serve_configs/engine_cpu.yaml").level == "model"
 
 
-@pytest.mark.parametrize(("profiles", "cells"), [
-    ((), [("codex", "openai-responses"), ("opencode", "openai-chat"), ("oracle", None)]),
-    (("all",), [("codex", "openai-responses"), ("opencode", "openai-chat"),
-                ("opencode", "anthropic"), ("opencode", "google"),
-                ("opencode", "openai-responses"), ("oracle", None)]),
-])
+@pytest.mark.parametrize(
+    ("profiles", "cells"),
+    [
+        ((), [("codex", "openai-responses"), ("opencode", "openai-chat"), ("oracle", None)]),
+        (
+            ("all",),
+            [
+                ("codex", "openai-responses"),
+                ("opencode", "openai-chat"),
+                ("opencode", "anthropic"),
+                ("opencode", "google"),
+                ("opencode", "openai-responses"),
+                ("oracle", None),
+            ],
+        ),
+    ],
+)
 def test_the_plan_has_a_cell_per_agent_and_profile_asked(
     tmp_path: Path, profiles: tuple[str, ...], cells: list[tuple[str, str | None]]
 ) -> None:
-    request = QualifyRequest(agents=("codex", "opencode", "oracle"), profiles=profiles,
-                             out=tmp_path)
+    request = QualifyRequest(
+        agents=("codex", "opencode", "oracle"), profiles=profiles, out=tmp_path
+    )
     assert list(plan_qualify(request).cells) == cells
 
 

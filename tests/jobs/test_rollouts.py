@@ -29,9 +29,12 @@ def test_the_rollouts_land_in_results_jsonl(tmp_path: Path) -> None:
     seen: list[str] = []
     stages: list[tuple[str, Stage]] = []
     request = RolloutRequest(agent="oracle", tasks=["hello-file"], attempts=2, out=tmp_path)
-    records = run_rollouts(request, on_planned=planned.append,
-                           on_result=lambda r: seen.append(r.rollout_id),
-                           on_stage=lambda rollout, stage: stages.append((rollout, stage)))
+    records = run_rollouts(
+        request,
+        on_planned=planned.append,
+        on_result=lambda r: seen.append(r.rollout_id),
+        on_stage=lambda rollout, stage: stages.append((rollout, stage)),
+    )
     assert planned == [2] and sorted(seen) == sorted(r.rollout_id for r in records)
     # One rollout at a time: each trial's stages, in order, before the next one's.
     assert stages == [(r.rollout_id, stage) for r in records for stage in Stage]

@@ -49,22 +49,23 @@ class Service:
 
     def __init__(self, handle, url: str, app) -> None:
         self.handle, self.url, self.app = handle, url, app
-        self.http = httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"},
-                                 timeout=120)
+        self.http = httpx.Client(
+            base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=120
+        )
 
     def wait_groups(self, count: int, timeout_s: float = 120) -> list[dict]:
         groups: list[dict] = []
         deadline = time.monotonic() + timeout_s
         while len(groups) < count:
             assert time.monotonic() < deadline, f"{len(groups)} groups of {count}"
-            groups = self.http.get("/v1/groups", params={"wait_s": 5, "max": 100}
-                                   ).json()["groups"]
+            groups = self.http.get("/v1/groups", params={"wait_s": 5, "max": 100}).json()["groups"]
         return groups
 
 
 @contextlib.contextmanager
-def running_service(name: str, config: ControllerConfig, updater: EngineWeights,
-                    work: Work | None) -> Iterator[Service]:
+def running_service(
+    name: str, config: ControllerConfig, updater: EngineWeights, work: Work | None
+) -> Iterator[Service]:
     """A controller named `name` behind its HTTP app; removed on exit, with its proxy's
     policy version actor."""
     handle = start_controller(name, config, updater, work=work)
@@ -95,11 +96,14 @@ def assert_updated_mid_group(group: dict[str, Any]) -> None:
     assert len(by_rollout) == group["n"]
     for turns in by_rollout.values():
         assert [(t["policy_version_start"], t["policy_version_end"]) for t in turns] == [
-            (0, 0), (1, 1)]
+            (0, 0),
+            (1, 1),
+        ]
     assert (group["policy_version_min"], group["policy_version_max"]) == (0, 1)
     assert (group["finished_version"], group["staleness"]) == (1, 1)
-    assert [(r["policy_version_min"], r["policy_version_max"]) for r in group["rollouts"]
-            ] == [(0, 1)] * group["n"]
+    assert [(r["policy_version_min"], r["policy_version_max"]) for r in group["rollouts"]] == [
+        (0, 1)
+    ] * group["n"]
 
 
 @pytest.fixture
@@ -109,9 +113,13 @@ def service_factory(proxy: ProxyTarget, tmp_path: Path):
         def make(name: str, *, work=STUB, updater=None, **config) -> Service:
             """`work=None` runs real Harbor trials on the hosts."""
             config = {"proxy": proxy, **config}
-            return started.enter_context(running_service(
-                name, ControllerConfig(work_dir=tmp_path / name, **config),
-                updater or FakeWeightUpdater(("engine-0", "engine-1")),
-                stub_agent(2) if work is STUB else work))
+            return started.enter_context(
+                running_service(
+                    name,
+                    ControllerConfig(work_dir=tmp_path / name, **config),
+                    updater or FakeWeightUpdater(("engine-0", "engine-1")),
+                    stub_agent(2) if work is STUB else work,
+                )
+            )
 
         yield make

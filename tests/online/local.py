@@ -39,16 +39,25 @@ class LocalRollouts:
         return failed_record(spec, ErrorType.AGENT_ERROR, "a local stand-in ran", self.hold_s)
 
 
-def local_controller(work_dir: Path, *, runner: LocalRollouts | None = None,
-                     updater: EngineWeights | None = None, **config: Any) -> Controller:
-    return Controller(ControllerConfig(work_dir=work_dir, **config),
-                      updater or FakeWeightUpdater(("engine-0",)),
-                      runner=runner or LocalRollouts())
+def local_controller(
+    work_dir: Path,
+    *,
+    runner: LocalRollouts | None = None,
+    updater: EngineWeights | None = None,
+    **config: Any,
+) -> Controller:
+    return Controller(
+        ControllerConfig(work_dir=work_dir, **config),
+        updater or FakeWeightUpdater(("engine-0",)),
+        runner=runner or LocalRollouts(),
+    )
 
 
 @contextlib.contextmanager
 def served(controller: Any, **app: Any) -> Iterator[httpx.Client]:
     """`controller`'s app over loopback: a client holding the key."""
-    with serve_in_thread(build_controller_app(controller, KEY, **app)) as url, httpx.Client(
-            base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60) as http:
+    with (
+        serve_in_thread(build_controller_app(controller, KEY, **app)) as url,
+        httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60) as http,
+    ):
         yield http

@@ -15,20 +15,33 @@ N = 120
 
 
 async def test_the_cap_falls_under_pressure_then_rises_and_no_rollout_is_lost(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     with serve_in_thread(scripted([BUSY] * 8 + [IDLE])) as url:
         runner = LocalRollouts(hold_s=0.02)
         controller = local_controller(
-            tmp_path, runner=runner, concurrency=8, engine_metrics=(f"{url}/metrics",),
-            min_concurrency=2, max_concurrency=16, metrics_every_s=0.01)
+            tmp_path,
+            runner=runner,
+            concurrency=8,
+            engine_metrics=(f"{url}/metrics",),
+            min_concurrency=2,
+            max_concurrency=16,
+            metrics_every_s=0.01,
+        )
         assert (await controller.stats()).concurrency_limit == 8
-        await controller.submit(SubmitRequest.model_validate({
-            "request_id": "r", "tasks": [{"task": "hello-file", "n": N}],
-            "agent": "terminus-2"}))
+        await controller.submit(
+            SubmitRequest.model_validate(
+                {
+                    "request_id": "r",
+                    "tasks": [{"task": "hello-file", "n": N}],
+                    "agent": "terminus-2",
+                }
+            )
+        )
         seen: list[int] = []
         while (stats := await controller.stats()).finished < N:
             seen.append(stats.concurrency_limit)
             await asyncio.sleep(0.002)
         controller.shutdown()
-    assert 2 in seen and max(seen[seen.index(2):]) > 8, seen
+    assert 2 in seen and max(seen[seen.index(2) :]) > 8, seen
     assert runner.started == N and stats.finished == N and stats.errors == {"agent_error": N}

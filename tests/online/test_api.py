@@ -15,8 +15,7 @@ from tests.online.conftest import assert_updated_mid_group, stub_agent
 
 pytestmark = pytest.mark.integration
 
-SUBMIT = {"request_id": "req-1", "tasks": [{"task": "hello-file", "n": 2}],
-          "agent": "terminus-2"}
+SUBMIT = {"request_id": "req-1", "tasks": [{"task": "hello-file", "n": 2}], "agent": "terminus-2"}
 
 
 def test_submit_deliver_ack_and_idempotent_resubmit(service_factory) -> None:
@@ -36,7 +35,8 @@ def test_submit_deliver_ack_and_idempotent_resubmit(service_factory) -> None:
     assert {t["policy_version_start"] for t in group["turns"]} == {0}
     assert group["staleness"] == 0
     assert {s["rollout_id"] for s in group["sequences"]} == {
-        r["rollout_id"] for r in group["rollouts"]}
+        r["rollout_id"] for r in group["rollouts"]
+    }
     # Delivered again until acknowledged.
     assert service.http.get("/v1/groups").json()["groups"][0]["group_id"] == group["group_id"]
     ack = service.http.post("/v1/groups/ack", json={"group_ids": [group["group_id"]]})
@@ -50,8 +50,9 @@ def test_submit_deliver_ack_and_idempotent_resubmit(service_factory) -> None:
 
 def test_refusals_name_the_field_and_start_nothing(service_factory) -> None:
     service = service_factory("refusals", capacity=3)
-    wrong = httpx.post(f"{service.url}/v1/rollouts", json=SUBMIT,
-                       headers={"authorization": "Bearer nope"})
+    wrong = httpx.post(
+        f"{service.url}/v1/rollouts", json=SUBMIT, headers={"authorization": "Bearer nope"}
+    )
     assert wrong.status_code == 401
     assert httpx.get(f"{service.url}/v1/stats").status_code == 401
     cases = [
@@ -66,12 +67,14 @@ def test_refusals_name_the_field_and_start_nothing(service_factory) -> None:
     for body, status, field in cases:
         reply = service.http.post("/v1/rollouts", json=body)
         assert (reply.status_code, reply.json()["field"]) == (status, field), body
-    bad_json = service.http.post("/v1/rollouts", content=b"{",
-                                 headers={"content-type": "application/json"})
+    bad_json = service.http.post(
+        "/v1/rollouts", content=b"{", headers={"content-type": "application/json"}
+    )
     assert bad_json.status_code == 400
     assert service.http.get("/v1/groups", params={"wait_s": "x"}).json()["field"] == "wait_s"
-    over = service.http.post("/v1/rollouts", json={**SUBMIT, "tasks": [
-        {"task": "hello-file", "n": 4}]})
+    over = service.http.post(
+        "/v1/rollouts", json={**SUBMIT, "tasks": [{"task": "hello-file", "n": 4}]}
+    )
     assert over.status_code == 429 and int(over.headers["retry-after"]) > 0
     stats = service.http.get("/v1/stats").json()
     assert stats["queued"] == stats["in_flight"] == stats["finished"] == 0
@@ -79,10 +82,10 @@ def test_refusals_name_the_field_and_start_nothing(service_factory) -> None:
     assert service.http.post("/v1/rollouts", json=SUBMIT).status_code == 202
 
 
-def test_weight_updates_move_the_version_only_when_every_replica_did(
-        service_factory) -> None:
-    service = service_factory("weights", updater=FakeWeightUpdater(
-        ("engine-0", "engine-1"), fail=()))
+def test_weight_updates_move_the_version_only_when_every_replica_did(service_factory) -> None:
+    service = service_factory(
+        "weights", updater=FakeWeightUpdater(("engine-0", "engine-1"), fail=())
+    )
     ok = service.http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1})
     assert ok.status_code == 200 and ok.json()["version"] == 1
     assert [r["version"] for r in ok.json()["replicas"]] == [1, 1]
@@ -95,7 +98,8 @@ def test_weight_updates_move_the_version_only_when_every_replica_did(
     # The proxy replicas learnt the version: every turn of the group is stamped with it.
     (group,) = service.wait_groups(1)
     assert {(t["policy_version_start"], t["policy_version_end"]) for t in group["turns"]} == {
-        (1, 1)}
+        (1, 1)
+    }
     assert (group["policy_version_min"], group["policy_version_max"]) == (1, 1)
     assert all(r["policy_version_min"] == 1 for r in group["rollouts"])
 
@@ -117,8 +121,9 @@ def test_a_weight_update_mid_group_reaches_the_proxy_replicas(service_factory) -
 
 
 def test_a_failed_replica_leaves_the_old_version_serving(service_factory) -> None:
-    service = service_factory("weights-fail", updater=FakeWeightUpdater(
-        ("engine-0", "engine-1"), fail=("engine-1",)))
+    service = service_factory(
+        "weights-fail", updater=FakeWeightUpdater(("engine-0", "engine-1"), fail=("engine-1",))
+    )
     failed = service.http.post("/v1/weights", json={"path": "/ckpt/2", "version": 2})
     assert failed.status_code == 502
     assert "engine-1" in failed.json()["error"]
@@ -127,17 +132,14 @@ def test_a_failed_replica_leaves_the_old_version_serving(service_factory) -> Non
     assert service.http.get("/v1/policy").json()["version"] == 0
 
 
-def test_a_path_that_is_no_checkpoint_is_a_400_naming_path(
-        service_factory, tmp_path) -> None:
+def test_a_path_that_is_no_checkpoint_is_a_400_naming_path(service_factory, tmp_path) -> None:
     async def no_replicas() -> list:
         raise AssertionError("the engine is asked nothing before the checkpoint is checked")
 
     served = tmp_path / "served"
     served.mkdir()
-    service = service_factory("weights-path", updater=WeightUpdater(
-        no_replicas, path=str(served)))
-    refused = service.http.post("/v1/weights", json={"path": str(tmp_path / "nope"),
-                                                     "version": 1})
+    service = service_factory("weights-path", updater=WeightUpdater(no_replicas, path=str(served)))
+    refused = service.http.post("/v1/weights", json={"path": str(tmp_path / "nope"), "version": 1})
     assert (refused.status_code, refused.json()["field"]) == (400, "path")
     assert "not a directory" in refused.json()["error"]
     assert service.http.get("/v1/policy").json()["version"] == 0
@@ -158,15 +160,18 @@ def test_host_ingress_turns_carry_the_version_too(service_factory, fake_engine) 
     from harbor_ray.cluster.host import ProxyTarget
 
     engine, llm_url = fake_engine
-    hosts_serve = ProxyTarget(url=llm_url, served_model=engine.model, ingress="host",
-                              app="online-host-ingress")
+    hosts_serve = ProxyTarget(
+        url=llm_url, served_model=engine.model, ingress="host", app="online-host-ingress"
+    )
     service = service_factory("host-ingress", proxy=hosts_serve)
-    assert service.http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1}
-                             ).status_code == 200
+    assert (
+        service.http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1}).status_code == 200
+    )
     service.http.post("/v1/rollouts", json=SUBMIT)
     (group,) = service.wait_groups(1)
     assert {(t["policy_version_start"], t["policy_version_end"]) for t in group["turns"]} == {
-        (1, 1)}
+        (1, 1)
+    }
 
 
 def test_every_ready_group_is_also_written_to_the_dataset(service_factory, tmp_path) -> None:

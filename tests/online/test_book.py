@@ -15,15 +15,31 @@ from tests.capture.turns_factory import turn
 
 
 def _group(group_id: str, n: int, max_staleness: int | None = None) -> GroupState:
-    return GroupState(group_id=group_id, request_id=f"r-{group_id}", task="t",
-                      rollout_ids=tuple(f"{group_id}__{k}" for k in range(n)),
-                      max_staleness=max_staleness, metadata={}, agent="terminus-2")
+    return GroupState(
+        group_id=group_id,
+        request_id=f"r-{group_id}",
+        task="t",
+        rollout_ids=tuple(f"{group_id}__{k}" for k in range(n)),
+        max_staleness=max_staleness,
+        metadata={},
+        agent="terminus-2",
+    )
 
 
 def _row(rollout_id: str, error: ErrorType | None = None) -> RolloutRecord:
-    return encode_record(RolloutResult(
-        rollout_id=rollout_id, task="t", agent="a", sandbox="local", ok=error is None,
-        reward=None, error_type=error, error=None if error is None else "x"), None)
+    return encode_record(
+        RolloutResult(
+            rollout_id=rollout_id,
+            task="t",
+            agent="a",
+            sandbox="local",
+            ok=error is None,
+            reward=None,
+            error_type=error,
+            error=None if error is None else "x",
+        ),
+        None,
+    )
 
 
 def test_capacity_counts_unfinished_rollouts_only() -> None:
@@ -61,13 +77,15 @@ def test_cancel_takes_a_group_out_of_delivery() -> None:
 def _versioned_row(rollout_id: str, start: int, end: int) -> RolloutRecord:
     first = turn(0, [1, 2], [3])
     stamped = dataclasses.replace(first, policy_version_start=start, policy_version_end=end)
-    return encode_record(RolloutResult(
-        rollout_id=rollout_id, task="t", agent="a", sandbox="local", ok=True, reward=1.0),
-        close_capture([stamped]))
+    return encode_record(
+        RolloutResult(
+            rollout_id=rollout_id, task="t", agent="a", sandbox="local", ok=True, reward=1.0
+        ),
+        close_capture([stamped]),
+    )
 
 
-@pytest.mark.parametrize(("policy", "phase"), [("drop", Phase.DROPPED),
-                                                ("deliver", Phase.READY)])
+@pytest.mark.parametrize(("policy", "phase"), [("drop", Phase.DROPPED), ("deliver", Phase.READY)])
 def test_a_group_too_far_behind_follows_the_stale_policy(policy, phase) -> None:
     book = Book(capacity=8, max_staleness=2, stale_policy=policy)
     book.accept("r1", [_group("old", 2), _group("fresh", 1), _group("own", 1, 5)], 0)
@@ -78,8 +96,7 @@ def test_a_group_too_far_behind_follows_the_stale_policy(policy, phase) -> None:
     assert fresh.phase is Phase.READY
     own = book.finish(_versioned_row("own__0", 0, 0), 4)  # its own bound, 5, overrides
     assert own.phase is Phase.READY
-    assert book.dropped == (policy == "drop") and book.staleness_seen == {"3": 1, "2": 1,
-                                                                          "4": 1}
+    assert book.dropped == (policy == "drop") and book.staleness_seen == {"3": 1, "2": 1, "4": 1}
     delivered = [g.group_id for g in book.take(10)]
     assert ("old" in delivered) is (policy == "deliver")
     payload = old.payload()
@@ -89,8 +106,9 @@ def test_a_group_too_far_behind_follows_the_stale_policy(policy, phase) -> None:
 
 def test_an_awaited_group_never_reaches_the_long_poll() -> None:
     book = Book(capacity=8)
-    book.accept("r1", [dataclasses.replace(_group("mine", 1), awaited=True),
-                       _group("theirs", 1)], 0)
+    book.accept(
+        "r1", [dataclasses.replace(_group("mine", 1), awaited=True), _group("theirs", 1)], 0
+    )
     assert book.finish(_row("mine__0"), 0).phase is Phase.READY  # its waiter is told
     book.finish(_row("theirs__0"), 0)
     assert [g.group_id for g in book.take(10)] == ["theirs"]
@@ -103,11 +121,16 @@ def test_an_awaited_group_never_reaches_the_long_poll() -> None:
 
 def test_the_mask_policy_delivers_a_stale_group_without_its_stale_tokens() -> None:
     # One call an update crossed: tokens 0-1 sampled at version 1, tokens 2-3 at 4.
-    crossed = dataclasses.replace(turn(0, [1, 2], [3, 4, 5, 6]), policy_version_start=1,
-                                  policy_version_end=4, policy_segments=((1, 0), (4, 2)))
-    row = encode_record(RolloutResult(rollout_id="g__0", task="t", agent="a",
-                                      sandbox="local", ok=True, reward=1.0),
-                        close_capture([crossed]))
+    crossed = dataclasses.replace(
+        turn(0, [1, 2], [3, 4, 5, 6]),
+        policy_version_start=1,
+        policy_version_end=4,
+        policy_segments=((1, 0), (4, 2)),
+    )
+    row = encode_record(
+        RolloutResult(rollout_id="g__0", task="t", agent="a", sandbox="local", ok=True, reward=1.0),
+        close_capture([crossed]),
+    )
     book = Book(capacity=8, max_staleness=2, stale_policy="mask")
     book.accept("r1", [_group("g", 1)], 0)
     group = book.finish(row, 4)
@@ -116,8 +139,10 @@ def test_the_mask_policy_delivers_a_stale_group_without_its_stale_tokens() -> No
     [sequence] = payload.sequences
     assert sequence["policy_versions"] == [None, None, 1, 1, 4, 4]
     assert sequence["loss_mask"] == [0, 0, 0, 0, 1, 1] and payload.masked_tokens == 2
-    assert payload.turns[0]["policy_segments"] == [{"version": 1, "offset": 0},
-                                                   {"version": 4, "offset": 2}]
+    assert payload.turns[0]["policy_segments"] == [
+        {"version": 1, "offset": 0},
+        {"version": 4, "offset": 2},
+    ]
 
     # Under `deliver` the same group keeps every token, and says which version made each.
     book = Book(capacity=8, max_staleness=2, stale_policy="deliver")

@@ -31,8 +31,9 @@ def assert_records_are_the_turns(group: Group) -> None:
         assert record["prompt_ids"] == turn["prompt_ids"]
         assert record["completion_ids"] == turn["token_ids"]
         assert len(record["logprobs"]) == len(turn["token_ids"]) == len(record["env_mask"])
-        for logprob, mask, given in zip(record["logprobs"], record["env_mask"],
-                                        turn["logprobs"], strict=True):
+        for logprob, mask, given in zip(
+            record["logprobs"], record["env_mask"], turn["logprobs"], strict=True
+        ):
             assert mask == (given is not None and math.isfinite(given))
             assert logprob == (given if mask else 0.0)
         assert sum(record["env_mask"]) > 0  # the fake engine gives logprobs
@@ -44,8 +45,9 @@ def test_submit_take_groups_ack_and_redelivery(service_factory) -> None:
     service = service_factory("client-flow")
     with Client(service.url, KEY) as client:
         assert client.health() is True
-        submitted = client.submit({TASK: 2}, "terminus-2", request_id="flow-1",
-                                  metadata={"step": 0})
+        submitted = client.submit(
+            {TASK: 2}, "terminus-2", request_id="flow-1", metadata={"step": 0}
+        )
         assert client.submit({TASK: 2}, "terminus-2", request_id="flow-1") == submitted
         (ref,) = submitted.groups
         assert ref.n == 2 and submitted.policy_version == 0
@@ -83,14 +85,14 @@ def test_the_async_client_and_weight_updates(service_factory) -> None:
             return groups
 
     (group,) = asyncio.run(run())
-    assert {(t["policy_version_start"], t["policy_version_end"]) for t in group.turns} == {
-        (1, 1)}
+    assert {(t["policy_version_start"], t["policy_version_end"]) for t in group.turns} == {(1, 1)}
     assert_records_are_the_turns(group)
 
 
 def test_429_is_retried_after_retry_after_then_accepted(service_factory) -> None:
-    service = service_factory("client-429", capacity=2, retry_after_s=1,
-                              work=stub_agent(2, think_s=1.0))
+    service = service_factory(
+        "client-429", capacity=2, retry_after_s=1, work=stub_agent(2, think_s=1.0)
+    )
     statuses: list[int] = []
     http = httpx.Client(event_hooks={"response": [lambda r: statuses.append(r.status_code)]})
     with Client(service.url, KEY, http=http, retry=Retry(attempts=30)) as client:

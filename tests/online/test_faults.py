@@ -19,8 +19,11 @@ pytestmark = pytest.mark.integration
 
 
 def _hosts() -> set[str]:
-    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")}
+    return {
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == NAMESPACE and a["name"].startswith("sessions-")
+    }
 
 
 def _sandboxes_in(root: Path) -> list[Path]:
@@ -29,14 +32,21 @@ def _sandboxes_in(root: Path) -> list[Path]:
 
 
 def test_a_host_killed_mid_group_is_retried_on_a_fresh_sandbox_and_leaks_nothing(
-        service_factory, tmp_path: Path) -> None:
+    service_factory, tmp_path: Path
+) -> None:
     dataset = _slow_tasks(tmp_path, 6)
     before = _hosts()
     service = service_factory("killed", work=None, dataset=str(dataset))
     sandboxes = tmp_path / "killed" / "sandboxes"
-    submitted = service.http.post("/v1/rollouts", json={
-        "request_id": "slow", "agent": "oracle", "tasks": [{"task": "slow", "n": 2}],
-        "deadline_s": 120})
+    submitted = service.http.post(
+        "/v1/rollouts",
+        json={
+            "request_id": "slow",
+            "agent": "oracle",
+            "tasks": [{"task": "slow", "n": 2}],
+            "deadline_s": 120,
+        },
+    )
     assert submitted.status_code == 202, submitted.text
     deadline = time.monotonic() + 120
     while len(_sandboxes_in(sandboxes)) < 2:
@@ -48,8 +58,7 @@ def test_a_host_killed_mid_group_is_retried_on_a_fresh_sandbox_and_leaks_nothing
     (group,) = service.wait_groups(1, timeout_s=180)
     assert [r["ok"] for r in group["rollouts"]] == [True, True]
     assert all(r["reward"] == 1.0 for r in group["rollouts"])
-    assert all(any(f["code"] == "infra_retries" for f in r["findings"])
-               for r in group["rollouts"])
+    assert all(any(f["code"] == "infra_retries" for f in r["findings"]) for r in group["rollouts"])
     # The killed host's sandboxes are gone while the service runs, not only at its end.
     assert _sandboxes_in(sandboxes) == []
     assert sandbox_processes(sandboxes) == []
@@ -57,17 +66,24 @@ def test_a_host_killed_mid_group_is_retried_on_a_fresh_sandbox_and_leaks_nothing
 
 @pytest.mark.parametrize("retries", [0, 1])
 def test_a_dead_hosts_journal_goes_once_its_rows_are_committed(
-        service_factory, tmp_path: Path, retries: int) -> None:
+    service_factory, tmp_path: Path, retries: int
+) -> None:
     """A host killed after HELD_AFTER journaled calls: its rollout's partial row is
     written (as the group's row with no retry, as a row of its own before the retry),
     and then its journal is removed while the service runs, not only at its end."""
     name, marker, out = f"journal{retries}", tmp_path / "held", tmp_path / "out"
     before = _hosts()
-    service = service_factory(name, out=out, journal="fsync",
-                              retries=retries,
-                              work=stub_agent(4, between=_held_once(str(marker))))
-    submitted = service.http.post("/v1/rollouts", json={
-        "request_id": "j", "agent": "terminus-2", "tasks": [{"task": "hello-file", "n": 1}]})
+    service = service_factory(
+        name,
+        out=out,
+        journal="fsync",
+        retries=retries,
+        work=stub_agent(4, between=_held_once(str(marker))),
+    )
+    submitted = service.http.post(
+        "/v1/rollouts",
+        json={"request_id": "j", "agent": "terminus-2", "tasks": [{"task": "hello-file", "n": 1}]},
+    )
     assert submitted.status_code == 202, submitted.text
     deadline = time.monotonic() + 120
     while not marker.exists():
@@ -93,12 +109,10 @@ def test_a_dead_hosts_journal_goes_once_its_rows_are_committed(
 def test_over_capacity_is_429_until_rollouts_finish(service_factory) -> None:
     service = service_factory("overload", capacity=2, work=stub_agent(2, think_s=1.0))
     body = {"agent": "terminus-2", "tasks": [{"task": "hello-file", "n": 2}]}
-    assert service.http.post("/v1/rollouts", json={**body, "request_id": "a"}
-                             ).status_code == 202
+    assert service.http.post("/v1/rollouts", json={**body, "request_id": "a"}).status_code == 202
     refused = service.http.post("/v1/rollouts", json={**body, "request_id": "b"})
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
     service.wait_groups(1)
     # Finished (even unacknowledged) rollouts no longer count against the capacity.
-    assert service.http.post("/v1/rollouts", json={**body, "request_id": "b"}
-                             ).status_code == 202
+    assert service.http.post("/v1/rollouts", json={**body, "request_id": "b"}).status_code == 202
     assert len(service.wait_groups(2)) == 2

@@ -26,19 +26,48 @@ from tests.capture.test_fuzz import FUZZ, VALUES, mutated
 from tests.online.conftest import KEY
 from tests.online.local import LocalRollouts, local_controller, served
 
-SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 2}],
-          "agent": "terminus-2", "dataset": "samples", "sandbox": "local",
-          "budget": 4, "deadline_s": 30.0, "max_staleness": 1,
-          "sampling": {"temperature": 0.7}, "metadata": {"step": 1, "tags": ["a"]}}
-TOOLS = {"run_rollout": {"task": "hello-file", "agent": "terminus-2", "dataset": "samples",
-                         "sandbox": "local", "budget": 2, "deadline_s": 10.0},
-         "list_tasks": {"dataset": "samples"}}
+SUBMIT = {
+    "request_id": "r",
+    "tasks": [{"task": "hello-file", "n": 2}],
+    "agent": "terminus-2",
+    "dataset": "samples",
+    "sandbox": "local",
+    "budget": 4,
+    "deadline_s": 30.0,
+    "max_staleness": 1,
+    "sampling": {"temperature": 0.7},
+    "metadata": {"step": 1, "tags": ["a"]},
+}
+TOOLS = {
+    "run_rollout": {
+        "task": "hello-file",
+        "agent": "terminus-2",
+        "dataset": "samples",
+        "sandbox": "local",
+        "budget": 2,
+        "deadline_s": 10.0,
+    },
+    "list_tasks": {"dataset": "samples"},
+}
 MCP_HEADERS = {"accept": "application/json, text/event-stream"}
 # Strings that once broke a route: the home of no user, a name past NAME_MAX, empty, a
 # module's import path, a JSON file's "registry", a path outside the data.
-HOSTILE = st.sampled_from(["~nosuchuser", "~nosuchuser/x:y", "/" + "a" * 300,
-                           "/" + "a" * 5000, "", "this:s", "os:system", "/etc/passwd:x",
-                           "/etc", "samples/./.", "../../..", "\x00"])
+HOSTILE = st.sampled_from(
+    [
+        "~nosuchuser",
+        "~nosuchuser/x:y",
+        "/" + "a" * 300,
+        "/" + "a" * 5000,
+        "",
+        "this:s",
+        "os:system",
+        "/etc/passwd:x",
+        "/etc",
+        "samples/./.",
+        "../../..",
+        "\x00",
+    ]
+)
 
 
 @st.composite
@@ -55,8 +84,9 @@ class Service:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    controller = local_controller(tmp_path_factory.mktemp("fuzz"), capacity=64,
-                                  runner=LocalRollouts(hold_s=0.0))
+    controller = local_controller(
+        tmp_path_factory.mktemp("fuzz"), capacity=64, runner=LocalRollouts(hold_s=0.0)
+    )
     with served(controller) as http:
         yield Service(controller, http)
 
@@ -161,10 +191,14 @@ def test_weights(service: Service, body: dict[str, Any]) -> None:
 
 
 @FUZZ
-@given(group_id=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7e,
-                                      exclude_characters="/?#%"), min_size=1, max_size=80),
-       query=st.dictionaries(st.sampled_from(["max", "wait_s", "x"]),
-                             st.text(max_size=8), max_size=3))
+@given(
+    group_id=st.text(
+        st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/?#%"),
+        min_size=1,
+        max_size=80,
+    ),
+    query=st.dictionaries(st.sampled_from(["max", "wait_s", "x"]), st.text(max_size=8), max_size=3),
+)
 def test_cancel_and_poll(service: Service, group_id: str, query: dict[str, str]) -> None:
     cancel = service.http.post(f"/v1/groups/{group_id}/cancel")
     assert cancel.status_code in (200, 404), (cancel.status_code, cancel.text)
@@ -181,8 +215,7 @@ def test_cancel_and_poll(service: Service, group_id: str, query: dict[str, str])
 
 
 def _tool_call(tool: str) -> st.SearchStrategy[tuple[str, Any]]:
-    arguments = (mutated(TOOLS[tool]) | VALUES
-                 | hostile_field(TOOLS[tool], sorted(TOOLS[tool])))
+    arguments = mutated(TOOLS[tool]) | VALUES | hostile_field(TOOLS[tool], sorted(TOOLS[tool]))
     return st.tuples(st.just(tool), arguments)
 
 
@@ -194,9 +227,16 @@ def _tool_call(tool: str) -> st.SearchStrategy[tuple[str, Any]]:
 @example(call=("run_rollout", {**TOOLS["run_rollout"], "dataset": "/" + "a" * 5000}))
 def test_mcp_tools(service: Service, call: tuple[str, Any]) -> None:
     tool, arguments = call
-    reply = service.http.post("/mcp", headers=MCP_HEADERS, json={
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments}})
+    reply = service.http.post(
+        "/mcp",
+        headers=MCP_HEADERS,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        },
+    )
     assert reply.status_code in (200, 400), (reply.status_code, reply.text)
     answer = reply.json()
     if "error" in answer:  # refused by the protocol: its own code, not an internal one
@@ -217,15 +257,22 @@ def test_a_burst_of_submits_polls_and_cancels_is_answered_whole(tmp_path: Path) 
         url = str(http.base_url)
 
         async def bursts() -> tuple[list[httpx.Response], list[httpx.Response]]:
-            async with httpx.AsyncClient(base_url=url, timeout=60, headers={
-                    "authorization": f"Bearer {KEY}"}) as client:
-                submits = await asyncio.gather(*(client.post("/v1/rollouts", json={
-                    **SUBMIT, "request_id": f"burst-{i}"}) for i in range(100)))
-                accepted = [r.json()["groups"][0]["group_id"] for r in submits
-                            if r.status_code == 202]
+            async with httpx.AsyncClient(
+                base_url=url, timeout=60, headers={"authorization": f"Bearer {KEY}"}
+            ) as client:
+                submits = await asyncio.gather(
+                    *(
+                        client.post("/v1/rollouts", json={**SUBMIT, "request_id": f"burst-{i}"})
+                        for i in range(100)
+                    )
+                )
+                accepted = [
+                    r.json()["groups"][0]["group_id"] for r in submits if r.status_code == 202
+                ]
                 others = await asyncio.gather(
                     *(client.post(f"/v1/groups/{g}/cancel") for g in accepted[::2]),
-                    *(client.get("/v1/groups", params={"max": 5}) for _ in range(50)))
+                    *(client.get("/v1/groups", params={"max": 5}) for _ in range(50)),
+                )
                 return submits, others
 
         submits, others = asyncio.run(bursts())

@@ -31,8 +31,7 @@ from tests.online.test_mcp import mcp_client
 from tests.playground.test_hostile import ODD_COUNTS
 from tests.trials.hub_standin import HubRepo, serve_hub
 
-SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 1}],
-          "agent": "terminus-2"}
+SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 1}], "agent": "terminus-2"}
 
 
 def deep(levels: int) -> Any:
@@ -62,18 +61,28 @@ def http(tmp_path: Path, runner: LocalRollouts):
 # --- 1. dataset specs ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("dataset", "status"), [
-    ("~nosuchuser", 404), ("~nosuchuser/x:y", 404), ("/" + "a" * 4000, 404),
-    ("/" + "a" * 5000, 400)])  # past PATH_MAX: refused as a value
+@pytest.mark.parametrize(
+    ("dataset", "status"),
+    [
+        ("~nosuchuser", 404),
+        ("~nosuchuser/x:y", 404),
+        ("/" + "a" * 4000, 404),
+        ("/" + "a" * 5000, 400),
+    ],
+)  # past PATH_MAX: refused as a value
 def test_a_dataset_spec_that_breaks_path_handling_is_refused(
-        tmp_path: Path, caplog, dataset: str, status: int) -> None:
+    tmp_path: Path, caplog, dataset: str, status: int
+) -> None:
     # Configured: a spec not configured is refused before any path handling sees it.
     runner = LocalRollouts()
     controller_module._tasks.cache_clear()
-    with served(local_controller(tmp_path, runner=runner, datasets=(dataset,))) as http, \
-            calls_of(controller_module, "resolve_dataset", at_least=status == 404):
-        error = refused(http.post("/v1/rollouts", json={**SUBMIT, "dataset": dataset}),
-                        status, "dataset")
+    with (
+        served(local_controller(tmp_path, runner=runner, datasets=(dataset,))) as http,
+        calls_of(controller_module, "resolve_dataset", at_least=status == 404),
+    ):
+        error = refused(
+            http.post("/v1/rollouts", json={**SUBMIT, "dataset": dataset}), status, "dataset"
+        )
     assert status == 400 or "cannot be read" in error, error  # the resolution's refusal
     assert len(error) < 1000  # a 5,000-character spec is not echoed whole
     assert runner.started == 0 and logged_errors(caplog) == []
@@ -81,18 +90,26 @@ def test_a_dataset_spec_that_breaks_path_handling_is_refused(
 
 @pytest.mark.parametrize("dataset", ["~nosuchuser", "/" + "a" * 5000, "/etc"])
 def test_mcp_tools_refuse_a_bad_dataset_as_a_tool_error_naming_it(
-        tmp_path: Path, caplog, dataset: str) -> None:
+    tmp_path: Path, caplog, dataset: str
+) -> None:
     # Configured: a spec not configured is refused before any path handling sees it.
     controller = local_controller(tmp_path, datasets=(dataset,))
     controller_module._tasks.cache_clear()
-    with serve_in_thread(build_controller_app(controller, KEY)) as url, \
-            calls_of(controller_module, "resolve_dataset"):
+    with (
+        serve_in_thread(build_controller_app(controller, KEY)) as url,
+        calls_of(controller_module, "resolve_dataset"),
+    ):
+
         async def run():
             async with mcp_client(url) as mcp:
-                return (await mcp.call_tool("list_tasks", {"dataset": dataset}),
-                        await mcp.call_tool("run_rollout", {
-                            "task": "hello-file", "agent": "terminus-2",
-                            "dataset": dataset}))
+                return (
+                    await mcp.call_tool("list_tasks", {"dataset": dataset}),
+                    await mcp.call_tool(
+                        "run_rollout",
+                        {"task": "hello-file", "agent": "terminus-2", "dataset": dataset},
+                    ),
+                )
+
         listed, ran = asyncio.run(run())
     for result in (listed, ran):
         assert result.is_error and ": dataset: " in result.content[0].text, result
@@ -109,7 +126,8 @@ def _header_file(path: Path, header: bytes) -> None:
 
 @pytest.mark.parametrize("shape", ["directory", "dangling", "deep", "name too long"])
 def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
-        tmp_path: Path, caplog, shape: str) -> None:
+    tmp_path: Path, caplog, shape: str
+) -> None:
     async def no_replicas() -> list:
         raise AssertionError("the engine is asked nothing before the checkpoint is checked")
 
@@ -126,8 +144,7 @@ def test_a_checkpoint_file_that_breaks_the_header_check_is_a_400(
         checkpoint = Path("/" + "a" * 5000)
     updater = WeightUpdater(no_replicas, path=str(tmp_path / "served"))
     with served(local_controller(tmp_path / "work", updater=updater)) as http:
-        refused(http.post("/v1/weights", json={"path": str(checkpoint), "version": 1}),
-                400, "path")
+        refused(http.post("/v1/weights", json={"path": str(checkpoint), "version": 1}), 400, "path")
         assert http.get("/v1/policy").json()["version"] == 0
     assert logged_errors(caplog) == []
 
@@ -138,7 +155,8 @@ async def _no_replicas() -> list:
 
 @pytest.mark.parametrize("shape", ["fifo", "link to a fifo", "device"])
 def test_a_checkpoint_file_that_is_no_regular_file_is_a_400_at_once(
-        tmp_path: Path, caplog, shape: str) -> None:
+    tmp_path: Path, caplog, shape: str
+) -> None:
     # Opening a FIFO for reading waits for a writer: the check must never open one.
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
@@ -151,14 +169,13 @@ def test_a_checkpoint_file_that_is_no_regular_file_is_a_400_at_once(
     else:
         target.symlink_to("/dev/zero")
     updater = WeightUpdater(_no_replicas, path=str(tmp_path / "served"))
-    with served(local_controller(tmp_path / "work", updater=updater,
-                                 weights_timeout_s=5)) as http:
+    with served(local_controller(tmp_path / "work", updater=updater, weights_timeout_s=5)) as http:
         started = time.monotonic()
-        error = refused(http.post("/v1/weights", json={"path": str(checkpoint),
-                                                       "version": 1}), 400, "path")
+        error = refused(
+            http.post("/v1/weights", json={"path": str(checkpoint), "version": 1}), 400, "path"
+        )
         assert "not a regular file" in error and time.monotonic() - started < 3, error
-        assert http.get("/v1/policy").json() == {"version": 0, "paused": False,
-                                                 "replicas": []}
+        assert http.get("/v1/policy").json() == {"version": 0, "paused": False, "replicas": []}
     assert logged_errors(caplog) == []
 
 
@@ -179,9 +196,11 @@ class Unstoppable(FakeWeightUpdater):
 
 
 def test_an_update_that_times_out_unpauses_the_policy_whatever_the_engine_does(
-        tmp_path: Path, caplog) -> None:
-    with served(local_controller(tmp_path, updater=Unstoppable(hold_s=4),
-                                 weights_timeout_s=0.5)) as http:
+    tmp_path: Path, caplog
+) -> None:
+    with served(
+        local_controller(tmp_path, updater=Unstoppable(hold_s=4), weights_timeout_s=0.5)
+    ) as http:
         started = time.monotonic()
         reply = http.post("/v1/weights", json={"path": "/ckpt/1", "version": 1})
         took = time.monotonic() - started
@@ -212,22 +231,28 @@ def test_an_odd_max_is_a_400_naming_it(http: httpx.Client, given: str) -> None:
 # --- 3. metadata ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("metadata", "why"), [
-    (deep(300), "deep"), (deep(60), "deep"),
-    ({"blob": "x" * 200_000}, "bytes"), ({str(i): i for i in range(20_000)}, "bytes"),
-])
+@pytest.mark.parametrize(
+    ("metadata", "why"),
+    [
+        (deep(300), "deep"),
+        (deep(60), "deep"),
+        ({"blob": "x" * 200_000}, "bytes"),
+        ({str(i): i for i in range(20_000)}, "bytes"),
+    ],
+)
 def test_metadata_past_its_limits_is_refused_at_submit(
-        http: httpx.Client, runner: LocalRollouts, metadata: Any, why: str) -> None:
-    error = refused(http.post("/v1/rollouts", json={**SUBMIT, "metadata": metadata}),
-                    400, "metadata")
+    http: httpx.Client, runner: LocalRollouts, metadata: Any, why: str
+) -> None:
+    error = refused(
+        http.post("/v1/rollouts", json={**SUBMIT, "metadata": metadata}), 400, "metadata"
+    )
     assert why in error
     assert runner.started == 0
 
 
 def test_metadata_within_the_limits_comes_back_as_given(http: httpx.Client) -> None:
     metadata = {"step": 3, "nested": deep(20), "tags": ["a", "b"]}
-    assert http.post("/v1/rollouts", json={**SUBMIT, "metadata": metadata}
-                     ).status_code == 202
+    assert http.post("/v1/rollouts", json={**SUBMIT, "metadata": metadata}).status_code == 202
     (group,) = http.get("/v1/groups", params={"wait_s": 30}).json()["groups"]
     assert group["metadata"] == metadata
 
@@ -237,16 +262,22 @@ def _submit_text(metadata: str) -> str:
     return json.dumps(SUBMIT)[:-1] + f', "metadata": {metadata}}}'
 
 
-@pytest.mark.parametrize(("metadata", "where"), [
-    ('{"big": 18446744073709551616}', "metadata.big"),
-    ('{"low": -9223372036854775809}', "metadata.low"),
-    ('{"ids": [1, 100000000000000000000000000000000000000000]}', "metadata.ids.1"),
-    ('{"d": {"e": %s}}' % ("9" * 4301), "metadata.d.e")])
+@pytest.mark.parametrize(
+    ("metadata", "where"),
+    [
+        ('{"big": 18446744073709551616}', "metadata.big"),
+        ('{"low": -9223372036854775809}', "metadata.low"),
+        ('{"ids": [1, 100000000000000000000000000000000000000000]}', "metadata.ids.1"),
+        ('{"d": {"e": %s}}' % ("9" * 4301), "metadata.d.e"),
+    ],
+)
 def test_an_integer_past_64_bits_is_a_400_naming_where_it_is(
-        http: httpx.Client, runner: LocalRollouts, metadata: str, where: str) -> None:
+    http: httpx.Client, runner: LocalRollouts, metadata: str, where: str
+) -> None:
     # orjson reads such an integer as a float: it would come back as another number.
-    reply = http.post("/v1/rollouts", content=_submit_text(metadata),
-                      headers={"content-type": "application/json"})
+    reply = http.post(
+        "/v1/rollouts", content=_submit_text(metadata), headers={"content-type": "application/json"}
+    )
     error = refused(reply, 400, where)
     assert "past 64 bits" in error and "as a string" in error, error
     assert runner.started == 0
@@ -254,9 +285,16 @@ def test_an_integer_past_64_bits_is_a_400_naming_where_it_is(
 
 def test_integers_at_the_64_bit_edges_come_back_as_given(http: httpx.Client) -> None:
     edges = '{"top": 18446744073709551615, "bottom": -9223372036854775808, "s": "%s"}' % (
-        "1" * 40)  # digits in a string are a string
-    assert http.post("/v1/rollouts", content=_submit_text(edges), headers={
-        "content-type": "application/json"}).status_code == 202
+        "1" * 40
+    )  # digits in a string are a string
+    assert (
+        http.post(
+            "/v1/rollouts",
+            content=_submit_text(edges),
+            headers={"content-type": "application/json"},
+        ).status_code
+        == 202
+    )
     (group,) = http.get("/v1/groups", params={"wait_s": 30}).json()["groups"]
     assert group["metadata"] == {"top": 2**64 - 1, "bottom": -(2**63), "s": "1" * 40}
 
@@ -269,9 +307,20 @@ class Undeliverable:
 
     @staticmethod
     def group(group_id: str, metadata: dict[str, Any]) -> Group:
-        return Group(group_id=group_id, request_id="r", task="t", n=0, metadata=metadata,
-                     policy_version_min=None, policy_version_max=None, finished_version=0,
-                     staleness=None, rollouts=[], sequences=[], turns=[])
+        return Group(
+            group_id=group_id,
+            request_id="r",
+            task="t",
+            n=0,
+            metadata=metadata,
+            policy_version_min=None,
+            policy_version_max=None,
+            finished_version=0,
+            staleness=None,
+            rollouts=[],
+            sequences=[],
+            turns=[],
+        )
 
     async def groups(self, max_groups: int, wait_s: float) -> list[Group]:
         return [self.group("bad", deep(300)), self.group("good", {"ok": 1})]
@@ -301,16 +350,21 @@ def test_only_the_configured_datasets_are_read(tmp_path: Path, runner: LocalRoll
     allowed = _task_dir(tmp_path / "allowed")
     secret = tmp_path / "secret.json"
     secret.write_text('["the first secret value"]')
-    with served(local_controller(tmp_path / "work", runner=runner,
-                                 datasets=(str(allowed),))) as http:
-        replies = {spec: http.post("/v1/rollouts", json={**SUBMIT, "dataset": spec})
-                   for spec in (str(elsewhere), f"{secret}:x", "/no/such/dir",
-                                f"{allowed}/.", "")}
+    with served(
+        local_controller(tmp_path / "work", runner=runner, datasets=(str(allowed),))
+    ) as http:
+        replies = {
+            spec: http.post("/v1/rollouts", json={**SUBMIT, "dataset": spec})
+            for spec in (str(elsewhere), f"{secret}:x", "/no/such/dir", f"{allowed}/.", "")
+        }
         # The allow-listed one, spelled as configured, is read; the default too.
-        assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "a",
-                                               "dataset": str(allowed)}).status_code == 202
-        assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "b"}
-                         ).status_code == 202
+        assert (
+            http.post(
+                "/v1/rollouts", json={**SUBMIT, "request_id": "a", "dataset": str(allowed)}
+            ).status_code
+            == 202
+        )
+        assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "b"}).status_code == 202
     for spec, reply in replies.items():
         if spec == "":
             refused(reply, 400, "dataset")
@@ -318,8 +372,9 @@ def test_only_the_configured_datasets_are_read(tmp_path: Path, runner: LocalRoll
         error = refused(reply, 404, "dataset")
         assert "secret value" not in error
         # Whether the path exists is not told: every refusal reads the same.
-        assert error.replace(repr(spec), "SPEC") == replies["/no/such/dir"].json()[
-            "error"].replace(repr("/no/such/dir"), "SPEC")
+        assert error.replace(repr(spec), "SPEC") == replies["/no/such/dir"].json()["error"].replace(
+            repr("/no/such/dir"), "SPEC"
+        )
     assert runner.started == 2
 
 
@@ -352,21 +407,29 @@ def test_a_hub_dataset_is_fetched_only_when_configured(
     from harbor_ray.online import controller as module
 
     (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
-    files = {f"hello-file/{path.relative_to(task.path)}": path.read_bytes()
-             for path in task.path.rglob("*") if path.is_file()}
+    files = {
+        f"hello-file/{path.relative_to(task.path)}": path.read_bytes()
+        for path in task.path.rglob("*")
+        if path.is_file()
+    }
     module._tasks.cache_clear()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with serve_hub({"org/allowed": HubRepo(files), "org/other": HubRepo(files)}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        controller = local_controller(tmp_path / "work", runner=runner,
-                                      datasets=("hf://org/allowed",))
+        controller = local_controller(
+            tmp_path / "work", runner=runner, datasets=("hf://org/allowed",)
+        )
         with served(controller) as http:
             reply = http.post("/v1/rollouts", json={**SUBMIT, "dataset": "hf://org/other"})
             refused(reply, 404, "dataset")
             assert not any("org/other" in path for path in hub.requests)
-            assert http.post("/v1/rollouts", json={**SUBMIT, "request_id": "a",
-                                                   "dataset": "hf://org/allowed"}
-                             ).status_code == 202
+            assert (
+                http.post(
+                    "/v1/rollouts",
+                    json={**SUBMIT, "request_id": "a", "dataset": "hf://org/allowed"},
+                ).status_code
+                == 202
+            )
     assert any("org/allowed" in path for path in hub.requests)
     assert runner.started == 1
     module._tasks.cache_clear()
@@ -376,7 +439,8 @@ def test_a_hub_dataset_is_fetched_only_when_configured(
 
 
 def test_an_agent_import_path_not_allowed_is_a_404_and_nothing_is_imported(
-        http: httpx.Client, runner: LocalRollouts) -> None:
+    http: httpx.Client, runner: LocalRollouts
+) -> None:
     sys.modules.pop("this", None)
     for agent in ("this:s", "os:system", "acp:anything"):
         refused(http.post("/v1/rollouts", json={**SUBMIT, "agent": agent}), 404, "agent")
@@ -387,21 +451,29 @@ def test_an_import_path_the_config_allows_is_accepted(tmp_path: Path) -> None:
     runner = LocalRollouts()
     agent = "tests.online.local:LocalRollouts"
     with served(local_controller(tmp_path, runner=runner, agents=(agent,))) as http:
-        assert http.post("/v1/rollouts", json={**SUBMIT, "agent": agent}
-                         ).status_code == 202
-        refused(http.post("/v1/rollouts", json={**SUBMIT, "request_id": "2",
-                                                "agent": "tests.online.local:KEY"}),
-                404, "agent")
+        assert http.post("/v1/rollouts", json={**SUBMIT, "agent": agent}).status_code == 202
+        refused(
+            http.post(
+                "/v1/rollouts",
+                json={**SUBMIT, "request_id": "2", "agent": "tests.online.local:KEY"},
+            ),
+            404,
+            "agent",
+        )
 
 
 def test_a_groups_unknown_agent_is_a_404_naming_it_and_the_known_ones(
-        http: httpx.Client, runner: LocalRollouts) -> None:
+    http: httpx.Client, runner: LocalRollouts
+) -> None:
     """A request that mixes harnesses (an agent per group) is checked whole: one
     unknown agent, and none of its groups starts."""
-    tasks = [{"task": "hello-file", "n": 1, "agent": "codex"},
-             {"task": "hello-file", "n": 1, "agent": "no-such-harness"}]
-    error = refused(http.post("/v1/rollouts", json={**SUBMIT, "tasks": tasks}), 404,
-                    "tasks[1].agent")
+    tasks = [
+        {"task": "hello-file", "n": 1, "agent": "codex"},
+        {"task": "hello-file", "n": 1, "agent": "no-such-harness"},
+    ]
+    error = refused(
+        http.post("/v1/rollouts", json={**SUBMIT, "tasks": tasks}), 404, "tasks[1].agent"
+    )
     assert "unknown agent 'no-such-harness'" in error
     known = error.split("(known: ", 1)[1]
     assert {"terminus-2", "codex", "claude-code"} <= set(known.rstrip(")").split(", "))
@@ -426,8 +498,7 @@ def test_the_controller_answers_only_the_host_names_it_serves(http: httpx.Client
 def test_the_controller_s_host_names_are_configurable(tmp_path: Path) -> None:
     controller = local_controller(tmp_path)
     with served(controller, allowed_hosts=("trainer.internal",)) as http:
-        assert http.get("/v1/stats", headers={"host": "trainer.internal:8000"}
-                        ).status_code == 200
+        assert http.get("/v1/stats", headers={"host": "trainer.internal:8000"}).status_code == 200
         assert http.get("/v1/stats").status_code == 421  # loopback no longer listed
 
 
@@ -444,29 +515,37 @@ MCP = {"accept": "application/json, text/event-stream"}
 
 
 def test_mcp_prompts_get_of_an_unknown_prompt_is_an_error_reply_not_a_traceback(
-        http: httpx.Client, caplog) -> None:
+    http: httpx.Client, caplog
+) -> None:
     for _ in range(3):
-        reply = http.post("/mcp", headers=MCP, json={
-            "jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "nope"}})
+        reply = http.post(
+            "/mcp",
+            headers=MCP,
+            json={"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "nope"}},
+        )
         answer = reply.json()
         assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
-        assert "'nope'" in answer["error"]["message"] and "no prompts" in answer[
-            "error"]["message"], answer
+        assert (
+            "'nope'" in answer["error"]["message"] and "no prompts" in answer["error"]["message"]
+        ), answer
     assert logged_errors(caplog) == []
 
 
 @pytest.mark.parametrize("request_id", [{"a": 1}, 1.5, [1], True, None])
 def test_an_mcp_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
-        http: httpx.Client, caplog, request_id: Any) -> None:
-    reply = http.post("/mcp", headers=MCP, json={
-        "jsonrpc": "2.0", "id": request_id, "method": "tools/list"})
+    http: httpx.Client, caplog, request_id: Any
+) -> None:
+    reply = http.post(
+        "/mcp", headers=MCP, json={"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}
+    )
     assert reply.status_code == 400, (reply.status_code, reply.text)
     answer = reply.json()
     assert answer["jsonrpc"] == "2.0" and answer["id"] is None, answer
     assert answer["error"]["code"] == -32600 and "id:" in answer["error"]["message"]
     # A notification (no id at all) is still one: accepted, no answer.
-    note = http.post("/mcp", headers=MCP, json={
-        "jsonrpc": "2.0", "method": "notifications/initialized"})
+    note = http.post(
+        "/mcp", headers=MCP, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+    )
     assert note.status_code == 202
     assert logged_errors(caplog) == []
 
@@ -477,8 +556,14 @@ def test_two_authorization_headers_are_refused_on_every_route(http: httpx.Client
     for pair in ((right, wrong), (wrong, right), (right, right)):
         headers = [("authorization", pair[0]), ("authorization", pair[1])]
         assert httpx.get(f"{url}/v1/stats", headers=headers).status_code == 401, pair
-        assert httpx.post(f"{url}/mcp", headers=[*headers, (
-            "accept", "application/json, text/event-stream")], json={}).status_code == 401, pair
+        assert (
+            httpx.post(
+                f"{url}/mcp",
+                headers=[*headers, ("accept", "application/json, text/event-stream")],
+                json={},
+            ).status_code
+            == 401
+        ), pair
 
 
 def test_a_failed_weight_update_s_502_carries_no_colour_codes(tmp_path: Path) -> None:
@@ -486,8 +571,9 @@ def test_a_failed_weight_update_s_502_carries_no_colour_codes(tmp_path: Path) ->
         async def update(self, path: str, version: int):
             update = await super().update(path, version)
             replica = update.replicas[0]
-            coloured = type(replica)(**{**replica.__dict__, "error":
-                                        "\x1b[36mray::LLMServer\x1b[39m failed\x1b[0m"})
+            coloured = type(replica)(
+                **{**replica.__dict__, "error": "\x1b[36mray::LLMServer\x1b[39m failed\x1b[0m"}
+            )
             return type(update)(**{**update.__dict__, "replicas": (coloured,)})
 
     updater = Coloured(("engine-0",), fail=("engine-0",))
@@ -499,7 +585,8 @@ def test_a_failed_weight_update_s_502_carries_no_colour_codes(tmp_path: Path) ->
 
 @pytest.mark.parametrize("field", ["sandbox", "dataset", "agent"])
 def test_an_empty_string_is_refused_not_the_default(
-        http: httpx.Client, runner: LocalRollouts, field: str) -> None:
+    http: httpx.Client, runner: LocalRollouts, field: str
+) -> None:
     refused(http.post("/v1/rollouts", json={**SUBMIT, field: ""}), 400, field)
     assert runner.started == 0
 
@@ -508,7 +595,8 @@ def test_an_empty_string_is_refused_not_the_default(
 
 
 def test_an_internal_row_names_the_exception_and_where_it_was_raised(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from harbor_ray.trials import rollout
     from harbor_ray.trials.spec import make_specs
 
@@ -517,8 +605,9 @@ def test_an_internal_row_names_the_exception_and_where_it_was_raised(
 
     monkeypatch.setattr(rollout, "_run", broken)
     (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
-    (spec,) = make_specs([task], 1, agent="oracle", sandbox="local",
-                         trials_dir=tmp_path, run_id="internal")
+    (spec,) = make_specs(
+        [task], 1, agent="oracle", sandbox="local", trials_dir=tmp_path, run_id="internal"
+    )
     record = asyncio.run(rollout.run_rollout(spec, None))
     error = record.result.error
     assert record.result.error_type == "internal"

@@ -28,7 +28,8 @@ def mcp_client(url: str) -> Client:
         timeout=httpx2.Timeout(30, read=300),
         # One connection per call in flight, with room to spare: the pool must not be
         # what holds calls back.
-        limits=httpx2.Limits(max_connections=4 * CALLS, max_keepalive_connections=CALLS))
+        limits=httpx2.Limits(max_connections=4 * CALLS, max_keepalive_connections=CALLS),
+    )
     return Client(streamable_http_client(f"{url}/mcp", http_client=http))
 
 
@@ -36,9 +37,13 @@ def test_100_tool_calls_in_flight_at_once(service_factory) -> None:
     # Each rollout waits at the gate after its first call until all 100 are there: then
     # they, and the tool calls that started them, were all in flight at once.
     gate = Gate.remote()
-    service = service_factory("mcp", capacity=CALLS, concurrency=CALLS,
-                              rollouts_per_host=CALLS // 2,
-                              work=stub_agent(2, between=held_after(0, gate)))
+    service = service_factory(
+        "mcp",
+        capacity=CALLS,
+        concurrency=CALLS,
+        rollouts_per_host=CALLS // 2,
+        work=stub_agent(2, between=held_after(0, gate)),
+    )
     in_flight = service.app.state.mcp_in_flight
     assert httpx.post(f"{service.url}/mcp", json={}).status_code == 401  # no key
 
@@ -57,9 +62,12 @@ def test_100_tool_calls_in_flight_at_once(service_factory) -> None:
                 return arrived
 
             opener = asyncio.create_task(open_once_all_wait())
-            results = await asyncio.gather(*(
-                mcp.call_tool("run_rollout", {"task": TASK, "agent": "terminus-2"})
-                for _ in range(CALLS)))
+            results = await asyncio.gather(
+                *(
+                    mcp.call_tool("run_rollout", {"task": TASK, "agent": "terminus-2"})
+                    for _ in range(CALLS)
+                )
+            )
             return results, await opener
 
     results, waiting_at_once = asyncio.run(run())

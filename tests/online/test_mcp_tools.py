@@ -36,13 +36,30 @@ class HeldController:
         # Fewer at once than CALLS: the wait times out, and the peak says how many.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.all_in.wait(), 20)
-        row = {"rollout_id": f"{request.request_id}__0", "task": task, "ok": True,
-               "reward": 1.0, "error_type": None, "error": None,
-               "policy_version_min": 0, "policy_version_max": 0}
-        return Group(group_id=request.request_id, request_id=request.request_id,
-                     task=task, n=1, metadata={}, policy_version_min=0,
-                     policy_version_max=0, finished_version=0, staleness=0,
-                     rollouts=[row], sequences=[], turns=[{"index": 0}, {"index": 1}])
+        row = {
+            "rollout_id": f"{request.request_id}__0",
+            "task": task,
+            "ok": True,
+            "reward": 1.0,
+            "error_type": None,
+            "error": None,
+            "policy_version_min": 0,
+            "policy_version_max": 0,
+        }
+        return Group(
+            group_id=request.request_id,
+            request_id=request.request_id,
+            task=task,
+            n=1,
+            metadata={},
+            policy_version_min=0,
+            policy_version_max=0,
+            finished_version=0,
+            staleness=0,
+            rollouts=[row],
+            sequences=[],
+            turns=[{"index": 0}, {"index": 1}],
+        )
 
     async def tasks(self, dataset: str | None) -> list[str]:
         return ["fix-bug", "hello-file"]
@@ -58,11 +75,13 @@ def test_tool_calls_are_not_capped_and_refusals_are_tool_errors() -> None:
                 listed = await mcp.call_tool("list_tasks", {})
                 unknown = await mcp.call_tool("run_rollout", {"task": "nope", "agent": "a"})
                 full = await mcp.call_tool("run_rollout", {"task": "full", "agent": "a"})
-                bad = await mcp.call_tool("run_rollout", {"task": "t", "agent": "a",
-                                                          "budget": -1})
-                held = await asyncio.gather(*(
-                    mcp.call_tool("run_rollout", {"task": "hello-file", "agent": "a"})
-                    for _ in range(CALLS)))
+                bad = await mcp.call_tool("run_rollout", {"task": "t", "agent": "a", "budget": -1})
+                held = await asyncio.gather(
+                    *(
+                        mcp.call_tool("run_rollout", {"task": "hello-file", "agent": "a"})
+                        for _ in range(CALLS)
+                    )
+                )
                 return listed, unknown, full, bad, held
 
         listed, unknown, full, bad, held = asyncio.run(run())

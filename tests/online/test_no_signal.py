@@ -19,11 +19,19 @@ from harbor_ray.trials.spec import RolloutSpec
 from tests.online.local import LocalRollouts, local_controller
 
 
-@pytest.mark.parametrize(("rewards", "signal"), [
-    ([1.0, 0.0], True), ([0.5, 0.5, 0.5000001], True), ([0.0, 0.0], False),
-    ([1.0, 1.0, 1.0], False), ([1.0, None], None), ([None, None], None), ([1.0], None),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    ("rewards", "signal"),
+    [
+        ([1.0, 0.0], True),
+        ([0.5, 0.5, 0.5000001], True),
+        ([0.0, 0.0], False),
+        ([1.0, 1.0, 1.0], False),
+        ([1.0, None], None),
+        ([None, None], None),
+        ([1.0], None),
+        ([], None),
+    ],
+)
 def test_a_group_carries_signal_when_any_two_rewards_differ(rewards, signal) -> None:
     assert carries_signal(rewards) is signal
 
@@ -48,16 +56,25 @@ def test_replacements_prefer_tasks_that_have_not_lacked_signal() -> None:
 
 
 def _group(group_id: str, task: str, n: int, refill: Refill | None) -> GroupState:
-    return GroupState(group_id=group_id, request_id="r", task=task,
-                      rollout_ids=tuple(f"{group_id}__{k}" for k in range(n)),
-                      max_staleness=None, metadata={}, agent="terminus-2",
-                      refill=refill)
+    return GroupState(
+        group_id=group_id,
+        request_id="r",
+        task=task,
+        rollout_ids=tuple(f"{group_id}__{k}" for k in range(n)),
+        max_staleness=None,
+        metadata={},
+        agent="terminus-2",
+        refill=refill,
+    )
 
 
 def _row(rollout_id: str, reward: float | None) -> RolloutRecord:
-    return encode_record(RolloutResult(
-        rollout_id=rollout_id, task="t", agent="a", sandbox="local", ok=True,
-        reward=reward), None)
+    return encode_record(
+        RolloutResult(
+            rollout_id=rollout_id, task="t", agent="a", sandbox="local", ok=True, reward=reward
+        ),
+        None,
+    )
 
 
 def _finish(book: Book, group: str, rewards: list[float | None]) -> GroupState | None:
@@ -71,8 +88,9 @@ def _replace(book: Book, dropped: GroupState, group_id: str) -> GroupState:
     assert dropped.refill is not None
     task = dropped.refill.next_task()
     assert task is not None
-    return book.replace(dropped, group_id, task,
-                        tuple(f"{group_id}__{k}" for k in range(dropped.n)))
+    return book.replace(
+        dropped, group_id, task, tuple(f"{group_id}__{k}" for k in range(dropped.n))
+    )
 
 
 def test_the_book_drops_a_group_without_signal_and_takes_its_replacement() -> None:
@@ -101,8 +119,12 @@ def test_past_the_bound_a_group_without_signal_is_delivered_flagged() -> None:
     assert last is again and last.phase is Phase.READY and last.no_signal
     payload = last.payload()
     assert (payload.replaces, payload.no_signal, payload.no_signal_dropped) == ("g1", True, 1)
-    assert (book.no_signal_dropped, book.no_signal_delivered, book.signal_kept,
-            book.extra_rollouts) == (1, 1, 0, 2)
+    assert (
+        book.no_signal_dropped,
+        book.no_signal_delivered,
+        book.signal_kept,
+        book.extra_rollouts,
+    ) == (1, 1, 0, 2)
 
 
 def test_groups_of_a_request_that_did_not_ask_are_never_judged() -> None:
@@ -118,15 +140,28 @@ class Passing(LocalRollouts):
 
     async def run(self, spec: RolloutSpec) -> RolloutRecord:
         self.started += 1
-        return encode_record(RolloutResult(
-            rollout_id=spec.rollout_id, task=spec.task.name, agent=spec.agent,
-            sandbox=spec.sandbox, ok=True, reward=1.0), None)
+        return encode_record(
+            RolloutResult(
+                rollout_id=spec.rollout_id,
+                task=spec.task.name,
+                agent=spec.agent,
+                sandbox=spec.sandbox,
+                ok=True,
+                reward=1.0,
+            ),
+            None,
+        )
 
 
 def _submit(request_id: str, n: int, **fields: object) -> SubmitRequest:
-    return SubmitRequest.model_validate({
-        "request_id": request_id, "tasks": [{"task": "hello-file", "n": n}],
-        "agent": "terminus-2", **fields})
+    return SubmitRequest.model_validate(
+        {
+            "request_id": request_id,
+            "tasks": [{"task": "hello-file", "n": n}],
+            "agent": "terminus-2",
+            **fields,
+        }
+    )
 
 
 def test_the_controllers_default_replaces_then_delivers_flagged(tmp_path: Path) -> None:
@@ -139,11 +174,14 @@ def test_the_controllers_default_replaces_then_delivers_flagged(tmp_path: Path) 
     async def run() -> None:
         [ref] = (await controller.submit(_submit("r", 2))).groups
         [group] = await controller.groups(8, wait_s=30)
-        assert (group.replaces, group.no_signal, group.no_signal_dropped) == (
-            ref.group_id, True, 1)
+        assert (group.replaces, group.no_signal, group.no_signal_dropped) == (ref.group_id, True, 1)
         stats = await controller.stats()
-        assert (stats.no_signal_dropped, stats.no_signal_delivered, stats.extra_rollouts,
-                stats.signal_kept) == (1, 1, 2, 0)
+        assert (
+            stats.no_signal_dropped,
+            stats.no_signal_delivered,
+            stats.extra_rollouts,
+            stats.signal_kept,
+        ) == (1, 1, 2, 0)
         assert runner.started == 4
         # A group of one is not judged by the default, and refused when asked for.
         await controller.submit(_submit("one", 1))
@@ -151,8 +189,15 @@ def test_the_controllers_default_replaces_then_delivers_flagged(tmp_path: Path) 
             await controller.submit(_submit("asked", 1, drop_no_signal=True))
         assert refused.value.field == "tasks[0].n"
         # Replacements may run tasks the request did not name, of the dataset only.
-        await controller.submit(_submit("wide", 2, drop_no_signal=True, max_extra_groups=1,
-                                        replacement_tasks=["count-words"]))
+        await controller.submit(
+            _submit(
+                "wide",
+                2,
+                drop_no_signal=True,
+                max_extra_groups=1,
+                replacement_tasks=["count-words"],
+            )
+        )
         await controller.ack([group.group_id])
         wide = None
         while wide is None:  # each long poll waits for a group; the others acknowledged
@@ -162,8 +207,9 @@ def test_the_controllers_default_replaces_then_delivers_flagged(tmp_path: Path) 
                 await controller.ack([taken.group_id])
         assert (wide.task, wide.no_signal) == ("count-words", True)
         with pytest.raises(FieldError) as unknown:
-            await controller.submit(_submit("bad", 2, drop_no_signal=True,
-                                            replacement_tasks=["count-words", "nope"]))
+            await controller.submit(
+                _submit("bad", 2, drop_no_signal=True, replacement_tasks=["count-words", "nope"])
+            )
         assert (unknown.value.field, unknown.value.status) == ("replacement_tasks[1]", 404)
         controller.shutdown()
 

@@ -41,13 +41,24 @@ class Sampled(LocalRollouts):
     async def run(self, spec: RolloutSpec) -> RolloutRecord:
         assert self.controller is not None
         version = self.controller.version
-        sampled = dataclasses.replace(turn(0, [1, 2], [3, 4]), policy_version_start=version,
-                                      policy_version_end=version,
-                                      policy_segments=self.segments)
-        return encode_record(RolloutResult(
-            rollout_id=spec.rollout_id, task=spec.task.name, agent=spec.agent,
-            sandbox=spec.sandbox, ok=True, reward=1.0, provenance=spec.provenance),
-            close_capture([sampled]))
+        sampled = dataclasses.replace(
+            turn(0, [1, 2], [3, 4]),
+            policy_version_start=version,
+            policy_version_end=version,
+            policy_segments=self.segments,
+        )
+        return encode_record(
+            RolloutResult(
+                rollout_id=spec.rollout_id,
+                task=spec.task.name,
+                agent=spec.agent,
+                sandbox=spec.sandbox,
+                ok=True,
+                reward=1.0,
+                provenance=spec.provenance,
+            ),
+            close_capture([sampled]),
+        )
 
 
 def _model(root: Path) -> tuple[Path, Path]:
@@ -63,10 +74,16 @@ def _model(root: Path) -> tuple[Path, Path]:
 
 
 def _submit(request_id: str) -> SubmitRequest:
-    return SubmitRequest.model_validate({
-        "request_id": request_id, "agent": "terminus-2",
-        "tasks": [{"task": "hello-file", "n": 2},
-                  {"task": "count-words", "n": 1, "agent": "oracle"}]})
+    return SubmitRequest.model_validate(
+        {
+            "request_id": request_id,
+            "agent": "terminus-2",
+            "tasks": [
+                {"task": "hello-file", "n": 2},
+                {"task": "count-words", "n": 1, "agent": "oracle"},
+            ],
+        }
+    )
 
 
 async def _rows(controller: Controller, request_id: str) -> list[dict[str, Any]]:
@@ -78,7 +95,8 @@ async def _rows(controller: Controller, request_id: str) -> list[dict[str, Any]]
         rows += [row for group in groups for row in group.rollouts]
         await controller.ack([group.group_id for group in groups])
     assert {row["rollout_id"].split("__")[0] for row in rows} == {
-        ref.group_id for ref in submitted.groups}
+        ref.group_id for ref in submitted.groups
+    }
     return rows
 
 
@@ -90,8 +108,9 @@ def test_rows_carry_each_group_s_harness_and_the_engine_s_files(tmp_path: Path) 
     model, template = _model(tmp_path)
     runner = Sampled()
     out = tmp_path / "dataset"
-    controller = local_controller(tmp_path / "work", runner=runner, out=out,
-                                  engine_files=(str(model), template))
+    controller = local_controller(
+        tmp_path / "work", runner=runner, out=out, engine_files=(str(model), template)
+    )
     engine = served_provenance(str(model), template)
     assert engine.weights_sha256 and engine.tokenizer_sha256  # hashes, not Nones
     runner.controller = controller
@@ -99,8 +118,7 @@ def test_rows_carry_each_group_s_harness_and_the_engine_s_files(tmp_path: Path) 
     async def run() -> None:
         rows = await _rows(controller, "first")
         for row in rows:
-            assert row["provenance"] == _harness(row["agent"]).with_engine(
-                engine).model_dump()
+            assert row["provenance"] == _harness(row["agent"]).with_engine(engine).model_dump()
         assert sorted(row["agent"] for row in rows) == ["oracle", "terminus-2", "terminus-2"]
         assert _harness("oracle") != _harness("terminus-2")
 
@@ -145,32 +163,42 @@ def test_a_row_without_tokens_names_no_weights(tmp_path: Path) -> None:
     engine = served_provenance(str(model), template)
     for row in asyncio.run(_rows(controller, "r")):
         assert row["error_type"] == "agent_error"  # LocalRollouts: no turn
-        assert row["provenance"] == _harness(row["agent"]).with_engine(
-            engine).without_weights().model_dump()
+        assert (
+            row["provenance"]
+            == _harness(row["agent"]).with_engine(engine).without_weights().model_dump()
+        )
     controller.shutdown()
 
 
 def _deployed(engine_args: dict[str, Any], **capture: Any) -> dict[str, Any]:
-    return {"engine": ServeApplicationSchema(import_path=OWN_ENGINE, args=engine_args),
-            "capture": ServeApplicationSchema(
-                import_path="harbor_ray.online.serve:build_capture",
-                args={"engine": engine_args, **capture})}
+    return {
+        "engine": ServeApplicationSchema(import_path=OWN_ENGINE, args=engine_args),
+        "capture": ServeApplicationSchema(
+            import_path="harbor_ray.online.serve:build_capture",
+            args={"engine": engine_args, **capture},
+        ),
+    }
 
 
-@pytest.mark.parametrize(("change", "known"), [
-    ({}, True),
-    ({"engine_url": "http://elsewhere:8000/v1"}, False),  # the proxy calls another
-    ({"engine": None}, False),  # no engine app in this Serve
-    ({"import_path": "mypkg:build"}, False),  # another builder's engine
-    ({"args": {"model_id": "other"}}, False),  # another engine than the controller's
-    ({"capture": None}, False),
-])
-def test_the_engine_is_known_only_as_this_yaml_s_own_app(change: dict[str, Any],
-                                                        known: bool) -> None:
+@pytest.mark.parametrize(
+    ("change", "known"),
+    [
+        ({}, True),
+        ({"engine_url": "http://elsewhere:8000/v1"}, False),  # the proxy calls another
+        ({"engine": None}, False),  # no engine app in this Serve
+        ({"import_path": "mypkg:build"}, False),  # another builder's engine
+        ({"args": {"model_id": "other"}}, False),  # another engine than the controller's
+        ({"capture": None}, False),
+    ],
+)
+def test_the_engine_is_known_only_as_this_yaml_s_own_app(
+    change: dict[str, Any], known: bool
+) -> None:
     engine_args = {"model_id": "m", "model_source": "/models/m"}
     args = ControllerArgs.model_validate({"engine": engine_args})
-    deployed: dict[str, Any] = _deployed(engine_args, **{
-        k: v for k, v in change.items() if k == "engine_url"})
+    deployed: dict[str, Any] = _deployed(
+        engine_args, **{k: v for k, v in change.items() if k == "engine_url"}
+    )
     for name in ("engine", "capture"):
         if name in change and change[name] is None:
             deployed[name] = None

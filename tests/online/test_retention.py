@@ -13,8 +13,7 @@ from harbor_ray.online.wire import SubmitRequest
 from tests.online.local import LocalRollouts, local_controller
 from tests.online.test_book import _group, _row
 
-SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 2}],
-          "agent": "terminus-2"}
+SUBMIT = {"request_id": "r", "tasks": [{"task": "hello-file", "n": 2}], "agent": "terminus-2"}
 
 
 def test_closed_groups_are_forgotten_after_the_window() -> None:
@@ -74,13 +73,15 @@ def test_the_request_id_index_is_bounded_but_keeps_open_requests() -> None:
 
 def test_submit_and_cancel_cycles_leave_nothing_behind(tmp_path: Path) -> None:
     runner = LocalRollouts(hold_s=60)  # cancelled long before they would end
-    controller = local_controller(tmp_path, runner=runner, capacity=4, retain_s=0,
-                                  retain_groups=0, request_ids=10)
+    controller = local_controller(
+        tmp_path, runner=runner, capacity=4, retain_s=0, retain_groups=0, request_ids=10
+    )
 
     async def cycles() -> None:
         for i in range(300):
             reply = await controller.submit(
-                SubmitRequest.model_validate({**SUBMIT, "request_id": f"r{i}"}))
+                SubmitRequest.model_validate({**SUBMIT, "request_id": f"r{i}"})
+            )
             if i % 2:
                 await asyncio.sleep(0)  # half of them get to start
             await controller.cancel(reply.groups[0].group_id)

@@ -39,8 +39,8 @@ def test_the_online_engine_is_the_engine_config_s(kind: str) -> None:
 def test_every_user_field_is_in_the_yaml_and_commented(kind: str) -> None:
     text = (CONFIGS / f"online_{kind}.yaml").read_text()
     for name, model in ARGS.items():
-        block = text[text.index(f"- name: {name}"):]
-        block = block[:block.find("\n  - name:", 1) if "\n  - name:" in block[1:] else None]
+        block = text[text.index(f"- name: {name}") :]
+        block = block[: block.find("\n  - name:", 1) if "\n  - name:" in block[1:] else None]
         for field in model.model_fields:
             line = re.search(rf"^\s*#?\s*{field}:.*$", block, re.MULTILINE)
             assert line, f"{name}: {field} is not in online_{kind}.yaml"
@@ -89,9 +89,7 @@ def test_the_sandbox_start_rate_is_a_service_field() -> None:
         _validated(ControllerArgs, {**args, "sandbox_starts_per_s": -1})
 
 
-def test_the_warm_pool_is_a_service_field_refused_off_the_local_sandbox(
-    tmp_path: Path
-) -> None:
+def test_the_warm_pool_is_a_service_field_refused_off_the_local_sandbox(tmp_path: Path) -> None:
     args = {**_apps("online_cpu.yaml")["online"]["args"], "warm_pool": {"hello-file": 2}}
     assert _validated(ControllerArgs, args).warm_pool == {"hello-file": 2}
     with pytest.raises(ServiceConfigError, match="warm_pool"):

@@ -37,8 +37,9 @@ def _until(condition: Callable[[], bool], timeout_s: float, what: str, log: Path
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"not reached in {timeout_s:g} s: {what}\n"
-                        f"{log.read_text(errors='replace')[-4000:]}")
+            pytest.fail(
+                f"not reached in {timeout_s:g} s: {what}\n{log.read_text(errors='replace')[-4000:]}"
+            )
         time.sleep(0.5)
 
 
@@ -56,33 +57,50 @@ def ray_tmp() -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_serve_run_stopped_with_sigterm_leaves_no_sandbox(tmp_path: Path, ray_tmp: Path
-                                                          ) -> None:
+def test_serve_run_stopped_with_sigterm_leaves_no_sandbox(tmp_path: Path, ray_tmp: Path) -> None:
     work, port = tmp_path / "work", free_port()
     key_file = tmp_path / "controller.key"
     config = {
         "http_options": {"host": "127.0.0.1", "port": port},
-        "applications": [{
-            "name": "online", "route_prefix": "/online",
-            "import_path": "harbor_ray.online.serve:build_controller",
-            "args": {"engine": {"model_id": "stub", "model_source": str(tmp_path / "none")},
-                     "key_file": str(key_file), "work_dir": str(work),
-                     "dataset": str(_slow_tasks(tmp_path, 600)),
-                     "concurrency": 4, "rollouts_per_host": 2}}]}
+        "applications": [
+            {
+                "name": "online",
+                "route_prefix": "/online",
+                "import_path": "harbor_ray.online.serve:build_controller",
+                "args": {
+                    "engine": {"model_id": "stub", "model_source": str(tmp_path / "none")},
+                    "key_file": str(key_file),
+                    "work_dir": str(work),
+                    "dataset": str(_slow_tasks(tmp_path, 600)),
+                    "concurrency": 4,
+                    "rollouts_per_host": 2,
+                },
+            }
+        ],
+    }
     (tmp_path / "online.yaml").write_text(yaml.safe_dump(config))
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
-        serve = subprocess.Popen([str(SERVE), "run", str(tmp_path / "online.yaml")],
-                                 cwd=tmp_path, env={**env, "RAY_TMPDIR": str(ray_tmp)},
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        serve = subprocess.Popen(
+            [str(SERVE), "run", str(tmp_path / "online.yaml")],
+            cwd=tmp_path,
+            env={**env, "RAY_TMPDIR": str(ray_tmp)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     sandboxes = work / "sandboxes"
     try:
         api = f"http://127.0.0.1:{port}/online"
         _until(lambda: _answers(f"{api}/v1/policy", key_file), 300, "the controller", log)
         headers = {"authorization": f"Bearer {key_file.read_text().strip()}"}
-        submitted = httpx.post(f"{api}/v1/rollouts", headers=headers, timeout=60, json={
-            "request_id": "stop", "agent": "oracle", "tasks": [{"task": "slow", "n": 4}]})
+        submitted = httpx.post(
+            f"{api}/v1/rollouts",
+            headers=headers,
+            timeout=60,
+            json={"request_id": "stop", "agent": "oracle", "tasks": [{"task": "slow", "n": 4}]},
+        )
         assert submitted.status_code == 202, submitted.text
         _until(lambda: _solving(sandboxes) >= 4, 300, "4 sandboxes solving", log)
 
@@ -114,12 +132,18 @@ def _answers(url: str, key_file: Path) -> bool:
 
 def _solving(sandboxes: Path) -> int:
     """Sandboxes running the task's solution (its `sleep 600`)."""
-    return sum(1 for pid in sandbox_processes(sandboxes)
-               if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00")
+    return sum(
+        1
+        for pid in sandbox_processes(sandboxes)
+        if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00"
+    )
 
 
 def _left(sandboxes: Path) -> tuple[list[int], list[Path]]:
     """Live processes of the sandboxes, and their directories (in the hosts' own)."""
-    directories = [sandbox for host in (sandboxes.iterdir() if sandboxes.exists() else [])
-                   for sandbox in host.iterdir()]
+    directories = [
+        sandbox
+        for host in (sandboxes.iterdir() if sandboxes.exists() else [])
+        for sandbox in host.iterdir()
+    ]
     return sandbox_processes(sandboxes), directories

@@ -39,49 +39,93 @@ KEY = "the-playground-key-0123456789"
 ENGINE = "http://trainer:s3cret-token@engine.internal:8000"
 
 
-def agent_turn(index: int, *, tokens: int = 6, system: str = "You are terminus.",
-               command: str = "step") -> TurnRecord:
+def agent_turn(
+    index: int, *, tokens: int = 6, system: str = "You are terminus.", command: str = "step"
+) -> TurnRecord:
     """Call `index` of an agent loop as the proxy records it: the conversation so far
     (the task, then each earlier reply and its tool's output), a reply calling a tool,
     ids with logprobs, usage and times."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                      {"role": "user", "content": "Create hello.txt."}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Create hello.txt."},
+    ]
     for earlier in range(index):
-        messages += [_reply(earlier, command), {"role": "tool", "tool_call_id": f"call-{earlier}",
-                                       "content": f"$ step {earlier}\nok"}]
+        messages += [
+            _reply(earlier, command),
+            {"role": "tool", "tool_call_id": f"call-{earlier}", "content": f"$ step {earlier}\nok"},
+        ]
     ids = np.arange(100 * index, 100 * index + tokens, dtype=np.int32)
     return TurnRecord(
-        index=index, dialect="chat", prompt_ids=np.arange(20 + index, dtype=np.int32),
-        token_ids=ids, logprobs=np.linspace(-2, 0, tokens, dtype=np.float32),
-        finish_reason="tool_calls", request_messages_json=orjson.dumps(messages),
+        index=index,
+        dialect="chat",
+        prompt_ids=np.arange(20 + index, dtype=np.int32),
+        token_ids=ids,
+        logprobs=np.linspace(-2, 0, tokens, dtype=np.float32),
+        finish_reason="tool_calls",
+        request_messages_json=orjson.dumps(messages),
         response_message_json=orjson.dumps({**_reply(index, command), **ENGINE_NULLS}),
         request_model="test-model",
-        started_at=10.0 * index, ended_at=10.0 * index + 0.25,
-        prompt_tokens=20 + index, completion_tokens=tokens)
+        started_at=10.0 * index,
+        ended_at=10.0 * index + 0.25,
+        prompt_tokens=20 + index,
+        completion_tokens=tokens,
+    )
 
 
 # The null fields a vLLM reply carries, which terminus-2 drops when it sends the reply back.
-ENGINE_NULLS: dict[str, Any] = {"annotations": None, "audio": None, "function_call": None,
-                "reasoning": None, "reasoning_content": None, "refusal": None}
+ENGINE_NULLS: dict[str, Any] = {
+    "annotations": None,
+    "audio": None,
+    "function_call": None,
+    "reasoning": None,
+    "reasoning_content": None,
+    "refusal": None,
+}
 
 
 def _reply(index: int, command: str = "step") -> dict[str, Any]:
     arguments = orjson.dumps({"cmd": f"{command} {index}"}).decode()
-    return {"role": "assistant", "content": f"Step {index}: I run a command.",
-            "tool_calls": [{"id": f"call-{index}", "type": "function", "function": {
-                "name": "bash", "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": f"Step {index}: I run a command.",
+        "tool_calls": [
+            {
+                "id": f"call-{index}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": arguments},
+            }
+        ],
+    }
 
 
 # `info`'s agents as the Setup tab and the form get them: one not wired first, as
 # `info` sorts them (acp), so the form's default cannot be the first listed.
 SETUP_AGENTS = [
-    {"agent": "acp", "runs": "sandbox", "needs_model": True, "dialect": None,
-     "wired": False, "note": "not wired to the capture proxy: it reaches its model its "
-     "own way"},
-    {"agent": "oracle", "runs": "host", "needs_model": False, "dialect": None,
-     "wired": True, "note": ""},
-    {"agent": "terminus-2", "runs": "sandbox", "needs_model": True, "dialect": "chat",
-     "wired": True, "note": ""}]
+    {
+        "agent": "acp",
+        "runs": "sandbox",
+        "needs_model": True,
+        "dialect": None,
+        "wired": False,
+        "note": "not wired to the capture proxy: it reaches its model its own way",
+    },
+    {
+        "agent": "oracle",
+        "runs": "host",
+        "needs_model": False,
+        "dialect": None,
+        "wired": True,
+        "note": "",
+    },
+    {
+        "agent": "terminus-2",
+        "runs": "sandbox",
+        "needs_model": True,
+        "dialect": "chat",
+        "wired": True,
+        "note": "",
+    },
+]
 
 
 class FakeRollouts:
@@ -92,11 +136,19 @@ class FakeRollouts:
     calls, `reward`, `trial_dir` its trial directory, and the fields of `landing`); or
     raises `fail`."""
 
-    def __init__(self, fail: Exception | None = None, *, calls: int = 0,
-                 tokens: int = 6, hold_s: float = 10, trial_dir: Path | None = None,
-                 reward: float = 0.5, landing: dict[str, Any] | None = None,
-                 system: str = "You are terminus.",
-                 command_of: Callable[[RolloutRequest], str] | None = None) -> None:
+    def __init__(
+        self,
+        fail: Exception | None = None,
+        *,
+        calls: int = 0,
+        tokens: int = 6,
+        hold_s: float = 10,
+        trial_dir: Path | None = None,
+        reward: float = 0.5,
+        landing: dict[str, Any] | None = None,
+        system: str = "You are terminus.",
+        command_of: Callable[[RolloutRequest], str] | None = None,
+    ) -> None:
         self.requests: list[RolloutRequest] = []
         self.release = threading.Event()
         self.release.set()
@@ -110,12 +162,15 @@ class FakeRollouts:
         self.system = system  # each call's system prompt
         self.command_of = command_of  # the command each call runs, by request ("step")
 
-    def __call__(self, request: RolloutRequest, *,
-                 on_planned: Callable[[int], None] | None = None,
-                 on_result: Callable[[RolloutRecord], None] | None = None,
-                 on_turn: TurnListener | None = None,
-                 on_stage: StageListener | None = None,
-                 ) -> list[RolloutRecord]:
+    def __call__(
+        self,
+        request: RolloutRequest,
+        *,
+        on_planned: Callable[[int], None] | None = None,
+        on_result: Callable[[RolloutRecord], None] | None = None,
+        on_turn: TurnListener | None = None,
+        on_stage: StageListener | None = None,
+    ) -> list[RolloutRecord]:
         self.requests.append(request)
         if self.fail is not None:
             raise self.fail
@@ -127,8 +182,10 @@ class FakeRollouts:
             for stage in (Stage.SANDBOX, Stage.AGENT_SETUP, Stage.AGENT):
                 on_stage(f"r{attempt}", stage)
             command = self.command_of(request) if self.command_of else "step"
-            turns = [agent_turn(index, tokens=self.tokens, system=self.system,
-                                command=command) for index in range(self.calls)]
+            turns = [
+                agent_turn(index, tokens=self.tokens, system=self.system, command=command)
+                for index in range(self.calls)
+            ]
             for turn in turns:
                 on_turn(f"session-{attempt}", turn)
                 if turn.index == 0:
@@ -136,9 +193,17 @@ class FakeRollouts:
             self.release.wait(self.hold_s)
             for stage in (Stage.VERIFYING, Stage.ENDED):
                 on_stage(f"r{attempt}", stage)
-            records.append(rollout(f"r{attempt}", turns or None, **{
-                "reward": self.reward, "trial_dir": self.trial_dir and str(self.trial_dir),
-                **self.landing}))
+            records.append(
+                rollout(
+                    f"r{attempt}",
+                    turns or None,
+                    **{
+                        "reward": self.reward,
+                        "trial_dir": self.trial_dir and str(self.trial_dir),
+                        **self.landing,
+                    },
+                )
+            )
             on_result(records[-1])
         return records
 
@@ -149,38 +214,72 @@ async def refuse(url: str) -> Certification:
 
 
 @contextmanager
-def served(catalog: Catalog, tmp_path: Path, *, key: str | None = None,
-           share: bool = False, rollouts: FakeRollouts | None = None,
-           datasets_dir: Path | None = None, token_pieces: TokenPieces | None = None,
-           agents: tuple[str, ...] = (), engine: str = ENGINE,
-           engines: VisitorEngines | None = None, run: Rollouts | None = None,
-           **launcher: Any) -> Iterator[str]:
+def served(
+    catalog: Catalog,
+    tmp_path: Path,
+    *,
+    key: str | None = None,
+    share: bool = False,
+    rollouts: FakeRollouts | None = None,
+    datasets_dir: Path | None = None,
+    token_pieces: TokenPieces | None = None,
+    agents: tuple[str, ...] = (),
+    engine: str = ENGINE,
+    engines: VisitorEngines | None = None,
+    run: Rollouts | None = None,
+    **launcher: Any,
+) -> Iterator[str]:
     """The playground served over loopback from a thread; yields its URL. `agents`: the
     import paths allowed besides the Harbor agents; `engine`: the server's --llm-url;
     `engines`: how visitors' engines are checked (default: any URL, whose
     certification is refused); `run`: what runs go through when given (`run_rollouts`
     itself), else `rollouts`; `launcher`: the launcher's other options."""
+
     async def setup() -> dict[str, Any]:
         root = api_root(engine)
-        return {"agents": SETUP_AGENTS,
-                "installed_agents": [{"agent": "claude-code", "package":
-                                      "@anthropic-ai/claude-code", "version": None,
-                                      "installed": False}],
-                "sandboxes": [{"name": "bwrap", "usable": True, "reason": ""},
-                              {"name": "container", "usable": False, "reason":
-                               "no container runtime answered: start dockerd or podman"}],
-                # The words `harbor-ray info` says of an engine it cannot reach.
-                "engine": {"certified": False, "url": engine, "error": (
+        return {
+            "agents": SETUP_AGENTS,
+            "installed_agents": [
+                {
+                    "agent": "claude-code",
+                    "package": "@anthropic-ai/claude-code",
+                    "version": None,
+                    "installed": False,
+                }
+            ],
+            "sandboxes": [
+                {"name": "bwrap", "usable": True, "reason": ""},
+                {
+                    "name": "container",
+                    "usable": False,
+                    "reason": "no container runtime answered: start dockerd or podman",
+                },
+            ],
+            # The words `harbor-ray info` says of an engine it cannot reach.
+            "engine": {
+                "certified": False,
+                "url": engine,
+                "error": (
                     f"cannot list models at {root}/v1/models: engine unreachable at "
-                    f"{root}: cannot connect to {urlsplit(root).netloc.rpartition('@')[2]}")}}
+                    f"{root}: cannot connect to {urlsplit(root).netloc.rpartition('@')[2]}"
+                ),
+            },
+        }
 
-    launcher = Launcher(RunBoard(share=share, token_pieces=token_pieces), catalog,
-                        out=tmp_path, llm_url=engine, datasets=DatasetSink(datasets_dir),
-                        rollouts=run or rollouts or FakeRollouts(),
-                        engines=engines or VisitorEngines(allow_private=True, certify=refuse),
-                        agents=allowed_agents(agents), **launcher)
-    playground = Playground(catalog=catalog, launcher=launcher, access=Access.create(key),
-                            setup=setup)
+    launcher = Launcher(
+        RunBoard(share=share, token_pieces=token_pieces),
+        catalog,
+        out=tmp_path,
+        llm_url=engine,
+        datasets=DatasetSink(datasets_dir),
+        rollouts=run or rollouts or FakeRollouts(),
+        engines=engines or VisitorEngines(allow_private=True, certify=refuse),
+        agents=allowed_agents(agents),
+        **launcher,
+    )
+    playground = Playground(
+        catalog=catalog, launcher=launcher, access=Access.create(key), setup=setup
+    )
     app = build_playground_app(playground, llm_url=engine)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     with serve_in_thread(app, config=config) as url:
@@ -192,5 +291,3 @@ def client_of(catalog: Catalog, tmp_path: Path, **options: Any) -> Iterator[http
     """One visitor (a browser: its own cookies) of a playground served for it."""
     with served(catalog, tmp_path, **options) as url, httpx.Client(base_url=url) as client:
         yield client
-
-

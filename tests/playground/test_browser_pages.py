@@ -43,15 +43,21 @@ return broken;"""
 
 
 def _rect(driver: Any, selector: str) -> dict[str, float]:
-    return dict(driver.execute_script(
-        "const r = document.querySelector(arguments[0]).getBoundingClientRect();"
-        "return {left: r.left, top: r.top, width: r.width, height: r.height};", selector))
+    return dict(
+        driver.execute_script(
+            "const r = document.querySelector(arguments[0]).getBoundingClientRect();"
+            "return {left: r.left, top: r.top, width: r.width, height: r.height};",
+            selector,
+        )
+    )
 
 
 def _text(driver: Any, selector: str) -> str:
-    return str(driver.execute_script(
-        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';",
-        selector))
+    return str(
+        driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", selector
+        )
+    )
 
 
 def _runs(url: str, driver: Any) -> list[dict[str, Any]]:
@@ -61,18 +67,31 @@ def _runs(url: str, driver: Any) -> list[dict[str, Any]]:
 
 
 def _open_task(driver: Any, name: str) -> None:
-    item = wait_for(lambda: [li for li in driver.find_elements(By.CSS_SELECTOR, "#task-list li")
-                             if li.text.split("\n")[0] == name], what=f"{name} listed")[0]
+    item = wait_for(
+        lambda: [
+            li
+            for li in driver.find_elements(By.CSS_SELECTOR, "#task-list li")
+            if li.text.split("\n")[0] == name
+        ],
+        what=f"{name} listed",
+    )[0]
     item.click()
-    wait_for(lambda: "task.toml" in _text(driver, "#task-detail")
-             and _text(driver, "#task-detail h2") == name, what=f"{name}'s detail")
-    wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
-             what="the agents")
+    wait_for(
+        lambda: (
+            "task.toml" in _text(driver, "#task-detail")
+            and _text(driver, "#task-detail h2") == name
+        ),
+        what=f"{name}'s detail",
+    )
+    wait_for(
+        lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"), what="the agents"
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_long_summary_task_opens_from_the_unfiltered_list(
-        catalog: Catalog, tmp_path: Path, width: str) -> None:
+    catalog: Catalog, tmp_path: Path, width: str
+) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     wide, high, phone = WIDTHS[width]
     with served(catalog, tmp_path) as url, chromium(wide, high, phone=phone) as driver:
@@ -94,7 +113,8 @@ def test_a_long_summary_task_opens_from_the_unfiltered_list(
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_runs_and_setup_break_no_word_and_the_form_has_no_traps(
-        catalog: Catalog, tmp_path: Path, width: str) -> None:
+    catalog: Catalog, tmp_path: Path, width: str
+) -> None:
     wide, high, phone = WIDTHS[width]
     with served(catalog, tmp_path) as url, chromium(wide, high, phone=phone) as driver:
         driver.get(url)
@@ -103,18 +123,22 @@ def test_runs_and_setup_break_no_word_and_the_form_has_no_traps(
         agent = form.find_element(By.CSS_SELECTOR, "select[name=agent]")
         assert agent.get_attribute("value") == "terminus-2"  # a runnable one, not acp
         assert driver.execute_script(  # an agent not wired is offered greyed
-            "return [...arguments[0].options].find(o => o.value === 'acp').disabled", agent)
+            "return [...arguments[0].options].find(o => o.value === 'acp').disabled", agent
+        )
         url_field = form.find_element(By.CSS_SELECTOR, "input[name=llm_url]")
         assert not url_field.is_enabled()  # with the server's engine, it is ignored
         # Two presses before the first answer: one run.
-        driver.execute_script("const b = arguments[0].querySelector('button[type=submit]');"
-                              "b.click(); b.click();", form)
+        driver.execute_script(
+            "const b = arguments[0].querySelector('button[type=submit]');b.click(); b.click();",
+            form,
+        )
         wait_for(lambda: "done" in _text(driver, "#run-list"), what="the run done")
         assert len(_runs(url, driver)) == 1
         assert "terminus-2" in _text(driver, "#run-list tbody tr")  # the agent shown
-        assert driver.execute_script("return arguments[0].getClientRects().length > 0",
-                                     driver.find_element(By.CSS_SELECTOR,
-                                                         "#run-list tbody td.agent"))
+        assert driver.execute_script(
+            "return arguments[0].getClientRects().length > 0",
+            driver.find_element(By.CSS_SELECTOR, "#run-list tbody td.agent"),
+        )
         assert overflow(driver) <= 0
         assert driver.execute_script(_BROKEN_WORDS, "#tab-runs") == []
         driver.save_screenshot(str(ARTIFACTS / f"playground-runs-cards-{width}.png"))
@@ -126,44 +150,58 @@ def test_runs_and_setup_break_no_word_and_the_form_has_no_traps(
         assert js_errors(driver) == []
 
 
-def test_a_refused_form_says_why_next_to_the_button(catalog: Catalog,
-                                                   tmp_path: Path) -> None:
+def test_a_refused_form_says_why_next_to_the_button(catalog: Catalog, tmp_path: Path) -> None:
     with served(catalog, tmp_path) as url, chromium(1280, 800) as driver:
         driver.get(url)
         _open_task(driver, "hello-file")
         driver.execute_script(
             "const f = document.querySelector('form.run');"
             "f.querySelector('input[name=temperature]').value = '5';"
-            "f.querySelector('button[type=submit]').click();")
+            "f.querySelector('button[type=submit]').click();"
+        )
         said = wait_for(lambda: _text(driver, "form.run .error"), what="the refusal")
         assert "temperature" in said
         gap = driver.execute_script(
             "const f = document.querySelector('form.run');"
             "return f.querySelector('.error').getBoundingClientRect().top -"
-            " f.querySelector('button[type=submit]').getBoundingClientRect().bottom;")
+            " f.querySelector('button[type=submit]').getBoundingClientRect().bottom;"
+        )
         assert gap < 60
-        assert driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]"
-                                   ).is_enabled()  # free again for the next try
+        assert driver.find_element(
+            By.CSS_SELECTOR, "form.run button[type=submit]"
+        ).is_enabled()  # free again for the next try
 
 
-def test_a_run_shows_its_settings_outcome_and_each_reply_once(catalog: Catalog,
-                                                             tmp_path: Path) -> None:
+def test_a_run_shows_its_settings_outcome_and_each_reply_once(
+    catalog: Catalog, tmp_path: Path
+) -> None:
     rollouts = FakeRollouts(calls=3, reward=0.0, system="You are terminus. " * 200)
-    with served(catalog, tmp_path, rollouts=rollouts) as url, \
-            chromium(1280, 800) as driver:
+    with served(catalog, tmp_path, rollouts=rollouts) as url, chromium(1280, 800) as driver:
         driver.get(url)
         _open_task(driver, "hello-file")
         driver.execute_script(
             "const f = document.querySelector('form.run');"
             "f.querySelector('input[name=temperature]').value = '0.2';"
             "f.querySelector('input[name=max_tokens]').value = '64';"
-            "f.querySelector('button[type=submit]').click();")
-        wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#run-calls .call")) == 3
-                 and "done" in _text(driver, "#run-detail"), what="the run's calls")
+            "f.querySelector('button[type=submit]').click();"
+        )
+        wait_for(
+            lambda: (
+                len(driver.find_elements(By.CSS_SELECTOR, "#run-calls .call")) == 3
+                and "done" in _text(driver, "#run-detail")
+            ),
+            what="the run's calls",
+        )
         wait_for(lambda: "r0" in _text(driver, "#run-detail .outcomes"), what="the outcome")
         settings = _text(driver, "#run-detail .settings")
-        for shown in ("temperature 0.2", "max tokens 64", "budget 20", "attempts 1",
-                      "engine the server's", "model test-model"):
+        for shown in (
+            "temperature 0.2",
+            "max tokens 64",
+            "budget 20",
+            "attempts 1",
+            "engine the server's",
+            "model test-model",
+        ):
             assert shown in settings
         outcome = _text(driver, "#run-detail .outcomes")
         assert "fail" in outcome and "reward 0.000" in outcome
@@ -173,92 +211,126 @@ def test_a_run_shows_its_settings_outcome_and_each_reply_once(catalog: Catalog,
         # reply had null fields the agent dropped when it sent it back).
         roles = driver.execute_script(
             "return [...document.querySelectorAll('#run-calls .message.sent .role')]"
-            ".map(e => e.textContent)")
+            ".map(e => e.textContent)"
+        )
         assert "assistant" not in roles
         # The long system prompt folded, the short task shown.
         assert driver.execute_script(
             "const m = document.querySelectorAll('#run-calls .call')[0]"
             ".querySelectorAll('.message.sent');"
             "return [m[0].querySelector('details.fold:not([open])') !== null,"
-            " m[1].querySelector('details.fold') === null]") == [True, True]
+            " m[1].querySelector('details.fold') === null]"
+        ) == [True, True]
         assert "temperature 0.2" in _text(driver, "#run-list")
-        driver.execute_script("[...document.querySelectorAll('#run-detail button')]"
-                              ".find(b => b.textContent.startsWith('Run again')).click()")
-        wait_for(lambda: driver.execute_script(
-            "const t = document.querySelector('form.run input[name=temperature]');"
-            "return t && t.value === '0.2' && document.querySelector("
-            "'form.run input[name=max_tokens]').value === '64'"), what="the form refilled")
+        driver.execute_script(
+            "[...document.querySelectorAll('#run-detail button')]"
+            ".find(b => b.textContent.startsWith('Run again')).click()"
+        )
+        wait_for(
+            lambda: driver.execute_script(
+                "const t = document.querySelector('form.run input[name=temperature]');"
+                "return t && t.value === '0.2' && document.querySelector("
+                "'form.run input[name=max_tokens]').value === '64'"
+            ),
+            what="the form refilled",
+        )
         assert js_errors(driver) == []
 
 
-def test_a_run_says_its_stage_before_its_first_call(catalog: Catalog,
-                                                   tmp_path: Path) -> None:
+def test_a_run_says_its_stage_before_its_first_call(catalog: Catalog, tmp_path: Path) -> None:
     rollouts = FakeRollouts(hold_s=300)  # held before it lands, no call made
     rollouts.release.clear()
-    with served(catalog, tmp_path, rollouts=rollouts) as url, \
-            chromium(1280, 800) as driver:
+    with served(catalog, tmp_path, rollouts=rollouts) as url, chromium(1280, 800) as driver:
         driver.get(url)
         _open_task(driver, "hello-file")
         driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
-        wait_for(lambda: "waiting for its first model call" in _text(driver, "#run-detail"),
-                 what="the run's stage")
-        assert _text(driver, "#run-detail .stages").split("\n")[0].startswith(
-            "queued")
+        wait_for(
+            lambda: "waiting for its first model call" in _text(driver, "#run-detail"),
+            what="the run's stage",
+        )
+        assert _text(driver, "#run-detail .stages").split("\n")[0].startswith("queued")
         rollouts.release.set()
 
 
 def test_tasks_runs_and_comparisons_have_urls(catalog: Catalog, tmp_path: Path) -> None:
     # The run at temperature 1 runs other commands: its calls differ from the first's.
-    rollouts = FakeRollouts(calls=2, command_of=lambda request: "ls" if request.temperature
-                            else "step")
-    with served(catalog, tmp_path, rollouts=rollouts) as url, \
-            chromium(1280, 800) as driver:
+    rollouts = FakeRollouts(
+        calls=2, command_of=lambda request: "ls" if request.temperature else "step"
+    )
+    with served(catalog, tmp_path, rollouts=rollouts) as url, chromium(1280, 800) as driver:
         driver.get(f"{url}/task/samples/fix-mean")
         wait_for(lambda: _text(driver, "#task-detail h2") == "fix-mean", what="a task's URL")
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
-                 what="the agents")
+        wait_for(
+            lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
+            what="the agents",
+        )
         driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
         wait_for(lambda: "/run/" in driver.current_url, what="the run's URL")
         run_id = driver.current_url.rsplit("/", 1)[1]
         driver.refresh()
-        wait_for(lambda: f"Run {run_id}" in _text(driver, "#run-detail"),
-                 what="the run after a reload")
+        wait_for(
+            lambda: f"Run {run_id}" in _text(driver, "#run-detail"), what="the run after a reload"
+        )
         driver.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=runs]").click()
-        wait_for(lambda: driver.current_url.endswith("/runs")
-                 and not driver.find_element(By.ID, "run-detail").is_displayed(),
-                 what="the Runs tab alone")
+        wait_for(
+            lambda: (
+                driver.current_url.endswith("/runs")
+                and not driver.find_element(By.ID, "run-detail").is_displayed()
+            ),
+            what="the Runs tab alone",
+        )
         driver.back()
-        wait_for(lambda: f"/run/{run_id}" in driver.current_url
-                 and f"Run {run_id}" in _text(driver, "#run-detail")
-                 and driver.find_element(By.ID, "run-detail").is_displayed(),
-                 what="Back to the run")
+        wait_for(
+            lambda: (
+                f"/run/{run_id}" in driver.current_url
+                and f"Run {run_id}" in _text(driver, "#run-detail")
+                and driver.find_element(By.ID, "run-detail").is_displayed()
+            ),
+            what="Back to the run",
+        )
         driver.forward()
-        wait_for(lambda: not driver.find_element(By.ID, "run-detail").is_displayed(),
-                 what="Forward to the Runs tab alone")
+        wait_for(
+            lambda: not driver.find_element(By.ID, "run-detail").is_displayed(),
+            what="Forward to the Runs tab alone",
+        )
         driver.back()
         driver.back()
-        wait_for(lambda: _text(driver, "#task-detail h2") == "fix-mean"
-                 and not driver.find_element(By.ID, "tab-tasks").get_attribute("hidden"),
-                 what="Back to the task")
+        wait_for(
+            lambda: (
+                _text(driver, "#task-detail h2") == "fix-mean"
+                and not driver.find_element(By.ID, "tab-tasks").get_attribute("hidden")
+            ),
+            what="Back to the task",
+        )
         driver.execute_script(
             "const f = document.querySelector('form.run');"
             "f.querySelector('input[name=temperature]').value = '1';"
-            "f.querySelector('button[type=submit]').click();")
-        wait_for(lambda: len(_runs(url, driver)) == 2
-                 and f"/run/{run_id}" not in driver.current_url
-                 and "/run/" in driver.current_url, what="a second run")
+            "f.querySelector('button[type=submit]').click();"
+        )
+        wait_for(
+            lambda: (
+                len(_runs(url, driver)) == 2
+                and f"/run/{run_id}" not in driver.current_url
+                and "/run/" in driver.current_url
+            ),
+            what="a second run",
+        )
         ids = [r["id"] for r in _runs(url, driver)]
         driver.get(f"{url}/compare/{ids[0]},{ids[1]}")
-        wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-head"))
-                 == 2, what="a comparison's URL")
+        wait_for(
+            lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-head")) == 2,
+            what="a comparison's URL",
+        )
         differs = driver.execute_script(  # what differs between them, marked
             "return [...document.querySelectorAll('#compare .settings .differs')]"
-            ".map(e => e.textContent)")
+            ".map(e => e.textContent)"
+        )
         assert sorted(differs) == ["temperature 1", "temperature the agent's"]
-        wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-cell"))
-                 == 4, what="both runs' calls")
-        assert len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-cell.differs")
-                   ) == 4
+        wait_for(
+            lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-cell")) == 4,
+            what="both runs' calls",
+        )
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#compare .compare-cell.differs")) == 4
         driver.get(f"{url}/task/x")
         said = wait_for(lambda: _text(driver, "#task-detail .error"), what="an unknown task")
         assert "x" in said and "/task/" in said

@@ -30,18 +30,31 @@ def test_a_call_sends_only_what_the_previous_call_did_not() -> None:
 
 
 def test_a_reply_sent_back_without_its_null_fields_is_the_same_message() -> None:
-    sent = {"role": "assistant", "content": "ls", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
-    reply = {**sent, **ENGINE_NULLS, "tool_calls": [{**sent["tool_calls"][0],
-                                                     "index": None}]}
+    sent = {
+        "role": "assistant",
+        "content": "ls",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        ],
+    }
+    reply = {**sent, **ENGINE_NULLS, "tool_calls": [{**sent["tool_calls"][0], "index": None}]}
     assert same_message(reply, sent) and same_message(sent, reply)
-    assert same_message({"role": "assistant", "content": None, "tool_calls": []},
-                        {"role": "assistant", "content": ""})
+    assert same_message(
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "assistant", "content": ""},
+    )
     assert not same_message(reply, {**sent, "content": "ls -l"})
     assert not same_message(reply, {**sent, "role": "user"})
     assert not same_message(reply, {**sent, "tool_calls": []})
-    assert not same_message(reply, {**sent, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{1}"}}]})
+    assert not same_message(
+        reply,
+        {
+            **sent,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{1}"}}
+            ],
+        },
+    )
     assert same_message("odd", "odd") and not same_message("odd", {"role": "odd"})
 
 
@@ -49,13 +62,15 @@ def test_a_reply_rewritten_before_it_is_sent_back_is_shown_again() -> None:
     _, conversation = call_view(agent_turn(0), 1, None)
     conversation[-1] = {"role": "assistant", "content": "not what was sent back"}
     view, _ = call_view(agent_turn(1), 1, conversation)
-    assert view["earlier"] == 2 and [m["role"] for m in view["messages"]] == [
-        "assistant", "tool"]
+    assert view["earlier"] == 2 and [m["role"] for m in view["messages"]] == ["assistant", "tool"]
 
 
 def test_missing_logprobs_are_null_and_bad_json_is_empty() -> None:
-    turn = dataclasses.replace(agent_turn(0), request_messages_json=b"not json",
-                               logprobs=agent_turn(0).logprobs * float("nan"))
+    turn = dataclasses.replace(
+        agent_turn(0),
+        request_messages_json=b"not json",
+        logprobs=agent_turn(0).logprobs * float("nan"),
+    )
     view, _ = call_view(turn, 1, None)
     assert view["messages"] == [] and set(view["logprobs"]) == {None}
     orjson.dumps(view)  # the page gets JSON: nothing numpy left in it
@@ -68,7 +83,11 @@ def test_calls_are_read_after_a_cursor_and_rollouts_numbered_by_session() -> Non
     calls.add("b", agent_turn(0))
     found, cursor = calls.after(0)
     assert [(c["seq"], c["rollout"], c["index"]) for c in found] == [
-        (0, 1, 0), (1, 1, 1), (2, 1, 2), (3, 2, 0)]
+        (0, 1, 0),
+        (1, 1, 1),
+        (2, 1, 2),
+        (3, 2, 0),
+    ]
     assert found[3]["earlier"] == 0  # another rollout's conversation
     assert cursor == 4 and calls.after(4) == ([], 4)
     assert [c["seq"] for c in calls.after(2)[0]] == [2, 3]

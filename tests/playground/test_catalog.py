@@ -26,8 +26,17 @@ def test_a_task_shows_its_instruction_settings_and_files(catalog: Catalog) -> No
     assert catalog.file_text("samples", "hello-file", "task.toml") == detail["settings_text"]
 
 
-@pytest.mark.parametrize("path", ["../fix-mean/task.toml", "tests/../../fix-mean/task.toml",
-                                  "/etc/passwd", "..\\fix-mean\\task.toml", "..", ""])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../fix-mean/task.toml",
+        "tests/../../fix-mean/task.toml",
+        "/etc/passwd",
+        "..\\fix-mean\\task.toml",
+        "..",
+        "",
+    ],
+)
 def test_a_path_out_of_the_task_is_refused(catalog: Catalog, path: str) -> None:
     with pytest.raises(PlaygroundRefusal):
         catalog.file_text("samples", "hello-file", path)

@@ -40,7 +40,8 @@ FORM = {"agent": "oracle", "dataset": "samples", "task": "hello-file", "attempts
 
 
 def test_an_agent_the_playground_does_not_offer_is_a_404_and_nothing_is_imported(
-        catalog: Catalog, tmp_path: Path) -> None:
+    catalog: Catalog, tmp_path: Path
+) -> None:
     sys.modules.pop("this", None)
     rollouts = FakeRollouts()
     with client_of(catalog, tmp_path, rollouts=rollouts) as client:
@@ -54,7 +55,8 @@ def test_an_agent_the_playground_does_not_offer_is_a_404_and_nothing_is_imported
 
 
 def test_an_import_path_allowed_at_start_is_run_and_no_other(
-        catalog: Catalog, tmp_path: Path) -> None:
+    catalog: Catalog, tmp_path: Path
+) -> None:
     allowed = "harbor_ray.online.controller:LocalRollouts"
     rollouts = FakeRollouts()
     with client_of(catalog, tmp_path, rollouts=rollouts, agents=(allowed,)) as client:
@@ -74,39 +76,67 @@ def test_an_allowed_agent_that_is_no_import_path_stops_the_start(tmp_path: Path)
 # Superscript two and Arabic-Indic one pass str.isdigit (int() refuses the first, reads
 # the second as 1); 4,301 digits are past int()'s limit on a string; the others are
 # forms int() or float() take.
-ODD_COUNTS = ["\u00b2", "\u0661", "9" * 4301, "9" * 10, "", "+1", " 1", "1_0", "0x1",
-              "1e3", "1.0", "-0"]
+ODD_COUNTS = [
+    "\u00b2",
+    "\u0661",
+    "9" * 4301,
+    "9" * 10,
+    "",
+    "+1",
+    " 1",
+    "1_0",
+    "0x1",
+    "1e3",
+    "1.0",
+    "-0",
+]
 
 
 @pytest.mark.parametrize("after", ODD_COUNTS)
-def test_an_odd_cursor_is_a_400_naming_it(catalog: Catalog, tmp_path: Path,
-                                          after: str) -> None:
+def test_an_odd_cursor_is_a_400_naming_it(catalog: Catalog, tmp_path: Path, after: str) -> None:
     with client_of(catalog, tmp_path) as client:
         run = client.post("/api/runs", json=FORM).json()
         reply = client.get("/api/calls", params={"id": run["id"], "after": after})
         assert reply.status_code == 400, reply.text
         assert reply.json()["error"].startswith("after: "), reply.text
-        assert client.get("/api/calls", params={"id": run["id"], "after": "999999999"}
-                          ).json()["calls"] == []
+        assert (
+            client.get("/api/calls", params={"id": run["id"], "after": "999999999"}).json()["calls"]
+            == []
+        )
 
 
 # --- D6. credentials in URLs -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("user, password", [
-    ("admin", "pw"), ("a", "b"), ("", "p"), ("u", ""), ("trainer", "s3cret-token-long"),
-    ("x" * 300, "y" * 300)])
+@pytest.mark.parametrize(
+    "user, password",
+    [
+        ("admin", "pw"),
+        ("a", "b"),
+        ("", "p"),
+        ("u", ""),
+        ("trainer", "s3cret-token-long"),
+        ("x" * 300, "y" * 300),
+    ],
+)
 def test_credentials_are_scrubbed_from_every_url_shown_whatever_their_length(
-        user: str, password: str) -> None:
+    user: str, password: str
+) -> None:
     engine = f"http://{user}:{password}@10.1.2.3:9/v1"
     visitor = f"https://{user}:{password}@visitor.example/v1"
     scrub = Scrub(key=None, llm_url=engine)
-    shown = scrub(orjson.dumps({
-        "url": engine, "error": f"cannot list models at {engine}/models: engine "
-        f"unreachable at {engine[:-3]}: cannot connect to 10.1.2.3:9: [Errno 111] "
-        "Connect call failed ('10.1.2.3', 9)",
-        "run": f"RuntimeError: {visitor}/chat/completions answered 401 (see {visitor})",
-        "file": "mail me at someone@example.com; 10.1.2.30 is not the engine"}))
+    shown = scrub(
+        orjson.dumps(
+            {
+                "url": engine,
+                "error": f"cannot list models at {engine}/models: engine "
+                f"unreachable at {engine[:-3]}: cannot connect to 10.1.2.3:9: [Errno 111] "
+                "Connect call failed ('10.1.2.3', 9)",
+                "run": f"RuntimeError: {visitor}/chat/completions answered 401 (see {visitor})",
+                "file": "mail me at someone@example.com; 10.1.2.30 is not the engine",
+            }
+        )
+    )
     text = shown.decode()
     assert "10.1.2.3:9" not in text and "('10.1.2.3', 9)" not in text, text
     assert f"//{user}:" not in text and f":{password}@" not in text, text
@@ -116,11 +146,15 @@ def test_credentials_are_scrubbed_from_every_url_shown_whatever_their_length(
 
 
 def test_no_answer_shows_a_short_engine_password_or_the_engine_s_host(
-        catalog: Catalog, tmp_path: Path) -> None:
+    catalog: Catalog, tmp_path: Path
+) -> None:
     engine = "http://admin:pw@127.0.0.1:9/v1"
-    failing = FakeRollouts(fail=RuntimeError(
-        "engine unreachable at http://admin:pw@127.0.0.1:9: cannot connect to "
-        "127.0.0.1:9: [Errno 111] Connect call failed ('127.0.0.1', 9)"))
+    failing = FakeRollouts(
+        fail=RuntimeError(
+            "engine unreachable at http://admin:pw@127.0.0.1:9: cannot connect to "
+            "127.0.0.1:9: [Errno 111] Connect call failed ('127.0.0.1', 9)"
+        )
+    )
     with client_of(catalog, tmp_path, rollouts=failing, engine=engine) as client:
         run = client.post("/api/runs", json=FORM).json()
         error = finished(client, run["id"])["error"]
@@ -170,20 +204,35 @@ def visitor_form(url: str) -> dict[str, Any]:
     return {**FORM, "engine": "visitor", "llm_url": url}
 
 
-PRIVATE_FORMS = ["http://127.0.0.1:{port}", "http://localhost:{port}/v1",
-                 "http://0.0.0.0:{port}", "http://2130706433:{port}", "http://127.1:{port}",
-                 "http://[::1]:{port}", "http://[::ffff:127.0.0.1]:{port}",
-                 "http://10.1.2.3:8000", "http://192.168.0.1", "http://100.64.0.1",
-                 "http://169.254.169.254/latest", "http://[fd00::1]:8000"]
+PRIVATE_FORMS = [
+    "http://127.0.0.1:{port}",
+    "http://localhost:{port}/v1",
+    "http://0.0.0.0:{port}",
+    "http://2130706433:{port}",
+    "http://127.1:{port}",
+    "http://[::1]:{port}",
+    "http://[::ffff:127.0.0.1]:{port}",
+    "http://10.1.2.3:8000",
+    "http://192.168.0.1",
+    "http://100.64.0.1",
+    "http://169.254.169.254/latest",
+    "http://[fd00::1]:8000",
+]
 
 
 def test_a_visitor_engine_on_a_loopback_or_private_address_is_refused_unreached(
-        catalog: Catalog, tmp_path: Path, other_service: tuple[str, list[str]]) -> None:
+    catalog: Catalog, tmp_path: Path, other_service: tuple[str, list[str]]
+) -> None:
     url, asked = other_service
     port = urlsplit(url).port
     rollouts = FakeRollouts()
-    with client_of(catalog, tmp_path, rollouts=rollouts, engines=VisitorEngines(),
-                   engine="http://127.0.0.1:9/v1") as client:
+    with client_of(
+        catalog,
+        tmp_path,
+        rollouts=rollouts,
+        engines=VisitorEngines(),
+        engine="http://127.0.0.1:9/v1",
+    ) as client:
         for form in PRIVATE_FORMS:
             reply = client.post("/api/runs", json=visitor_form(form.format(port=port)))
             error = reply.json()["error"]
@@ -195,24 +244,38 @@ def test_a_visitor_engine_on_a_loopback_or_private_address_is_refused_unreached(
     assert asked == []
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com", "example.com:8000", "http://",
-                                 "http://example.com:99999", "http:///v1", "file:///etc"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com",
+        "example.com:8000",
+        "http://",
+        "http://example.com:99999",
+        "http:///v1",
+        "file:///etc",
+    ],
+)
 def test_a_visitor_engine_url_that_is_no_http_url_is_a_400(
-        catalog: Catalog, tmp_path: Path, url: str) -> None:
-    with client_of(catalog, tmp_path, engines=VisitorEngines(allow_private=True,
-                                                             certify=certify_url)) as client:
+    catalog: Catalog, tmp_path: Path, url: str
+) -> None:
+    with client_of(
+        catalog, tmp_path, engines=VisitorEngines(allow_private=True, certify=certify_url)
+    ) as client:
         reply = client.post("/api/runs", json=visitor_form(url))
     # Its own words: the certification that follows refuses such a URL too, in others.
     refusal(reply, 400, "llm_url: an http:// or https:// URL")
 
 
 def test_a_visitor_engine_that_fails_is_answered_in_fixed_words(
-        catalog: Catalog, tmp_path: Path, other_service: tuple[str, list[str]]) -> None:
+    catalog: Catalog, tmp_path: Path, other_service: tuple[str, list[str]]
+) -> None:
     url, asked = other_service
     engines = VisitorEngines(allow_private=True, certify=certify_url)
     with client_of(catalog, tmp_path, engines=engines) as client:
-        replies = [client.post("/api/runs", json=visitor_form(target), timeout=30)
-                   for target in (url, f"{url}/v1", closed_port())]
+        replies = [
+            client.post("/api/runs", json=visitor_form(target), timeout=30)
+            for target in (url, f"{url}/v1", closed_port())
+        ]
     for reply in replies:
         assert reply.status_code == 400, reply.text
         assert TOKEN not in reply.text and "403" not in reply.text, reply.text
@@ -223,7 +286,8 @@ def test_a_visitor_engine_that_fails_is_answered_in_fixed_words(
 
 
 def test_a_visitor_engine_that_never_answers_is_given_up_on_in_time(
-        catalog: Catalog, tmp_path: Path) -> None:
+    catalog: Catalog, tmp_path: Path
+) -> None:
     engines = VisitorEngines(allow_private=True, certify=certify_url, timeout_s=1)
     with silent_listener() as url, client_of(catalog, tmp_path, engines=engines) as client:
         started = time.monotonic()
@@ -237,12 +301,12 @@ def test_a_visitor_engine_that_never_answers_is_given_up_on_in_time(
 # --- D3. the queue -----------------------------------------------------------------------
 
 
-def test_runs_past_the_queue_cap_are_a_429_naming_the_flag(catalog: Catalog,
-                                                           tmp_path: Path) -> None:
+def test_runs_past_the_queue_cap_are_a_429_naming_the_flag(
+    catalog: Catalog, tmp_path: Path
+) -> None:
     rollouts = FakeRollouts()
     rollouts.release.clear()  # the first run holds its one slot
-    with client_of(catalog, tmp_path, rollouts=rollouts, max_runs=1, max_queued=2
-                   ) as client:
+    with client_of(catalog, tmp_path, rollouts=rollouts, max_runs=1, max_queued=2) as client:
         first = client.post("/api/runs", json=FORM).json()
         while client.get("/api/run", params={"id": first["id"]}).json()["status"] != "running":
             time.sleep(0.02)
@@ -256,12 +320,10 @@ def test_runs_past_the_queue_cap_are_a_429_naming_the_flag(catalog: Catalog,
         assert client.post("/api/runs", json=FORM).status_code == 200
 
 
-def test_with_no_queue_a_free_slot_still_runs_a_form(catalog: Catalog,
-                                                     tmp_path: Path) -> None:
+def test_with_no_queue_a_free_slot_still_runs_a_form(catalog: Catalog, tmp_path: Path) -> None:
     rollouts = FakeRollouts()
     rollouts.release.clear()
-    with client_of(catalog, tmp_path, rollouts=rollouts, max_runs=1, max_queued=0
-                   ) as client:
+    with client_of(catalog, tmp_path, rollouts=rollouts, max_runs=1, max_queued=0) as client:
         assert client.post("/api/runs", json=FORM).status_code == 200
         refused = client.post("/api/runs", json=FORM)
         assert refused.status_code == 429 and "0 runs are waiting" in refused.text

@@ -14,9 +14,17 @@ from harbor_ray.playground.runs import RunBoard
 from harbor_ray.playground.visitor_engine import VisitorEngines
 from tests.playground.served import FakeRollouts
 
-CERT = Certification(url="http://visitor:8000", served_model="m", models=["m"],
-                     engine_version=None, returns_token_ids=True, returns_logprobs=True,
-                     tool_calling=True, tool_calling_fix=None, logprobs_mode="processed")
+CERT = Certification(
+    url="http://visitor:8000",
+    served_model="m",
+    models=["m"],
+    engine_version=None,
+    returns_token_ids=True,
+    returns_logprobs=True,
+    tool_calling=True,
+    tool_calling_fix=None,
+    logprobs_mode="processed",
+)
 
 
 async def test_a_visitor_engine_is_certified_once_and_the_run_takes_it(
@@ -29,12 +37,24 @@ async def test_a_visitor_engine_is_certified_once_and_the_run_takes_it(
         return CERT
 
     rollouts = FakeRollouts()
-    launcher = Launcher(RunBoard(share=False), catalog, out=tmp_path, llm_url=None,
-                        rollouts=rollouts,
-                        engines=VisitorEngines(allow_private=True, certify=certify))
-    await launcher.start("v", RunForm(agent="terminus-2", dataset="samples",
-                                      task="hello-file", engine="visitor",
-                                      llm_url="http://visitor:8000"))
+    launcher = Launcher(
+        RunBoard(share=False),
+        catalog,
+        out=tmp_path,
+        llm_url=None,
+        rollouts=rollouts,
+        engines=VisitorEngines(allow_private=True, certify=certify),
+    )
+    await launcher.start(
+        "v",
+        RunForm(
+            agent="terminus-2",
+            dataset="samples",
+            task="hello-file",
+            engine="visitor",
+            llm_url="http://visitor:8000",
+        ),
+    )
     for _ in range(500):  # the run calls run_rollouts from a thread
         if rollouts.requests:
             break

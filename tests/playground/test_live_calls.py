@@ -27,20 +27,28 @@ pytestmark = pytest.mark.integration
 TASK = "hello-file"
 
 
-def test_a_real_runs_calls_reach_the_page_while_it_runs(catalog: Catalog,
-                                                        tmp_path: Path) -> None:
+def test_a_real_runs_calls_reach_the_page_while_it_runs(catalog: Catalog, tmp_path: Path) -> None:
     engine = scripted_engine("terminus-2", catalog.task("samples", TASK).path)
     engine.delay_s = 1.0  # each call: time for the page to see the run still running
-    with fake_engine_in_thread(engine) as (_, llm_url), client_of(
-            catalog, tmp_path, run=run_rollouts, engine=llm_url) as client:
-        run = client.post("/api/runs", json={
-            "agent": "terminus-2", "dataset": "samples", "task": TASK, "attempts": 1,
-            "engine": "server", "budget": 6}).json()
+    with (
+        fake_engine_in_thread(engine) as (_, llm_url),
+        client_of(catalog, tmp_path, run=run_rollouts, engine=llm_url) as client,
+    ):
+        run = client.post(
+            "/api/runs",
+            json={
+                "agent": "terminus-2",
+                "dataset": "samples",
+                "task": TASK,
+                "attempts": 1,
+                "engine": "server",
+                "budget": 6,
+            },
+        ).json()
         seen, while_running = [], []
         deadline = time.monotonic() + 240
         while True:
-            page = client.get("/api/calls", params={"id": run["id"], "after": len(seen)}
-                              ).json()
+            page = client.get("/api/calls", params={"id": run["id"], "after": len(seen)}).json()
             seen += page["calls"]
             if page["run"]["status"] == "running" and seen:
                 while_running.append(len(seen))
@@ -62,35 +70,60 @@ def test_a_real_runs_calls_reach_the_page_while_it_runs(catalog: Catalog,
 
 
 # What the page names each stage of a run of one rollout, in the order it reaches them.
-STAGES = ["queued", "preparing", "sandbox starting", "agent setup", "agent running",
-          "verifying", "rollout ended", "done"]
+STAGES = [
+    "queued",
+    "preparing",
+    "sandbox starting",
+    "agent setup",
+    "agent running",
+    "verifying",
+    "rollout ended",
+    "done",
+]
 
 
 def test_a_real_run_shows_its_stages_in_order(catalog: Catalog, tmp_path: Path) -> None:
     engine = scripted_engine("terminus-2", catalog.task("samples", TASK).path)
-    with fake_engine_in_thread(engine) as (_, llm_url), served(
-            catalog, tmp_path, run=run_rollouts, engine=llm_url) as url, \
-            chromium(1280, 800) as driver:
+    with (
+        fake_engine_in_thread(engine) as (_, llm_url),
+        served(catalog, tmp_path, run=run_rollouts, engine=llm_url) as url,
+        chromium(1280, 800) as driver,
+    ):
         driver.get(f"{url}/task/samples/{TASK}")
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
-                 what="the agents")
+        wait_for(
+            lambda: driver.find_elements(By.CSS_SELECTOR, "form.run select option"),
+            what="the agents",
+        )
         driver.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
         wait_for(lambda: "/run/" in driver.current_url, what="the run's URL")
-        wait_for(lambda: driver.execute_script(
-            "const s = document.querySelector('#run-detail .stages span.current');"
-            "return s && /^(done|failed)/.test(s.textContent)"), timeout_s=240,
-            what="the run's end")
+        wait_for(
+            lambda: driver.execute_script(
+                "const s = document.querySelector('#run-detail .stages span.current');"
+                "return s && /^(done|failed)/.test(s.textContent)"
+            ),
+            timeout_s=240,
+            what="the run's end",
+        )
         shown = driver.execute_script(
             "return [...document.querySelectorAll('#run-detail .stages span')]"
-            ".map(s => s.textContent)")
-        (run,) = httpx.get(f"{url}/api/runs", cookies={
-            c["name"]: c["value"] for c in driver.get_cookies()}).json()["runs"]
+            ".map(s => s.textContent)"
+        )
+        (run,) = httpx.get(
+            f"{url}/api/runs", cookies={c["name"]: c["value"] for c in driver.get_cookies()}
+        ).json()["runs"]
         assert js_errors(driver) == []
     assert run["status"] == "done", run
     # Each stage heard as it was reached (Harbor's hooks, the agent's setup), each once,
     # in order, and each shown with the seconds the run spent there but the last.
     assert [m["stage"] for m in run["stages"]] == [
-        "queued", "preparing", "sandbox", "agent_setup", "agent", "verifying", "ended",
-        "done"]
+        "queued",
+        "preparing",
+        "sandbox",
+        "agent_setup",
+        "agent",
+        "verifying",
+        "ended",
+        "done",
+    ]
     assert [m["at"] for m in run["stages"]] == sorted(m["at"] for m in run["stages"])
     assert [s.rsplit(" ", 2)[0] if s.endswith(" s") else s for s in shown] == STAGES, shown

@@ -21,15 +21,18 @@ def test_finish_reasons_are_counted_most_first_and_labelled() -> None:
     assert finishes(["tool_calls", "length", "length", "odd"]) == [
         {"reason": "length", "count": 2, "label": "cut off at max tokens"},
         {"reason": "tool_calls", "count": 1, "label": "called a tool"},
-        {"reason": "odd", "count": 1, "label": None}]
+        {"reason": "odd", "count": 1, "label": None},
+    ]
 
 
 def test_an_outcome_says_why_it_stopped_its_phases_and_its_verdict() -> None:
     result = rollout("r0", None, reward=0.0).result
-    counts = CaptureCounts(turns=3, roots=1, agent_roots=1, sequences=1, discarded=0,
-                           engine_errors=0, budget_stops=2)
-    view = outcome_view(result.model_copy(update={"counts": counts}),
-                        ["length", "length", "stop"], "1 passed")
+    counts = CaptureCounts(
+        turns=3, roots=1, agent_roots=1, sequences=1, discarded=0, engine_errors=0, budget_stops=2
+    )
+    view = outcome_view(
+        result.model_copy(update={"counts": counts}), ["length", "length", "stop"], "1 passed"
+    )
     assert view["ok"] is result.ok and view["verdict"] == "fail"
     assert view["truncated"] == 2 and view["budget_stops"] == 2
     assert view["timings"] == {"agent_execution": 9.5, "total": 12.25}
@@ -41,18 +44,30 @@ def test_an_outcome_says_why_it_stopped_its_phases_and_its_verdict() -> None:
 def test_a_run_is_failed_when_every_rollout_errored() -> None:
     broke = {"error_type": "agent_setup", "error": "npm: not found"}
     assert all_errored([broke, broke]) == (
-        "every rollout failed (2); the first: agent_setup: npm: not found")
+        "every rollout failed (2); the first: agent_setup: npm: not found"
+    )
     assert all_errored([broke, {"error_type": None, "error": None}]) is None
     assert all_errored([]) is None
 
 
 def test_a_run_s_settings_hide_a_visitor_engine_s_credentials() -> None:
-    form = RunForm(agent="terminus-2", dataset="samples", task="hello-file",
-                   engine="visitor", llm_url="http://me:pw@engine.example:8000/v1",
-                   temperature=0.2, max_tokens=64)
+    form = RunForm(
+        agent="terminus-2",
+        dataset="samples",
+        task="hello-file",
+        engine="visitor",
+        llm_url="http://me:pw@engine.example:8000/v1",
+        temperature=0.2,
+        max_tokens=64,
+    )
     assert form.settings("qwen") == {
-        "model": "qwen", "engine": "http://[hidden]@engine.example:8000/v1",
-        "agent": "terminus-2", "temperature": 0.2, "max_tokens": 64, "budget": 20,
-        "attempts": 1}
+        "model": "qwen",
+        "engine": "http://[hidden]@engine.example:8000/v1",
+        "agent": "terminus-2",
+        "temperature": 0.2,
+        "max_tokens": 64,
+        "budget": 20,
+        "attempts": 1,
+    }
     server = form.model_copy(update={"engine": "server"})
     assert server.settings(None)["engine"] == "the server's"

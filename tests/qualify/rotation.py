@@ -27,7 +27,8 @@ LEVEL_2_SIZE = 4
 AT_LEVEL_2 = tuple(agent for agent in QUALIFIED if agent not in LEVEL_2_BLOCKED)
 # Their cells, in the rotation's order.
 CELLS_AT_LEVEL_2: tuple[tuple[str, str], ...] = tuple(
-    (agent, profile) for agent in AT_LEVEL_2 for profile in profiles(agent))
+    (agent, profile) for agent in AT_LEVEL_2 for profile in profiles(agent)
+)
 # Days in which the rotation runs every cell.
 PERIOD_DAYS = math.ceil(len(CELLS_AT_LEVEL_2) / LEVEL_2_SIZE)
 

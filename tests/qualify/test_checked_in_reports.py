@@ -12,8 +12,9 @@ from harbor_ray.qualify.report import QualifyReport, render_markdown
 REPORTS = Path(__file__).resolve().parents[2] / "docs" / "qualification"
 
 
-@pytest.mark.parametrize("report", sorted(REPORTS.glob("qualification-*.json")),
-                         ids=lambda path: path.stem)
+@pytest.mark.parametrize(
+    "report", sorted(REPORTS.glob("qualification-*.json")), ids=lambda path: path.stem
+)
 def test_each_checked_in_table_is_its_json_rendered(report: Path) -> None:
     parsed = QualifyReport.model_validate_json(report.read_text())
     assert report.with_suffix(".md").read_text() == render_markdown(parsed)

@@ -17,8 +17,9 @@ from harbor_ray.qualify.harnesses import (
 )
 from harbor_ray.qualify.report import QualifyReport
 
-MODEL_REPORT = (Path(__file__).resolve().parents[2] / "docs" / "qualification"
-                / "qualification-model.json")
+MODEL_REPORT = (
+    Path(__file__).resolve().parents[2] / "docs" / "qualification" / "qualification-model.json"
+)
 
 
 def test_the_table_covers_every_harness_harbor_knows() -> None:
@@ -58,8 +59,7 @@ def test_level_2_is_claimed_for_exactly_the_agents_the_checked_in_run_qualified(
     assert seen_at_level_2() == LEVEL_2_SEEN
 
 
-def test_the_table_shows_level_2_for_exactly_the_agents_the_checked_in_run_qualified(
-) -> None:
+def test_the_table_shows_level_2_for_exactly_the_agents_the_checked_in_run_qualified() -> None:
     # Level 2 is counted only where its run was seen: an agent added later waits for its.
     table = harness_table(harbor_harnesses())
     assert {h.name for h in table if h.level_2} == seen_at_level_2()
@@ -68,7 +68,9 @@ def test_the_table_shows_level_2_for_exactly_the_agents_the_checked_in_run_quali
 
 def test_a_harness_the_table_does_not_name_is_shown_unassessed() -> None:
     assert harness_table(["codex", "brand-new", "codex"]) == (
-        Harness("brand-new", False, UNASSESSED), Harness("codex", True, "", level_2=True))
+        Harness("brand-new", False, UNASSESSED),
+        Harness("codex", True, "", level_2=True),
+    )
 
 
 def test_a_harness_is_at_level_2_or_says_why_not_only_after_its_run_there() -> None:
@@ -78,5 +80,4 @@ def test_a_harness_is_at_level_2_or_says_why_not_only_after_its_run_there() -> N
     for name, reason in LEVEL_2_BLOCKED.items():
         assert table[name].qualified and not table[name].level_2
         assert table[name].level_2_reason == reason
-    assert all(h.level_2_reason == "" for h in table.values()
-               if h.name not in LEVEL_2_BLOCKED)
+    assert all(h.level_2_reason == "" for h in table.values() if h.name not in LEVEL_2_BLOCKED)

@@ -32,13 +32,29 @@ from tests.qualify.test_solution import SCRIPT
 pytestmark = pytest.mark.integration
 
 # The dialect each agent's model calls arrive in (their routes, as the proxy saw them).
-SPOKEN = {"codex": "responses", "claude-code": "anthropic", "gemini-cli": "google",
-          "opencode": "chat", "qwen-coder": "chat", "mini-swe-agent": "chat",
-          "pi": "chat", "code-puppy": "chat", "copilot-cli": "chat",
-          "openhands": "chat", "openhands-sdk": "chat", "vibe": "chat",
-          "kimi-code": "chat", "openclaw": "chat", "antigravity-sdk": "google",
-          "fabric": "chat", "langgraph": "chat", "aider": "chat", "cline-cli": "chat",
-          "strands": "chat", "terminus-2": "chat"}
+SPOKEN = {
+    "codex": "responses",
+    "claude-code": "anthropic",
+    "gemini-cli": "google",
+    "opencode": "chat",
+    "qwen-coder": "chat",
+    "mini-swe-agent": "chat",
+    "pi": "chat",
+    "code-puppy": "chat",
+    "copilot-cli": "chat",
+    "openhands": "chat",
+    "openhands-sdk": "chat",
+    "vibe": "chat",
+    "kimi-code": "chat",
+    "openclaw": "chat",
+    "antigravity-sdk": "google",
+    "fabric": "chat",
+    "langgraph": "chat",
+    "aider": "chat",
+    "cline-cli": "chat",
+    "strands": "chat",
+    "terminus-2": "chat",
+}
 # The profiles besides the defaults that CI runs, a representative few (its time is
 # short: their 8 cells take about 55 s of the 16 new cells' 6 min on hello-file, one at
 # a time): LiteLLM on the host (terminus-2), a CLI's own clients (copilot-cli), and the
@@ -49,15 +65,18 @@ OTHER_PROFILES_IN_CI = ("copilot-cli", "pi", "terminus-2")
 @pytest.fixture(scope="session")
 def agents_cache() -> Path:
     """Every qualified CLI in the shared cache (a no-op when they are there already)."""
-    install([PINS[name] for name in QUALIFIED if name in PINS], DEFAULT_CACHE,
-            progress=lambda _: None)
+    install(
+        [PINS[name] for name in QUALIFIED if name in PINS], DEFAULT_CACHE, progress=lambda _: None
+    )
     return DEFAULT_CACHE
 
 
 # Where each installed openhands keeps the splitter its shell tool refuses a command by
 # ("Cannot execute multiple commands at once" when it finds more than one).
-SPLITTERS = {"openhands-sdk": "openhands.tools.terminal.terminal.terminal_session",
-             "openhands": "openhands.runtime.utils.bash"}
+SPLITTERS = {
+    "openhands-sdk": "openhands.tools.terminal.terminal.terminal_session",
+    "openhands": "openhands.runtime.utils.bash",
+}
 
 
 @pytest.mark.parametrize("agent", list(SPLITTERS))
@@ -69,20 +88,42 @@ def test_each_command_the_driver_sends_is_one_to_the_harness_own_splitter(
     sent = [typed_command(c) for c in split_commands(SCRIPT)]
     python = entry_dir(agents_cache, PINS[agent]) / "venv" / "bin" / "python"
     counted = subprocess.run(
-        [str(python), "-c", f"import json, sys; from {SPLITTERS[agent]} import "
-         "split_bash_commands as split; print(json.dumps([len(split(c)) for c in "
-         "json.load(sys.stdin)]))"], input=json.dumps(sent), capture_output=True,
-        text=True, check=True, timeout=120)
+        [
+            str(python),
+            "-c",
+            f"import json, sys; from {SPLITTERS[agent]} import "
+            "split_bash_commands as split; print(json.dumps([len(split(c)) for c in "
+            "json.load(sys.stdin)]))",
+        ],
+        input=json.dumps(sent),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert json.loads(counted.stdout) == [1] * len(sent)
 
 
-def qualify(out: Path, cache: Path, *args: str, timeout_s: float,
-            agents: tuple[str, ...] = QUALIFIED
-            ) -> tuple[subprocess.CompletedProcess[str], dict]:
+def qualify(
+    out: Path, cache: Path, *args: str, timeout_s: float, agents: tuple[str, ...] = QUALIFIED
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     run = subprocess.run(
-        [sys.executable, "-m", "harbor_ray.cli", "qualify", *agents, "--out", str(out),
-         "--agents-cache", str(cache), *args],
-        capture_output=True, text=True, timeout=timeout_s)
+        [
+            sys.executable,
+            "-m",
+            "harbor_ray.cli",
+            "qualify",
+            *agents,
+            "--out",
+            str(out),
+            "--agents-cache",
+            str(cache),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     level = "model" if "--llm-url" in args else "scripted"
     report = out / f"qualification-{level}.json"
     assert report.exists(), run.stderr[-5000:]
@@ -110,8 +151,16 @@ def test_level_1_every_agent_solves_hello_file_in_one_root(
 def test_level_1_other_profiles_solve_hello_file_in_one_root(
     tmp_path: Path, agents_cache: Path
 ) -> None:
-    run, report = qualify(tmp_path, agents_cache, "--profile", "all", "--concurrency", "3",
-                          agents=OTHER_PROFILES_IN_CI, timeout_s=900)
+    run, report = qualify(
+        tmp_path,
+        agents_cache,
+        "--profile",
+        "all",
+        "--concurrency",
+        "3",
+        agents=OTHER_PROFILES_IN_CI,
+        timeout_s=900,
+    )
     cells = {(row["agent"], row["profile"]): row for row in report["rows"]}
     assert list(cells) == [(a, p) for a in OTHER_PROFILES_IN_CI for p in profiles(a)]
     spoken = {profile: dialect for dialect, profile in PROFILES.items()}
@@ -124,8 +173,11 @@ def test_level_1_other_profiles_solve_hello_file_in_one_root(
 # The agents whose level 2 cannot pass here (LEVEL_2_BLOCKED, with their reasons) are
 # left out of the rotation. `qualify --profile P` asks P of every agent named, so the
 # day's cells run as one qualify per profile among them.
-@pytest.mark.parametrize("cells", [rotating_subset(CELLS_AT_LEVEL_2, today())],
-                         ids=lambda cells: "+".join(f"{a}:{p}" for a, p in cells))
+@pytest.mark.parametrize(
+    "cells",
+    [rotating_subset(CELLS_AT_LEVEL_2, today())],
+    ids=lambda cells: "+".join(f"{a}:{p}" for a, p in cells),
+)
 def test_level_2_todays_cells_are_captured_on_the_real_model(
     tmp_path: Path, agents_cache: Path, engine_url: str, cells: tuple[tuple[str, str], ...]
 ) -> None:
@@ -136,10 +188,24 @@ def test_level_2_todays_cells_are_captured_on_the_real_model(
         agents = tuple(a for a, p in cells if p == profile)
         # Budget 2: opencode's first call is its title generator (auxiliary), so with
         # one call its agent never reached the model.
-        run, report = qualify(tmp_path / profile, agents_cache, "--llm-url", engine_url,
-                              "--profile", profile, "--budget", "2", "--max-tokens", "32",
-                              "--deadline", "300", "--concurrency", "3", agents=agents,
-                              timeout_s=2400)
+        run, report = qualify(
+            tmp_path / profile,
+            agents_cache,
+            "--llm-url",
+            engine_url,
+            "--profile",
+            profile,
+            "--budget",
+            "2",
+            "--max-tokens",
+            "32",
+            "--deadline",
+            "300",
+            "--concurrency",
+            "3",
+            agents=agents,
+            timeout_s=2400,
+        )
         assert report["engine"] != "scripted"
         runs.append(run)
         rows |= {(row["agent"], row["profile"]): row for row in report["rows"]}
@@ -148,8 +214,10 @@ def test_level_2_todays_cells_are_captured_on_the_real_model(
         assert row["qualified"], (agent, profile, row["why"], row["error"])
         assert row["turns"] >= 1 and row["exact_ids"] is True
         assert row["splits"] == 0 and row["proxy_4xx"] == 0, (agent, row["refusals"])
-        assert row["agent_roots"] == 1 or (
-            agent in REWRITES_HISTORY and row["agent_roots"] > 1), (agent, row)
+        assert row["agent_roots"] == 1 or (agent in REWRITES_HISTORY and row["agent_roots"] > 1), (
+            agent,
+            row,
+        )
         assert row["dialect"] == spoken[profile], (agent, profile, row["dialect"])
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
@@ -163,8 +231,16 @@ IN_THE_IMAGE = ("codex", "claude-code", "terminus-2")
 
 
 def in_the_image(images_dir: Path) -> tuple[str, ...]:
-    return ("--sandbox", "container", "--sandbox-arg", f"images_dir={images_dir}",
-            "--dataset", str(JQ_TASK), "--task", JQ_TASK.name)
+    return (
+        "--sandbox",
+        "container",
+        "--sandbox-arg",
+        f"images_dir={images_dir}",
+        "--dataset",
+        str(JQ_TASK),
+        "--task",
+        JQ_TASK.name,
+    )
 
 
 # Its builds and sandboxes' cgroups are not counted as another run's leftovers.
@@ -172,8 +248,15 @@ def in_the_image(images_dir: Path) -> tuple[str, ...]:
 def test_level_1_agents_solve_a_task_in_its_own_image(
     tmp_path: Path, agents_cache: Path, images_dir: Path
 ) -> None:
-    run, report = qualify(tmp_path, agents_cache, *in_the_image(images_dir),
-                          "--concurrency", "3", agents=IN_THE_IMAGE, timeout_s=900)
+    run, report = qualify(
+        tmp_path,
+        agents_cache,
+        *in_the_image(images_dir),
+        "--concurrency",
+        "3",
+        agents=IN_THE_IMAGE,
+        timeout_s=900,
+    )
     rows = {row["agent"]: row for row in report["rows"]}
     assert list(rows) == list(IN_THE_IMAGE)
     for agent, row in rows.items():
@@ -187,10 +270,23 @@ def test_level_1_agents_solve_a_task_in_its_own_image(
 def test_level_2_agents_are_captured_on_the_real_model_in_a_tasks_own_image(
     tmp_path: Path, agents_cache: Path, images_dir: Path, engine_url: str
 ) -> None:
-    run, report = qualify(tmp_path, agents_cache, *in_the_image(images_dir),
-                          "--llm-url", engine_url, "--budget", "2", "--max-tokens", "32",
-                          "--deadline", "300", "--concurrency", "3", agents=IN_THE_IMAGE,
-                          timeout_s=1500)
+    run, report = qualify(
+        tmp_path,
+        agents_cache,
+        *in_the_image(images_dir),
+        "--llm-url",
+        engine_url,
+        "--budget",
+        "2",
+        "--max-tokens",
+        "32",
+        "--deadline",
+        "300",
+        "--concurrency",
+        "3",
+        agents=IN_THE_IMAGE,
+        timeout_s=1500,
+    )
     rows = {row["agent"]: row for row in report["rows"]}
     assert list(rows) == list(IN_THE_IMAGE)
     for agent, row in rows.items():

@@ -16,8 +16,9 @@ from tests.qualify.rotation import (
     today,
 )
 
-MODEL_REPORT = (Path(__file__).resolve().parents[2] / "docs" / "qualification"
-                / "qualification-model.json")
+MODEL_REPORT = (
+    Path(__file__).resolve().parents[2] / "docs" / "qualification" / "qualification-model.json"
+)
 # What rotation.py's docstring promises, written out here rather than derived from it.
 PROMISED_PERIOD_DAYS = 13
 PROMISED_CELLS_A_DAY = 4
@@ -38,8 +39,9 @@ def test_the_promised_period_and_daily_cost_are_the_rotation_s() -> None:
 
 @pytest.mark.parametrize("first", [*range(2 * PROMISED_PERIOD_DAYS), today()])
 def test_every_cell_runs_within_the_period_from_any_day(first: int) -> None:
-    days = [rotating_subset(CELLS_AT_LEVEL_2, day)
-            for day in range(first, first + PROMISED_PERIOD_DAYS)]
+    days = [
+        rotating_subset(CELLS_AT_LEVEL_2, day) for day in range(first, first + PROMISED_PERIOD_DAYS)
+    ]
     assert {cell for day in days for cell in day} == set(CELLS_AT_LEVEL_2), first
     assert all(len(day) == PROMISED_CELLS_A_DAY for day in days)
 

@@ -16,23 +16,31 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @contextmanager
-def chromium(width: int = 1400, height: int = 1000, *, phone: bool = False
-             ) -> Iterator[webdriver.Chrome]:
+def chromium(
+    width: int = 1400, height: int = 1000, *, phone: bool = False
+) -> Iterator[webdriver.Chrome]:
     """Headless Chromium with a window of `width` x `height`; `phone`: a phone's screen of
     that size, by device emulation (a headless window is never narrower than 500 px, so
     a 390 px phone can only be emulated)."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--window-size={width},{height}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(flag)
     # Console messages and uncaught errors, read back with get_log("browser").
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(300)
     if phone:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": True})
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": True},
+        )
     try:
         yield driver
     finally:
@@ -41,8 +49,11 @@ def chromium(width: int = 1400, height: int = 1000, *, phone: bool = False
 
 def overflow(driver: webdriver.Chrome) -> int:
     """How far the page scrolls sideways, in CSS px (0 or less: it does not)."""
-    return int(driver.execute_script(
-        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"))
+    return int(
+        driver.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+    )
 
 
 def js_errors(driver: webdriver.Chrome) -> list[dict[str, Any]]:

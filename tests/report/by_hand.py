@@ -42,14 +42,16 @@ def jackknife_variance(n: int, c: int, k: int) -> float:
     if k == n:
         return 0.0
     attempts = [True] * c + [False] * (n - c)
-    without = [enumerated_pass_at_k(n - 1, sum(attempts[:j] + attempts[j + 1:]), k)
-               for j in range(n)]
+    without = [
+        enumerated_pass_at_k(n - 1, sum(attempts[:j] + attempts[j + 1 :]), k) for j in range(n)
+    ]
     mean = statistics.fmean(without)
     return (n - 1) / n * sum((w - mean) ** 2 for w in without)
 
 
-def t_interval(values: list[float], within: list[float] | None = None,
-               bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float, float]:
+def t_interval(
+    values: list[float], within: list[float] | None = None, bounds: tuple[float, float] = (0.0, 1.0)
+) -> tuple[float, float, float]:
     """(mean, low, high): mean +/- t * error, clipped to `bounds`; the error is
     sd / sqrt(m), or sqrt(sum(within)) / m where that is larger."""
     mean = statistics.fmean(values)

@@ -45,8 +45,9 @@ def numbered(script: Callable[[list[dict]], FakeReply]) -> Callable[[list[dict]]
 @pytest.fixture(scope="session")
 async def sweep_dataset(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report-sweep") / "out"
-    with fake_engine_in_thread(FakeEngine(script=numbered(terminus_script(
-            "echo hello > /app/hello.txt\n")))) as (_, llm_url):
+    with fake_engine_in_thread(
+        FakeEngine(script=numbered(terminus_script("echo hello > /app/hello.txt\n")))
+    ) as (_, llm_url):
         engine = HttpEngine(llm_url)
         try:
             served_model = (await certify(engine, engine.root)).served_model
@@ -54,12 +55,22 @@ async def sweep_dataset(ray_cluster: None, tmp_path_factory: pytest.TempPathFact
             await engine.aclose()
         proxy = start_capture_proxy(llm_url, served_model, ingress="host", replicas=0)
         tasks = select_tasks(resolve_dataset("samples"), TASKS)
-        specs = make_specs(tasks, ATTEMPTS, agent="terminus-2", sandbox="local",
-                           trials_dir=out / "trials", run_id="report", budget=6,
-                           deadline_s=300)
+        specs = make_specs(
+            tasks,
+            ATTEMPTS,
+            agent="terminus-2",
+            sandbox="local",
+            trials_dir=out / "trials",
+            run_id="report",
+            budget=6,
+            deadline_s=300,
+        )
         try:
-            await sweep(specs, SweepConfig(out=out, concurrency=4, proxy=proxy),
-                        {"agent": "terminus-2", "run": "report"})
+            await sweep(
+                specs,
+                SweepConfig(out=out, concurrency=4, proxy=proxy),
+                {"agent": "terminus-2", "run": "report"},
+            )
         finally:
             stop_capture_proxy(proxy)
     return out
@@ -87,19 +98,31 @@ def planned_reward(passes: dict[str, int]) -> Callable[[str, str], float]:
 
 
 @pytest.fixture(scope="session")
-async def compared_sweeps(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory
-                          ) -> dict[str, Path]:
+async def compared_sweeps(
+    ray_cluster: None, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     """One real sweep per stand-in model of MODELS (its dataset by model name)."""
     root = tmp_path_factory.mktemp("compare-sweeps")
     outs = {}
     with fake_engine_in_thread(FakeEngine()) as (_, llm_url):
         for model, (passes, attempts) in MODELS.items():
             out = outs[model] = root / model
-            specs = make_specs(select_tasks(resolve_dataset("samples"), sorted(passes)),
-                               attempts, agent="terminus-2", sandbox="local",
-                               trials_dir=out / "trials", run_id=model, deadline_s=300)
-            config = SweepConfig(out=out, concurrency=4,
-                                 proxy=ProxyTarget(llm_url, model, ingress="host"))
-            await sweep(specs, config, {"agent": "terminus-2", "run": model},
-                        work=chat_agent(1, reward=planned_reward(passes)))
+            specs = make_specs(
+                select_tasks(resolve_dataset("samples"), sorted(passes)),
+                attempts,
+                agent="terminus-2",
+                sandbox="local",
+                trials_dir=out / "trials",
+                run_id=model,
+                deadline_s=300,
+            )
+            config = SweepConfig(
+                out=out, concurrency=4, proxy=ProxyTarget(llm_url, model, ingress="host")
+            )
+            await sweep(
+                specs,
+                config,
+                {"agent": "terminus-2", "run": model},
+                work=chat_agent(1, reward=planned_reward(passes)),
+            )
     return outs

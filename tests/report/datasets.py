@@ -16,8 +16,11 @@ from tests.data.rollouts import broken_session, dead_rollout, rich_session, roll
 def sample_records() -> list[RolloutRecord]:
     """Three tasks: a rich capture (ok, reward 1), a broken one (FATAL, reward 0), and a
     rollout whose sandbox never started (no capture, no reward)."""
-    return [rollout("a1", rich_session()), rollout("b1", broken_session(), reward=0.0),
-            dead_rollout("c1")]
+    return [
+        rollout("a1", rich_session()),
+        rollout("b1", broken_session(), reward=0.0),
+        dead_rollout("c1"),
+    ]
 
 
 def write_dataset(out: Path, records: list[RolloutRecord]) -> Path:
@@ -32,15 +35,19 @@ def sample_tables(tmp_path: Path) -> DatasetTables:
     return read_tables(write_dataset(tmp_path / "out", sample_records()))
 
 
-def with_policy_versions(tables: DatasetTables, oldest: list[int | None],
-                         newest: list[int | None]) -> DatasetTables:
+def with_policy_versions(
+    tables: DatasetTables, oldest: list[int | None], newest: list[int | None]
+) -> DatasetTables:
     """`tables` with the policy versions of an online run that updated its weights."""
     rollouts = tables.rollouts
     for name, values in (("policy_version_min", oldest), ("policy_version_max", newest)):
         column = pa.array(values, pa.int64())
         index = rollouts.schema.get_field_index(name)
-        rollouts = (rollouts.set_column(index, name, column) if index >= 0
-                    else rollouts.append_column(name, column))
+        rollouts = (
+            rollouts.set_column(index, name, column)
+            if index >= 0
+            else rollouts.append_column(name, column)
+        )
     return DatasetTables(rollouts, tables.turns, tables.sequences, tables.manifest)
 
 
@@ -60,8 +67,9 @@ def byte_level_tokenizer(directory: Path) -> Path:
     return directory
 
 
-def worded_rollout(rollout_id: str, model: str, tokenizer: Path, replies: list[str]
-                   ) -> RolloutRecord:
+def worded_rollout(
+    rollout_id: str, model: str, tokenizer: Path, replies: list[str]
+) -> RolloutRecord:
     """A linear rollout whose sampled ids are `tokenizer`'s encoding of `replies`, one a
     turn, served as `model`."""
     from tokenizers import Tokenizer

@@ -21,8 +21,15 @@ from tests.report.conftest import ATTEMPTS, TASKS
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PLOTS = ["reward-by-task", "pass-at-k", "error-types", "findings", "turns-tokens",
-         "phase-times", "engine-over-time"]
+PLOTS = [
+    "reward-by-task",
+    "pass-at-k",
+    "error-types",
+    "findings",
+    "turns-tokens",
+    "phase-times",
+    "engine-over-time",
+]
 
 
 def _rows(driver) -> list:
@@ -40,10 +47,10 @@ def rewards_by_task(out: Path) -> dict[str, list[float]]:
 
 def stored_ids(out: Path, rollout_id: str) -> list[tuple[int, float | None]]:
     """`rollout_id`'s sampled ids and their logprobs in the dataset, turn by turn."""
-    turns = pq.read_table(out / "turns", columns=["rollout_id", "index", "token_ids",
-                                                  "logprobs"]).to_pylist()
-    ours = sorted((t for t in turns if t["rollout_id"] == rollout_id),
-                  key=lambda t: t["index"])
+    turns = pq.read_table(
+        out / "turns", columns=["rollout_id", "index", "token_ids", "logprobs"]
+    ).to_pylist()
+    ours = sorted((t for t in turns if t["rollout_id"] == rollout_id), key=lambda t: t["index"])
     return [(i, lp) for t in ours for i, lp in zip(t["token_ids"], t["logprobs"], strict=True)]
 
 
@@ -54,7 +61,8 @@ def assert_shows_the_dataset_s_ids(tokens: list, out: Path, rollout_id: str) -> 
     shown = [(int(t.text), t.get_attribute("data-logprob")) for t in tokens]
     assert len(shown) == len(stored) > 0, (len(shown), len(stored))
     for k, ((id_shown, lp_shown), (id_stored, lp_stored)) in enumerate(
-            zip(shown, stored, strict=True)):
+        zip(shown, stored, strict=True)
+    ):
         assert id_shown == id_stored, (k, id_shown, id_stored)
         if lp_stored is None or math.isnan(lp_stored):
             assert lp_shown == "none", (k, lp_shown)
@@ -73,19 +81,23 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
             # Drawn by plotly: its SVG is in the page and its layout was computed.
             assert plot.find_elements(By.CSS_SELECTOR, ".main-svg"), plot.get_attribute("id")
             assert driver.execute_script(
-                "return !!arguments[0].querySelector('.figure')._fullLayout", plot)
+                "return !!arguments[0].querySelector('.figure')._fullLayout", plot
+            )
         plotted = driver.execute_script(
             "return [...document.querySelectorAll('#plot-reward-by-task .figure')]"
-            ".map(f => f.data.map(t => [t.name, Array.from(t.y)]))")
+            ".map(f => f.data.map(t => [t.name, Array.from(t.y)]))"
+        )
         assert [{name: sorted(ys) for name, ys in figure} for figure in plotted] == [
-            rewards_by_task(sweep_dataset)]
+            rewards_by_task(sweep_dataset)
+        ]
 
         total = len(TASKS) * ATTEMPTS
         assert len(_rows(driver)) == total
         # Filtering: by task, then by reward (the script solves hello-file only).
         Select(driver.find_element(By.ID, "filter-task")).select_by_value("hello-file")
         assert {r.get_attribute("data-rollout-id").split("__")[0] for r in _rows(driver)} == {
-            "hello-file"}
+            "hello-file"
+        }
         assert driver.find_element(By.ID, "rollout-count").text == f"{ATTEMPTS} of {total} rollouts"
         Select(driver.find_element(By.ID, "filter-task")).select_by_value("")
         driver.find_element(By.ID, "filter-reward-min").send_keys("1")
@@ -99,11 +111,16 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
         assert stored_ids(sweep_dataset, ids[0]) != stored_ids(sweep_dataset, ids[1])
         for row, rollout_id in reversed(list(zip(solved, ids, strict=True))):
             row.click()
-            wait_for(lambda rid=rollout_id: driver.find_elements(
-                By.CSS_SELECTOR, f'tr.selected[data-rollout-id="{rid}"]'), what="selected")
-            tokens = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
-                                                           "#trace-turns .tok.sampled"),
-                              what="sampled ids")
+            wait_for(
+                lambda rid=rollout_id: driver.find_elements(
+                    By.CSS_SELECTOR, f'tr.selected[data-rollout-id="{rid}"]'
+                ),
+                what="selected",
+            )
+            tokens = wait_for(
+                lambda: driver.find_elements(By.CSS_SELECTOR, "#trace-turns .tok.sampled"),
+                what="sampled ids",
+            )
             assert_shows_the_dataset_s_ids(tokens, sweep_dataset, rollout_id)
         scored = [t for t in tokens if t.get_attribute("data-logprob") != "none"]
         assert scored
@@ -114,7 +131,9 @@ def test_a_sweeps_report_renders_every_plot_and_a_working_viewer(sweep_dataset: 
             assert float(token.get_attribute("data-logprob")) <= 0.0
             # Coloured by its logprob (an id without one has no colour of its own).
             assert token.value_of_css_property("background-color") not in {
-                "rgba(0, 0, 0, 0)", "transparent"}
+                "rgba(0, 0, 0, 0)",
+                "transparent",
+            }
         assert any(t.get_attribute("data-mask") == "1" for t in scored)
         assert driver.find_element(By.ID, "tokenizer-note").text.startswith("no tokenizer for ")
         assert driver.find_elements(By.CSS_SELECTOR, "#trace-graph li[data-turn]")
@@ -145,8 +164,11 @@ def test_the_live_view_picks_up_a_new_row(sweep_dataset: Path, tmp_path: Path) -
         wait_for(lambda: len(_rows(driver)) == total + 1, what="the new row")
         assert driver.find_elements(By.CSS_SELECTOR, 'tr[data-rollout-id="zz-new"]')
         assert driver.find_element(By.ID, "rollout-count").text == (
-            f"{total + 1} of {total + 1} rollouts")
+            f"{total + 1} of {total + 1} rollouts"
+        )
         # The open rollout stays open across the update.
-        assert driver.find_element(By.CSS_SELECTOR, "tr.selected").get_attribute(
-            "data-rollout-id") == selected_id
+        assert (
+            driver.find_element(By.CSS_SELECTOR, "tr.selected").get_attribute("data-rollout-id")
+            == selected_id
+        )
         assert js_errors(driver) == []

@@ -29,8 +29,10 @@ LABELS = f"return [...document.querySelectorAll('{FIRST_TURN}')].map(s => s.text
 
 def _open(driver, page: Path, rollout_id: str, width: int, height: int) -> None:
     # Headless Chromium keeps its window at least 500 px wide: a phone is emulated.
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 500})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 500},
+    )
     driver.get(page.as_uri())
     wait_for(lambda: driver.execute_script("return window.harborReport"), what="the page")
     driver.execute_script(f"window.harborReport.select({rollout_id!r})")
@@ -49,34 +51,53 @@ def _overflow(driver) -> list[str]:
 
 def test_tokens_show_as_text_and_toggle_to_ids(tmp_path: Path) -> None:
     tokenizer = byte_level_tokenizer(tmp_path / "tok")
-    out = write_dataset(tmp_path / "out", [worded_rollout(
-        "a1", str(tokenizer), tokenizer, ["hé 🤖\n", "done<|end|>", "x " * 400, *TAIL])])
+    out = write_dataset(
+        tmp_path / "out",
+        [
+            worded_rollout(
+                "a1", str(tokenizer), tokenizer, ["hé 🤖\n", "done<|end|>", "x " * 400, *TAIL]
+            )
+        ],
+    )
     page = write_report(out)
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as driver:
         for name, (width, height) in WIDTHS.items():
             _open(driver, page, "a1", width, height)
             assert driver.execute_script(LABELS) == SHOWN
-            assert driver.execute_script(
-                f"return [...document.querySelectorAll('{FIRST_TURN}')].map(s => s.dataset.id)"
-            ) == IDS
+            assert (
+                driver.execute_script(
+                    f"return [...document.querySelectorAll('{FIRST_TURN}')].map(s => s.dataset.id)"
+                )
+                == IDS
+            )
             # The pieces' texts, in order, are the decoded reply: nothing merged or lost.
-            assert driver.execute_script(
-                "const t = window.harborReport.doc.traces.a1.turns[0];"
-                "return HarborTokens.pieces(t.token_ids, window.harborReport.doc.tokens.pieces)"
-                ".map(p => p.text).join('')") == "hé 🤖\n"
+            assert (
+                driver.execute_script(
+                    "const t = window.harborReport.doc.traces.a1.turns[0];"
+                    "return HarborTokens.pieces(t.token_ids, window.harborReport.doc.tokens.pieces)"
+                    ".map(p => p.text).join('')"
+                )
+                == "hé 🤖\n"
+            )
             assert driver.find_elements(By.CSS_SELECTOR, "#turn-1 .tok.special")
-            wait_for(lambda: driver.execute_script(
-                "return document.getElementById('trace-turns').dataset.drawn") == "all",
-                what="every turn")
+            wait_for(
+                lambda: (
+                    driver.execute_script(
+                        "return document.getElementById('trace-turns').dataset.drawn"
+                    )
+                    == "all"
+                ),
+                what="every turn",
+            )
             assert len(driver.find_elements(By.CSS_SELECTOR, "#trace-turns .turn")) == 20
             assert driver.find_element(By.ID, "tokenizer-note").text.startswith(
-                "Token text decoded for display")
+                "Token text decoded for display"
+            )
             token = driver.find_elements(By.CSS_SELECTOR, FIRST_TURN)[1]
             assert "logprob" in token.get_attribute("title")
             token.click()  # a tap names it: a phone shows no title
-            assert "logprob" in driver.find_element(
-                By.CSS_SELECTOR, "#turn-0 .token-inspect").text
+            assert "logprob" in driver.find_element(By.CSS_SELECTOR, "#turn-0 .token-inspect").text
             assert not (found := _overflow(driver)), (name, found)
             driver.save_screenshot(str(ARTIFACTS / f"report-tokens-{name}.png"))
 
@@ -97,7 +118,8 @@ def test_without_a_tokenizer_the_page_says_so_and_shows_ids(tmp_path: Path) -> N
         for name, (width, height) in WIDTHS.items():
             _open(driver, page, "a1", width, height)
             assert driver.find_element(By.ID, "tokenizer-note").text.startswith(
-                "no tokenizer for test-model: showing ids; pass --tokenizer")
+                "no tokenizer for test-model: showing ids; pass --tokenizer"
+            )
             assert driver.execute_script(LABELS) == ["10", "11"]
             assert not driver.find_elements(By.CSS_SELECTOR, ".token-toggle")
             assert not (found := _overflow(driver)), (name, found)

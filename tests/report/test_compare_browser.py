@@ -29,33 +29,44 @@ def _cells(driver, table: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(("width", "name"), [(1400, "desktop"), (390, "phone")])
-def test_the_comparison_page(compared_sweeps: dict[str, Path], tmp_path: Path, width: int,
-                             name: str) -> None:
+def test_the_comparison_page(
+    compared_sweeps: dict[str, Path], tmp_path: Path, width: int, name: str
+) -> None:
     outs = [compared_sweeps[m] for m in ("base-model", "trained-model", "hosted-model")]
     page = write_comparison(compare_datasets(outs), "html", tmp_path / "compare.html")
     # Nothing is fetched: no element loads a URL (plotly.js and the data are inline).
-    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(https?:)?//",
-                         page.read_text())
+    assert not re.search(
+        r"<(script|link|img|iframe)[^>]+(src|href)=\"(https?:)?//", page.read_text()
+    )
     with chromium(width=width, height=900) as driver:
         driver.get(page.as_uri())
-        doc = wait_for(lambda: driver.execute_script("return window.harborCompare"),
-                       what="the page")
+        doc = wait_for(
+            lambda: driver.execute_script("return window.harborCompare"), what="the page"
+        )
         boxes = driver.find_elements(By.CSS_SELECTOR, "#plots .plot")
         assert [b.get_attribute("id") for b in boxes] == [f"plot-{p}" for p in PLOTS]
         for box in boxes:
-            wait_for(lambda box=box: box.find_elements(By.CSS_SELECTOR, ".main-svg"),
-                     what=box.get_attribute("id"))
+            wait_for(
+                lambda box=box: box.find_elements(By.CSS_SELECTOR, ".main-svg"),
+                what=box.get_attribute("id"),
+            )
             assert driver.execute_script(
-                "return !!arguments[0].querySelector('.figure')._fullLayout", box)
+                "return !!arguments[0].querySelector('.figure')._fullLayout", box
+            )
         # The pass@k plot draws each run's figures, error bars included.
         drawn = driver.execute_script(
             "return document.querySelector('#plot-pass-at-k .figure').data"
-            ".map(t => [t.name, Array.from(t.y), t.error_y.array.length])")
-        assert drawn == [[run["label"], [e["value"] for e in run["pass_at_k"]], 2]
-                         for run in doc["comparison"]["runs"]]
+            ".map(t => [t.name, Array.from(t.y), t.error_y.array.length])"
+        )
+        assert drawn == [
+            [run["label"], [e["value"] for e in run["pass_at_k"]], 2]
+            for run in doc["comparison"]["runs"]
+        ]
 
-        assert [b.get_attribute("id") for b in driver.find_elements(
-            By.CSS_SELECTOR, "#tables .table-box")] == [f"table-{t}" for t in TABLES]
+        assert [
+            b.get_attribute("id")
+            for b in driver.find_elements(By.CSS_SELECTOR, "#tables .table-box")
+        ] == [f"table-{t}" for t in TABLES]
         # The runs table's pass rate is the rows' (computed here), with its interval.
         shared = ["count-words", "hello-file"]
         for row, out in zip(_cells(driver, "runs"), outs, strict=True):
@@ -72,12 +83,14 @@ def test_the_comparison_page(compared_sweeps: dict[str, Path], tmp_path: Path, w
         for row in provenance:
             values, differs = row[1:-1], row[-1]
             assert len(values) == len(outs) and differs == (
-                "yes" if len(set(values)) > 1 else "no"), row
+                "yes" if len(set(values)) > 1 else "no"
+            ), row
         notes = driver.find_element(By.ID, "notes").text
         assert "fix-mean" in notes and "greet-function" in notes and "k=2" in notes
 
         overflow = driver.execute_script(
-            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
         assert overflow <= 0, f"the page scrolls sideways by {overflow}px at {width}px"
         ARTIFACTS.mkdir(exist_ok=True)
         assert driver.save_screenshot(str(ARTIFACTS / f"compare-{name}.png"))

@@ -28,13 +28,14 @@ def task_counts(out: Path) -> dict[str, tuple[int, int]]:
     counts: dict[str, list[int]] = {}
     for row in pq.read_table(out / "rollouts", columns=["task", "reward"]).to_pylist():
         passes, attempts = counts.setdefault(row["task"], [0, 0])
-        counts[row["task"]] = [passes + (row["reward"] is not None and row["reward"] >= 1.0),
-                               attempts + 1]
+        counts[row["task"]] = [
+            passes + (row["reward"] is not None and row["reward"] >= 1.0),
+            attempts + 1,
+        ]
     return {task: (c, n) for task, (c, n) in counts.items()}
 
 
-def assert_estimate(got: dict[str, Any], want: tuple[float, float | None, float | None]
-                    ) -> None:
+def assert_estimate(got: dict[str, Any], want: tuple[float, float | None, float | None]) -> None:
     value, low, high = want
     assert got["value"] == pytest.approx(value, abs=1e-9)
     assert got["low"] == pytest.approx(low, abs=1e-6)
@@ -57,8 +58,7 @@ def assert_matches_the_rows(doc: dict[str, Any], outs: list[Path]) -> None:
         passes = sum(c[task][0] for task in shared)
         rollouts = sum(c[task][1] for task in shared)
         assert (run["rollouts"], run["passes"]) == (rollouts, passes)
-        assert_estimate(run["pass_rate"], (passes / rollouts,
-                                           *score_test_bounds(passes, rollouts)))
+        assert_estimate(run["pass_rate"], (passes / rollouts, *score_test_bounds(passes, rollouts)))
         for k in range(1, k_max + 1):
             per_task = [enumerated_pass_at_k(c[t][1], c[t][0], k) for t in shared]
             within = [jackknife_variance(c[t][1], c[t][0], k) for t in shared]
@@ -68,15 +68,21 @@ def assert_matches_the_rows(doc: dict[str, Any], outs: list[Path]) -> None:
     for difference, c in zip(doc["differences"], counts[1:], strict=True):
         base = counts[0]
         for k in range(1, k_max + 1):
-            paired = [enumerated_pass_at_k(c[t][1], c[t][0], k)
-                      - enumerated_pass_at_k(base[t][1], base[t][0], k) for t in shared]
-            within = [jackknife_variance(c[t][1], c[t][0], k)
-                      + jackknife_variance(base[t][1], base[t][0], k) for t in shared]
-            assert_estimate(difference["pass_at_k"][k - 1],
-                            t_interval(paired, within, (-1.0, 1.0)))
+            paired = [
+                enumerated_pass_at_k(c[t][1], c[t][0], k)
+                - enumerated_pass_at_k(base[t][1], base[t][0], k)
+                for t in shared
+            ]
+            within = [
+                jackknife_variance(c[t][1], c[t][0], k)
+                + jackknife_variance(base[t][1], base[t][0], k)
+                for t in shared
+            ]
+            assert_estimate(difference["pass_at_k"][k - 1], t_interval(paired, within, (-1.0, 1.0)))
         assert difference["solved_only_here"] == [t for t in shared if c[t][0] and not base[t][0]]
         assert difference["solved_only_baseline"] == [
-            t for t in shared if base[t][0] and not c[t][0]]
+            t for t in shared if base[t][0] and not c[t][0]
+        ]
 
 
 def test_a_trained_model_against_its_base(compared_sweeps: dict[str, Path]) -> None:
@@ -93,23 +99,33 @@ def test_a_trained_model_against_its_base(compared_sweeps: dict[str, Path]) -> N
     assert difference["better"] == ["count-words", "hello-file"]
 
 
-def test_runs_that_differ_are_compared_on_what_they_share(
-        compared_sweeps: dict[str, Path]) -> None:
+def test_runs_that_differ_are_compared_on_what_they_share(compared_sweeps: dict[str, Path]) -> None:
     outs = [compared_sweeps[m] for m in ("base-model", "trained-model", "hosted-model")]
     doc = compare_json(*outs)
     assert_matches_the_rows(doc, outs)
     assert doc["shared_tasks"] == ["count-words", "hello-file"] and doc["k_max"] == 2
     notes = "\n".join(doc["notes"])
     assert "base-model: 1 task(s) not in every dataset, left out (4 rollouts): fix-mean" in notes
-    assert "hosted-model: 1 task(s) not in every dataset, left out (2 rollouts): " \
-           "greet-function" in notes
+    assert (
+        "hosted-model: 1 task(s) not in every dataset, left out (2 rollouts): "
+        "greet-function" in notes
+    )
     assert "attempts per task differ" in notes and "up to k=2" in notes
 
 
 def test_markdown_and_the_refusals(compared_sweeps: dict[str, Path], tmp_path: Path) -> None:
     base, trained = compared_sweeps["base-model"], compared_sweeps["trained-model"]
-    done = invoke("compare", str(base), str(trained), "--format", "md",
-                  "--label", "base", "--label", "step-10")
+    done = invoke(
+        "compare",
+        str(base),
+        str(trained),
+        "--format",
+        "md",
+        "--label",
+        "base",
+        "--label",
+        "step-10",
+    )
     assert done.returncode == Exit.ALL_OK, done.output
     assert done.stdout.startswith("# Comparison: base vs step-10\n")
     assert "| k | base | step-10 | step-10 - base |" in done.stdout
@@ -117,10 +133,12 @@ def test_markdown_and_the_refusals(compared_sweeps: dict[str, Path], tmp_path: P
     done = invoke("compare", str(base), str(trained), "--to", str(page))
     assert done.returncode == Exit.ALL_OK and f"comparison: {page}" in done.output
     assert page.read_text().startswith("<!doctype html>")
-    for args, says in [((str(base),), "at least two"),
-                       ((str(base), str(base)), "--label"),
-                       ((str(base), str(trained), "--label", "one"), "1 --label for 2"),
-                       ((str(base), str(tmp_path)), "is not a dataset")]:
+    for args, says in [
+        ((str(base),), "at least two"),
+        ((str(base), str(base)), "--label"),
+        ((str(base), str(trained), "--label", "one"), "1 --label for 2"),
+        ((str(base), str(tmp_path)), "is not a dataset"),
+    ]:
         done = invoke("compare", *args, "--format", "json")
         assert done.returncode == Exit.COULD_NOT_START, done.output
         assert "error:" in done.output and says in done.output, done.output

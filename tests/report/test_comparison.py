@@ -20,22 +20,39 @@ from tests.data.rollouts import chain, evaluated, rollout
 from tests.report.datasets import write_dataset
 
 
-def _record(task: str, attempt: int, reward: float | None, model: str, **fields: Any
-            ) -> RolloutRecord:
-    return rollout(f"{task}__{attempt}__{model}", chain(2), task=task, attempt=attempt,
-                   reward=reward, model=model, **fields)
+def _record(
+    task: str, attempt: int, reward: float | None, model: str, **fields: Any
+) -> RolloutRecord:
+    return rollout(
+        f"{task}__{attempt}__{model}",
+        chain(2),
+        task=task,
+        attempt=attempt,
+        reward=reward,
+        model=model,
+        **fields,
+    )
 
 
-def _run(tmp_path: Path, label: str, passes: dict[str, tuple[int, int]],
-         extra: list[RolloutRecord] = (), manifest: dict[str, Any] | None = None) -> Run:
+def _run(
+    tmp_path: Path,
+    label: str,
+    passes: dict[str, tuple[int, int]],
+    extra: list[RolloutRecord] = (),
+    manifest: dict[str, Any] | None = None,
+) -> Run:
     """A run of `label` with passes[task] = (passing, attempts)."""
-    records = [_record(task, attempt, 1.0 if attempt < c else 0.0, label)
-               for task, (c, n) in passes.items() for attempt in range(n)]
+    records = [
+        _record(task, attempt, 1.0 if attempt < c else 0.0, label)
+        for task, (c, n) in passes.items()
+        for attempt in range(n)
+    ]
     out = write_dataset(tmp_path / label, [*records, *extra])
     tables = read_tables(out)
     if manifest:
-        tables = type(tables)(tables.rollouts, tables.turns, tables.sequences,
-                              {**tables.manifest, **manifest})
+        tables = type(tables)(
+            tables.rollouts, tables.turns, tables.sequences, {**tables.manifest, **manifest}
+        )
     return Run(label, str(out), tables)
 
 
@@ -79,14 +96,35 @@ def test_tasks_and_attempts_that_differ_are_said_and_left_out(tmp_path: Path) ->
 
 
 def test_unrewarded_and_retried_rows(tmp_path: Path) -> None:
-    lost = rollout("a__0__base@host-1", None, task="a", attempt=0, reward=None, ok=False,
-                   partial=True, error_type=ErrorType.INFRA_LOST, error="host died",
-                   model="base")
+    lost = rollout(
+        "a__0__base@host-1",
+        None,
+        task="a",
+        attempt=0,
+        reward=None,
+        ok=False,
+        partial=True,
+        error_type=ErrorType.INFRA_LOST,
+        error="host died",
+        model="base",
+    )
     dead = _record("a", 4, None, "base", error_type=ErrorType.SANDBOX_START, error="slow")
     # Attempt 5 was lost on every try: the retry's row is partial too.
-    lost_twice = [rollout(rollout_id, None, task="a", attempt=5, reward=None, ok=False,
-                          partial=True, error_type=ErrorType.INFRA_LOST, error="host died",
-                          model="base") for rollout_id in ("a__5__base@host-2", "a__5__base")]
+    lost_twice = [
+        rollout(
+            rollout_id,
+            None,
+            task="a",
+            attempt=5,
+            reward=None,
+            ok=False,
+            partial=True,
+            error_type=ErrorType.INFRA_LOST,
+            error="host died",
+            model="base",
+        )
+        for rollout_id in ("a__5__base@host-2", "a__5__base")
+    ]
     base = _run(tmp_path, "base", {"a": (1, 4)}, extra=[lost, dead, *lost_twice])
     other = _run(tmp_path, "other", {"a": (1, 6)})
     comparison = compare([base, other])
@@ -95,8 +133,10 @@ def test_unrewarded_and_retried_rows(tmp_path: Path) -> None:
     # and so is attempt 5, once.
     assert summary.rollouts == 6 and summary.passes == 1 and summary.unrewarded == 2
     assert summary.error_types == {"none": 4, "sandbox_start": 1, "infra_lost": 1}
-    assert "base: 2 rollout(s) without a reward (the verifier never ran), counted as not " \
-           "passing" in comparison.notes
+    assert (
+        "base: 2 rollout(s) without a reward (the verifier never ran), counted as not "
+        "passing" in comparison.notes
+    )
     assert any("2 row(s) of lost tries left out" in note for note in comparison.notes)
     assert "one shared task" in " ".join(comparison.notes)
     assert comparison.runs[0].pass_at_k[0].low is None  # one task: no interval
@@ -109,7 +149,8 @@ def test_sampled_tokens_count_usage_where_no_ids_were_recorded(tmp_path: Path) -
     comparison = compare([base, hosted])
     assert comparison.runs[1].sampled_tokens.mean == 2 * 3  # two turns, usage says 3 each
     assert comparison.runs[0].sampled_tokens.mean == sum(
-        len(ids) for ids in read_tables(base.source).turns["token_ids"].to_pylist())
+        len(ids) for ids in read_tables(base.source).turns["token_ids"].to_pylist()
+    )
 
 
 def test_settings_that_differ_are_listed(tmp_path: Path) -> None:
@@ -123,12 +164,16 @@ def test_settings_that_differ_are_listed(tmp_path: Path) -> None:
 def test_what_cannot_be_compared_is_refused(tmp_path: Path) -> None:
     base = _run(tmp_path, "base", {"a": (1, 2)})
     other = _run(tmp_path, "other", {"b": (1, 2)})
-    with pytest.raises(ComparisonError, match="no task is in every dataset: base has a; "
-                                              "other has b"):
+    with pytest.raises(
+        ComparisonError, match="no task is in every dataset: base has a; other has b"
+    ):
         compare([base, other])
     many = _run(tmp_path, "many", {f"t{i}": (1, 1) for i in range(7)})
-    with pytest.raises(ComparisonError, match=r"many has t0, t1, t2, t3, t4, \.\.\. \(7 in "
-                                              r"all\)\. Sweep them on the same tasks"):
+    with pytest.raises(
+        ComparisonError,
+        match=r"many has t0, t1, t2, t3, t4, \.\.\. \(7 in "
+        r"all\)\. Sweep them on the same tasks",
+    ):
         compare([base, many])
     with pytest.raises(ComparisonError, match="--label"):
         compare([base, Run("base", "x", base.tables)])
@@ -152,6 +197,7 @@ def test_runs_of_one_model_are_told_apart_by_their_directory(tmp_path: Path) -> 
         write_dataset(tmp_path / name, [_record("a", 0, 1.0, "smol")])
     comparison = compare_datasets([tmp_path / "before", tmp_path / "after"])
     assert [run.label for run in comparison.runs] == ["smol (before)", "smol (after)"]
-    labelled = compare_datasets([tmp_path / "before", tmp_path / "after"],
-                                labels=["base", "step-3"])
+    labelled = compare_datasets(
+        [tmp_path / "before", tmp_path / "after"], labels=["base", "step-3"]
+    )
     assert [run.label for run in labelled.runs] == ["base", "step-3"]

@@ -6,8 +6,15 @@ from pathlib import Path
 from harbor_ray.report.figures import plots
 from tests.report.datasets import sample_tables, with_policy_versions
 
-OFFLINE = ["reward-by-task", "pass-at-k", "error-types", "findings", "turns-tokens",
-           "phase-times", "engine-over-time"]
+OFFLINE = [
+    "reward-by-task",
+    "pass-at-k",
+    "error-types",
+    "findings",
+    "turns-tokens",
+    "phase-times",
+    "engine-over-time",
+]
 
 
 def _by_id(tables, **kwargs):

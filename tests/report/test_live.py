@@ -13,8 +13,9 @@ from tests.report.datasets import sample_records, write_dataset
 
 def test_the_view_serves_new_rows_as_they_are_committed(tmp_path: Path) -> None:
     out = write_dataset(tmp_path / "out", sample_records())
-    client = TestClient(build_view_app(LiveReport(out), poll_s=0.5),
-                        base_url="http://127.0.0.1:8766")
+    client = TestClient(
+        build_view_app(LiveReport(out), poll_s=0.5), base_url="http://127.0.0.1:8766"
+    )
     first = client.get("/version").text
     assert len(client.get("/data.json").json()["rollouts"]) == 3
     page = client.get("/")

@@ -17,16 +17,18 @@ HOSTILE = "</script><script>window.pwned = 1</script><!--"
 
 
 def _data_element(page: str) -> dict:
-    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>',
-                      page, re.S)
+    match = re.search(
+        r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S
+    )
     assert match is not None
     return json.loads(match.group(1))
 
 
 def test_the_page_embeds_everything_and_no_stored_text_escapes(tmp_path: Path) -> None:
     turns = rich_session()
-    turns[0] = dataclasses.replace(turns[0], response_message_json=orjson.dumps(
-        {"role": "assistant", "content": HOSTILE}))
+    turns[0] = dataclasses.replace(
+        turns[0], response_message_json=orjson.dumps({"role": "assistant", "content": HOSTILE})
+    )
     out = write_dataset(tmp_path / "out", [rollout("a1", turns)])
     path = write_report(out)
     page = path.read_text()
@@ -51,16 +53,18 @@ def test_a_live_page_polls_and_a_file_does_not() -> None:
 def test_the_report_counts_where_rollouts_ran_and_warns_of_the_hosts_userland(
     tmp_path: Path,
 ) -> None:
-    out = write_dataset(tmp_path / "out", [
-        rollout("a1", rich_session()),  # the task's image
-        rollout("b1", rich_session(), environment=RanIn.HOST_OVERRIDE, image_digest=None),
-        rollout("c1", rich_session(), environment=RanIn.HOST_OVERRIDE, image_digest=None),
-        rollout("d1", None, environment=None, image_digest=None, ok=False),  # never started
-    ])
+    out = write_dataset(
+        tmp_path / "out",
+        [
+            rollout("a1", rich_session()),  # the task's image
+            rollout("b1", rich_session(), environment=RanIn.HOST_OVERRIDE, image_digest=None),
+            rollout("c1", rich_session(), environment=RanIn.HOST_OVERRIDE, image_digest=None),
+            rollout("d1", None, environment=None, image_digest=None, ok=False),  # never started
+        ],
+    )
     document = json.loads(report_document(out))
 
-    assert document["totals"]["environments"] == {"image": 1, "host_override": 2,
-                                                  "unknown": 1}
+    assert document["totals"]["environments"] == {"image": 1, "host_override": 2, "unknown": 1}
     # The page turns a host_override count into a warning beside the summary.
     page = write_report(out).read_text()
     assert 'id="report-warning"' in page and "envs.host_override" in page

@@ -23,8 +23,11 @@ from tests.report.by_hand import enumerated_pass_at_k, jackknife_variance, score
 def test_pass_at_k_is_the_share_of_draws_that_hold_a_pass(n: int) -> None:
     for c in range(n + 1):
         for k in range(1, n + 1):
-            assert math.isclose(pass_at_k(n, c, k), enumerated_pass_at_k(n, c, k),
-                                abs_tol=1e-12), (n, c, k)
+            assert math.isclose(pass_at_k(n, c, k), enumerated_pass_at_k(n, c, k), abs_tol=1e-12), (
+                n,
+                c,
+                k,
+            )
 
 
 def test_pass_at_k_refuses_what_it_cannot_estimate() -> None:
@@ -35,11 +38,18 @@ def test_pass_at_k_refuses_what_it_cannot_estimate() -> None:
 
 # Newcombe, "Two-sided confidence intervals for the single proportion", Stat Med 1998,
 # table I, method 3 (score interval without continuity correction), to 4 places.
-@pytest.mark.parametrize(("passes", "n", "low", "high"), [
-    (81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605), (0, 20, 0.0, 0.1611),
-    (1, 29, 0.0061, 0.1718)])
-def test_wilson_matches_the_published_intervals(passes: int, n: int, low: float,
-                                                high: float) -> None:
+@pytest.mark.parametrize(
+    ("passes", "n", "low", "high"),
+    [
+        (81, 263, 0.2553, 0.3662),
+        (15, 148, 0.0624, 0.1605),
+        (0, 20, 0.0, 0.1611),
+        (1, 29, 0.0061, 0.1718),
+    ],
+)
+def test_wilson_matches_the_published_intervals(
+    passes: int, n: int, low: float, high: float
+) -> None:
     estimate = wilson(passes, n)
     assert estimate.value == passes / n
     assert (round(estimate.low, 4), round(estimate.high, 4)) == (low, high)
@@ -60,8 +70,19 @@ def test_wilson_of_nothing_has_no_interval() -> None:
 
 
 # Student's t, two-sided 95% (0.975 one-sided), from a printed table.
-@pytest.mark.parametrize(("df", "t"), [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776),
-                                       (5, 2.571), (10, 2.228), (30, 2.042), (120, 1.980)])
+@pytest.mark.parametrize(
+    ("df", "t"),
+    [
+        (1, 12.706),
+        (2, 4.303),
+        (3, 3.182),
+        (4, 2.776),
+        (5, 2.571),
+        (10, 2.228),
+        (30, 2.042),
+        (120, 1.980),
+    ],
+)
 def test_t_quantile_matches_the_table(df: int, t: float) -> None:
     assert round(t_quantile(df), 3) == t
 
@@ -84,12 +105,14 @@ def test_mean_interval_is_the_t_interval_over_tasks() -> None:
 def test_pass_at_k_variance_is_the_jackknife_over_attempts(n: int) -> None:
     for c in range(n + 1):
         for k in range(1, n + 1):
-            assert math.isclose(pass_at_k_variance(n, c, k), jackknife_variance(n, c, k),
-                                abs_tol=1e-12), (n, c, k)
+            assert math.isclose(
+                pass_at_k_variance(n, c, k), jackknife_variance(n, c, k), abs_tol=1e-12
+            ), (n, c, k)
     for c in range(n + 1):  # at k=1, the unbiased variance of a proportion
         if n > 1:
-            assert math.isclose(pass_at_k_variance(n, c, 1),
-                                (c / n) * (1 - c / n) / (n - 1), abs_tol=1e-12)
+            assert math.isclose(
+                pass_at_k_variance(n, c, 1), (c / n) * (1 - c / n) / (n - 1), abs_tol=1e-12
+            )
 
 
 def test_the_interval_is_never_narrower_than_the_attempts_noise() -> None:

@@ -49,5 +49,4 @@ def test_a_reader_of_counts_reads_only_the_turn_columns_it_names(tmp_path: Path)
     assert lean.turns == whole.turns.select(list(columns))
     assert lean.sequences.num_rows == 0 < whole.sequences.num_rows
     assert lean.rollouts == whole.rollouts
-    assert read_tables(tmp_path / "empty", turn_columns=columns).turns.column_names == list(
-        columns)
+    assert read_tables(tmp_path / "empty", turn_columns=columns).turns.column_names == list(columns)

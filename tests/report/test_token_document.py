@@ -17,8 +17,9 @@ REPLIES = ["hé 🤖\n", "done<|end|>"]
 def test_the_served_models_tokenizer_gives_each_distinct_id_a_piece(tmp_path: Path) -> None:
     tokenizer = byte_level_tokenizer(tmp_path / "tok")
     # The rows name the model by its directory: found there, nothing passed.
-    out = write_dataset(tmp_path / "out", [worded_rollout("a1", str(tokenizer), tokenizer,
-                                                          REPLIES)])
+    out = write_dataset(
+        tmp_path / "out", [worded_rollout("a1", str(tokenizer), tokenizer, REPLIES)]
+    )
     document = json.loads(report_document(out))
     tokens = document["tokens"]
     assert tokens["model"] == str(tokenizer) and tokens["tokenizer"] == str(tokenizer)
@@ -34,8 +35,7 @@ def test_the_served_models_tokenizer_gives_each_distinct_id_a_piece(tmp_path: Pa
 
 def test_a_given_tokenizer_serves_rows_of_any_model_name(tmp_path: Path) -> None:
     tokenizer = byte_level_tokenizer(tmp_path / "tok")
-    out = write_dataset(tmp_path / "out", [worded_rollout("a1", "served-name", tokenizer,
-                                                          REPLIES)])
+    out = write_dataset(tmp_path / "out", [worded_rollout("a1", "served-name", tokenizer, REPLIES)])
     document = json.loads(report_document(out, tokenizers=Tokenizers(str(tokenizer))))
     assert document["tokens"]["model"] == "served-name"
     assert document["tokens"]["pieces"]
@@ -47,5 +47,4 @@ def test_without_a_tokenizer_the_document_says_so_and_keeps_ids(tmp_path: Path) 
     out = write_dataset(tmp_path / "out", [rollout("a1", rich_session())])
     tokens = json.loads(report_document(out))["tokens"]
     assert tokens["tokenizer"] is None and tokens["pieces"] == {}
-    assert tokens["note"].startswith("no tokenizer for test-model: showing ids; pass "
-                                     "--tokenizer")
+    assert tokens["note"].startswith("no tokenizer for test-model: showing ids; pass --tokenizer")

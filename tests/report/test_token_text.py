@@ -6,8 +6,12 @@ from harbor_ray.report.token_text import VocabEntry, byte_level_bytes, piece_tex
 
 # "🤖" is f0 9f a4 96: split over three ids as a byte-level BPE vocab splits it.
 VOCAB = {
-    1: VocabEntry(b"hi"), 2: VocabEntry(b" \xf0\x9f"), 3: VocabEntry(b"\xa4"),
-    4: VocabEntry(b"\x96!"), 5: VocabEntry(b"<|end|>", special=True), 6: VocabEntry(b"\n"),
+    1: VocabEntry(b"hi"),
+    2: VocabEntry(b" \xf0\x9f"),
+    3: VocabEntry(b"\xa4"),
+    4: VocabEntry(b"\x96!"),
+    5: VocabEntry(b"<|end|>", special=True),
+    6: VocabEntry(b"\n"),
     7: VocabEntry("é".encode()),
 }
 
@@ -21,8 +25,14 @@ def test_a_split_character_lands_on_the_id_that_completes_it() -> None:
 
 def test_the_table_keeps_each_id_whole_and_says_its_kind() -> None:
     table = pieces_table([4, 1, 2, 3, 5, 1, 7], VOCAB)
-    assert table == {"1": ["t", "hi"], "2": ["b", "20f09f"], "3": ["b", "a4"],
-                     "4": ["b", "9621"], "5": ["s", "<|end|>"], "7": ["t", "é"]}
+    assert table == {
+        "1": ["t", "hi"],
+        "2": ["b", "20f09f"],
+        "3": ["b", "a4"],
+        "4": ["b", "9621"],
+        "5": ["s", "<|end|>"],
+        "7": ["t", "é"],
+    }
 
 
 def test_an_unknown_id_is_left_out_and_ends_a_broken_character() -> None:

@@ -54,9 +54,11 @@ def test_the_default_models_tokenizer_decodes_id_by_id(default_tokenizer_dir: Pa
 
 
 def test_the_default_model_is_found_by_the_name_it_is_served_as(
-        default_tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harbor_ray.report.tokenizer.default_model_dir",
-                        lambda: default_tokenizer_dir)
+    default_tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        "harbor_ray.report.tokenizer.default_model_dir", lambda: default_tokenizer_dir
+    )
     found = find_tokenizer(DEFAULT_MODEL_ID)
     assert found.vocab is not None and found.source == str(default_tokenizer_dir)
 
@@ -66,8 +68,9 @@ def test_without_a_tokenizer_the_section_says_so(tmp_path: Path) -> None:
     assert found.vocab is None
     section = token_section(found, [1, 2])
     assert section["tokenizer"] is None and section["pieces"] == {}
-    assert section["note"].startswith("no tokenizer for no-such-model-here: showing ids; "
-                                      "pass --tokenizer")
+    assert section["note"].startswith(
+        "no tokenizer for no-such-model-here: showing ids; pass --tokenizer"
+    )
 
 
 def test_a_given_tokenizer_that_is_not_here_fails_at_once(tmp_path: Path) -> None:

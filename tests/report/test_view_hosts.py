@@ -42,11 +42,11 @@ def test_the_view_answers_only_the_host_names_it_is_served_at(tmp_path: Path) ->
 
 
 def test_more_host_names_can_be_allowed(tmp_path: Path) -> None:
-    app = build_view_app(LiveReport(write_dataset(tmp_path / "out", sample_records())),
-                         allowed_hosts=("viewer.lan",))
+    app = build_view_app(
+        LiveReport(write_dataset(tmp_path / "out", sample_records())), allowed_hosts=("viewer.lan",)
+    )
     with serve_in_thread(app) as url:
-        assert httpx.get(f"{url}/version", headers={"host": "viewer.lan:80"}
-                         ).status_code == 200
+        assert httpx.get(f"{url}/version", headers={"host": "viewer.lan:80"}).status_code == 200
         assert httpx.get(f"{url}/version").status_code == 421  # only what is listed
 
 
@@ -55,14 +55,21 @@ def test_the_flag_is_in_help() -> None:
     assert result.exit_code == 0 and "--allowed-host" in result.output
 
 
-HEADER_VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=40)
+HEADER_VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(path=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7e), max_size=60),
-       host=st.one_of(st.just("127.0.0.1"), HEADER_VALUE),
-       method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"]))
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    path=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=60),
+    host=st.one_of(st.just("127.0.0.1"), HEADER_VALUE),
+    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"]),
+)
 def test_no_request_gets_a_5xx(view_url: str, path: str, host: str, method: str) -> None:
     reply = httpx.request(method, f"{view_url}/{path.lstrip('/')}", headers={"host": host})
     assert reply.status_code < 500, (method, path, host, reply.status_code)

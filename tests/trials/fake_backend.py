@@ -46,8 +46,7 @@ class FakeBackend:
             log.write(f"{what} {sandbox_id} {time.time()}\n")
 
     def events(self, what: str) -> list[float]:
-        lines = (self.root / "log").read_text().splitlines() if (self.root / "log").exists() \
-            else []
+        lines = (self.root / "log").read_text().splitlines() if (self.root / "log").exists() else []
         return [float(t) for w, _, t in (line.split() for line in lines) if w == what]
 
     def live(self) -> list[str]:
@@ -59,8 +58,7 @@ class PoolHost:
     """A rollout host's warm pool alone, as a Ray actor: it draws its starts' tokens
     from the run's bucket actor (`reserve`) and takes `burst` sandboxes at once."""
 
-    def __init__(self, backend: FakeBackend, sizes: dict[str, int], ledger: Path,
-                 bucket) -> None:
+    def __init__(self, backend: FakeBackend, sizes: dict[str, int], ledger: Path, bucket) -> None:
         from harbor_ray.trials.warm_pool import Ledger, WarmPool
 
         self.pool = WarmPool(backend, sizes, Ledger(ledger), bucket.reserve.remote)

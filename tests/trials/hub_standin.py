@@ -100,8 +100,10 @@ def _tree(repo: HubRepo) -> list[dict[str, object]]:
         for parts in (path.split("/") for path in repo.files)
         for depth in range(1, len(parts))
     }
-    return [{"type": "directory", "path": folder, "oid": "0" * 40, "size": 0}
-            for folder in sorted(folders)] + [
+    return [
+        {"type": "directory", "path": folder, "oid": "0" * 40, "size": 0}
+        for folder in sorted(folders)
+    ] + [
         {"type": "file", "path": path, "oid": _blob_id(data), "size": len(data)}
         for path, data in sorted(repo.files.items())
     ]

@@ -74,20 +74,44 @@ OTHER_PROFILES = [(name, profile) for name in WIRED for profile in profiles(name
 
 # Variables Harbor's adapters read from the host when the config does not say otherwise.
 _HOST_KEYS = (
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "GEMINI_API_KEY",
-    "GOOGLE_API_KEY", "CODEX_API_KEY", "LLM_API_KEY", "MSWEA_API_KEY", "KIMI_API_KEY",
-    "MOONSHOT_API_KEY", "META_API_KEY", "XAI_API_KEY", "COPILOT_PROVIDER_API_KEY",
-    "KIMI_MODEL_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "CODEX_API_KEY",
+    "LLM_API_KEY",
+    "MSWEA_API_KEY",
+    "KIMI_API_KEY",
+    "MOONSHOT_API_KEY",
+    "META_API_KEY",
+    "XAI_API_KEY",
+    "COPILOT_PROVIDER_API_KEY",
+    "KIMI_MODEL_API_KEY",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK",
 )
 _HOST_URLS = (
-    "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE",
-    "GOOGLE_GEMINI_BASE_URL", "GEMINI_API_BASE", "LLM_BASE_URL", "OPENAI_HOST",
-    "KIMI_BASE_URL", "KIMI_MODEL_BASE_URL", "COPILOT_PROVIDER_BASE_URL", "MUSE_CODE_BASE_URL",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_BASE",
+    "GOOGLE_GEMINI_BASE_URL",
+    "GEMINI_API_BASE",
+    "LLM_BASE_URL",
+    "OPENAI_HOST",
+    "KIMI_BASE_URL",
+    "KIMI_MODEL_BASE_URL",
+    "COPILOT_PROVIDER_BASE_URL",
+    "MUSE_CODE_BASE_URL",
 )
 # Host switches that would move an agent off its API key (OAuth, auth.json, clouds).
 _HOST_MODES = {
-    "CLAUDE_FORCE_OAUTH": "1", "CLAUDE_CODE_USE_BEDROCK": "1", "CODEX_FORCE_AUTH_JSON": "1",
-    "GEMINI_FORCE_OAUTH": "1", "GOOGLE_GENAI_USE_VERTEXAI": "true",
+    "CLAUDE_FORCE_OAUTH": "1",
+    "CLAUDE_CODE_USE_BEDROCK": "1",
+    "CODEX_FORCE_AUTH_JSON": "1",
+    "GEMINI_FORCE_OAUTH": "1",
+    "GOOGLE_GENAI_USE_VERTEXAI": "true",
 }
 
 
@@ -124,10 +148,8 @@ def create(config: AgentConfig, logs_dir: Path):
     """The agent exactly as Trial._init_agent builds it; an agent whose proxy URL is an
     agent kwarg that only its harbor_ray variant takes (cline-cli; fabric's adapter takes
     its own) as that variant, as a rollout names it."""
-    if (config.name in AGENTS and AGENTS[config.name].url_kwarg
-            and config.name in PREINSTALLED):
-        config = config.model_copy(update={"name": None,
-                                           "import_path": PREINSTALLED[config.name]})
+    if config.name in AGENTS and AGENTS[config.name].url_kwarg and config.name in PREINSTALLED:
+        config = config.model_copy(update={"name": None, "import_path": PREINSTALLED[config.name]})
     return AgentFactory.create_agent_from_config(config, logs_dir=logs_dir)
 
 
@@ -181,8 +203,9 @@ def test_cline_gets_the_proxy_url_through_cline_auth_before_its_run(tmp_path: Pa
         assert config.base_url is None
         agent = create(config, tmp_path)
         _setup, auth, run = agent.create_run_agent_commands("solve the task")
-        assert auth.command == ('cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" '
-                                f"-b {PROXY.sandbox_url}/v1")
+        assert auth.command == (
+            f'cline auth -p "$PROVIDER" -k "$API_KEY" -m "$MODELID" -b {PROXY.sandbox_url}/v1'
+        )
         assert auth.env == run.env and run.env["PROVIDER"] == provider
         assert run.env["API_KEY"] == KEY and run.env["MODELID"] == SERVED
         assert f"cline -P {provider} " in run.command
@@ -195,9 +218,15 @@ def test_unwired_agents_say_why():
     for name in UNWIRED:
         assert rows[name]["wired"] is False and rows[name]["note"]
     assert rows["terminus-2"] | {"note": ""} == {
-        "agent": "terminus-2", "runs": "host", "needs_model": True, "dialect": "chat",
+        "agent": "terminus-2",
+        "runs": "host",
+        "needs_model": True,
+        "dialect": "chat",
         "profiles": ["openai-chat", "anthropic", "google", "openai-responses"],
-        "wired": True, "endpoint": "host_url/v1", "key_variable": None, "note": "",
+        "wired": True,
+        "endpoint": "host_url/v1",
+        "key_variable": None,
+        "note": "",
     }
     assert rows["claude-code"]["endpoint"] == "sandbox_url"
     assert rows["codex"]["key_variable"] == "OPENAI_API_KEY"
@@ -219,19 +248,24 @@ def test_profiles_name_the_default_first_and_refuse_the_others():
     assert profiles("strands") == ("openai-chat", "anthropic", "google", "openai-responses")
     assert build("codex", profile="openai-responses") == build("codex")
     check_profile("pi", "google")
-    with pytest.raises(ProfileNotSupportedError,
-                       match=r"'codex' is not wired to speak profile 'anthropic'; its "
-                             r"profiles: openai-responses$"):
+    with pytest.raises(
+        ProfileNotSupportedError,
+        match=r"'codex' is not wired to speak profile 'anthropic'; its "
+        r"profiles: openai-responses$",
+    ):
         build("codex", profile="anthropic")
     with pytest.raises(ProfileNotSupportedError, match="its profiles: none"):
         check_profile("oracle", "anthropic")
 
 
-@pytest.mark.parametrize(("profile", "model_name", "url"), [
-    ("openai-responses", f"openai/responses/{SERVED}", f"{PROXY.host_url}/v1"),
-    ("anthropic", f"anthropic/{SERVED}", PROXY.host_url),
-    ("google", f"gemini/{SERVED}", f"{PROXY.host_url}/v1beta"),
-])
+@pytest.mark.parametrize(
+    ("profile", "model_name", "url"),
+    [
+        ("openai-responses", f"openai/responses/{SERVED}", f"{PROXY.host_url}/v1"),
+        ("anthropic", f"anthropic/{SERVED}", PROXY.host_url),
+        ("google", f"gemini/{SERVED}", f"{PROXY.host_url}/v1beta"),
+    ],
+)
 def test_terminus_profiles_pick_litellms_provider_by_prefix(
     profile: str, model_name: str, url: str
 ):
@@ -240,8 +274,10 @@ def test_terminus_profiles_pick_litellms_provider_by_prefix(
     assert config.kwargs["llm_kwargs"] == {"api_key": KEY}
 
 
-@pytest.mark.parametrize(("agent", "profile"), [
-    cell for cell in OTHER_PROFILES if cell[0] in INSTALLED and cell[0] in BY_CONNECTION])
+@pytest.mark.parametrize(
+    ("agent", "profile"),
+    [cell for cell in OTHER_PROFILES if cell[0] in INSTALLED and cell[0] in BY_CONNECTION],
+)
 async def test_other_profiles_send_the_sandbox_url_and_key_into_the_sandbox(
     agent: str, profile: str, hostile_env: None, tmp_path: Path
 ):
@@ -326,13 +362,22 @@ def test_plain_model_dump_redacts_the_key_in_env():
 
 
 def test_extra_kwargs_add_options_but_never_the_connection():
-    config = build("terminus-2", extra_kwargs={
-        "max_turns": 7, "enable_summarize": True, "llm_kwargs": {"timeout": 30},
-    })
+    config = build(
+        "terminus-2",
+        extra_kwargs={
+            "max_turns": 7,
+            "enable_summarize": True,
+            "llm_kwargs": {"timeout": 30},
+        },
+    )
     assert config.kwargs["max_turns"] == 7 and config.kwargs["enable_summarize"] is True
     assert config.kwargs["llm_kwargs"] == {"api_key": KEY, "timeout": 30}
-    for hijack in ({"api_base": HOST_URL}, {"llm_kwargs": {"api_key": OTHER_KEY}},
-                   {"base_url": HOST_URL}, {"model_api_key_name": "X"}):
+    for hijack in (
+        {"api_base": HOST_URL},
+        {"llm_kwargs": {"api_key": OTHER_KEY}},
+        {"base_url": HOST_URL},
+        {"model_api_key_name": "X"},
+    ):
         for agent in ("terminus-2", "codex"):
             with pytest.raises(ValueError, match="may not set"):
                 build(agent, extra_kwargs=hijack)
@@ -347,8 +392,7 @@ def test_terminus_defaults_follow_sampling():
     assert kwargs["collect_rollout_details"] is True
     assert kwargs["enable_summarize"] is False
     assert "temperature" not in build("terminus-2").kwargs
-    assert build("terminus-2", context_window=4096).kwargs["model_info"]["max_input_tokens"] \
-        == 4096
+    assert build("terminus-2", context_window=4096).kwargs["model_info"]["max_input_tokens"] == 4096
 
 
 def test_import_path_agent_gets_openai_compatible_env():
@@ -462,8 +506,10 @@ class RecordingEnvironment(BaseEnvironment):
 
     def __init__(self, tmp_path: Path, recorded: Recorded):
         super().__init__(
-            environment_dir=tmp_path / "environment", environment_name="task",
-            session_id="task__env", trial_paths=TrialPaths(tmp_path / "trial"),
+            environment_dir=tmp_path / "environment",
+            environment_name="task",
+            session_id="task__env",
+            trial_paths=TrialPaths(tmp_path / "trial"),
             task_env_config=TaskEnvironmentConfig(),
         )
         self.recorded = recorded
@@ -488,7 +534,8 @@ class RecordingEnvironment(BaseEnvironment):
         for path in Path(source_dir).rglob("*"):
             if path.is_file():
                 self.recorded.uploads[f"{target_dir}/{path.relative_to(source_dir)}"] = (
-                    path.read_text(errors="replace"))
+                    path.read_text(errors="replace")
+                )
 
     async def download_file(self, source_path, target_path) -> None:
         pass
@@ -521,7 +568,8 @@ async def test_installed_agent_sends_the_sandbox_url_and_key_into_the_sandbox(
     # With what the adapter writes into its logs directory for the sandbox to copy from
     # /logs/agent (openclaw's openclaw.json).
     everything = recorded.text() + "".join(
-        path.read_text() for path in (tmp_path / "logs").glob("*.json"))
+        path.read_text() for path in (tmp_path / "logs").glob("*.json")
+    )
     assert KEY in everything
     assert expected_url(agent) in everything
     assert PROXY.host_url not in everything
@@ -572,9 +620,7 @@ async def test_opencode_provider_config(hostile_env: None, tmp_path: Path):
     assert env["OPENAI_API_KEY"] == KEY and f"--model=harbor/{SERVED} " in command
 
 
-async def test_claude_code_small_fast_slots_name_the_aux_model(
-    hostile_env: None, tmp_path: Path
-):
+async def test_claude_code_small_fast_slots_name_the_aux_model(hostile_env: None, tmp_path: Path):
     recorded = await run_installed(build("claude-code"), tmp_path)
     env = next(e for c, e in recorded.execs if "claude --verbose" in c)
     assert env["ANTHROPIC_MODEL"] == SERVED
@@ -599,12 +645,15 @@ async def test_mini_swe_agent_litellm_in_the_sandbox(hostile_env: None, tmp_path
     assert env["OPENAI_API_KEY"] == KEY
 
 
-@pytest.mark.parametrize(("profile", "model", "url"), [
-    ("openai-chat", f"openai/{SERVED}", f"{PROXY.sandbox_url}/v1"),
-    ("openai-responses", f"openai/responses/{SERVED}", f"{PROXY.sandbox_url}/v1"),
-    ("anthropic", f"anthropic/{SERVED}", PROXY.sandbox_url),
-    ("google", f"gemini/{SERVED}", f"{PROXY.sandbox_url}/v1beta"),
-])
+@pytest.mark.parametrize(
+    ("profile", "model", "url"),
+    [
+        ("openai-chat", f"openai/{SERVED}", f"{PROXY.sandbox_url}/v1"),
+        ("openai-responses", f"openai/responses/{SERVED}", f"{PROXY.sandbox_url}/v1"),
+        ("anthropic", f"anthropic/{SERVED}", PROXY.sandbox_url),
+        ("google", f"gemini/{SERVED}", f"{PROXY.sandbox_url}/v1beta"),
+    ],
+)
 def test_fabric_gets_the_proxy_through_its_own_options(
     profile: str, model: str, url: str, hostile_env: None, tmp_path: Path
 ):
@@ -660,8 +709,9 @@ async def test_recording_environment_records_what_it_is_given(tmp_path: Path):
 
 def test_terminus2_turn_limit_follows_the_budget() -> None:
     proxy = ProxyEndpoint(host_url="http://127.0.0.1:1", sandbox_url="http://127.0.0.1:2")
-    config = agent_config("terminus-2", proxy=proxy, session_key="hr-a-b", served_model="m",
-                          budget=5)
+    config = agent_config(
+        "terminus-2", proxy=proxy, session_key="hr-a-b", served_model="m", budget=5
+    )
     assert config.kwargs["max_turns"] == 6
     unlimited = agent_config("terminus-2", proxy=proxy, session_key="hr-a-b", served_model="m")
     assert "max_turns" not in unlimited.kwargs

@@ -100,9 +100,7 @@ def test_fewer_recorded_calls_than_captured_ones_is_a_count_mismatch():
 def test_more_recorded_calls_than_captured_ones_is_a_count_mismatch():
     turns = chain(2)
     doc = trajectory(system(), agent("reply 0"), agent("reply 1"), agent("a third reply"))
-    assert codes(cross_check(doc, capture(*turns))) == [
-        ("atif_call_count_mismatch", "warn", None)
-    ]
+    assert codes(cross_check(doc, capture(*turns))) == [("atif_call_count_mismatch", "warn", None)]
 
 
 def test_swapped_calls_are_an_order_mismatch_by_tokens():
@@ -178,7 +176,11 @@ def test_discarded_retries_and_auxiliary_calls_are_not_the_agents_loop():
     title = turn(3, [500, 501], [502], auxiliary=True)
     doc = capture(abandoned, kept, second, title)
     assert [n.role for n in doc.graph.nodes.values()] == [
-        "discarded", "agent", "agent", "auxiliary"]
+        "discarded",
+        "agent",
+        "agent",
+        "auxiliary",
+    ]
     assert cross_check(trajectory(system(), with_tokens(kept), with_tokens(second)), doc) == []
 
 
@@ -263,8 +265,7 @@ def test_a_document_that_is_not_atif_is_a_warning_not_a_crash():
     [missing] = cross_check({"steps": []}, capture(*chain(1)))
     assert missing.code == "atif_invalid"
     assert missing.message == (
-        "the agent's trajectory is not valid ATIF: agent: Field required "
-        "(and 1 more problems)"
+        "the agent's trajectory is not valid ATIF: agent: Field required (and 1 more problems)"
     )
 
 
@@ -276,10 +277,12 @@ def test_calls_answered_with_the_budget_stop_may_be_recorded_or_not():
     stopped = close_capture(turns, budget_stops=1)
     assert cross_check(trajectory(system(), *steps, agent("budget spent")), stopped) == []
     assert cross_check(trajectory(system(), *steps), stopped) == []
-    [finding] = cross_check(trajectory(system(), *steps, agent("stop"), agent("stop")),
-                            stopped)
-    assert finding.message == ("the agent's trajectory records 4 model calls, the capture "
-                               "holds 2 agent calls and 1 answered with the budget stop")
+    [finding] = cross_check(trajectory(system(), *steps, agent("stop"), agent("stop")), stopped)
+    assert finding.message == (
+        "the agent's trajectory records 4 model calls, the capture "
+        "holds 2 agent calls and 1 answered with the budget stop"
+    )
     # Without a budget stop the extra step is a mismatch, as before.
-    assert codes(cross_check(trajectory(system(), *steps, agent("budget spent")),
-                             capture(*turns))) == [("atif_call_count_mismatch", "warn", None)]
+    assert codes(
+        cross_check(trajectory(system(), *steps, agent("budget spent")), capture(*turns))
+    ) == [("atif_call_count_mismatch", "warn", None)]

@@ -27,10 +27,22 @@ from tests.capture.turns_factory import chain, turn
 TRAJECTORIES = Path(__file__).parent / "atif_trajectories"
 
 # Each run's captured agent calls (turns less auxiliary ones, from its report row).
-AGENT_CALLS = {"antigravity-sdk": 2,
-               "claude-code": 2, "codex": 2, "copilot-cli": 2, "gemini-cli": 2,
-               "mini-swe-agent": 2, "openhands": 2, "openhands-sdk": 2, "opencode": 2,
-               "pi": 2, "qwen-coder": 2, "terminus-2": 3, "cline-cli": 4, "strands": 2}
+AGENT_CALLS = {
+    "antigravity-sdk": 2,
+    "claude-code": 2,
+    "codex": 2,
+    "copilot-cli": 2,
+    "gemini-cli": 2,
+    "mini-swe-agent": 2,
+    "openhands": 2,
+    "openhands-sdk": 2,
+    "opencode": 2,
+    "pi": 2,
+    "qwen-coder": 2,
+    "terminus-2": 3,
+    "cline-cli": 4,
+    "strands": 2,
+}
 # Captured side calls the agent's trajectory leaves out.
 AUXILIARY = {"opencode": 1}
 
@@ -40,8 +52,9 @@ def recorded(agent: str) -> dict:
 
 
 def captured(agent: str, agent_calls: int, budget_stops: int = 0):
-    side = [turn(100 + i, [900 + i], [950 + i], auxiliary=True)
-            for i in range(AUXILIARY.get(agent, 0))]
+    side = [
+        turn(100 + i, [900 + i], [950 + i], auxiliary=True) for i in range(AUXILIARY.get(agent, 0))
+    ]
     return close_capture([*chain(agent_calls), *side], budget_stops=budget_stops)
 
 
@@ -60,14 +73,16 @@ def test_a_normal_rollout_raises_no_warning(agent: str) -> None:
 
 @pytest.mark.parametrize("agent", sorted(AGENT_CALLS))
 def test_a_call_the_agent_did_not_record_is_still_a_mismatch(agent: str) -> None:
-    assert warnings(cross_check(recorded(agent), captured(agent, AGENT_CALLS[agent] + 1))
-                    ) == [AtifCode.CALL_COUNT_MISMATCH]
+    assert warnings(cross_check(recorded(agent), captured(agent, AGENT_CALLS[agent] + 1))) == [
+        AtifCode.CALL_COUNT_MISMATCH
+    ]
 
 
 @pytest.mark.parametrize("agent", sorted(AGENT_CALLS))
 def test_a_recorded_call_the_capture_lacks_is_still_a_mismatch(agent: str) -> None:
-    assert warnings(cross_check(recorded(agent), captured(agent, AGENT_CALLS[agent] - 1))
-                    ) == [AtifCode.CALL_COUNT_MISMATCH]
+    assert warnings(cross_check(recorded(agent), captured(agent, AGENT_CALLS[agent] - 1))) == [
+        AtifCode.CALL_COUNT_MISMATCH
+    ]
 
 
 def test_terminus_2_recording_the_budget_stops_reply_is_no_mismatch() -> None:

@@ -31,17 +31,29 @@ def test_local_sandbox_unusable_without_bwrap(monkeypatch: pytest.MonkeyPatch) -
     assert not status.usable and "bubblewrap" in status.reason
 
 
-@pytest.mark.parametrize(("daemon", "compose", "usable", "reason"), [
-    (False, True, False, "Docker daemon is not running. Please start Docker and try again."),
-    (True, True, True, "preflight passed"),
-    # Harbor's preflight passes, and every start would fail at `docker compose`.
-    (True, False, False, "`docker compose` (Compose v2) is not installed, and Harbor's "
-     "docker backend starts every trial with it: install the Compose v2 plugin, or use "
-     "--sandbox container (the task's image, built with Docker, run without Compose)"),
-])
+@pytest.mark.parametrize(
+    ("daemon", "compose", "usable", "reason"),
+    [
+        (False, True, False, "Docker daemon is not running. Please start Docker and try again."),
+        (True, True, True, "preflight passed"),
+        # Harbor's preflight passes, and every start would fail at `docker compose`.
+        (
+            True,
+            False,
+            False,
+            "`docker compose` (Compose v2) is not installed, and Harbor's "
+            "docker backend starts every trial with it: install the Compose v2 plugin, or use "
+            "--sandbox container (the task's image, built with Docker, run without Compose)",
+        ),
+    ],
+)
 def test_docker_is_usable_exactly_when_its_daemon_and_compose_answer(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, daemon: bool, compose: bool,
-    usable: bool, reason: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    daemon: bool,
+    compose: bool,
+    usable: bool,
+    reason: str,
 ) -> None:
     monkeypatch.setenv("PATH", path_with_docker(tmp_path, daemon=daemon, compose=compose))
     assert check_backend("docker") == BackendStatus("docker", usable, reason)
@@ -53,8 +65,9 @@ def test_docker_is_unusable_without_its_cli(monkeypatch: pytest.MonkeyPatch) -> 
     assert not status.usable and status.reason.startswith("Docker is not installed")
 
 
-@pytest.mark.parametrize(("name", "variable"), [("e2b", "E2B_API_KEY"),
-                                                ("runloop", "RUNLOOP_API_KEY")])
+@pytest.mark.parametrize(
+    ("name", "variable"), [("e2b", "E2B_API_KEY"), ("runloop", "RUNLOOP_API_KEY")]
+)
 def test_installed_sdk_without_credentials_fails_preflight(
     monkeypatch: pytest.MonkeyPatch, name: str, variable: str
 ) -> None:
@@ -91,8 +104,9 @@ def test_singularity_needs_its_binary(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert check_backend("singularity").usable
 
 
-def test_ec2_needs_region_image_and_credentials(monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
+def test_ec2_needs_region_image_and_credentials(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     without_cloud_credentials(monkeypatch, tmp_path)
     status = check_backend("ec2")
     assert not status.usable
@@ -107,8 +121,9 @@ def test_ec2_needs_region_image_and_credentials(monkeypatch: pytest.MonkeyPatch,
 
 def test_ec2_names_an_unknown_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     without_cloud_credentials(monkeypatch, tmp_path)
-    status = check_backend("ec2", {"region": "us-east-1", "ami_id": "ami-1",
-                                   "aws_profile": "nobody"})
+    status = check_backend(
+        "ec2", {"region": "us-east-1", "ami_id": "ami-1", "aws_profile": "nobody"}
+    )
     assert not status.usable and "nobody" in status.reason
 
 
@@ -138,15 +153,17 @@ class _Needy:
 
 def test_constructor_arguments_harbor_does_not_supply_are_named() -> None:
     assert missing_arguments(_Needy, {}) == [
-        "its constructor requires `region`: pass --sandbox-arg region=VALUE"]
+        "its constructor requires `region`: pass --sandbox-arg region=VALUE"
+    ]
     assert missing_arguments(_Needy, {"region": "r"}) == []
     assert missing_arguments(_Needy, {"region": "r", "colour": 1}) == [
-        "its constructor takes no argument `colour`"]
+        "its constructor takes no argument `colour`"
+    ]
 
 
 def test_sandbox_args_are_json_or_strings() -> None:
-    assert parse_sandbox_args(["region=us-east-1", "use_public_ip=false", "n=2",
-                               'ids=["sg-1"]', "empty="]) == {
-        "region": "us-east-1", "use_public_ip": False, "n": 2, "ids": ["sg-1"], "empty": ""}
+    assert parse_sandbox_args(
+        ["region=us-east-1", "use_public_ip=false", "n=2", 'ids=["sg-1"]', "empty="]
+    ) == {"region": "us-east-1", "use_public_ip": False, "n": 2, "ids": ["sg-1"], "empty": ""}
     with pytest.raises(SandboxArgumentError, match="KEY=VALUE"):
         parse_sandbox_args(["region"])

@@ -503,11 +503,14 @@ async def test_runtimes_are_mounted_read_only_at_their_path_and_off_path(
         await environment.stop(delete=True)
 
 
-@pytest.mark.parametrize(("target", "problem"), [
-    ("opt/toy", "absolute"), ("/", "absolute"), ("/usr/local/toy", "inside the host"),
-])
-def test_tools_outside_the_host_system_dirs_only(
-    tmp_path: Path, target: str, problem: str
-) -> None:
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("opt/toy", "absolute"),
+        ("/", "absolute"),
+        ("/usr/local/toy", "inside the host"),
+    ],
+)
+def test_tools_outside_the_host_system_dirs_only(tmp_path: Path, target: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         make_environment(tmp_path, tools={target: str(tmp_path)})

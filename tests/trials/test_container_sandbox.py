@@ -86,9 +86,14 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     return Image(environment, base / "images", root)
 
 
-def make_container(tmp_path: Path, image: Image, name: str = "task", *,
-                   task_env: TaskEnvironmentConfig | None = None,
-                   **kwargs: Any) -> ContainerEnvironment:
+def make_container(
+    tmp_path: Path,
+    image: Image,
+    name: str = "task",
+    *,
+    task_env: TaskEnvironmentConfig | None = None,
+    **kwargs: Any,
+) -> ContainerEnvironment:
     return ContainerEnvironment(
         environment_dir=image.environment,
         environment_name=name,
@@ -122,8 +127,11 @@ def snapshot(root: Path) -> set[tuple[str, int, int, int]]:
 
 def mounted_below(directory: Path) -> list[str]:
     """The host's mounts (this process's mount table) at or below `directory`."""
-    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-            if str(directory) in line.split()[4]]
+    return [
+        line
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if str(directory) in line.split()[4]
+    ]
 
 
 def sandboxed(marker: str) -> list[str]:
@@ -140,20 +148,26 @@ def cgroups_of(environment: ContainerEnvironment, limits: Limits) -> list[Path]:
 # --- The image -------------------------------------------------------------------------
 
 
-async def test_the_images_files_and_programs_are_what_runs(container: ContainerEnvironment,
-                                                           image: Image) -> None:
+async def test_the_images_files_and_programs_are_what_runs(
+    container: ContainerEnvironment, image: Image
+) -> None:
     result = await container.exec(
         "jq .answer /app/data.json; python3 --version; pwd; "
-        ". /etc/os-release; echo $VERSION_CODENAME; id -u; echo $TASK_DATA; task-tool")
+        ". /etc/os-release; echo $VERSION_CODENAME; id -u; echo $TASK_DATA; task-tool"
+    )
     assert result.return_code == 0, result.stderr
     # Debian bookworm's python3, whatever the host runs; the image's WORKDIR; its ENV,
     # PATH included.
-    assert result.stdout == ("42\nPython 3.11.2\n/app\nbookworm\n0\n/app/data.json\n"
-                             "task tool\n")
+    assert result.stdout == ("42\nPython 3.11.2\n/app\nbookworm\n0\n/app/data.json\ntask tool\n")
     record = json.loads((container.trial_paths.trial_dir / "environment.json").read_text())
-    assert record == {"kind": "image", "reference": image.root.reference,
-                      "digest": image.root.digest, "build_s": 0.0, "built": False,
-                      "log": None if image.root.log is None else str(image.root.log)}
+    assert record == {
+        "kind": "image",
+        "reference": image.root.reference,
+        "digest": image.root.digest,
+        "build_s": 0.0,
+        "built": False,
+        "log": None if image.root.log is None else str(image.root.log),
+    }
 
 
 async def test_the_local_sandbox_records_the_hosts_userland(tmp_path: Path) -> None:
@@ -174,8 +188,10 @@ async def test_writes_land_in_the_trials_own_layer_never_in_the_image(
     second = make_container(tmp_path, image, "second")
     await asyncio.gather(first.start(force_build=False), second.start(force_build=False))
     try:
-        wrote = await first.exec("echo first > /app/owner && touch /usr/bin/planted && "
-                                 "rm /app/data.json && echo x >> /etc/hostname")
+        wrote = await first.exec(
+            "echo first > /app/owner && touch /usr/bin/planted && "
+            "rm /app/data.json && echo x >> /etc/hostname"
+        )
         assert wrote.return_code == 0, wrote.stderr
         assert first.sandbox_dir is not None
         upper = first.sandbox_dir / "upper"
@@ -206,8 +222,9 @@ async def test_no_network_but_loopback_and_the_forward(tmp_path: Path, image: Im
     try:
         interfaces = await environment.exec("tail -n +3 /proc/net/dev | cut -d: -f1")
         assert (interfaces.stdout or "").split() == ["lo"]
-        direct = await environment.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected",
-                                        timeout_sec=10)
+        direct = await environment.exec(
+            f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected", timeout_sec=10
+        )
         assert direct.return_code != 0 and direct.stdout is None
         forwarded = await environment.exec("cat < /dev/tcp/127.0.0.1/8765", timeout_sec=10)
         assert forwarded.stdout == "hello from the host\n", forwarded.stderr
@@ -220,11 +237,13 @@ async def test_no_network_but_loopback_and_the_forward(tmp_path: Path, image: Im
 # --- Teardown --------------------------------------------------------------------------
 
 
-async def test_stop_leaves_no_process_directory_mount_or_cgroup(tmp_path: Path,
-                                                                image: Image) -> None:
+async def test_stop_leaves_no_process_directory_mount_or_cgroup(
+    tmp_path: Path, image: Image
+) -> None:
     limits = Limits(cpus=1, memory_mb=256)
-    environment = make_container(tmp_path, image,
-                                 task_env=TaskEnvironmentConfig(cpus=1, memory_mb=256))
+    environment = make_container(
+        tmp_path, image, task_env=TaskEnvironmentConfig(cpus=1, memory_mb=256)
+    )
     await environment.start(force_build=False)
     root = environment.sandbox_dir
     assert root is not None
@@ -232,7 +251,8 @@ async def test_stop_leaves_no_process_directory_mount_or_cgroup(tmp_path: Path,
     namespace = await pid_namespace_of(environment)
     started = await environment.exec(
         "setsid -f sleep 1000.61; (nohup sleep 1000.62 >/dev/null 2>&1 &); "
-        "tmux new-session -d 'sleep 1000.63'")
+        "tmux new-session -d 'sleep 1000.63'"
+    )
     assert started.return_code == 0, started.stderr
     await eventually(lambda: len(running("sleep 1000.6")) >= 4)  # three, and tmux's server
     assert groups and all((group / "cgroup.procs").read_text().split() for group in groups)
@@ -272,8 +292,12 @@ async def test_a_killed_host_leaves_nothing_once_reaped(tmp_path: Path, image: I
 
         asyncio.run(main())
     """)
-    process = subprocess.Popen([sys.executable, "-c", host], stdout=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).parents[2])
+    process = subprocess.Popen(
+        [sys.executable, "-c", host],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     try:
         try:
             assert process.stdout is not None
@@ -296,15 +320,16 @@ async def test_a_killed_host_leaves_nothing_once_reaped(tmp_path: Path, image: I
 # --- Files -----------------------------------------------------------------------------
 
 
-async def test_transfers_follow_no_symlink_the_agent_planted(container: ContainerEnvironment,
-                                                             image: Image,
-                                                             tmp_path: Path) -> None:
+async def test_transfers_follow_no_symlink_the_agent_planted(
+    container: ContainerEnvironment, image: Image, tmp_path: Path
+) -> None:
     rootfs = image.root.rootfs
     before = snapshot(rootfs)
     planted = await container.exec(
         f"mkdir -p /app/out && echo mine > /app/out/file && ln -s / /app/out/root && "
         f"ln -s {rootfs} /app/out/image && ln -s ../../../etc/passwd /app/out/up && "
-        f"ln -s {rootfs}/usr/bin /app/escape")
+        f"ln -s {rootfs}/usr/bin /app/escape"
+    )
     assert planted.return_code == 0, planted.stderr
 
     target = tmp_path / "download" / "out"
@@ -328,8 +353,9 @@ async def test_transfers_follow_no_symlink_the_agent_planted(container: Containe
 
 async def test_the_tasks_memory_and_cpu_limits_hold(tmp_path: Path, image: Image) -> None:
     limits = Limits(cpus=0.5, memory_mb=64)
-    environment = make_container(tmp_path, image,
-                                 task_env=TaskEnvironmentConfig(cpus=0.5, memory_mb=64))
+    environment = make_container(
+        tmp_path, image, task_env=TaskEnvironmentConfig(cpus=0.5, memory_mb=64)
+    )
     await environment.start(force_build=False)
     try:
         assert environment.sandbox_dir is not None
@@ -355,8 +381,9 @@ async def test_the_tasks_memory_and_cpu_limits_hold(tmp_path: Path, image: Image
 # --- Installed programs, the warm pool, a whole trial ----------------------------------
 
 
-async def test_a_tool_directory_is_bound_read_only_and_first_on_path(tmp_path: Path,
-                                                                     image: Image) -> None:
+async def test_a_tool_directory_is_bound_read_only_and_first_on_path(
+    tmp_path: Path, image: Image
+) -> None:
     entry = tmp_path / "cache" / "toy-1.0"
     (entry / "bin").mkdir(parents=True)
     (entry / "bin" / "toy").write_text("#!/bin/sh\necho toy over $(jq .answer /app/data.json)\n")
@@ -372,8 +399,9 @@ async def test_a_tool_directory_is_bound_read_only_and_first_on_path(tmp_path: P
         await environment.stop(delete=True)
 
 
-async def test_a_warm_pool_hands_out_sandboxes_of_the_image_only(tmp_path: Path,
-                                                                 image: Image) -> None:
+async def test_a_warm_pool_hands_out_sandboxes_of_the_image_only(
+    tmp_path: Path, image: Image
+) -> None:
     sandboxes, ledger = tmp_path / "sandboxes", Ledger(tmp_path / "ledger")
     backend = BwrapBackend(sandboxes)
     pool = WarmPool(backend, {"jq": 1}, ledger)
@@ -408,8 +436,7 @@ async def test_a_warm_pool_hands_out_sandboxes_of_the_image_only(tmp_path: Path,
     assert list(sandboxes.iterdir()) == []
 
 
-async def test_an_oracle_trial_in_the_image_gets_its_reward(tmp_path: Path,
-                                                            image: Image) -> None:
+async def test_an_oracle_trial_in_the_image_gets_its_reward(tmp_path: Path, image: Image) -> None:
     task = tmp_path / "jq-task"
     (task / "environment").mkdir(parents=True)
     (task / "environment" / "Dockerfile").write_text(DOCKERFILE)
@@ -418,16 +445,24 @@ async def test_an_oracle_trial_in_the_image_gets_its_reward(tmp_path: Path,
     (task / "task.toml").write_text('version = "1.0"\n\n[environment]\nmemory_mb = 512\n')
     (task / "instruction.md").write_text("Write the answer in /app/data.json to answer.txt.\n")
     (task / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\njq .answer /app/data.json > /app/answer.txt\n")
+        "#!/bin/bash\njq .answer /app/data.json > /app/answer.txt\n"
+    )
     (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > /logs/verifier/reward.txt"
-        " || echo 0 > /logs/verifier/reward.txt\n")
+        '#!/bin/bash\n[ "$(cat /app/answer.txt)" = 42 ] && echo 1 > /logs/verifier/reward.txt'
+        " || echo 0 > /logs/verifier/reward.txt\n"
+    )
     config = TrialConfig(
-        task=TaskConfig(path=task), trials_dir=tmp_path / "trials",
+        task=TaskConfig(path=task),
+        trials_dir=tmp_path / "trials",
         agent=AgentConfig(name="oracle"),
-        environment=TrialEnvironmentConfig(import_path=IMPORT_PATH, kwargs={
-            "sandboxes_dir": str(tmp_path / "sandboxes"),
-            "images_dir": str(image.images_dir)}))
+        environment=TrialEnvironmentConfig(
+            import_path=IMPORT_PATH,
+            kwargs={
+                "sandboxes_dir": str(tmp_path / "sandboxes"),
+                "images_dir": str(image.images_dir),
+            },
+        ),
+    )
     trial = await Trial.create(config)
     result = await trial.run()
     assert result.exception_info is None
@@ -441,12 +476,15 @@ async def test_an_oracle_trial_in_the_image_gets_its_reward(tmp_path: Path,
 # --- Refusals and preflight -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("files", "refusal"), [
-    ({}, "declares no image"),
-    ({"docker-compose.yaml": "services: {}\n"}, "docker-compose.yaml"),
-    # Built (on the base image's layers: seconds), then refused before any sandbox.
-    ({"Dockerfile": "FROM debian:bookworm-slim\nUSER nobody\n"}, "sets USER nobody"),
-])
+@pytest.mark.parametrize(
+    ("files", "refusal"),
+    [
+        ({}, "declares no image"),
+        ({"docker-compose.yaml": "services: {}\n"}, "docker-compose.yaml"),
+        # Built (on the base image's layers: seconds), then refused before any sandbox.
+        ({"Dockerfile": "FROM debian:bookworm-slim\nUSER nobody\n"}, "sets USER nobody"),
+    ],
+)
 async def test_a_task_it_cannot_give_its_image_is_refused(
     tmp_path: Path, image: Image, files: dict[str, str], refusal: str
 ) -> None:

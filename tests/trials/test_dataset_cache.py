@@ -43,19 +43,22 @@ def links_under(root: Path) -> list[Path]:
 
 def test_marked_specs_parse_and_unmarked_ones_stay_local() -> None:
     assert parse_remote_spec("hf://org/tasks@v1") == HubDataset(
-        spec="hf://org/tasks@v1", repo_id="org/tasks", revision="v1")
+        spec="hf://org/tasks@v1", repo_id="org/tasks", revision="v1"
+    )
     assert parse_remote_spec("hf://org/tasks").revision == "main"  # type: ignore[union-attr]
     assert parse_remote_spec("harbor://demo@1.0?registry=reg.json") == RegistryDataset(
-        spec="harbor://demo@1.0?registry=reg.json", name="demo", version="1.0",
-        registry="reg.json")
+        spec="harbor://demo@1.0?registry=reg.json", name="demo", version="1.0", registry="reg.json"
+    )
     assert parse_remote_spec("harbor://demo") == RegistryDataset(
-        spec="harbor://demo", name="demo", version=None, registry=None)
+        spec="harbor://demo", name="demo", version=None, registry=None
+    )
     for local in ("org/tasks", "samples", "reg.json:demo@1.0", "terminal-bench@2.0"):
         assert parse_remote_spec(local) is None
 
 
 @pytest.mark.parametrize(
-    "spec", ["hf://tasks", "hf://a/b/c", "hf://../x", "harbor://", "harbor://x?registry="])
+    "spec", ["hf://tasks", "hf://a/b/c", "hf://../x", "harbor://", "harbor://x?registry="]
+)
 def test_malformed_marked_specs_are_refused(spec: str) -> None:
     with pytest.raises(DatasetError, match="is "):
         parse_remote_spec(spec)
@@ -81,8 +84,10 @@ def test_registry_datasets_are_keyed_by_registry_name_and_version(tmp_path: Path
 
 @pytest.fixture
 def hub_repo() -> HubRepo:
-    return HubRepo(files={**task_files("alpha"), **task_files("beta"), "README.md": b"hi\n"},
-                   revisions=("main", "v1"))
+    return HubRepo(
+        files={**task_files("alpha"), **task_files("beta"), "README.md": b"hi\n"},
+        revisions=("main", "v1"),
+    )
 
 
 def test_a_hub_dataset_resolves_from_real_files_and_then_from_the_cache(
@@ -106,7 +111,8 @@ def test_a_hub_dataset_resolves_from_real_files_and_then_from_the_cache(
     again = resolve_dataset("hf://org/tasks@v1", cache=cache)
     assert again.tasks == report.tasks and len(hub.requests) == asked
     assert [(entry.spec, entry.path) for entry in cached_datasets(cache)] == [
-        ("hf://org/tasks@v1", fetched)]
+        ("hf://org/tasks@v1", fetched)
+    ]
 
 
 def test_an_unfetchable_hub_dataset_names_prefetch_and_leaves_nothing_cached(
@@ -178,7 +184,10 @@ def test_a_dangling_link_is_refused(tmp_path: Path) -> None:
 def git(*args: str, cwd: Path) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=cwd, capture_output=True, text=True, check=True,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout.strip()
 

@@ -21,13 +21,20 @@ from harbor_ray.trials.environment_need import (
 TOML = 'version = "1.0"\n\n[verifier]\ntimeout_sec = 10\n\n[environment]\n'
 
 
-def task_dir(root: Path, *, dockerfile: str | None = None, docker_image: str | None = None,
-             compose: bool = False, files: dict[str, str] | None = None) -> TaskRef:
+def task_dir(
+    root: Path,
+    *,
+    dockerfile: str | None = None,
+    docker_image: str | None = None,
+    compose: bool = False,
+    files: dict[str, str] | None = None,
+) -> TaskRef:
     directory = root / "task"
     (directory / "environment").mkdir(parents=True)
     (directory / "tests").mkdir()
     (directory / "tests" / "test.sh").write_text(
-        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"
+    )
     (directory / "instruction.md").write_text("Do it.\n")
     toml = TOML + (f'docker_image = "{docker_image}"\n' if docker_image else "")
     (directory / "task.toml").write_text(toml)
@@ -47,12 +54,22 @@ def task_dir(root: Path, *, dockerfile: str | None = None, docker_image: str | N
     ("dockerfile", "kind", "why"),
     [
         ("FROM debian:bookworm-slim\n", NeedKind.BASE, ""),
-        ("# syntax=docker/dockerfile:1\nFROM ubuntu:24.04 AS base\n\nWORKDIR /src\n"
-         "LABEL maintainer=x\nCMD [\"sleep\", \"infinity\"]\n", NeedKind.BASE, ""),
-        ("FROM debian:bookworm-slim\nRUN apt-get update && \\\n    apt-get install -y jq\n",
-         NeedKind.BUILD, "environment/Dockerfile has RUN"),
-        ("FROM python:3.12\nWORKDIR /app\nCOPY . /app\nENV X=1\nRUN pip install x\n",
-         NeedKind.BUILD, "environment/Dockerfile has COPY, ENV, RUN"),
+        (
+            "# syntax=docker/dockerfile:1\nFROM ubuntu:24.04 AS base\n\nWORKDIR /src\n"
+            'LABEL maintainer=x\nCMD ["sleep", "infinity"]\n',
+            NeedKind.BASE,
+            "",
+        ),
+        (
+            "FROM debian:bookworm-slim\nRUN apt-get update && \\\n    apt-get install -y jq\n",
+            NeedKind.BUILD,
+            "environment/Dockerfile has RUN",
+        ),
+        (
+            "FROM python:3.12\nWORKDIR /app\nCOPY . /app\nENV X=1\nRUN pip install x\n",
+            NeedKind.BUILD,
+            "environment/Dockerfile has COPY, ENV, RUN",
+        ),
         ("FROM debian\nUSER agent\n", NeedKind.BUILD, "environment/Dockerfile has USER"),
         # A continued line is one instruction; a comment inside it is not one.
         ("FROM debian \\\n  # a comment\n  AS base\nworkdir /w\n", NeedKind.BASE, ""),
@@ -79,8 +96,8 @@ def test_a_prebuilt_image_a_compose_file_and_nothing(tmp_path: Path) -> None:
     nothing = task_dir(tmp_path / "c", files={"data.txt": "x"})
 
     assert image.environment == EnvironmentNeed(
-        NeedKind.IMAGE, "task.toml names docker_image python:3.12-slim",
-        image="python:3.12-slim")
+        NeedKind.IMAGE, "task.toml names docker_image python:3.12-slim", image="python:3.12-slim"
+    )
     assert compose.environment.kind is NeedKind.COMPOSE  # compose wins, as in Harbor
     assert nothing.environment == EnvironmentNeed(NeedKind.NONE)
 
@@ -115,25 +132,37 @@ NEEDS = {
     ],
 )
 def test_the_rule_for_a_sandbox_with_and_without_the_tasks_image(
-    need: str, refused_on_local: bool, ran_on_local: RanIn, refused_in_image: bool,
+    need: str,
+    refused_on_local: bool,
+    ran_on_local: RanIn,
+    refused_in_image: bool,
     ran_in_image: RanIn | None,
 ) -> None:
     asked = NEEDS[need]
 
-    local = refusal(asked, task="t", sandbox="local", provides_image=False,
-                    host_userland=False)
+    local = refusal(asked, task="t", sandbox="local", provides_image=False, host_userland=False)
     assert (local is not None) is refused_on_local
     if local is not None:
         # The message names the task, why, and both ways out.
-        assert all(part in local for part in ("'t'", asked.why, "--sandbox container",
-                                              "--host-userland", "host_override"))
+        assert all(
+            part in local
+            for part in (
+                "'t'",
+                asked.why,
+                "--sandbox container",
+                "--host-userland",
+                "host_override",
+            )
+        )
     # Asked for, the host's userland runs anything, and the row says which it was.
-    assert refusal(asked, task="t", sandbox="local", provides_image=False,
-                   host_userland=True) is None
+    assert (
+        refusal(asked, task="t", sandbox="local", provides_image=False, host_userland=True) is None
+    )
     assert ran_in(asked, provides_image=False) is ran_on_local
 
-    container = refusal(asked, task="t", sandbox="container", provides_image=True,
-                        host_userland=False)
+    container = refusal(
+        asked, task="t", sandbox="container", provides_image=True, host_userland=False
+    )
     assert (container is not None) is refused_in_image
     if ran_in_image is not None:
         assert ran_in(asked, provides_image=True) is ran_in_image

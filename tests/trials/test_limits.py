@@ -62,9 +62,13 @@ def test_v2_writes_one_group() -> None:
 
 def test_each_limit_alone_and_none() -> None:
     assert [s.file for s in settings(Limits(memory_mb=1), v2=True)] == [
-        "memory.max", "memory.swap.max"]
+        "memory.max",
+        "memory.swap.max",
+    ]
     assert [s.file for s in settings(Limits(cpus=2), v2=False)] == [
-        "cpu.cfs_period_us", "cpu.cfs_quota_us"]
+        "cpu.cfs_period_us",
+        "cpu.cfs_quota_us",
+    ]
     assert settings(Limits(), v2=False) == settings(Limits(), v2=True) == []
     # The kernel's smallest quota, however small the share asked.
     assert settings(Limits(cpus=0.001), v2=True)[-1].value == "1000 100000"
@@ -90,20 +94,25 @@ def joined(pid: int) -> None:
         time.sleep(0.01)
 
 
-def test_a_process_joins_the_groups_before_it_execs_and_its_limits_hold(tmp_path: Path
-                                                                       ) -> None:
+def test_a_process_joins_the_groups_before_it_execs_and_its_limits_hold(tmp_path: Path) -> None:
     limits = Limits(cpus=0.5, memory_mb=32)
     cgroups = Cgroups(tmp_path / "sandbox", limits)
     cgroups.create()
     try:
         assert len(cgroups.groups) == (1 if is_v2() else 2)
-        memberships = subprocess.run(cgroups.join_argv(["cat", "/proc/self/cgroup"]),
-                                     capture_output=True, text=True, check=True)
+        memberships = subprocess.run(
+            cgroups.join_argv(["cat", "/proc/self/cgroup"]),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         name = cgroup_name(tmp_path / "sandbox")
-        assert sum(line.endswith(f"/harbor_ray/{name}") for line in
-                   memberships.stdout.splitlines()) == len(cgroups.groups)
-        hog = subprocess.run(cgroups.join_argv([sys.executable, "-c", "bytearray(100 << 20)"]),
-                             capture_output=True)
+        assert sum(
+            line.endswith(f"/harbor_ray/{name}") for line in memberships.stdout.splitlines()
+        ) == len(cgroups.groups)
+        hog = subprocess.run(
+            cgroups.join_argv([sys.executable, "-c", "bytearray(100 << 20)"]), capture_output=True
+        )
         assert hog.returncode == -signal.SIGKILL
         small = subprocess.run(cgroups.join_argv([sys.executable, "-c", "bytearray(4 << 20)"]))
         assert small.returncode == 0
@@ -155,9 +164,15 @@ def test_reap_cgroups_empties_and_removes_the_groups_of_gone_sandboxes_only(tmp_
     sandboxes, other = tmp_path / "sandboxes", tmp_path / "other"
     (sandboxes / "live").mkdir(parents=True)
     limits = Limits(memory_mb=64)
-    made = {name: Cgroups(directory, limits) for name, directory in [
-        ("live", sandboxes / "live"), ("gone", sandboxes / "gone"),
-        ("busy", sandboxes / "busy"), ("elsewhere", other / "gone")]}
+    made = {
+        name: Cgroups(directory, limits)
+        for name, directory in [
+            ("live", sandboxes / "live"),
+            ("gone", sandboxes / "gone"),
+            ("busy", sandboxes / "busy"),
+            ("elsewhere", other / "gone"),
+        ]
+    }
     for cgroups in made.values():
         cgroups.create()
     busy = subprocess.Popen(made["busy"].join_argv(["sleep", "1000.82"]))
@@ -166,8 +181,11 @@ def test_reap_cgroups_empties_and_removes_the_groups_of_gone_sandboxes_only(tmp_
         # A process left in a gone sandbox's group (one still dying, or one that outlived
         # its pid namespace's kill) is killed, and the group goes with it.
         assert reap_cgroups(sandboxes) == 2
-        left = {name for name, cgroups in made.items()
-                if all(group.exists() for group in cgroups.groups)}
+        left = {
+            name
+            for name, cgroups in made.items()
+            if all(group.exists() for group in cgroups.groups)
+        }
         assert left == {"live", "elsewhere"}
         assert busy.wait(timeout=10) == -9
     finally:
@@ -187,9 +205,13 @@ def test_the_reaper_removes_a_dead_sandboxs_groups(tmp_path: Path) -> None:
     cgroups = Cgroups(layout.root, layout.limits)
     cgroups.create()
     bwrap = subprocess.Popen(
-        cgroups.join_argv([arg for arg in init_argv(find_tools(None).bwrap, layout)
-                           if arg != "--die-with-parent"]),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        cgroups.join_argv(
+            [arg for arg in init_argv(find_tools(None).bwrap, layout) if arg != "--die-with-parent"]
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     assert bwrap.stdout is not None and bwrap.stdout.readline() == b"ready\n"
     members = [int(pid) for pid in (cgroups.groups[0] / "cgroup.procs").read_text().split()]
     [namespace] = {pid_namespace(pid) for pid in members if namespace_init(pid)}

@@ -29,16 +29,22 @@ pytestmark = pytest.mark.integration
 
 def trial_config(tmp_path: Path, task: Path, sandboxes: Path, number: int) -> TrialConfig:
     return TrialConfig(
-        task=TaskConfig(path=task), trials_dir=tmp_path / "trials", trial_name=f"t{number}",
+        task=TaskConfig(path=task),
+        trials_dir=tmp_path / "trials",
+        trial_name=f"t{number}",
         agent=AgentConfig(name="oracle"),
-        environment=TrialEnvironmentConfig(import_path=IMPORT_PATH, kwargs={
-            "sandboxes_dir": str(sandboxes), "warm_pool": "host-1",
-            "warm_pool_environment": "answer-task"}))
+        environment=TrialEnvironmentConfig(
+            import_path=IMPORT_PATH,
+            kwargs={
+                "sandboxes_dir": str(sandboxes),
+                "warm_pool": "host-1",
+                "warm_pool_environment": "answer-task",
+            },
+        ),
+    )
 
 
-async def test_trials_take_pooled_sandboxes_and_the_pool_leaves_nothing(
-    tmp_path: Path
-) -> None:
+async def test_trials_take_pooled_sandboxes_and_the_pool_leaves_nothing(tmp_path: Path) -> None:
     task = write_task(tmp_path / "answer-task", "$((6 * 7))")
     sandboxes, ledger = tmp_path / "sandboxes", Ledger(tmp_path / "ledger")
     backend = BwrapBackend(sandboxes)
@@ -63,8 +69,10 @@ async def test_trials_take_pooled_sandboxes_and_the_pool_leaves_nothing(
         assert result.verifier_result.rewards == {"reward": 1.0}
         # Harbor downloaded the verifier's logs from the pooled sandbox.
         assert (trial.paths.verifier_dir / "reward.txt").read_text().strip() == "1"
-    took = ["from the warm pool ready" in (tmp_path / "trials" / f"t{n}" / "trial.log").read_text()
-            for n in range(3)]
+    took = [
+        "from the warm pool ready" in (tmp_path / "trials" / f"t{n}" / "trial.log").read_text()
+        for n in range(3)
+    ]
     assert took == [False, True, True]  # the first showed the pool its recipe
     assert ledger.listed() == []
     assert list(sandboxes.iterdir()) == []
@@ -74,8 +82,16 @@ async def test_trials_take_pooled_sandboxes_and_the_pool_leaves_nothing(
 async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: Path) -> None:
     sandboxes = tmp_path / "sandboxes"
     backend = BwrapBackend(sandboxes)
-    backend.learn("answer-task", Recipe(search_path=None, workdir=PurePosixPath("/app"),
-                                        share_network=False, binds=(), forwards=()))
+    backend.learn(
+        "answer-task",
+        Recipe(
+            search_path=None,
+            workdir=PurePosixPath("/app"),
+            share_network=False,
+            binds=(),
+            forwards=(),
+        ),
+    )
     left = await backend.start("answer-task")  # its host then dies: nobody stops it
     assert sandbox_processes(sandboxes) != []  # its pid 1 runs
     # What the reaper does with a dead host's ledger line, on a fresh backend.
@@ -86,8 +102,7 @@ async def test_a_pooled_sandbox_a_dead_host_left_is_stopped_by_its_id(tmp_path: 
 
 @pytest.mark.parametrize("backend", ["docker", "modal", "daytona"])
 def test_a_warm_pool_on_another_backend_is_refused_naming_the_fix(backend: str) -> None:
-    with pytest.raises(WarmPoolUnsupportedError,
-                       match="--sandbox container or local") as refused:
+    with pytest.raises(WarmPoolUnsupportedError, match="--sandbox container or local") as refused:
         check_warm_pool(backend, {"hello-file": 1})
     assert isinstance(refused.value, HarborRayError)
     check_warm_pool(backend, {})  # no pool asked: nothing to refuse

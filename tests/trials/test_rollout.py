@@ -22,8 +22,9 @@ from tests.trials.scripts import terminus_script
 pytestmark = pytest.mark.integration
 
 
-JQ_TASK = resolve_dataset(
-    str(Path(__file__).parents[1] / "fixtures" / "tasks" / "jq-data")).tasks[0]
+JQ_TASK = resolve_dataset(str(Path(__file__).parents[1] / "fixtures" / "tasks" / "jq-data")).tasks[
+    0
+]
 
 
 def sample(name: str) -> TaskRef:
@@ -33,8 +34,13 @@ def sample(name: str) -> TaskRef:
 
 def spec(tmp_path: Path, task: TaskRef, agent: str, **kwargs) -> RolloutSpec:
     kwargs.setdefault("sandbox_kwargs", {"sandboxes_dir": str(tmp_path / "sandboxes")})
-    return RolloutSpec(rollout_id=f"{task.name}-{agent}", task=task, agent=agent,
-                       trials_dir=tmp_path / "trials", **kwargs)
+    return RolloutSpec(
+        rollout_id=f"{task.name}-{agent}",
+        task=task,
+        agent=agent,
+        trials_dir=tmp_path / "trials",
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -74,8 +80,9 @@ async def test_null_reward_key_is_dropped_and_named(tmp_path: Path) -> None:
     result = await result_of(spec(tmp_path, sample("json-active-users"), "oracle"), None)
     assert result.ok and result.reward == 1.0
     assert result.rewards == {"reward": 1.0}
-    assert any(f.code == "reward_key_dropped" and "latency_bonus" in f.message
-               for f in result.findings)
+    assert any(
+        f.code == "reward_key_dropped" and "latency_bonus" in f.message for f in result.findings
+    )
 
 
 async def test_terminus2_through_the_proxy_solves_and_links(
@@ -91,8 +98,9 @@ async def test_terminus2_through_the_proxy_solves_and_links(
     assert doc["counts"]["roots"] == 1 and doc["trainable"]
     assert [t["parent"] for t in doc["turns"]] == [None, 0, 1]
     # The ATIF cross-check agreed: no mismatch findings.
-    assert not [f for f in result.findings if f.code.startswith("atif_") and
-                f.severity != "info"], result.findings
+    assert not [
+        f for f in result.findings if f.code.startswith("atif_") and f.severity != "info"
+    ], result.findings
     assert leftovers(tmp_path) == []
 
 
@@ -107,8 +115,9 @@ async def test_engine_down_is_engine_error_not_zero_calls(
 ) -> None:
     engine, capture = fake_capture
     engine.fail_with = 500
-    result = await result_of(spec(tmp_path, sample("hello-file"), "terminus-2",
-                                    deadline_s=120), capture)
+    result = await result_of(
+        spec(tmp_path, sample("hello-file"), "terminus-2", deadline_s=120), capture
+    )
     assert not result.ok
     assert result.model_calls == 0
     assert result.error_type == ErrorType.ENGINE_ERROR, result.error
@@ -128,8 +137,7 @@ def slow_task(tmp_path: Path, seconds: int) -> TaskRef:
 
 
 async def test_deadline_ends_as_a_row_and_leaves_nothing(tmp_path: Path) -> None:
-    result = await result_of(spec(tmp_path, slow_task(tmp_path, 301), "oracle",
-                                    deadline_s=8), None)
+    result = await result_of(spec(tmp_path, slow_task(tmp_path, 301), "oracle", deadline_s=8), None)
     assert result.error_type == ErrorType.DEADLINE and not result.ok
     assert result.reward is None  # the verifier never ran: None, not 0.0
     assert leftovers(tmp_path) == []
@@ -137,8 +145,9 @@ async def test_deadline_ends_as_a_row_and_leaves_nothing(tmp_path: Path) -> None
 
 
 async def test_cancelling_mid_command_propagates_and_leaves_nothing(tmp_path: Path) -> None:
-    rollout = asyncio.create_task(run_rollout(
-        spec(tmp_path, slow_task(tmp_path, 302), "oracle"), None))
+    rollout = asyncio.create_task(
+        run_rollout(spec(tmp_path, slow_task(tmp_path, 302), "oracle"), None)
+    )
     deadline = asyncio.get_running_loop().time() + 60
     while not any("sleep 302" in p for p in all_cmdlines()):
         assert asyncio.get_running_loop().time() < deadline, "solution never started"
@@ -161,8 +170,9 @@ async def test_a_backend_constructor_error_is_sandbox_start(tmp_path: Path) -> N
 async def test_a_task_without_an_image_is_refused_by_a_backend_that_runs_images(
     tmp_path: Path,
 ) -> None:
-    result = await result_of(spec(tmp_path, sample("hello-file"), "oracle", sandbox="ec2",
-                                  sandbox_kwargs={}), None)
+    result = await result_of(
+        spec(tmp_path, sample("hello-file"), "oracle", sandbox="ec2", sandbox_kwargs={}), None
+    )
     assert result.error_type is ErrorType.ENVIRONMENT_UNSUPPORTED and result.reward is None
     assert "declares no image" in result.error and result.environment is None
 
@@ -191,15 +201,23 @@ def _cached_config(agent: str, cache: Path):
     from harbor_ray.capture.core.session_info import SessionInfo
     from harbor_ray.trials.rollout import _trial_config
 
-    pinned = RolloutSpec(rollout_id="r", task=sample("hello-file"), agent=agent,
-                         trials_dir=cache / "trials", agents_cache=cache)
+    pinned = RolloutSpec(
+        rollout_id="r",
+        task=sample("hello-file"),
+        agent=agent,
+        trials_dir=cache / "trials",
+        agents_cache=cache,
+    )
     return _trial_config(pinned, _Capture(), SessionInfo("s", "k", None))
 
 
-@pytest.mark.parametrize(("agent", "import_path"), [
-    ("gemini-cli", "harbor_ray.trials.preinstalled:PreinstalledGeminiCli"),
-    ("codex", None),  # Harbor's codex skips its install when codex is on PATH
-])
+@pytest.mark.parametrize(
+    ("agent", "import_path"),
+    [
+        ("gemini-cli", "harbor_ray.trials.preinstalled:PreinstalledGeminiCli"),
+        ("codex", None),  # Harbor's codex skips its install when codex is on PATH
+    ],
+)
 def test_a_pinned_agent_runs_from_the_cache_mounted_read_only(
     tmp_path: Path, agent: str, import_path: str | None
 ):
@@ -209,7 +227,8 @@ def test_a_pinned_agent_runs_from_the_cache_mounted_read_only(
     (entry / "bin").mkdir(parents=True)
     config = _cached_config(agent, tmp_path)
     assert config.environment.kwargs["tools"] == {
-        f"/opt/harbor-ray/agents/{entry.name}": str(entry)}
+        f"/opt/harbor-ray/agents/{entry.name}": str(entry)
+    }
     assert config.agent.import_path == import_path
     assert config.agent.name == (None if import_path else agent)
 
@@ -223,18 +242,19 @@ def test_a_python_agent_gets_its_interpreter_and_venv_mounted_off_path(tmp_path:
     (entry / "venv" / "pyvenv.cfg").write_text("home = /opt/cpython-3.12/bin\n")
     kwargs = _cached_config("openhands-sdk", tmp_path).environment.kwargs
     assert kwargs["tools"] == {f"/opt/harbor-ray/agents/{entry.name}": str(entry)}
-    assert kwargs["runtimes"] == {"/opt/openhands-sdk-venv": str(entry / "venv"),
-                                  "/opt/cpython-3.12": "/opt/cpython-3.12"}
+    assert kwargs["runtimes"] == {
+        "/opt/openhands-sdk-venv": str(entry / "venv"),
+        "/opt/cpython-3.12": "/opt/cpython-3.12",
+    }
     # An npm agent's sandbox gets no runtimes kwarg at all, as before.
     (tmp_path / PINS["opencode"].entry_name / "bin").mkdir(parents=True)
     assert "runtimes" not in _cached_config("opencode", tmp_path).environment.kwargs
 
 
 async def test_a_pinned_agent_not_in_the_cache_fails_its_setup_saying_how_to_install(
-    tmp_path: Path
+    tmp_path: Path,
 ):
-    pinned = spec(tmp_path, sample("hello-file"), "opencode",
-                  agents_cache=tmp_path / "empty")
+    pinned = spec(tmp_path, sample("hello-file"), "opencode", agents_cache=tmp_path / "empty")
     async with local_capture(FakeEngine(), "in-process") as capture:
         record = await run_rollout(pinned, capture)
     assert record.result.error_type == ErrorType.AGENT_SETUP

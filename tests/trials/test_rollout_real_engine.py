@@ -24,12 +24,19 @@ async def test_terminus2_full_rollout_on_smollm2(tmp_path: Path, engine_url: str
     try:
         async with local_capture(recorder, engine.root) as capture:
             recorder.generations.clear()  # the certification's probes
-            record = await run_rollout(RolloutSpec(
-                rollout_id="real-terminus", task=task, agent="terminus-2",
-                trials_dir=tmp_path / "trials", budget=3, deadline_s=900,
-                sampling=Sampling(temperature=0.7, max_tokens=48),
-                sandbox_kwargs={"sandboxes_dir": str(tmp_path / "sandboxes")},
-            ), capture)
+            record = await run_rollout(
+                RolloutSpec(
+                    rollout_id="real-terminus",
+                    task=task,
+                    agent="terminus-2",
+                    trials_dir=tmp_path / "trials",
+                    budget=3,
+                    deadline_s=900,
+                    sampling=Sampling(temperature=0.7, max_tokens=48),
+                    sandbox_kwargs={"sandboxes_dir": str(tmp_path / "sandboxes")},
+                ),
+                capture,
+            )
     finally:
         await engine.aclose()
     result = record.result

@@ -18,8 +18,9 @@ async def test_local_sandbox_starts_and_stops_leaving_nothing(tmp_path: Path) ->
     assert list(sandboxes.iterdir()) == []  # stop(delete=True) removed the sandbox
 
 
-async def test_an_unusable_backend_is_not_started(monkeypatch: pytest.MonkeyPatch,
-                                                  tmp_path: Path) -> None:
+async def test_an_unusable_backend_is_not_started(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     without_cloud_credentials(monkeypatch, tmp_path)
     result = await probe_backend("ec2")
     assert not result.ok and result.reason.startswith("not usable: ")

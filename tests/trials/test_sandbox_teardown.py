@@ -101,7 +101,8 @@ async def test_pid_1_exits_when_it_cannot_run_its_child(tmp_path: Path) -> None:
         [sleeper] = _named(namespace, "sleep")
         os.kill(sleeper, signal.SIGKILL)
         assert await _wait_for(lambda: not pids_in_pid_namespace(namespace)), (
-            f"pid 1 still runs: {_cpu_ticks(pids_in_pid_namespace(namespace))}")
+            f"pid 1 still runs: {_cpu_ticks(pids_in_pid_namespace(namespace))}"
+        )
     finally:
         await environment.stop(delete=False)
 
@@ -135,13 +136,14 @@ def test_the_reaper_ends_a_pid_1_whose_bwrap_is_gone(tmp_path: Path) -> None:
     layout = Layout(root=sandboxes / "orphan")
     prepare_root(layout)
     # bwrap without --die-with-parent, killed: what stays is pid 1 and its `sleep`.
-    argv = [arg for arg in init_argv(find_tools(None).bwrap, layout)
-            if arg != "--die-with-parent"]
-    bwrap = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    argv = [arg for arg in init_argv(find_tools(None).bwrap, layout) if arg != "--die-with-parent"]
+    bwrap = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     assert bwrap.stdout is not None and bwrap.stdout.readline() == b"ready\n"
-    [init] = [int(pid) for pid in Path(f"/proc/{bwrap.pid}/task/{bwrap.pid}/children"
-                                       ).read_text().split()]
+    [init] = [
+        int(pid) for pid in Path(f"/proc/{bwrap.pid}/task/{bwrap.pid}/children").read_text().split()
+    ]
     namespace = pid_namespace(init)
     bwrap.kill()
     bwrap.wait()

@@ -29,9 +29,7 @@ def _reserve(rate: float):
     return reserve
 
 
-
-async def test_a_burst_keeps_to_the_rate_the_pool_refills_and_nothing_leaks(tmp_path: Path
-                                                                            ) -> None:
+async def test_a_burst_keeps_to_the_rate_the_pool_refills_and_nothing_leaks(tmp_path: Path) -> None:
     backend = FakeBackend(tmp_path)
     since = time.time()  # the bucket is made after this
     pool = WarmPool(backend, SIZES, Ledger(tmp_path / "ledger"), _reserve(RATE))
@@ -39,8 +37,7 @@ async def test_a_burst_keeps_to_the_rate_the_pool_refills_and_nothing_leaks(tmp_
     await eventually(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))
     assert len(backend.events("start")) == sum(SIZES.values())
 
-    taken = await asyncio.gather(*(pool.take("env-a" if i % 2 else "env-b")
-                                   for i in range(500)))
+    taken = await asyncio.gather(*(pool.take("env-a" if i % 2 else "env-b") for i in range(500)))
     assert len({s.sandbox_id for s in taken}) == 500
     # Refilled to its size, through the same bucket as the burst.
     await eventually(lambda: all(pool.ready(e) == n for e, n in SIZES.items()))

@@ -45,8 +45,11 @@ def _system_text(body: Mapping[str, Any]) -> str:
         if isinstance(content, str):
             parts.append(content)
         elif isinstance(content, list):
-            parts += [p["text"] for p in content
-                      if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+            parts += [
+                p["text"]
+                for p in content
+                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            ]
     return "\n".join(parts)
 
 
@@ -63,19 +66,20 @@ def _system_starts_with(*markers: str) -> Rule:
 
 # Side calls made on the main model, by agent (Harbor names). What each rule looks for
 # is in the recorded body it is tested on.
-RULES: Mapping[str, Rule] = MappingProxyType({
-    # Its title generator runs on `small_model` when set (then the model rule applies),
-    # else on the main model, with this system prompt.
-    "opencode": _system_starts_with("You are a title generator"),
-    # Its managed-memory extractor runs in the background on the main model.
-    "qwen-coder": _system_starts_with(
-        "You are now acting as the managed memory extraction subagent"),
-})
+RULES: Mapping[str, Rule] = MappingProxyType(
+    {
+        # Its title generator runs on `small_model` when set (then the model rule applies),
+        # else on the main model, with this system prompt.
+        "opencode": _system_starts_with("You are a title generator"),
+        # Its managed-memory extractor runs in the background on the main model.
+        "qwen-coder": _system_starts_with(
+            "You are now acting as the managed memory extraction subagent"
+        ),
+    }
+)
 
 
-def is_auxiliary(
-    main: MainLoop | None, request_model: str, body: Mapping[str, Any]
-) -> bool:
+def is_auxiliary(main: MainLoop | None, request_model: str, body: Mapping[str, Any]) -> bool:
     """Whether a call (its requested model, its engine body) is a side call."""
     if main is None:
         return False

@@ -131,8 +131,10 @@ def _ids_array(values: Any) -> np.ndarray | None:
     except (TypeError, OverflowError):
         # Keep the length; mark what is not an int32 id as -1 so validation names it.
         return np.array(
-            [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT32_MAX
-             else -1 for v in values],
+            [
+                v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT32_MAX else -1
+                for v in values
+            ],
             dtype=np.int32,
         )
     ids[ids < 0] = -1
@@ -151,8 +153,7 @@ def _logprobs(block: Any) -> np.ndarray | None:
         out = np.array(values, dtype=np.float32)
     except (TypeError, ValueError):
         out = np.array(
-            [v if isinstance(v, int | float) and not isinstance(v, bool) else None
-             for v in values],
+            [v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in values],
             dtype=np.float32,
         )
     if out.ndim != 1:

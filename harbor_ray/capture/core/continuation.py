@@ -53,7 +53,7 @@ _REASONS = {
     Fallback.NO_TOKENIZE: "the engine's /tokenize refused or failed",
     Fallback.UNKNOWN_TURN_END: "the chat template's end of an assistant turn is unknown",
     Fallback.RENDER_MISMATCH: "the engine's rendering of the new messages does not start "
-                              "with its rendering of the earlier messages and reply",
+    "with its rendering of the earlier messages and reply",
     Fallback.NON_TEXT_CONTENT: "a message has non-text content (the engine renders it)",
     Fallback.ENGINE_IGNORED: "the engine's prompt ids were not the stitched ones",
 }
@@ -157,8 +157,9 @@ def _content_key(content: Any) -> Any:
     if content is None:
         return ""
     if isinstance(content, list) and all(
-            isinstance(p, dict) and p.get("type", "text") == "text"
-            and isinstance(p.get("text"), str) for p in content):
+        isinstance(p, dict) and p.get("type", "text") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
         return "\n".join(p["text"] for p in content)
     return _canonical(content)
 
@@ -206,7 +207,8 @@ def has_non_text_content(messages: Sequence[Any]) -> bool:
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list) and any(
-                not isinstance(p, dict) or p.get("type", "text") != "text" for p in content):
+            not isinstance(p, dict) or p.get("type", "text") != "text" for p in content
+        ):
             return True
     return False
 
@@ -243,13 +245,22 @@ def stitch(
     history = np.asarray(history_ids, dtype=np.int32)
     full = np.asarray(full_ids, dtype=np.int32)
     k = len(closing)
-    if (len(full) < len(history) or k == 0 or len(history) < k
-            or not np.array_equal(full[: len(history)], history)
-            or not np.array_equal(history[len(history) - k:], closing)):
+    if (
+        len(full) < len(history)
+        or k == 0
+        or len(history) < k
+        or not np.array_equal(full[: len(history)], history)
+        or not np.array_equal(history[len(history) - k :], closing)
+    ):
         return Fallback.RENDER_MISMATCH
     sampled = base.token_ids
     ended = len(sampled) > 0 and int(sampled[-1]) == int(closing[0])
-    ids: np.ndarray = np.concatenate((
-        base.prompt_ids, sampled, closing[1:] if ended else closing, full[len(history):],
-    ))
+    ids: np.ndarray = np.concatenate(
+        (
+            base.prompt_ids,
+            sampled,
+            closing[1:] if ended else closing,
+            full[len(history) :],
+        )
+    )
     return ids.astype(np.int32, copy=False)

@@ -68,8 +68,11 @@ def detect(
         stream = stream or query.get("alt", "").lower() == "sse"
         return CallRoute("google", kind, url_model=google.group("model"), url_stream=stream)
     if clean in _MODELS_PATHS:
-        dialect: DialectName = "google" if clean.startswith("/v1beta") else (
-            "anthropic" if _has_anthropic_header(headers) else "chat")
+        dialect: DialectName = (
+            "google"
+            if clean.startswith("/v1beta")
+            else ("anthropic" if _has_anthropic_header(headers) else "chat")
+        )
         return CallRoute(dialect, "models")
     if clean in _PATHS:
         return _PATHS[clean]

@@ -52,8 +52,11 @@ def build_export(
     budget_stops: int = 0,
 ) -> dict[str, Any]:
     """Link, validate and render one session's turns (`close_capture`, then the view)."""
-    return render_export(close_capture(
-        turns, vocab_size=vocab_size, engine_errors=engine_errors, budget_stops=budget_stops))
+    return render_export(
+        close_capture(
+            turns, vocab_size=vocab_size, engine_errors=engine_errors, budget_stops=budget_stops
+        )
+    )
 
 
 def render_export(capture: ClosedCapture) -> dict[str, Any]:
@@ -74,9 +77,11 @@ def turns_from_export(doc: dict[str, Any]) -> list[TurnRecord]:
     """Rebuild the turn records a document was made from, ids and NaNs included."""
     version = doc.get("schema_version")
     if version not in _READABLE_VERSIONS:
-        raise SchemaMismatchError(f"export schema_version {version!r} is not one of the "
-                                  f"supported {_READABLE_VERSIONS}: export it again with "
-                                  "this version of harbor_ray")
+        raise SchemaMismatchError(
+            f"export schema_version {version!r} is not one of the "
+            f"supported {_READABLE_VERSIONS}: export it again with "
+            "this version of harbor_ray"
+        )
     return [
         TurnRecord(
             index=int(t["index"]),
@@ -124,8 +129,7 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "logprobs": _logprobs_to_json(turn.logprobs),
         "logprobs_mode": turn.logprobs_mode,
         "capture_level": turn.capture_level,
-        "usage": {"prompt_tokens": turn.prompt_tokens,
-                  "completion_tokens": turn.completion_tokens},
+        "usage": {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens},
         "upstream_retries": turn.upstream_retries,
         "sampling": dataclasses.asdict(turn.sampling),
         "finish_reason": turn.finish_reason,
@@ -138,8 +142,11 @@ def _turn_doc(turn: TurnRecord, node: Node) -> dict[str, Any]:
         "auxiliary": turn.auxiliary,
         "policy_version_start": turn.policy_version_start,
         "policy_version_end": turn.policy_version_end,
-        "policy_segments": (None if turn.policy_segments is None
-                            else [list(segment) for segment in turn.policy_segments]),
+        "policy_segments": (
+            None
+            if turn.policy_segments is None
+            else [list(segment) for segment in turn.policy_segments]
+        ),
         "continuation": _continuation_to_json(turn.continuation),
     }
 
@@ -152,16 +159,20 @@ def _continuation_to_json(continuation: Continuation | None) -> dict[str, Any] |
     if continuation is None:
         return None
     fallback = continuation.fallback
-    return {"turn": continuation.turn, "stitched": continuation.stitched,
-            "fallback": None if fallback is None else fallback.value}
+    return {
+        "turn": continuation.turn,
+        "stitched": continuation.stitched,
+        "fallback": None if fallback is None else fallback.value,
+    }
 
 
 def _continuation_from_json(doc: dict[str, Any] | None) -> Continuation | None:
     if doc is None:
         return None
     fallback = doc["fallback"]
-    return Continuation(int(doc["turn"]), bool(doc["stitched"]),
-                        None if fallback is None else Fallback(fallback))
+    return Continuation(
+        int(doc["turn"]), bool(doc["stitched"]), None if fallback is None else Fallback(fallback)
+    )
 
 
 def _sequence_doc(sequence: TrainingSequence) -> dict[str, Any]:

@@ -103,10 +103,14 @@ def validate(
     if evaluated:
         # Recorded without ids on purpose (an evaluation): nothing to check them against,
         # and no graph to build, so the id checks would only report the choice as faults.
-        findings.append(Finding(
-            Code.EVALUATION_ONLY, Severity.INFO,
-            f"{len(evaluated)} turn(s) captured below the `tokens` level (turns "
-            f"{_names(evaluated)}): kept for evaluation, never trained on"))
+        findings.append(
+            Finding(
+                Code.EVALUATION_ONLY,
+                Severity.INFO,
+                f"{len(evaluated)} turn(s) captured below the `tokens` level (turns "
+                f"{_names(evaluated)}): kept for evaluation, never trained on",
+            )
+        )
     prompts = _bad_prompt_ids(turns, vocab_size)
     for turn in sorted(turns, key=lambda t: t.index):
         if turn.capture_level == "tokens":
@@ -185,9 +189,12 @@ def _turn_findings(
         # retokenization_split follows when it does not.
         why = continuation.fallback.reason if continuation.fallback else "no reason given"
         yield Finding(
-            Code.STITCH_FALLBACK, Severity.WARN,
+            Code.STITCH_FALLBACK,
+            Severity.WARN,
             f"turn {i} continues turn {continuation.turn}, but its prompt was rendered from "
-            f"the messages, not stitched from turn {continuation.turn}'s ids: {why}", i)
+            f"the messages, not stitched from turn {continuation.turn}'s ids: {why}",
+            i,
+        )
 
     if turn.finish_reason == "length":
         yield Finding(Code.TRUNCATED, Severity.INFO, f"turn {i}: the reply hit the token limit", i)

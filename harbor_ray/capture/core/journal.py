@@ -30,8 +30,16 @@ from typing import Any, Literal
 from harbor_ray.capture.core.turn import TurnRecord
 
 __all__ = [
-    "Closed", "Decoded", "Entry", "JournalMode", "Opened", "Recorded", "Withdrawn",
-    "decode_entries", "encode_entry", "unfinished_turns",
+    "Closed",
+    "Decoded",
+    "Entry",
+    "JournalMode",
+    "Opened",
+    "Recorded",
+    "Withdrawn",
+    "decode_entries",
+    "encode_entry",
+    "unfinished_turns",
 ]
 
 # `fsync`: each entry reaches the disk before the reply reaches the agent (survives the
@@ -100,7 +108,7 @@ def decode_entries(data: bytes) -> Decoded:
             return Decoded(tuple(entries), offset, f"a torn header at byte {offset}")
         length, crc = _HEADER.unpack_from(view, offset)
         start = offset + _HEADER.size
-        payload = view[start:start + length]
+        payload = view[start : start + length]
         if len(payload) < length:
             return Decoded(tuple(entries), offset, f"a torn record at byte {offset}")
         if zlib.crc32(payload) != crc:
@@ -108,8 +116,11 @@ def decode_entries(data: bytes) -> Decoded:
         try:
             entry = _Unpickler(io.BytesIO(payload)).load()
         except Exception as exc:  # a checksummed payload that is no entry: a foreign file
-            return Decoded(tuple(entries), offset,
-                           f"an undecodable record at byte {offset} ({type(exc).__name__})")
+            return Decoded(
+                tuple(entries),
+                offset,
+                f"an undecodable record at byte {offset} ({type(exc).__name__})",
+            )
         if not isinstance(entry, Opened | Recorded | Withdrawn | Closed):
             return Decoded(tuple(entries), offset, f"a record of no entry type at byte {offset}")
         entries.append(entry)
@@ -132,19 +143,24 @@ def unfinished_turns(entries: Iterable[Entry]) -> Mapping[str, tuple[TurnRecord,
             turns.get(entry.session_id, {}).pop(entry.index, None)
         else:
             rollout_of.pop(entry.session_id, None)
-    return {rollout: tuple(sorted(turns[session].values(), key=lambda t: t.index))
-            for session, rollout in rollout_of.items()}
+    return {
+        rollout: tuple(sorted(turns[session].values(), key=lambda t: t.index))
+        for session, rollout in rollout_of.items()
+    }
 
 
 # What an entry is built of; nothing else is loaded. numpy arrays pickle as a call to
 # one of its rebuilding functions (the name moved to `numpy._core` in numpy 2).
 _CORE = "harbor_ray.capture.core."
-_ALLOWED = frozenset({
-    ("numpy", "dtype"), ("numpy", "ndarray"),
-    *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),
-    *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
-    *(("builtins", name) for name in ("frozenset", "set", "tuple", "list", "dict", "bytes")),
-})
+_ALLOWED = frozenset(
+    {
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),
+        *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
+        *(("builtins", name) for name in ("frozenset", "set", "tuple", "list", "dict", "bytes")),
+    }
+)
 
 
 class _Unpickler(pickle.Unpickler):

@@ -57,8 +57,9 @@ def native_path(dialect: DialectName, model: str) -> str:
     return "/v1/chat/completions"
 
 
-def passthrough(dialect: DialectName, body: dict[str, Any], payload: dict[str, Any]
-                ) -> NativeRequest:
+def passthrough(
+    dialect: DialectName, body: dict[str, Any], payload: dict[str, Any]
+) -> NativeRequest:
     """The agent's own `body` for an upstream of its dialect; `payload` is the chat body
     the proxy made of it (the model, and the sampling a run imposes, are taken from it)."""
     model = payload["model"]
@@ -82,8 +83,11 @@ def converted(dialect: DialectName, payload: dict[str, Any]) -> NativeRequest:
     """The chat `payload` in the upstream's format; AgentRequestError for what it cannot
     carry."""
     model = payload["model"]
-    body = {k: v for k, v in payload.items()
-            if v is not None and _NOT_SET.get(k, object()) != v and k not in _PROXY_FIELDS}
+    body = {
+        k: v
+        for k, v in payload.items()
+        if v is not None and _NOT_SET.get(k, object()) != v and k not in _PROXY_FIELDS
+    }
     if dialect == "anthropic":
         native = _ToAnthropic(body).request(model)
     elif dialect == "google":
@@ -118,11 +122,13 @@ class _Conversion:
     def finish(self) -> None:
         if self._left:
             names = ", ".join(sorted(self._left))
-            raise self.refuse(f"request field(s) {names}",
-                              f"the {self.target} API has no equivalent")
+            raise self.refuse(
+                f"request field(s) {names}", f"the {self.target} API has no equivalent"
+            )
 
-    def system_and_rest(self, messages: list[dict[str, Any]]
-                        ) -> tuple[list[str], list[dict[str, Any]]]:
+    def system_and_rest(
+        self, messages: list[dict[str, Any]]
+    ) -> tuple[list[str], list[dict[str, Any]]]:
         """The leading system (and developer) texts, and the messages after them; a
         system message later on has no place in the target's format."""
         system: list[str] = []
@@ -132,8 +138,10 @@ class _Conversion:
             i += 1
         for j, message in enumerate(messages[i:], start=i):
             if message.get("role") in ("system", "developer"):
-                raise self.refuse(f"messages[{j}] (a {message['role']} message after the "
-                                  "conversation started)", "it takes instructions only first")
+                raise self.refuse(
+                    f"messages[{j}] (a {message['role']} message after the conversation started)",
+                    "it takes instructions only first",
+                )
         return system, messages[i:]
 
     def text(self, message: dict[str, Any], where: str) -> str:
@@ -144,8 +152,9 @@ class _Conversion:
         texts = []
         for k, part in enumerate(content):
             if part.get("type") != "text":
-                raise self.refuse(f"{where}.content[{k}] (a {part.get('type')!r} part)",
-                                  "only text is converted")
+                raise self.refuse(
+                    f"{where}.content[{k}] (a {part.get('type')!r} part)", "only text is converted"
+                )
             texts.append(str(part.get("text") or ""))
         return "\n".join(texts)
 
@@ -155,11 +164,14 @@ class _Conversion:
         try:
             value = json.loads(text) if isinstance(text, str) else text
         except json.JSONDecodeError as exc:
-            raise self.refuse(f"{where} (arguments that are not JSON)",
-                              "its tool calls take a JSON object") from exc
+            raise self.refuse(
+                f"{where} (arguments that are not JSON)", "its tool calls take a JSON object"
+            ) from exc
         if not isinstance(value, dict):
-            raise self.refuse(f"{where} (arguments that are not a JSON object)",
-                              "its tool calls take a JSON object")
+            raise self.refuse(
+                f"{where} (arguments that are not a JSON object)",
+                "its tool calls take a JSON object",
+            )
         return value
 
     def stops(self) -> list[str] | None:
@@ -192,9 +204,14 @@ class _ToAnthropic(_Conversion):
         for name in ("temperature", "top_p", "top_k"):
             _set(native, name, self.take(name))
         _set(native, "stop_sequences", self.stops())
-        tools = [{"name": f["name"], "description": f.get("description") or "",
-                  "input_schema": f.get("parameters") or {"type": "object"}}
-                 for f in self.functions()]
+        tools = [
+            {
+                "name": f["name"],
+                "description": f.get("description") or "",
+                "input_schema": f.get("parameters") or {"type": "object"},
+            }
+            for f in self.functions()
+        ]
         if tools:
             native["tools"] = tools
         choice = self.tool_choice(self.take("tool_choice"), self.take("parallel_tool_calls"))
@@ -208,8 +225,12 @@ class _ToAnthropic(_Conversion):
         if name is not None:
             out = {"type": "tool", "name": name}
         else:
-            out = {"auto": {"type": "auto"}, "required": {"type": "any"},
-                   "none": {"type": "none"}, None: None}[choice]
+            out = {
+                "auto": {"type": "auto"},
+                "required": {"type": "any"},
+                "none": {"type": "none"},
+                None: None,
+            }[choice]
         if parallel is False:
             out = {**(out or {"type": "auto"}), "disable_parallel_tool_use": True}
         return out
@@ -219,16 +240,23 @@ class _ToAnthropic(_Conversion):
         for i, message in enumerate(messages):
             where, role = f"messages[{i}]", message.get("role")
             if role == "tool":
-                block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id"),
-                         "content": self.text(message, where)}
+                block = {
+                    "type": "tool_result",
+                    "tool_use_id": message.get("tool_call_id"),
+                    "content": self.text(message, where),
+                }
                 # A user turn's results go together, as the API expects them.
                 if out and out[-1]["role"] == "user" and _all_results(out[-1]["content"]):
                     out[-1]["content"].append(block)
                 else:
                     out.append({"role": "user", "content": [block]})
             elif role == "user":
-                out.append({"role": "user", "content": [
-                    {"type": "text", "text": self.text(message, where)}]})
+                out.append(
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": self.text(message, where)}],
+                    }
+                )
             elif role == "assistant":
                 out.append({"role": "assistant", "content": self.assistant(message, where)})
             else:
@@ -239,9 +267,14 @@ class _ToAnthropic(_Conversion):
         text = self.text(message, where)
         blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         for j, call in enumerate(message.get("tool_calls") or []):
-            blocks.append({"type": "tool_use", "id": call.get("id"),
-                           "name": call["function"]["name"],
-                           "input": self.arguments(call, f"{where}.tool_calls[{j}]")})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call.get("id"),
+                    "name": call["function"]["name"],
+                    "input": self.arguments(call, f"{where}.tool_calls[{j}]"),
+                }
+            )
         return blocks
 
 
@@ -260,18 +293,27 @@ class _ToGoogle(_Conversion):
         if system:
             native["systemInstruction"] = {"parts": [{"text": "\n".join(system)}]}
         config: dict[str, Any] = {}
-        for name, google in (("temperature", "temperature"), ("top_p", "topP"),
-                             ("top_k", "topK"), ("seed", "seed"),
-                             ("presence_penalty", "presencePenalty"),
-                             ("frequency_penalty", "frequencyPenalty")):
+        for name, google in (
+            ("temperature", "temperature"),
+            ("top_p", "topP"),
+            ("top_k", "topK"),
+            ("seed", "seed"),
+            ("presence_penalty", "presencePenalty"),
+            ("frequency_penalty", "frequencyPenalty"),
+        ):
             _set(config, google, self.take(name))
         _set(config, "maxOutputTokens", self.max_tokens())
         _set(config, "stopSequences", self.stops())
         if config:
             native["generationConfig"] = config
-        declarations = [{"name": f["name"], "description": f.get("description") or "",
-                         "parameters": f.get("parameters") or {"type": "object"}}
-                        for f in self.functions()]
+        declarations = [
+            {
+                "name": f["name"],
+                "description": f.get("description") or "",
+                "parameters": f.get("parameters") or {"type": "object"},
+            }
+            for f in self.functions()
+        ]
         if declarations:
             native["tools"] = [{"functionDeclarations": declarations}]
         if self.take("parallel_tool_calls") is False:
@@ -294,13 +336,22 @@ class _ToGoogle(_Conversion):
             if role == "tool":
                 call_id = str(message.get("tool_call_id") or "")
                 if call_id not in names:
-                    raise self.refuse(f"{where} (a tool result for no earlier call)",
-                                      "a functionResponse must name its function")
-                part = {"functionResponse": {"id": call_id, "name": names[call_id],
-                                             "response": {"result": self.text(message,
-                                                                              where)}}}
-                if out and out[-1]["role"] == "user" and all(
-                        "functionResponse" in p for p in out[-1]["parts"]):
+                    raise self.refuse(
+                        f"{where} (a tool result for no earlier call)",
+                        "a functionResponse must name its function",
+                    )
+                part = {
+                    "functionResponse": {
+                        "id": call_id,
+                        "name": names[call_id],
+                        "response": {"result": self.text(message, where)},
+                    }
+                }
+                if (
+                    out
+                    and out[-1]["role"] == "user"
+                    and all("functionResponse" in p for p in out[-1]["parts"])
+                ):
                     out[-1]["parts"].append(part)
                 else:
                     out.append({"role": "user", "parts": [part]})
@@ -312,9 +363,15 @@ class _ToGoogle(_Conversion):
                 for j, call in enumerate(message.get("tool_calls") or []):
                     name = call["function"]["name"]
                     names[str(call.get("id"))] = name
-                    parts.append({"functionCall": {
-                        "id": call.get("id"), "name": name,
-                        "args": self.arguments(call, f"{where}.tool_calls[{j}]")}})
+                    parts.append(
+                        {
+                            "functionCall": {
+                                "id": call.get("id"),
+                                "name": name,
+                                "args": self.arguments(call, f"{where}.tool_calls[{j}]"),
+                            }
+                        }
+                    )
                 out.append({"role": "model", "parts": parts})
             else:
                 raise self.refuse(f"{where} (role {role!r})", "it has no such role")
@@ -332,16 +389,21 @@ class _ToResponses(_Conversion):
         for name in ("temperature", "top_p", "parallel_tool_calls"):
             _set(native, name, self.take(name))
         _set(native, "max_output_tokens", self.max_tokens())
-        tools = [{"type": "function", "name": f["name"],
-                  "description": f.get("description") or "",
-                  "parameters": f.get("parameters") or {"type": "object"}, "strict": False}
-                 for f in self.functions()]
+        tools = [
+            {
+                "type": "function",
+                "name": f["name"],
+                "description": f.get("description") or "",
+                "parameters": f.get("parameters") or {"type": "object"},
+                "strict": False,
+            }
+            for f in self.functions()
+        ]
         if tools:
             native["tools"] = tools
         choice = self.take("tool_choice")
         forced = self.choice_name(choice)
-        _set(native, "tool_choice",
-             {"type": "function", "name": forced} if forced else choice)
+        _set(native, "tool_choice", {"type": "function", "name": forced} if forced else choice)
         self.finish()
         return native
 
@@ -350,17 +412,26 @@ class _ToResponses(_Conversion):
         for i, message in enumerate(messages):
             where, role = f"messages[{i}]", message.get("role")
             if role == "tool":
-                out.append({"type": "function_call_output",
-                            "call_id": message.get("tool_call_id"),
-                            "output": self.text(message, where)})
+                out.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": message.get("tool_call_id"),
+                        "output": self.text(message, where),
+                    }
+                )
             elif role in ("user", "assistant"):
                 text = self.text(message, where)
                 if text or role == "user":
                     out.append({"role": role, "content": text})
-                out.extend({"type": "function_call", "call_id": call.get("id"),
-                            "name": call["function"]["name"],
-                            "arguments": call["function"].get("arguments") or "{}"}
-                           for call in message.get("tool_calls") or [])
+                out.extend(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id"),
+                        "name": call["function"]["name"],
+                        "arguments": call["function"].get("arguments") or "{}",
+                    }
+                    for call in message.get("tool_calls") or []
+                )
             else:
                 raise self.refuse(f"{where} (role {role!r})", "it has no such role")
         return out

@@ -19,7 +19,9 @@ _DROPPED = ("stream", "stream_options", "model")
 
 
 def engine_body(
-    call: EngineCall, served_model: str, sampling: Sampling | None = None,
+    call: EngineCall,
+    served_model: str,
+    sampling: Sampling | None = None,
     capture: CaptureLevel = "tokens",
 ) -> dict[str, Any]:
     """The exact chat-completions body sent to the engine for one agent call, asking

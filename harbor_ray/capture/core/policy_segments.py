@@ -44,16 +44,14 @@ def segments_from_spans(spans: Any, start_version: int | None) -> PolicySegments
     return ((segments[0][0], 0), *segments[1:])
 
 
-def compact(segments: PolicySegments | None, start_version: int | None
-            ) -> PolicySegments | None:
+def compact(segments: PolicySegments | None, start_version: int | None) -> PolicySegments | None:
     """None for the common case, every token of the version the call was forwarded at:
     a turn is kept for its rollout's life, and a tuple is one more object for every
     pass of the garbage collector to walk. `expand` gives them back."""
     return None if segments == _fallback(start_version) else segments
 
 
-def expand(segments: PolicySegments | None, start_version: int | None
-           ) -> PolicySegments | None:
+def expand(segments: PolicySegments | None, start_version: int | None) -> PolicySegments | None:
     """A turn's segments in full (`compact`'s inverse)."""
     return _fallback(start_version) if segments is None else segments
 

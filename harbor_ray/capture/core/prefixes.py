@@ -115,8 +115,9 @@ class _Trie:
     def __init__(self, linked: Sequence[TurnRecord]) -> None:
         self._prompts = [prompt_ids(t) for t in linked]
         self._tokens = [token_ids(t) for t in linked]
-        self._places = [(Place(p), Place(s)) for p, s in zip(self._prompts, self._tokens,
-                                                              strict=True)]
+        self._places = [
+            (Place(p), Place(s)) for p, s in zip(self._prompts, self._tokens, strict=True)
+        ]
         self._length = [len(p) + len(s) for p, s in zip(self._prompts, self._tokens, strict=True)]
         self.depth: list[int] = [0]
         self.up: list[int] = [-1]

@@ -29,13 +29,16 @@ class Sampling(BaseModel):
 
     temperature: float | None = Field(None, ge=0, description="Replaces the agent's value.")
     top_p: float | None = Field(None, gt=0, le=1, description="Replaces the agent's value.")
-    top_k: int | None = Field(None, ge=-1, le=INT64_MAX,
-                              description="Replaces the agent's value (-1: off).")
+    top_k: int | None = Field(
+        None, ge=-1, le=INT64_MAX, description="Replaces the agent's value (-1: off)."
+    )
     min_p: float | None = Field(None, ge=0, le=1, description="Replaces the agent's value.")
-    seed: int | None = Field(None, ge=_INT64_MIN, le=INT64_MAX,
-                             description="Replaces the agent's value.")
-    max_tokens: int | None = Field(None, gt=0, le=INT64_MAX,
-                                   description="Caps the agent's max tokens.")
+    seed: int | None = Field(
+        None, ge=_INT64_MIN, le=INT64_MAX, description="Replaces the agent's value."
+    )
+    max_tokens: int | None = Field(
+        None, gt=0, le=INT64_MAX, description="Caps the agent's max tokens."
+    )
 
     def apply(self, body: dict[str, Any]) -> None:
         """Impose these settings on an engine request body, in place."""
@@ -66,13 +69,18 @@ class TurnSampling:
         engine would refuse) counts as unset. Calls sampled alike share one instance: a
         session holds its turns for the rollout's life, and an object per turn would be
         one more for every pass of the garbage collector to walk."""
-        return _shared(_number(body.get("temperature")), _number(body.get("top_p")),
-                       _integer(body.get("top_k")), _number(body.get("min_p")))
+        return _shared(
+            _number(body.get("temperature")),
+            _number(body.get("top_p")),
+            _integer(body.get("top_k")),
+            _number(body.get("min_p")),
+        )
 
 
 @functools.lru_cache(maxsize=256)
-def _shared(temperature: float | None, top_p: float | None, top_k: int | None,
-            min_p: float | None) -> TurnSampling:
+def _shared(
+    temperature: float | None, top_p: float | None, top_k: int | None, min_p: float | None
+) -> TurnSampling:
     return TurnSampling(temperature, top_p, top_k, min_p)
 
 

@@ -44,7 +44,7 @@ def session_of(key: str) -> str | None:
     """The session id a key names, or None when it is not one of ours."""
     if not key.startswith(_PREFIX):
         return None
-    session_id, sep, secret = key[len(_PREFIX):].partition("-")
+    session_id, sep, secret = key[len(_PREFIX) :].partition("-")
     return session_id if sep and session_id and secret else None
 
 

@@ -73,8 +73,7 @@ class HeldTurns:
         # The reply first: appending it may move the buffer, and the prompt's view must
         # be made on the array it ends up in.
         tokens = self._tokens(buffer, len(prompt), turn.token_ids)
-        held = dataclasses.replace(turn, prompt_ids=buffer.view(0, len(prompt)),
-                                   token_ids=tokens)
+        held = dataclasses.replace(turn, prompt_ids=buffer.view(0, len(prompt)), token_ids=tokens)
         buffer.turns.add(turn.index)
         self._buffer_of[turn.index] = buffer
         self.turns[turn.index] = held
@@ -103,8 +102,7 @@ class HeldTurns:
                 return buffer
         return None
 
-    def _tokens(self, buffer: _Buffer, start: int, tokens: np.ndarray | None
-                ) -> np.ndarray | None:
+    def _tokens(self, buffer: _Buffer, start: int, tokens: np.ndarray | None) -> np.ndarray | None:
         """The sampled ids as a view right after the prompt's, when the buffer ends
         there (they are appended) or already holds exactly them there (a duplicate)."""
         if tokens is None or tokens.ndim != 1 or tokens.dtype != _DTYPE:
@@ -132,16 +130,19 @@ class HeldTurns:
         for index in buffer.turns:
             turn = self.turns[index]
             self.turns[index] = dataclasses.replace(
-                turn, prompt_ids=_moved(turn.prompt_ids, old, buffer),
-                token_ids=_moved(turn.token_ids, old, buffer))
+                turn,
+                prompt_ids=_moved(turn.prompt_ids, old, buffer),
+                token_ids=_moved(turn.token_ids, old, buffer),
+            )
 
 
 def _moved(ids: np.ndarray | None, old: np.ndarray, buffer: _Buffer) -> np.ndarray | None:
     """`ids` at the same positions of the buffer's new array, if it was a view of `old`."""
     if ids is None or ids.base is not old:
         return ids
-    start = (ids.__array_interface__["data"][0] - old.__array_interface__["data"][0]
-             ) // old.itemsize
+    start = (
+        ids.__array_interface__["data"][0] - old.__array_interface__["data"][0]
+    ) // old.itemsize
     return buffer.view(start, start + len(ids))
 
 

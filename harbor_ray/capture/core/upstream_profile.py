@@ -51,13 +51,20 @@ class UpstreamProfile:
 
 PROFILES: dict[UpstreamName, UpstreamProfile] = {
     "openai-chat": UpstreamProfile("openai-chat", "chat", None, "authorization", "Bearer "),
-    "openai-responses": UpstreamProfile("openai-responses", "responses",
-                                        "https://api.openai.com", "authorization", "Bearer "),
-    "anthropic": UpstreamProfile("anthropic", "anthropic", "https://api.anthropic.com",
-                                 "x-api-key",
-                                 fixed_headers=(("anthropic-version", ANTHROPIC_VERSION),)),
-    "google": UpstreamProfile("google", "google",
-                              "https://generativelanguage.googleapis.com", "x-goog-api-key"),
-    "hf": UpstreamProfile("hf", "chat", "https://router.huggingface.co", "authorization",
-                          "Bearer "),
+    "openai-responses": UpstreamProfile(
+        "openai-responses", "responses", "https://api.openai.com", "authorization", "Bearer "
+    ),
+    "anthropic": UpstreamProfile(
+        "anthropic",
+        "anthropic",
+        "https://api.anthropic.com",
+        "x-api-key",
+        fixed_headers=(("anthropic-version", ANTHROPIC_VERSION),),
+    ),
+    "google": UpstreamProfile(
+        "google", "google", "https://generativelanguage.googleapis.com", "x-goog-api-key"
+    ),
+    "hf": UpstreamProfile(
+        "hf", "chat", "https://router.huggingface.co", "authorization", "Bearer "
+    ),
 }

@@ -33,16 +33,19 @@ class SessionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    budget: int | None = Field(None, ge=0, le=INT64_MAX,
-                               description="Model calls allowed; None: no limit.")
+    budget: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="Model calls allowed; None: no limit."
+    )
     sampling: Sampling | None = Field(None, description="Imposed on every call.")
     main_model: str | None = Field(
-        None, max_length=1024,
+        None,
+        max_length=1024,
         description="The model name the agent's main loop asks for: calls asking for "
-                    "another are marked auxiliary (side calls).")
+        "another are marked auxiliary (side calls).",
+    )
     agent: str | None = Field(
-        None, max_length=1024,
-        description="The agent's Harbor name, for its own side-call rules.")
+        None, max_length=1024, description="The agent's Harbor name, for its own side-call rules."
+    )
 
 
 def is_admin_path(path: str) -> bool:
@@ -85,13 +88,21 @@ class AdminRoutes:
         except ValidationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         budget = spec.budget if "budget" in spec.model_fields_set else self.settings.default_budget
-        main_loop = (MainLoop(model=spec.main_model, agent=spec.agent)
-                     if spec.main_model or spec.agent else None)
-        info = await self.admin.open_session(budget=budget, sampling=spec.sampling,
-                                       main_loop=main_loop)
+        main_loop = (
+            MainLoop(model=spec.main_model, agent=spec.agent)
+            if spec.main_model or spec.agent
+            else None
+        )
+        info = await self.admin.open_session(
+            budget=budget, sampling=spec.sampling, main_loop=main_loop
+        )
         return JSONResponse(
-            {"session_id": info.session_id, "key": info.key, "budget": info.budget,
-             "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None},
+            {
+                "session_id": info.session_id,
+                "key": info.key,
+                "budget": info.budget,
+                "sampling": info.sampling.model_dump(exclude_none=True) if info.sampling else None,
+            },
             status_code=201,
         )
 

@@ -116,8 +116,7 @@ class CaptureApp:
     straight to its pipeline; everything else, lifespan included, to a Starlette router
     with the same routes. The shortcut is for speed alone (docs/performance.md)."""
 
-    def __init__(self, pipeline: CallPipeline, router: Starlette, *, admin_routes: bool
-                 ) -> None:
+    def __init__(self, pipeline: CallPipeline, router: Starlette, *, admin_routes: bool) -> None:
         self._pipeline, self._router, self._admin_routes = pipeline, router, admin_routes
         self.state = router.state
         self.settings = pipeline.settings
@@ -137,14 +136,20 @@ class CaptureApp:
                 response = http_upgrade_refused(path, scope)
             if response is None:
                 response = probe_answer(scope, path)
-            if response is None and path != "/health" and not (
-                    self._admin_routes and is_admin_path(path)):
+            if (
+                response is None
+                and path != "/health"
+                and not (self._admin_routes and is_admin_path(path))
+            ):
                 if scope["method"] in ("GET", "POST"):
                     response = await self._pipeline.model_call(Request(scope, receive), path)
                 else:
-                    response = error_reply(_dialect_for(path, scope), 405,
-                                           f"method {scope['method']} is not allowed on "
-                                           f"{path}", "invalid_request")
+                    response = error_reply(
+                        _dialect_for(path, scope),
+                        405,
+                        f"method {scope['method']} is not allowed on {path}",
+                        "invalid_request",
+                    )
             if response is not None:
                 await response(scope, receive, send)
                 return
@@ -155,21 +160,29 @@ async def _host_refused(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
-    await error_reply(_dialect_for(_route_path(scope), scope), 421, REFUSED_HOST,
-                      "invalid_request")(scope, receive, send)
+    await error_reply(
+        _dialect_for(_route_path(scope), scope), 421, REFUSED_HOST, "invalid_request"
+    )(scope, receive, send)
 
 
 def _head_refused(scope: Scope, path: str, settings: CaptureSettings) -> Response | None:
     """414 / 431 for a request head past the limits, before authentication."""
     url = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
     if url > settings.max_url_bytes:
-        return error_reply(_dialect_for(path, scope), 414,
-                           f"the URL exceeds {settings.max_url_bytes} bytes", "too_large")
+        return error_reply(
+            _dialect_for(path, scope),
+            414,
+            f"the URL exceeds {settings.max_url_bytes} bytes",
+            "too_large",
+        )
     head = url + sum(len(name) + len(value) + 4 for name, value in scope["headers"])
     if head > settings.max_header_bytes:
-        return error_reply(_dialect_for(path, scope), 431,
-                           f"the request headers exceed {settings.max_header_bytes} bytes",
-                           "too_large")
+        return error_reply(
+            _dialect_for(path, scope),
+            431,
+            f"the request headers exceed {settings.max_header_bytes} bytes",
+            "too_large",
+        )
     return None
 
 
@@ -185,6 +198,6 @@ def _route_path(scope: Scope) -> str:
     """
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
-    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("", "/"):
-        return path[len(root):] or "/"
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
     return path

@@ -50,8 +50,10 @@ class Certification(BaseModel):
     # Defaults to `tokens`: a certification stored before the level existed was made of
     # an engine that returned ids (any other was refused).
     capture_level: CaptureLevel = Field(
-        "tokens", description="What a model call can record: `tokens` (ids and logprobs: "
-        "trainable), `logprobs` (logprobs, no ids) or `text` (neither).")
+        "tokens",
+        description="What a model call can record: `tokens` (ids and logprobs: "
+        "trainable), `logprobs` (logprobs, no ids) or `text` (neither).",
+    )
     returns_token_ids: bool = Field(description="prompt_token_ids and token_ids came back.")
     returns_logprobs: bool = Field(description="Per-token logprobs came back.")
     tool_calling: bool = Field(
@@ -67,18 +69,24 @@ class Certification(BaseModel):
         "default, `raw_logprobs`). None: the engine returns no logprobs."
     )
     engine_kind: EngineKind = Field(
-        default="vllm", description="Which engine answered: `vllm`, or `sglang` (reached "
-        "through the proxy's SGLang adapter; no stitched prompts)."
+        default="vllm",
+        description="Which engine answered: `vllm`, or `sglang` (reached "
+        "through the proxy's SGLang adapter; no stitched prompts).",
     )
     upstream: UpstreamName = Field(
-        default="openai-chat", description="The API the engine was reached as "
+        default="openai-chat",
+        description="The API the engine was reached as "
         "(`--upstream`): an OpenAI-compatible chat server, or a hosted API in its own "
-        "format (`anthropic`, `google`, `openai-responses`), probed in that format."
+        "format (`anthropic`, `google`, `openai-responses`), probed in that format.",
     )
 
 
 async def certify(
-    engine: Engine, url: str, *, model: str | None = None, capture: CaptureLevel = "tokens",
+    engine: Engine,
+    url: str,
+    *,
+    model: str | None = None,
+    capture: CaptureLevel = "tokens",
     engine_kind: EngineKind = "vllm",
 ) -> Certification:
     """Probe `/v1/models` and one tiny completion; raise CertificationError if unusable,
@@ -90,8 +98,7 @@ async def certify(
     if not covers(level, capture):
         raise CertificationError(_refusal(url, capture, level, _capture_problems(reply)))
 
-    tool_fix = await _tool_calling_fix(engine, model, level, _prompt_length(reply),
-                                       engine_kind)
+    tool_fix = await _tool_calling_fix(engine, model, level, _prompt_length(reply), engine_kind)
     logprobs_mode = None if level == "text" else await _logprobs_mode(engine, model)
     return Certification(
         url=url,
@@ -110,8 +117,12 @@ async def certify(
 
 
 async def certify_url(
-    url: str | None, model: str | None = None, engine_kind: EngineChoice = "auto", *,
-    capture: CaptureLevel = "tokens", upstream: UpstreamName = "openai-chat",
+    url: str | None,
+    model: str | None = None,
+    engine_kind: EngineChoice = "auto",
+    *,
+    capture: CaptureLevel = "tokens",
+    upstream: UpstreamName = "openai-chat",
     key: UpstreamKey | None = None,
 ) -> Certification:
     """Certify the engine at `url` over HTTP, with a client of its own, through the
@@ -121,14 +132,16 @@ async def certify_url(
     engine = build_upstream(upstream, url, key=key)
     try:
         adapted = await adapt_engine(engine, engine_kind)
-        return await certify(adapted.engine, engine.root, model=model, capture=capture,
-                             engine_kind=adapted.kind)
+        return await certify(
+            adapted.engine, engine.root, model=model, capture=capture, engine_kind=adapted.kind
+        )
     finally:
         await engine.aclose()
 
 
-async def reachable_url(url: str, model: str, *, upstream: UpstreamName = "openai-chat",
-                        key: UpstreamKey | None = None) -> None:
+async def reachable_url(
+    url: str, model: str, *, upstream: UpstreamName = "openai-chat", key: UpstreamKey | None = None
+) -> None:
     """That the engine at `url` answers here and lists `model`: what another node must
     check once the engine is certified (its replies are the same from anywhere; only
     the network path differs). Raises CertificationError otherwise."""
@@ -161,8 +174,13 @@ async def _capture_probe(engine: Engine, model: str) -> tuple[dict[str, Any], Ca
     that ignores `return_token_ids` answers without ids. One that refuses a field it does
     not know (a hosted API, 400) is asked again without it."""
     for asked in CAPTURE_LEVELS:
-        probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1,
-                 "temperature": 0, **capture_fields(asked)}
+        probe = {
+            "model": model,
+            "messages": _PROBE_MESSAGES,
+            "max_tokens": 1,
+            "temperature": 0,
+            **capture_fields(asked),
+        }
         try:
             reply = await engine.request("POST", "/v1/chat/completions", probe)
         except EngineError as exc:
@@ -179,13 +197,15 @@ def _level_of(reply: dict[str, Any]) -> CaptureLevel:
     return "logprobs" if _id_problems(reply) else "tokens"
 
 
-def _refusal(url: str, wanted: CaptureLevel, level: CaptureLevel, problems: list[str]
-             ) -> str:
+def _refusal(url: str, wanted: CaptureLevel, level: CaptureLevel, problems: list[str]) -> str:
     """Why the engine cannot serve `wanted`, what fixes it, and the mode it can serve."""
     use = "training" if wanted == "tokens" else f"--capture {wanted}"
-    return (f"engine at {url} cannot be used for {use}: " + "; ".join(problems)
-            + f". Its capture level is `{level}`: to evaluate it without training, pass "
-            f"--capture {level}")
+    return (
+        f"engine at {url} cannot be used for {use}: "
+        + "; ".join(problems)
+        + f". Its capture level is `{level}`: to evaluate it without training, pass "
+        f"--capture {level}"
+    )
 
 
 def _prompt_length(reply: dict[str, Any]) -> int:
@@ -226,26 +246,38 @@ def _logprob_problems(reply: dict[str, Any]) -> list[str]:
     content = (_choice(reply).get("logprobs") or {}).get("content")
     if isinstance(content, list) and content:
         return []
-    return ["no choices[0].logprobs.content in the reply (request field `logprobs: true` "
-            "was ignored; check the server does not disable logprobs, e.g. vLLM "
-            "`--max-logprobs 0`)"]
+    return [
+        "no choices[0].logprobs.content in the reply (request field `logprobs: true` "
+        "was ignored; check the server does not disable logprobs, e.g. vLLM "
+        "`--max-logprobs 0`)"
+    ]
 
 
 _TOOL_FLAGS_FIX: dict[EngineKind, str] = {
     "vllm": "start vLLM with --enable-auto-tool-choice --tool-call-parser <parser> "
-            "(e.g. hermes); agents that use the text protocol (terminus-2) work without",
+    "(e.g. hermes); agents that use the text protocol (terminus-2) work without",
     "sglang": TOOL_PARSER_FIX,
 }
 
 
 async def _tool_calling_fix(
-    engine: Engine, model: str, level: CaptureLevel, plain_prompt_len: int,
+    engine: Engine,
+    model: str,
+    level: CaptureLevel,
+    plain_prompt_len: int,
     engine_kind: EngineKind,
 ) -> str | None:
     """None if tool calling works; else what to change. `plain_prompt_len` is the prompt
     length of the same messages without tools."""
-    probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1, "temperature": 0,
-             "tools": [_TOOL], "tool_choice": "auto", **capture_fields(level)}
+    probe = {
+        "model": model,
+        "messages": _PROBE_MESSAGES,
+        "max_tokens": 1,
+        "temperature": 0,
+        "tools": [_TOOL],
+        "tool_choice": "auto",
+        **capture_fields(level),
+    }
     try:
         reply = await engine.request("POST", "/v1/chat/completions", probe)
     except EngineError as exc:
@@ -255,8 +287,10 @@ async def _tool_calling_fix(
     # A template that ignores `tools` accepts them and the model never sees them: the
     # request succeeds and no call can come back.
     if _prompt_length(reply) <= plain_prompt_len:
-        return ("the chat template ignores `tools` (the prompt did not grow): serve the model "
-                "with a template that renders them (vLLM --chat-template)")
+        return (
+            "the chat template ignores `tools` (the prompt did not grow): serve the model "
+            "with a template that renders them (vLLM --chat-template)"
+        )
     return None
 
 
@@ -279,9 +313,15 @@ async def _logprobs_mode(engine: Engine, model: str) -> Literal["processed", "ra
     probe at two temperatures, compared on the top candidates both list."""
     candidates = []
     for temperature in _LOGPROBS_PROBE_TEMPERATURES:
-        probe = {"model": model, "messages": _PROBE_MESSAGES, "max_tokens": 1,
-                 "temperature": temperature, "top_p": 1.0, "logprobs": True,
-                 "top_logprobs": 5}
+        probe = {
+            "model": model,
+            "messages": _PROBE_MESSAGES,
+            "max_tokens": 1,
+            "temperature": temperature,
+            "top_p": 1.0,
+            "logprobs": True,
+            "top_logprobs": 5,
+        }
         try:
             reply = await engine.request("POST", "/v1/chat/completions", probe)
             candidates.append(_top_logprobs(reply))
@@ -290,11 +330,13 @@ async def _logprobs_mode(engine: Engine, model: str) -> Literal["processed", "ra
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise CertificationError(
                 "no choices[0].logprobs.content[0].top_logprobs in the reply to a request "
-                "with `top_logprobs: 5` (check the server's --max-logprobs)") from exc
+                "with `top_logprobs: 5` (check the server's --max-logprobs)"
+            ) from exc
     if sum(math.exp(lp) for lp in candidates[0].values()) > 1.01:
         raise CertificationError(
             "the engine returns logits, not logprobs (vLLM logprobs_mode raw_logits or "
-            "processed_logits): serve with logprobs_mode processed_logprobs")
+            "processed_logits): serve with logprobs_mode processed_logprobs"
+        )
     shared = candidates[0].keys() & candidates[1].keys()
     if not shared:
         raise CertificationError("the logprobs probe's two replies share no top candidate")

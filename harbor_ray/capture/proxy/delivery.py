@@ -33,8 +33,9 @@ from harbor_ray.errors import EngineError, SessionGone
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def streamed(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
-             ctx: ReplyContext) -> ASGIApp:
+def streamed(
+    pipeline: CallSteps, dialect: Dialect, admitted: Admitted, ctx: ReplyContext
+) -> ASGIApp:
     """The streamed answer to an admitted call: keep-alives while the engine works, then
     the reply's frames (or an error event; the 200 went out with the first keep-alive).
     An engine that refuses the call before the first keep-alive was due is answered with
@@ -48,8 +49,11 @@ def streamed(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
         try:
             gone = asyncio.ensure_future(_disconnected(receive))
             try:
-                await asyncio.wait({task, gone}, timeout=pipeline.settings.keepalive_s,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {task, gone},
+                    timeout=pipeline.settings.keepalive_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
             finally:
                 gone.cancel()
             if _left(gone):  # before anything was sent: as a stream cut at its start
@@ -58,9 +62,11 @@ def streamed(pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
             if refused is not None:
                 await refused(scope, receive, send)
                 return
-            await _ClosingStream(_frames(pipeline, dialect, ctx, task, delivered),
-                                 media_type="text/event-stream",
-                                 headers=_SSE_HEADERS)(scope, receive, send)
+            await _ClosingStream(
+                _frames(pipeline, dialect, ctx, task, delivered),
+                media_type="text/event-stream",
+                headers=_SSE_HEADERS,
+            )(scope, receive, send)
         finally:
             if not task.done():
                 # The client left while the engine worked: stop the upstream call (which
@@ -86,17 +92,26 @@ def _refusal(dialect: Dialect, task: asyncio.Future[Any]) -> Response | None:
     return None
 
 
-def answered(dialect: Dialect, call: EngineCall, completion: Completion, ctx: ReplyContext
-             ) -> Response:
+def answered(
+    dialect: Dialect, call: EngineCall, completion: Completion, ctx: ReplyContext
+) -> Response:
     """A completion the engine did not make (the budget's stop), as the call asked."""
     if call.stream:
-        return StreamingResponse(_iterate(dialect.render_stream(completion, ctx)),
-                                 media_type="text/event-stream", headers=_SSE_HEADERS)
+        return StreamingResponse(
+            _iterate(dialect.render_stream(completion, ctx)),
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
+        )
     return JSONResponse(dialect.render(completion, ctx))
 
 
-async def _frames(pipeline: CallSteps, dialect: Dialect, ctx: ReplyContext,
-                  task: asyncio.Future[Any], delivered: asyncio.Event) -> AsyncIterator[bytes]:
+async def _frames(
+    pipeline: CallSteps,
+    dialect: Dialect,
+    ctx: ReplyContext,
+    task: asyncio.Future[Any],
+    delivered: asyncio.Event,
+) -> AsyncIterator[bytes]:
     """Keep-alives until the engine answers, then its reply's frames or an error event;
     `delivered` once the server asked for more after the last frame (it took them all)."""
     while not task.done():
@@ -141,10 +156,15 @@ class Delivery:
     take (ASGI servers raise OSError for a closed connection), has the turn withdrawn.
     """
 
-    def __init__(self, pipeline: CallSteps, dialect: Dialect, admitted: Admitted,
-                 ctx: ReplyContext) -> None:
+    def __init__(
+        self, pipeline: CallSteps, dialect: Dialect, admitted: Admitted, ctx: ReplyContext
+    ) -> None:
         self._pipeline, self._dialect, self._admitted, self._ctx = (
-            pipeline, dialect, admitted, ctx)
+            pipeline,
+            dialect,
+            admitted,
+            ctx,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pipeline, admitted = self._pipeline, self._admitted
@@ -166,8 +186,9 @@ class Delivery:
                 recording = True
                 await pipeline.record(admitted, reply)
             except EngineError as exc:
-                response = error_reply(self._dialect, exc.status, exc.message,
-                                       engine_error_kind(exc))
+                response = error_reply(
+                    self._dialect, exc.status, exc.message, engine_error_kind(exc)
+                )
             except SessionGone:
                 recording = False  # nothing was kept
                 response = session_ended(self._dialect)

@@ -51,8 +51,9 @@ def encode(text: str) -> list[int]:
     return [b + _BYTE_OFFSET for b in text.encode()]
 
 
-def render_prompt(messages: list[dict[str, Any]], tools: list[Any] | None = None, *,
-                  generation: bool = True) -> list[int]:
+def render_prompt(
+    messages: list[dict[str, Any]], tools: list[Any] | None = None, *, generation: bool = True
+) -> list[int]:
     """The prompt ids of a conversation; `tools`, when given, lead it as a template's do;
     without `generation`, no assistant header closes it."""
     ids: list[int] = []
@@ -88,8 +89,14 @@ def fake_logprob(position: int, temperature: float | None = None) -> float:
 
 def _candidates(position: int, temperature: float | None, count: int) -> list[dict[str, Any]]:
     """`top_logprobs` entries: the sampled id's, then runners-up further down."""
-    return [{"token": f"c{rank}", "logprob": fake_logprob(position, temperature) - 4 * rank,
-             "bytes": None} for rank in range(count)]
+    return [
+        {
+            "token": f"c{rank}",
+            "logprob": fake_logprob(position, temperature) - 4 * rank,
+            "bytes": None,
+        }
+        for rank in range(count)
+    ]
 
 
 @dataclass
@@ -118,7 +125,11 @@ class FakeEngine:
     cancelled: int = 0  # generations abandoned mid-way (the client went away)
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
         session: str | None = None,
     ) -> dict[str, Any]:
         if path == "/v1/models":
@@ -127,8 +138,11 @@ class FakeEngine:
             return {"version": "fake"}
         if path == "/tokenize" and self.tokenize and body is not None:
             # vLLM's reply for chat messages: the prompt the next generation would see.
-            tokens = render_prompt(body.get("messages") or [], self._tools(body),
-                                   generation=body.get("add_generation_prompt", True))
+            tokens = render_prompt(
+                body.get("messages") or [],
+                self._tools(body),
+                generation=body.get("add_generation_prompt", True),
+            )
             return {"count": len(tokens), "max_model_len": 8192, "tokens": tokens}
         if path != "/v1/chat/completions" or body is None:
             raise EngineError(f"fake engine has no route {method} {path}", status=400)
@@ -147,15 +161,22 @@ class FakeEngine:
             raise engine_status_error(self.fail_with, "fake engine failure")
         if self.refuses_unknown_fields and "return_token_ids" in body:
             raise engine_status_error(
-                400, "Unrecognized request argument supplied: return_token_ids")
+                400, "Unrecognized request argument supplied: return_token_ids"
+            )
         if body.get("tools") == []:
             raise engine_status_error(400, "[] is too short - 'tools'")  # what vLLM says
         if body.get("tool_choice") == "auto" and not self.tool_calling:
-            raise engine_status_error(400, '"auto" tool choice requires '
-                                      "--enable-auto-tool-choice and --tool-call-parser to be set")
+            raise engine_status_error(
+                400,
+                '"auto" tool choice requires '
+                "--enable-auto-tool-choice and --tool-call-parser to be set",
+            )
         messages = body.get("messages") or []
-        reply = (self.script(messages) if self.tool_script is None
-                 else self.tool_script(messages, body.get("tools") or []))
+        reply = (
+            self.script(messages)
+            if self.tool_script is None
+            else self.tool_script(messages, body.get("tools") or [])
+        )
         prompt = _reused_prompt(body) or render_prompt(messages, self._tools(body))
         sampled_text = reply.text + "".join(
             f"<tool_call>{name} {json.dumps(args)}</tool_call>" for name, args in reply.tool_calls
@@ -170,33 +191,44 @@ class FakeEngine:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
             message["tool_calls"] = [
-                {"id": f"chatcmpl-tool-{len(self.calls)}-{i}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}}
+                {
+                    "id": f"chatcmpl-tool-{len(self.calls)}-{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
                 for i, (name, args) in enumerate(reply.tool_calls)
             ]
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
         if body.get("logprobs") and self.logprobs:
             temperature = body.get("temperature") if self.logprobs_mode == "processed" else None
             top = body.get("top_logprobs") or 0
-            choice["logprobs"] = {"content": [
-                {"token": str(t), "logprob": fake_logprob(i, temperature), "bytes": None,
-                 "top_logprobs": _candidates(i, temperature, top)}
-                for i, t in enumerate(sampled)
-            ]}
+            choice["logprobs"] = {
+                "content": [
+                    {
+                        "token": str(t),
+                        "logprob": fake_logprob(i, temperature),
+                        "bytes": None,
+                        "top_logprobs": _candidates(i, temperature, top),
+                    }
+                    for i, t in enumerate(sampled)
+                ]
+            }
         out: dict[str, Any] = {
             "id": f"chatcmpl-{len(self.calls)}",
             "object": "chat.completion",
             "created": 0,
             "model": self.model,
             "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(sampled),
-                      "total_tokens": len(prompt) + len(sampled)},
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(sampled),
+                "total_tokens": len(prompt) + len(sampled),
+            },
         }
         if self.token_ids and body.get("return_token_ids"):
             out["prompt_token_ids"] = prompt
             choice["token_ids"] = sampled
         return out
-
 
     def _tools(self, body: dict[str, Any]) -> list[Any] | None:
         return body.get("tools") if self.renders_tools else None
@@ -207,10 +239,15 @@ def _reused_prompt(body: dict[str, Any]) -> list[int] | None:
     messages, unless the request echoes or has non-text content."""
     forwarded = body.get("kv_transfer_params")
     ids = forwarded.get("prompt_token_ids") if isinstance(forwarded, dict) else None
-    if not ids or body.get("echo") or any(
+    if (
+        not ids
+        or body.get("echo")
+        or any(
             isinstance(m.get("content"), list)
             and any(p.get("type", "text") != "text" for p in m["content"])
-            for m in body.get("messages") or []):
+            for m in body.get("messages") or []
+        )
+    ):
         return None
     if any(type(i) is not int or not 0 <= i < VOCAB_SIZE for i in ids):
         raise engine_status_error(400, "kv_transfer_params.prompt_token_ids out of vocabulary")
@@ -222,8 +259,11 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
 
     async def handle(request: Request) -> Response:
         body = await request.json() if request.method == "POST" else None
-        answer = asyncio.ensure_future(engine.request(
-            request.method, request.url.path, body, session=request.headers.get(SESSION_HEADER)))
+        answer = asyncio.ensure_future(
+            engine.request(
+                request.method, request.url.path, body, session=request.headers.get(SESSION_HEADER)
+            )
+        )
         gone = asyncio.ensure_future(_disconnected(request))
         # As vLLM does: a generation whose client left is aborted, not run to its end.
         await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -238,12 +278,14 @@ def fake_engine_app(engine: FakeEngine) -> Starlette:
         except EngineError as exc:
             return JSONResponse({"error": {"message": exc.message}}, status_code=exc.status)
 
-    return Starlette(routes=[
-        Route("/v1/models", handle, methods=["GET"]),
-        Route("/version", handle, methods=["GET"]),
-        Route("/v1/chat/completions", handle, methods=["POST"]),
-        Route("/tokenize", handle, methods=["POST"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/v1/models", handle, methods=["GET"]),
+            Route("/version", handle, methods=["GET"]),
+            Route("/v1/chat/completions", handle, methods=["POST"]),
+            Route("/tokenize", handle, methods=["POST"]),
+        ]
+    )
 
 
 async def _disconnected(request: Request) -> None:
@@ -262,16 +304,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--no-token-ids", action="store_true",
-                        help="imitate an engine that ignores return_token_ids")
-    parser.add_argument("--no-logprobs", action="store_true",
-                        help="imitate an engine that ignores `logprobs: true` (with "
-                             "--no-token-ids: a text-only engine)")
-    parser.add_argument("--delay-ms", type=float, default=0.0,
-                        help="answer each generation after this long, like a real engine")
+    parser.add_argument(
+        "--no-token-ids",
+        action="store_true",
+        help="imitate an engine that ignores return_token_ids",
+    )
+    parser.add_argument(
+        "--no-logprobs",
+        action="store_true",
+        help="imitate an engine that ignores `logprobs: true` (with "
+        "--no-token-ids: a text-only engine)",
+    )
+    parser.add_argument(
+        "--delay-ms",
+        type=float,
+        default=0.0,
+        help="answer each generation after this long, like a real engine",
+    )
     args = parser.parse_args()
-    engine = FakeEngine(token_ids=not args.no_token_ids, logprobs=not args.no_logprobs,
-                        delay_s=args.delay_ms / 1000)
+    engine = FakeEngine(
+        token_ids=not args.no_token_ids, logprobs=not args.no_logprobs, delay_s=args.delay_ms / 1000
+    )
     uvicorn.run(fake_engine_app(engine), host=args.host, port=args.port, log_level="warning")
 
 

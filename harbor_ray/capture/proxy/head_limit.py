@@ -26,8 +26,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """`HttpToolsProtocol` that refuses a request head past `max_url_bytes` (URL) or
     `max_header_bytes` (URL and headers)."""
 
-    def __init__(self, *args: Any, max_url_bytes: int, max_header_bytes: int, **kwargs: Any
-                 ) -> None:
+    def __init__(
+        self, *args: Any, max_url_bytes: int, max_header_bytes: int, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._max_url, self._max_head = max_url_bytes, max_header_bytes
         # Bytes received while the current request's head is read: an upper bound of the
@@ -86,18 +87,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int) -> None:
         body = orjson.dumps({"error": {"message": _REASONS[status], "code": status}})
-        self.transport.write(b"".join([
-            STATUS_LINE[status],
-            b"content-type: application/json\r\n",
-            b"content-length: %d\r\n" % len(body),
-            b"connection: close\r\n\r\n",
-            body,
-        ]))
+        self.transport.write(
+            b"".join(
+                [
+                    STATUS_LINE[status],
+                    b"content-type: application/json\r\n",
+                    b"content-length: %d\r\n" % len(body),
+                    b"connection: close\r\n\r\n",
+                    body,
+                ]
+            )
+        )
         self.transport.close()
 
 
-def bounded_protocol(max_url_bytes: int, max_header_bytes: int
-                     ) -> Callable[..., asyncio.Protocol]:
+def bounded_protocol(max_url_bytes: int, max_header_bytes: int) -> Callable[..., asyncio.Protocol]:
     """What uvicorn's `Config(http=...)` takes: it makes a protocol per connection."""
-    return functools.partial(BoundedHttpToolsProtocol, max_url_bytes=max_url_bytes,
-                             max_header_bytes=max_header_bytes)
+    return functools.partial(
+        BoundedHttpToolsProtocol, max_url_bytes=max_url_bytes, max_header_bytes=max_header_bytes
+    )

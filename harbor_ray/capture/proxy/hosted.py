@@ -61,7 +61,10 @@ def read_key(path: Path | None) -> str | None:
 
 
 def build_upstream(
-    profile: UpstreamName, url: str | None, *, key: str | UpstreamKey | None = None,
+    profile: UpstreamName,
+    url: str | None,
+    *,
+    key: str | UpstreamKey | None = None,
     timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
 ) -> HttpEngine | HostedUpstream:
     """The upstream for `profile` at `url` (None: the profile's own address), sending
@@ -87,8 +90,9 @@ class HostedUpstream:
     def dialect(self) -> DialectName:
         return self.profile.dialect
 
-    def prepare(self, dialect: DialectName, body: dict[str, Any], call: EngineCall,
-                payload: dict[str, Any]) -> NativeRequest:
+    def prepare(
+        self, dialect: DialectName, body: dict[str, Any], call: EngineCall, payload: dict[str, Any]
+    ) -> NativeRequest:
         """The request for one agent call: its own `body` when the upstream speaks its
         `dialect`, else the chat `payload` (made of `call`) converted. AgentRequestError
         (a 400 in the agent's dialect) for what the conversion cannot carry, including
@@ -98,7 +102,8 @@ class HostedUpstream:
         if call.not_forwarded:
             raise AgentRequestError(
                 f"{', '.join(call.not_forwarded)} cannot be sent to the {self.profile.name} "
-                f"upstream: the conversion from the {dialect} format has no place for it")
+                f"upstream: the conversion from the {dialect} format has no place for it"
+            )
         return converted(self.profile.dialect, payload)
 
     async def send(self, native: NativeRequest) -> dict[str, Any]:
@@ -110,7 +115,11 @@ class HostedUpstream:
             raise EngineError(str(exc), status=502) from exc
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
         session: str | None = None,  # a hosted API places calls itself: not sent
     ) -> dict[str, Any]:
         if method == "GET" and path == "/v1/models":
@@ -126,16 +135,19 @@ class HostedUpstream:
         # No /tokenize, /version or ids: the callers fall back (an estimated count).
         raise EngineError(f"the {self.profile.name} upstream has no {path}", status=404)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None
-                    ) -> dict[str, Any]:
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The upstream's answer; its failures name the profile (a wrong `--upstream` is
         the likeliest cause of an API that answers in another shape, or not at all)."""
         try:
             return await self.http.request(method, path, body)
         except EngineError as exc:
-            raise EngineError(f"the {self.profile.name} upstream ({method} {path}): "
-                              f"{exc.message}", status=exc.status,
-                              retry_after_s=exc.retry_after_s) from exc
+            raise EngineError(
+                f"the {self.profile.name} upstream ({method} {path}): {exc.message}",
+                status=exc.status,
+                retry_after_s=exc.retry_after_s,
+            ) from exc
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -78,8 +78,9 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(EngineProtocolError("connection closed mid-response") if self._answered
-                   else _Stale())
+        self._fail(
+            EngineProtocolError("connection closed mid-response") if self._answered else _Stale()
+        )
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -101,8 +102,9 @@ class _Connection(asyncio.Protocol):
         answer = self._answer
         if answer is not None and not answer.done():
             self.keep_alive = self._parser.should_keep_alive()
-            answer.set_result(Answer(self._parser.get_status_code(), b"".join(self._chunks),
-                                     self._retry_after))
+            answer.set_result(
+                Answer(self._parser.get_status_code(), b"".join(self._chunks), self._retry_after)
+            )
         self._chunks = []
 
     def _fail(self, exc: Exception) -> None:
@@ -130,8 +132,10 @@ class Http1Pool:
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-            raise EngineConnectError(f"expected http(s)://host[:port][/prefix], got {url!r}: "
-                                     "give the engine's URL with its scheme")
+            raise EngineConnectError(
+                f"expected http(s)://host[:port][/prefix], got {url!r}: "
+                "give the engine's URL with its scheme"
+            )
         tls = parts.scheme == "https"
         default_port = DEFAULT_PORTS[parts.scheme]
         self._host = parts.hostname

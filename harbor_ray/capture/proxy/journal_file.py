@@ -24,8 +24,9 @@ __all__ = ["JournalFile", "read_journal"]
 class JournalFile:
     """One host's journal, open for appending (`mode`: see `JournalMode`)."""
 
-    def __init__(self, path: Path, mode: Literal["fsync", "flush"],
-                 sync: Callable[[int], None] = os.fsync) -> None:
+    def __init__(
+        self, path: Path, mode: Literal["fsync", "flush"], sync: Callable[[int], None] = os.fsync
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.mode = path, mode
         self._sync = sync  # injectable, for tests to count the syncs

@@ -49,10 +49,17 @@ class LocalCapture(StoreSessions):
 
 @contextlib.asynccontextmanager
 async def local_capture(
-    engine: Engine, url: str, *, model: str | None = None, host: str = "127.0.0.1",
-    stitch: bool = True, wrap: Callable[[CaptureApp], CaptureApp] | None = None,
-    capture: CaptureLevel = "tokens", engine_kind: EngineChoice = "auto",
-    certified: Certification | None = None, on_turn: TurnListener | None = None,
+    engine: Engine,
+    url: str,
+    *,
+    model: str | None = None,
+    host: str = "127.0.0.1",
+    stitch: bool = True,
+    wrap: Callable[[CaptureApp], CaptureApp] | None = None,
+    capture: CaptureLevel = "tokens",
+    engine_kind: EngineChoice = "auto",
+    certified: Certification | None = None,
+    on_turn: TurnListener | None = None,
 ) -> AsyncIterator[LocalCapture]:
     """Certify `engine` for the `capture` level, behind the adapter for `engine_kind`
     (`auto`: found from its answers), serve the proxy on a free loopback port, stop it
@@ -61,28 +68,40 @@ async def local_capture(
     (e.g. to watch what it answers); the wrapper keeps the app's `settings` and `state`,
     which the server reads. `on_turn` hears each turn as it is recorded
     (`InMemorySessionStore`'s)."""
-    adapted = await adapt_engine(engine, engine_kind if certified is None
-                                 else certified.engine_kind)
+    adapted = await adapt_engine(
+        engine, engine_kind if certified is None else certified.engine_kind
+    )
     if certified is None:
-        certification = await certify(adapted.engine, url, model=model, capture=capture,
-                                      engine_kind=adapted.kind)
+        certification = await certify(
+            adapted.engine, url, model=model, capture=capture, engine_kind=adapted.kind
+        )
     elif covers(certified.capture_level, capture):
         certification = certified
     else:
-        raise CertificationError(f"the engine was certified at the "
-                                 f"{certified.capture_level!r} level, below {capture!r}")
-    async with serve_capture(InMemorySessionStore(on_turn=on_turn), adapted.engine,
-                             certification.served_model, host=host,
-                             stitch=stitch and adapted.stitch, wrap=wrap,
-                             logprobs_mode=certification.logprobs_mode,
-                             capture=capture) as capture_app:
+        raise CertificationError(
+            f"the engine was certified at the {certified.capture_level!r} level, below {capture!r}"
+        )
+    async with serve_capture(
+        InMemorySessionStore(on_turn=on_turn),
+        adapted.engine,
+        certification.served_model,
+        host=host,
+        stitch=stitch and adapted.stitch,
+        wrap=wrap,
+        logprobs_mode=certification.logprobs_mode,
+        capture=capture,
+    ) as capture_app:
         yield dataclasses.replace(capture_app, certification=certification)
 
 
 @contextlib.asynccontextmanager
 async def serve_capture(
-    store: InMemorySessionStore, engine: Engine, served_model: str, *,
-    host: str = "127.0.0.1", stitch: bool = True,
+    store: InMemorySessionStore,
+    engine: Engine,
+    served_model: str,
+    *,
+    host: str = "127.0.0.1",
+    stitch: bool = True,
     wrap: Callable[[CaptureApp], CaptureApp] | None = None,
     policy_version: Callable[[], int | None] = lambda: 0,
     logprobs_mode: str | None = None,
@@ -96,10 +115,14 @@ async def serve_capture(
     Sessions are opened and closed through `LocalCapture`, in this process, so the app
     has no admin routes: the agents it serves must not list, mint, read or delete
     sessions (their neighbours' included)."""
-    app = build_capture_app(store, engine,
-                            CaptureSettings(served_model=served_model, stitch=stitch,
-                                            logprobs_mode=logprobs_mode, capture=capture),
-                            policy_version=policy_version)
+    app = build_capture_app(
+        store,
+        engine,
+        CaptureSettings(
+            served_model=served_model, stitch=stitch, logprobs_mode=logprobs_mode, capture=capture
+        ),
+        policy_version=policy_version,
+    )
     served = app if wrap is None else wrap(app)
     sock = bind(host, 0)
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -69,8 +69,12 @@ def rate_limit_wait(exc: EngineError, retried: int) -> float | None:
     """How long to wait before sending a call again that failed with `exc` after
     `retried` retries; None: do not."""
     wait = exc.retry_after_s
-    if (exc.status != 429 or wait is None or wait > MAX_RETRY_AFTER_S
-            or retried >= MAX_RATE_LIMIT_RETRIES):
+    if (
+        exc.status != 429
+        or wait is None
+        or wait > MAX_RETRY_AFTER_S
+        or retried >= MAX_RATE_LIMIT_RETRIES
+    ):
         return None
     return wait
 
@@ -97,8 +101,12 @@ class CallPipeline:
         """The answer to a model call to `path` (below the app's mount point)."""
         route = detect(path, request.headers, request.query_params)
         if route is None:
-            return error_reply(DIALECTS[answering_dialect(path, request.headers)], 404,
-                               f"no route {path}", "not_found")
+            return error_reply(
+                DIALECTS[answering_dialect(path, request.headers)],
+                404,
+                f"no route {path}",
+                "not_found",
+            )
         dialect = DIALECTS[route.dialect]
         if route.kind == "models":
             return JSONResponse(models_reply(route.dialect, self.settings.served_model))
@@ -108,12 +116,16 @@ class CallPipeline:
             if route.kind == "count_tokens":
                 return JSONResponse(await self._count_tokens(dialect, route, body))
             call = dialect.to_engine(body, url_model=route.url_model, url_stream=route.url_stream)
-            payload = engine_body(call, self.settings.served_model, grant.sampling,
-                                  self.settings.capture)
+            payload = engine_body(
+                call, self.settings.served_model, grant.sampling, self.settings.capture
+            )
             messages_json = _encodable(payload)
             conversation = self._conversation(payload)
-            native = (None if self._hosted is None
-                      else self._hosted.prepare(route.dialect, body, call, payload))
+            native = (
+                None
+                if self._hosted is None
+                else self._hosted.prepare(route.dialect, body, call, payload)
+            )
         except _ClientGone:
             return NOTHING
         except _HttpError as exc:
@@ -133,15 +145,24 @@ class CallPipeline:
         )
         try:
             admission = await self.store.admit(
-                grant.session_id, conversation.prefixes() if conversation else ())
+                grant.session_id, conversation.prefixes() if conversation else ()
+            )
         except SessionGone:
             return session_ended(dialect)
         if not admission.admitted:
             return answered(dialect, call, budget_stop(), ctx)
-        admitted = Admitted(grant.session_id, admission.call_index, route, call, payload,
-                            messages_json,
-                            is_auxiliary(grant.main_loop, call.request_model, call.body),
-                            conversation, admission.base, native)
+        admitted = Admitted(
+            grant.session_id,
+            admission.call_index,
+            route,
+            call,
+            payload,
+            messages_json,
+            is_auxiliary(grant.main_loop, call.request_model, call.body),
+            conversation,
+            admission.base,
+            native,
+        )
         if call.stream:
             return streamed(self, dialect, admitted, ctx)
         return Delivery(self, dialect, admitted, ctx)
@@ -151,11 +172,14 @@ class CallPipeline:
         stitching off or below the `tokens` capture level (a stitch is made of ids), nor
         when the agent asked for a rendering of its own (echo, an open final message),
         which vLLM then makes from the messages."""
-        if (not self.settings.stitch or self.settings.capture != "tokens"
-                or payload.get("echo")
-                or payload.get("continue_final_message")
-                or payload.get("add_generation_prompt", True) is not True
-                or not isinstance(payload.get("messages"), list)):
+        if (
+            not self.settings.stitch
+            or self.settings.capture != "tokens"
+            or payload.get("echo")
+            or payload.get("continue_final_message")
+            or payload.get("add_generation_prompt", True) is not True
+            or not isinstance(payload.get("messages"), list)
+        ):
             return None
         return Conversation(payload["messages"], payload.get("tools"))
 
@@ -200,8 +224,9 @@ class CallPipeline:
                         reply = await self._hosted.send(admitted.native)
                     else:
                         prompt = await self._stitcher.prompt(admitted.payload, admitted.base)
-                        reply = await self.engine.request("POST", "/v1/chat/completions",
-                                                          prompt.payload, session=session_id)
+                        reply = await self.engine.request(
+                            "POST", "/v1/chat/completions", prompt.payload, session=session_id
+                        )
                     break
                 except EngineError as exc:
                     if (wait := rate_limit_wait(exc, retries)) is None:
@@ -220,8 +245,14 @@ class CallPipeline:
             await self.withdraw(admitted)
             raise
         message = (reply.get("choices") or [{}])[0].get("message") or {}
-        return EngineReply(completion, message, started, version,
-                           None if prompt is None else prompt.checked(completion), retries)
+        return EngineReply(
+            completion,
+            message,
+            started,
+            version,
+            None if prompt is None else prompt.checked(completion),
+            retries,
+        )
 
     async def record(self, admitted: Admitted, reply: EngineReply) -> None:
         """Keep the turn (before its reply leaves: a replica killed after answering must
@@ -229,36 +260,44 @@ class CallPipeline:
         completion, level = reply.completion, self.settings.capture
         # What the level records and no more: an agent that asked for logprobs itself
         # gets them, but a `text` capture does not keep them.
-        await self.store.record(admitted.session_id, TurnRecord(
-            index=admitted.index,
-            dialect=admitted.route.dialect,
-            prompt_ids=completion.prompt_ids if level == "tokens" else None,
-            token_ids=completion.token_ids if level == "tokens" else None,
-            logprobs=completion.logprobs if level != "text" else None,
-            capture_level=level,
-            prompt_tokens=completion.prompt_tokens,
-            completion_tokens=completion.completion_tokens,
-            logprobs_mode=self.settings.logprobs_mode,
-            sampling=TurnSampling.of(admitted.payload),
-            finish_reason=completion.raw_finish_reason or completion.finish_reason,
-            request_messages_json=admitted.messages_json,
-            response_message_json=orjson.dumps(reply.message),
-            request_model=admitted.call.request_model,
-            # Sent as it came to a hosted API, nothing was left out.
-            not_forwarded=(() if admitted.native is not None and admitted.native.as_sent
-                           else admitted.call.not_forwarded),
-            started_at=reply.started,
-            ended_at=self.clock(),
-            policy_version_start=reply.version,
-            policy_version_end=self.policy_version(),
-            policy_segments=compact(
-                segments_from_spans(completion.weight_versions, reply.version), reply.version),
-            auxiliary=admitted.auxiliary,
-            continuation=reply.continuation,
-            upstream_retries=reply.retries,
-            conversation_key=b"" if admitted.conversation is None else extend(
-                admitted.conversation.digest, {**reply.message, "role": "assistant"}),
-        ))
+        await self.store.record(
+            admitted.session_id,
+            TurnRecord(
+                index=admitted.index,
+                dialect=admitted.route.dialect,
+                prompt_ids=completion.prompt_ids if level == "tokens" else None,
+                token_ids=completion.token_ids if level == "tokens" else None,
+                logprobs=completion.logprobs if level != "text" else None,
+                capture_level=level,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                logprobs_mode=self.settings.logprobs_mode,
+                sampling=TurnSampling.of(admitted.payload),
+                finish_reason=completion.raw_finish_reason or completion.finish_reason,
+                request_messages_json=admitted.messages_json,
+                response_message_json=orjson.dumps(reply.message),
+                request_model=admitted.call.request_model,
+                # Sent as it came to a hosted API, nothing was left out.
+                not_forwarded=(
+                    ()
+                    if admitted.native is not None and admitted.native.as_sent
+                    else admitted.call.not_forwarded
+                ),
+                started_at=reply.started,
+                ended_at=self.clock(),
+                policy_version_start=reply.version,
+                policy_version_end=self.policy_version(),
+                policy_segments=compact(
+                    segments_from_spans(completion.weight_versions, reply.version), reply.version
+                ),
+                auxiliary=admitted.auxiliary,
+                continuation=reply.continuation,
+                upstream_retries=reply.retries,
+                conversation_key=b""
+                if admitted.conversation is None
+                else extend(admitted.conversation.digest, {**reply.message, "role": "assistant"}),
+            ),
+        )
 
     async def withdraw(self, admitted: Admitted) -> None:
         """Give back a call whose reply no agent received (and its turn, if recorded),
@@ -289,7 +328,9 @@ def _encodable(payload: dict[str, Any]) -> bytes:
         messages = orjson.dumps(payload["messages"])
         orjson.dumps({k: v for k, v in payload.items() if k != "messages"})
     except orjson.JSONEncodeError as exc:
-        raise _HttpError(f"request cannot be forwarded: {exc} (nested too deeply, or "
-                         "an integer beyond 64 bits)", status=400,
-                         kind="invalid_request") from exc
+        raise _HttpError(
+            f"request cannot be forwarded: {exc} (nested too deeply, or an integer beyond 64 bits)",
+            status=400,
+            kind="invalid_request",
+        ) from exc
     return messages

@@ -22,9 +22,7 @@ from starlette.types import Receive, Scope, Send
 from harbor_ray.capture.core.detect import answering_dialect
 from harbor_ray.capture.core.dialects import DIALECTS
 
-UPGRADE_REFUSED = (
-    "websocket transport is not supported by this proxy: send the request over HTTP"
-)
+UPGRADE_REFUSED = "websocket transport is not supported by this proxy: send the request over HTTP"
 _UPGRADE_STATUS = 426
 
 
@@ -48,15 +46,23 @@ async def refuse_websocket(path: str, scope: Scope, receive: Receive, send: Send
         await send({"type": "websocket.close", "code": 1008})
         return
     body = _refusal_body(path, scope)
-    await send({"type": "websocket.http.response.start", "status": _UPGRADE_STATUS,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": _UPGRADE_STATUS,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "websocket.http.response.body", "body": body})
 
 
 def http_upgrade_refused(path: str, scope: Scope) -> Response:
-    return Response(_refusal_body(path, scope), status_code=_UPGRADE_STATUS,
-                    media_type="application/json")
+    return Response(
+        _refusal_body(path, scope), status_code=_UPGRADE_STATUS, media_type="application/json"
+    )
 
 
 def probe_answer(scope: Scope, path: str) -> Response | None:

@@ -24,8 +24,9 @@ async def read_body(request: Request, limit: int) -> bytes:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _HttpError(f"request body exceeds {limit} bytes", status=413,
-                                 kind="too_large")
+                raise _HttpError(
+                    f"request body exceeds {limit} bytes", status=413, kind="too_large"
+                )
             chunks.append(chunk)
     except ClientDisconnect as exc:
         # Clients leave mid-body routinely (a cancelled call); nobody is left to answer.
@@ -37,8 +38,9 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object, sent as application/json (415 / 400 otherwise)."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
-        raise _HttpError("content-type must be application/json", status=415,
-                         kind="invalid_request")
+        raise _HttpError(
+            "content-type must be application/json", status=415, kind="invalid_request"
+        )
     raw = await read_body(request, limit)
     try:
         body = orjson.loads(raw)
@@ -47,6 +49,5 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
             f"request body is not valid JSON: {exc}", status=400, kind="invalid_request"
         ) from exc
     if not isinstance(body, dict):
-        raise _HttpError("request body must be a JSON object", status=400,
-                         kind="invalid_request")
+        raise _HttpError("request body must be a JSON object", status=400, kind="invalid_request")
     return body

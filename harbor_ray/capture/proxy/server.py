@@ -71,8 +71,9 @@ async def serve(
             await asyncio.wait({serving}, timeout=10)
 
 
-def server_config(app: CaptureApp, *, log_level: str = "warning",
-                  lifespan: Lifespan = "on") -> uvicorn.Config:
+def server_config(
+    app: CaptureApp, *, log_level: str = "warning", lifespan: Lifespan = "on"
+) -> uvicorn.Config:
     """How every server of the capture app runs: its request heads bounded by the app's
     settings while they are read (head_limit.py)."""
     settings = app.settings
@@ -81,7 +82,11 @@ def server_config(app: CaptureApp, *, log_level: str = "warning",
     # uvicorn types `http` as a protocol class; it calls it per connection, as it does
     # the factory given here.
     return uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan=lifespan, proxy_headers=False,
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan=lifespan,
+        proxy_headers=False,
         http=bounded_protocol(settings.max_url_bytes, settings.max_header_bytes),  # type: ignore[arg-type]
     )
 

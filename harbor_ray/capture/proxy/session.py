@@ -75,8 +75,7 @@ class CallStore(Protocol):
         """Keep the turn of admitted call `turn.index`; `SessionGone` if it ended."""
         ...
 
-    async def release(self, session_id: str, index: int, counter: Counter | None = None
-                      ) -> None:
+    async def release(self, session_id: str, index: int, counter: Counter | None = None) -> None:
         """Give back admitted call `index`, which produced no turn (or whose recorded turn
         was never delivered: it is withdrawn), counting why."""
         ...
@@ -87,7 +86,10 @@ class AdminStore(Protocol):
     routes of a proxy that holds them)."""
 
     async def open_session(
-        self, *, budget: int | None = None, sampling: Sampling | None = None,
+        self,
+        *,
+        budget: int | None = None,
+        sampling: Sampling | None = None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo: ...
 
@@ -129,11 +131,9 @@ class SessionState:
 
     def full(self) -> bool:
         """Whether the budget is taken: by turns, and by calls still in flight."""
-        return (self.budget is not None
-                and len(self.held.turns) + len(self.in_flight) >= self.budget)
+        return self.budget is not None and len(self.held.turns) + len(self.in_flight) >= self.budget
 
-    def admit(self, holder: str | None = None, prefixes: Sequence[PrefixKey] = ()
-              ) -> Admission:
+    def admit(self, holder: str | None = None, prefixes: Sequence[PrefixKey] = ()) -> Admission:
         # No await between check and increment: atomic on the owner's event loop.
         if self.full():
             self.counters["budget_stop"] += 1
@@ -150,8 +150,9 @@ class SessionState:
             if found:
                 turn = self.held.turns[found[0]]
                 if turn.prompt_ids is not None and turn.token_ids is not None:
-                    return ContinuationBase(turn.index, prefix.messages, turn.prompt_ids,
-                                            turn.token_ids)
+                    return ContinuationBase(
+                        turn.index, prefix.messages, turn.prompt_ids, turn.token_ids
+                    )
         return None
 
     def record(self, turn: TurnRecord) -> bool:
@@ -219,15 +220,23 @@ class InMemorySessionStore:
     the loop that records it (the playground's run view follows calls with it); it must
     not block, and without one recording costs nothing more."""
 
-    def __init__(self, owner: str | None = None, journal: JournalFile | None = None, *,
-                 on_turn: TurnListener | None = None) -> None:
+    def __init__(
+        self,
+        owner: str | None = None,
+        journal: JournalFile | None = None,
+        *,
+        on_turn: TurnListener | None = None,
+    ) -> None:
         self._sessions: dict[str, SessionState] = {}
         self._owner = owner
         self.journal = journal
         self._on_turn = on_turn
 
     async def open_session(
-        self, *, budget: int | None = None, sampling: Sampling | None = None,
+        self,
+        *,
+        budget: int | None = None,
+        sampling: Sampling | None = None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo:
         session_id = new_session_id(self._owner)
@@ -247,8 +256,9 @@ class InMemorySessionStore:
             return None
         return SessionGrant(session_id, state.sampling, state.main_loop)
 
-    async def admit(self, session_id: str, prefixes: Sequence[PrefixKey] = (),
-                    holder: str | None = None) -> Admission:
+    async def admit(
+        self, session_id: str, prefixes: Sequence[PrefixKey] = (), holder: str | None = None
+    ) -> Admission:
         return self._live(session_id).admit(holder, prefixes)
 
     async def record(self, session_id: str, turn: TurnRecord) -> None:
@@ -258,8 +268,7 @@ class InMemorySessionStore:
             if self._on_turn is not None:
                 self._on_turn(session_id, turn)
 
-    async def release(self, session_id: str, index: int, counter: Counter | None = None
-                      ) -> None:
+    async def release(self, session_id: str, index: int, counter: Counter | None = None) -> None:
         if self._live(session_id).release(index, counter) and self.journal is not None:
             await self.journal.append(Withdrawn(session_id, index))
 
@@ -303,11 +312,13 @@ class StoreSessions:
     store: InMemorySessionStore
 
     async def open_session(
-        self, *, budget: int | None, sampling: Sampling | None,
+        self,
+        *,
+        budget: int | None,
+        sampling: Sampling | None,
         main_loop: MainLoop | None = None,
     ) -> SessionInfo:
-        return await self.store.open_session(budget=budget, sampling=sampling,
-                                             main_loop=main_loop)
+        return await self.store.open_session(budget=budget, sampling=sampling, main_loop=main_loop)
 
     async def close_session(self, session_id: str) -> ClosedCapture | None:
         """The session's closed record, after which the session is gone."""

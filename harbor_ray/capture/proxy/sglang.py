@@ -34,13 +34,15 @@ from harbor_ray.capture.proxy.upstream import Engine
 from harbor_ray.errors import EngineError
 
 # SGLang's request fields for the capture data (protocol.py, ChatCompletionRequest).
-_CAPTURE_FIELDS = {"return_prompt_token_ids": True, "return_meta_info": True,
-                   "logprobs": True}
+_CAPTURE_FIELDS = {"return_prompt_token_ids": True, "return_meta_info": True, "logprobs": True}
 _OLD_SGLANG = (
     "needs an SGLang whose /v1/chat/completions honours `return_prompt_token_ids` and "
-    "`return_meta_info` (SGLang v0.5 line) with logprobs on")
-TOOL_PARSER_FIX = ("start SGLang with --tool-call-parser <parser> (e.g. qwen25); agents "
-                   "that use the text protocol (terminus-2) work without")
+    "`return_meta_info` (SGLang v0.5 line) with logprobs on"
+)
+TOOL_PARSER_FIX = (
+    "start SGLang with --tool-call-parser <parser> (e.g. qwen25); agents "
+    "that use the text protocol (terminus-2) work without"
+)
 
 
 class SglangEngine:
@@ -52,7 +54,11 @@ class SglangEngine:
         self._tool_call_parser: tuple[str | None] | None = None
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
         session: str | None = None,
     ) -> dict[str, Any]:
         if path == "/v1/chat/completions" and body is not None:
@@ -62,21 +68,29 @@ class SglangEngine:
             info = await self.engine.request("GET", "/get_server_info")
             return {"version": info.get("version")}
         if path == "/tokenize":
-            raise EngineError("SGLang renders no chat messages for /tokenize the way the "
-                              "proxy needs (with and without the generation prompt)",
-                              status=400)
+            raise EngineError(
+                "SGLang renders no chat messages for /tokenize the way the "
+                "proxy needs (with and without the generation prompt)",
+                status=400,
+            )
         return await self.engine.request(method, path, body, session=session)
 
     async def _chat(self, body: dict[str, Any], session: str | None) -> dict[str, Any]:
-        if body.get("tools") and body.get("tool_choice", "auto") != "none" and (
-                await self._parser() is None):
-            raise EngineError(f"SGLang was started without --tool-call-parser, so tool "
-                              f"calls would come back as text: {TOOL_PARSER_FIX}", status=400)
+        if (
+            body.get("tools")
+            and body.get("tool_choice", "auto") != "none"
+            and (await self._parser() is None)
+        ):
+            raise EngineError(
+                f"SGLang was started without --tool-call-parser, so tool "
+                f"calls would come back as text: {TOOL_PARSER_FIX}",
+                status=400,
+            )
         if body.get("return_token_ids") is not True:
-            return await self.engine.request("POST", "/v1/chat/completions", body,
-                                             session=session)
-        reply = await self.engine.request("POST", "/v1/chat/completions",
-                                          {**body, **_CAPTURE_FIELDS}, session=session)
+            return await self.engine.request("POST", "/v1/chat/completions", body, session=session)
+        reply = await self.engine.request(
+            "POST", "/v1/chat/completions", {**body, **_CAPTURE_FIELDS}, session=session
+        )
         return vllm_shaped(reply)
 
     async def _parser(self) -> str | None:
@@ -98,15 +112,22 @@ def vllm_shaped(reply: dict[str, Any]) -> dict[str, Any]:
     triples = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
     prompt_ids = choice.get("prompt_token_ids")
     if not isinstance(prompt_ids, list) or not isinstance(triples, list):
-        raise EngineError(f"SGLang answered without choices[0].prompt_token_ids or "
-                          f"choices[0].meta_info.output_token_logprobs: {_OLD_SGLANG}",
-                          status=502)
+        raise EngineError(
+            f"SGLang answered without choices[0].prompt_token_ids or "
+            f"choices[0].meta_info.output_token_logprobs: {_OLD_SGLANG}",
+            status=502,
+        )
     try:
         token_ids = [triple[1] for triple in triples]
     except (TypeError, IndexError, KeyError) as exc:
-        raise EngineError("SGLang's meta_info.output_token_logprobs are not "
-                          "[logprob, token_id, text] triples", status=502) from exc
-    reshaped = {k: v for k, v in choice.items()
-                if k not in ("meta_info", "prompt_token_ids", "response_token_ids")}
+        raise EngineError(
+            "SGLang's meta_info.output_token_logprobs are not [logprob, token_id, text] triples",
+            status=502,
+        ) from exc
+    reshaped = {
+        k: v
+        for k, v in choice.items()
+        if k not in ("meta_info", "prompt_token_ids", "response_token_ids")
+    }
     reshaped["token_ids"] = token_ids
     return {**reply, "prompt_token_ids": prompt_ids, "choices": [reshaped, *choices[1:]]}

@@ -38,16 +38,22 @@ class StitchedPrompt:
     stitched_ids: np.ndarray | None = None
 
     @classmethod
-    def fallback(cls, payload: dict[str, Any], base: ContinuationBase, why: Fallback
-                 ) -> StitchedPrompt:
+    def fallback(
+        cls, payload: dict[str, Any], base: ContinuationBase, why: Fallback
+    ) -> StitchedPrompt:
         return cls(payload, Continuation(base.turn, False, why))
 
     def checked(self, completion: Completion) -> Continuation | None:
         """The continuation as it happened: an engine that rendered the messages
         itself (vLLM does for some requests) did not take the stitched prompt."""
-        if self.stitched_ids is None or self.continuation is None or (
+        if (
+            self.stitched_ids is None
+            or self.continuation is None
+            or (
                 completion.prompt_ids is not None
-                and np.array_equal(completion.prompt_ids, self.stitched_ids)):
+                and np.array_equal(completion.prompt_ids, self.stitched_ids)
+            )
+        ):
             return self.continuation
         return Continuation(self.continuation.turn, False, Fallback.ENGINE_IGNORED)
 
@@ -61,8 +67,9 @@ class Stitcher:
         # (ids,) when known, (None,) when its renderings do not show it.
         self._closing: tuple[np.ndarray | None] | None = None
 
-    async def prompt(self, payload: dict[str, Any], base: ContinuationBase | None
-                     ) -> StitchedPrompt:
+    async def prompt(
+        self, payload: dict[str, Any], base: ContinuationBase | None
+    ) -> StitchedPrompt:
         """The engine body: the stitched prompt ids in it when the call continues the
         recorded turn `base` and the engine's renderings allow (else why not). Never
         raises but for cancellation: a failed stitch is a fallback, not a failed call."""
@@ -76,8 +83,9 @@ class Stitcher:
             if closing is None:
                 return StitchedPrompt.fallback(payload, base, Fallback.UNKNOWN_TURN_END)
             history, full = await asyncio.gather(
-                self._tokenize(payload, messages[:base.messages], generation=False),
-                self._tokenize(payload, messages, generation=True))
+                self._tokenize(payload, messages[: base.messages], generation=False),
+                self._tokenize(payload, messages, generation=True),
+            )
         except (EngineError, KeyError, TypeError, ValueError):
             return StitchedPrompt.fallback(payload, base, Fallback.NO_TOKENIZE)
         ids = stitch(base, closing, history, full)
@@ -93,16 +101,25 @@ class Stitcher:
             probe: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
             open_ids, closed_ids = await asyncio.gather(
                 self._tokenize(payload, probe, generation=True, tools=False),
-                self._tokenize(payload, [*probe, {"role": "assistant", "content": ""}],
-                               generation=False, tools=False))
+                self._tokenize(
+                    payload,
+                    [*probe, {"role": "assistant", "content": ""}],
+                    generation=False,
+                    tools=False,
+                ),
+            )
             self._closing = (turn_closing(open_ids, closed_ids),)
         return self._closing[0]
 
-    async def _tokenize(self, payload: dict[str, Any], messages: list[Any], *,
-                        generation: bool, tools: bool = True) -> list[int]:
+    async def _tokenize(
+        self, payload: dict[str, Any], messages: list[Any], *, generation: bool, tools: bool = True
+    ) -> list[int]:
         """The engine's rendering of `messages` with the template the call uses."""
-        request: dict[str, Any] = {"model": payload["model"], "messages": messages,
-                                   "add_generation_prompt": generation}
+        request: dict[str, Any] = {
+            "model": payload["model"],
+            "messages": messages,
+            "add_generation_prompt": generation,
+        }
         for key in ("tools", "chat_template_kwargs") if tools else ():
             if payload.get(key) is not None:
                 request[key] = payload[key]

@@ -32,7 +32,11 @@ routes on, so a session's calls reach the replica holding its prefix."""
 
 class Engine(Protocol):
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
         session: str | None = None,
     ) -> dict[str, Any]:
         """Send one request (path below the API root, e.g. `/v1/chat/completions`) for
@@ -40,17 +44,18 @@ class Engine(Protocol):
         ...
 
 
-def engine_status_error(status: int, detail: str, retry_after: str | None = None
-                        ) -> EngineError:
+def engine_status_error(status: int, detail: str, retry_after: str | None = None) -> EngineError:
     """The error for an engine that answered `status`: its 5xx is the agent's 502
     (retry), its 429 the agent's 429 (too busy now: retry later, after `retry_after`
     when it said, which the proxy may do itself: pipeline.py), any other 4xx the agent's
     400 (the request itself was refused; retrying won't help).
     """
     agent_status = 502 if status >= 500 else 429 if status == 429 else 400
-    return EngineError(f"engine answered {status}: {detail}", status=agent_status,
-                       retry_after_s=retry_after_seconds(retry_after) if status == 429
-                       else None)
+    return EngineError(
+        f"engine answered {status}: {detail}",
+        status=agent_status,
+        retry_after_s=retry_after_seconds(retry_after) if status == 429 else None,
+    )
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -80,8 +85,12 @@ class HttpEngine:
     `aclose` (the app's lifespan)."""
 
     def __init__(
-        self, url: str, *, timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
-        max_connections: int = 1024, headers: Mapping[str, str] | None = None,
+        self,
+        url: str,
+        *,
+        timeout_s: float = DEFAULT_ENGINE_TIMEOUT_S,
+        max_connections: int = 1024,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.root = api_root(url)
         # Made once: a hosted upstream's credential headers ride on every request, and
@@ -96,19 +105,25 @@ class HttpEngine:
     def _connections(self) -> Http1Pool:
         loop = asyncio.get_running_loop()
         if self._pool is None or self._loop is not loop:
-            self._pool = Http1Pool(self.root, max_connections=self._max_connections,
-                                   timeout_s=self._timeout_s)
+            self._pool = Http1Pool(
+                self.root, max_connections=self._max_connections, timeout_s=self._timeout_s
+            )
             self._loop = loop
         return self._pool
 
     async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *,
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
         session: str | None = None,
     ) -> dict[str, Any]:
         data = orjson.dumps(body) if body is not None else None
         try:
             status, raw, retry_after = await self._connections().exchange(
-                method, path, data, self._headers(data is not None, session))
+                method, path, data, self._headers(data is not None, session)
+            )
         except Http1Timeout as exc:
             raise EngineError(f"engine timed out on {path}", status=504) from exc
         except EngineConnectError as exc:

@@ -24,14 +24,25 @@ WORKDIR = "/app"  # where Harbor tasks work
 def bash(command: str) -> str:
     """Run a bash command in the task's working directory; returns its exit code and
     output."""
-    done = subprocess.run(["bash", "-c", command], cwd=WORKDIR, capture_output=True,
-                          text=True, timeout=600, check=False)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=WORKDIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     return f"exit code {done.returncode}\n{done.stdout}{done.stderr}"
 
 
 def make_graph(config: dict[str, Any]) -> Any:
     configurable = config.get("configurable", {})
     model = init_chat_model(configurable["model"], **configurable.get("model_kwargs", {}))
-    return create_agent(model, tools=[bash], system_prompt=(
-        "You solve tasks in a Linux environment by running shell commands with the bash "
-        f"tool, in {WORKDIR}. When the task is done, answer with a short summary."))
+    return create_agent(
+        model,
+        tools=[bash],
+        system_prompt=(
+            "You solve tasks in a Linux environment by running shell commands with the bash "
+            f"tool, in {WORKDIR}. When the task is done, answer with a short summary."
+        ),
+    )

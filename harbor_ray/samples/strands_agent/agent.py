@@ -23,5 +23,6 @@ SYSTEM_PROMPT = (
 
 def create_agent(sandbox: Any, model: Any = None) -> Agent:
     """The agent Harbor's runner invokes with the task's instruction."""
-    return Agent(model=model, tools=sandbox.get_tools(), system_prompt=SYSTEM_PROMPT,
-                 callback_handler=None)
+    return Agent(
+        model=model, tools=sandbox.get_tools(), system_prompt=SYSTEM_PROMPT, callback_handler=None
+    )

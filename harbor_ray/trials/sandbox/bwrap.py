@@ -206,8 +206,10 @@ class BwrapEnvironment(BaseEnvironment):
             if forward.port == port:
                 return forward.target_url if self._shares_network else forward.sandbox_url
         forwarded = [forward.port for forward in self._forwards]
-        raise SandboxSetupError(f"sandbox port {port} is not forwarded (forwarded: {forwarded}): "
-                                "add it to the sandbox's forward mapping")
+        raise SandboxSetupError(
+            f"sandbox port {port} is not forwarded (forwarded: {forwarded}): "
+            "add it to the sandbox's forward mapping"
+        )
 
     def _recipe(self) -> Recipe:
         binds = tuple(
@@ -218,9 +220,13 @@ class BwrapEnvironment(BaseEnvironment):
             )
             for mount in self._host_mounts
         )
-        return Recipe(search_path=self._search_path, workdir=self.workdir,
-                      share_network=self._shares_network,
-                      binds=binds + self._tools + self._runtimes, forwards=self._forwards)
+        return Recipe(
+            search_path=self._search_path,
+            workdir=self.workdir,
+            share_network=self._shares_network,
+            binds=binds + self._tools + self._runtimes,
+            forwards=self._forwards,
+        )
 
     async def start(self, force_build: bool) -> None:
         self._check_not_started()
@@ -247,20 +253,22 @@ class BwrapEnvironment(BaseEnvironment):
                 self._pool, self._started = taken.pool, taken.sandbox
                 self.logger.info(
                     f"Took sandbox {taken.sandbox.sandbox_id} from the warm pool "
-                    + ("ready" if taken.was_ready else "(started for this trial: none was ready)"))
+                    + ("ready" if taken.was_ready else "(started for this trial: none was ready)")
+                )
         if self._started is None:
-            self._started = await launch(recipe, self._sandboxes_dir, self.session_id,
-                                         self.logger)
+            self._started = await launch(recipe, self._sandboxes_dir, self.session_id, self.logger)
         try:
             # Harbor copies environment/ in for a docker_image task without a Dockerfile;
             # harbor_ray's sandboxes also for a task that declares no image at all, whose
             # environment/ can only be its files (environment_need.py).
             if self._enable_environment_dir_upload and uploads_environment_dir(
-                    self.environment_dir):
+                self.environment_dir
+            ):
                 await self.upload_dir(self.environment_dir, str(self.workdir))
             self.trial_paths.trial_dir.mkdir(parents=True, exist_ok=True)
             (self.trial_paths.trial_dir / ENVIRONMENT_FILE).write_text(
-                json.dumps(environment) + "\n")
+                json.dumps(environment) + "\n"
+            )
         except BaseException:
             await self.stop(delete=True)
             raise
@@ -319,8 +327,9 @@ class BwrapEnvironment(BaseEnvironment):
                 # 0 means no timeout, as for Harbor's Docker environment.
                 timeout_sec=timeout_sec or None,
             )
-            return ExecResult(stdout=_text(stdout), stderr=_text(stderr),
-                              return_code=_shell_status(code))
+            return ExecResult(
+                stdout=_text(stdout), stderr=_text(stderr), return_code=_shell_status(code)
+            )
 
     async def _transfer(
         self, script: str, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None

@@ -60,8 +60,13 @@ _ROOT = frozenset({"", "root", "0"})
 class ContainerEnvironment(BwrapEnvironment):
     """One trial's bubblewrap sandbox over its task's image (see the module docstring)."""
 
-    def __init__(self, *args: Any, images_dir: str | Path | None = None,
-                 docker: str = "docker", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        images_dir: str | Path | None = None,
+        docker: str = "docker",
+        **kwargs: Any,
+    ) -> None:
         self._images_dir = Path(images_dir) if images_dir is not None else DEFAULT_IMAGES_DIR
         self._docker = docker
         self._image: ImageRoot | None = None  # once start() has it
@@ -73,15 +78,15 @@ class ContainerEnvironment(BwrapEnvironment):
 
     @classmethod
     def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
-        return EnvironmentResourceCapabilities(cpu_limit=True, memory_limit=True,
-                                               fractional_cpus=True)
+        return EnvironmentResourceCapabilities(
+            cpu_limit=True, memory_limit=True, fractional_cpus=True
+        )
 
     @classmethod
     def preflight(cls) -> None:
         """Harbor's hook: SystemExit naming every missing piece: the bwrap sandbox's
         (preflight.py), the overlay's, the cgroups' and Docker's (images.py)."""
-        problems = [*find_problems(), *overlay_problems(), *cgroup_problems(),
-                    *docker_problems()]
+        problems = [*find_problems(), *overlay_problems(), *cgroup_problems(), *docker_problems()]
         if problems:
             raise SystemExit("The container sandbox cannot run here:\n" + "\n".join(problems))
 
@@ -102,9 +107,9 @@ class ContainerEnvironment(BwrapEnvironment):
         assert self._image is not None  # start() found it first
         limits = Limits(
             cpus=self._resource_limit_value("cpu", auto_mode=ResourceMode.LIMIT),
-            memory_mb=self._resource_limit_value("memory", auto_mode=ResourceMode.LIMIT))
-        return dataclasses.replace(super()._recipe(), image_root=self._image.rootfs,
-                                   limits=limits)
+            memory_mb=self._resource_limit_value("memory", auto_mode=ResourceMode.LIMIT),
+        )
+        return dataclasses.replace(super()._recipe(), image_root=self._image.rootfs, limits=limits)
 
     async def start(self, force_build: bool) -> None:
         """Build (or find) the task's image, then start the sandbox over it.
@@ -117,17 +122,23 @@ class ContainerEnvironment(BwrapEnvironment):
         if need.kind is NeedKind.COMPOSE:
             raise EnvironmentUnsupportedError(
                 f"{COMPOSE_FILE_NAME} tasks need a container engine with Compose: the "
-                "container sandbox runs a single environment; use Harbor's docker backend.")
+                "container sandbox runs a single environment; use Harbor's docker backend."
+            )
         source = image_source(self.environment_dir, need)
         if source is None:
             raise EnvironmentUnsupportedError(
                 "the task declares no image (no environment/Dockerfile, no docker_image): "
-                "run it on the local sandbox")
+                "run it on the local sandbox"
+            )
         asked = time.monotonic()
         image = await asyncio.to_thread(
-            ensure_image_root, source, self._images_dir,
-            timeout_s=self.task_env_config.build_timeout_sec, progress=self.logger.info,
-            docker=self._docker)
+            ensure_image_root,
+            source,
+            self._images_dir,
+            timeout_s=self.task_env_config.build_timeout_sec,
+            progress=self.logger.info,
+            docker=self._docker,
+        )
         # What this trial waited for its image: its own build, or another trial's on
         # this node (the lock's wait), which the image's own build_s does not count.
         waited_s = time.monotonic() - asked
@@ -136,21 +147,31 @@ class ContainerEnvironment(BwrapEnvironment):
             raise EnvironmentUnsupportedError(
                 f"image {image.reference} has no python3, which the relay to the capture "
                 "proxy runs on inside the sandbox (an agent that runs in the sandbox "
-                "calls the model through it): install python3 (3.8 or later) in the image")
+                "calls the model through it): install python3 (3.8 or later) in the image"
+            )
         if image.config.user.partition(":")[0] not in _ROOT:
             raise EnvironmentUnsupportedError(
                 f"image {image.reference} sets USER {image.config.user}, and the container "
                 "sandbox runs every command as root (its user namespace maps one uid): "
                 "drop USER from the Dockerfile (or set it to root), or use Harbor's docker "
-                "backend")
+                "backend"
+            )
         self._image = image
         image_env = dict(image.config.env)
         # The image's variables over the sandbox's base ones; its PATH after the tools'.
-        self._env = {**self._env, **image_env,
-                     "PATH": tools_path(self._tools, image_env.get("PATH", SANDBOX_PATH))}
+        self._env = {
+            **self._env,
+            **image_env,
+            "PATH": tools_path(self._tools, image_env.get("PATH", SANDBOX_PATH)),
+        }
         self.logger.info(f"Running over image {image.reference} ({image.digest[:19]})")
-        await self._start_sandbox({
-            "kind": "image", "reference": image.reference, "digest": image.digest,
-            "build_s": waited_s if image.built or waited_s >= _WAITED_S else 0.0,
-            "built": image.built,
-            "log": None if image.log is None else str(image.log)})
+        await self._start_sandbox(
+            {
+                "kind": "image",
+                "reference": image.reference,
+                "digest": image.digest,
+                "build_s": waited_s if image.built or waited_s >= _WAITED_S else 0.0,
+                "built": image.built,
+                "log": None if image.log is None else str(image.log),
+            }
+        )

@@ -60,8 +60,7 @@ def _port(value: int | str, what: str) -> int:
     try:
         port = int(value)
     except ValueError:
-        raise SandboxSetupError(f"{what} must be a port number (1-65535), got {value!r}"
-                                ) from None
+        raise SandboxSetupError(f"{what} must be a port number (1-65535), got {value!r}") from None
     if not 0 < port < 65536:
         raise SandboxSetupError(f"{what} must be a port number (1-65535), got {value!r}")
     return port

@@ -163,8 +163,10 @@ def tool_binds(tools: Mapping[str, str]) -> tuple[Bind, ...]:
         if not path.is_absolute() or path == PurePosixPath("/") or ".." in path.parts:
             raise SandboxSetupError(f"tool directory {target!r} must be an absolute path below /")
         if path.parts[1] in _SYSTEM_DIRS:
-            raise SandboxSetupError(f"tool directory {target!r} is inside the host's "
-                                    f"/{path.parts[1]}: mount it elsewhere")
+            raise SandboxSetupError(
+                f"tool directory {target!r} is inside the host's "
+                f"/{path.parts[1]}: mount it elsewhere"
+            )
         if not Path(source).is_dir():
             raise SandboxSetupError(f"tool directory {source!r} (for {target}) is not a directory")
         binds.append(Bind(source=Path(source), target=path, read_only=True))
@@ -284,15 +286,28 @@ def overlay_argv(unshare: str, mount: str, layout: Layout, argv: Sequence[str]) 
     """
     if layout.image_root is None:
         raise SandboxSetupError("an overlay needs the image's root filesystem (image_root)")
-    layers = {"lowerdir": layout.image_root, "upperdir": layout.writable,
-              "workdir": layout.scratch}
+    layers = {"lowerdir": layout.image_root, "upperdir": layout.writable, "workdir": layout.scratch}
     for name, path in layers.items():
         if any(separator in str(path) for separator in _OPTION_SEPARATORS):
-            raise SandboxSetupError(f"the overlay's {name} {path} holds one of "
-                                    f"{' '.join(_OPTION_SEPARATORS)}: move it elsewhere")
+            raise SandboxSetupError(
+                f"the overlay's {name} {path} holds one of "
+                f"{' '.join(_OPTION_SEPARATORS)}: move it elsewhere"
+            )
     options = ",".join(f"{name}={path}" for name, path in layers.items())
-    return [unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", _MOUNT_SCRIPT,
-            "sh", mount, options, str(layout.top), *argv]
+    return [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        _MOUNT_SCRIPT,
+        "sh",
+        mount,
+        options,
+        str(layout.top),
+        *argv,
+    ]
 
 
 def enter_argv(

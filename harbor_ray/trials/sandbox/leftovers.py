@@ -78,8 +78,13 @@ def reap_sandbox(directory: Path) -> Reaped:
     if not directory.is_dir():
         return Reaped(0, 0)
     root = directory.resolve()
-    doomed = _kill_owners([pid for pid in _processes_naming(root.parent)
-                           if any(_names(arg, root) for arg in _cmdline(pid))])
+    doomed = _kill_owners(
+        [
+            pid
+            for pid in _processes_naming(root.parent)
+            if any(_names(arg, root) for arg in _cmdline(pid))
+        ]
+    )
     shutil.rmtree(directory, ignore_errors=True)
     reap_cgroups(directory.parent)
     return Reaped(len(doomed), 1)
@@ -114,9 +119,13 @@ def reap_after(pid: int, directory: Path) -> Reaped:
 def _processes_naming(root: Path) -> list[int]:
     """Every other process whose command line names a path below `root`."""
     prefix = os.fsencode(str(root)) + b"/"
-    return [int(entry.name) for entry in os.scandir("/proc")
-            if entry.name.isdigit() and int(entry.name) != os.getpid()
-            and any(arg.startswith(prefix) for arg in _cmdline(int(entry.name)))]
+    return [
+        int(entry.name)
+        for entry in os.scandir("/proc")
+        if entry.name.isdigit()
+        and int(entry.name) != os.getpid()
+        and any(arg.startswith(prefix) for arg in _cmdline(int(entry.name)))
+    ]
 
 
 def _cmdline(pid: int) -> list[bytes]:
@@ -168,8 +177,10 @@ def _alive(pid: int) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Reap a directory of sandboxes once a "
-                                     "process has ended (a rollout host's guard).")
+    parser = argparse.ArgumentParser(
+        description="Reap a directory of sandboxes once a "
+        "process has ended (a rollout host's guard)."
+    )
     parser.add_argument("--after", type=int, required=True, metavar="PID")
     parser.add_argument("directory", type=Path, help="relative to the working directory")
     args = parser.parse_args()

@@ -32,8 +32,17 @@ from pathlib import Path
 
 from harbor_ray.errors import SandboxError
 
-__all__ = ["CGROUP_ROOT", "Cgroups", "Limits", "Setting", "cgroup_name", "cgroup_problems",
-           "is_v2", "reap_cgroups", "settings"]
+__all__ = [
+    "CGROUP_ROOT",
+    "Cgroups",
+    "Limits",
+    "Setting",
+    "cgroup_name",
+    "cgroup_problems",
+    "is_v2",
+    "reap_cgroups",
+    "settings",
+]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PARENT = "harbor_ray"
@@ -77,18 +86,24 @@ def settings(limits: Limits, *, v2: bool) -> list[Setting]:
     if limits.memory_mb is not None:
         limit = str(limits.memory_mb * 1024 * 1024)
         if v2:
-            written += [Setting("", "memory.max", limit),
-                        Setting("", "memory.swap.max", "0", optional=True)]
+            written += [
+                Setting("", "memory.max", limit),
+                Setting("", "memory.swap.max", "0", optional=True),
+            ]
         else:
-            written += [Setting("memory", "memory.limit_in_bytes", limit),
-                        Setting("memory", "memory.memsw.limit_in_bytes", limit, optional=True)]
+            written += [
+                Setting("memory", "memory.limit_in_bytes", limit),
+                Setting("memory", "memory.memsw.limit_in_bytes", limit, optional=True),
+            ]
     if limits.cpus is not None:
         quota = str(max(_MIN_QUOTA_US, round(limits.cpus * _PERIOD_US)))
         if v2:
             written.append(Setting("", "cpu.max", f"{quota} {_PERIOD_US}"))
         else:
-            written += [Setting("cpu", "cpu.cfs_period_us", str(_PERIOD_US)),
-                        Setting("cpu", "cpu.cfs_quota_us", quota)]
+            written += [
+                Setting("cpu", "cpu.cfs_period_us", str(_PERIOD_US)),
+                Setting("cpu", "cpu.cfs_quota_us", quota),
+            ]
     return written
 
 
@@ -103,16 +118,25 @@ def cgroup_problems(root: Path = CGROUP_ROOT) -> list[str]:
     if is_v2(root):
         controllers = set((root / "cgroup.controllers").read_text().split())
         places = [root]
-        problems = [f"cgroup v2 at {root} lacks the {name} controller: enable it (kernel "
-                    "command line, or another manager holding it)."
-                    for name in ("cpu", "memory") if name not in controllers]
+        problems = [
+            f"cgroup v2 at {root} lacks the {name} controller: enable it (kernel "
+            "command line, or another manager holding it)."
+            for name in ("cpu", "memory")
+            if name not in controllers
+        ]
     else:
         places = [root / "memory", root / "cpu"]
-        problems = [f"no cgroup v1 hierarchy {place}: mount the {place.name} controller."
-                    for place in places if not place.is_dir()]
-    return problems + [f"{place} is not writable: the container sandbox needs root to apply "
-                       "the task's cpu and memory limits." for place in places
-                       if place.is_dir() and not os.access(place, os.W_OK)]
+        problems = [
+            f"no cgroup v1 hierarchy {place}: mount the {place.name} controller."
+            for place in places
+            if not place.is_dir()
+        ]
+    return problems + [
+        f"{place} is not writable: the container sandbox needs root to apply "
+        "the task's cpu and memory limits."
+        for place in places
+        if place.is_dir() and not os.access(place, os.W_OK)
+    ]
 
 
 def cgroup_name(directory: Path) -> str:
@@ -141,8 +165,10 @@ class Cgroups:
         self._v2 = is_v2(root)
         self._settings = settings(limits, v2=self._v2)
         name = cgroup_name(directory)
-        self._groups = {setting.hierarchy: root / setting.hierarchy / _PARENT / name
-                        for setting in self._settings}
+        self._groups = {
+            setting.hierarchy: root / setting.hierarchy / _PARENT / name
+            for setting in self._settings
+        }
 
     @property
     def groups(self) -> list[Path]:
@@ -162,8 +188,10 @@ class Cgroups:
                     path.write_text(setting.value)
         except OSError as exc:
             self.remove()
-            raise SandboxError(f"cannot set the sandbox's limits with cgroups: {exc} (the "
-                               "container sandbox needs root and writable cgroups)") from exc
+            raise SandboxError(
+                f"cannot set the sandbox's limits with cgroups: {exc} (the "
+                "container sandbox needs root and writable cgroups)"
+            ) from exc
 
     def _enable_controllers(self, parent: Path) -> None:
         """v2: let `parent` (below the root) and the groups below it use the controllers
@@ -192,8 +220,9 @@ class Cgroups:
                 pass
             except OSError as exc:
                 left = (group / "cgroup.procs").read_text().split()
-                raise SandboxError(f"processes {left} are still in the sandbox's cgroup "
-                                   f"{group}: {exc}") from exc
+                raise SandboxError(
+                    f"processes {left} are still in the sandbox's cgroup {group}: {exc}"
+                ) from exc
 
 
 # How long a reaper waits for a dead sandbox's group to empty before leaving it.

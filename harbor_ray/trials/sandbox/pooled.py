@@ -34,8 +34,16 @@ from harbor_ray.trials.sandbox.preflight import find_tools
 from harbor_ray.trials.sandbox.runtime import Sandbox, to_the_end
 from harbor_ray.trials.warm_pool import WarmPool
 
-__all__ = ["BwrapBackend", "Recipe", "Started", "Taken", "launch", "register_pool", "take",
-           "unregister_pool"]
+__all__ = [
+    "BwrapBackend",
+    "Recipe",
+    "Started",
+    "Taken",
+    "launch",
+    "register_pool",
+    "take",
+    "unregister_pool",
+]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -84,8 +92,9 @@ class Started:
             remove_root(self.directory)
 
 
-async def launch(recipe: Recipe, sandboxes_dir: Path | None, name: str,
-                 logger: logging.Logger) -> Started:
+async def launch(
+    recipe: Recipe, sandboxes_dir: Path | None, name: str, logger: logging.Logger
+) -> Started:
     """Start a sandbox of `recipe` in a fresh directory under `sandboxes_dir` (named
     after `name`), with its forwards up: commands can run in it."""
     tools = find_tools(recipe.search_path, image=recipe.image_root is not None)
@@ -98,10 +107,17 @@ async def launch(recipe: Recipe, sandboxes_dir: Path | None, name: str,
     started = Started(directory, Sandbox(tools, Layout(root=directory)), forwarding)
     try:
         await forwarding.open()
-        started.sandbox = Sandbox(tools, Layout(
-            root=directory, workdir=recipe.workdir, share_network=recipe.share_network,
-            binds=recipe.binds + forwarding.binds, image_root=recipe.image_root,
-            limits=recipe.limits))
+        started.sandbox = Sandbox(
+            tools,
+            Layout(
+                root=directory,
+                workdir=recipe.workdir,
+                share_network=recipe.share_network,
+                binds=recipe.binds + forwarding.binds,
+                image_root=recipe.image_root,
+                limits=recipe.limits,
+            ),
+        )
         await started.sandbox.start()
         await forwarding.start_inside(started.sandbox)
     except BaseException:
@@ -124,8 +140,9 @@ class BwrapBackend:
         return self._recipes.setdefault(environment, recipe) == recipe
 
     async def start(self, environment: str) -> Started:
-        return await launch(self._recipes[environment], self.sandboxes_dir,
-                            f"pool-{environment}", _LOGGER)
+        return await launch(
+            self._recipes[environment], self.sandboxes_dir, f"pool-{environment}", _LOGGER
+        )
 
     async def stop(self, sandbox: Started) -> None:
         await sandbox.stop()
@@ -160,8 +177,10 @@ async def take(name: str, environment: str, recipe: Recipe) -> Taken | None:
     """A started sandbox of `environment` from pool `name`; None when the pool's
     sandboxes of it are made from another recipe."""
     if name not in _POOLS:
-        raise SandboxSetupError(f"no warm pool {name!r} runs in this process: a warm "
-                                "pool is a rollout host's (harbor-ray sweep --warm-pool)")
+        raise SandboxSetupError(
+            f"no warm pool {name!r} runs in this process: a warm "
+            "pool is a rollout host's (harbor-ray sweep --warm-pool)"
+        )
     pool, backend = _POOLS[name]
     if not backend.learn(environment, recipe):
         return None

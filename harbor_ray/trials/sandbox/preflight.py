@@ -29,8 +29,13 @@ from harbor_ray.trials.sandbox.layout import (
     prepare_root,
 )
 
-__all__ = ["HostTools", "SandboxUnavailableError", "find_problems", "find_tools",
-           "overlay_problems"]
+__all__ = [
+    "HostTools",
+    "SandboxUnavailableError",
+    "find_problems",
+    "find_tools",
+    "overlay_problems",
+]
 
 # What the probe runs inside: the same privilege drop and shell every command goes
 # through, then the marker that proves the sandbox came up.
@@ -71,8 +76,7 @@ class HostTools:
     mount: str | None = None
 
 
-def _missing(search_path: str | None, wanted: dict[str, str]
-             ) -> tuple[dict[str, str], list[str]]:
+def _missing(search_path: str | None, wanted: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """The tools of `wanted` found, and a problem line for each one that is not."""
     found: dict[str, str] = {}
     problems: list[str] = []
@@ -153,14 +157,21 @@ def _probe_overlay(unshare: str, mount: str) -> str | None:
         prepare_root(layout)
         argv = overlay_argv(unshare, mount, layout, ["/bin/true"])
         try:
-            result = subprocess.run(argv, capture_output=True, text=True,
-                                    timeout=_PROBE_TIMEOUT_SEC, stdin=subprocess.DEVNULL)
+            result = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT_SEC,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"`{unshare}` could not be run: {exc}."
     if result.returncode == 0:
         return None
-    return (f"cannot mount an overlay (exit {result.returncode}): the kernel needs overlayfs "
-            f"(modprobe overlay). It said: {result.stderr.strip() or '(nothing)'}")
+    return (
+        f"cannot mount an overlay (exit {result.returncode}): the kernel needs overlayfs "
+        f"(modprobe overlay). It said: {result.stderr.strip() or '(nothing)'}"
+    )
 
 
 def find_tools(search_path: str | None = None, *, image: bool = False) -> HostTools:
@@ -175,5 +186,9 @@ def find_tools(search_path: str | None = None, *, image: bool = False) -> HostTo
     found, problems = _missing(search_path, {**_SANDBOX_TOOLS, **extra})
     if problems:
         raise SandboxUnavailableError("\n".join(problems))
-    return HostTools(bwrap=found["bwrap"], nsenter=found["nsenter"],
-                     unshare=found.get("unshare"), mount=found.get("mount"))
+    return HostTools(
+        bwrap=found["bwrap"],
+        nsenter=found["nsenter"],
+        unshare=found.get("unshare"),
+        mount=found.get("mount"),
+    )

@@ -161,8 +161,7 @@ class Sandbox:
             raise SandboxError("the sandbox is not running")
         assert self._init_pid is not None
         process = await asyncio.create_subprocess_exec(
-            *self._cgroups.join_argv(enter_argv(self._tools.nsenter, self._init_pid, cwd,
-                                                command)),
+            *self._cgroups.join_argv(enter_argv(self._tools.nsenter, self._init_pid, cwd, command)),
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,

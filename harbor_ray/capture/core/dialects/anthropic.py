@@ -111,11 +111,13 @@ class AnthropicDialect:
             for delta in deltas:
                 yield _event({"type": "content_block_delta", "index": index, "delta": delta})
             yield _event({"type": "content_block_stop", "index": index})
-        yield _event({
-            "type": "message_delta",
-            "delta": {"stop_reason": reply["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": completion.completion_tokens},
-        })
+        yield _event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reply["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": completion.completion_tokens},
+            }
+        )
         yield _event({"type": "message_stop"})
 
     def error_body(self, status: int, message: str, kind: ErrorKind) -> dict[str, Any]:
@@ -163,8 +165,9 @@ def _engine_call(body: dict[str, Any]) -> EngineCall:
             require_string(s, f"stop_sequences[{i}]")
             for i, s in enumerate(require_list(body["stop_sequences"], "stop_sequences"))
         ]
-    return EngineCall(body=engine, stream=stream, request_model=model,
-                      not_forwarded=tuple(left_out))
+    return EngineCall(
+        body=engine, stream=stream, request_model=model, not_forwarded=tuple(left_out)
+    )
 
 
 def _messages(body: dict[str, Any], left_out: list[str]) -> list[dict[str, Any]]:
@@ -241,8 +244,9 @@ class _SystemFold:
             self.pending = []
 
 
-def _user(blocks: list[tuple[str, dict[str, Any]]], where: str, left_out: list[str]
-          ) -> list[dict[str, Any]]:
+def _user(
+    blocks: list[tuple[str, dict[str, Any]]], where: str, left_out: list[str]
+) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     texts: list[str] = []
     for j, (kind, block) in enumerate(blocks):
@@ -269,8 +273,11 @@ def _assistant(blocks: list[tuple[str, dict[str, Any]]], where: str) -> dict[str
             raise _unsupported(kind, f"{where}[{j}]", "assistant")
     if not calls:
         return {"role": "assistant", "content": _JOIN.join(texts)}
-    return {"role": "assistant", "content": _JOIN.join(texts) if texts else None,
-            "tool_calls": calls}
+    return {
+        "role": "assistant",
+        "content": _JOIN.join(texts) if texts else None,
+        "tool_calls": calls,
+    }
 
 
 def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
@@ -340,9 +347,9 @@ def _block_text(block: dict[str, Any], where: str) -> str:
 def _unsupported(kind: str, where: str, context: str) -> AgentRequestError:
     if kind in ("image", "document"):
         return AgentRequestError(
-            f"{where}: {kind} blocks are not supported (the engine is text-only)")
-    return AgentRequestError(
-        f"{where}: block type {kind!r} is not supported in {context} content")
+            f"{where}: {kind} blocks are not supported (the engine is text-only)"
+        )
+    return AgentRequestError(f"{where}: block type {kind!r} is not supported in {context} content")
 
 
 def _tools(value: Any, left_out: list[str]) -> list[dict[str, Any]]:
@@ -391,8 +398,12 @@ def _content(completion: Completion) -> list[dict[str, Any]]:
     if completion.text:
         blocks.append({"type": "text", "text": completion.text})
     blocks.extend(
-        {"type": "tool_use", "id": call.id, "name": call.name,
-         "input": loads_arguments(call.arguments)}
+        {
+            "type": "tool_use",
+            "id": call.id,
+            "name": call.name,
+            "input": loads_arguments(call.arguments),
+        }
         for call in completion.tool_calls
     )
     return blocks

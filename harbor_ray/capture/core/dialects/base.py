@@ -19,7 +19,12 @@ from harbor_ray.errors import AgentRequestError
 
 DialectName = Literal["chat", "responses", "anthropic", "google"]
 ErrorKind = Literal[
-    "invalid_request", "authentication", "not_found", "too_large", "engine", "overloaded",
+    "invalid_request",
+    "authentication",
+    "not_found",
+    "too_large",
+    "engine",
+    "overloaded",
     "rate_limited",
 ]
 

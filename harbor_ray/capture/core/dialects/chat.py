@@ -79,22 +79,29 @@ class ChatDialect:
             "created": ctx.created,
             "model": ctx.model,
             "choices": [
-                {"index": 0, "message": message, "finish_reason": completion.finish_reason,
-                 "logprobs": None}
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": completion.finish_reason,
+                    "logprobs": None,
+                }
             ],
             "usage": _usage(completion),
         }
 
     def render_stream(self, completion: Completion, ctx: ReplyContext) -> Iterator[bytes]:
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return sse_event({
-                "id": ctx.response_id,
-                "object": "chat.completion.chunk",
-                "created": ctx.created,
-                "model": ctx.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                             "logprobs": None}],
-            })
+            return sse_event(
+                {
+                    "id": ctx.response_id,
+                    "object": "chat.completion.chunk",
+                    "created": ctx.created,
+                    "model": ctx.model,
+                    "choices": [
+                        {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                    ],
+                }
+            )
 
         yield chunk({"role": "assistant", "content": ""})
         if completion.reasoning:
@@ -105,14 +112,16 @@ class ChatDialect:
             yield chunk({"tool_calls": [{"index": i, **call}]})
         yield chunk({}, completion.finish_reason)
         # Usage in a choice-less final chunk, as OpenAI sends it with include_usage.
-        yield sse_event({
-            "id": ctx.response_id,
-            "object": "chat.completion.chunk",
-            "created": ctx.created,
-            "model": ctx.model,
-            "choices": [],
-            "usage": _usage(completion),
-        })
+        yield sse_event(
+            {
+                "id": ctx.response_id,
+                "object": "chat.completion.chunk",
+                "created": ctx.created,
+                "model": ctx.model,
+                "choices": [],
+                "usage": _usage(completion),
+            }
+        )
         yield sse_event("[DONE]")
 
     def error_body(self, status: int, message: str, kind: ErrorKind) -> dict[str, Any]:
@@ -128,10 +137,22 @@ class ChatDialect:
 # The fields the engine reads whose type is known: checked here, so that a wrong one is
 # refused as the other dialects refuse theirs (a 4xx, nothing recorded) instead of being
 # forwarded, and recorded when the engine lets it pass. Null is OpenAI's "not set".
-_NUMBERS = ("temperature", "top_p", "frequency_penalty", "presence_penalty",
-            "repetition_penalty", "min_p")
-_INTEGERS = {"max_tokens": 1, "max_completion_tokens": 1, "n": 1, "top_logprobs": 0,
-             "top_k": -1, "seed": -(2**63)}  # name -> smallest value
+_NUMBERS = (
+    "temperature",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_p",
+)
+_INTEGERS = {
+    "max_tokens": 1,
+    "max_completion_tokens": 1,
+    "n": 1,
+    "top_logprobs": 0,
+    "top_k": -1,
+    "seed": -(2**63),
+}  # name -> smallest value
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 
 
@@ -152,12 +173,17 @@ def _check_fields(body: dict[str, Any]) -> None:
     choice = body.get("tool_choice")
     if choice is not None and choice not in _TOOL_CHOICES:
         if not isinstance(choice, dict) or choice.get("type") != "function":
-            raise AgentRequestError(f"tool_choice must be one of {sorted(_TOOL_CHOICES)} or "
-                               '{"type": "function", "function": {"name": ...}}')
-        require_string(require_dict(choice.get("function"), "tool_choice.function").get(
-            "name"), "tool_choice.function.name")
+            raise AgentRequestError(
+                f"tool_choice must be one of {sorted(_TOOL_CHOICES)} or "
+                '{"type": "function", "function": {"name": ...}}'
+            )
+        require_string(
+            require_dict(choice.get("function"), "tool_choice.function").get("name"),
+            "tool_choice.function.name",
+        )
     if body.get("parallel_tool_calls") is not None and not isinstance(
-            body["parallel_tool_calls"], bool):
+        body["parallel_tool_calls"], bool
+    ):
         raise AgentRequestError("parallel_tool_calls must be a boolean")
     if body.get("response_format") is not None:
         require_dict(body["response_format"], "response_format")
@@ -179,12 +205,16 @@ def _check_message(message: dict[str, Any], where: str) -> None:
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         for j, part in enumerate(require_list(content, f"{where}.content")):
-            require_string(require_dict(part, f"{where}.content[{j}]").get("type"),
-                           f"{where}.content[{j}].type")
+            require_string(
+                require_dict(part, f"{where}.content[{j}]").get("type"),
+                f"{where}.content[{j}].type",
+            )
     if message.get("tool_calls") is not None:
         for j, call in enumerate(require_list(message["tool_calls"], f"{where}.tool_calls")):
-            function = require_dict(require_dict(call, f"{where}.tool_calls[{j}]").get(
-                "function"), f"{where}.tool_calls[{j}].function")
+            function = require_dict(
+                require_dict(call, f"{where}.tool_calls[{j}]").get("function"),
+                f"{where}.tool_calls[{j}].function",
+            )
             require_string(function.get("name"), f"{where}.tool_calls[{j}].function.name")
     for name in ("name", "tool_call_id"):
         if message.get(name) is not None:
@@ -193,8 +223,11 @@ def _check_message(message: dict[str, Any], where: str) -> None:
 
 def _tool_calls(completion: Completion) -> list[dict[str, Any]]:
     return [
-        {"id": call.id, "type": "function",
-         "function": {"name": call.name, "arguments": call.arguments}}
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
         for call in completion.tool_calls
     ]
 

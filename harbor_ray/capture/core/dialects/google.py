@@ -70,6 +70,7 @@ _STATUS: dict[ErrorKind, str] = {
     "rate_limited": "RESOURCE_EXHAUSTED",
 }
 
+
 class GoogleDialect:
     name: DialectName = "google"
     # Gemini's API sends no SSE comments, and antigravity-sdk's Go harness (0.1.22)
@@ -83,14 +84,19 @@ class GoogleDialect:
         request = read_camel(body, "request")
         if "cachedContent" in request:
             raise AgentRequestError(
-                "cachedContent is not supported: the proxy cannot read its text")
+                "cachedContent is not supported: the proxy cannot read its text"
+            )
         messages = _system(request.get("systemInstruction")) + _messages(request.get("contents"))
         engine: dict[str, Any] = {"messages": messages}
         left_out: list[str] = []
         engine.update(read_tools(request.get("tools"), request.get("toolConfig"), left_out))
         engine.update(_sampling(request.get("generationConfig")))
-        return EngineCall(body=engine, stream=url_stream, request_model=url_model or "",
-                          not_forwarded=tuple(left_out))
+        return EngineCall(
+            body=engine,
+            stream=url_stream,
+            request_model=url_model or "",
+            not_forwarded=tuple(left_out),
+        )
 
     def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
         parts = [part for group in _part_groups(completion) for part in group]
@@ -165,8 +171,9 @@ def _part(value: Any, what: str) -> _Part | None:
     part = read_camel(value, what)
     for key in part:
         if key not in _PART_CONTENT and key not in _PART_METADATA:
-            raise AgentRequestError(f"{what}.{key} is not supported: the engine takes text and "
-                               "function calls only")
+            raise AgentRequestError(
+                f"{what}.{key} is not supported: the engine takes text and function calls only"
+            )
     present = [key for key in _PART_CONTENT if key in part]
     if len(present) > 1:
         raise AgentRequestError(f"{what} must hold one of {', '.join(_PART_CONTENT)}, not several")
@@ -244,14 +251,20 @@ def _assistant(
     for j, part in parts:
         if isinstance(part, _Reply):
             raise AgentRequestError(
-                f"{what}.parts[{j}]: a functionResponse belongs to a user content")
+                f"{what}.parts[{j}]: a functionResponse belongs to a user content"
+            )
         if isinstance(part, str):
             texts.append(part)
             continue
         call_id = part.id or f"call_{i}_{j}"
         pending.append((call_id, part.name))
-        calls.append({"id": call_id, "type": "function",
-                      "function": {"name": part.name, "arguments": part.arguments}})
+        calls.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": part.name, "arguments": part.arguments},
+            }
+        )
     message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not calls else None,
@@ -276,8 +289,9 @@ def _user(
         if texts:
             messages.append({"role": "user", "content": "".join(texts)})
             texts = []
-        messages.append({"role": "tool", "tool_call_id": _answer(part, i, j, pending),
-                         "content": part.content})
+        messages.append(
+            {"role": "tool", "tool_call_id": _answer(part, i, j, pending), "content": part.content}
+        )
     if texts or not messages:
         messages.append({"role": "user", "content": "".join(texts)})
     return messages
@@ -306,12 +320,15 @@ def _sampling(value: Any) -> dict[str, Any]:
             out[engine_key] = _number(config[key], f"generationConfig.{key}", integer)
     if config.get("stopSequences") is not None:
         stops = require_list(config["stopSequences"], "generationConfig.stopSequences")
-        out["stop"] = [read_text(s, f"generationConfig.stopSequences[{k}]")
-                       for k, s in enumerate(stops)]
+        out["stop"] = [
+            read_text(s, f"generationConfig.stopSequences[{k}]") for k, s in enumerate(stops)
+        ]
     count = config.get("candidateCount")
     if count is not None and _number(count, "generationConfig.candidateCount", True) > 1:
-        raise AgentRequestError("generationConfig.candidateCount > 1 is not supported: each model "
-                           "call must be one recorded turn; send separate requests instead")
+        raise AgentRequestError(
+            "generationConfig.candidateCount > 1 is not supported: each model "
+            "call must be one recorded turn; send separate requests instead"
+        )
     return out
 
 
@@ -341,11 +358,18 @@ def _part_groups(completion: Completion) -> list[list[dict[str, Any]]]:
         groups.append([{"text": completion.text}])
     if completion.tool_calls:
         # Gemini's args is an object; invalid or non-object JSON is rendered as {}.
-        groups.append([
-            {"functionCall": {"id": call.id, "name": call.name,
-                              "args": loads_arguments(call.arguments)}}
-            for call in completion.tool_calls
-        ])
+        groups.append(
+            [
+                {
+                    "functionCall": {
+                        "id": call.id,
+                        "name": call.name,
+                        "args": loads_arguments(call.arguments),
+                    }
+                }
+                for call in completion.tool_calls
+            ]
+        )
     return groups
 
 

@@ -48,8 +48,9 @@ def read_tools(tools_value: Any, config_value: Any, left_out: list[str]) -> dict
     for i, raw in enumerate(require_list(tools_value or [], "tools")):
         tool = read_camel(raw, f"tools[{i}]")
         left_out.extend(f"tools[{i}].{key}" for key in tool if key != "functionDeclarations")
-        declarations = require_list(tool.get("functionDeclarations", []),
-                                    f"tools[{i}].functionDeclarations")
+        declarations = require_list(
+            tool.get("functionDeclarations", []), f"tools[{i}].functionDeclarations"
+        )
         for j, declaration in enumerate(declarations):
             functions.append(_function(declaration, f"tools[{i}].functionDeclarations[{j}]"))
     out: dict[str, Any] = {"tools": functions} if functions else {}
@@ -71,7 +72,8 @@ def _function(value: Any, what: str) -> dict[str, Any]:
     elif "parametersJsonSchema" in declaration:
         # Already JSON Schema: passed on as written.
         function["parameters"] = require_dict(
-            declaration["parametersJsonSchema"], f"{what}.parametersJsonSchema")
+            declaration["parametersJsonSchema"], f"{what}.parametersJsonSchema"
+        )
     return {"type": "function", "function": function}
 
 
@@ -89,11 +91,15 @@ def _json_schema(value: Any, what: str) -> dict[str, Any]:
             if kind != "type_unspecified":
                 out["type"] = kind
         elif key in _SCHEMA_MAPS:
-            out[key] = {name: _json_schema(sub, f"{where}.{name}")
-                        for name, sub in require_dict(item, where).items()}
+            out[key] = {
+                name: _json_schema(sub, f"{where}.{name}")
+                for name, sub in require_dict(item, where).items()
+            }
         elif key in _SCHEMA_LISTS:
-            out[key] = [_json_schema(sub, f"{where}[{k}]")
-                        for k, sub in enumerate(require_list(item, where))]
+            out[key] = [
+                _json_schema(sub, f"{where}[{k}]")
+                for k, sub in enumerate(require_list(item, where))
+            ]
         elif key in _SCHEMA_SINGLE and isinstance(item, dict):
             out[key] = _json_schema(item, where)
         elif key != "nullable":

@@ -32,8 +32,7 @@ from harbor_ray.errors import AgentRequestError
 _PART_SEPARATOR = "\n"
 
 _TEXT_PARTS = frozenset({"input_text", "output_text"})
-_CHAT_ROLES = {"user": "user", "assistant": "assistant", "system": "system",
-               "developer": "system"}
+_CHAT_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
 # Request fields that would make the answer depend on state this proxy does not keep.
 _STATEFUL_FIELDS = ("previous_response_id", "conversation")
@@ -73,9 +72,13 @@ class ResponsesDialect:
         for key in ("temperature", "top_p"):
             if body.get(key) is not None:
                 engine[key] = _typed(body, key, int | float, "a number")
-        return EngineCall(body=engine, stream=stream, request_model=model,
-                          not_forwarded=tuple(tools.left_out),
-                          tool_namespaces=tuple(tools.namespaces.items()))
+        return EngineCall(
+            body=engine,
+            stream=stream,
+            request_model=model,
+            not_forwarded=tuple(tools.left_out),
+            tool_namespaces=tuple(tools.namespaces.items()),
+        )
 
     def render(self, completion: Completion, ctx: ReplyContext) -> dict[str, Any]:
         return _response(ctx, completion, _output_items(completion, ctx))
@@ -137,11 +140,13 @@ def _messages(value: Any) -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            messages.append({
-                "role": "tool",
-                "tool_call_id": _string(item, "call_id", where),
-                "content": _output_text(item.get("output"), f"{where}.output"),
-            })
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _string(item, "call_id", where),
+                    "content": _output_text(item.get("output"), f"{where}.output"),
+                }
+            )
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not part of the prompt the engine sees
         else:
@@ -285,19 +290,23 @@ def _output_items(completion: Completion, ctx: ReplyContext) -> list[dict[str, A
     suffix = ctx.response_id.removeprefix("resp_")
     items: list[dict[str, Any]] = []
     if completion.reasoning:
-        items.append({
-            "type": "reasoning",
-            "id": f"rs_{suffix}",
-            "summary": [{"type": "summary_text", "text": completion.reasoning}],
-        })
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{suffix}",
+                "summary": [{"type": "summary_text", "text": completion.reasoning}],
+            }
+        )
     if completion.text:
-        items.append({
-            "type": "message",
-            "id": f"msg_{suffix}",
-            "role": "assistant",
-            "status": "incomplete" if _incomplete_reason(completion) else "completed",
-            "content": [{"type": "output_text", "text": completion.text, "annotations": []}],
-        })
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{suffix}",
+                "role": "assistant",
+                "status": "incomplete" if _incomplete_reason(completion) else "completed",
+                "content": [{"type": "output_text", "text": completion.text, "annotations": []}],
+            }
+        )
     namespaces = dict(ctx.tool_namespaces)
     for i, call in enumerate(completion.tool_calls):
         item = {
@@ -379,30 +388,49 @@ def _item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield _item_added(index, {**item, "summary": []})
         for n, part in enumerate(item["summary"]):
             summary_at = {**at, "summary_index": n}
-            yield {"type": "response.reasoning_summary_part.added", **summary_at,
-                   "part": {**part, "text": ""}}
-            yield {"type": "response.reasoning_summary_text.delta", **summary_at,
-                   "delta": part["text"]}
-            yield {"type": "response.reasoning_summary_text.done", **summary_at,
-                   "text": part["text"]}
+            yield {
+                "type": "response.reasoning_summary_part.added",
+                **summary_at,
+                "part": {**part, "text": ""},
+            }
+            yield {
+                "type": "response.reasoning_summary_text.delta",
+                **summary_at,
+                "delta": part["text"],
+            }
+            yield {
+                "type": "response.reasoning_summary_text.done",
+                **summary_at,
+                "text": part["text"],
+            }
             yield {"type": "response.reasoning_summary_part.done", **summary_at, "part": part}
     elif item["type"] == "message":
         yield _item_added(index, {**item, "status": "in_progress", "content": []})
         for n, part in enumerate(item["content"]):
             part_at = {**at, "content_index": n}
-            yield {"type": "response.content_part.added", **part_at,
-                   "part": {**part, "text": ""}}
-            yield {"type": "response.output_text.delta", **part_at,
-                   "delta": part["text"], "logprobs": []}
-            yield {"type": "response.output_text.done", **part_at,
-                   "text": part["text"], "logprobs": []}
+            yield {"type": "response.content_part.added", **part_at, "part": {**part, "text": ""}}
+            yield {
+                "type": "response.output_text.delta",
+                **part_at,
+                "delta": part["text"],
+                "logprobs": [],
+            }
+            yield {
+                "type": "response.output_text.done",
+                **part_at,
+                "text": part["text"],
+                "logprobs": [],
+            }
             yield {"type": "response.content_part.done", **part_at, "part": part}
     else:
         yield _item_added(index, {**item, "status": "in_progress", "arguments": ""})
-        yield {"type": "response.function_call_arguments.delta", **at,
-               "delta": item["arguments"]}
-        yield {"type": "response.function_call_arguments.done", **at,
-               "name": item["name"], "arguments": item["arguments"]}
+        yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
+        yield {
+            "type": "response.function_call_arguments.done",
+            **at,
+            "name": item["name"],
+            "arguments": item["arguments"],
+        }
     yield {"type": "response.output_item.done", "output_index": index, "item": item}
 
 
