@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, Protocol
 
 import ray
@@ -37,15 +37,13 @@ from harbor_ray.data.result import ErrorType, Provenance
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.engine.provenance import served_provenance
 from harbor_ray.errors import (
-    DatasetError,
     FieldError,
     OverCapacity,
-    UnknownAgentError,
 )
 from harbor_ray.online.controller_config import ControllerConfig
 from harbor_ray.online.groups import Book, GroupState, Phase, weights_as_sampled
-from harbor_ray.online.no_signal import Refill
 from harbor_ray.online.policy_keeper import PolicyKeeper
+from harbor_ray.online.submit_checks import Served, shown
 from harbor_ray.online.weights import EngineWeights
 from harbor_ray.online.wire import (
     AckReply,
@@ -59,8 +57,7 @@ from harbor_ray.online.wire import (
     WeightsRequest,
 )
 from harbor_ray.switches import WORKER_ENV
-from harbor_ray.trials.backends import backend_names
-from harbor_ray.trials.datasets import TaskRef, resolve_dataset
+from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.harness import harness_provenance
 from harbor_ray.trials.spec import RolloutSpec
 
@@ -70,10 +67,6 @@ __all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_con
 # cancellations they wait on. Ray's default for async actors is 1,000.
 _MAX_CALLS = 10_000
 _NEVER = 1 << 62  # the writer's own thresholds: the controller flushes each group itself
-# Task lists kept resolved: only configured datasets are ever listed, so this bounds
-# nothing a caller can grow; it bounds a config that names very many.
-TASK_LISTS_CACHED = 64
-_SHOWN_CHARS = 120  # of a refused value, in the refusal
 
 _log = logging.getLogger(__name__)
 
@@ -115,8 +108,7 @@ class Controller:
             retain_groups=config.retain_groups,
             request_ids=config.request_ids,
         )
-        self._datasets = frozenset((config.dataset, *config.datasets))
-        self._agents = config.allowed_agents()
+        self._served = Served(config)
         # The engine's half of every row's provenance, hashed here once (reading the
         # weights is the one slow part); each agent's whole record is made at its first
         # group (`_provenance`). The weights' fields hold for rows the first weights
@@ -203,33 +195,11 @@ class Controller:
         known = self.book.known(request.request_id)
         if known is not None:
             return known  # a retried submit: nothing new starts
-        tasks = self._dataset_tasks(request.dataset)
-        for i, asked in enumerate(request.tasks):
-            if asked.task not in tasks:
-                raise FieldError(
-                    f"no task {_shown(asked.task)} in the dataset",
-                    status=404,
-                    field=f"tasks[{i}].task",
-                )
-        for where, agent in (
-            ("agent", request.agent),
-            *(
-                (f"tasks[{i}].agent", asked.agent)
-                for i, asked in enumerate(request.tasks)
-                if asked.agent is not None
-            ),
-        ):
-            try:
-                self._agents.check(agent, _shown(agent))
-            except UnknownAgentError as exc:
-                raise FieldError(str(exc), status=404, field=where) from exc
-        sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
-        if sandbox not in backend_names():
-            raise FieldError(f"no sandbox backend {_shown(sandbox)}", status=404, field="sandbox")
+        tasks, sandbox = self._served.check(request)
         asked_n = sum(t.n for t in request.tasks)
         if (why := self.book.over_capacity(asked_n)) is not None:
             raise OverCapacity(why, retry_after_s=self.config.retry_after_s)
-        refill = self._refill(request, tasks, sandbox)
+        refill = self._served.refill(request, tasks, sandbox)
         groups, specs = [], []
         for asked in request.tasks:
             group_id = uuid.uuid4().hex[:16]
@@ -255,45 +225,6 @@ class Controller:
         self._steer()
         self._start_all(specs)
         return reply
-
-    def _refill(
-        self, request: SubmitRequest, tasks: dict[str, TaskRef], sandbox: str
-    ) -> Refill | None:
-        """The request's replacements when it drops groups without signal (explicitly,
-        or by the controller's default for its groups of 2 or more); None otherwise."""
-        drop = request.drop_no_signal
-        if drop:
-            ones = [i for i, t in enumerate(request.tasks) if t.n < 2]
-            if ones:
-                raise FieldError(
-                    "drop_no_signal judges a group by its rewards' spread, "
-                    "which a group of 1 has none of: ask n of 2 or more, or "
-                    "leave drop_no_signal out",
-                    status=400,
-                    field=f"tasks[{ones[0]}].n",
-                )
-        if not (self.config.drop_no_signal if drop is None else drop):
-            return None
-        judged = tuple(t.task for t in request.tasks if t.n >= 2)
-        if not judged:
-            return None
-        for i, task in enumerate(request.replacement_tasks or ()):
-            if task not in tasks:
-                raise FieldError(
-                    f"no task {_shown(task)} in the dataset",
-                    status=404,
-                    field=f"replacement_tasks[{i}]",
-                )
-        bound = next(
-            b
-            for b in (request.max_extra_groups, self.config.max_extra_groups, len(request.tasks))
-            if b is not None
-        )
-        return Refill(
-            tasks=tuple(request.replacement_tasks or judged),
-            max_extra=bound,
-            origin=(request, tasks, sandbox),
-        )
 
     def _start_all(self, specs: list[RolloutSpec]) -> None:
         for spec in in_sandboxes_dir(specs, self._sandboxes):
@@ -350,22 +281,7 @@ class Controller:
 
     async def tasks(self, dataset: str | None) -> list[str]:
         """The task names of `dataset` (None: the controller's default), in its order."""
-        return list(self._dataset_tasks(dataset))
-
-    def _dataset_tasks(self, dataset: str | None) -> dict[str, TaskRef]:
-        """The tasks of a configured dataset (None: the default). Any other spec is
-        refused before it is read, in words that tell nothing about it (whether it
-        exists, what it holds): the caller learns only that it is not configured."""
-        spec = self.config.dataset if dataset is None else dataset
-        if spec not in self._datasets:
-            raise FieldError(
-                f"{_shown(spec)} is not a dataset this "
-                "controller serves: name its default, or add the spec to "
-                "the controller's `datasets:`",
-                status=404,
-                field="dataset",
-            )
-        return _tasks(spec)
+        return list(self._served.tasks(dataset))
 
     async def ack(self, group_ids: list[str]) -> AckReply:
         self.book.forget(time.monotonic())
@@ -376,7 +292,7 @@ class Controller:
         self.book.forget(time.monotonic())
         group = self.book.cancel(group_id)
         if group is None:
-            raise FieldError(f"no group {_shown(group_id)}", status=404, field="group_id")
+            raise FieldError(f"no group {shown(group_id)}", status=404, field="group_id")
         running = [self._tasks[r] for r in self.book.running_ids(group) if r in self._tasks]
         for task in running:
             task.cancel()
@@ -513,26 +429,6 @@ class Controller:
         self._changed.set()
         if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
             waiter.set_result(None)
-
-
-@lru_cache(maxsize=TASK_LISTS_CACHED)
-def _tasks(dataset: str) -> dict[str, TaskRef]:
-    try:
-        report = resolve_dataset(dataset)
-    except (DatasetError, OSError, RuntimeError) as exc:
-        # A configured spec: naming it, and why it does not resolve, tells nothing new.
-        raise FieldError(
-            f"{_shown(dataset)} cannot be read: {_shown(str(exc))}", status=404, field="dataset"
-        ) from exc
-    return {t.name: t for t in report.tasks}
-
-
-def _shown(value: str) -> str:
-    """`value` quoted for a refusal, cut short: a caller's 5,000 characters are not
-    echoed back whole."""
-    if len(value) <= _SHOWN_CHARS:
-        return repr(value)
-    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
 
 
 def controller_actor_name(app: str) -> str:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from harbor_ray.engine.weights import WeightUpdater
-from harbor_ray.online import controller as controller_module
+from harbor_ray.online import submit_checks as checks_module
 from harbor_ray.online.app import build_controller_app
 from harbor_ray.online.weights import FakeWeightUpdater
 from harbor_ray.online.wire import Group
@@ -75,10 +75,10 @@ def test_a_dataset_spec_that_breaks_path_handling_is_refused(
 ) -> None:
     # Configured: a spec not configured is refused before any path handling sees it.
     runner = LocalRollouts()
-    controller_module._tasks.cache_clear()
+    checks_module._tasks.cache_clear()
     with (
         served(local_controller(tmp_path, runner=runner, datasets=(dataset,))) as http,
-        calls_of(controller_module, "resolve_dataset", at_least=status == 404),
+        calls_of(checks_module, "resolve_dataset", at_least=status == 404),
     ):
         error = refused(
             http.post("/v1/rollouts", json={**SUBMIT, "dataset": dataset}), status, "dataset"
@@ -94,10 +94,10 @@ def test_mcp_tools_refuse_a_bad_dataset_as_a_tool_error_naming_it(
 ) -> None:
     # Configured: a spec not configured is refused before any path handling sees it.
     controller = local_controller(tmp_path, datasets=(dataset,))
-    controller_module._tasks.cache_clear()
+    checks_module._tasks.cache_clear()
     with (
         serve_in_thread(build_controller_app(controller, KEY)) as url,
-        calls_of(controller_module, "resolve_dataset"),
+        calls_of(checks_module, "resolve_dataset"),
     ):
 
         async def run():
@@ -388,7 +388,7 @@ def test_list_tasks_reads_only_the_configured_datasets(tmp_path: Path) -> None:
 
 
 def test_the_task_list_cache_is_bounded(tmp_path: Path) -> None:
-    from harbor_ray.online import controller as module
+    from harbor_ray.online import submit_checks as module
 
     module._tasks.cache_clear()
     controller = local_controller(tmp_path)
@@ -404,7 +404,7 @@ def test_the_task_list_cache_is_bounded(tmp_path: Path) -> None:
 def test_a_hub_dataset_is_fetched_only_when_configured(
     tmp_path: Path, runner: LocalRollouts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harbor_ray.online import controller as module
+    from harbor_ray.online import submit_checks as module
 
     (task,) = [t for t in resolve_dataset("samples").tasks if t.name == "hello-file"]
     files = {
