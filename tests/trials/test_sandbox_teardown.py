@@ -32,7 +32,9 @@ def _sandboxes(tmp_path: Path) -> list[Path]:
     return sorted(root.iterdir()) if root.exists() else []
 
 
-async def _wait_for(condition, timeout_s: float = 10.0) -> bool:
+# Long enough for a loaded machine (CI's three test runs): one sandbox's pid 1 took more
+# than 10 s to start its `sleep` there.
+async def _wait_for(condition, timeout_s: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
