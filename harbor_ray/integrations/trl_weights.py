@@ -25,7 +25,9 @@ class WeightSync(TrainerCallback):
     A peft model (TRL's `peft_config`, or a `PeftModel` handed to the trainer) is saved
     as its adapter alone (`adapter_config.json`, `adapter_model.safetensors`: megabytes,
     not the whole model), which an engine with `lora:` loads as the new version
-    (docs/trainers.md, "LoRA updates")."""
+    (docs/trainers.md, "LoRA updates"). Whole weights are saved with the trainer's
+    tokenizer (its `processing_class`), so that a checkpoint is a model directory a
+    sweep's `--engine` can serve on its own (docs/evaluation.md)."""
 
     def __init__(self, client: Client, checkpoint_dir: str | Path, *, keep: int = 2) -> None:
         if keep < 1:
@@ -40,7 +42,13 @@ class WeightSync(TrainerCallback):
         self.base = self.client.policy().version - state.global_step
 
     def on_step_end(
-        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        model: Any = None,
+        processing_class: Any = None,
+        **kwargs: Any,
     ) -> None:
         if not state.is_world_process_zero:
             return
@@ -50,11 +58,14 @@ class WeightSync(TrainerCallback):
         version = self.base + state.global_step
         path = self.dir / f"version-{version}"
         model.save_pretrained(path, safe_serialization=True)
-        if _is_peft(model) and not (path / "adapter_config.json").is_file():
-            raise TrainerError(
-                f"the peft model saved no adapter_config.json in {path}: "
-                "train it as a peft PeftModel (TRL's peft_config)"
-            )
+        if _is_peft(model):
+            if not (path / "adapter_config.json").is_file():
+                raise TrainerError(
+                    f"the peft model saved no adapter_config.json in {path}: "
+                    "train it as a peft PeftModel (TRL's peft_config)"
+                )
+        elif processing_class is not None:
+            processing_class.save_pretrained(path)
         self.client.update_weights(str(path.resolve()), version)
         self.updates.append((version, time.monotonic() - started))
         self.saved.append(path)

@@ -1,6 +1,6 @@
 """`WeightSync` with a peft model: only the adapter is saved, and the engine is asked
 to load that directory as the step's version (a stand-in client; the real engine loads
-it in tests/engine/test_lora_engine.py)."""
+it in tests/engine/test_lora_engine.py). Whole weights come with the tokenizer."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from peft import LoraConfig, get_peft_model
+from transformers import AutoConfig, AutoTokenizer
 
 from harbor_ray.engine.checkpoints import check_adapter, is_adapter
 from harbor_ray.integrations.trl import WeightSync
-from tests.integrations.test_trl_correction import tiny_model
+from tests.integrations.test_trl_correction import tiny_model, tokenizer
 
 
 class Client:
@@ -44,3 +45,18 @@ def test_a_peft_model_is_synced_as_its_adapter_alone(tmp_path: Path) -> None:
     tensors = check_adapter(path, max_rank=4)
     assert len(tensors) == 4 and all("lora_" in name for name in tensors)
     assert [p.name for p in tmp_path.iterdir()] == ["version-7"]  # keep=1
+
+
+def test_whole_weights_are_saved_with_the_tokenizer_a_sweep_can_serve(tmp_path: Path) -> None:
+    """A full checkpoint is a model directory on its own: its weights and config, and the
+    trainer's tokenizer (evaluating it is a sweep whose engine YAML names the directory)."""
+    client = Client(version=0)
+    sync = WeightSync(client, tmp_path)  # type: ignore[arg-type]  # a stand-in
+    sync.on_train_begin(None, SimpleNamespace(global_step=0), None)
+    step = SimpleNamespace(global_step=1, is_world_process_zero=True)
+    sync.on_step_end(None, step, None, model=tiny_model(), processing_class=tokenizer())
+    [(path, version)] = client.updates
+    assert version == 1 and not is_adapter(path)
+    reloaded = AutoTokenizer.from_pretrained(path)
+    assert reloaded("w3 w4")["input_ids"] == tokenizer()("w3 w4")["input_ids"] == [3, 4]
+    assert AutoConfig.from_pretrained(path).vocab_size == tiny_model().config.vocab_size
