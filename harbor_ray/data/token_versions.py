@@ -17,7 +17,7 @@ from typing import Any
 
 from harbor_ray.capture.core.policy_segments import token_versions
 
-__all__ = ["mask_stale", "sequence_versions"]
+__all__ = ["mask_stale", "sequence_versions", "turn_segments"]
 
 
 def sequence_versions(
@@ -34,7 +34,7 @@ def sequence_versions(
         turn = by_index.get(index)
         if turn is None or turn["prompt_ids"] is None or turn["token_ids"] is None:
             continue
-        segments = _segments(turn)
+        segments = turn_segments(turn)
         if segments is None:
             continue
         start, n = len(turn["prompt_ids"]), len(turn["token_ids"])
@@ -53,7 +53,9 @@ def mask_stale(
     ]
 
 
-def _segments(turn: Mapping[str, Any]) -> Sequence[tuple[int, int]] | None:
+def turn_segments(turn: Mapping[str, Any]) -> Sequence[tuple[int, int]] | None:
+    """(version, offset) of each run of a turn's sampled ids: the engine's own labels
+    (`policy_segments`), else the version its call was forwarded at; None: no version."""
     segments = turn.get("policy_segments")
     if segments:
         return [(s["version"], s["offset"]) for s in segments]

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from harbor_ray.data.encode import RolloutRecord, with_provenance
 from harbor_ray.data.rebuild import rebuild_prompts
-from harbor_ray.data.token_versions import mask_stale, sequence_versions
+from harbor_ray.data.token_versions import mask_stale, sequence_versions, turn_segments
 from harbor_ray.errors import ServiceConfigError
 from harbor_ray.online.no_signal import Refill, Verdict, carries_signal, judge
 from harbor_ray.online.wire import Group, GroupRef, StalePolicy, SubmitReply
@@ -172,10 +172,9 @@ def sampled_versions(turns: pa.Table) -> set[int | None]:
     if "policy_segments" not in turns.column_names:
         return {None}
     found: set[int | None] = set()
-    for start, segments in zip(
-        turns["policy_version_start"].to_pylist(), turns["policy_segments"].to_pylist(), strict=True
-    ):
-        found |= {s["version"] for s in segments} if segments else {start}
+    for turn in turns.select(["policy_version_start", "policy_segments"]).to_pylist():
+        segments = turn_segments(turn)
+        found |= {None} if segments is None else {version for version, _ in segments}
     return found
 
 

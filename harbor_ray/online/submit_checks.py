@@ -5,14 +5,12 @@ the caller's value cut short (`shown`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from harbor_ray.errors import DatasetError, FieldError, UnknownAgentError
 from harbor_ray.online.controller_config import ControllerConfig
 from harbor_ray.online.no_signal import Refill
 from harbor_ray.online.wire import SubmitRequest
-from harbor_ray.trials.agents import AgentAllowList
 from harbor_ray.trials.backends import backend_names
 from harbor_ray.trials.datasets import TaskRef, resolve_dataset
 
@@ -44,23 +42,22 @@ def _tasks(dataset: str) -> dict[str, TaskRef]:
     return {t.name: t for t in report.tasks}
 
 
-@dataclass(frozen=True)
 class Served:
     """What a controller serves, from its config: the datasets, agents and defaults a
-    submit is checked against."""
+    submit is checked against (the allow-list made once, its import paths checked at
+    the controller's start)."""
 
-    config: ControllerConfig
-
-    @property
-    def _agents(self) -> AgentAllowList:
-        return self.config.allowed_agents()
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self._datasets = frozenset((config.dataset, *config.datasets))
+        self._agents = config.allowed_agents()
 
     def tasks(self, dataset: str | None) -> dict[str, TaskRef]:
         """The tasks of a configured dataset (None: the default). Any other spec is
         refused before it is read, in words that tell nothing about it (whether it
         exists, what it holds): the caller learns only that it is not configured."""
         spec = self.config.dataset if dataset is None else dataset
-        if spec not in (self.config.dataset, *self.config.datasets):
+        if spec not in self._datasets:
             raise FieldError(
                 f"{shown(spec)} is not a dataset this "
                 "controller serves: name its default, or add the spec to "
@@ -81,7 +78,6 @@ class Served:
                     status=404,
                     field=f"tasks[{i}].task",
                 )
-        agents = self._agents
         for where, agent in (
             ("agent", request.agent),
             *(
@@ -91,7 +87,7 @@ class Served:
             ),
         ):
             try:
-                agents.check(agent, shown(agent))
+                self._agents.check(agent, shown(agent))
             except UnknownAgentError as exc:
                 raise FieldError(str(exc), status=404, field=where) from exc
         sandbox = self.config.sandbox if request.sandbox is None else request.sandbox
