@@ -232,8 +232,7 @@ class UnknownBackendError(BackendError, ValueError):
 
 
 class SandboxArgumentError(BackendError, ValueError):
-    """A backend constructor argument given on the command line that is not KEY=VALUE
-    (or a --warm-pool that is not TASK=N)."""
+    """A backend constructor argument given on the command line that is not KEY=VALUE."""
 
 
 class WarmPoolUnsupportedError(SandboxArgumentError):

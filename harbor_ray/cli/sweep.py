@@ -4,32 +4,19 @@ its progress, its summary and its report."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 import harbor_ray.cli.options as opt
-from harbor_ray.capture.core.journal import JournalMode
 from harbor_ray.capture.proxy.upstream import DEFAULT_ENGINE_TIMEOUT_S
+from harbor_ray.cli.fleet_flags import FROM_FLAGS, FleetValues, fleet_flags
 from harbor_ray.cli.options import LOG_NAME, Exit, command_output, console, phases_of, show_log
-from harbor_ray.cluster.fleet import FleetSettings, fleet_flag, fleet_help
-
-FLEET = FleetSettings()  # the defaults --help shows
-FLEET_NAMES = frozenset(f.name for f in dataclasses.fields(FleetSettings))
 
 
-def _fleet(name: str) -> Any:
-    """Fleet setting `name` as a flag: its name and help are the type's (a switch has
-    its --no- form, as Typer gives any other)."""
-    flag = fleet_flag(name)
-    if isinstance(getattr(FLEET, name), bool):
-        flag = f"{flag}/--no-{flag.removeprefix('--')}"
-    return typer.Option(flag, help=fleet_help(name))
-
-
+@fleet_flags
 def sweep(
     agent: Annotated[str, typer.Option(help="Agent name (see `harbor-ray info`).")],
     dataset: Annotated[
@@ -51,21 +38,8 @@ def sweep(
     sandbox: opt.SandboxOption = "local",
     sandbox_arg: opt.SandboxArgOption = None,
     n: opt.AttemptsOption = 1,
-    # The fleet settings: flags, defaults and help from FleetSettings (cluster/fleet.py).
-    concurrency: Annotated[int, _fleet("concurrency")] = FLEET.concurrency,
-    max_concurrency: Annotated[int | None, _fleet("max_concurrency")] = FLEET.max_concurrency,
-    min_concurrency: Annotated[int, _fleet("min_concurrency")] = FLEET.min_concurrency,
-    engine_metrics: Annotated[list[str] | None, _fleet("engine_metrics")] = None,
-    metrics_every_s: Annotated[float, _fleet("metrics_every_s")] = FLEET.metrics_every_s,
-    rollouts_per_host: Annotated[int, _fleet("rollouts_per_host")] = FLEET.rollouts_per_host,
-    sandbox_starts_per_s: Annotated[float, _fleet("sandbox_starts_per_s")] = (
-        FLEET.sandbox_starts_per_s
-    ),
-    journal: Annotated[JournalMode, _fleet("journal")] = FLEET.journal,
-    train_partial: Annotated[bool, _fleet("train_partial")] = FLEET.train_partial,
-    warm_pool: Annotated[list[str] | None, _fleet("warm_pool")] = None,
-    retries: Annotated[int, _fleet("retries")] = FLEET.retries,
-    grace_s: Annotated[float, _fleet("grace_s")] = FLEET.grace_s,
+    # The fleet settings: a flag each, made from FleetSettings (cli/fleet_flags.py).
+    fleet: FleetValues = FROM_FLAGS,
     budget: opt.BudgetOption = 20,
     deadline: Annotated[
         float | None,
@@ -178,9 +152,7 @@ def sweep(
     from harbor_ray.cluster.progress import live_progress, print_summary
     from harbor_ray.jobs.sweep import SweepRequest, check_sweep, checked_ingress, started_sweep
     from harbor_ray.trials.backends import parse_sandbox_args
-    from harbor_ray.trials.warm_pool import parse_pool_sizes
 
-    fleet = {name: value for name, value in locals().items() if name in FLEET_NAMES}
     request = SweepRequest(
         agent=agent,
         dataset=dataset,
@@ -212,11 +184,7 @@ def sweep(
         capture=capture,
         upstream=upstream,
         upstream_key_file=upstream_key_file,
-        **{
-            **fleet,
-            "engine_metrics": tuple(engine_metrics or ()),
-            "warm_pool": parse_pool_sizes(warm_pool or []),
-        },
+        **fleet,
     )
     checked = check_sweep(request, opt.notice)  # before the log: a refusal leaves nothing
     opt.evaluation_notice(capture)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harbor_ray.errors import SandboxArgumentError, SandboxError
+from harbor_ray.errors import SandboxError
 from harbor_ray.trials.start_rate import Reserve, wait_turn
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "PooledSandbox",
     "SandboxBackend",
     "WarmPool",
-    "parse_pool_sizes",
     "reap_ledger",
 ]
 
@@ -55,18 +54,6 @@ class SandboxBackend[S: PooledSandbox](Protocol):
     async def stop_id(self, sandbox_id: str) -> None:
         """Stop a sandbox known only by its id (what a dead host's ledger kept)."""
         ...
-
-
-def parse_pool_sizes(pairs: Iterable[str]) -> dict[str, int]:
-    """`TASK=N` strings (a task, the environment its sandboxes are started for, and how
-    many of them to keep started)."""
-    sizes: dict[str, int] = {}
-    for pair in pairs:
-        name, sep, text = pair.rpartition("=")
-        if not sep or not name or not text.isdigit():
-            raise SandboxArgumentError(f"--warm-pool takes TASK=N, not {pair!r}")
-        sizes[name] = int(text)
-    return sizes
 
 
 @dataclass(frozen=True)

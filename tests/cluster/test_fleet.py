@@ -49,6 +49,10 @@ def test_the_sample_changes_every_setting() -> None:
     assert [n for n in NAMES if getattr(CHANGED, n) == getattr(defaults, n)] == []
 
 
+class _Seen(Exception):
+    pass
+
+
 def _sweep_params() -> dict[str, Any]:
     command = typer.main.get_command(app)
     assert isinstance(command, typer.core.TyperGroup)
@@ -64,6 +68,29 @@ def test_every_setting_is_a_sweep_flag_with_the_types_default() -> None:
         assert fleet_flag(name) in params[name].opts and fleet_flag(name) in shown
         default = getattr(FleetSettings(), name)
         assert params[name].default == (None if isinstance(default, tuple | Mapping) else default)
+
+
+def test_a_map_settings_flag_takes_name_equals_count(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[SweepRequest] = []
+
+    def check_sweep(request: SweepRequest, *_: Any) -> None:
+        seen.append(request)
+        raise _Seen
+
+    monkeypatch.setattr(jobs_sweep, "check_sweep", check_sweep)
+    argv = ["sweep", "--agent", "oracle", "--out", str(tmp_path)]
+    pools = ["--warm-pool", "python:3.12=4", "--warm-pool", "env-b=0"]
+    result = CliRunner().invoke(app, [*argv, *pools])
+    assert isinstance(result.exception, _Seen), result.output
+    assert seen[0].warm_pool == {"python:3.12": 4, "env-b": 0}
+    for bad in ("env-a", "=3", "env-a=-1", "env-a=x"):
+        result = CliRunner().invoke(app, [*argv, "--warm-pool", bad])
+        shown = " ".join(result.output.split())
+        assert result.exit_code == 2 and "--warm-pool takes NAME=N" in shown, shown
+        assert repr(bad) in shown
+    assert len(seen) == 1
 
 
 def _argv(settings: FleetSettings) -> list[str]:
@@ -82,10 +109,6 @@ def _argv(settings: FleetSettings) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
-
-
-class _Seen(Exception):
-    pass
 
 
 def test_every_flag_reaches_the_request_the_driver_and_the_manifest(

@@ -7,11 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
-
-from harbor_ray.errors import SandboxArgumentError
 from harbor_ray.trials.start_rate import StartRate, TokenBucket
-from harbor_ray.trials.warm_pool import Ledger, WarmPool, parse_pool_sizes, reap_ledger
+from harbor_ray.trials.warm_pool import Ledger, WarmPool, reap_ledger
 from tests.rates import went_early
 from tests.trials.fake_backend import FakeBackend
 from tests.waiting import eventually
@@ -77,10 +74,3 @@ async def test_the_reaper_stops_what_a_dead_hosts_ledger_names(tmp_path: Path) -
     assert len(backend.live()) == 5 and in_use.sandbox_id in backend.live()
     assert await reap_ledger(Ledger(tmp_path / "ledger"), backend) == 5
     assert backend.live() == [] and not (tmp_path / "ledger").exists()
-
-
-def test_pool_sizes_are_environment_equals_count() -> None:
-    assert parse_pool_sizes(["python:3.12=4", "env-b=0"]) == {"python:3.12": 4, "env-b": 0}
-    for bad in ("env-a", "=3", "env-a=-1", "env-a=x"):
-        with pytest.raises(SandboxArgumentError):
-            parse_pool_sizes([bad])
