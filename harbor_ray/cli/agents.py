@@ -10,7 +10,8 @@ from rich.console import Console
 
 from harbor_ray.cli.options import AgentsCacheOption, JsonOption, console
 from harbor_ray.errors import AgentInstallError
-from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, install
+from harbor_ray.trials.agent_pins import PINS
+from harbor_ray.trials.installs import DEFAULT_CACHE, install
 
 agents_app = typer.Typer(
     help="Agent CLIs installed on the host for the local sandbox, at pinned versions.",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from harbor_ray.trials.installs import PINS
+from harbor_ray.trials.agent_pins import PINS
 
 __all__ = [
     "LEVEL_2_BLOCKED",

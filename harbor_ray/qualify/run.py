@@ -46,10 +46,11 @@ from harbor_ray.qualify.report import (
 )
 from harbor_ray.qualify.script import scripted_engine
 from harbor_ray.qualify.taps import Answer, EngineTap, Generation, ProxyTap
+from harbor_ray.trials.agent_pins import PINS
 from harbor_ray.trials.backends import LOCAL
 from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.harness import harness_provenance
-from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir
+from harbor_ray.trials.installs import DEFAULT_CACHE, entry_dir
 from harbor_ray.trials.local_run import all_unwound
 from harbor_ray.trials.rollout import run_rollout
 from harbor_ray.trials.spec import RolloutSpec

@@ -16,8 +16,9 @@ import orjson
 
 from harbor_ray.errors import ComparisonError, NotADatasetError
 from harbor_ray.report.build import write_atomically
-from harbor_ray.report.comparison import TURN_COLUMNS, Comparison, Run, compare, run_label
+from harbor_ray.report.comparison import Comparison, Run, compare, run_label
 from harbor_ray.report.comparison_page import render_comparison_page
+from harbor_ray.report.comparison_rows import TURN_COLUMNS
 from harbor_ray.report.comparison_tables import markdown
 from harbor_ray.report.tables import read_tables
 

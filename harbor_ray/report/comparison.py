@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from harbor_ray.errors import ComparisonError
 from harbor_ray.report.comparison_provenance import (
@@ -39,6 +38,7 @@ from harbor_ray.report.comparison_provenance import (
     provenance_notes,
     provenance_rows,
 )
+from harbor_ray.report.comparison_rows import Rows, read_rows
 from harbor_ray.report.stats import (
     LEVEL,
     Estimate,
@@ -52,7 +52,6 @@ from harbor_ray.report.tables import DatasetTables
 __all__ = [
     "NO_ERROR",
     "SETTINGS",
-    "TURN_COLUMNS",
     "Comparison",
     "Difference",
     "Run",
@@ -185,57 +184,6 @@ class _TaskK:
     variance: float
 
 
-@dataclass(frozen=True)
-class _Rows:
-    """A run's rows as the comparison reads them: one per attempt."""
-
-    rows: list[dict[str, Any]]
-    retried: int  # lost tries left out: their attempt has another row here
-    sampled: Mapping[str, int]  # rollout id -> sampled tokens (captured rollouts only)
-
-
-_COLUMNS = ("rollout_id", "task", "attempt", "reward", "error_type", "counts")
-# All a comparison reads of turns/ (sequences/ not at all): never the tokens' lists
-# beyond their lengths, nor the messages.
-TURN_COLUMNS = ("rollout_id", "token_ids", "completion_tokens")
-
-
-def _rows(tables: DatasetTables) -> _Rows:
-    rollouts = tables.rollouts
-    partial = (
-        rollouts["partial"].to_pylist()
-        if "partial" in rollouts.column_names
-        else [None] * rollouts.num_rows
-    )
-    by_attempt: dict[tuple[str, int], list[tuple[bool, dict[str, Any]]]] = defaultdict(list)
-    for row, is_partial in zip(rollouts.select(list(_COLUMNS)).to_pylist(), partial, strict=True):
-        by_attempt[(row["task"], row["attempt"])].append((bool(is_partial), row))
-    # One row an attempt: its retried row, else (every try lost) one of its lost tries.
-    rows = [
-        next((row for is_partial, row in tries if not is_partial), tries[0][1])
-        for tries in by_attempt.values()
-    ]
-    retried = sum(len(tries) - 1 for tries in by_attempt.values())
-    return _Rows(rows, retried, _sampled_tokens(tables.turns))
-
-
-def _sampled_tokens(turns: pa.Table) -> dict[str, int]:
-    """Tokens the engine sampled per rollout: each turn's ids where it recorded them,
-    else the engine's `usage.completion_tokens` (a capture below `tokens`)."""
-    ids = pc.list_value_length(turns["token_ids"]).to_pylist()
-    usage = (
-        turns["completion_tokens"].to_pylist()
-        if "completion_tokens" in turns.column_names
-        else [None] * turns.num_rows
-    )
-    sampled: Counter[str] = Counter()
-    for rollout_id, counted, reported in zip(
-        turns["rollout_id"].to_pylist(), ids, usage, strict=True
-    ):
-        sampled[rollout_id] += counted if counted is not None else reported or 0
-    return sampled
-
-
 def _passed(row: Mapping[str, Any], pass_reward: float) -> bool:
     return row["reward"] is not None and row["reward"] >= pass_reward
 
@@ -261,7 +209,7 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
         raise ComparisonError(
             f"two runs are labelled {', '.join(repeated)}: give each a --label of its own"
         )
-    read = [_rows(run.tables) for run in runs]
+    read = [read_rows(run.tables) for run in runs]
     counts: list[dict[str, list[int]]] = []  # task -> [passes, attempts], per run
     for rows in read:
         by_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -335,7 +283,7 @@ def compare(runs: Sequence[Run], *, pass_reward: float = 1.0) -> Comparison:
 
 def _summary(
     run: Run,
-    rows: _Rows,
+    rows: Rows,
     counts: Mapping[str, list[int]],
     shared: list[str],
     per_task_k: Mapping[str, list[_TaskK]],
@@ -412,7 +360,7 @@ def _differing_settings(runs: Sequence[Run]) -> dict[str, list[Any]]:
 
 def _notes(
     runs: Sequence[Run],
-    read: Sequence[_Rows],
+    read: Sequence[Rows],
     counts: Sequence[Mapping[str, list[int]]],
     shared: list[str],
     summaries: Sequence[RunSummary],

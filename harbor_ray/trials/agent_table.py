@@ -1,6 +1,7 @@
 """The harness wiring table: every Harbor agent, where it runs, the dialect it speaks,
 and how it is pointed at the capture proxy, for its default profile (`AGENTS`) and the
-others it is wired to speak (`WIRINGS`). Data only: trials/agents.py reads it.
+others it is wired to speak (`WIRINGS`). Data only: trials/agents.py reads it; what an
+entry is, and the builders it is written with: trials/agent_kind.py.
 
 Why each agent is wired as it is: docs/agents.md, "Wiring an agent to the proxy".
 """
@@ -8,31 +9,14 @@ Why each agent is wired as it is: docs/agents.md, "Wiring an agent to the proxy"
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
-
-from harbor.models.model_api_format import ModelApiFormat
+from typing import Any
 
 from harbor_ray.capture.core.dialects.base import DialectName
+from harbor_ray.trials.agent_kind import AgentKind, installed, unwired
 
-__all__ = [
-    "AGENTS",
-    "AUX_MODEL",
-    "DEFAULT_CONTEXT_WINDOW",
-    "FORMATS",
-    "PROFILES",
-    "WIRINGS",
-    "AgentKind",
-    "Channel",
-    "Runs",
-]
-
-Runs = Literal["host", "sandbox"]
-# How a config reaches the proxy: "none" (no model), "litellm" (terminus-2 on the host),
-# "connection" (Harbor's connection layer, installed agents), "openai_env" (import paths).
-Channel = Literal["none", "litellm", "connection", "openai_env"]
+__all__ = ["AGENTS", "AUX_MODEL", "DEFAULT_CONTEXT_WINDOW", "WIRINGS"]
 
 # The model name of every agent's small/fast/title slot: not the served model's name, so
 # that the proxy tells the calls made through those slots from the agent's main loop.
@@ -40,116 +24,6 @@ AUX_MODEL = "harbor-aux"
 
 # SmolLM2-135M-Instruct, the default served model, has an 8192-token context.
 DEFAULT_CONTEXT_WINDOW = 8192
-
-# A profile is named by the API its dialect is: what `--profile` takes.
-PROFILES: Mapping[DialectName, str] = MappingProxyType(
-    {
-        "chat": "openai-chat",
-        "responses": "openai-responses",
-        "anthropic": "anthropic",
-        "google": "google",
-    }
-)
-
-FORMATS: Mapping[DialectName, ModelApiFormat] = MappingProxyType(
-    {
-        "chat": ModelApiFormat.OPENAI_CHAT_COMPLETIONS,
-        "responses": ModelApiFormat.OPENAI_RESPONSES,
-        "anthropic": ModelApiFormat.ANTHROPIC_MESSAGES,
-        "google": ModelApiFormat.GOOGLE_GENERATE_CONTENT,
-    }
-)
-# Per dialect: the model prefix that makes Harbor (LiteLLM's parser) pick the provider,
-# the provider's canonical key variable, and the path the client appends its routes to.
-# OpenAI clients take a base that ends in /v1; Anthropic and Google clients add
-# /v1/messages and /v1beta/models themselves.
-_DIALECT_DEFAULTS: Mapping[DialectName, tuple[str, str, str]] = MappingProxyType(
-    {
-        "chat": ("openai/", "OPENAI_API_KEY", "/v1"),
-        "responses": ("openai/", "OPENAI_API_KEY", "/v1"),
-        "anthropic": ("anthropic/", "ANTHROPIC_API_KEY", ""),
-        "google": ("gemini/", "GEMINI_API_KEY", ""),
-    }
-)
-
-
-@dataclass(frozen=True)
-class AgentKind:
-    """One Harbor agent: where it runs, what it speaks, and how it is wired (if it is)."""
-
-    name: str
-    runs: Runs
-    needs_model: bool = True
-    dialect: DialectName | None = None
-    channel: Channel | None = None  # None: not wired
-    note: str = ""  # why it is not wired, or what is special about its wiring
-    model_prefix: str = ""
-    key_env: str = ""
-    url_path: str = ""
-    # Set AgentConfig.model_api_format: for agents whose client would otherwise choose
-    # its own protocol (opencode's built-in openai provider speaks Responses, ...).
-    pin_dialect: bool = False
-    # Variables set for this agent, over anything the host has (explicit env wins): the
-    # switches that would move it off its API key (OAuth, auth.json, Vertex, Bedrock),
-    # and flags its adapter insists on.
-    pinned_env: tuple[tuple[str, str], ...] = ()
-    # Variables naming the agent's small/fast model slots, set to AUX_MODEL.
-    aux_env: tuple[str, ...] = ()
-    # Agent kwargs the wiring sets: its small/fast slots where a config file holds them,
-    # the API it speaks where Harbor's connection layer will not pin that format.
-    wired_kwargs: Mapping[str, Any] = MappingProxyType({})
-    # For an agent Harbor gives no endpoint override (it refuses a base_url): the agent
-    # kwarg that takes the proxy's URL (its harbor_ray variant or the adapter applies it,
-    # trials/preinstalled.py), and the one that takes the name of the key's variable.
-    url_kwarg: str = ""
-    key_env_kwarg: str = ""
-
-    @property
-    def wired(self) -> bool:
-        return self.channel is not None
-
-    @property
-    def profile(self) -> str | None:
-        return PROFILES[self.dialect] if self.dialect else None
-
-
-def _installed(
-    name: str,
-    dialect: DialectName,
-    *,
-    url_path: str | None = None,
-    model_prefix: str | None = None,
-    key_env: str | None = None,
-    pin_dialect: bool = False,
-    pinned_env: Mapping[str, str] | None = None,
-    aux_env: tuple[str, ...] = (),
-    wired_kwargs: Mapping[str, Any] | None = None,
-    url_kwarg: str = "",
-    key_env_kwarg: str = "",
-    note: str = "",
-) -> AgentKind:
-    prefix, key, path = _DIALECT_DEFAULTS[dialect]
-    return AgentKind(
-        name=name,
-        runs="sandbox",
-        dialect=dialect,
-        channel="connection",
-        note=note,
-        model_prefix=prefix if model_prefix is None else model_prefix,
-        key_env=key if key_env is None else key_env,
-        url_path=path if url_path is None else url_path,
-        pin_dialect=pin_dialect,
-        pinned_env=tuple(sorted((pinned_env or {}).items())),
-        aux_env=aux_env,
-        wired_kwargs=MappingProxyType(dict(wired_kwargs or {})),
-        url_kwarg=url_kwarg,
-        key_env_kwarg=key_env_kwarg,
-    )
-
-
-def _unwired(name: str, runs: Runs, note: str) -> AgentKind:
-    return AgentKind(name=name, runs=runs, note=note)
-
 
 _OPENCODE_PROVIDER = "harbor"
 _COPILOT_OFFLINE: Mapping[str, str] = MappingProxyType({"COPILOT_OFFLINE": "true"})
@@ -181,7 +55,7 @@ _FABRIC_KWARGS: Mapping[str, Any] = MappingProxyType(
 def _fabric(
     dialect: DialectName, *, model_prefix: str | None = None, url_path: str | None = None
 ) -> AgentKind:
-    return _installed(
+    return installed(
         "fabric",
         dialect,
         model_prefix=model_prefix,
@@ -260,7 +134,7 @@ _TABLE = (
         note="LiteLLM on the host; key in llm_kwargs, never in the sandbox",
     ),
     # Its background calls (titles, topic checks) use the small/fast (haiku) slot.
-    _installed(
+    installed(
         "claude-code",
         "anthropic",
         pinned_env={
@@ -271,7 +145,7 @@ _TABLE = (
         },
         aux_env=("ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL"),
     ),
-    _installed(
+    installed(
         "codex",
         "responses",
         pinned_env={
@@ -280,7 +154,7 @@ _TABLE = (
         },
         note="Harbor writes the URL into config.toml (openai_base_url)",
     ),
-    _installed(
+    installed(
         "gemini-cli",
         "google",
         pinned_env={
@@ -289,14 +163,14 @@ _TABLE = (
             "GOOGLE_GENAI_USE_VERTEXAI": "0",
         },
     ),
-    _installed(
+    installed(
         "antigravity-cli",
         "google",
         pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
         note="Harbor refuses a plain-http URL unless allowed explicitly",
     ),
     # Its Go harness (in the google-antigravity wheel) speaks Gemini's API only.
-    _installed(
+    installed(
         "antigravity-sdk",
         "google",
         pinned_env={"HARBOR_ALLOW_INSECURE_MODEL_BASE_URL": "true"},
@@ -305,7 +179,7 @@ _TABLE = (
     ),
     # Its provider is not called `openai`: opencode sends that one's calls to the
     # Responses API whatever the npm package; `small_model` is its title generator's.
-    _installed(
+    installed(
         "opencode",
         "chat",
         pin_dialect=True,
@@ -314,57 +188,57 @@ _TABLE = (
         note=f"provider {_OPENCODE_PROVIDER!r} (@ai-sdk/openai-compatible) in "
         "opencode.json, key {env:OPENAI_API_KEY}",
     ),
-    _installed(
+    installed(
         "mimo",
         "chat",
         pin_dialect=True,
         note="provider baseURL and {env:OPENAI_API_KEY} in mimocode.json",
     ),
-    _installed(
+    installed(
         "kimi-cli", "chat", note="config file written in the sandbox from RUNTIME_KIMI_API_KEY"
     ),
-    _installed("kimi-code", "chat", note="KIMI_MODEL_BASE_URL, KIMI_MODEL_API_KEY"),
-    _installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
-    _installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
+    installed("kimi-code", "chat", note="KIMI_MODEL_BASE_URL, KIMI_MODEL_API_KEY"),
+    installed("mini-swe-agent", "chat", note="LiteLLM in the sandbox"),
+    installed("swe-agent", "chat", note="LiteLLM in the sandbox"),
     # Its weak model writes the commit messages of its auto-commits: a side call.
-    _installed(
+    installed(
         "aider",
         "chat",
         pinned_env=_aider_weak("openai/"),
         note="LiteLLM in the sandbox; api_base in its model settings file",
     ),
-    _installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
-    _installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
-    _installed("qwen-coder", "chat"),
-    _installed(
+    installed("openhands", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
+    installed("openhands-sdk", "chat", note="LLM_BASE_URL, LLM_API_KEY (LiteLLM)"),
+    installed("qwen-coder", "chat"),
+    installed(
         "goose",
         "chat",
         url_path="",
         note="OPENAI_HOST is the server root: goose appends v1/chat/completions",
     ),
-    _installed("hermes", "chat", pin_dialect=True),
+    installed("hermes", "chat", pin_dialect=True),
     # Offline: no GitHub sign-in, telemetry or update check (a sandbox has no network);
     # the model calls still go to COPILOT_PROVIDER_BASE_URL.
-    _installed(
+    installed(
         "copilot-cli", "chat", pinned_env=_COPILOT_OFFLINE, note="COPILOT_PROVIDER_* variables"
     ),
     # Its models.json key names a variable: PreinstalledPi writes it as the pinned pi reads it.
-    _installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
+    installed("pi", "chat", pin_dialect=True, note="provider in models.json"),
     # The openai/ prefix picks vibe's generic (OpenAI-compatible) backend, whose key
     # variable is OPENAI_API_KEY; its native mistral backend would go to api.mistral.ai.
-    _installed("vibe", "chat", note="generic backend: provider in config.toml"),
-    _installed("mcode", "chat", note="provider added with `mcode provider add`"),
-    _installed("nemo-agent", "chat", note="key and URL in the NAT workflow config"),
-    _installed("grok-build", "responses", note="model entry in ~/.grok/config.toml"),
-    _installed("trae-agent", "responses", note="key and URL in trae_config.yaml"),
-    _installed(
+    installed("vibe", "chat", note="generic backend: provider in config.toml"),
+    installed("mcode", "chat", note="provider added with `mcode provider add`"),
+    installed("nemo-agent", "chat", note="key and URL in the NAT workflow config"),
+    installed("grok-build", "responses", note="model entry in ~/.grok/config.toml"),
+    installed("trae-agent", "responses", note="key and URL in trae_config.yaml"),
+    installed(
         "muse-code",
         "responses",
         model_prefix="meta/",
         key_env="META_API_KEY",
         note="Meta provider: META_API_KEY, --base-url",
     ),
-    _installed(
+    installed(
         "code-puppy", "chat", pin_dialect=True, note="custom_openai endpoint in extra_models.json"
     ),
     # Harbor 0.25 pins no API for its providers: openclaw.json names it. Its memory search
@@ -372,7 +246,7 @@ _TABLE = (
     # serving a chat model does not offer. The tools denied are those whose state
     # openclaw reports in a transient message at the end of every request, which the
     # next request drops: with them each turn would start a new root.
-    _installed(
+    installed(
         "openclaw",
         "chat",
         wired_kwargs={
@@ -393,48 +267,48 @@ _TABLE = (
         pinned_env={"OPENAI_BASE_URL": ""},  # else its run forwards the host's
         note="provider baseUrl and ${OPENAI_API_KEY} in openclaw.json",
     ),
-    _installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
+    installed("fx", "chat", note="runtime provider in ~/.fx/settings.json (setup)"),
     _fabric("chat"),
     # A user's own LangGraph project (`project_path`, langgraph.json); its graph builds
     # its model from what Harbor resolves (LangChain's init_chat_model, the provider
     # from the model's prefix). harbor-ray qualifies it with samples/langgraph.
-    _installed(
+    installed(
         "langgraph",
         "chat",
         pinned_env=_LANGGRAPH_UNFORWARDED,
         note="a user's LangGraph project (project_path); model and base URL in its configurable",
     ),
-    _unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
+    unwired("acp", "sandbox", "a generic ACP client; the agent it launches decides"),
     # Harbor's adapter refuses a base URL; its variant stores the proxy's for the run's
     # provider with `cline auth -b` before the task (PreinstalledClineCli).
-    _installed(
+    installed(
         "cline-cli",
         "chat",
         url_kwarg=_CLINE_URL,
         note="`cline auth -b URL` before the run (provider_base_url)",
     ),
-    _unwired("junie", "sandbox", _NO_BASE_URL),
-    _unwired("cursor-cli", "sandbox", f"Cursor's own service only; {_NO_CONNECTION}"),
-    _unwired("cortex-code", "sandbox", f"Snowflake Cortex only; {_NO_CONNECTION}"),
-    _unwired("devin", "sandbox", f"Devin's own service only; {_NO_CONNECTION}"),
-    _unwired("rovodev-cli", "sandbox", f"Atlassian's service only; {_NO_CONNECTION}"),
-    _unwired("eve", "sandbox", _NO_CONNECTION),
-    _unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
-    _unwired(
+    unwired("junie", "sandbox", _NO_BASE_URL),
+    unwired("cursor-cli", "sandbox", f"Cursor's own service only; {_NO_CONNECTION}"),
+    unwired("cortex-code", "sandbox", f"Snowflake Cortex only; {_NO_CONNECTION}"),
+    unwired("devin", "sandbox", f"Devin's own service only; {_NO_CONNECTION}"),
+    unwired("rovodev-cli", "sandbox", f"Atlassian's service only; {_NO_CONNECTION}"),
+    unwired("eve", "sandbox", _NO_CONNECTION),
+    unwired("fx-dev", "sandbox", "fx built from source; its setup is not verified"),
+    unwired(
         "deerflow",
         "sandbox",
         "forwards the host's provider and web-search API keys into the sandbox",
     ),
     # Harbor runs a user's Strands agent factory: harbor_ray's sample one unless the
     # rollout's kwargs name another (factory_path, factory).
-    _installed(
+    installed(
         "strands",
         "chat",
         wired_kwargs=_STRANDS_SAMPLE,
         note="OpenAIModel client_args base_url; harbor_ray's sample factory",
     ),
-    _unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
-    _unwired(
+    unwired("computer-1", "host", "a computer-use agent: needs a desktop and a vision model"),
+    unwired(
         "dspy-rlm",
         "host",
         "needs dspy (not a harbor_ray dependency) and a Deno "
@@ -471,7 +345,7 @@ _OTHER_PROFILES = (
         model_prefix="gemini/",
         url_path=_GOOGLE_VERSIONED,
     ),
-    _installed(
+    installed(
         "opencode",
         "anthropic",
         pin_dialect=True,
@@ -482,7 +356,7 @@ _OTHER_PROFILES = (
     ),
     # Its built-in google provider; Harbor writes opencode's own key variable into the
     # provider's options, so the key goes there, not under Google's name.
-    _installed(
+    installed(
         "opencode",
         "google",
         model_prefix="google/",
@@ -491,12 +365,12 @@ _OTHER_PROFILES = (
     ),
     # Its built-in `openai` provider speaks Responses; Harbor will not pin that format
     # for opencode, nor does it need to.
-    _installed("opencode", "responses"),
-    _installed("pi", "responses", pin_dialect=True),
-    _installed("pi", "anthropic", pin_dialect=True),
+    installed("opencode", "responses"),
+    installed("pi", "responses", pin_dialect=True),
+    installed("pi", "anthropic", pin_dialect=True),
     # Harbor 0.25 refuses to pin Google's format for pi, yet writes the API pi is given
     # (`model_api`) into its models.json as it is.
-    _installed(
+    installed(
         "pi",
         "google",
         model_prefix="openai/",
@@ -504,42 +378,42 @@ _OTHER_PROFILES = (
         url_path=_GOOGLE_VERSIONED,
         wired_kwargs={"model_api": "google-generative-ai"},
     ),
-    _installed("mini-swe-agent", "responses", pin_dialect=True),
-    _installed("mini-swe-agent", "anthropic"),
-    _installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
+    installed("mini-swe-agent", "responses", pin_dialect=True),
+    installed("mini-swe-agent", "anthropic"),
+    installed("mini-swe-agent", "google", url_path=_GOOGLE_VERSIONED),
     # LiteLLM in the sandbox, as mini-swe-agent: the model's prefix picks the provider;
     # the pinned Responses format sets the SDK's api_mode.
-    _installed("openhands-sdk", "responses", pin_dialect=True),
-    _installed("openhands-sdk", "anthropic"),
-    _installed("openhands-sdk", "google", url_path=_GOOGLE_VERSIONED),
-    _installed("code-puppy", "responses", pin_dialect=True),
-    _installed("code-puppy", "anthropic", pin_dialect=True),
+    installed("openhands-sdk", "responses", pin_dialect=True),
+    installed("openhands-sdk", "anthropic"),
+    installed("openhands-sdk", "google", url_path=_GOOGLE_VERSIONED),
+    installed("code-puppy", "responses", pin_dialect=True),
+    installed("code-puppy", "anthropic", pin_dialect=True),
     # Its native anthropic client (KIMI_MODEL_PROVIDER_TYPE=anthropic, from the prefix).
-    _installed("kimi-code", "anthropic"),
-    _installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
-    _installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    installed("kimi-code", "anthropic"),
+    installed("copilot-cli", "responses", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
+    installed("copilot-cli", "anthropic", pin_dialect=True, pinned_env=_COPILOT_OFFLINE),
     # LiteLLM in the sandbox, behind Fabric: `openai/responses/` sends a chat call to the
     # Responses API (Fabric takes no API format of its own).
     _fabric("responses", model_prefix="openai/responses/"),
     # LangChain's clients in the sample graph: the pinned Responses format makes Harbor
     # set use_responses_api; the anthropic prefix picks ChatAnthropic.
-    _installed("langgraph", "responses", pin_dialect=True, pinned_env=_LANGGRAPH_UNFORWARDED),
-    _installed("langgraph", "anthropic", pinned_env=_LANGGRAPH_UNFORWARDED),
+    installed("langgraph", "responses", pin_dialect=True, pinned_env=_LANGGRAPH_UNFORWARDED),
+    installed("langgraph", "anthropic", pinned_env=_LANGGRAPH_UNFORWARDED),
     _fabric("anthropic"),
     _fabric("google", url_path=_GOOGLE_VERSIONED),
     # LiteLLM's providers, as for mini-swe-agent; its model settings file carries the
     # api_base to every model, the weak one too.
-    _installed("aider", "anthropic", pinned_env=_aider_weak("anthropic/")),
-    _installed("aider", "google", url_path=_GOOGLE_VERSIONED, pinned_env=_aider_weak("gemini/")),
+    installed("aider", "anthropic", pinned_env=_aider_weak("anthropic/")),
+    installed("aider", "google", url_path=_GOOGLE_VERSIONED, pinned_env=_aider_weak("gemini/")),
     # The Strands runner picks its model class by the pinned format or the provider
     # (OpenAIResponsesModel, AnthropicModel, GeminiModel on google-genai, which adds the
     # API version itself) and hands it the base URL in client_args.
-    _installed("strands", "responses", pin_dialect=True, wired_kwargs=_STRANDS_SAMPLE),
-    _installed("strands", "anthropic", wired_kwargs=_STRANDS_SAMPLE),
-    _installed("strands", "google", wired_kwargs=_STRANDS_SAMPLE),
+    installed("strands", "responses", pin_dialect=True, wired_kwargs=_STRANDS_SAMPLE),
+    installed("strands", "anthropic", wired_kwargs=_STRANDS_SAMPLE),
+    installed("strands", "google", wired_kwargs=_STRANDS_SAMPLE),
     # cline's openai-native provider speaks Responses; Harbor's adapter takes a provider
     # LiteLLM does not know in the colon form, its key then under API_KEY.
-    _installed(
+    installed(
         "cline-cli",
         "responses",
         model_prefix="openai-native:",

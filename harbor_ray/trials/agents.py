@@ -22,16 +22,8 @@ from harbor.models.trial.config import AgentConfig
 
 from harbor_ray.capture.core.sampling import Sampling
 from harbor_ray.errors import AgentNotWiredError, ProfileNotSupportedError, UnknownAgentError
-from harbor_ray.trials.agent_table import (
-    AGENTS,
-    AUX_MODEL,
-    DEFAULT_CONTEXT_WINDOW,
-    FORMATS,
-    PROFILES,
-    WIRINGS,
-    AgentKind,
-    Runs,
-)
+from harbor_ray.trials.agent_kind import FORMATS, PROFILES, AgentKind, Runs
+from harbor_ray.trials.agent_table import AGENTS, AUX_MODEL, DEFAULT_CONTEXT_WINDOW, WIRINGS
 
 __all__ = [
     "AGENTS",

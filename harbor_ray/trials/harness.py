@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harbor_ray.data.result import Provenance
-from harbor_ray.trials.installs import PINS
+from harbor_ray.trials.agent_pins import PINS
 
 __all__ = ["harness_provenance"]
 

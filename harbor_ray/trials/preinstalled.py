@@ -179,7 +179,7 @@ class PreinstalledPi(_SkipInstallWhenPresent, Pi):
 
 
 class PreinstalledKimiCode(_SkipInstallWhenPresent, KimiCode):
-    """Its `node` is the newer one its cache entry brings (installs.AgentPin.node).
+    """Its `node` is the newer one its cache entry brings (agent_pins.AgentPin.node).
 
     Also takes `agent_file`: the Markdown of a kimi agent definition (frontmatter with
     its `tools`, its body the system prompt), which the run then starts with
@@ -268,7 +268,7 @@ class PreinstalledOpenHands(_SkipInstallWhenPresent, OpenHands):
 class PreinstalledAntigravitySdk(AntigravitySDK):
     """Harbor's runner script starts `#!/usr/bin/env -S uv run --script`: uv would
     resolve its dependencies from PyPI on every run, which a sandbox cannot reach. The
-    pin's venv (mounted at VENV, installs.AgentPin.venv_at) holds those dependencies, so
+    pin's venv (mounted at VENV, agent_pins.AgentPin.venv_at) holds those dependencies, so
     the same script goes in with that venv's python as its interpreter."""
 
     VENV = "/opt/antigravity-sdk-venv"
@@ -290,7 +290,7 @@ class PreinstalledAntigravitySdk(AntigravitySDK):
 class PreinstalledLangGraph(LangGraph):
     """Harbor's install removes its venv's directory, fetches uv from astral.sh and
     builds the venv again from PyPI with the project's dependencies. With the pin's venv
-    mounted there (read-only, installs.AgentPin.venv_at), holding what the project needs,
+    mounted there (read-only, agent_pins.AgentPin.venv_at), holding what the project needs,
     only the project and Harbor's runner go in; a JavaScript graph still installs."""
 
     async def install(self, environment: BaseEnvironment) -> None:

@@ -29,6 +29,7 @@ from harbor_ray.capture.core.session_info import SessionInfo
 from harbor_ray.data.encode import RolloutRecord, encode_record
 from harbor_ray.data.result import ErrorType, FindingRecord, RanIn, RolloutResult, describe_bug
 from harbor_ray.errors import AgentInstallError, AgentNotWiredError
+from harbor_ray.trials.agent_pins import PINS
 from harbor_ray.trials.agents import ProxyEndpoint, agent_config, needs_model, runs_in_sandbox
 from harbor_ray.trials.atif import cross_check
 from harbor_ray.trials.backends import (
@@ -40,7 +41,6 @@ from harbor_ray.trials.backends import (
 from harbor_ray.trials.environment_need import ran_in, refusal
 from harbor_ray.trials.installs import (
     DEFAULT_CACHE,
-    PINS,
     PREINSTALLED,
     host_node_tools,
     sandbox_runtimes,

@@ -23,8 +23,9 @@ import pytest
 from harbor_ray.qualify.report import REWRITES_HISTORY
 from harbor_ray.qualify.run import QUALIFIED
 from harbor_ray.qualify.solution import split_commands, typed_command
+from harbor_ray.trials.agent_pins import PINS
 from harbor_ray.trials.agents import PROFILES, profiles
-from harbor_ray.trials.installs import DEFAULT_CACHE, PINS, entry_dir, install
+from harbor_ray.trials.installs import DEFAULT_CACHE, entry_dir, install
 from tests.fixtures.images import JQ_TASK
 from tests.qualify.rotation import CELLS_AT_LEVEL_2, rotating_subset, today
 from tests.qualify.test_solution import SCRIPT

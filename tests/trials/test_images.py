@@ -29,7 +29,7 @@ from harbor_ray.trials.images import (
     image_key,
     image_source,
 )
-from harbor_ray.trials.images import _missing_entries as missing_entries
+from harbor_ray.trials.rootfs_checks import missing_entries
 
 BASE = "debian:bookworm-slim"
 APP = f"FROM {BASE}\nRUN mkdir -p /app && echo 42 > /app/x\n"

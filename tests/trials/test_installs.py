@@ -13,15 +13,13 @@ from pathlib import Path
 import pytest
 
 from harbor_ray.errors import AgentInstallError, AgentPinError
+from harbor_ray.trials.agent_pins import PINS, AgentPin, load_pins
 from harbor_ray.trials.installs import (
-    PINS,
     PREINSTALLED,
-    AgentPin,
     entry_dir,
     install,
     install_commands,
     installed,
-    load_pins,
     resolve_python,
     sandbox_dir,
     sandbox_runtimes,

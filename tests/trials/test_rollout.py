@@ -221,7 +221,7 @@ def _cached_config(agent: str, cache: Path):
 def test_a_pinned_agent_runs_from_the_cache_mounted_read_only(
     tmp_path: Path, agent: str, import_path: str | None
 ):
-    from harbor_ray.trials.installs import PINS
+    from harbor_ray.trials.agent_pins import PINS
 
     entry = tmp_path / PINS[agent].entry_name
     (entry / "bin").mkdir(parents=True)
@@ -234,7 +234,7 @@ def test_a_pinned_agent_runs_from_the_cache_mounted_read_only(
 
 
 def test_a_python_agent_gets_its_interpreter_and_venv_mounted_off_path(tmp_path: Path):
-    from harbor_ray.trials.installs import PINS
+    from harbor_ray.trials.agent_pins import PINS
 
     entry = tmp_path / PINS["openhands-sdk"].entry_name
     (entry / "bin").mkdir(parents=True)

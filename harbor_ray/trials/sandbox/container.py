@@ -37,9 +37,9 @@ from harbor_ray.trials.images import (
     ImageRoot,
     docker_problems,
     ensure_image_root,
-    has_command,
     image_source,
 )
+from harbor_ray.trials.rootfs_checks import has_command
 from harbor_ray.trials.sandbox.bwrap import BwrapEnvironment
 from harbor_ray.trials.sandbox.layout import DEFAULT_WORKDIR, SANDBOX_PATH, tools_path
 from harbor_ray.trials.sandbox.limits import Limits, cgroup_problems
