@@ -39,7 +39,8 @@ from harbor_ray.cluster.host import ProxyTarget
 from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.sweep import SweepConfig, sweep
 from harbor_ray.online.app import ActorController, build_controller_app
-from harbor_ray.online.controller import ControllerConfig, start_controller
+from harbor_ray.online.controller import ControllerConfig
+from harbor_ray.online.controller_actor import start_controller
 from harbor_ray.online.weights import FakeWeightUpdater
 from harbor_ray.switches import set_switches
 from harbor_ray.trials.datasets import resolve_dataset, select_tasks

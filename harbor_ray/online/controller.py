@@ -2,8 +2,8 @@
 cluster layer (a `HostPool` of rollout hosts and the `RolloutRunner` the sweep driver
 uses: deadlines, cancellation, infrastructure retries with a fresh sandbox).
 
-One `Controller` per service, run as a named Ray actor (`start_controller`) so that the
-HTTP replicas in front of it hold nothing: a replica restart loses no accepted request
+One `Controller` per service, run as a named Ray actor (`controller_actor`) so that
+the HTTP replicas in front of it hold nothing: a replica restart loses no accepted request
 and no undelivered group. Its rules (idempotent submits, capacity, groups, staleness)
 are the pure `Book`'s; this module runs rollouts and keeps the policy version.
 """
@@ -16,9 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol
-
-import ray
+from typing import Protocol
 
 from harbor_ray.cluster.admission import AdmissionController
 from harbor_ray.cluster.fleet import sized_for_nodes
@@ -26,8 +24,6 @@ from harbor_ray.cluster.gate import ResizableGate
 from harbor_ray.cluster.host import Work
 from harbor_ray.cluster.journaling import Journaling, remove_everywhere
 from harbor_ray.cluster.metrics_poller import steer_gate
-from harbor_ray.cluster.owner import NAMESPACE
-from harbor_ray.cluster.policy_version import publish_version, start_policy_version
 from harbor_ray.cluster.pool import HostPool
 from harbor_ray.cluster.reaper import reap_everywhere
 from harbor_ray.cluster.runner import RolloutRunner, failed_record
@@ -36,10 +32,7 @@ from harbor_ray.data.encode import RolloutRecord
 from harbor_ray.data.result import ErrorType, Provenance
 from harbor_ray.data.writer import DatasetWriter
 from harbor_ray.engine.provenance import served_provenance
-from harbor_ray.errors import (
-    FieldError,
-    OverCapacity,
-)
+from harbor_ray.errors import FieldError, OverCapacity
 from harbor_ray.online.controller_config import ControllerConfig
 from harbor_ray.online.groups import Book, GroupState, Phase, weights_as_sampled
 from harbor_ray.online.policy_keeper import PolicyKeeper
@@ -56,16 +49,12 @@ from harbor_ray.online.wire import (
     WeightsReply,
     WeightsRequest,
 )
-from harbor_ray.switches import WORKER_ENV
 from harbor_ray.trials.datasets import TaskRef
 from harbor_ray.trials.harness import harness_provenance
 from harbor_ray.trials.spec import RolloutSpec
 
-__all__ = ["Controller", "ControllerConfig", "controller_actor_name", "start_controller"]
+__all__ = ["Controller", "ControllerConfig"]
 
-# Calls the actor serves at once: every HTTP replica's long polls and submits, and the
-# cancellations they wait on. Ray's default for async actors is 1,000.
-_MAX_CALLS = 10_000
 _NEVER = 1 << 62  # the writer's own thresholds: the controller flushes each group itself
 
 _log = logging.getLogger(__name__)
@@ -429,29 +418,3 @@ class Controller:
         self._changed.set()
         if (waiter := self._awaited.get(group.group_id)) is not None and not waiter.done():
             waiter.set_result(None)
-
-
-def controller_actor_name(app: str) -> str:
-    return f"online-controller-{app}"
-
-
-def start_controller(
-    app: str, config: ControllerConfig, updater: EngineWeights, *, work: Work | None = None
-) -> Any:  # ActorHandle
-    """The controller as a detached named actor (get it again by name from any replica);
-    the caller removes it (`ray.kill`) when the service ends. Its versions are published
-    to the capture app's replicas (`PolicyVersion`), which stamp every turn with them."""
-    on_version = None
-    if config.proxy is not None:
-        start_policy_version(config.proxy.app, config.initial_version)
-        on_version = publish_version(config.proxy.app)
-    remote = ray.remote(Controller).options(
-        name=controller_actor_name(app),
-        namespace=NAMESPACE,
-        num_cpus=0,
-        lifetime="detached",
-        get_if_exists=True,
-        max_concurrency=_MAX_CALLS,
-        runtime_env={"env_vars": WORKER_ENV},
-    )
-    return remote.remote(config, updater, work=work, on_version=on_version)

@@ -60,7 +60,8 @@ from harbor_ray.engine.serve import (  # noqa: E402
 from harbor_ray.errors import ServiceConfigError  # noqa: E402
 from harbor_ray.host_names import LOOPBACK_NAMES  # noqa: E402
 from harbor_ray.online.app import ActorController, build_controller_app  # noqa: E402
-from harbor_ray.online.controller import ControllerConfig, start_controller  # noqa: E402
+from harbor_ray.online.controller import ControllerConfig  # noqa: E402
+from harbor_ray.online.controller_actor import start_controller  # noqa: E402
 from harbor_ray.online.controller_key import load_or_create_key  # noqa: E402
 from harbor_ray.online.wire import StalePolicy  # noqa: E402
 from harbor_ray.serve_http import app_going_away, serve_details, serve_http_base  # noqa: E402

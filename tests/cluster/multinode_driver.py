@@ -211,7 +211,7 @@ def online_job(address: str, args: dict[str, Any]) -> dict[str, Any]:
     nodes."""
     from harbor_ray.cluster.proxy_deployment import ensure_serve
     from harbor_ray.online.app import ActorController, build_controller_app
-    from harbor_ray.online.controller import start_controller
+    from harbor_ray.online.controller_actor import start_controller
     from harbor_ray.online.serve import ControllerArgs, build_capture, stop_controller
     from harbor_ray.online.weights import FakeWeightUpdater
     from tests.fixtures.threaded import serve_in_thread

@@ -19,7 +19,8 @@ from harbor_ray.cluster.ingress import start_capture_proxy, stop_capture_proxy
 from harbor_ray.cluster.owner import NAMESPACE
 from harbor_ray.cluster.policy_version import policy_actor_name
 from harbor_ray.online.app import ActorController, build_controller_app
-from harbor_ray.online.controller import ControllerConfig, start_controller
+from harbor_ray.online.controller import ControllerConfig
+from harbor_ray.online.controller_actor import start_controller
 from harbor_ray.online.weights import EngineWeights, FakeWeightUpdater
 from tests.fixtures.stub_agent import chat_agent
 from tests.fixtures.threaded import fake_engine_in_thread, serve_in_thread
