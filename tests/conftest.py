@@ -8,6 +8,7 @@ set_switches()
 # The real engine (one per test session) and its Ray cluster; the task images; the
 # multi-node cluster; each suite's time limit per test and wall time; no skip undeclared.
 pytest_plugins = [
+    "tests.fixtures.agents",
     "tests.fixtures.engine",
     "tests.fixtures.images",
     "tests.fixtures.multinode",

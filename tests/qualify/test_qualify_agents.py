@@ -1,6 +1,7 @@
 """`harbor-ray qualify` end to end, both levels, for every qualified agent: the real
 CLIs (installed once per test session into the shared agent cache, as `harbor-ray agents
-install` does) in the real bwrap sandbox, through the in-process capture proxy.
+install` does, ahead: tests/fixtures/agents.py) in the real bwrap sandbox, through the
+in-process capture proxy.
 
 Level 1 plays the scripted engine: each agent must solve hello-file (reward 1.0) in one
 agent root with the engine's exact ids. Level 2 uses the session's one real engine
@@ -25,7 +26,7 @@ from harbor_ray.qualify.run import QUALIFIED
 from harbor_ray.qualify.solution import split_commands, typed_command
 from harbor_ray.trials.agent_pins import PINS
 from harbor_ray.trials.agents import PROFILES, profiles
-from harbor_ray.trials.installs import DEFAULT_CACHE, entry_dir, install
+from harbor_ray.trials.installs import entry_dir
 from tests.fixtures.images import JQ_TASK
 from tests.qualify.rotation import CELLS_AT_LEVEL_2, rotating_subset, today
 from tests.qualify.test_solution import SCRIPT
@@ -61,15 +62,6 @@ SPOKEN = {
 # a time): LiteLLM on the host (terminus-2), a CLI's own clients (copilot-cli), and the
 # profile Harbor's layer needs help with (pi google). `qualify --profile all` runs all.
 OTHER_PROFILES_IN_CI = ("copilot-cli", "pi", "terminus-2")
-
-
-@pytest.fixture(scope="session")
-def agents_cache() -> Path:
-    """Every qualified CLI in the shared cache (a no-op when they are there already)."""
-    install(
-        [PINS[name] for name in QUALIFIED if name in PINS], DEFAULT_CACHE, progress=lambda _: None
-    )
-    return DEFAULT_CACHE
 
 
 # Where each installed openhands keeps the splitter its shell tool refuses a command by
