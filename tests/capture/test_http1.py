@@ -253,7 +253,9 @@ async def test_sequential_requests_reuse_one_connection() -> None:
 
 async def test_concurrency_is_bounded_by_max_connections() -> None:
     async with uvicorn_served() as (url, tally):
-        pool = Http1Pool(url, max_connections=8, timeout_s=5)
+        # A request's timeout counts its wait for a slot: the last of the 200 waits for
+        # the whole run (0.5 s idle; over 5 s beside CI's integration tests).
+        pool = Http1Pool(url, max_connections=8, timeout_s=60)
         answers = await asyncio.gather(*(pool.request("GET", "/slow") for _ in range(200)))
         await pool.aclose()
         assert answers == [(200, b"slow")] * 200
