@@ -7,14 +7,17 @@ import time
 from pathlib import Path
 
 
+def cmdline(pid: int | str) -> bytes:
+    """A process's argv, NUL-separated, or b"" for one that ended since it was listed."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def all_cmdlines() -> list[str]:
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
-    return out
+    lines = (cmdline(pid) for pid in filter(str.isdigit, os.listdir("/proc")))
+    return [line.replace(b"\0", b" ").decode() for line in lines if line]
 
 
 def gone(command: str, within_s: float = 10.0) -> bool:

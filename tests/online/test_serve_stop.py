@@ -26,7 +26,7 @@ import yaml
 
 from tests.cluster.test_sweep import _slow_tasks
 from tests.fixtures.fake_engine import free_port
-from tests.processes import sandbox_processes
+from tests.processes import cmdline, sandbox_processes
 
 pytestmark = pytest.mark.integration
 
@@ -132,11 +132,7 @@ def _answers(url: str, key_file: Path) -> bool:
 
 def _solving(sandboxes: Path) -> int:
     """Sandboxes running the task's solution (its `sleep 600`)."""
-    return sum(
-        1
-        for pid in sandbox_processes(sandboxes)
-        if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00"
-    )
+    return sum(1 for pid in sandbox_processes(sandboxes) if cmdline(pid) == b"sleep\x00600\x00")
 
 
 def _left(sandboxes: Path) -> tuple[list[int], list[Path]]:
